@@ -1,0 +1,37 @@
+package admission
+
+import "errors"
+
+// Sentinel errors of this package. Field errors (*FieldError) wrap one of
+// them, so callers test with errors.Is and read the field with errors.As.
+var (
+	// ErrInvalidPolicy is wrapped by every error from Policy.Validate: the
+	// policy must be fixed by the operator (Connect InvalidArgument).
+	ErrInvalidPolicy = errors.New("admission: invalid policy")
+	// ErrInvalidRequest is wrapped by every error from Policy.CheckRequest:
+	// the request's key or cost is unacceptable under the policy (Connect
+	// InvalidArgument).
+	ErrInvalidRequest = errors.New("admission: invalid request")
+)
+
+// FieldError reports one invalid field of a policy or a request.
+//
+// Field is the yaml/json name of the field ("name", "algorithm", "limit",
+// "period", "burst", "max_cost", "on_unavailable" for a policy; "key",
+// "cost" for a request). Reason is a human-readable explanation that
+// includes the offending value where that is useful. Err is the sentinel
+// (ErrInvalidPolicy or ErrInvalidRequest) returned by Unwrap.
+type FieldError struct {
+	Field  string
+	Reason string
+	Err    error
+}
+
+// Error returns "admission: <field>: <reason>", e.g.
+// "admission: burst: must be between 1 and 1000000000 (got -1)".
+func (e *FieldError) Error() string {
+	return "admission: " + e.Field + ": " + e.Reason
+}
+
+// Unwrap returns the sentinel error e wraps.
+func (e *FieldError) Unwrap() error { return e.Err }

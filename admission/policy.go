@@ -1,0 +1,237 @@
+package admission
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Algorithm names an admission algorithm.
+type Algorithm string
+
+// AlgorithmTokenBucket is the token bucket, implemented as GCRA
+// (DecideTokenBucket). It is the only algorithm built so far; the other names
+// of the design (fixed_window, sliding_window, sliding_log, quota,
+// concurrency) are recognised by Validate and rejected as not implemented.
+const AlgorithmTokenBucket Algorithm = "token_bucket"
+
+// OnUnavailable says what a client does when the cluster cannot decide. It
+// is carried by the policy for clients; the algorithms ignore it.
+type OnUnavailable string
+
+// The values of OnUnavailable. The empty value means OnUnavailableDeny.
+const (
+	OnUnavailableAllow OnUnavailable = "allow" // let the request through
+	OnUnavailableDeny  OnUnavailable = "deny"  // refuse the request (fail closed)
+	OnUnavailableLocal OnUnavailable = "local" // decide from a local budget
+)
+
+// MaxKeyBytes is the largest key, in bytes, that CheckRequest accepts.
+const MaxKeyBytes = 512
+
+// Bounds enforced by Validate. They are chosen so that every computation in
+// this package fits in an int64 (see Validate).
+const (
+	maxNameBytes = 64
+	minPeriod    = time.Millisecond
+	maxPeriod    = 366 * 24 * time.Hour // 3.16224e16 ns
+	maxLimit     = 1_000_000_000
+	maxBurst     = 1_000_000_000
+	// maxBurstWindow bounds Burst × EmissionInterval, the time an empty
+	// bucket takes to refill (and the span of a bucket's state): 3660 days,
+	// 3.16224e17 ns, about 2^58.1.
+	maxBurstWindow = int64(10 * maxPeriod)
+)
+
+// supportedAlgorithms is listed in error messages.
+const supportedAlgorithms = "token_bucket"
+
+// Policy is one admission policy. Field comments give the yaml/json names
+// used in errors; Validate documents the accepted ranges.
+type Policy struct {
+	Name          string        // name: 1..64 bytes of [a-z0-9._-], starting with a letter or digit
+	Algorithm     Algorithm     // algorithm: only AlgorithmTokenBucket for now
+	Limit         int64         // limit: units per Period, sustained
+	Period        time.Duration // period
+	Burst         int64         // burst: most units at once (the bucket's capacity); 0 = Limit
+	MaxCost       int64         // max_cost: largest single cost; 0 = Burst
+	OnUnavailable OnUnavailable // on_unavailable: "" = deny
+}
+
+// WithDefaults returns a copy of p with Burst (0 → Limit), then MaxCost
+// (0 → Burst) and OnUnavailable ("" → deny) filled in. It does not validate.
+func (p Policy) WithDefaults() Policy {
+	if p.Burst == 0 {
+		p.Burst = p.Limit
+	}
+	if p.MaxCost == 0 {
+		p.MaxCost = p.Burst
+	}
+	if p.OnUnavailable == "" {
+		p.OnUnavailable = OnUnavailableDeny
+	}
+	return p
+}
+
+// Validate checks p.WithDefaults() and returns the first problem found, in
+// the order name, algorithm, limit, period, burst, max_cost, on_unavailable,
+// as a *FieldError wrapping ErrInvalidPolicy. It does not modify p.
+//
+// Accepted values:
+//
+//   - name: 1..64 bytes of [a-z0-9._-], starting with a letter or digit.
+//   - algorithm: "token_bucket". The design's other algorithms
+//     (fixed_window, sliding_window, sliding_log, quota, concurrency) are
+//     "not implemented yet"; any other name is unknown.
+//   - limit: 1..1e9, and at most the period in nanoseconds, so that the
+//     emission interval ceil(period/limit) is at least 1ns.
+//   - period: 1ms..366 days.
+//   - burst: 1..1e9 (0 means limit), and burst × emission interval (the time
+//     an empty bucket takes to refill) at most 3660 days (3.16224e17ns).
+//   - max_cost: 1..burst (0 means burst).
+//   - on_unavailable: "allow", "deny" or "local" ("" means deny).
+//
+// No overflow: the emission interval T is at most 366 days (3.2e16ns) and
+// burst × T, which bounds every cost × T and every offset of a bucket's state
+// from now, is at most 3.2e17ns < 2^59. DecideTokenBucket adds such a span to
+// now only after checking that the sum fits, and computes differences of
+// arbitrary int64 times in uint64, so no input can make it wrap.
+func (p Policy) Validate() error {
+	p = p.WithDefaults()
+	if fe := checkName(p.Name); fe != nil {
+		return fe
+	}
+	if fe := checkAlgorithm(p.Algorithm); fe != nil {
+		return fe
+	}
+	if fe := checkNumbers(p); fe != nil {
+		return fe
+	}
+	switch p.OnUnavailable {
+	case OnUnavailableAllow, OnUnavailableDeny, OnUnavailableLocal:
+	default:
+		return policyError("on_unavailable", "must be one of allow, deny, local (got %s)", quote(string(p.OnUnavailable)))
+	}
+	return nil
+}
+
+// EmissionInterval returns T, the nanoseconds per unit: ceil(Period/Limit).
+//
+// It is rounded up, never down, so that the effective rate (one unit per T)
+// never exceeds Limit per Period: the limiter is strict. The price is that
+// when Limit does not divide Period it sustains slightly less than Limit per
+// Period; the shortfall is below Limit²/Period units per Period (in ns), so
+// under one unit whenever Limit² ≤ Period, e.g. 60/min loses nothing and
+// 7 per 1ms sustains 6.99996. It returns 0 when Limit or Period is not positive
+// (an invalid policy).
+func (p Policy) EmissionInterval() int64 {
+	period := int64(p.Period)
+	if p.Limit < 1 || period < 1 {
+		return 0
+	}
+	t := period / p.Limit
+	if period%p.Limit != 0 {
+		t++
+	}
+	return t
+}
+
+// Capacity returns the bucket's capacity in units: p.WithDefaults().Burst.
+func (p Policy) Capacity() int64 { return p.WithDefaults().Burst }
+
+// CheckRequest validates a request against p, which must be valid: key must
+// be 1..MaxKeyBytes bytes of valid UTF-8 (field "key") and cost must be
+// 1..max_cost (field "cost"). It returns a *FieldError wrapping
+// ErrInvalidRequest, or nil.
+func (p Policy) CheckRequest(key string, cost int64) error {
+	switch {
+	case key == "":
+		return requestError("key", "must not be empty")
+	case len(key) > MaxKeyBytes:
+		return requestError("key", "must be at most %d bytes (got %d)", MaxKeyBytes, len(key))
+	case !utf8.ValidString(key):
+		return requestError("key", "must be valid UTF-8")
+	}
+	if cost < 1 {
+		return requestError("cost", "must be at least 1 (got %d)", cost)
+	}
+	if maxCost := p.WithDefaults().MaxCost; cost > maxCost {
+		return requestError("cost", "must not exceed the policy's max_cost of %d (got %d)", maxCost, cost)
+	}
+	return nil
+}
+
+func checkName(name string) *FieldError {
+	switch {
+	case name == "":
+		return policyError("name", "is required")
+	case len(name) > maxNameBytes:
+		return policyError("name", "must be at most %d bytes (got %d)", maxNameBytes, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return policyError("name", "must start with a lowercase letter or digit (got %s)", quote(name))
+		}
+		if !alnum && c != '.' && c != '_' && c != '-' {
+			return policyError("name", "may contain only a-z, 0-9, '.', '_' and '-' (got %s)", quote(name))
+		}
+	}
+	return nil
+}
+
+func checkAlgorithm(a Algorithm) *FieldError {
+	switch a {
+	case AlgorithmTokenBucket:
+		return nil
+	case "":
+		return policyError("algorithm", "is required; supported: %s", supportedAlgorithms)
+	case "fixed_window", "sliding_window", "sliding_log", "quota", "concurrency":
+		return policyError("algorithm", "%s is not implemented yet; supported: %s", quote(string(a)), supportedAlgorithms)
+	default:
+		return policyError("algorithm", "unknown algorithm %s; supported: %s", quote(string(a)), supportedAlgorithms)
+	}
+}
+
+// checkNumbers checks the numeric fields of a policy with defaults applied:
+// limit, period, burst, max_cost, in that order. DecideTokenBucket relies on
+// it too, so the algorithm and Validate agree on what is safe.
+func checkNumbers(p Policy) *FieldError {
+	if p.Limit < 1 || p.Limit > maxLimit {
+		return policyError("limit", "must be between 1 and %d (got %d)", maxLimit, p.Limit)
+	}
+	if p.Period < minPeriod || p.Period > maxPeriod {
+		return policyError("period", "must be between %v and 366 days (got %v)", minPeriod, p.Period)
+	}
+	if p.Limit > int64(p.Period) {
+		return policyError("limit", "must not exceed one unit per nanosecond of period (got %d per %v)", p.Limit, p.Period)
+	}
+	if p.Burst < 1 || p.Burst > maxBurst {
+		return policyError("burst", "must be between 1 and %d (got %d)", maxBurst, p.Burst)
+	}
+	if t := p.EmissionInterval(); p.Burst > maxBurstWindow/t {
+		return policyError("burst", "refilling %d units at one per %v would take more than 3660 days; lower burst or raise the rate", p.Burst, time.Duration(t))
+	}
+	if p.MaxCost < 1 || p.MaxCost > p.Burst {
+		return policyError("max_cost", "must be between 1 and burst %d (got %d)", p.Burst, p.MaxCost)
+	}
+	return nil
+}
+
+func policyError(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: ErrInvalidPolicy}
+}
+
+func requestError(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: ErrInvalidRequest}
+}
+
+// quote quotes s for an error message, shortening very long values.
+func quote(s string) string {
+	const maxQuoted = 80
+	if len(s) > maxQuoted {
+		return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,303 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/admission"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// EnvelopeVersion is the only raftcmdv1.Envelope version this binary writes
+// and reads.
+const EnvelopeVersion = 1
+
+// SweepPerApply is the most expired buckets one Apply deletes.
+const SweepPerApply = 32
+
+// DefaultMaxBuckets is the default bound on live buckets per group.
+const DefaultMaxBuckets = 10_000_000
+
+var (
+	// ErrUnknownPolicy is returned (as an Apply result) when a command names
+	// a policy the group does not have.
+	ErrUnknownPolicy = errors.New("fsm: unknown policy")
+	// ErrGroupFull is returned when a command would create a bucket beyond
+	// Options.MaxBuckets. Nothing existing is evicted.
+	ErrGroupFull = errors.New("fsm: group bucket limit reached")
+)
+
+// Options configure an FSM. They must be identical on every replica of a
+// group, so nodes set them from constants, never from per-node flags.
+type Options struct {
+	// MaxBuckets bounds the live buckets of the group; 0 means
+	// DefaultMaxBuckets.
+	MaxBuckets int
+
+	_ struct{}
+}
+
+// AdmitResult is the Apply result of an Admit command that was decided
+// (allowed or denied). Rejected commands return an error instead.
+type AdmitResult struct {
+	Decision      admission.Decision
+	PolicyVersion uint64
+	// DecidedAt is the FSM's now for this decision, Unix nanoseconds.
+	DecidedAt int64
+}
+
+// PoliciesResult is the Apply result of a PutPolicies command: the stored
+// policies with their versions, in the command's order.
+type PoliciesResult struct {
+	Policies []PolicyVersion
+}
+
+// PolicyVersion is a stored policy and its version.
+type PolicyVersion struct {
+	Policy  admission.Policy
+	Version uint64
+}
+
+// Node is a registered member's addresses.
+type Node struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+}
+
+// FSM is the state machine of one Raft group. See the package doc for the
+// threading and determinism contract.
+type FSM struct {
+	opts Options
+
+	mu       sync.RWMutex
+	lastNow  int64
+	policies map[string]PolicyVersion
+	nodes    map[string]Node
+	buckets  *bucketTable
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// New returns an empty FSM.
+func New(opts Options) *FSM {
+	if opts.MaxBuckets <= 0 {
+		opts.MaxBuckets = DefaultMaxBuckets
+	}
+	return &FSM{
+		opts:     opts,
+		policies: make(map[string]PolicyVersion),
+		nodes:    make(map[string]Node),
+		buckets:  newBucketTable(),
+	}
+}
+
+// Encode marshals an envelope for raft.Apply, stamping the envelope version.
+func Encode(env *raftcmdv1.Envelope) ([]byte, error) {
+	env.Version = EnvelopeVersion
+	return proto.MarshalOptions{Deterministic: true}.Marshal(env)
+}
+
+// Apply applies one committed entry. Its result is *AdmitResult,
+// *PoliciesResult, nil, or an error describing why the command was refused
+// (state unchanged). It panics on an entry it cannot decode.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var env raftcmdv1.Envelope
+	if err := proto.Unmarshal(l.Data, &env); err != nil {
+		panic(fmt.Sprintf("fsm: cannot decode entry %d: %v", l.Index, err))
+	}
+	if env.GetVersion() != EnvelopeVersion {
+		panic(fmt.Sprintf("fsm: entry %d has envelope version %d; this binary knows only %d: upgrade it",
+			l.Index, env.GetVersion(), EnvelopeVersion))
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := max(f.lastNow, env.GetNowUnixNano())
+	f.lastNow = now
+	defer f.buckets.sweep(now, SweepPerApply)
+
+	switch body := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_Admit:
+		return f.applyAdmit(body.Admit, now)
+	case *raftcmdv1.Envelope_PutPolicies:
+		return f.applyPutPolicies(body.PutPolicies)
+	case *raftcmdv1.Envelope_RegisterNode:
+		r := body.RegisterNode
+		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
+		return nil
+	default:
+		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", l.Index))
+	}
+}
+
+func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
+	pv, ok := f.policies[c.GetPolicy()]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
+	}
+	if err := pv.Policy.CheckRequest(c.GetKey(), c.GetCost()); err != nil {
+		return err
+	}
+	key := BucketKey(c.GetPolicy(), c.GetKey())
+	b, exists := f.buckets.get(key)
+	next, d := admission.DecideTokenBucket(pv.Policy, b, c.GetCost(), now)
+	if d.Allowed {
+		if !exists && f.buckets.len() >= f.opts.MaxBuckets {
+			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
+		}
+		f.buckets.put(key, next)
+	}
+	return &AdmitResult{Decision: d, PolicyVersion: pv.Version, DecidedAt: now}
+}
+
+func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
+	in := make([]admission.Policy, len(c.GetPolicies()))
+	seen := make(map[string]bool, len(in))
+	for i, p := range c.GetPolicies() {
+		in[i] = PolicyFromProto(p)
+		if err := in[i].Validate(); err != nil {
+			return fmt.Errorf("fsm: policies[%d]: %w", i, err)
+		}
+		if seen[in[i].Name] {
+			return fmt.Errorf("fsm: policies[%d]: %w", i, &admission.FieldError{
+				Field: "name", Reason: fmt.Sprintf("%q appears twice", in[i].Name), Err: admission.ErrInvalidPolicy})
+		}
+		seen[in[i].Name] = true
+	}
+	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
+	for i, p := range in {
+		p = p.WithDefaults()
+		old, ok := f.policies[p.Name]
+		switch {
+		case !ok:
+			old = PolicyVersion{Policy: p, Version: 1}
+		case old.Policy != p:
+			old = PolicyVersion{Policy: p, Version: old.Version + 1}
+		}
+		f.policies[p.Name] = old
+		out.Policies[i] = old
+	}
+	return out
+}
+
+// BucketKey is the state key of (policy, key).
+func BucketKey(policy, key string) string { return policy + "/" + key }
+
+// PolicyFromProto converts the stored form of a policy.
+func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
+	return admission.Policy{
+		Name:          p.GetName(),
+		Algorithm:     admission.Algorithm(p.GetAlgorithm()),
+		Limit:         p.GetLimit(),
+		Period:        time.Duration(p.GetPeriodNanos()),
+		Burst:         p.GetBurst(),
+		MaxCost:       p.GetMaxCost(),
+		OnUnavailable: admission.OnUnavailable(p.GetOnUnavailable()),
+	}
+}
+
+// PolicyToProto converts a policy to its stored form.
+func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
+	return &raftcmdv1.Policy{
+		Name:          p.Name,
+		Algorithm:     string(p.Algorithm),
+		Limit:         p.Limit,
+		PeriodNanos:   int64(p.Period),
+		Burst:         p.Burst,
+		MaxCost:       p.MaxCost,
+		OnUnavailable: string(p.OnUnavailable),
+	}
+}
+
+// Policy returns a policy by name as of the last applied entry.
+func (f *FSM) Policy(name string) (PolicyVersion, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	pv, ok := f.policies[name]
+	return pv, ok
+}
+
+// Policies returns every policy, sorted by name.
+func (f *FSM) Policies() []PolicyVersion {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedPolicies(f.policies)
+}
+
+// Nodes returns every registered node, sorted by ID.
+func (f *FSM) Nodes() []Node {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedNodes(f.nodes)
+}
+
+// LastNow is the FSM's time as of the last applied entry, Unix nanoseconds.
+func (f *FSM) LastNow() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.lastNow
+}
+
+// BucketCount is the number of live (not yet reclaimed) buckets.
+func (f *FSM) BucketCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.buckets.len()
+}
+
+// Bucket returns the stored state of (policy, key); the zero Bucket (full)
+// when there is none.
+func (f *FSM) Bucket(policy, key string) admission.Bucket {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, _ := f.buckets.get(BucketKey(policy, key))
+	return b
+}
+
+// Snapshot copies the state; Persist encodes the copy concurrently with later
+// Applies.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &snapshot{
+		lastNow:  f.lastNow,
+		policies: sortedPolicies(f.policies),
+		nodes:    sortedNodes(f.nodes),
+		buckets:  f.buckets.entries(),
+	}, nil
+}
+
+// Restore replaces the state with a snapshot written by Persist.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := readSnapshot(rc)
+	if err != nil {
+		return err
+	}
+	policies := make(map[string]PolicyVersion, len(s.policies))
+	for _, p := range s.policies {
+		policies[p.Policy.Name] = p
+	}
+	nodes := make(map[string]Node, len(s.nodes))
+	for _, n := range s.nodes {
+		nodes[n.ID] = n
+	}
+	buckets := newBucketTable()
+	for _, e := range s.buckets {
+		buckets.put(e.key, admission.Bucket{TAT: e.tat})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastNow, f.policies, f.nodes, f.buckets = s.lastNow, policies, nodes, buckets
+	return nil
+}

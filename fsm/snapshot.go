@@ -1,0 +1,184 @@
+package fsm
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// snapshotMagic starts every snapshot; the header that follows carries the
+// format version.
+const snapshotMagic = "QUORATE\x00"
+
+// SnapshotVersion is the snapshot format this binary writes and reads.
+const SnapshotVersion = 1
+
+// maxRecordBytes bounds one snapshot record, so a corrupt length cannot make
+// Restore allocate without limit.
+const maxRecordBytes = 1 << 20
+
+// ErrBadSnapshot is returned by Restore for a snapshot it cannot read.
+var ErrBadSnapshot = errors.New("fsm: bad snapshot")
+
+type snapshot struct {
+	lastNow  int64
+	policies []PolicyVersion
+	nodes    []Node
+	buckets  []bucketRecord
+}
+
+var _ raft.FSMSnapshot = (*snapshot)(nil)
+
+// Persist writes the snapshot: magic, header, then policies by name, nodes by
+// ID and buckets by key, each a uvarint length and a protobuf record.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.writeTo(sink); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) writeTo(w io.Writer) error {
+	slices.SortFunc(s.buckets, func(a, b bucketRecord) int { return cmp.Compare(a.key, b.key) })
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := recordWriter{w: bw}
+	if _, err := bw.WriteString(snapshotMagic); err != nil {
+		return err
+	}
+	enc.write(&raftcmdv1.SnapshotHeader{
+		Version:         SnapshotVersion,
+		LastNowUnixNano: s.lastNow,
+		PolicyCount:     uint64(len(s.policies)),
+		NodeCount:       uint64(len(s.nodes)),
+		BucketCount:     uint64(len(s.buckets)),
+	})
+	for _, p := range s.policies {
+		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
+	}
+	for _, n := range s.nodes {
+		enc.write(&raftcmdv1.RegisterNode{Id: n.ID, RaftAddr: n.RaftAddr, ApiAddr: n.APIAddr})
+	}
+	var rec raftcmdv1.BucketRecord
+	for _, b := range s.buckets {
+		rec.Key, rec.TatUnixNano = b.key, b.tat
+		enc.write(&rec)
+	}
+	if enc.err != nil {
+		return enc.err
+	}
+	return bw.Flush()
+}
+
+func (s *snapshot) Release() {}
+
+type recordWriter struct {
+	w   *bufio.Writer
+	buf []byte
+	err error
+}
+
+func (r *recordWriter) write(m proto.Message) {
+	if r.err != nil {
+		return
+	}
+	var err error
+	r.buf = binary.AppendUvarint(r.buf[:0], uint64(proto.Size(m)))
+	r.buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(r.buf, m)
+	if err != nil {
+		r.err = err
+		return
+	}
+	_, r.err = r.w.Write(r.buf)
+}
+
+func readSnapshot(r io.Reader) (*snapshot, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
+		return nil, fmt.Errorf("%w: missing magic", ErrBadSnapshot)
+	}
+	dec := recordReader{r: br}
+	var h raftcmdv1.SnapshotHeader
+	if err := dec.read(&h); err != nil {
+		return nil, err
+	}
+	if h.GetVersion() != SnapshotVersion {
+		return nil, fmt.Errorf("%w: format version %d, this binary reads %d", ErrBadSnapshot, h.GetVersion(), SnapshotVersion)
+	}
+	s := &snapshot{lastNow: h.GetLastNowUnixNano()}
+	for range h.GetPolicyCount() {
+		var p raftcmdv1.PolicyRecord
+		if err := dec.read(&p); err != nil {
+			return nil, err
+		}
+		s.policies = append(s.policies, PolicyVersion{Policy: PolicyFromProto(p.GetPolicy()), Version: p.GetVersion()})
+	}
+	for range h.GetNodeCount() {
+		var n raftcmdv1.RegisterNode
+		if err := dec.read(&n); err != nil {
+			return nil, err
+		}
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), RaftAddr: n.GetRaftAddr(), APIAddr: n.GetApiAddr()})
+	}
+	var rec raftcmdv1.BucketRecord
+	for range h.GetBucketCount() {
+		if err := dec.read(&rec); err != nil {
+			return nil, err
+		}
+		s.buckets = append(s.buckets, bucketRecord{key: rec.GetKey(), tat: rec.GetTatUnixNano()})
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data", ErrBadSnapshot)
+	}
+	return s, nil
+}
+
+type recordReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func (r *recordReader) read(m proto.Message) error {
+	n, err := binary.ReadUvarint(r.r)
+	if err != nil {
+		return fmt.Errorf("%w: record length: %v", ErrBadSnapshot, err)
+	}
+	if n > maxRecordBytes {
+		return fmt.Errorf("%w: record of %d bytes", ErrBadSnapshot, n)
+	}
+	r.buf = slices.Grow(r.buf[:0], int(n))[:n]
+	if _, err := io.ReadFull(r.r, r.buf); err != nil {
+		return fmt.Errorf("%w: record: %v", ErrBadSnapshot, err)
+	}
+	if err := proto.Unmarshal(r.buf, m); err != nil {
+		return fmt.Errorf("%w: record: %v", ErrBadSnapshot, err)
+	}
+	return nil
+}
+
+func sortedPolicies(m map[string]PolicyVersion) []PolicyVersion {
+	out := make([]PolicyVersion, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
+	}
+	return out
+}
+
+func sortedNodes(m map[string]Node) []Node {
+	out := make([]Node, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
+	}
+	return out
+}

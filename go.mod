@@ -1,0 +1,28 @@
+module github.com/quorate/quorate
+
+go 1.26.0
+
+replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1
+
+require (
+	connectrpc.com/connect v1.21.1
+	github.com/hashicorp/raft v1.8.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/fatih/color v1.13.0 // indirect
+	github.com/hashicorp/go-hclog v1.6.3 // indirect
+	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
+	github.com/hashicorp/go-metrics v0.7.0 // indirect
+	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
+	github.com/hashicorp/golang-lru v1.0.2 // indirect
+	github.com/mattn/go-colorable v0.1.12 // indirect
+	github.com/mattn/go-isatty v0.0.14 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)
+
+tool (
+	connectrpc.com/connect/cmd/protoc-gen-connect-go
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)
