@@ -144,6 +144,19 @@ func (p Policy) Capacity() int64 { return p.WithDefaults().Burst }
 // 1..max_cost (field "cost"). It returns a *FieldError wrapping
 // ErrInvalidRequest, or nil.
 func (p Policy) CheckRequest(key string, cost int64) error {
+	if err := CheckKeyCost(key, cost); err != nil {
+		return err
+	}
+	if maxCost := p.WithDefaults().MaxCost; cost > maxCost {
+		return requestError("cost", "must not exceed the policy's max_cost of %d (got %d)", maxCost, cost)
+	}
+	return nil
+}
+
+// CheckKeyCost is the part of CheckRequest that needs no policy: key is
+// 1..MaxKeyBytes bytes of valid UTF-8 and cost is at least 1. Servers use it
+// to refuse bad requests before they reach the log.
+func CheckKeyCost(key string, cost int64) error {
 	switch {
 	case key == "":
 		return requestError("key", "must not be empty")
@@ -151,12 +164,8 @@ func (p Policy) CheckRequest(key string, cost int64) error {
 		return requestError("key", "must be at most %d bytes (got %d)", MaxKeyBytes, len(key))
 	case !utf8.ValidString(key):
 		return requestError("key", "must be valid UTF-8")
-	}
-	if cost < 1 {
+	case cost < 1:
 		return requestError("cost", "must be at least 1 (got %d)", cost)
-	}
-	if maxCost := p.WithDefaults().MaxCost; cost > maxCost {
-		return requestError("cost", "must not exceed the policy's max_cost of %d (got %d)", maxCost, cost)
 	}
 	return nil
 }

@@ -303,6 +303,63 @@ func (x *OutcomeUnknown) GetReason() string {
 	return ""
 }
 
+// NotLeader is attached to Unavailable errors from a node that was asked to
+// decide as leader but is not (any more). The request was not applied; retry
+// against the leader named here, or any node.
+type NotLeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty when no leader is known.
+	LeaderId string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// API host:port of the leader; empty when unknown.
+	LeaderAddr    string `protobuf:"bytes,2,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotLeader) Reset() {
+	*x = NotLeader{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotLeader) ProtoMessage() {}
+
+func (x *NotLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
+func (*NotLeader) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NotLeader) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *NotLeader) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
 var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 
 const file_quorate_v1_admission_proto_rawDesc = "" +
@@ -331,7 +388,11 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"(\n" +
 	"\x0eOutcomeUnknown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason2R\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"I\n" +
+	"\tNotLeader\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x02 \x01(\tR\n" +
+	"leaderAddr2R\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
@@ -347,19 +408,20 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
 	(*AdmitResponse)(nil),         // 1: quorate.v1.AdmitResponse
 	(*FieldViolation)(nil),        // 2: quorate.v1.FieldViolation
 	(*OutcomeUnknown)(nil),        // 3: quorate.v1.OutcomeUnknown
-	(*durationpb.Duration)(nil),   // 4: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*NotLeader)(nil),             // 4: quorate.v1.NotLeader
+	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
-	4, // 0: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	4, // 1: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	5, // 2: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	5, // 0: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	5, // 1: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	6, // 2: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
 	0, // 3: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
 	1, // 4: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
 	4, // [4:5] is the sub-list for method output_type
@@ -381,7 +443,7 @@ func file_quorate_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

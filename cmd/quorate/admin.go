@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+func newAdminCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "admin",
+		Short: "Operate the cluster",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newAdminStatusCmd())
+	return cmd
+}
+
+func newAdminStatusCmd() *cobra.Command {
+	var (
+		client clientOptions
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every member's role, term and log indexes",
+		Long: "Status asks one node (--server) for the cluster's status; that node asks every\n" +
+			"member for its own view. An unreachable member is listed with the error.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, ctx, cancel, err := client.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+			if err != nil {
+				return wrapRPC("ClusterStatus", base, "", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			}
+			return writeClusterStatus(cmd.OutOrStdout(), resp.Msg)
+		},
+	}
+	addClientFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// writeClusterStatus prints a summary line and one table row per member; the
+// leader is marked with "*".
+func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
+	leader := s.GetLeaderId()
+	if leader == "" {
+		leader = "unknown (no leader)"
+	}
+	fmt.Fprintf(w, "answered by %s; leader %s; %d %s\n", s.GetAnsweredBy(), leader,
+		len(s.GetMembers()), plural(len(s.GetMembers()), "member", "members"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tLEADER\tRAFT ADDR\tAPI ADDR\tTERM\tAPPLIED\tCOMMIT\tSUFFRAGE\tERROR")
+	for _, m := range s.GetMembers() {
+		marker := ""
+		if m.GetId() != "" && m.GetId() == s.GetLeaderId() {
+			marker = "*"
+		}
+		role, term, applied, commit := "unreachable", "-", "-", "-"
+		if st := m.GetStatus(); st != nil {
+			role = st.GetRole()
+			term = strconv.FormatUint(st.GetTerm(), 10)
+			applied = strconv.FormatUint(st.GetLastAppliedIndex(), 10)
+			commit = strconv.FormatUint(st.GetCommitIndex(), 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			m.GetId(), role, marker, dash(m.GetRaftAddr()), dash(m.GetApiAddr()),
+			term, applied, commit, dash(m.GetSuffrage()), m.GetError())
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// defaultServer is the API of node1 of `quorate dev`.
+const defaultServer = "http://127.0.0.1:7070"
+
+// clientOptions are the flags every client command shares.
+type clientOptions struct {
+	server  string
+	timeout time.Duration
+}
+
+// addClientFlags registers --server and --timeout on cmd.
+func addClientFlags(cmd *cobra.Command, o *clientOptions) {
+	fs := cmd.Flags()
+	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
+}
+
+// connect checks the flags and returns the API base URL and a context that
+// ends at the --timeout deadline.
+func (o *clientOptions) connect(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
+	if o.timeout <= 0 {
+		return "", nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
+	}
+	u, err := serverURL(o.server)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("--server: %w", err)
+	}
+	ctx, cancel = context.WithTimeout(ctx, o.timeout)
+	return u, ctx, cancel, nil
+}
+
+// adminClient and admissionClient speak the Connect protocol over HTTP/1.1
+// (or HTTP/2 with TLS), which every node serves.
+func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
+	return quoratev1connect.NewAdminServiceClient(http.DefaultClient, baseURL)
+}
+
+func newAdmissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
+	return quoratev1connect.NewAdmissionServiceClient(http.DefaultClient, baseURL)
+}
+
+// serverURL turns "host:port", "http://host:port" or "https://host:port/"
+// into a base URL without a trailing slash.
+func serverURL(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", errors.New("must not be empty")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%q: scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("%q has no host", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q: a server URL has no query or fragment", s)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// rpcError is a failed RPC: which call, against which server, and the Connect
+// error with its code, message and details. Unwrap returns the
+// *connect.Error, so connect.CodeOf works on it.
+type rpcError struct {
+	procedure string // e.g. "Admit"
+	server    string
+	requestID string // set for Admit, so that an unknown outcome can be retried
+	err       error
+}
+
+func (e *rpcError) Unwrap() error { return e.err }
+
+func (e *rpcError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s on %s: ", e.procedure, e.server)
+	var ce *connect.Error
+	if !errors.As(e.err, &ce) {
+		b.WriteString(e.err.Error())
+		return b.String()
+	}
+	b.WriteString(ce.Code().String())
+	if msg := ce.Message(); msg != "" {
+		b.WriteString(": " + msg)
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue // a detail type this binary does not know
+		}
+		switch v := v.(type) {
+		case *quoratev1.FieldViolation:
+			fmt.Fprintf(&b, " [field %s: %s]", v.GetField(), v.GetDescription())
+		case *quoratev1.OutcomeUnknown:
+			fmt.Fprintf(&b, " [outcome unknown: %s", v.GetReason())
+			if e.requestID != "" {
+				fmt.Fprintf(&b, "; retry with --request-id %s", e.requestID)
+			}
+			b.WriteString("]")
+		case *quoratev1.NotLeader:
+			if v.GetLeaderAddr() != "" {
+				fmt.Fprintf(&b, " [not leader; leader is %s at %s]", v.GetLeaderId(), v.GetLeaderAddr())
+			} else {
+				b.WriteString(" [not leader; no leader known]")
+			}
+		}
+	}
+	return b.String()
+}
+
+// wrapRPC returns nil for a nil err, else an *rpcError.
+func wrapRPC(procedure, server, requestID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &rpcError{procedure: procedure, server: server, requestID: requestID, err: err}
+}

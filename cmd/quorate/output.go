@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// outputFormat is the value of -o/--output: "text" or "json". It implements
+// pflag.Value, so a bad value is refused while parsing flags.
+type outputFormat string
+
+const (
+	outputText outputFormat = "text"
+	outputJSON outputFormat = "json"
+)
+
+func (f *outputFormat) String() string { return string(*f) }
+func (f *outputFormat) Type() string   { return "text|json" }
+func (f *outputFormat) Set(s string) error {
+	switch outputFormat(s) {
+	case outputText, outputJSON:
+		*f = outputFormat(s)
+		return nil
+	}
+	return fmt.Errorf("must be text or json")
+}
+
+// addOutputFlag registers -o/--output on cmd, defaulting to text.
+func addOutputFlag(cmd *cobra.Command, f *outputFormat) {
+	*f = outputText
+	cmd.Flags().VarP(f, "output", "o", "output format: text or json (protojson of the response)")
+}
+
+// writeJSON writes m as indented protojson with every field, then a newline.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// fmtDuration formats a wire duration for people, rounded up to the
+// millisecond: a client that waits the printed retry_after is never early.
+func fmtDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "0s"
+	}
+	v := d.AsDuration()
+	if r := v.Round(time.Millisecond); r < v {
+		v = r + time.Millisecond
+	} else {
+		v = r
+	}
+	return v.String()
+}
+
+// writePolicies prints policies as a table, one line each.
+func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tBURST\tMAX_COST\tON_UNAVAILABLE")
+	for _, p := range policies {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()),
+			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"))
+	}
+	return tw.Flush()
+}
+
+func fmtPeriod(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return d.AsDuration().String()
+}
+
+// orDefault prints v, or what 0 stands for.
+func orDefault(v int64, zero string) string {
+	if v == 0 {
+		return zero
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func orDefaultStr(v, empty string) string {
+	if v == "" {
+		return empty
+	}
+	return v
+}
+
+// lockedWriter serializes writes to w, so that several nodes can log to one
+// stream. Each Write of the loggers is a whole line.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

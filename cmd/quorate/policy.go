@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Apply, list and validate admission policies",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newPolicyApplyCmd(), newPolicyListCmd(), newPolicyValidateCmd())
+	return cmd
+}
+
+func newPolicyApplyCmd() *cobra.Command {
+	var (
+		client clientOptions
+		file   string
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or replace the policies of a YAML file (all or none)",
+		Long: "Apply creates or replaces every policy of the file in one step: all or none.\n" +
+			"A policy whose definition is unchanged keeps its version; a changed one gets\n" +
+			"version+1. Policies not in the file are left alone. The file is checked locally\n" +
+			"first, so a bad file fails before anything is sent.",
+		Example: "  quorate policy apply -f examples/policies.yaml\n  cat policies.yaml | quorate policy apply -f -",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("policy apply: --file (-f): required: the policy file to apply, or - for stdin")
+			}
+			policies, err := readPolicyFile(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			base, ctx, cancel, err := client.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies}))
+			if err != nil {
+				return wrapRPC("ApplyPolicies", base, "", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %d %s from %s\n", len(resp.Msg.GetPolicies()), plural(len(resp.Msg.GetPolicies()), "policy", "policies"), file)
+			return writePolicies(cmd.OutOrStdout(), resp.Msg.GetPolicies())
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "YAML policy file (- for stdin)")
+	addClientFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newPolicyListCmd() *cobra.Command {
+	var (
+		client clientOptions
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the stored policies with their versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, ctx, cancel, err := client.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+			if err != nil {
+				return wrapRPC("ListPolicies", base, "", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			}
+			if len(resp.Msg.GetPolicies()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no policies; add some with: quorate policy apply -f FILE")
+				return nil
+			}
+			return writePolicies(cmd.OutOrStdout(), resp.Msg.GetPolicies())
+		},
+	}
+	addClientFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newPolicyValidateCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate -f FILE",
+		Short: "Check a policy file locally, without a server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("policy validate: --file (-f): required: the policy file to check, or - for stdin")
+			}
+			policies, err := readPolicyFile(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d %s OK\n", file, len(policies), plural(len(policies), "policy", "policies"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "YAML policy file (- for stdin)")
+	return cmd
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quorate/quorate/node"
+)
+
+func newServeCmd() *cobra.Command {
+	cfg := node.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR)",
+		Short: "Run one node of a Quorate cluster",
+		Long: "Serve runs one node until SIGINT or SIGTERM, then shuts down gracefully (handing\n" +
+			"off leadership when it leads).\n\n" +
+			"The first node of a new cluster starts with --bootstrap; every other node starts\n" +
+			"with --join and the API address of any member. Both are ignored once the data\n" +
+			"directory holds state: a restarted node rejoins with what it has.",
+		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap\n" +
+			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.LogOutput = cmd.ErrOrStderr()
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			n, err := node.New(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: node %s: API on %s, Raft on %s\n", cfg.ID, n.APIAddr(), n.RaftAddr())
+			// Run shuts the node down (and closes it) when the context ends.
+			return n.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cfg.ID, "id", cfg.ID, "this node's ID, unique in the cluster (required)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the Raft log, stable store and snapshots (required)")
+	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "host:port to serve the API on (Connect, gRPC, gRPC-Web, JSON)")
+	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port for Raft traffic between nodes")
+	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
+	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
+	fs.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster with this node as its only voter (ignored when --data-dir has state)")
+	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port or http://host:port) of any member to join (ignored when --data-dir has state)")
+	addNodeTuningFlags(cmd, &cfg)
+	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
+	_ = fs.MarkHidden("debug-clock-offset")
+	return cmd
+}
+
+// addNodeTuningFlags registers the flags of cfg's timeouts, snapshots and
+// logging, with cfg's values as defaults.
+func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
+	fs := cmd.Flags()
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "how long a follower waits without hearing from the leader before an election")
+	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "how long a candidate waits before a new election (≥ --heartbeat-timeout)")
+	fs.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", cfg.LeaderLeaseTimeout, "how long a leader stays leader without a quorum (≤ --heartbeat-timeout)")
+	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "longest wait before the leader sends an empty AppendEntries")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "server-side cap on one API request (a shorter client deadline wins)")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether to snapshot")
+	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot, for lagging followers")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+}

@@ -1,0 +1,265 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// memberStatusTimeout bounds how long ClusterStatus waits for each member.
+const memberStatusTimeout = time.Second
+
+// adminHandler serves quorate.v1.AdminService.
+type adminHandler struct {
+	n *Node
+}
+
+var _ quoratev1connect.AdminServiceHandler = (*adminHandler)(nil)
+
+func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.NodeStatusRequest]) (*connect.Response[quoratev1.NodeStatusResponse], error) {
+	return connect.NewResponse(&quoratev1.NodeStatusResponse{Node: h.n.nodeState()}), nil
+}
+
+func (n *Node) nodeState() *quoratev1.NodeState {
+	_, leaderID := n.raft.LeaderWithID()
+	return &quoratev1.NodeState{
+		Id:               n.cfg.ID,
+		Role:             roleName(n.raft.State()),
+		LeaderId:         string(leaderID),
+		Term:             n.raft.CurrentTerm(),
+		LastAppliedIndex: n.raft.AppliedIndex(),
+		CommitIndex:      n.raft.CommitIndex(),
+		LastLogIndex:     n.raft.LastIndex(),
+		RaftAddr:         n.raftAddr,
+		ApiAddr:          n.apiAddr,
+	}
+}
+
+func roleName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	default:
+		return "shutdown"
+	}
+}
+
+// ClusterStatus lists the members of this node's Raft configuration and asks
+// each for its own state, concurrently, each within memberStatusTimeout.
+func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quoratev1.ClusterStatusRequest]) (*connect.Response[quoratev1.ClusterStatusResponse], error) {
+	n := h.n
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.toConnectError(fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err))
+	}
+	addrs := make(map[string]string)
+	for _, m := range n.fsm.Nodes() {
+		addrs[m.ID] = m.APIAddr
+	}
+	_, leaderID := n.raft.LeaderWithID()
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID)}
+	var wg sync.WaitGroup
+	for _, s := range cf.Configuration().Servers {
+		m := &quoratev1.MemberStatus{
+			Id:       string(s.ID),
+			RaftAddr: string(s.Address),
+			ApiAddr:  addrs[string(s.ID)],
+			Suffrage: map[raft.ServerSuffrage]string{raft.Voter: "voter", raft.Nonvoter: "nonvoter", raft.Staging: "staging"}[s.Suffrage],
+		}
+		out.Members = append(out.Members, m)
+		switch {
+		case m.Id == n.cfg.ID:
+			m.Status = n.nodeState()
+		case m.ApiAddr == "":
+			m.Error = "no API address registered yet"
+		default:
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+				defer cancel()
+				resp, err := n.peers.get("http://"+m.ApiAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				if err != nil {
+					m.Error = err.Error()
+					return
+				}
+				m.Status = resp.Msg.GetNode()
+			})
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(out.Members, func(a, b *quoratev1.MemberStatus) int { return cmp.Compare(a.Id, b.Id) })
+	return connect.NewResponse(out), nil
+}
+
+// Join records a node's addresses and adds it as a voter; see the proto.
+func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.JoinRequest]) (*connect.Response[quoratev1.JoinResponse], error) {
+	n := h.n
+	if err := checkJoinRequest(req.Msg); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	err := n.onLeader(ctx, req.Header().Get(forwardedHeader) != "",
+		func(ctx context.Context) error { return n.joinAsLeader(ctx, req.Msg) },
+		func(ctx context.Context, baseURL string) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			_, err := n.peers.get(baseURL).admin.Join(ctx, fwd)
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(&quoratev1.JoinResponse{}), nil
+}
+
+func checkJoinRequest(r *quoratev1.JoinRequest) error {
+	bad := func(field string, err error) error {
+		return &admission.FieldError{Field: field, Reason: err.Error(), Err: admission.ErrInvalidRequest}
+	}
+	if err := (Config{ID: r.GetId()}).checkID(); err != nil {
+		return bad("id", err)
+	}
+	if err := checkAdvertisable(r.GetRaftAddr()); err != nil {
+		return bad("raft_addr", err)
+	}
+	if err := checkAdvertisable(r.GetApiAddr()); err != nil {
+		return bad("api_addr", err)
+	}
+	return nil
+}
+
+// joinAsLeader records the node's addresses (unless already recorded) and
+// makes it a voter at its Raft address (unless it already is one).
+func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
+	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
+	if !slices.Contains(n.fsm.Nodes(), want) {
+		if _, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
+			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr},
+		}}); err != nil {
+			return err
+		}
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotProposed, err)
+	}
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == want.ID && string(s.Address) == want.RaftAddr && s.Suffrage == raft.Voter {
+			return nil
+		}
+	}
+	timeout := n.cfg.RequestTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	if err := n.raft.AddVoter(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("%w: adding voter %s: %v", ErrOutcomeUnknown, want.ID, err)
+	}
+	n.log.Info("added voter", "id", want.ID, "raft", want.RaftAddr, "api", want.APIAddr)
+	return nil
+}
+
+// ApplyPolicies validates every policy, then stores them all through the log.
+func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
+	n := h.n
+	cmd := &raftcmdv1.PutPolicies{}
+	for i, p := range req.Msg.GetPolicies() {
+		ap := policyFromAPI(p)
+		if err := ap.Validate(); err != nil {
+			var fe *admission.FieldError
+			if errors.As(err, &fe) {
+				err = &admission.FieldError{Field: fmt.Sprintf("policies[%d].%s", i, fe.Field), Reason: fe.Reason, Err: fe.Err}
+			}
+			return nil, n.toConnectError(err)
+		}
+		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	out := &quoratev1.ApplyPoliciesResponse{}
+	err := n.onLeader(ctx, req.Header().Get(forwardedHeader) != "",
+		func(ctx context.Context) error {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
+			if err != nil {
+				return err
+			}
+			for _, pv := range res.(*fsm.PoliciesResult).Policies {
+				out.Policies = append(out.Policies, policyToAPI(pv))
+			}
+			return nil
+		},
+		func(ctx context.Context, baseURL string) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			resp, err := n.peers.get(baseURL).admin.ApplyPolicies(ctx, fwd)
+			if err != nil {
+				return err
+			}
+			out = resp.Msg
+			return nil
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ListPolicies answers from this node's replica, which may lag the leader.
+func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
+	out := &quoratev1.ListPoliciesResponse{}
+	for _, pv := range h.n.fsm.Policies() {
+		out.Policies = append(out.Policies, policyToAPI(pv))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func policyFromAPI(p *quoratev1.Policy) admission.Policy {
+	return admission.Policy{
+		Name:          p.GetName(),
+		Algorithm:     admission.Algorithm(p.GetAlgorithm()),
+		Limit:         p.GetLimit(),
+		Period:        p.GetPeriod().AsDuration(),
+		Burst:         p.GetBurst(),
+		MaxCost:       p.GetMaxCost(),
+		OnUnavailable: admission.OnUnavailable(p.GetOnUnavailable()),
+	}
+}
+
+func policyToAPI(pv fsm.PolicyVersion) *quoratev1.Policy {
+	p := pv.Policy
+	return &quoratev1.Policy{
+		Name:          p.Name,
+		Algorithm:     string(p.Algorithm),
+		Limit:         p.Limit,
+		Period:        durationpb.New(p.Period),
+		Burst:         p.Burst,
+		MaxCost:       p.MaxCost,
+		OnUnavailable: string(p.OnUnavailable),
+		Version:       pv.Version,
+	}
+}
+
+// Status is this node's own view of itself and its Raft group, as NodeStatus
+// answers it.
+func (n *Node) Status() *quoratev1.NodeState { return n.nodeState() }

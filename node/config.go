@@ -1,0 +1,247 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("node: invalid config")
+
+// Config configures one Quorate node. Field comments name the `quorate serve`
+// flag that sets each field.
+type Config struct {
+	// ID names this node in the cluster (--id). It is recorded in the data
+	// directory on first start; starting the same directory with another ID
+	// is refused.
+	ID string
+
+	// DataDir holds the Raft log, stable store and snapshots (--data-dir).
+	DataDir string
+
+	// APIAddr is the host:port the API listens on (--api-addr): Connect,
+	// gRPC, gRPC-Web and JSON on one port. Port 0 picks a free port.
+	APIAddr string
+
+	// RaftAddr is the host:port Raft peers connect to (--raft-addr). Port 0
+	// picks a free port.
+	RaftAddr string
+
+	// AdvertiseAPIAddr is the API address other nodes use to reach this one
+	// (--advertise-api-addr). Empty means the bound API address, which must
+	// then not be an unspecified IP such as 0.0.0.0.
+	AdvertiseAPIAddr string
+
+	// AdvertiseRaftAddr is the Raft address peers dial
+	// (--advertise-raft-addr). Empty means the bound Raft address.
+	AdvertiseRaftAddr string
+
+	// Bootstrap forms a new cluster with this node as its only voter
+	// (--bootstrap). Ignored when DataDir already holds Raft state.
+	Bootstrap bool
+
+	// Join is the API address (host:port or http://host:port) of any member
+	// of an existing cluster (--join). The node asks it to be added as a
+	// voter. Ignored when DataDir already holds Raft state.
+	Join string
+
+	// HeartbeatTimeout is how long a follower waits without contact from the
+	// leader before it starts an election (--heartbeat-timeout).
+	HeartbeatTimeout time.Duration
+
+	// ElectionTimeout is how long a candidate waits before starting a new
+	// election (--election-timeout). Must be ≥ HeartbeatTimeout.
+	ElectionTimeout time.Duration
+
+	// LeaderLeaseTimeout is how long a leader stays leader without contact
+	// from a quorum (--leader-lease-timeout). Must be ≤ HeartbeatTimeout.
+	LeaderLeaseTimeout time.Duration
+
+	// CommitTimeout is the longest the leader waits before sending an
+	// AppendEntries with nothing new, to advance followers' commit index
+	// (--commit-timeout).
+	CommitTimeout time.Duration
+
+	// RequestTimeout caps how long one API request may take on the server,
+	// including waiting for a leader and for its entry to commit
+	// (--request-timeout). A shorter client deadline wins.
+	RequestTimeout time.Duration
+
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one (--snapshot-threshold).
+	SnapshotThreshold uint64
+
+	// SnapshotInterval is how often the node checks whether to snapshot
+	// (--snapshot-interval).
+	SnapshotInterval time.Duration
+
+	// TrailingLogs is how many entries are kept in the log after a snapshot,
+	// so a slightly lagging follower catches up without a snapshot
+	// (--trailing-logs).
+	TrailingLogs uint64
+
+	// LogOutput receives the node's and Raft's logs. Nil means os.Stderr.
+	LogOutput io.Writer
+
+	// LogLevel is debug, info, warn or error (--log-level).
+	LogLevel string
+
+	// ClockOffset is added to the local clock when the leader stamps the
+	// time of an entry. It exists for fault-injection tests
+	// (--debug-clock-offset); never set it in production.
+	ClockOffset time.Duration
+
+	_ struct{}
+}
+
+// DefaultConfig returns a Config for a local node with the production
+// timeouts. ID, DataDir and one of Bootstrap/Join are still to be set.
+func DefaultConfig() Config {
+	return Config{
+		APIAddr:            "127.0.0.1:7070",
+		RaftAddr:           "127.0.0.1:7170",
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		RequestTimeout:     5 * time.Second,
+		SnapshotThreshold:  8192,
+		SnapshotInterval:   30 * time.Second,
+		TrailingLogs:       10240,
+		LogLevel:           "info",
+	}
+}
+
+// Validate checks c without changing it. Errors wrap ErrInvalidConfig and
+// name the flag.
+func (c Config) Validate() error {
+	bad := func(flag, format string, args ...any) error {
+		return fmt.Errorf("%w: --%s: %s", ErrInvalidConfig, flag, fmt.Sprintf(format, args...))
+	}
+	if err := c.checkID(); err != nil {
+		return bad("id", "%v", err)
+	}
+	if c.DataDir == "" {
+		return bad("data-dir", "must not be empty")
+	}
+	for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return bad(a.flag, "%q is not host:port: %v", a.addr, err)
+		}
+	}
+	for _, a := range []struct{ flag, addr string }{{"advertise-api-addr", c.AdvertiseAPIAddr}, {"advertise-raft-addr", c.AdvertiseRaftAddr}} {
+		if a.addr == "" {
+			continue
+		}
+		if err := checkAdvertisable(a.addr); err != nil {
+			return bad(a.flag, "%v", err)
+		}
+	}
+	if c.Bootstrap && c.Join != "" {
+		return bad("bootstrap", "cannot be combined with --join")
+	}
+	if c.Join != "" {
+		if _, err := joinURL(c.Join); err != nil {
+			return bad("join", "%v", err)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"heartbeat-timeout", c.HeartbeatTimeout, 5 * time.Millisecond},
+		{"election-timeout", c.ElectionTimeout, 5 * time.Millisecond},
+		{"leader-lease-timeout", c.LeaderLeaseTimeout, 5 * time.Millisecond},
+		{"commit-timeout", c.CommitTimeout, time.Millisecond},
+		{"request-timeout", c.RequestTimeout, time.Millisecond},
+		{"snapshot-interval", c.SnapshotInterval, 5 * time.Millisecond},
+	} {
+		if d.v < d.min {
+			return bad(d.flag, "must be at least %v (got %v)", d.min, d.v)
+		}
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return bad("election-timeout", "must be ≥ --heartbeat-timeout (%v < %v)", c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return bad("leader-lease-timeout", "must be ≤ --heartbeat-timeout (%v > %v)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.SnapshotThreshold < 1 {
+		return bad("snapshot-threshold", "must be at least 1")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return bad("log-level", "%v", err)
+	}
+	return nil
+}
+
+func (c Config) checkID() error {
+	if c.ID == "" {
+		return errors.New("must not be empty")
+	}
+	if len(c.ID) > 64 || strings.ContainsFunc(c.ID, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) {
+		return fmt.Errorf("%q: use 1 to 64 letters, digits, '-', '_' or '.'", c.ID)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if s == "" {
+		return slog.LevelInfo, nil
+	}
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not one of debug, info, warn, error", s)
+	}
+	return l, nil
+}
+
+func (c Config) logOutput() io.Writer {
+	if c.LogOutput == nil {
+		return os.Stderr
+	}
+	return c.LogOutput
+}
+
+// checkAdvertisable reports whether addr is a host:port peers can dial.
+func checkAdvertisable(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if port == "0" || port == "" {
+		return fmt.Errorf("%q has no port", addr)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is not an address peers can dial; set the advertise flag", addr)
+	}
+	return nil
+}
+
+// joinURL turns "host:port" or "http://host:port" into the API base URL.
+func joinURL(s string) (string, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%q: scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("%q has no host", s)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}

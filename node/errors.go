@@ -1,0 +1,63 @@
+package node
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// toConnectError is Quorate's one table from errors to Connect codes
+// (DESIGN.md §6). Being over the limit is not an error: it is an OK answer
+// with allowed=false. An error that is already a Connect error (the leader's
+// answer to a forwarded call) passes through unchanged.
+func (n *Node) toConnectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var fe *admission.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return withDetail(connect.NewError(connect.CodeInvalidArgument, err),
+			&quoratev1.FieldViolation{Field: fe.Field, Description: fe.Reason})
+	case errors.Is(err, admission.ErrInvalidPolicy), errors.Is(err, admission.ErrInvalidRequest):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, fsm.ErrUnknownPolicy):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, fsm.ErrGroupFull):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, ErrOutcomeUnknown):
+		return withDetail(connect.NewError(connect.CodeUnavailable, err),
+			&quoratev1.OutcomeUnknown{Reason: err.Error()})
+	case errors.Is(err, ErrNotLeader):
+		addr, id := n.leader()
+		return withDetail(connect.NewError(connect.CodeUnavailable, err),
+			&quoratev1.NotLeader{LeaderId: id, LeaderAddr: addr})
+	case errors.Is(err, ErrNotProposed):
+		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, ErrInvalidConfig):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	default:
+		return connect.NewError(connect.CodeInternal, err)
+	}
+}
+
+func withDetail(ce *connect.Error, m proto.Message) *connect.Error {
+	if d, err := connect.NewErrorDetail(m); err == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}

@@ -1,0 +1,305 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// Node is one Quorate process hosting one replica of the cluster's Raft
+// group and serving the API. Create it with New, serve with Run; Close stops
+// it at once.
+type Node struct {
+	cfg        Config
+	log        *slog.Logger
+	apiAddr    string // advertised
+	raftAddr   string // advertised
+	apiLn      net.Listener
+	fsm        *fsm.FSM
+	raft       *raft.Raft
+	transport  *raft.NetworkTransport
+	store      *raftboltdb.BoltStore
+	hadState   bool
+	server     *http.Server
+	peers      *peers
+	closeOnce  sync.Once
+	closeErr   error
+	registered chan struct{} // closed once this node's addresses are in the FSM
+}
+
+// New opens the node's stores, binds its API and Raft listeners and starts
+// its Raft replica. When DataDir holds no Raft state it bootstraps a new
+// cluster (Config.Bootstrap) or waits to be added by Run's join. The node
+// serves no API requests until Run.
+func New(cfg Config) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	n = &Node{
+		cfg:        cfg,
+		log:        slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
+		fsm:        fsm.New(fsm.Options{}),
+		registered: make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			n.closeResources()
+		}
+	}()
+	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
+		return nil, err
+	}
+
+	n.apiLn, err = net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: --api-addr: %w", err)
+	}
+	n.apiAddr = cfg.AdvertiseAPIAddr
+	if n.apiAddr == "" {
+		n.apiAddr = n.apiLn.Addr().String()
+	}
+	if err := checkAdvertisable(n.apiAddr); err != nil {
+		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
+	}
+
+	hlog := hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Output: cfg.logOutput(),
+		Level:  hclog.LevelFromString(strings.ToLower(level.String())),
+	}).With("node", cfg.ID)
+	var advertise net.Addr
+	if cfg.AdvertiseRaftAddr != "" {
+		if advertise, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseRaftAddr); err != nil {
+			return nil, fmt.Errorf("%w: --advertise-raft-addr: %v", ErrInvalidConfig, err)
+		}
+	}
+	n.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("node: --raft-addr: %w", err)
+	}
+	n.raftAddr = string(n.transport.LocalAddr())
+
+	raftDir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(raftDir, 0o750); err != nil {
+		return nil, fmt.Errorf("node: --data-dir: %w", err)
+	}
+	n.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(raftDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: --data-dir: opening raft.db (is another node using %s?): %w", cfg.DataDir, err)
+	}
+	logs, err := raft.NewLogCache(1024, n.store)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("node: --data-dir: %w", err)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.Logger = hlog
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+
+	n.hadState, err = raft.HasExistingState(logs, n.store, snaps)
+	if err != nil {
+		return nil, err
+	}
+	if !n.hadState && cfg.Bootstrap {
+		boot := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: rc.LocalID, Address: raft.ServerAddress(n.raftAddr),
+		}}}
+		if err := raft.BootstrapCluster(rc, logs, n.store, snaps, n.transport, boot); err != nil {
+			return nil, fmt.Errorf("node: bootstrap: %w", err)
+		}
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.transport)
+	if err != nil {
+		return nil, fmt.Errorf("node: starting raft: %w", err)
+	}
+	n.peers = newPeers()
+
+	mux := http.NewServeMux()
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}))
+	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
+		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName)))
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	n.server = &http.Server{
+		Handler:           mux,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+	}
+	return n, nil
+}
+
+// ID is the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// APIAddr is the host:port other nodes and clients use to reach the API.
+func (n *Node) APIAddr() string { return n.apiAddr }
+
+// RaftAddr is the host:port Raft peers dial.
+func (n *Node) RaftAddr() string { return n.raftAddr }
+
+// Run serves the API until ctx is done, then shuts down gracefully: it stops
+// accepting requests, lets running ones finish, hands leadership to another
+// voter if it leads, and stops Raft. A node without Raft state joins the
+// cluster named by Config.Join; every node records its addresses in the
+// replicated registry. Run returns nil on a clean stop.
+func (n *Node) Run(ctx context.Context) error {
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- n.server.Serve(n.apiLn) }()
+	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
+
+	regCtx, stopReg := context.WithCancel(ctx)
+	regDone := make(chan struct{})
+	go func() {
+		defer close(regDone)
+		n.register(regCtx)
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("node: serving API: %w", err)
+	}
+	stopReg()
+	<-regDone
+	n.log.Info("stopping")
+	if shutErr := n.shutdown(); err == nil {
+		err = shutErr
+	}
+	return err
+}
+
+// shutdown stops the API gracefully, transfers leadership and stops Raft.
+func (n *Node) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout+time.Second)
+	defer cancel()
+	if err := n.server.Shutdown(ctx); err != nil {
+		n.log.Warn("API shutdown", "err", err)
+	}
+	if n.raft.State() == raft.Leader && n.votersCount() > 1 {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer", "err", err)
+		}
+	}
+	return n.Close()
+}
+
+// Close stops the node at once: it closes the API listener and connections,
+// stops Raft without handing off leadership, and closes the stores. Requests
+// in flight get errors; entries already proposed may still commit on the
+// other replicas. Safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() { n.closeErr = n.closeResources() })
+	return n.closeErr
+}
+
+func (n *Node) closeResources() error {
+	var errs []error
+	if n.server != nil {
+		errs = append(errs, ignoreClosed(n.server.Close()))
+	} else if n.apiLn != nil {
+		errs = append(errs, ignoreClosed(n.apiLn.Close()))
+	}
+	if n.raft != nil {
+		errs = append(errs, n.raft.Shutdown().Error())
+	}
+	if n.transport != nil {
+		errs = append(errs, n.transport.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+	}
+	if n.peers != nil {
+		n.peers.close()
+	}
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (n *Node) votersCount() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// claimDataDir creates dir and records id in it, or checks that the id
+// recorded there is this one.
+func claimDataDir(dir, id string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(b)); got != id {
+			return fmt.Errorf("%w: --id: %q, but --data-dir %s belongs to node %q", ErrInvalidConfig, id, dir, got)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return os.WriteFile(path, []byte(id+"\n"), 0o640)
+	default:
+		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+}
+
+// connectClientOptions are the options of every node-to-node Connect client.
+func connectClientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithSendMaxBytes(4 << 20), connect.WithReadMaxBytes(4 << 20)}
+}
+
+func (n *Node) isLeader() bool { return n.raft.State() == raft.Leader }

@@ -1,0 +1,280 @@
+// Package nodetest runs real Quorate clusters inside a test process: every
+// node is a node.Node with its own bbolt files under the test's temporary
+// directory, its own Raft TCP transport and its own API listener on
+// 127.0.0.1. Nothing is mocked. Helpers take testing.TB and call Helper.
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// Cluster is a set of in-process nodes. Node i (0-based) has ID "node<i+1>";
+// node 0 bootstraps the cluster and the others join it. Methods are not safe
+// for concurrent use, except the client getters and APIURL.
+type Cluster struct {
+	tb      testing.TB
+	members []*member
+	logs    *testLog
+	client  *http.Client
+}
+
+type member struct {
+	cfg    node.Config
+	node   *node.Node
+	cancel context.CancelFunc
+	done   chan error // Run's result
+}
+
+// Options change how NewClusterWith builds a cluster.
+type Options struct {
+	// Nodes is the number of nodes; 0 means 3.
+	Nodes int
+	// Configure, if set, may change each node's config before it starts.
+	Configure func(i int, cfg *node.Config)
+
+	_ struct{}
+}
+
+// NewCluster starts an n-node cluster and waits until it is ready (a leader
+// is elected and every node is registered). The cluster is closed when the
+// test ends.
+func NewCluster(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	return NewClusterWith(tb, Options{Nodes: n})
+}
+
+// NewClusterWith is NewCluster with options.
+func NewClusterWith(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	dir := tb.TempDir()
+	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{}}
+	tb.Cleanup(c.closeAll)
+	for i := range opts.Nodes {
+		cfg := node.DefaultConfig()
+		cfg.ID = fmt.Sprintf("node%d", i+1)
+		cfg.DataDir = filepath.Join(dir, cfg.ID)
+		cfg.APIAddr = "127.0.0.1:0"
+		cfg.RaftAddr = "127.0.0.1:0"
+		cfg.HeartbeatTimeout = 500 * time.Millisecond
+		cfg.ElectionTimeout = 500 * time.Millisecond
+		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
+		cfg.LogOutput = c.logs
+		cfg.LogLevel = "warn"
+		if i == 0 {
+			cfg.Bootstrap = true
+		} else {
+			cfg.Join = c.members[0].cfg.APIAddr
+		}
+		if opts.Configure != nil {
+			opts.Configure(i, &cfg)
+		}
+		c.members = append(c.members, &member{cfg: cfg})
+		c.Start(i)
+	}
+	c.WaitReady(tb)
+	return c
+}
+
+// Len is the number of nodes, running or not.
+func (c *Cluster) Len() int { return len(c.members) }
+
+// Node returns node i, or nil while it is stopped.
+func (c *Cluster) Node(i int) *node.Node { return c.members[i].node }
+
+// Running reports whether node i is running.
+func (c *Cluster) Running(i int) bool { return c.members[i].node != nil }
+
+// APIURL is node i's API base URL, http://127.0.0.1:port; it stays the same
+// across restarts.
+func (c *Cluster) APIURL(i int) string { return "http://" + c.members[i].cfg.APIAddr }
+
+// Admission returns a client of node i's AdmissionService.
+func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
+	return quoratev1connect.NewAdmissionServiceClient(c.client, c.APIURL(i))
+}
+
+// Admin returns a client of node i's AdminService.
+func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
+	return quoratev1connect.NewAdminServiceClient(c.client, c.APIURL(i))
+}
+
+// Start starts node i from its data directory, on the same addresses it had
+// before (the first start picks free ports).
+func (c *Cluster) Start(i int) {
+	c.tb.Helper()
+	m := c.members[i]
+	if m.node != nil {
+		c.tb.Fatalf("nodetest: node %d is already running", i)
+	}
+	n, err := node.New(m.cfg)
+	if err != nil {
+		c.tb.Fatalf("nodetest: starting node %d: %v", i, err)
+	}
+	m.cfg.APIAddr, m.cfg.RaftAddr = n.APIAddr(), n.RaftAddr()
+	ctx, cancel := context.WithCancel(context.Background())
+	m.node, m.cancel, m.done = n, cancel, make(chan error, 1)
+	go func() { m.done <- n.Run(ctx) }()
+}
+
+// Stop stops node i gracefully (as on SIGTERM) and waits until it has.
+func (c *Cluster) Stop(i int) {
+	c.tb.Helper()
+	m := c.members[i]
+	if m.node == nil {
+		return
+	}
+	m.cancel()
+	if err := <-m.done; err != nil {
+		c.tb.Errorf("nodetest: node %d stopped with %v", i, err)
+	}
+	m.node = nil
+}
+
+// Kill stops node i at once, as a crash would: no leadership hand-off, no
+// waiting for requests in flight. Its data directory stays.
+func (c *Cluster) Kill(i int) {
+	c.tb.Helper()
+	m := c.members[i]
+	if m.node == nil {
+		return
+	}
+	if err := m.node.Close(); err != nil {
+		c.tb.Logf("nodetest: closing node %d: %v", i, err)
+	}
+	m.cancel()
+	<-m.done
+	m.node = nil
+}
+
+func (c *Cluster) closeAll() {
+	for i := range c.members {
+		c.Kill(i)
+	}
+	c.logs.stop()
+	c.client.CloseIdleConnections()
+}
+
+// WaitReady waits until every running node sees the same leader and has
+// registered itself.
+func (c *Cluster) WaitReady(tb testing.TB) {
+	tb.Helper()
+	c.Eventually(tb, 30*time.Second, "cluster ready", func() error {
+		leader := ""
+		for i, m := range c.members {
+			if m.node == nil {
+				continue
+			}
+			select {
+			case <-m.node.Registered():
+			default:
+				return fmt.Errorf("node %d not registered", i)
+			}
+			st := m.node.Status()
+			if st.GetLeaderId() == "" {
+				return fmt.Errorf("node %d knows no leader", i)
+			}
+			if leader != "" && st.GetLeaderId() != leader {
+				return fmt.Errorf("node %d sees leader %s, another sees %s", i, st.GetLeaderId(), leader)
+			}
+			leader = st.GetLeaderId()
+		}
+		return nil
+	})
+}
+
+// Leader waits until a running node is leader and every running node agrees,
+// and returns its index.
+func (c *Cluster) Leader(tb testing.TB) int {
+	tb.Helper()
+	idx := -1
+	c.Eventually(tb, 30*time.Second, "a leader", func() error {
+		idx = -1
+		var leaderID string
+		for i, m := range c.members {
+			if m.node == nil {
+				continue
+			}
+			st := m.node.Status()
+			if st.GetRole() == "leader" {
+				idx = i
+			}
+			if leaderID == "" {
+				leaderID = st.GetLeaderId()
+			} else if st.GetLeaderId() != leaderID {
+				return errors.New("nodes disagree on the leader")
+			}
+		}
+		if idx < 0 {
+			return errors.New("no running node is leader")
+		}
+		if leaderID != c.members[idx].cfg.ID {
+			return fmt.Errorf("nodes see %q as leader, %q says it leads", leaderID, c.members[idx].cfg.ID)
+		}
+		return nil
+	})
+	return idx
+}
+
+// Eventually polls cond until it returns nil or timeout passes, then fails
+// the test with cond's last error.
+func (c *Cluster) Eventually(tb testing.TB, timeout time.Duration, what string, cond func() error) {
+	tb.Helper()
+	Eventually(tb, timeout, what, cond)
+}
+
+// Eventually polls cond every few milliseconds until it returns nil, or
+// fails tb with cond's last error once timeout has passed.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("nodetest: waiting for %s: %v", what, err)
+		}
+		t := time.NewTimer(wait)
+		<-t.C
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// testLog passes node logs to the test's output until the cluster is closed,
+// then drops them (raft may log while shutting down).
+type testLog struct {
+	mu      sync.Mutex
+	w       io.Writer
+	stopped bool
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return len(p), nil
+	}
+	return l.w.Write(p)
+}
+
+func (l *testLog) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+}

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext)
+// connection pool shared by all, so many forwarded requests share a few
+// connections. Safe for concurrent use.
+type peers struct {
+	httpClient *http.Client
+
+	mu      sync.Mutex
+	clients map[string]*peerClient
+}
+
+type peerClient struct {
+	admission quoratev1connect.AdmissionServiceClient
+	admin     quoratev1connect.AdminServiceClient
+}
+
+func newPeers() *peers {
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	return &peers{
+		httpClient: &http.Client{Transport: &http.Transport{
+			Protocols:           &protocols,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+		clients: make(map[string]*peerClient),
+	}
+}
+
+// get returns the clients for a node's API base URL (http://host:port).
+func (p *peers) get(baseURL string) *peerClient {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.clients[baseURL]
+	if !ok {
+		opts := connectClientOptions()
+		c = &peerClient{
+			admission: quoratev1connect.NewAdmissionServiceClient(p.httpClient, baseURL, opts...),
+			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
+		}
+		p.clients[baseURL] = c
+	}
+	return c
+}
+
+func (p *peers) close() {
+	p.httpClient.CloseIdleConnections()
+}

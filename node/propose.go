@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+var (
+	// ErrNotProposed is returned when a command was certainly not applied:
+	// there was no leader, or the node asked was not the leader, within the
+	// request's deadline. Retrying is safe.
+	ErrNotProposed = errors.New("node: not proposed")
+	// ErrNotLeader is returned by a node asked to decide as leader (a
+	// forwarded request) that is not the leader. It wraps ErrNotProposed.
+	ErrNotLeader = fmt.Errorf("%w: not the leader", ErrNotProposed)
+	// ErrOutcomeUnknown is returned when a command may or may not have been
+	// applied: leadership was lost after it was proposed, the deadline passed
+	// while it was committing, or the leader it was forwarded to failed
+	// mid-call. Only a retry with the same request ID is safe.
+	ErrOutcomeUnknown = errors.New("node: outcome unknown")
+)
+
+// forwardedHeader marks a request forwarded by another node to this one as
+// leader; such a request is never forwarded again.
+const forwardedHeader = "Quorate-Forwarded-By"
+
+// propose stamps env with the leader's time, appends it to the log and waits
+// until it is applied here, returning the FSM's result. Errors: ErrNotLeader
+// (not proposed), ErrOutcomeUnknown, or the FSM's refusal.
+func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
+	env.NowUnixNano = time.Now().Add(n.cfg.ClockOffset).UnixNano()
+	data, err := fsm.Encode(env)
+	if err != nil {
+		return nil, fmt.Errorf("node: encoding command: %w", err)
+	}
+	enqueue := n.cfg.RequestTimeout
+	if d, ok := ctx.Deadline(); ok {
+		enqueue = max(time.Until(d), time.Millisecond)
+	}
+	future := n.raft.Apply(data, enqueue)
+	done := make(chan error, 1)
+	go func() { done <- future.Error() }()
+	select {
+	case err := <-done:
+		switch {
+		case err == nil:
+		case errors.Is(err, raft.ErrNotLeader):
+			return nil, ErrNotLeader
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, fmt.Errorf("%w: raft queue full until the deadline", ErrNotProposed)
+		default: // ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore
+			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v while the entry was committing", ErrOutcomeUnknown, ctx.Err())
+	}
+	if err, ok := future.Response().(error); ok {
+		return nil, err
+	}
+	return future.Response(), nil
+}
+
+// onLeader runs local when this node leads, or remote against the leader's
+// API address otherwise, and retries while the outcome is ErrNotProposed and
+// ctx allows. A forwarded request is never forwarded again: if this node
+// does not lead, it answers ErrNotLeader so the forwarding node retries.
+func (n *Node) onLeader(ctx context.Context, forwarded bool,
+	local func(context.Context) error, remote func(ctx context.Context, baseURL string) error) error {
+	wait := 5 * time.Millisecond
+	for {
+		var err error
+		switch leaderAddr, leaderID := n.leader(); {
+		case n.raft.State() == raft.Leader:
+			err = local(ctx)
+		case forwarded:
+			return ErrNotLeader
+		case leaderAddr == "":
+			err = fmt.Errorf("%w: no leader known (leader id %q)", ErrNotProposed, leaderID)
+		default:
+			err = classifyRemote(remote(ctx, "http://"+leaderAddr))
+		}
+		if !errors.Is(err, ErrNotProposed) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (%v)", err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// leader returns the leader's API address (empty when unknown or not yet
+// registered) and ID.
+func (n *Node) leader() (apiAddr, id string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	for _, m := range n.fsm.Nodes() {
+		if m.ID == string(lid) {
+			return m.APIAddr, m.ID
+		}
+	}
+	return "", string(lid)
+}
+
+// classifyRemote sorts the error of a call forwarded to the leader: the
+// leader's own answer passes through, except that "not leader" means not
+// proposed; a call that never reached the leader was not proposed; any other
+// failure of the call leaves the outcome unknown.
+func classifyRemote(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && connect.IsWireError(ce) {
+		if ce.Code() == connect.CodeUnavailable {
+			for _, d := range ce.Details() {
+				if v, derr := d.Value(); derr == nil {
+					if _, ok := v.(*quoratev1.NotLeader); ok {
+						return fmt.Errorf("%w: %v", ErrNotProposed, ce)
+					}
+				}
+			}
+		}
+		return ce
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: leader unreachable: %v", ErrNotProposed, err)
+	}
+	return fmt.Errorf("%w: forwarding to the leader: %v", ErrOutcomeUnknown, err)
+}
+
+// requestContext applies the server's RequestTimeout to ctx.
+func (n *Node) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, n.cfg.RequestTimeout)
+}
