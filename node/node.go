@@ -128,6 +128,10 @@ func New(cfg Config) (n *Node, err error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.Logger = hlog
+	// Group commit at the raft level: proposals waiting in a buffered apply
+	// channel go out (and are fsynced) together, up to MaxAppendEntries.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}

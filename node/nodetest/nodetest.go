@@ -61,7 +61,9 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 		opts.Nodes = 3
 	}
 	dir := tb.TempDir()
-	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{}}
+	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256},
+	}}
 	tb.Cleanup(c.closeAll)
 	for i := range opts.Nodes {
 		cfg := node.DefaultConfig()
@@ -111,6 +113,10 @@ func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
 func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
 	return quoratev1connect.NewAdminServiceClient(c.client, c.APIURL(i))
 }
+
+// Config returns node i's config, to change before the next Start (its
+// addresses are the ones it bound on its first start).
+func (c *Cluster) Config(i int) *node.Config { return &c.members[i].cfg }
 
 // Start starts node i from its data directory, on the same addresses it had
 // before (the first start picks free ports).

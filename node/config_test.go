@@ -1,0 +1,83 @@
+package node
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	valid := DefaultConfig()
+	valid.ID, valid.DataDir, valid.Bootstrap = "n1", t.TempDir(), true
+	if err := valid.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	cases := []struct {
+		flag   string
+		change func(*Config)
+	}{
+		{"--id", func(c *Config) { c.ID = "" }},
+		{"--id", func(c *Config) { c.ID = "has space" }},
+		{"--data-dir", func(c *Config) { c.DataDir = "" }},
+		{"--api-addr", func(c *Config) { c.APIAddr = "7070" }},
+		{"--raft-addr", func(c *Config) { c.RaftAddr = "localhost" }},
+		{"--advertise-api-addr", func(c *Config) { c.AdvertiseAPIAddr = "0.0.0.0:7070" }},
+		{"--advertise-raft-addr", func(c *Config) { c.AdvertiseRaftAddr = "10.0.0.1:0" }},
+		{"--bootstrap", func(c *Config) { c.Join = "127.0.0.1:7070" }},
+		{"--join", func(c *Config) { c.Bootstrap, c.Join = false, "ftp://x:1" }},
+		{"--heartbeat-timeout", func(c *Config) { c.HeartbeatTimeout = 0 }},
+		{"--election-timeout", func(c *Config) { c.ElectionTimeout = c.HeartbeatTimeout / 2 }},
+		{"--leader-lease-timeout", func(c *Config) { c.LeaderLeaseTimeout = 2 * c.HeartbeatTimeout }},
+		{"--request-timeout", func(c *Config) { c.RequestTimeout = 0 }},
+		{"--snapshot-threshold", func(c *Config) { c.SnapshotThreshold = 0 }},
+		{"--log-level", func(c *Config) { c.LogLevel = "loud" }},
+	}
+	for _, tc := range cases {
+		cfg := valid
+		tc.change(&cfg)
+		before := cfg
+		err := cfg.Validate()
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig", tc.flag, err)
+			continue
+		}
+		// The flag's name is the point of the message.
+		if !strings.Contains(err.Error(), tc.flag+":") {
+			t.Errorf("%s: message %q does not name the flag", tc.flag, err)
+		}
+		if cfg != before {
+			t.Errorf("%s: Validate changed the config", tc.flag)
+		}
+	}
+}
+
+func TestDataDirRemembersItsNode(t *testing.T) {
+	dir := t.TempDir()
+	if err := claimDataDir(dir, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimDataDir(dir, "a"); err != nil {
+		t.Fatalf("same id again: %v", err)
+	}
+	if err := claimDataDir(dir, "b"); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("other id: got %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestJoinURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:7070":         "http://127.0.0.1:7070",
+		"http://10.0.0.5:7070/x": "http://10.0.0.5:7070",
+		"https://q.example:443":  "https://q.example:443",
+	} {
+		got, err := joinURL(in)
+		if err != nil || got != want {
+			t.Errorf("joinURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"ftp://x:1", "http://"} {
+		if _, err := joinURL(in); err == nil {
+			t.Errorf("joinURL(%q): no error", in)
+		}
+	}
+}
