@@ -1,0 +1,34 @@
+package shard
+
+import (
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// SlotCount is the number of slots keys hash to.
+const SlotCount = 4096
+
+// Slot is a key's slot, 0..SlotCount-1.
+type Slot uint16
+
+// HashTag returns the part of key that decides its slot: the bytes between
+// the first '{' and the next '}' when that is non-empty, else the whole key.
+// "{tenant:acme}:ip:1.2.3.4" and "{tenant:acme}:route:/x" share the tag
+// "tenant:acme"; "a{}b" has no tag (an empty tag does not count).
+func HashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+// SlotOf returns the slot of key.
+func SlotOf(key string) Slot {
+	return Slot(xxhash.Sum64String(HashTag(key)) % SlotCount)
+}
