@@ -124,7 +124,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	defer f.mu.Unlock()
 	now := max(f.lastNow, env.GetNowUnixNano())
 	f.lastNow = now
-	defer f.buckets.sweep(now, SweepPerApply)
+	f.buckets.sweep(now, SweepPerApply)
 
 	switch body := env.GetBody().(type) {
 	case *raftcmdv1.Envelope_Admit:
@@ -152,6 +152,10 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	b, exists := f.buckets.get(key)
 	next, d := admission.DecideTokenBucket(pv.Policy, b, c.GetCost(), now)
 	if d.Allowed {
+		if !exists && f.buckets.len() >= f.opts.MaxBuckets {
+			// Expired buckets are absent: make room from them first.
+			f.buckets.sweep(now, 1)
+		}
 		if !exists && f.buckets.len() >= f.opts.MaxBuckets {
 			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
 		}

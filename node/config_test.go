@@ -81,3 +81,39 @@ func TestJoinURL(t *testing.T) {
 		}
 	}
 }
+
+// A node that is closed without ever running releases its ports and its
+// data directory: the same directory and addresses open again at once.
+func TestCloseWithoutRunReleasesPortsAndDataDir(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.APIAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.LogLevel = "error"
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.APIAddr, cfg.RaftAddr = n.APIAddr(), n.RaftAddr()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n2, err := New(cfg)
+	if err != nil {
+		t.Fatalf("reopening the same dir and ports: %v", err)
+	}
+	if err := n2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another node may not take a directory that is in use.
+	n3, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n3.Close()
+	other := cfg
+	other.APIAddr, other.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if n4, err := New(other); err == nil {
+		n4.Close()
+		t.Fatal("a second node opened a data dir in use")
+	}
+}

@@ -49,12 +49,12 @@ type Node struct {
 // its Raft replica. When DataDir holds no Raft state it bootstraps a new
 // cluster (Config.Bootstrap) or waits to be added by Run's join. The node
 // serves no API requests until Run.
-func New(cfg Config) (n *Node, err error) {
+func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	level, _ := parseLevel(cfg.LogLevel)
-	n = &Node{
+	n := &Node{
 		cfg:        cfg,
 		log:        slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
 		fsm:        fsm.New(fsm.Options{}),
@@ -241,7 +241,8 @@ func (n *Node) closeResources() error {
 	var errs []error
 	if n.server != nil {
 		errs = append(errs, ignoreClosed(n.server.Close()))
-	} else if n.apiLn != nil {
+	}
+	if n.apiLn != nil { // not tracked by server when Run never started
 		errs = append(errs, ignoreClosed(n.apiLn.Close()))
 	}
 	if n.raft != nil {
