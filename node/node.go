@@ -155,8 +155,10 @@ func New(cfg Config) (_ *Node, err error) {
 	n.peers = newPeers()
 
 	mux := http.NewServeMux()
-	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}))
-	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}))
+	// Decisions are small: compressing them costs more CPU than it saves.
+	handlerOpts := connect.WithHandlerOptions(connect.WithCompressMinBytes(4 << 10))
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
+	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
 		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName)))
 	var protocols http.Protocols
