@@ -34,7 +34,7 @@ func newAdminStatusCmd() *cobra.Command {
 			"member for its own view. An unreachable member is listed with the error.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base, ctx, cancel, err := client.connect(cmd.Context())
+			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
 			}

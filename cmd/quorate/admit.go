@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,11 +31,8 @@ func newAdmitCmd() *cobra.Command {
 			"  quorate admit --server 127.0.0.1:7071 --policy api-free --key tenant-a --cost 5 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if req.Policy == "" {
-				return errors.New("admit: --policy: must not be empty")
-			}
-			if req.Key == "" {
-				return errors.New("admit: --key: must not be empty")
+			if err := requireFlags(cmd, "policy", "key"); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("cost") {
 				if cost < 1 {
@@ -48,7 +44,7 @@ func newAdmitCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			base, ctx, cancel, err := client.connect(cmd.Context())
+			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -67,10 +63,8 @@ func newAdmitCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.Policy, "policy", "", "policy name (required)")
 	fs.StringVar(&req.Key, "key", "", "the limited identity, e.g. tenant:acme (required)")
-	fs.Int64Var(&cost, "cost", 1, "units this request spends; unset means the server's default of 1")
+	fs.Int64Var(&cost, "cost", 0, "units this request spends, 1..max_cost of the policy (unset: 1)")
 	fs.StringVar(&requestID, "request-id", "", "identifies the request for a retry; default a random 128-bit hex ID")
-	_ = cmd.MarkFlagRequired("policy")
-	_ = cmd.MarkFlagRequired("key")
 	addClientFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
 	return cmd

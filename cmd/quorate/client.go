@@ -32,9 +32,9 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
 }
 
-// connect checks the flags and returns the API base URL and a context that
+// begin checks the flags and returns the API base URL and a context that
 // ends at the --timeout deadline.
-func (o *clientOptions) connect(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
+func (o *clientOptions) begin(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
 	if o.timeout <= 0 {
 		return "", nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
 	}
@@ -46,7 +46,7 @@ func (o *clientOptions) connect(ctx context.Context) (baseURL string, _ context.
 	return u, ctx, cancel, nil
 }
 
-// adminClient and admissionClient speak the Connect protocol over HTTP/1.1
+// newAdminClient and newAdmissionClient speak the Connect protocol over HTTP/1.1
 // (or HTTP/2 with TLS), which every node serves.
 func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
 	return quoratev1connect.NewAdminServiceClient(http.DefaultClient, baseURL)
@@ -113,6 +113,9 @@ func (e *rpcError) Error() string {
 		}
 		switch v := v.(type) {
 		case *quoratev1.FieldViolation:
+			if strings.Contains(ce.Message(), v.GetDescription()) {
+				continue // the message says it already
+			}
 			fmt.Fprintf(&b, " [field %s: %s]", v.GetField(), v.GetDescription())
 		case *quoratev1.OutcomeUnknown:
 			fmt.Fprintf(&b, " [outcome unknown: %s", v.GetReason())
@@ -137,4 +140,23 @@ func wrapRPC(procedure, server, requestID string, err error) error {
 		return nil
 	}
 	return &rpcError{procedure: procedure, server: server, requestID: requestID, err: err}
+}
+
+// requireFlags fails, naming every one of the flags that is missing or empty.
+// (Cobra's MarkFlagRequired accepts --key "" and names flags without dashes.)
+func requireFlags(cmd *cobra.Command, names ...string) error {
+	var missing []string
+	for _, name := range names {
+		if f := cmd.Flags().Lookup(name); f == nil || f.Value.String() == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: %s is required", cmd.Name(), missing[0])
+	default:
+		return fmt.Errorf("%s: %s are required", cmd.Name(), strings.Join(missing, " and "))
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -33,7 +34,7 @@ func (f *outputFormat) Set(s string) error {
 		*f = outputFormat(s)
 		return nil
 	}
-	return fmt.Errorf("must be text or json")
+	return errors.New("must be text or json")
 }
 
 // addOutputFlag registers -o/--output on cmd, defaulting to text.

@@ -37,13 +37,13 @@ func newPolicyApplyCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return errors.New("policy apply: --file (-f): required: the policy file to apply, or - for stdin")
+				return errors.New("policy apply: --file (-f) is required: the policy file to apply, or - for stdin")
 			}
 			policies, err := readPolicyFile(file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			base, ctx, cancel, err := client.connect(cmd.Context())
+			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -75,7 +75,7 @@ func newPolicyListCmd() *cobra.Command {
 		Short: "List the stored policies with their versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base, ctx, cancel, err := client.connect(cmd.Context())
+			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func newPolicyValidateCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return errors.New("policy validate: --file (-f): required: the policy file to check, or - for stdin")
+				return errors.New("policy validate: --file (-f) is required: the policy file to check, or - for stdin")
 			}
 			policies, err := readPolicyFile(file, cmd.InOrStdin())
 			if err != nil {

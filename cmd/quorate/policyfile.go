@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +35,10 @@ import (
 
 // policyFields are the fields of one policy, in the order they are documented.
 var policyFields = []string{"name", "algorithm", "limit", "period", "burst", "max_cost", "on_unavailable"}
+
+// yamlLineRE takes the line out of a YAML syntax error, which the library
+// reports only as text: "yaml: line 3: did not find expected key".
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // maxPolicyFileBytes bounds what we read: a policy file is small.
 const maxPolicyFileBytes = 4 << 20
@@ -113,7 +119,12 @@ func parsePolicyFile(file string, data []byte) ([]*quoratev1.Policy, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fileErr(0, "", "empty file; expected a \"policies\" list")
 		}
-		return nil, &PolicyFileError{File: file, Index: -1, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		pe := &PolicyFileError{File: file, Index: -1, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+			pe.Line, _ = strconv.Atoi(m[1])
+			pe.Reason = "invalid YAML: " + m[2]
+		}
+		return nil, pe
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quorate/quorate/node"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// defaultPoliciesFile is loaded by `quorate dev` when it exists.
+const defaultPoliciesFile = "examples/policies.yaml"
+
+// devOptions are the flags of `quorate dev`.
+type devOptions struct {
+	dir             string
+	nodes           int
+	policies        string
+	policiesChanged bool // --policies was given: the file must exist
+	apiPort         int
+	raftPort        int
+	logLevel        string
+	readyTimeout    time.Duration
+}
+
+func newDevCmd() *cobra.Command {
+	o := devOptions{}
+	cmd := &cobra.Command{
+		Use:   "dev [--dir data/dev] [--nodes 3] [--policies FILE]",
+		Short: "Run a whole local cluster in one process",
+		Long: "Dev runs N nodes on 127.0.0.1 in this process: node i (node1..nodeN) serves the\n" +
+			"API on --api-port+i-1 and Raft on --raft-port+i-1, with its state in DIR/node<i>.\n" +
+			"node1 bootstraps the cluster and the others join it. Once a leader is elected\n" +
+			"and every node has joined, dev loads the policy file and prints how to reach the\n" +
+			"cluster. Ctrl-C stops every node cleanly; running dev again on the same --dir\n" +
+			"resumes with the state intact (re-applying unchanged policies keeps their versions).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.policiesChanged = cmd.Flags().Changed("policies")
+			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", "data/dev", "directory of the nodes' state (DIR/node1, DIR/node2, ...)")
+	f.IntVar(&o.nodes, "nodes", 3, "number of nodes, 1 to 9")
+	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
+	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
+	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
+	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
+	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
+	return cmd
+}
+
+func (o devOptions) validate() error {
+	if o.nodes < 1 || o.nodes > 9 {
+		return fmt.Errorf("dev: --nodes: must be between 1 and 9 (got %d)", o.nodes)
+	}
+	if o.dir == "" {
+		return errors.New("dev: --dir: must not be empty")
+	}
+	maxPort := 65535 - (o.nodes - 1)
+	if o.apiPort < 1 || o.apiPort > maxPort {
+		return fmt.Errorf("dev: --api-port: must be between 1 and %d for %d nodes (got %d)", maxPort, o.nodes, o.apiPort)
+	}
+	if o.raftPort < 1 || o.raftPort > maxPort {
+		return fmt.Errorf("dev: --raft-port: must be between 1 and %d for %d nodes (got %d)", maxPort, o.nodes, o.raftPort)
+	}
+	if o.apiPort < o.raftPort+o.nodes && o.raftPort < o.apiPort+o.nodes {
+		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
+			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
+	}
+	if o.readyTimeout <= 0 {
+		return fmt.Errorf("dev: --ready-timeout: must be positive (got %v)", o.readyTimeout)
+	}
+	return nil
+}
+
+// loadPolicies reads the policy file. The default file may be absent (then
+// it warns and returns nil); a file named with --policies must exist.
+func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) {
+	if o.policies == "" {
+		return nil, nil
+	}
+	policies, err := readPolicyFile(o.policies, nil)
+	if errors.Is(err, fs.ErrNotExist) && !o.policiesChanged {
+		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: quorate policy apply -f FILE)\n", o.policies)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dev: --policies: %w", err)
+	}
+	return policies, nil
+}
+
+func (o devOptions) nodeConfig(i int, logs io.Writer, join string) node.Config {
+	cfg := node.DefaultConfig()
+	cfg.ID = fmt.Sprintf("node%d", i)
+	cfg.DataDir = filepath.Join(o.dir, cfg.ID)
+	cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", o.apiPort+i-1)
+	cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", o.raftPort+i-1)
+	cfg.Bootstrap = i == 1
+	cfg.Join = join
+	cfg.LogOutput = logs
+	cfg.LogLevel = o.logLevel
+	return cfg
+}
+
+// runDev starts the cluster, waits until it is ready, loads the policies,
+// prints a summary and serves until ctx ends.
+func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
+	start := time.Now()
+	if err := o.validate(); err != nil {
+		return err
+	}
+	policies, err := o.loadPolicies(stderr)
+	if err != nil {
+		return err
+	}
+	restarted := dirHasEntries(filepath.Join(o.dir, "node1"))
+	logs := lockedWriter{mu: new(sync.Mutex), w: stderr}
+
+	c := newDevCluster(ctx)
+	nodes := make([]*node.Node, 0, o.nodes)
+	for i := 1; i <= o.nodes; i++ {
+		join := ""
+		if i > 1 {
+			join = nodes[0].APIAddr()
+		}
+		cfg := o.nodeConfig(i, logs, join)
+		if err := cfg.Validate(); err != nil {
+			return errors.Join(fmt.Errorf("dev: %s: %w", cfg.ID, err), c.stop())
+		}
+		n, err := node.New(cfg)
+		if err != nil {
+			return errors.Join(fmt.Errorf("dev: starting %s (API %s, Raft %s; see --api-port, --raft-port, --dir): %w",
+				cfg.ID, cfg.APIAddr, cfg.RaftAddr, err), c.stop())
+		}
+		nodes = append(nodes, n)
+		c.start(cfg.ID, n)
+	}
+	base := "http://" + nodes[0].APIAddr()
+	deadline := start.Add(o.readyTimeout)
+
+	status, err := c.waitReady(ctx, base, o.nodes, deadline)
+	if err == nil && len(policies) > 0 {
+		policies, err = c.applyPolicies(ctx, base, policies, deadline)
+	} else if err == nil {
+		policies, err = c.listPolicies(ctx, base)
+	}
+	if err != nil {
+		if ctx.Err() != nil && c.failure() == nil {
+			return c.stop() // interrupted while starting: a clean stop
+		}
+		return errors.Join(err, c.stop())
+	}
+
+	writeDevSummary(stdout, o, nodes, status, policies, restarted)
+	fmt.Fprintf(stdout, "ready in %.1fs; press Ctrl-C to stop\n", time.Since(start).Seconds())
+
+	select {
+	case <-ctx.Done():
+	case <-c.failed:
+	}
+	fmt.Fprintln(logs, "quorate dev: stopping")
+	failure := c.failure()
+	stopErr := c.stop()
+	if failure != nil {
+		return errors.Join(failure, stopErr)
+	}
+	if stopErr == nil {
+		fmt.Fprintf(logs, "quorate dev: stopped; state kept in %s\n", o.dir)
+	}
+	return stopErr
+}
+
+func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quoratev1.ClusterStatusResponse, policies []*quoratev1.Policy, restarted bool) {
+	how := "new cluster"
+	if restarted {
+		how = "restarted from existing state"
+	}
+	fmt.Fprintf(w, "Quorate dev cluster: %d %s on 127.0.0.1, state in %s (%s)\n", len(nodes), plural(len(nodes), "node", "nodes"), o.dir, how)
+	for i, n := range nodes {
+		id := fmt.Sprintf("node%d", i+1)
+		role := ""
+		for _, m := range status.GetMembers() {
+			if m.GetId() == id {
+				role = m.GetStatus().GetRole()
+			}
+		}
+		fmt.Fprintf(w, "  %-6s api http://%s  raft %s  %s\n", id, n.APIAddr(), n.RaftAddr(), role)
+	}
+	fmt.Fprintf(w, "leader: %s\n", status.GetLeaderId())
+	policy := "POLICY"
+	if len(policies) == 0 {
+		fmt.Fprintln(w, "policies: none (add some with: quorate policy apply -f FILE)")
+	} else {
+		policy = policies[0].GetName()
+		fmt.Fprintln(w, "policies:")
+		var table bytes.Buffer
+		_ = writePolicies(&table, policies)
+		fmt.Fprint(w, indent(table.String(), "  "))
+	}
+	server := "http://" + nodes[0].APIAddr()
+	fmt.Fprintln(w, "try:")
+	fmt.Fprintf(w, "  curl -s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", policy, server)
+	fmt.Fprintf(w, "  quorate admit --server %s --policy %s --key tenant-a\n", server, policy)
+	fmt.Fprintf(w, "  quorate admin status --server %s\n", server)
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	return b.String()
+}
+
+func dirHasEntries(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return err == nil && len(entries) > 0
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// runCLI runs the command line args through run and returns what it wrote.
+func runCLI(tb testing.TB, args ...string) (stdout, stderr string, err error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err = run(ctx, args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// mustRunJSON runs args (which should include -o json) and decodes stdout
+// into m.
+func mustRunJSON(tb testing.TB, m proto.Message, args ...string) {
+	tb.Helper()
+	out, errOut, err := runCLI(tb, args...)
+	if err != nil {
+		tb.Fatalf("quorate %s: %v\nstderr: %s", strings.Join(args, " "), err, errOut)
+	}
+	if err := protojson.Unmarshal([]byte(out), m); err != nil {
+		tb.Fatalf("quorate %s: output is not a %T: %v\n%s", strings.Join(args, " "), m, err, out)
+	}
+}
+
+// wantErrNaming fails unless err is non-nil and its text names every one of
+// names (naming the flag or field at fault is what the CLI promises).
+func wantErrNaming(tb testing.TB, err error, names ...string) {
+	tb.Helper()
+	if err == nil {
+		tb.Fatalf("got no error, want one naming %q", names)
+	}
+	for _, n := range names {
+		if !strings.Contains(err.Error(), n) {
+			tb.Errorf("error %q does not name %q", err, n)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// freePortRange finds n consecutive free TCP ports on 127.0.0.1, none of them
+// in avoid, by listening on port 0 and then on the ports after it. The ports
+// are free when it returns (another process could take them meanwhile; that
+// is acceptable for a test).
+func freePortRange(tb testing.TB, n int, avoid ...int) int {
+	tb.Helper()
+	for attempt := 0; attempt < 100; attempt++ {
+		first, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		base := first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		ok := base+n-1 <= 65535
+		for i := 1; ok && i < n; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, p := range avoid {
+			if p >= base && p < base+n {
+				ok = false
+			}
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	tb.Fatalf("no %d consecutive free ports found", n)
+	return 0
+}
