@@ -47,14 +47,14 @@ endef
 
 ## verify: formatting, vet, tidy go.mod and current generated code
 verify: proto-deps
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	@rm -rf $(PROTO_GEN_DIR)
 	$(call gen_proto,$(PROTO_GEN_DIR))
-	@stale=0; for f in $$(cd $(PROTO_GEN_DIR) && find . -name '*.go' | sort); do \
+	@stale=0; for f in $$(cd $(PROTO_GEN_DIR) && find . -name '*.go' | sed 's|^\./||' | sort); do \
 		if ! cmp -s $(PROTO_GEN_DIR)/$$f proto/$$f; then echo "stale generated file: proto/$$f (run make proto)"; stale=1; fi; done; \
-	for f in $$(cd proto && find . -name '*.go' ! -name doc.go | sort); do \
+	for f in $$(cd proto && find . -name '*.go' ! -name doc.go | sed 's|^\./||' | sort); do \
 		[ -f $(PROTO_GEN_DIR)/$$f ] || { echo "generated file with no .proto source: proto/$$f"; stale=1; }; done; \
 	exit $$stale
 
