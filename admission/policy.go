@@ -56,10 +56,22 @@ type Policy struct {
 	Burst         int64         // burst: most units at once (the bucket's capacity); 0 = Limit
 	MaxCost       int64         // max_cost: largest single cost; 0 = Burst
 	OnUnavailable OnUnavailable // on_unavailable: "" = deny
+	// dedupe_retention: how long (logged time) a decision under this policy
+	// is remembered by request ID, so a retry gets the same answer; 0 =
+	// DefaultDedupeRetention.
+	DedupeRetention time.Duration
 }
 
+// Bounds of Policy.DedupeRetention.
+const (
+	DefaultDedupeRetention = 10 * time.Minute
+	MinDedupeRetention     = time.Second
+	MaxDedupeRetention     = 24 * time.Hour
+)
+
 // WithDefaults returns a copy of p with Burst (0 → Limit), then MaxCost
-// (0 → Burst) and OnUnavailable ("" → deny) filled in. It does not validate.
+// (0 → Burst), OnUnavailable ("" → deny) and DedupeRetention (0 →
+// DefaultDedupeRetention) filled in. It does not validate.
 func (p Policy) WithDefaults() Policy {
 	if p.Burst == 0 {
 		p.Burst = p.Limit
@@ -70,12 +82,15 @@ func (p Policy) WithDefaults() Policy {
 	if p.OnUnavailable == "" {
 		p.OnUnavailable = OnUnavailableDeny
 	}
+	if p.DedupeRetention == 0 {
+		p.DedupeRetention = DefaultDedupeRetention
+	}
 	return p
 }
 
 // Validate checks p.WithDefaults() and returns the first problem found, in
 // the order name, algorithm, limit, period, burst, max_cost, on_unavailable,
-// as a *FieldError wrapping ErrInvalidPolicy. It does not modify p.
+// dedupe_retention, as a *FieldError wrapping ErrInvalidPolicy. It does not modify p.
 //
 // Accepted values:
 //
@@ -90,6 +105,7 @@ func (p Policy) WithDefaults() Policy {
 //     an empty bucket takes to refill) at most 3660 days (3.16224e17ns).
 //   - max_cost: 1..burst (0 means burst).
 //   - on_unavailable: "allow", "deny" or "local" ("" means deny).
+//   - dedupe_retention: 1s..24h (0 means 10m).
 //
 // No overflow: the emission interval T is at most 366 days (3.2e16ns) and
 // burst × T, which bounds every cost × T and every offset of a bucket's state
@@ -111,6 +127,9 @@ func (p Policy) Validate() error {
 	case OnUnavailableAllow, OnUnavailableDeny, OnUnavailableLocal:
 	default:
 		return policyError("on_unavailable", "must be one of allow, deny, local (got %s)", quote(string(p.OnUnavailable)))
+	}
+	if p.DedupeRetention < MinDedupeRetention || p.DedupeRetention > MaxDedupeRetention {
+		return policyError("dedupe_retention", "must be between %v and %v (got %v)", MinDedupeRetention, MaxDedupeRetention, p.DedupeRetention)
 	}
 	return nil
 }

@@ -21,6 +21,8 @@ func apiFree() admission.Policy {
 		Burst:         20,
 		MaxCost:       10,
 		OnUnavailable: admission.OnUnavailableAllow,
+
+		DedupeRetention: 2 * time.Minute,
 	}
 }
 
@@ -76,6 +78,9 @@ func TestValidateAccepts(t *testing.T) {
 		"on_unavailable deny":      with(func(p *admission.Policy) { p.OnUnavailable = admission.OnUnavailableDeny }),
 		"on_unavailable local":     with(func(p *admission.Policy) { p.OnUnavailable = admission.OnUnavailableLocal }),
 		"on_unavailable defaulted": with(func(p *admission.Policy) { p.OnUnavailable = "" }),
+		"dedupe_retention 1s":      with(func(p *admission.Policy) { p.DedupeRetention = time.Second }),
+		"dedupe_retention 24h":     with(func(p *admission.Policy) { p.DedupeRetention = 24 * time.Hour }),
+		"dedupe_retention default": with(func(p *admission.Policy) { p.DedupeRetention = 0 }),
 	} {
 		if err := p.Validate(); err != nil {
 			t.Errorf("%s: Validate(%+v) = %v, want nil", name, p, err)
@@ -125,6 +130,9 @@ func TestValidateRejects(t *testing.T) {
 		{"max_cost above defaulted burst", with(func(p *admission.Policy) { p.Burst, p.MaxCost = 0, 61 }), "max_cost"},
 		{"unknown on_unavailable", with(func(p *admission.Policy) { p.OnUnavailable = "maybe" }), "on_unavailable"},
 		{"on_unavailable in wrong case", with(func(p *admission.Policy) { p.OnUnavailable = "ALLOW" }), "on_unavailable"},
+		{"dedupe_retention too short", with(func(p *admission.Policy) { p.DedupeRetention = time.Second - 1 }), "dedupe_retention"},
+		{"dedupe_retention too long", with(func(p *admission.Policy) { p.DedupeRetention = 24*time.Hour + 1 }), "dedupe_retention"},
+		{"dedupe_retention negative", with(func(p *admission.Policy) { p.DedupeRetention = -time.Minute }), "dedupe_retention"},
 		{"first problem wins: limit before burst", with(func(p *admission.Policy) { p.Limit, p.Burst = 0, -1 }), "limit"},
 		{"first problem wins: algorithm before period", with(func(p *admission.Policy) { p.Algorithm, p.Period = "x", 0 }), "algorithm"},
 	}
@@ -155,7 +163,7 @@ func TestWithDefaults(t *testing.T) {
 	before := p
 	got := p.WithDefaults()
 	want := p
-	want.Burst, want.MaxCost, want.OnUnavailable = 60, 60, admission.OnUnavailableDeny
+	want.Burst, want.MaxCost, want.OnUnavailable, want.DedupeRetention = 60, 60, admission.OnUnavailableDeny, admission.DefaultDedupeRetention
 	if got != want {
 		t.Errorf("WithDefaults() = %+v, want %+v", got, want)
 	}

@@ -179,7 +179,7 @@ func TestApplyPanicsOnUnknownEnvelopeVersion(t *testing.T) {
 func TestApplyPanicsOnEmptyOrUnknownBody(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"empty body":         encode(t, &raftcmdv1.Envelope{NowUnixNano: t0}),
-		"unknown body field": rawEnvelope(1, t0, 13, []byte{0x0a, 0x01, 'x'}),
+		"unknown body field": rawEnvelope(1, t0, 99, []byte{0x0a, 0x01, 'x'}),
 		"empty data":         {},
 	} {
 		t.Run(name, func(t *testing.T) {

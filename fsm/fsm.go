@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -21,8 +22,18 @@ const EnvelopeVersion = 1
 // SweepPerApply is the most expired buckets one Apply deletes.
 const SweepPerApply = 32
 
+// ExpireBatch is the most buckets and the most dedupe entries one Expire
+// entry deletes.
+const ExpireBatch = 4096
+
 // DefaultMaxBuckets is the default bound on live buckets per group.
 const DefaultMaxBuckets = 10_000_000
+
+// DefaultMaxDedupeEntries is the default bound on unexpired request-ID
+// entries per group: at about 200 bytes each (dedupe.Table.Bytes), 2M
+// entries hold about 400 MB, and cover 10 minutes of 3,300 decisions/s
+// carrying request IDs.
+const DefaultMaxDedupeEntries = 2_000_000
 
 var (
 	// ErrUnknownPolicy is returned (as an Apply result) when a command names
@@ -31,6 +42,15 @@ var (
 	// ErrGroupFull is returned when a command would create a bucket beyond
 	// Options.MaxBuckets. Nothing existing is evicted.
 	ErrGroupFull = errors.New("fsm: group bucket limit reached")
+	// ErrDedupeFull is returned when a command with a request ID would
+	// record one more unexpired entry than Options.MaxDedupeEntries. Nothing
+	// is spent and no entry is evicted.
+	ErrDedupeFull = errors.New("fsm: group request-ID table full")
+	// ErrRequestIDReused is returned for a request ID (of the same caller)
+	// already used, within its retention, by a request that asked something
+	// else. It wraps admission.ErrInvalidRequest and comes inside an
+	// *admission.FieldError for field "request_id".
+	ErrRequestIDReused = fmt.Errorf("%w: request_id reused", admission.ErrInvalidRequest)
 )
 
 // Options configure an FSM. They must be identical on every replica of a
@@ -39,6 +59,10 @@ type Options struct {
 	// MaxBuckets bounds the live buckets of the group; 0 means
 	// DefaultMaxBuckets.
 	MaxBuckets int
+
+	// MaxDedupeEntries bounds the unexpired request-ID entries of the
+	// group; 0 means DefaultMaxDedupeEntries.
+	MaxDedupeEntries int
 
 	_ struct{}
 }
@@ -50,6 +74,9 @@ type AdmitResult struct {
 	PolicyVersion uint64
 	// DecidedAt is the FSM's now for this decision, Unix nanoseconds.
 	DecidedAt int64
+	// Duplicate is true when this is the recorded result of an earlier
+	// command with the same caller and request ID; nothing was spent now.
+	Duplicate bool
 }
 
 // PoliciesResult is the Apply result of a PutPolicies command: the stored
@@ -81,6 +108,7 @@ type FSM struct {
 	policies map[string]PolicyVersion
 	nodes    map[string]Node
 	buckets  *bucketTable
+	dedupe   *dedupe.Table
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -90,11 +118,15 @@ func New(opts Options) *FSM {
 	if opts.MaxBuckets <= 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
 	}
+	if opts.MaxDedupeEntries <= 0 {
+		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
+	}
 	return &FSM{
 		opts:     opts,
 		policies: make(map[string]PolicyVersion),
 		nodes:    make(map[string]Node),
 		buckets:  newBucketTable(),
+		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 	}
 }
 
@@ -125,6 +157,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	now := max(f.lastNow, env.GetNowUnixNano())
 	f.lastNow = now
 	f.buckets.sweep(now, SweepPerApply)
+	f.dedupe.Sweep(now, SweepPerApply)
 
 	switch body := env.GetBody().(type) {
 	case *raftcmdv1.Envelope_Admit:
@@ -135,12 +168,24 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		r := body.RegisterNode
 		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
 		return nil
+	case *raftcmdv1.Envelope_Expire:
+		f.buckets.sweep(now, ExpireBatch)
+		f.dedupe.Sweep(now, ExpireBatch)
+		return nil
 	default:
 		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", l.Index))
 	}
 }
 
 func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
+	var dk dedupe.Key
+	var fp [16]byte
+	if c.GetRequestId() != "" {
+		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
+		if e, ok := f.dedupe.Get(dk, now); ok {
+			return recordedAdmit(e, fp)
+		}
+	}
 	pv, ok := f.policies[c.GetPolicy()]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
@@ -151,17 +196,28 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	key := BucketKey(c.GetPolicy(), c.GetKey())
 	b, exists := f.buckets.get(key)
 	next, d := admission.DecideTokenBucket(pv.Policy, b, c.GetCost(), now)
-	if d.Allowed {
-		if !exists && f.buckets.len() >= f.opts.MaxBuckets {
-			// Expired buckets are absent: make room from them first.
-			f.buckets.sweep(now, 1)
-		}
-		if !exists && f.buckets.len() >= f.opts.MaxBuckets {
+	if d.Allowed && !exists && f.buckets.len() >= f.opts.MaxBuckets {
+		// Expired buckets are absent: make room from them first.
+		f.buckets.sweep(now, 1)
+		if f.buckets.len() >= f.opts.MaxBuckets {
 			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
 		}
+	}
+	res := &AdmitResult{Decision: d, PolicyVersion: pv.Version, DecidedAt: now}
+	// Record before spending: a refused record must leave the bucket as it was.
+	if c.GetRequestId() != "" {
+		err := f.dedupe.Put(dedupe.Entry{
+			Key: dk, Fingerprint: fp, Result: encodeAdmitRecord(res),
+			ExpiresAt: now + int64(pv.Policy.WithDefaults().DedupeRetention),
+		}, now)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		}
+	}
+	if d.Allowed {
 		f.buckets.put(key, next)
 	}
-	return &AdmitResult{Decision: d, PolicyVersion: pv.Version, DecidedAt: now}
+	return res
 }
 
 func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
@@ -206,7 +262,8 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 		Period:        time.Duration(p.GetPeriodNanos()),
 		Burst:         p.GetBurst(),
 		MaxCost:       p.GetMaxCost(),
-		OnUnavailable: admission.OnUnavailable(p.GetOnUnavailable()),
+		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
+		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
 	}
 }
 
@@ -219,7 +276,8 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 		PeriodNanos:   int64(p.Period),
 		Burst:         p.Burst,
 		MaxCost:       p.MaxCost,
-		OnUnavailable: string(p.OnUnavailable),
+		OnUnavailable:        string(p.OnUnavailable),
+		DedupeRetentionNanos: int64(p.DedupeRetention),
 	}
 }
 
@@ -259,6 +317,36 @@ func (f *FSM) BucketCount() int {
 	return f.buckets.len()
 }
 
+// DedupeLen is the number of request-ID entries held (expired ones not yet
+// reclaimed included), and DedupeBytes their estimated memory.
+func (f *FSM) DedupeLen() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.dedupe.Len()
+}
+
+// DedupeBytes is the estimated memory of the request-ID entries.
+func (f *FSM) DedupeBytes() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.dedupe.Bytes()
+}
+
+// NextExpiry is the earliest time at which some held state (a bucket or a
+// request-ID entry) expires, and false when nothing is held. The leader
+// proposes Expire once its now passes it.
+func (f *FSM) NextExpiry() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	next, ok := f.dedupe.NextExpiry()
+	if len(f.buckets.order) > 0 {
+		if b := f.buckets.order[0].bucket.ExpiresAt(); !ok || b < next {
+			next, ok = b, true
+		}
+	}
+	return next, ok
+}
+
 // Bucket returns the stored state of (policy, key); the zero Bucket (full)
 // when there is none.
 func (f *FSM) Bucket(policy, key string) admission.Bucket {
@@ -278,6 +366,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		policies: sortedPolicies(f.policies),
 		nodes:    sortedNodes(f.nodes),
 		buckets:  f.buckets.entries(),
+		dedupe:   f.dedupe.Entries(),
 	}, nil
 }
 
@@ -300,8 +389,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, e := range s.buckets {
 		buckets.put(e.key, admission.Bucket{TAT: e.tat})
 	}
+	dd := dedupe.New(f.opts.MaxDedupeEntries)
+	for _, e := range s.dedupe {
+		// Restored entries are put at the snapshot's time and may exceed a
+		// smaller bound of this binary: keep them all, never lose one.
+		dd.Restore(e)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastNow, f.policies, f.nodes, f.buckets = s.lastNow, policies, nodes, buckets
+	f.lastNow, f.policies, f.nodes, f.buckets, f.dedupe = s.lastNow, policies, nodes, buckets, dd
 	return nil
 }

@@ -163,9 +163,9 @@ func TestPolicyDefaults(t *testing.T) {
 		admission.Policy{Name: "allow", Algorithm: admission.AlgorithmTokenBucket, Limit: 2, Period: time.Minute, OnUnavailable: admission.OnUnavailableAllow},
 	)
 	want := []admission.Policy{
-		{Name: "plain", Algorithm: admission.AlgorithmTokenBucket, Limit: 7, Period: time.Second, Burst: 7, MaxCost: 7, OnUnavailable: admission.OnUnavailableDeny},
-		{Name: "burst", Algorithm: admission.AlgorithmTokenBucket, Limit: 7, Period: time.Second, Burst: 3, MaxCost: 3, OnUnavailable: admission.OnUnavailableDeny},
-		{Name: "allow", Algorithm: admission.AlgorithmTokenBucket, Limit: 2, Period: time.Minute, Burst: 2, MaxCost: 2, OnUnavailable: admission.OnUnavailableAllow},
+		{Name: "plain", Algorithm: admission.AlgorithmTokenBucket, Limit: 7, Period: time.Second, Burst: 7, MaxCost: 7, OnUnavailable: admission.OnUnavailableDeny, DedupeRetention: admission.DefaultDedupeRetention},
+		{Name: "burst", Algorithm: admission.AlgorithmTokenBucket, Limit: 7, Period: time.Second, Burst: 3, MaxCost: 3, OnUnavailable: admission.OnUnavailableDeny, DedupeRetention: admission.DefaultDedupeRetention},
+		{Name: "allow", Algorithm: admission.AlgorithmTokenBucket, Limit: 2, Period: time.Minute, Burst: 2, MaxCost: 2, OnUnavailable: admission.OnUnavailableAllow, DedupeRetention: admission.DefaultDedupeRetention},
 	}
 	for i, w := range want {
 		if got := res.Policies[i].Policy; got != w {

@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/dedupe"
+
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -35,12 +37,14 @@ type snapshot struct {
 	policies []PolicyVersion
 	nodes    []Node
 	buckets  []bucketRecord
+	dedupe   []dedupe.Entry
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
 
 // Persist writes the snapshot: magic, header, then policies by name, nodes by
-// ID and buckets by key, each a uvarint length and a protobuf record.
+// ID, buckets by key and request-ID entries by (caller, request ID), each a
+// uvarint length and a protobuf record.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	if err := s.writeTo(sink); err != nil {
 		_ = sink.Cancel()
@@ -51,6 +55,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *snapshot) writeTo(w io.Writer) error {
 	slices.SortFunc(s.buckets, func(a, b bucketRecord) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(s.dedupe, dedupe.Compare)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := recordWriter{w: bw}
 	if _, err := bw.WriteString(snapshotMagic); err != nil {
@@ -62,6 +67,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		PolicyCount:     uint64(len(s.policies)),
 		NodeCount:       uint64(len(s.nodes)),
 		BucketCount:     uint64(len(s.buckets)),
+		DedupeCount:     uint64(len(s.dedupe)),
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -73,6 +79,12 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, b := range s.buckets {
 		rec.Key, rec.TatUnixNano = b.key, b.tat
 		enc.write(&rec)
+	}
+	var drec raftcmdv1.DedupeRecord
+	for _, e := range s.dedupe {
+		drec.Caller, drec.RequestId, drec.Fingerprint = e.Key.Caller, e.Key.RequestID, e.Fingerprint[:]
+		drec.Result, drec.ExpiresAtUnixNano = e.Result, e.ExpiresAt
+		enc.write(&drec)
 	}
 	if enc.err != nil {
 		return enc.err
@@ -137,6 +149,21 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 			return nil, err
 		}
 		s.buckets = append(s.buckets, bucketRecord{key: rec.GetKey(), tat: rec.GetTatUnixNano()})
+	}
+	for range h.GetDedupeCount() {
+		var d raftcmdv1.DedupeRecord
+		if err := dec.read(&d); err != nil {
+			return nil, err
+		}
+		if len(d.GetFingerprint()) != 16 {
+			return nil, fmt.Errorf("%w: dedupe record with a %d-byte fingerprint", ErrBadSnapshot, len(d.GetFingerprint()))
+		}
+		s.dedupe = append(s.dedupe, dedupe.Entry{
+			Key:         dedupe.Key{Caller: d.GetCaller(), RequestID: d.GetRequestId()},
+			Fingerprint: [16]byte(d.GetFingerprint()),
+			Result:      d.GetResult(),
+			ExpiresAt:   d.GetExpiresAtUnixNano(),
+		})
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data", ErrBadSnapshot)

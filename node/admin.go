@@ -116,7 +116,7 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
-	err := n.onLeader(ctx, req.Header().Get(forwardedHeader) != "",
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req.Msg) },
 		func(ctx context.Context, baseURL string) error {
 			fwd := connect.NewRequest(req.Msg)
@@ -198,7 +198,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
 	out := &quoratev1.ApplyPoliciesResponse{}
-	err := n.onLeader(ctx, req.Header().Get(forwardedHeader) != "",
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
 		func(ctx context.Context) error {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
 			if err != nil {

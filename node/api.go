@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -37,14 +39,17 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 	if err := admission.CheckKeyCost(m.GetKey(), cost); err != nil {
 		return nil, n.toConnectError(err)
 	}
+	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
+		return nil, n.toConnectError(err)
+	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
 
 	var out *quoratev1.AdmitResponse
-	err := n.onLeader(ctx, req.Header().Get(forwardedHeader) != "",
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: m.GetRequestId() != ""},
 		func(ctx context.Context) error {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: &raftcmdv1.Admit{
-				Policy: m.GetPolicy(), Key: m.GetKey(), Cost: cost, RequestId: m.GetRequestId(),
+				Policy: m.GetPolicy(), Key: m.GetKey(), Cost: cost, RequestId: m.GetRequestId(), Caller: m.GetCaller(),
 			}}})
 			if err != nil {
 				return err
@@ -78,5 +83,20 @@ func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 		RetryAfter:    durationpb.New(d.RetryAfter),
 		PolicyVersion: r.PolicyVersion,
 		DecidedAt:     timestamppb.New(time.Unix(0, r.DecidedAt).UTC()),
+		Duplicate:     r.Duplicate,
 	}
+}
+
+// checkRequestID checks the dedupe identity of a request. Both parts may be
+// empty (an empty request_id is not deduplicated).
+func checkRequestID(caller, requestID string) error {
+	switch {
+	case len(caller) > dedupe.MaxCallerBytes:
+		return &admission.FieldError{Field: "caller", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller)), Err: admission.ErrInvalidRequest}
+	case len(requestID) > dedupe.MaxRequestIDBytes:
+		return &admission.FieldError{Field: "request_id", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID)), Err: admission.ErrInvalidRequest}
+	case caller != "" && requestID == "":
+		return &admission.FieldError{Field: "request_id", Reason: "must be set when caller is set", Err: admission.ErrInvalidRequest}
+	}
+	return nil
 }

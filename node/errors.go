@@ -33,7 +33,7 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, fsm.ErrUnknownPolicy):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, fsm.ErrGroupFull):
+	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):
 		return withDetail(connect.NewError(connect.CodeUnavailable, err),

@@ -50,7 +50,7 @@ func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 		_, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
 		return err
 	}
-	return n.onLeader(ctx, false,
+	return n.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
 		func(ctx context.Context, baseURL string) error {
 			_, err := n.peers.get(baseURL).admin.Join(ctx, connect.NewRequest(req))

@@ -40,6 +40,7 @@ type Node struct {
 	hadState   bool
 	server     *http.Server
 	peers      *peers
+	hooks      hooks
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
@@ -194,10 +195,14 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{})
+	regDone := make(chan struct{}, 2)
 	go func() {
-		defer close(regDone)
+		defer func() { regDone <- struct{}{} }()
 		n.register(regCtx)
+	}()
+	go func() {
+		defer func() { regDone <- struct{}{} }()
+		n.expireLoop(regCtx)
 	}()
 
 	var err error
@@ -207,6 +212,7 @@ func (n *Node) Run(ctx context.Context) error {
 		err = fmt.Errorf("node: serving API: %w", err)
 	}
 	stopReg()
+	<-regDone
 	<-regDone
 	n.log.Info("stopping")
 	if shutErr := n.shutdown(); err == nil {

@@ -48,10 +48,14 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 		enqueue = max(time.Until(d), time.Millisecond)
 	}
 	future := n.raft.Apply(data, enqueue)
+	n.hooks.run(&n.hooks.afterPropose, env)
 	done := make(chan error, 1)
 	go func() { done <- future.Error() }()
 	select {
 	case err := <-done:
+		if err == nil {
+			n.hooks.run(&n.hooks.afterApply, env)
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, raft.ErrNotLeader):
@@ -70,11 +74,22 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 	return future.Response(), nil
 }
 
+// routing says how onLeader may treat a request.
+type routing struct {
+	// forwarded: the request came from another node; never forward it again.
+	forwarded bool
+	// idempotent: the request carries a request ID, so a retry after an
+	// unknown outcome gets the first answer and spends nothing.
+	idempotent bool
+}
+
 // onLeader runs local when this node leads, or remote against the leader's
-// API address otherwise, and retries while the outcome is ErrNotProposed and
-// ctx allows. A forwarded request is never forwarded again: if this node
-// does not lead, it answers ErrNotLeader so the forwarding node retries.
-func (n *Node) onLeader(ctx context.Context, forwarded bool,
+// API address otherwise, and retries while the request was certainly not
+// applied (ErrNotProposed) and ctx allows; an idempotent request is also
+// retried after an unknown outcome. A forwarded request is never forwarded
+// again: if this node does not lead, it answers ErrNotLeader so the
+// forwarding node retries.
+func (n *Node) onLeader(ctx context.Context, r routing,
 	local func(context.Context) error, remote func(ctx context.Context, baseURL string) error) error {
 	wait := 5 * time.Millisecond
 	for {
@@ -82,14 +97,16 @@ func (n *Node) onLeader(ctx context.Context, forwarded bool,
 		switch leaderAddr, leaderID := n.leader(); {
 		case n.raft.State() == raft.Leader:
 			err = local(ctx)
-		case forwarded:
+		case r.forwarded:
 			return ErrNotLeader
 		case leaderAddr == "":
 			err = fmt.Errorf("%w: no leader known (leader id %q)", ErrNotProposed, leaderID)
 		default:
 			err = classifyRemote(remote(ctx, "http://"+leaderAddr))
 		}
-		if !errors.Is(err, ErrNotProposed) {
+		retry := errors.Is(err, ErrNotProposed) ||
+			r.idempotent && (errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err))
+		if !retry {
 			return err
 		}
 		t := time.NewTimer(wait)
@@ -101,6 +118,23 @@ func (n *Node) onLeader(ctx context.Context, forwarded bool,
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// isOutcomeUnknown reports whether err is a Connect error carrying the
+// OutcomeUnknown detail (the leader's own answer to a forwarded call).
+func isOutcomeUnknown(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		return false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // leader returns the leader's API address (empty when unknown or not yet

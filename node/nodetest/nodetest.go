@@ -20,10 +20,12 @@ import (
 )
 
 // Cluster is a set of in-process nodes. Node i (0-based) has ID "node<i+1>";
-// node 0 bootstraps the cluster and the others join it. Methods are not safe
-// for concurrent use, except the client getters and APIURL.
+// node 0 bootstraps the cluster and the others join it. Methods are safe for
+// concurrent use, but starting or stopping the same node from two
+// goroutines at once is a test bug.
 type Cluster struct {
 	tb      testing.TB
+	mu      sync.Mutex // guards member.node, cancel and done
 	members []*member
 	logs    *testLog
 	client  *http.Client
@@ -95,14 +97,22 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 func (c *Cluster) Len() int { return len(c.members) }
 
 // Node returns node i, or nil while it is stopped.
-func (c *Cluster) Node(i int) *node.Node { return c.members[i].node }
+func (c *Cluster) Node(i int) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].node
+}
 
 // Running reports whether node i is running.
-func (c *Cluster) Running(i int) bool { return c.members[i].node != nil }
+func (c *Cluster) Running(i int) bool { return c.Node(i) != nil }
 
 // APIURL is node i's API base URL, http://127.0.0.1:port; it stays the same
 // across restarts.
-func (c *Cluster) APIURL(i int) string { return "http://" + c.members[i].cfg.APIAddr }
+func (c *Cluster) APIURL(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return "http://" + c.members[i].cfg.APIAddr
+}
 
 // Admission returns a client of node i's AdmissionService.
 func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
@@ -122,6 +132,8 @@ func (c *Cluster) Config(i int) *node.Config { return &c.members[i].cfg }
 // before (the first start picks free ports).
 func (c *Cluster) Start(i int) {
 	c.tb.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	m := c.members[i]
 	if m.node != nil {
 		c.tb.Fatalf("nodetest: node %d is already running", i)
@@ -132,38 +144,47 @@ func (c *Cluster) Start(i int) {
 	}
 	m.cfg.APIAddr, m.cfg.RaftAddr = n.APIAddr(), n.RaftAddr()
 	ctx, cancel := context.WithCancel(context.Background())
-	m.node, m.cancel, m.done = n, cancel, make(chan error, 1)
-	go func() { m.done <- n.Run(ctx) }()
+	done := make(chan error, 1)
+	m.node, m.cancel, m.done = n, cancel, done
+	go func() { done <- n.Run(ctx) }()
 }
 
 // Stop stops node i gracefully (as on SIGTERM) and waits until it has.
 func (c *Cluster) Stop(i int) {
 	c.tb.Helper()
-	m := c.members[i]
-	if m.node == nil {
+	n, cancel, done := c.take(i)
+	if n == nil {
 		return
 	}
-	m.cancel()
-	if err := <-m.done; err != nil {
+	cancel()
+	if err := <-done; err != nil {
 		c.tb.Errorf("nodetest: node %d stopped with %v", i, err)
 	}
-	m.node = nil
+}
+
+// take marks node i stopped and returns what is needed to stop it.
+func (c *Cluster) take(i int) (*node.Node, context.CancelFunc, chan error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[i]
+	n, cancel, done := m.node, m.cancel, m.done
+	m.node, m.cancel, m.done = nil, nil, nil
+	return n, cancel, done
 }
 
 // Kill stops node i at once, as a crash would: no leadership hand-off, no
 // waiting for requests in flight. Its data directory stays.
 func (c *Cluster) Kill(i int) {
 	c.tb.Helper()
-	m := c.members[i]
-	if m.node == nil {
+	n, cancel, done := c.take(i)
+	if n == nil {
 		return
 	}
-	if err := m.node.Close(); err != nil {
+	if err := n.Close(); err != nil {
 		c.tb.Logf("nodetest: closing node %d: %v", i, err)
 	}
-	m.cancel()
-	<-m.done
-	m.node = nil
+	cancel()
+	<-done
 }
 
 func (c *Cluster) closeAll() {
@@ -180,16 +201,17 @@ func (c *Cluster) WaitReady(tb testing.TB) {
 	tb.Helper()
 	c.Eventually(tb, 30*time.Second, "cluster ready", func() error {
 		leader := ""
-		for i, m := range c.members {
-			if m.node == nil {
+		for i := range c.members {
+			n := c.Node(i)
+			if n == nil {
 				continue
 			}
 			select {
-			case <-m.node.Registered():
+			case <-n.Registered():
 			default:
 				return fmt.Errorf("node %d not registered", i)
 			}
-			st := m.node.Status()
+			st := n.Status()
 			if st.GetLeaderId() == "" {
 				return fmt.Errorf("node %d knows no leader", i)
 			}
@@ -210,11 +232,12 @@ func (c *Cluster) Leader(tb testing.TB) int {
 	c.Eventually(tb, 30*time.Second, "a leader", func() error {
 		idx = -1
 		var leaderID string
-		for i, m := range c.members {
-			if m.node == nil {
+		for i := range c.members {
+			n := c.Node(i)
+			if n == nil {
 				continue
 			}
-			st := m.node.Status()
+			st := n.Status()
 			if st.GetRole() == "leader" {
 				idx = i
 			}

@@ -515,9 +515,12 @@ type Policy struct {
 	// "local"; empty means "deny".
 	OnUnavailable string `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
 	// Output only: bumped each time the definition changes.
-	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	// How long a decision is remembered by request ID (logged time); unset
+	// means 10m. 1s to 24h.
+	DedupeRetention *durationpb.Duration `protobuf:"bytes,9,opt,name=dedupe_retention,json=dedupeRetention,proto3" json:"dedupe_retention,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -604,6 +607,13 @@ func (x *Policy) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *Policy) GetDedupeRetention() *durationpb.Duration {
+	if x != nil {
+		return x.DedupeRetention
+	}
+	return nil
 }
 
 type ApplyPoliciesRequest struct {
@@ -811,7 +821,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x0e\n" +
-	"\fJoinResponse\"\xf5\x01\n" +
+	"\fJoinResponse\"\xbb\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -820,7 +830,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x19\n" +
 	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
 	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x12\x18\n" +
-	"\aversion\x18\b \x01(\x04R\aversion\"F\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\x12D\n" +
+	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +
@@ -870,24 +881,25 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	5,  // 1: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	5,  // 2: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
 	13, // 3: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	8,  // 4: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	8,  // 5: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	8,  // 6: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	0,  // 7: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	3,  // 8: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	6,  // 9: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	9,  // 10: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	11, // 11: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	1,  // 12: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	4,  // 13: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	7,  // 14: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	10, // 15: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	12, // 16: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 4: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	8,  // 5: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	8,  // 6: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	8,  // 7: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	0,  // 8: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	3,  // 9: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	6,  // 10: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	9,  // 11: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	11, // 12: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	1,  // 13: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	4,  // 14: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	7,  // 15: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	10, // 16: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	12, // 17: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }

@@ -36,9 +36,17 @@ type AdmitRequest struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Units this request spends; unset means 1. Must be 1..max_cost of the policy.
 	Cost *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
-	// Identifies this request for retries. Accepted but not yet deduplicated:
-	// exactly-once retries are not built yet.
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Identifies this request for retries: a repeat with the same caller and
+	// request_id within the policy's dedupe_retention gets the first answer
+	// (duplicate=true) and spends nothing; the same request_id with another
+	// policy, key or cost is refused with InvalidArgument. Up to 128 bytes.
+	// Empty means the request cannot be deduplicated: a retry spends again.
+	// The Go client always sets one (128 random bits).
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Namespace of request_id, e.g. the calling service's name; up to 128
+	// bytes. Until Quorate authenticates callers this is what the caller says;
+	// with authentication it will be derived from the caller's identity.
+	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -101,6 +109,13 @@ func (x *AdmitRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *AdmitRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
 type AdmitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether the request may proceed. When false, nothing was spent.
@@ -118,7 +133,11 @@ type AdmitResponse struct {
 	// Version of the policy this decision used.
 	PolicyVersion uint64 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	// Server time of the decision, taken from the Raft log (monotonic per group).
-	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// True when this is the recorded answer to an earlier request with the
+	// same caller and request_id: nothing was spent now, and every field above
+	// is as it was first answered.
+	Duplicate     bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +221,13 @@ func (x *AdmitResponse) GetDecidedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AdmitResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 // FieldViolation is attached to InvalidArgument errors: which request field
 // was wrong and why.
 type FieldViolation struct {
@@ -258,7 +284,9 @@ func (x *FieldViolation) GetDescription() string {
 
 // OutcomeUnknown is attached to Unavailable errors when the request may or may
 // not have been applied (leadership was lost after it was proposed, or the
-// apply timed out).
+// apply timed out). Retry with the same request_id: the retry gets the first
+// answer if there was one, and is decided afresh otherwise. Without
+// OutcomeUnknown, an Unavailable request was certainly not applied.
 type OutcomeUnknown struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -365,14 +393,15 @@ var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\n" +
 	"\x1aquorate/v1/admission.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"y\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
 	"\fAdmitRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xb7\x02\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06callerB\a\n" +
+	"\x05_cost\"\xd5\x02\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -383,7 +412,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"retryAfter\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x129\n" +
 	"\n" +
-	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"H\n" +
+	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
+	"\tduplicate\x18\b \x01(\bR\tduplicate\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"(\n" +

@@ -39,6 +39,7 @@ type Envelope struct {
 	//	*Envelope_Admit
 	//	*Envelope_PutPolicies
 	//	*Envelope_RegisterNode
+	//	*Envelope_Expire
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -122,6 +123,15 @@ func (x *Envelope) GetRegisterNode() *RegisterNode {
 	return nil
 }
 
+func (x *Envelope) GetExpire() *Expire {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Expire); ok {
+			return x.Expire
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -138,11 +148,17 @@ type Envelope_RegisterNode struct {
 	RegisterNode *RegisterNode `protobuf:"bytes,12,opt,name=register_node,json=registerNode,proto3,oneof"`
 }
 
+type Envelope_Expire struct {
+	Expire *Expire `protobuf:"bytes,13,opt,name=expire,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
 
 func (*Envelope_RegisterNode) isEnvelope_Body() {}
+
+func (*Envelope_Expire) isEnvelope_Body() {}
 
 // Admit spends cost from the bucket of (policy, key) if the policy allows it.
 type Admit struct {
@@ -151,6 +167,7 @@ type Admit struct {
 	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Cost          int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
 	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string                 `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +230,53 @@ func (x *Admit) GetRequestId() string {
 	return ""
 }
 
+func (x *Admit) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+// Expire reclaims expired state (buckets, dedupe entries) at the entry's now,
+// up to a fixed number of entries. The leader proposes it when its replica
+// holds expired state, so memory returns to what live state needs even
+// without traffic.
+type Expire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Expire) Reset() {
+	*x = Expire{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Expire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Expire) ProtoMessage() {}
+
+func (x *Expire) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Expire.ProtoReflect.Descriptor instead.
+func (*Expire) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+}
+
 // PutPolicies creates or replaces policies, all or none.
 type PutPolicies struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -223,7 +287,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +299,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +312,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -260,21 +324,22 @@ func (x *PutPolicies) GetPolicies() []*Policy {
 
 // Policy is the stored form of an admission policy.
 type Policy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Algorithm     string                 `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
-	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	PeriodNanos   int64                  `protobuf:"varint,4,opt,name=period_nanos,json=periodNanos,proto3" json:"period_nanos,omitempty"`
-	Burst         int64                  `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
-	MaxCost       int64                  `protobuf:"varint,6,opt,name=max_cost,json=maxCost,proto3" json:"max_cost,omitempty"`
-	OnUnavailable string                 `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Algorithm            string                 `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Limit                int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNanos          int64                  `protobuf:"varint,4,opt,name=period_nanos,json=periodNanos,proto3" json:"period_nanos,omitempty"`
+	Burst                int64                  `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	MaxCost              int64                  `protobuf:"varint,6,opt,name=max_cost,json=maxCost,proto3" json:"max_cost,omitempty"`
+	OnUnavailable        string                 `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
+	DedupeRetentionNanos int64                  `protobuf:"varint,8,opt,name=dedupe_retention_nanos,json=dedupeRetentionNanos,proto3" json:"dedupe_retention_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +351,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +364,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Policy) GetName() string {
@@ -351,6 +416,13 @@ func (x *Policy) GetOnUnavailable() string {
 	return ""
 }
 
+func (x *Policy) GetDedupeRetentionNanos() int64 {
+	if x != nil {
+		return x.DedupeRetentionNanos
+	}
+	return 0
+}
+
 // RegisterNode records a node's addresses, so that followers can forward to
 // the leader and status can reach every member.
 type RegisterNode struct {
@@ -364,7 +436,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +448,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +461,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -422,13 +494,14 @@ type SnapshotHeader struct {
 	PolicyCount     uint64 `protobuf:"varint,3,opt,name=policy_count,json=policyCount,proto3" json:"policy_count,omitempty"`
 	NodeCount       uint64 `protobuf:"varint,4,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
 	BucketCount     uint64 `protobuf:"varint,5,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
+	DedupeCount     uint64 `protobuf:"varint,6,opt,name=dedupe_count,json=dedupeCount,proto3" json:"dedupe_count,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +513,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +526,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -491,6 +564,13 @@ func (x *SnapshotHeader) GetBucketCount() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetDedupeCount() uint64 {
+	if x != nil {
+		return x.DedupeCount
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -502,7 +582,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +594,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +607,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -557,7 +637,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +649,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +662,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -599,27 +679,202 @@ func (x *BucketRecord) GetTatUnixNano() int64 {
 	return 0
 }
 
+// DedupeRecord is one request-ID entry, in a snapshot.
+type DedupeRecord struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Caller    string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// 16 bytes: fingerprint of what the request asked.
+	Fingerprint []byte `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// The recorded answer (an AdmitRecord).
+	Result            []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	ExpiresAtUnixNano int64  `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DedupeRecord) Reset() {
+	*x = DedupeRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DedupeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DedupeRecord) ProtoMessage() {}
+
+func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
+func (*DedupeRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DedupeRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *DedupeRecord) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DedupeRecord) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+func (x *DedupeRecord) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *DedupeRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+// AdmitRecord is the recorded answer of an Admit, returned to its retries.
+type AdmitRecord struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Allowed           bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Limit             int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining         int64                  `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetAfterNanos   int64                  `protobuf:"varint,4,opt,name=reset_after_nanos,json=resetAfterNanos,proto3" json:"reset_after_nanos,omitempty"`
+	RetryAfterNanos   int64                  `protobuf:"varint,5,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
+	PolicyVersion     uint64                 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	DecidedAtUnixNano int64                  `protobuf:"varint,7,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *AdmitRecord) Reset() {
+	*x = AdmitRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitRecord) ProtoMessage() {}
+
+func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
+func (*AdmitRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AdmitRecord) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *AdmitRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetResetAfterNanos() int64 {
+	if x != nil {
+		return x.ResetAfterNanos
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetRetryAfterNanos() int64 {
+	if x != nil {
+		return x.RetryAfterNanos
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetDecidedAtUnixNano() int64 {
+	if x != nil {
+		return x.DecidedAtUnixNano
+	}
+	return 0
+}
+
 var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x92\x02\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xc8\x02\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
 	"\x05admit\x18\n" +
 	" \x01(\v2\x19.quorate.raftcmd.v1.AdmitH\x00R\x05admit\x12D\n" +
 	"\fput_policies\x18\v \x01(\v2\x1f.quorate.raftcmd.v1.PutPoliciesH\x00R\vputPolicies\x12G\n" +
-	"\rregister_node\x18\f \x01(\v2 .quorate.raftcmd.v1.RegisterNodeH\x00R\fregisterNodeB\x06\n" +
-	"\x04body\"d\n" +
+	"\rregister_node\x18\f \x01(\v2 .quorate.raftcmd.v1.RegisterNodeH\x00R\fregisterNode\x124\n" +
+	"\x06expire\x18\r \x01(\v2\x1a.quorate.raftcmd.v1.ExpireH\x00R\x06expireB\x06\n" +
+	"\x04body\"|\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"E\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\"\b\n" +
+	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xcb\x01\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\x81\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -627,24 +882,41 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fperiod_nanos\x18\x04 \x01(\x03R\vperiodNanos\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x19\n" +
 	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
-	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\"V\n" +
+	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x124\n" +
+	"\x16dedupe_retention_nanos\x18\b \x01(\x03R\x14dedupeRetentionNanos\"V\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xbc\x01\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xdf\x01\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
 	"\fpolicy_count\x18\x03 \x01(\x04R\vpolicyCount\x12\x1d\n" +
 	"\n" +
 	"node_count\x18\x04 \x01(\x04R\tnodeCount\x12!\n" +
-	"\fbucket_count\x18\x05 \x01(\x04R\vbucketCount\"\\\n" +
+	"\fbucket_count\x18\x05 \x01(\x04R\vbucketCount\x12!\n" +
+	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"D\n" +
 	"\fBucketRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
-	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNanoB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
+	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNano\"\xb0\x01\n" +
+	"\fDedupeRecord\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x12\x16\n" +
+	"\x06result\x18\x04 \x01(\fR\x06result\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\"\x8b\x02\n" +
+	"\vAdmitRecord\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12*\n" +
+	"\x11reset_after_nanos\x18\x04 \x01(\x03R\x0fresetAfterNanos\x12*\n" +
+	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12%\n" +
+	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x12/\n" +
+	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNanoB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
 
 var (
 	file_quorate_raftcmd_v1_command_proto_rawDescOnce sync.Once
@@ -658,28 +930,32 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 	return file_quorate_raftcmd_v1_command_proto_rawDescData
 }
 
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*Envelope)(nil),       // 0: quorate.raftcmd.v1.Envelope
 	(*Admit)(nil),          // 1: quorate.raftcmd.v1.Admit
-	(*PutPolicies)(nil),    // 2: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),         // 3: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),   // 4: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil), // 5: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),   // 6: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),   // 7: quorate.raftcmd.v1.BucketRecord
+	(*Expire)(nil),         // 2: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),    // 3: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),         // 4: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),   // 5: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil), // 6: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),   // 7: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),   // 8: quorate.raftcmd.v1.BucketRecord
+	(*DedupeRecord)(nil),   // 9: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),    // 10: quorate.raftcmd.v1.AdmitRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	1, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	2, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	4, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	3, // 3: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	3, // 4: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	5, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	2, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	4, // 4: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	4, // 5: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -691,6 +967,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_Admit)(nil),
 		(*Envelope_PutPolicies)(nil),
 		(*Envelope_RegisterNode)(nil),
+		(*Envelope_Expire)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -698,7 +975,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,21 @@
+package node
+
+import raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+
+// SetAfterProposeHook makes n call f on the leader right after handing an
+// entry to raft (nil clears it).
+func SetAfterProposeHook(n *Node, f func(*raftcmdv1.Envelope)) { setHook(&n.hooks.afterPropose, f) }
+
+// SetAfterApplyHook makes n call f on the leader once an entry it proposed is
+// applied, before answering (nil clears it).
+func SetAfterApplyHook(n *Node, f func(*raftcmdv1.Envelope)) { setHook(&n.hooks.afterApply, f) }
+
+func setHook(p interface {
+	Store(*func(*raftcmdv1.Envelope))
+}, f func(*raftcmdv1.Envelope)) {
+	if f == nil {
+		p.Store(nil)
+		return
+	}
+	p.Store(&f)
+}
