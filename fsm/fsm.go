@@ -256,12 +256,12 @@ func BucketKey(policy, key string) string { return policy + "/" + key }
 // PolicyFromProto converts the stored form of a policy.
 func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 	return admission.Policy{
-		Name:          p.GetName(),
-		Algorithm:     admission.Algorithm(p.GetAlgorithm()),
-		Limit:         p.GetLimit(),
-		Period:        time.Duration(p.GetPeriodNanos()),
-		Burst:         p.GetBurst(),
-		MaxCost:       p.GetMaxCost(),
+		Name:            p.GetName(),
+		Algorithm:       admission.Algorithm(p.GetAlgorithm()),
+		Limit:           p.GetLimit(),
+		Period:          time.Duration(p.GetPeriodNanos()),
+		Burst:           p.GetBurst(),
+		MaxCost:         p.GetMaxCost(),
 		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
 		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
 	}
@@ -270,12 +270,12 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 // PolicyToProto converts a policy to its stored form.
 func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 	return &raftcmdv1.Policy{
-		Name:          p.Name,
-		Algorithm:     string(p.Algorithm),
-		Limit:         p.Limit,
-		PeriodNanos:   int64(p.Period),
-		Burst:         p.Burst,
-		MaxCost:       p.MaxCost,
+		Name:                 p.Name,
+		Algorithm:            string(p.Algorithm),
+		Limit:                p.Limit,
+		PeriodNanos:          int64(p.Period),
+		Burst:                p.Burst,
+		MaxCost:              p.MaxCost,
 		OnUnavailable:        string(p.OnUnavailable),
 		DedupeRetentionNanos: int64(p.DedupeRetention),
 	}
