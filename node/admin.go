@@ -46,6 +46,9 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:     n.raft.LastIndex(),
 		RaftAddr:         n.raftAddr,
 		ApiAddr:          n.apiAddr,
+		Buckets:          uint64(n.fsm.BucketCount()),
+		DedupeEntries:    uint64(n.fsm.DedupeLen()),
+		DedupeBytes:      uint64(max(0, n.fsm.DedupeBytes())),
 	}
 }
 
@@ -236,27 +239,29 @@ func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.
 
 func policyFromAPI(p *quoratev1.Policy) admission.Policy {
 	return admission.Policy{
-		Name:          p.GetName(),
-		Algorithm:     admission.Algorithm(p.GetAlgorithm()),
-		Limit:         p.GetLimit(),
-		Period:        p.GetPeriod().AsDuration(),
-		Burst:         p.GetBurst(),
-		MaxCost:       p.GetMaxCost(),
-		OnUnavailable: admission.OnUnavailable(p.GetOnUnavailable()),
+		Name:            p.GetName(),
+		Algorithm:       admission.Algorithm(p.GetAlgorithm()),
+		Limit:           p.GetLimit(),
+		Period:          p.GetPeriod().AsDuration(),
+		Burst:           p.GetBurst(),
+		MaxCost:         p.GetMaxCost(),
+		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
+		DedupeRetention: p.GetDedupeRetention().AsDuration(),
 	}
 }
 
 func policyToAPI(pv fsm.PolicyVersion) *quoratev1.Policy {
 	p := pv.Policy
 	return &quoratev1.Policy{
-		Name:          p.Name,
-		Algorithm:     string(p.Algorithm),
-		Limit:         p.Limit,
-		Period:        durationpb.New(p.Period),
-		Burst:         p.Burst,
-		MaxCost:       p.MaxCost,
-		OnUnavailable: string(p.OnUnavailable),
-		Version:       pv.Version,
+		Name:            p.Name,
+		Algorithm:       string(p.Algorithm),
+		Limit:           p.Limit,
+		Period:          durationpb.New(p.Period),
+		Burst:           p.Burst,
+		MaxCost:         p.MaxCost,
+		OnUnavailable:   string(p.OnUnavailable),
+		Version:         pv.Version,
+		DedupeRetention: durationpb.New(p.DedupeRetention),
 	}
 }
 

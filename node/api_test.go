@@ -3,11 +3,13 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -154,4 +156,37 @@ func TestClusterStatusOnEveryNode(t *testing.T) {
 			t.Fatalf("node%d: %d leaders among members", i+1, leaders)
 		}
 	}
+}
+
+// Every field of a policy survives ApplyPolicies and comes back from
+// ListPolicies on every node as it was sent.
+func TestPolicyFieldsRoundTrip(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sent := &quoratev1.Policy{
+		Name: "full", Algorithm: "token_bucket", Limit: 60, Period: durationpb.New(time.Minute),
+		Burst: 20, MaxCost: 10, OnUnavailable: "allow", DedupeRetention: durationpb.New(30 * time.Minute),
+	}
+	applied, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{sent}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(sent).(*quoratev1.Policy)
+	want.Version = 1
+	if got := applied.Msg.GetPolicies()[0]; !proto.Equal(got, want) {
+		t.Fatalf("ApplyPolicies answered %v, want %v", got, want)
+	}
+	c.Eventually(t, 10*time.Second, "the policy on every node", func() error {
+		for i := range c.Len() {
+			list, err := c.Admin(i).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+			if err != nil {
+				return err
+			}
+			if len(list.Msg.GetPolicies()) != 1 || !proto.Equal(list.Msg.GetPolicies()[0], want) {
+				return fmt.Errorf("node%d lists %v", i+1, list.Msg.GetPolicies())
+			}
+		}
+		return nil
+	})
 }

@@ -302,8 +302,13 @@ type NodeState struct {
 	LastLogIndex     uint64 `protobuf:"varint,7,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
 	RaftAddr         string `protobuf:"bytes,8,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	ApiAddr          string `protobuf:"bytes,9,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Live token buckets held by this replica.
+	Buckets uint64 `protobuf:"varint,10,opt,name=buckets,proto3" json:"buckets,omitempty"`
+	// Request-ID entries held by this replica, and their estimated memory.
+	DedupeEntries uint64 `protobuf:"varint,11,opt,name=dedupe_entries,json=dedupeEntries,proto3" json:"dedupe_entries,omitempty"`
+	DedupeBytes   uint64 `protobuf:"varint,12,opt,name=dedupe_bytes,json=dedupeBytes,proto3" json:"dedupe_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
@@ -397,6 +402,27 @@ func (x *NodeState) GetApiAddr() string {
 		return x.ApiAddr
 	}
 	return ""
+}
+
+func (x *NodeState) GetBuckets() uint64 {
+	if x != nil {
+		return x.Buckets
+	}
+	return 0
+}
+
+func (x *NodeState) GetDedupeEntries() uint64 {
+	if x != nil {
+		return x.DedupeEntries
+	}
+	return 0
+}
+
+func (x *NodeState) GetDedupeBytes() uint64 {
+	if x != nil {
+		return x.DedupeBytes
+	}
+	return 0
 }
 
 type JoinRequest struct {
@@ -806,7 +832,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\x8f\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xf3\x02\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -816,7 +842,11 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12$\n" +
 	"\x0elast_log_index\x18\a \x01(\x04R\flastLogIndex\x12\x1b\n" +
 	"\traft_addr\x18\b \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\t \x01(\tR\aapiAddr\"U\n" +
+	"\bapi_addr\x18\t \x01(\tR\aapiAddr\x12\x18\n" +
+	"\abuckets\x18\n" +
+	" \x01(\x04R\abuckets\x12%\n" +
+	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
+	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\"U\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
