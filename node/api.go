@@ -95,8 +95,6 @@ func checkRequestID(caller, requestID string) error {
 		return &admission.FieldError{Field: "caller", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller)), Err: admission.ErrInvalidRequest}
 	case len(requestID) > dedupe.MaxRequestIDBytes:
 		return &admission.FieldError{Field: "request_id", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID)), Err: admission.ErrInvalidRequest}
-	case caller != "" && requestID == "":
-		return &admission.FieldError{Field: "request_id", Reason: "must be set when caller is set", Err: admission.ErrInvalidRequest}
 	}
 	return nil
 }

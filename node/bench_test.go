@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +18,21 @@ import (
 // nodes (two thirds of the calls are forwarded to the leader), over 10k keys.
 // It reports p50/p99 latency next to ns/op (ns/op × 64 is not latency:
 // calls overlap).
+//
+// Sub-benchmarks: without request IDs, and with a unique request ID per call
+// (recorded in the dedupe table), to show what exactly-once costs.
 func BenchmarkAdmit3Nodes(b *testing.B) {
 	c := nodetest.NewCluster(b, 3)
 	applyPolicy(b, c, "bench", 1_000_000_000, time.Second, 1_000_000_000)
+	b.Run("no-request-id", func(b *testing.B) { benchAdmit(b, c, false) })
+	b.Run("request-id", func(b *testing.B) { benchAdmit(b, c, true) })
+}
+
+var benchRun atomic.Int64
+
+func benchAdmit(b *testing.B, c *nodetest.Cluster, withID bool) {
 	ctx := context.Background()
+	run := benchRun.Add(1)
 	var (
 		mu   sync.Mutex
 		lats []time.Duration
@@ -35,8 +47,13 @@ func BenchmarkAdmit3Nodes(b *testing.B) {
 		mu.Unlock()
 		local := make([]time.Duration, 0, 1024)
 		for i := 0; pb.Next(); i++ {
+			key := fmt.Sprintf("key-%d", (w*7919+i)%10000)
+			var id string
+			if withID {
+				id = fmt.Sprintf("r%d-%d-%d", run, w, i)
+			}
 			start := time.Now()
-			if _, err := admit(ctx, c, (w+i)%3, "bench", fmt.Sprintf("key-%d", (w*7919+i)%10000), 0); err != nil {
+			if _, err := admitID(ctx, c, (w+i)%3, "bench", key, "bench", id); err != nil {
 				b.Error(err)
 				return
 			}
