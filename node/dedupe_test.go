@@ -268,3 +268,54 @@ func TestDedupeEntriesExpireWithoutTraffic(t *testing.T) {
 		t.Fatalf("a retry after retention: %v, %v; want a fresh decision", again, err)
 	}
 }
+
+// With no quorum, a node that knows nothing was proposed answers Unavailable
+// without the OutcomeUnknown detail: retrying is safe even without a request
+// ID.
+func TestUnavailableSaysWhetherTheOutcomeIsKnown(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	applyPolicy(t, c, "q", 5, time.Hour, 5)
+	leader := c.Leader(t)
+	follower := (leader + 1) % c.Len()
+	c.Kill(leader)
+	c.Kill((leader + 2) % c.Len())
+	c.Eventually(t, 10*time.Second, "the survivor to know no leader", func() error {
+		if id := c.Node(follower).Status().GetLeaderId(); id != "" {
+			return fmt.Errorf("still sees leader %q", id)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := admitID(ctx, c, follower, "q", "k", "svc", "no-quorum")
+	if connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Fatalf("no leader: %v, want Unavailable", err)
+	}
+	if outcomeUnknown(err) {
+		t.Fatalf("no leader: %v carries OutcomeUnknown, but nothing was proposed", err)
+	}
+}
+
+// A leader that proposed and then lost its quorum cannot know whether the
+// entry will commit: it answers Unavailable with OutcomeUnknown — even when,
+// holding a request ID, it kept retrying and later attempts found no leader
+// at all. The next request, never proposed, gets Unavailable without it.
+func TestLeaderThatLosesQuorumAfterProposingSaysOutcomeUnknown(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	applyPolicy(t, c, "q", 5, time.Hour, 5)
+	leader := c.Leader(t)
+	c.Kill((leader + 1) % c.Len())
+	c.Kill((leader + 2) % c.Len())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err := admitID(ctx, c, leader, "q", "k", "svc", "lost-quorum")
+	if connect.CodeOf(err) != connect.CodeUnavailable || !outcomeUnknown(err) {
+		t.Fatalf("proposed, then quorum lost: %v, want Unavailable with OutcomeUnknown", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel2()
+	_, err = admitID(ctx2, c, leader, "q", "k", "", "")
+	if connect.CodeOf(err) != connect.CodeUnavailable || outcomeUnknown(err) {
+		t.Fatalf("no leader any more: %v, want Unavailable without OutcomeUnknown", err)
+	}
+}

@@ -92,6 +92,7 @@ type routing struct {
 func (n *Node) onLeader(ctx context.Context, r routing,
 	local func(context.Context) error, remote func(ctx context.Context, baseURL string) error) error {
 	wait := 5 * time.Millisecond
+	var unknown error // the last attempt whose outcome is unknown, if any
 	for {
 		var err error
 		switch leaderAddr, leaderID := n.leader(); {
@@ -104,15 +105,22 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 		default:
 			err = classifyRemote(remote(ctx, "http://"+leaderAddr))
 		}
-		retry := errors.Is(err, ErrNotProposed) ||
-			r.idempotent && (errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err))
-		if !retry {
+		wasUnknown := errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err)
+		if wasUnknown {
+			unknown = err
+		}
+		if !errors.Is(err, ErrNotProposed) && !(r.idempotent && wasUnknown) {
 			return err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if unknown != nil {
+				// A later "not proposed" does not undo an earlier attempt
+				// that may have been applied.
+				err = unknown
+			}
 			return fmt.Errorf("%w (%v)", err, ctx.Err())
 		case <-t.C:
 		}
@@ -180,7 +188,15 @@ func classifyRemote(err error) error {
 	return fmt.Errorf("%w: forwarding to the leader: %v", ErrOutcomeUnknown, err)
 }
 
-// requestContext applies the server's RequestTimeout to ctx.
+// requestContext applies the server's RequestTimeout to ctx and keeps a
+// margin before the caller's own deadline, so that the server still answers
+// — with what it knows, e.g. OutcomeUnknown — before the caller gives up.
 func (n *Node) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	timeout := n.cfg.RequestTimeout
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d)
+		margin := min(max(left/20, 5*time.Millisecond), 100*time.Millisecond)
+		timeout = min(timeout, left-margin)
+	}
+	return context.WithTimeout(ctx, timeout)
 }
