@@ -188,7 +188,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 	n := h.n
 	cmd := &raftcmdv1.PutPolicies{}
 	for i, p := range req.Msg.GetPolicies() {
-		ap := policyFromAPI(p)
+		ap := PolicyFromAPI(p)
 		if err := ap.Validate(); err != nil {
 			var fe *admission.FieldError
 			if errors.As(err, &fe) {
@@ -208,7 +208,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 				return err
 			}
 			for _, pv := range res.(*fsm.PoliciesResult).Policies {
-				out.Policies = append(out.Policies, policyToAPI(pv))
+				out.Policies = append(out.Policies, PolicyToAPI(pv.Policy, pv.Version))
 			}
 			return nil
 		},
@@ -232,12 +232,14 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
 	out := &quoratev1.ListPoliciesResponse{}
 	for _, pv := range h.n.fsm.Policies() {
-		out.Policies = append(out.Policies, policyToAPI(pv))
+		out.Policies = append(out.Policies, PolicyToAPI(pv.Policy, pv.Version))
 	}
 	return connect.NewResponse(out), nil
 }
 
-func policyFromAPI(p *quoratev1.Policy) admission.Policy {
+// PolicyFromAPI converts a policy from the API's wire form. It does not
+// validate.
+func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 	return admission.Policy{
 		Name:            p.GetName(),
 		Algorithm:       admission.Algorithm(p.GetAlgorithm()),
@@ -250,19 +252,24 @@ func policyFromAPI(p *quoratev1.Policy) admission.Policy {
 	}
 }
 
-func policyToAPI(pv fsm.PolicyVersion) *quoratev1.Policy {
-	p := pv.Policy
-	return &quoratev1.Policy{
-		Name:            p.Name,
-		Algorithm:       string(p.Algorithm),
-		Limit:           p.Limit,
-		Period:          durationpb.New(p.Period),
-		Burst:           p.Burst,
-		MaxCost:         p.MaxCost,
-		OnUnavailable:   string(p.OnUnavailable),
-		Version:         pv.Version,
-		DedupeRetention: durationpb.New(p.DedupeRetention),
+// PolicyToAPI converts a policy to the API's wire form, as given: fields
+// left to their defaults stay unset (zero). version is output only (0 when
+// sending a policy).
+func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
+	out := &quoratev1.Policy{
+		Name:          p.Name,
+		Algorithm:     string(p.Algorithm),
+		Limit:         p.Limit,
+		Period:        durationpb.New(p.Period),
+		Burst:         p.Burst,
+		MaxCost:       p.MaxCost,
+		OnUnavailable: string(p.OnUnavailable),
+		Version:       version,
 	}
+	if p.DedupeRetention != 0 {
+		out.DedupeRetention = durationpb.New(p.DedupeRetention)
+	}
+	return out
 }
 
 // Status is this node's own view of itself and its Raft group, as NodeStatus

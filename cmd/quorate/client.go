@@ -32,18 +32,58 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
 }
 
+// addServersFlags registers --server, which takes a comma-separated list of
+// nodes, and --timeout on cmd, for a command that retries.
+func addServersFlags(cmd *cobra.Command, o *clientOptions) {
+	fs := cmd.Flags()
+	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
+		"host:port; attempts rotate through them, so one dead node does not stop a retry")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
+}
+
 // begin checks the flags and returns the API base URL and a context that
 // ends at the --timeout deadline.
 func (o *clientOptions) begin(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
-	if o.timeout <= 0 {
-		return "", nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
+	if strings.Contains(o.server, ",") {
+		return "", nil, nil, fmt.Errorf("--server: this command takes one server, not a list (got %q)", o.server)
 	}
-	u, err := serverURL(o.server)
+	servers, ctx, cancel, err := o.beginServers(ctx)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("--server: %w", err)
+		return "", nil, nil, err
+	}
+	return servers[0], ctx, cancel, nil
+}
+
+// beginServers checks the flags and returns the API base URLs of the
+// comma-separated --server list and a context that ends at the --timeout
+// deadline.
+func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ context.Context, cancel context.CancelFunc, _ error) {
+	if o.timeout <= 0 {
+		return nil, nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
+	}
+	us, err := serverURLs(o.server)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--server: %w", err)
 	}
 	ctx, cancel = context.WithTimeout(ctx, o.timeout)
-	return u, ctx, cancel, nil
+	return us, ctx, cancel, nil
+}
+
+// serverURLs parses a comma-separated list of servers with serverURL.
+func serverURLs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		u, err := serverURL(p)
+		if err != nil {
+			if len(parts) > 1 {
+				return nil, fmt.Errorf("entry %d of %q: %w", i+1, list, err)
+			}
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // newAdminClient and newAdmissionClient speak the Connect protocol over HTTP/1.1

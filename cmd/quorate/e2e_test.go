@@ -2,11 +2,15 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -118,4 +122,105 @@ func TestEndToEnd(t *testing.T) {
 	if leaderRows != 1 {
 		t.Errorf("status table marks %d leader rows, want 1:\n%s", leaderRows, out)
 	}
+}
+
+// TestEndToEndExactlyOnce drives admits with request IDs against a real
+// 3-node cluster: a repeat gets the recorded answer and spends nothing, a
+// reused request ID with another cost is refused, the caller namespaces the
+// request ID, and a dead node in the --server list is rotated past.
+func TestEndToEndExactlyOnce(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	// 10 per hour: nothing refills during the test.
+	const policies = "policies:\n" +
+		"  - name: e2e-once\n" +
+		"    algorithm: token_bucket\n" +
+		"    limit: 10\n" +
+		"    period: 1h\n" +
+		"    dedupe_retention: 5m\n"
+	if err := os.WriteFile(file, []byte(policies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "policy", "apply", "-f", file, "--server", c.APIURL(0))
+	if err != nil || !strings.Contains(out, "DEDUPE_RETENTION") || !strings.Contains(out, "e2e-once") {
+		t.Fatalf("policy apply: %v\n%s", err, out)
+	}
+
+	admit := func(server int, extra ...string) *quoratev1.AdmitResponse {
+		t.Helper()
+		var d quoratev1.AdmitResponse
+		mustRunJSON(t, &d, append([]string{"admit", "--server", c.APIURL(server), "--policy", "e2e-once", "--key", "k", "-o", "json"}, extra...)...)
+		return &d
+	}
+	first := admit(0, "--request-id", "R")
+	if !first.GetAllowed() || first.GetRemaining() != 9 || first.GetDuplicate() {
+		t.Fatalf("first admit: %v, want allowed with 9 remaining, not a duplicate", first)
+	}
+	// The same request ID through another node: the recorded answer.
+	again := admit(1, "--request-id", "R")
+	if !again.GetDuplicate() {
+		t.Errorf("repeat: %v, want duplicate=true", again)
+	}
+	same := proto.CloneOf(again)
+	same.Duplicate = false
+	if !proto.Equal(same, first) {
+		t.Errorf("repeat answered %v, want the first answer %v with duplicate=true", again, first)
+	}
+	// The bucket was spent once: a new request finds exactly one unit less.
+	if third := admit(2); !third.GetAllowed() || third.GetRemaining() != first.GetRemaining()-1 || third.GetDuplicate() {
+		t.Errorf("new request: %v, want allowed with %d remaining", third, first.GetRemaining()-1)
+	}
+	// Text output marks the duplicate.
+	out, _, err = runCLI(t, "admit", "--server", c.APIURL(2), "--policy", "e2e-once", "--key", "k", "--request-id", "R")
+	if err != nil || !strings.HasPrefix(out, "allowed (duplicate)  remaining=9/10") {
+		t.Errorf("text repeat: %v, output %q; want \"allowed (duplicate)  remaining=9/10 ...\"", err, out)
+	}
+	// The caller namespaces request IDs: R of another caller is a new request.
+	if d := admit(0, "--request-id", "R", "--caller", "other"); d.GetDuplicate() || d.GetRemaining() != 7 {
+		t.Errorf("R of caller other: %v, want a new decision with 7 remaining", d)
+	}
+	if d := admit(1, "--request-id", "R", "--caller", "other"); !d.GetDuplicate() || d.GetRemaining() != 7 {
+		t.Errorf("R of caller other again: %v, want its recorded answer", d)
+	}
+
+	// Reusing a request ID for another request is refused, not retried.
+	_, _, err = runCLI(t, "admit", "--server", c.APIURL(0), "--policy", "e2e-once", "--key", "k", "--request-id", "R", "--cost", "2")
+	var rpcErr *rpcError
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !errors.As(err, &rpcErr) {
+		t.Errorf("request ID reused with another cost: got %v (code %v), want invalid_argument", err, connect.CodeOf(err))
+	}
+	wantErrNaming(t, err, "request_id")
+
+	// A dead node first in the list: the attempt after it goes to a live one.
+	leader := c.Leader(t)
+	dead, live := (leader+1)%3, (leader+2)%3
+	c.Kill(dead)
+	out, errOut, err := runCLI(t, "admit", "--server", c.APIURL(dead)+","+c.APIURL(live), "--policy", "e2e-once", "--key", "k", "--timeout", "20s")
+	if err != nil {
+		t.Fatalf("admit with a dead node first: %v\nstderr: %s", err, errOut)
+	}
+	if !strings.HasPrefix(out, "allowed  remaining=6/10") {
+		t.Errorf("admit with a dead node first: %q, want allowed with 6 remaining", out)
+	}
+	if n := attemptsOf(t, out); n < 2 {
+		t.Errorf("output %q shows %d attempts, want at least 2", out, n)
+	}
+	if !strings.Contains(errOut, "attempt 1 failed: Admit on "+c.APIURL(dead)) {
+		t.Errorf("stderr should report the failed attempt on %s:\n%s", c.APIURL(dead), errOut)
+	}
+}
+
+// attemptsOf reads attempts=N from a text decision; 1 when absent.
+func attemptsOf(t *testing.T, out string) int {
+	t.Helper()
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "attempts="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("bad %q in %q", f, out)
+			}
+			return n
+		}
+	}
+	return 1
 }

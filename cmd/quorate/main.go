@@ -12,8 +12,12 @@
 // Client commands (each takes --server URL, default http://127.0.0.1:7070,
 // and --timeout, default 5s):
 //
-//	quorate admit --policy P --key K [--cost N] [--request-id ID] [-o text|json]
+//	quorate admit --policy P --key K [--cost N] [--caller NAME] [--request-id ID] [-o text|json]
 //	    ask for one admission decision; a denial prints "denied" and exits 0.
+//	    --server may list several nodes (a,b,c). Unavailable answers and
+//	    connection failures are retried until --timeout with the same request
+//	    ID, rotating through the servers: exactly-once, a retry of an applied
+//	    request gets the recorded answer, marked "duplicate".
 //	quorate policy apply -f FILE    create or replace the policies of a YAML file
 //	quorate policy list             list the stored policies with their versions
 //	quorate policy validate -f FILE check a policy file locally, without a server

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -71,11 +72,16 @@ func fmtDuration(d *durationpb.Duration) string {
 // writePolicies prints policies as a table, one line each.
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tBURST\tMAX_COST\tON_UNAVAILABLE")
+	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tBURST\tMAX_COST\tON_UNAVAILABLE\tDEDUPE_RETENTION")
 	for _, p := range policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
+		retention := admission.DefaultDedupeRetention.String() // unset: the server's default
+		if p.GetDedupeRetention() != nil {
+			retention = fmtPeriod(p.GetDedupeRetention())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
 			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()),
-			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"))
+			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"),
+			retention)
 	}
 	return tw.Flush()
 }

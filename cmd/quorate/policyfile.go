@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -28,13 +28,14 @@ import (
 //	    burst: 20           # optional, default limit
 //	    max_cost: 10        # optional, default burst
 //	    on_unavailable: allow  # optional: allow, deny (default) or local
+//	    dedupe_retention: 30m  # optional, a Go duration, 1s..24h; default 10m
 //
 // It is read strictly: an unknown or repeated field, a value of the wrong
 // type or a policy that admission.Policy.Validate refuses is an error naming
 // the file, line, policy and field, so a bad file fails before any RPC.
 
 // policyFields are the fields of one policy, in the order they are documented.
-var policyFields = []string{"name", "algorithm", "limit", "period", "burst", "max_cost", "on_unavailable"}
+var policyFields = []string{"name", "algorithm", "limit", "period", "burst", "max_cost", "on_unavailable", "dedupe_retention"}
 
 // yamlLineRE takes the line out of a YAML syntax error, which the library
 // reports only as text: "yaml: line 3: did not find expected key".
@@ -218,10 +219,14 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 		case "on_unavailable":
 			p.OnUnavailable = admission.OnUnavailable(v.Value)
 		case "period":
-			p.Period, err = time.ParseDuration(v.Value)
-			if err != nil {
+			if p.Period, err = parseDuration(v); err != nil {
 				e.Err = err
 				return nil, fail(v.Line, field, "invalid duration %q; use a number and a unit, e.g. 500ms, 1s, 1m, 15m, 24h", v.Value)
+			}
+		case "dedupe_retention":
+			if p.DedupeRetention, err = parseDuration(v); err != nil {
+				e.Err = err
+				return nil, fail(v.Line, field, "invalid duration %q; use a number and a unit between 1s and 24h, e.g. 30s, 10m, 1h", v.Value)
 			}
 		case "limit":
 			p.Limit, err = decodeInt(v)
@@ -250,20 +255,12 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 		}
 		return nil, fail(line, fe.Field, "%s", fe.Reason)
 	}
-	return policyProto(p), nil
+	return node.PolicyToAPI(p, 0), nil
 }
 
-// policyProto converts a validated policy to the wire type, as written.
-func policyProto(p admission.Policy) *quoratev1.Policy {
-	return &quoratev1.Policy{
-		Name:          p.Name,
-		Algorithm:     string(p.Algorithm),
-		Limit:         p.Limit,
-		Period:        durationpb.New(p.Period),
-		Burst:         p.Burst,
-		MaxCost:       p.MaxCost,
-		OnUnavailable: string(p.OnUnavailable),
-	}
+// parseDuration reads a Go duration string such as 1m or 500ms.
+func parseDuration(v *yaml.Node) (time.Duration, error) {
+	return time.ParseDuration(v.Value)
 }
 
 func decodeInt(v *yaml.Node) (int64, error) {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Retries with the same request ID (DESIGN.md §3). The request is built once
+// by the caller and captured by the attempt function; the loop only sees
+// func(ctx, server) error, so it cannot change what is sent: every attempt
+// carries the same request ID and payload, and a retry of a request that was
+// applied gets the recorded answer (duplicate=true) instead of spending again.
+
+// backoff is the wait between attempts: initial after the first failure,
+// doubling up to max, each wait drawn uniformly from [d/2, d] (equal jitter,
+// so that clients that failed together do not retry together, yet never
+// retry at once).
+type backoff struct {
+	initial time.Duration
+	max     time.Duration
+}
+
+// defaultBackoff is the CLI's: 20ms, 40ms, ... capped at 500ms.
+var defaultBackoff = backoff{initial: 20 * time.Millisecond, max: 500 * time.Millisecond}
+
+// wait returns the jittered wait before retry number n (1 for the wait after
+// the first failed attempt).
+func (b backoff) wait(n int) time.Duration {
+	d := b.initial
+	for i := 1; i < n && d < b.max; i++ {
+		d *= 2
+	}
+	d = min(d, b.max)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// retryable reports whether a failed attempt may be retried with the same
+// request ID: Unavailable (no leader or quorum, with or without the
+// OutcomeUnknown detail), a server's DeadlineExceeded for one attempt, and
+// transport failures (connection refused or reset, EOF). It is false for the
+// caller's own deadline or cancellation (context.DeadlineExceeded,
+// context.Canceled: the time to retry is over) and for every answer about the
+// request itself (InvalidArgument, NotFound, ResourceExhausted,
+// FailedPrecondition, ...), which a retry would only repeat.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	// Checked first: context.DeadlineExceeded also satisfies net.Error.
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if isTransportError(err) {
+		return true
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+			return true
+		}
+	}
+	return false
+}
+
+// isTransportError reports whether err is a failure to reach the server or
+// to read its answer, rather than an answer.
+func isTransportError(err error) bool {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &opErr), errors.As(err, &dnsErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, os.ErrDeadlineExceeded): // a dial or read timeout of the transport
+		return true
+	}
+	return false
+}
+
+// outcomeUnknown reports whether a failed attempt may have been applied. It
+// is false only when the request certainly was not: the connection was never
+// made (a failed dial), or the server answered with an error that says so (an
+// Unavailable without the OutcomeUnknown detail, such as NotLeader, or any
+// answer about the request itself, such as InvalidArgument). A request that
+// was sent and then lost (reset, EOF, the caller's deadline), a server's
+// DeadlineExceeded and an OutcomeUnknown detail all leave the outcome unknown.
+func outcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && hasOutcomeUnknown(ce) {
+		return true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
+		return false // nothing was sent
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return false // nothing was sent
+	}
+	if ce != nil && connect.IsWireError(err) {
+		// The server's own answer.
+		return ce.Code() == connect.CodeDeadlineExceeded
+	}
+	return true
+}
+
+// hasOutcomeUnknown reports whether ce carries the OutcomeUnknown detail.
+func hasOutcomeUnknown(ce *connect.Error) bool {
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// retrier makes attempts of one request until one succeeds, one fails with an
+// error that is not retryable, or the context ends.
+type retrier struct {
+	// servers are tried in turn: attempt i goes to servers[i % len(servers)],
+	// so a dead node does not stop the retries.
+	servers []string
+	backoff backoff
+	// retryHint is appended to the error when the context ends after an
+	// attempt whose outcome is unknown, e.g. the command line to retry with
+	// the same request ID. It is text only: the request is the attempt
+	// function's.
+	retryHint string
+	// onRetry, if set, is told of each failed attempt that will be retried
+	// after wait.
+	onRetry func(attempt int, server string, err error, wait time.Duration)
+}
+
+// do calls attempt until it succeeds or the retries are over, and returns
+// the number of attempts made. Each attempt gets ctx, i.e. all of the time
+// that remains until the caller's deadline. When more than one attempt was
+// made, or the context ended, a failure is a *retryError wrapping the last
+// attempt's error; a single attempt's error is returned as it is.
+func (r retrier) do(ctx context.Context, attempt func(ctx context.Context, server string) error) (attempts int, _ error) {
+	if len(r.servers) == 0 {
+		return 0, errors.New("no server to send the request to")
+	}
+	started := time.Now()
+	unknown := false
+	for {
+		server := r.servers[attempts%len(r.servers)]
+		attempts++
+		err := attempt(ctx, server)
+		if err == nil {
+			return attempts, nil
+		}
+		unknown = unknown || outcomeUnknown(err)
+		fail := func(stopped error) error {
+			if attempts == 1 && stopped == nil {
+				return err
+			}
+			return &retryError{Attempts: attempts, Elapsed: time.Since(started), Unknown: unknown,
+				Last: err, Stopped: stopped, hint: r.retryHint}
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return attempts, fail(ctxErr)
+		}
+		if !retryable(err) {
+			return attempts, fail(nil)
+		}
+		wait := r.backoff.wait(attempts)
+		if r.onRetry != nil {
+			r.onRetry(attempts, server, err, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return attempts, fail(ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// retryError is the failure of a request that was attempted more than once,
+// or whose retries the caller's deadline cut short. It unwraps to the last
+// attempt's error (so connect.CodeOf gives its code) and to the context's
+// error when that stopped the retries.
+type retryError struct {
+	Attempts int
+	Elapsed  time.Duration
+	// Unknown is set when some attempt may have been applied: retrying with
+	// the same request ID is then the only way to learn the outcome without
+	// spending twice.
+	Unknown bool
+	Last    error // the last attempt's error
+	Stopped error // context.DeadlineExceeded or context.Canceled; nil when Last was not retryable
+	hint    string
+}
+
+func (e *retryError) Unwrap() []error {
+	if e.Stopped != nil {
+		return []error{e.Last, e.Stopped}
+	}
+	return []error{e.Last}
+}
+
+func (e *retryError) Error() string {
+	var b strings.Builder
+	attempts := fmt.Sprintf("%d %s in %v", e.Attempts, plural(e.Attempts, "attempt", "attempts"), e.Elapsed.Round(time.Millisecond))
+	switch {
+	case e.Stopped == nil:
+		fmt.Fprintf(&b, "after %s: %v", attempts, e.Last)
+	case errors.Is(e.Stopped, context.DeadlineExceeded):
+		fmt.Fprintf(&b, "deadline exceeded after %s; last error: %v", attempts, e.Last)
+	default:
+		fmt.Fprintf(&b, "%v after %s; last error: %v", e.Stopped, attempts, e.Last)
+	}
+	switch {
+	case e.Unknown:
+		b.WriteString("; the outcome is unknown: the request may or may not have been applied")
+		if e.hint != "" {
+			b.WriteString("; " + e.hint)
+		}
+	case e.Stopped != nil:
+		b.WriteString("; the request was not applied")
+	}
+	return b.String()
+}
