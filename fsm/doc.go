@@ -1,7 +1,16 @@
 // Package fsm is the replicated state machine of one Quorate Raft group: it
 // decodes log entries (raftcmdv1.Envelope), applies them to the group's state
-// — policies, node addresses and token buckets — and writes and restores
-// snapshots.
+// — policies, node addresses, token buckets and the request-ID table — and
+// writes and restores snapshots.
+//
+// # Exactly-once
+//
+// An Admit that carries a request ID is looked up in the request-ID table
+// (package dedupe) first: a repeat within the policy's dedupe_retention gets
+// the recorded first answer with Duplicate set and changes nothing; the same
+// ID with another policy, key or cost is refused (ErrRequestIDReused). A new
+// decision, allowed or denied, is recorded before the bucket is spent, so a
+// full table (ErrDedupeFull) refuses the request without spending.
 //
 // # Determinism
 //
@@ -24,8 +33,11 @@
 // # Memory
 //
 // A token bucket that has refilled completely is equal to no bucket at all,
-// so each Apply reclaims up to SweepPerApply such buckets in order of expiry
-// (a deterministic index ordered by (expiry, key)). State is bounded by the
-// keys active within their refill time, and by Options.MaxBuckets: a new key
-// beyond it is refused with ErrGroupFull; nothing existing is evicted.
+// and a request-ID entry past its retention is equal to none, so each Apply
+// reclaims up to SweepPerApply of each in order of expiry (deterministic
+// indexes ordered by (expiry, key)), and an Expire entry, which the leader
+// proposes when its replica holds expired state, reclaims up to ExpireBatch.
+// State is bounded by what is live, and by Options.MaxBuckets and
+// Options.MaxDedupeEntries: beyond them new keys or request IDs are refused
+// (ErrGroupFull, ErrDedupeFull); nothing live is evicted.
 package fsm
