@@ -93,8 +93,8 @@ func (t *Table) Get(k Key, now int64) (Entry, bool) {
 }
 
 // Put records e. An expired entry under the same key is replaced. When the
-// table is full of unexpired entries, Put first reclaims one expired entry if
-// there is one, then fails with ErrFull.
+// table is full, Put first reclaims expired entries to make room, then fails
+// with ErrFull if it is still full of unexpired ones.
 func (t *Table) Put(e Entry, now int64) error {
 	if old, ok := t.byKey[e.Key]; ok {
 		if old.ExpiresAt > now {
@@ -102,8 +102,10 @@ func (t *Table) Put(e Entry, now int64) error {
 		}
 		t.remove(old)
 	}
-	if len(t.byKey) >= t.maxEntries {
-		t.Sweep(now, 1)
+	if excess := len(t.byKey) - t.maxEntries; excess >= 0 {
+		// Expired entries are absent: make room from them first (more than
+		// one when a restore left the table above its bound).
+		t.Sweep(now, excess+1)
 	}
 	if len(t.byKey) >= t.maxEntries {
 		return fmt.Errorf("%w (%d unexpired entries)", ErrFull, t.maxEntries)

@@ -9,13 +9,22 @@ import (
 )
 
 // benchPolicy refills slowly enough that 10k keys hit round-robin stay live
-// and are nearly always allowed.
-var benchPolicy = tokenBucket("api", 1000, time.Hour, 1000, 0)
+// and are nearly always allowed. Its request IDs are kept for 1s, so that at
+// one entry per 100µs the request-ID table holds a steady 10k entries, one
+// reclaimed per Apply, instead of growing for the whole benchmark.
+var benchPolicy = withRetention(tokenBucket("api", 1000, time.Hour, 1000, 0), time.Second)
 
 // BenchmarkApplyAdmit applies one Admit entry per op, round-robin over 10k
 // keys, with the leader clock advancing 100µs per entry. Entries are encoded
 // in chunks outside the timer.
-func BenchmarkApplyAdmit(b *testing.B) {
+func BenchmarkApplyAdmit(b *testing.B) { benchApplyAdmit(b, false) }
+
+// BenchmarkApplyAdmitWithRequestID is BenchmarkApplyAdmit with a unique
+// request ID (32 hex characters) and a caller on every Admit: each op looks
+// the request up, records its result and reclaims an expired entry.
+func BenchmarkApplyAdmitWithRequestID(b *testing.B) { benchApplyAdmit(b, true) }
+
+func benchApplyAdmit(b *testing.B, withID bool) {
 	const keys, chunk = 10_000, 4096
 	a := newApplier(b, fsm.Options{})
 	a.putPolicies(t0, benchPolicy)
@@ -29,12 +38,19 @@ func BenchmarkApplyAdmit(b *testing.B) {
 		entries = entries[:0]
 		for range chunk {
 			now := t0 + int64(next)*int64(100*time.Microsecond)
-			entries = append(entries, encode(b, admitEnv(now, "api", names[next%keys], 1)))
+			env := admitEnv(now, "api", names[next%keys], 1)
+			if withID {
+				env = admitIDEnv(now, "svc-checkout", fmt.Sprintf("%032x", uint64(next)*0x9e3779b97f4a7c15), "api", names[next%keys], 1)
+			}
+			entries = append(entries, encode(b, env))
 			next++
 		}
 	}
 	refill()
-	for i := range keys { // warm: every key has a bucket
+	for i := range keys { // warm: every key has a bucket (and 1s of request IDs)
+		if i%chunk == 0 && i > 0 {
+			refill()
+		}
 		applyData(a.f, uint64(i+2), entries[i%chunk])
 	}
 	refill()
@@ -48,13 +64,20 @@ func BenchmarkApplyAdmit(b *testing.B) {
 			j = 0
 			b.StartTimer()
 		}
-		if _, ok := applyData(a.f, uint64(keys+i+2), entries[j]).(*fsm.AdmitResult); !ok {
-			b.Fatal("admit was not decided")
+		r, ok := applyData(a.f, uint64(keys+i+2), entries[j]).(*fsm.AdmitResult)
+		if !ok || r.Duplicate {
+			b.Fatal("admit was not decided afresh")
 		}
 		j++
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(a.f.BucketCount()), "buckets")
+	if withID {
+		b.ReportMetric(float64(a.f.DedupeLen()), "entries")
+		if a.f.DedupeLen() > 2*keys {
+			b.Fatalf("%d request-ID entries, want a steady state near %d", a.f.DedupeLen(), keys)
+		}
+	}
 }
 
 // BenchmarkSnapshotPersist snapshots and persists a group of 100k buckets

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -16,7 +18,8 @@ import (
 
 // policyVariants are the definitions the generators put, by name. Within a
 // name, some variants are equal after defaults (a re-put that keeps the
-// version) and some differ (version+1).
+// version) and some differ (version+1). Some keep request IDs for only a
+// second or two, so that entries expire within a generated log.
 var policyVariants = map[string][]admission.Policy{
 	"api": {
 		tokenBucket("api", 60, time.Minute, 20, 10),
@@ -27,13 +30,14 @@ var policyVariants = map[string][]admission.Policy{
 		tokenBucket("fast", 10, time.Second, 0, 0),
 		tokenBucket("fast", 10, time.Second, 10, 10), // same as above after defaults
 		tokenBucket("fast", 10, time.Second, 5, 0),
+		withRetention(tokenBucket("fast", 10, time.Second, 5, 0), time.Second),
 	},
 	"slow": {
 		tokenBucket("slow", 100, time.Hour, 50, 5),
 		tokenBucket("slow", 100, time.Hour, 25, 5),
 	},
 	"tiny": {
-		tokenBucket("tiny", 3, time.Second, 3, 1),
+		withRetention(tokenBucket("tiny", 3, time.Second, 3, 1), 2*time.Second),
 		tokenBucket("tiny", 7, 10*time.Millisecond, 2, 2),
 	},
 }
@@ -60,14 +64,17 @@ func initialPolicies(now int64) *raftcmdv1.Envelope {
 }
 
 // genEntries returns n encoded entries drawn from r: policy puts (some
-// invalid, some duplicated, some re-puts), node registrations and Admits over
-// a few hundred keys with valid and invalid costs, keys and policies, stamped
-// by a leader clock that mostly moves forward, sometimes jumps back (a new
-// leader with a slow clock) and sometimes jumps far ahead (buckets expire).
+// invalid, some duplicated, some re-puts), node registrations, Expire entries
+// and Admits over a few hundred keys with valid and invalid costs, keys and
+// policies, most with request IDs from a small pool of a few callers (exact
+// retries, reuses with another payload, collisions), stamped by a leader
+// clock that mostly moves forward, sometimes jumps back (a new leader with a
+// slow clock) and sometimes jumps far ahead (buckets and entries expire).
 func genEntries(tb testing.TB, r *rand.Rand, n int) [][]byte {
 	tb.Helper()
 	now := t0
 	out := [][]byte{encode(tb, initialPolicies(now))}
+	var recent []*raftcmdv1.Admit // the last Admits with a request ID
 	for len(out) < n {
 		switch x := r.IntN(100); {
 		case x < 6:
@@ -86,8 +93,31 @@ func genEntries(tb testing.TB, r *rand.Rand, n int) [][]byte {
 		case x < 4:
 			id := fmt.Sprintf("n%d", r.IntN(5))
 			env = registerNodeEnv(now, id, fmt.Sprintf("10.0.0.%d:%d", r.IntN(5), 7000+r.IntN(3)), id+".api:8080")
+		case x < 7:
+			env = expireEnv(now)
 		default:
 			env = admitEnv(now, genPolicyName(r), genKey(r), genCost(r))
+			c := env.GetAdmit()
+			switch y := r.IntN(100); {
+			case y < 30:
+				// No request ID.
+			case y >= 57 || len(recent) == 0:
+				c.Caller, c.RequestId = genRequestID(r)
+			case y < 50:
+				// A retry: the same request again.
+				prev := recent[len(recent)-1-r.IntN(min(len(recent), 8))]
+				c.Policy, c.Key, c.Cost, c.Caller, c.RequestId = prev.Policy, prev.Key, prev.Cost, prev.Caller, prev.RequestId
+			case y < 57:
+				// The same request ID with this new payload.
+				prev := recent[len(recent)-1-r.IntN(min(len(recent), 8))]
+				c.Caller, c.RequestId = prev.Caller, prev.RequestId
+			}
+			if c.RequestId != "" {
+				recent = append(recent, c)
+				if len(recent) > 64 {
+					recent = recent[32:]
+				}
+			}
 		}
 		out = append(out, encode(tb, env))
 	}
@@ -109,6 +139,14 @@ func genPutPolicies(r *rand.Rand, now int64) *raftcmdv1.Envelope {
 	}
 	r.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 	return putPoliciesEnv(now, ps...)
+}
+
+// genRequestID draws a caller and a request ID from small pools, so that
+// distinct requests collide on a request ID, under the same caller or
+// another.
+func genRequestID(r *rand.Rand) (caller, rid string) {
+	callers := []string{"", "svc-a", "svc-b"}
+	return callers[r.IntN(len(callers))], fmt.Sprintf("req-%02d", r.IntN(40))
 }
 
 func genPolicyName(r *rand.Rand) string {
@@ -177,6 +215,9 @@ func checkRestoreAt(tb testing.TB, opts fsm.Options, entries [][]byte, k int, di
 		junk.apply(registerNodeEnv(t0+int64(1000*time.Hour), "junk", "j:1", "j:2"))
 		junk.mustAdmit(t0+int64(1000*time.Hour), "junk", "k001", 1)
 		junk.mustAdmit(t0+int64(1000*time.Hour), "api", "k001", 1)
+		// Request IDs the generated logs use, under other payloads.
+		junk.mustAdmitID(t0+int64(1000*time.Hour), req{"svc-a", "req-01", "junk", "k001", 1})
+		junk.mustAdmitID(t0+int64(1000*time.Hour), req{"", "req-02", "api", "k002", 1})
 	}
 	restoreFrom(tb, c, bSnap)
 	if got := snapshotBytes(tb, c); !bytes.Equal(got, bSnap) {
@@ -208,6 +249,17 @@ func compareReads(tb testing.TB, what string, a, c *fsm.FSM) {
 	}
 	if x, y := a.Nodes(), c.Nodes(); !reflect.DeepEqual(x, y) {
 		tb.Fatalf("%s: Nodes %+v vs %+v", what, x, y)
+	}
+	if x, y := a.DedupeLen(), c.DedupeLen(); x != y {
+		tb.Fatalf("%s: DedupeLen %d vs %d", what, x, y)
+	}
+	if x, y := a.DedupeBytes(), c.DedupeBytes(); x != y {
+		tb.Fatalf("%s: DedupeBytes %d vs %d", what, x, y)
+	}
+	x, xok := a.NextExpiry()
+	y, yok := c.NextExpiry()
+	if x != y || xok != yok {
+		tb.Fatalf("%s: NextExpiry %d %v vs %d %v", what, x, xok, y, yok)
 	}
 }
 
@@ -244,6 +296,9 @@ func tallyOutcomes(outs []outcome) tally {
 			} else {
 				t["denied"]++
 			}
+			if o.Admit.Duplicate {
+				t["duplicate"]++
+			}
 		case "policies":
 			t["policies"]++
 			for _, p := range o.Policies {
@@ -269,6 +324,7 @@ func TestApplyDeterminism(t *testing.T) {
 	}{
 		{"default", fsm.Options{}},
 		{"max_buckets_60", fsm.Options{MaxBuckets: 60}},
+		{"max_dedupe_25", fsm.Options{MaxDedupeEntries: 25}},
 	} {
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
@@ -289,9 +345,13 @@ func TestApplyDeterminism(t *testing.T) {
 				got := tallyOutcomes(aOuts)
 				t.Logf("outcomes: %v", got)
 				want := []string{"allowed", "denied", "policies", "version>1", "nil",
-					"unknown_policy/", "invalid_request/key", "invalid_request/cost", "invalid_policy"}
+					"unknown_policy/", "invalid_request/key", "invalid_request/cost", "invalid_policy",
+					"duplicate", "request_id_reused+invalid_request/request_id"}
 				if tc.opts.MaxBuckets != 0 {
 					want = append(want, "group_full/")
+				}
+				if tc.opts.MaxDedupeEntries != 0 {
+					want = append(want, "dedupe_full/")
 				}
 				for _, w := range want {
 					if got[w] == 0 {
@@ -309,115 +369,66 @@ func TestApplyDeterminism(t *testing.T) {
 }
 
 // TestApplyDeterminismSweeps checks that the generated logs really expire
-// and reclaim buckets, so that the determinism test covers the sweep.
+// and reclaim buckets and request-ID entries, by the sweep of every Apply and
+// by Expire entries, and retry requests after their entries expired, so that
+// the determinism test covers all of it.
 func TestApplyDeterminismSweeps(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	entries := genEntries(t, r, 3000)
 	f := fsm.New(fsm.Options{})
-	drops, maxCount := 0, 0
+	decided := map[[2]string]*raftcmdv1.Admit{} // by (caller, request ID): the last payload decided afresh
+	counts := map[string]int{}
+	maxBuckets, maxEntries := 0, 0
 	prevNow := int64(0)
 	for i, data := range entries {
-		before := f.BucketCount()
-		applyData(f, uint64(i+1), data)
-		after := f.BucketCount()
-		if after < before {
-			drops++
-			if before-after > fsm.SweepPerApply {
-				t.Fatalf("entry %d: BucketCount dropped by %d, more than SweepPerApply %d", i+1, before-after, fsm.SweepPerApply)
+		var env raftcmdv1.Envelope
+		if err := proto.Unmarshal(data, &env); err != nil {
+			t.Fatal(err)
+		}
+		kind, limit := "apply", fsm.SweepPerApply
+		if env.GetExpire() != nil {
+			kind, limit = "expire", fsm.SweepPerApply+fsm.ExpireBatch
+		}
+		bBefore, dBefore := f.BucketCount(), f.DedupeLen()
+		res := applyData(f, uint64(i+1), data)
+		for _, c := range []struct {
+			what          string
+			before, after int
+		}{{"buckets", bBefore, f.BucketCount()}, {"entries", dBefore, f.DedupeLen()}} {
+			if c.after > c.before+1 {
+				t.Fatalf("entry %d: %s grew by %d", i+1, c.what, c.after-c.before)
+			}
+			if c.before-c.after > limit {
+				t.Fatalf("entry %d (%s): %s dropped by %d, more than %d", i+1, kind, c.what, c.before-c.after, limit)
+			}
+			if c.after < c.before {
+				counts[c.what+" reclaimed by "+kind]++
 			}
 		}
-		if after > before+1 {
-			t.Fatalf("entry %d: BucketCount grew by %d", i+1, after-before)
+		maxBuckets, maxEntries = max(maxBuckets, f.BucketCount()), max(maxEntries, f.DedupeLen())
+		if c := env.GetAdmit(); c.GetRequestId() != "" {
+			if ar, ok := res.(*fsm.AdmitResult); ok && !ar.Duplicate {
+				k := [2]string{c.GetCaller(), c.GetRequestId()}
+				if p := decided[k]; p != nil && p.GetPolicy() == c.GetPolicy() && p.GetKey() == c.GetKey() && p.GetCost() == c.GetCost() {
+					counts["decided again after expiry"]++
+				}
+				decided[k] = c
+			}
 		}
-		maxCount = max(maxCount, after)
 		if now := f.LastNow(); now < prevNow {
 			t.Fatalf("entry %d: LastNow went back from %d to %d", i+1, prevNow, now)
 		} else {
 			prevNow = now
 		}
 	}
-	if drops == 0 || maxCount < 50 {
-		t.Fatalf("generated log: %d sweeps, at most %d buckets; want both sweeps and a few dozen live buckets", drops, maxCount)
-	}
-}
-
-// fuzzEntries turns fuzz bytes into a log: the first byte picks the restore
-// point, then each 4 bytes (op, key, cost, time) make one entry after an
-// initial PutPolicies.
-func fuzzEntries(tb testing.TB, data []byte) (entries [][]byte, k int) {
-	tb.Helper()
-	now := t0
-	entries = [][]byte{encode(tb, initialPolicies(now))}
-	if len(data) == 0 {
-		return entries, 0
-	}
-	split, data := int(data[0]), data[1:]
-	for ; len(data) >= 4; data = data[4:] {
-		op, kb, cb, tb8 := data[0], data[1], data[2], int8(data[3])
-		switch tb8 {
-		case 127:
-			now += int64(25 * time.Hour)
-		case -128:
-			now -= int64(time.Hour)
-		default:
-			now += int64(tb8) * int64(time.Millisecond)
+	t.Logf("%v; at most %d buckets and %d request-ID entries", counts, maxBuckets, maxEntries)
+	for _, w := range []string{"buckets reclaimed by apply", "buckets reclaimed by expire", "entries reclaimed by apply",
+		"entries reclaimed by expire", "decided again after expiry"} {
+		if counts[w] == 0 {
+			t.Errorf("the generated log has no %q", w)
 		}
-		var env *raftcmdv1.Envelope
-		switch op % 32 {
-		case 0:
-			name := policyNames[int(kb)%len(policyNames)]
-			vs := policyVariants[name]
-			ps := []admission.Policy{vs[int(kb)/len(policyNames)%len(vs)]}
-			if cb%2 == 1 {
-				ps = append(ps, invalidPolicies[int(cb/2)%len(invalidPolicies)])
-			}
-			env = putPoliciesEnv(now, ps...)
-		case 1:
-			env = registerNodeEnv(now, fmt.Sprintf("n%d", kb%4), fmt.Sprintf("r%d", cb), "api")
-		default:
-			policy := policyNames[int(op)%len(policyNames)]
-			if op%32 == 2 {
-				policy = "nope"
-			}
-			key := fmt.Sprintf("k%d", kb%64)
-			switch kb {
-			case 255:
-				key = ""
-			case 254:
-				key = strings.Repeat("y", admission.MaxKeyBytes+1)
-			}
-			cost := int64(cb % 8)
-			switch cb {
-			case 255:
-				cost = -1
-			case 254:
-				cost = 1_000_000
-			}
-			env = admitEnv(now, policy, key, cost)
-		}
-		entries = append(entries, encode(tb, env))
 	}
-	return entries, split % (len(entries) + 1)
-}
-
-func FuzzApplyDeterminism(f *testing.F) {
-	f.Add([]byte{})
-	f.Add([]byte{2, 3, 1, 1, 1, 3, 1, 1, 1, 3, 1, 1, 0})
-	f.Add([]byte{5, 4, 7, 3, 10, 5, 7, 3, 10, 6, 7, 3, 127, 4, 7, 1, 0, 4, 8, 1, 0})
-	f.Add([]byte{9, 0, 5, 1, 0, 0, 9, 3, 0, 3, 9, 7, 10, 1, 2, 3, 4, 2, 9, 1, 0, 7, 255, 1, 0, 7, 254, 1, 0})
-	f.Add([]byte{1, 3, 1, 255, 0, 3, 1, 254, 0, 3, 1, 0, 0, 4, 9, 1, 128, 4, 9, 1, 128, 4, 9, 1, 5})
-	f.Add(bytes.Repeat([]byte{3, 1, 2, 1}, 64))
-	f.Add(append([]byte{200}, bytes.Repeat([]byte{4, 9, 1, 200, 3, 10, 1, 127, 0, 4, 0, 0}, 20)...))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, k := fuzzEntries(t, data)
-		opts := fsm.Options{MaxBuckets: 40}
-		a, aOuts := runAll(t, opts, entries)
-		aSnap := snapshotBytes(t, a)
-		checkRestoreAt(t, opts, entries, k, false, a, aOuts, aSnap)
-		if testing.Short() {
-			return
-		}
-		checkPersistStable(t, a)
-		checkRestoreAt(t, opts, entries, len(entries)/2, true, a, aOuts, aSnap)
-	})
+	if maxBuckets < 50 || maxEntries < 20 {
+		t.Fatalf("generated log: at most %d buckets and %d request-ID entries; want a few dozen live", maxBuckets, maxEntries)
+	}
 }

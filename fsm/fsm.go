@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -22,17 +23,18 @@ const EnvelopeVersion = 1
 // SweepPerApply is the most expired buckets one Apply deletes.
 const SweepPerApply = 32
 
-// ExpireBatch is the most buckets and the most dedupe entries one Expire
-// entry deletes.
+// ExpireBatch is the most buckets and the most dedupe entries an Expire
+// entry deletes on top of the SweepPerApply every entry reclaims.
 const ExpireBatch = 4096
 
 // DefaultMaxBuckets is the default bound on live buckets per group.
 const DefaultMaxBuckets = 10_000_000
 
 // DefaultMaxDedupeEntries is the default bound on unexpired request-ID
-// entries per group: at about 200 bytes each (dedupe.Table.Bytes), 2M
-// entries hold about 400 MB, and cover 10 minutes of 3,300 decisions/s
-// carrying request IDs.
+// entries per group. An entry takes about 250 bytes of heap (measured by
+// dedupe's TestMemoryPerEntry with a 12-byte caller and a 32-character
+// request ID), so a full table holds about 500 MB; it covers 10 minutes of
+// 3,300 decisions/s that all carry request IDs.
 const DefaultMaxDedupeEntries = 2_000_000
 
 var (
@@ -197,8 +199,9 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	b, exists := f.buckets.get(key)
 	next, d := admission.DecideTokenBucket(pv.Policy, b, c.GetCost(), now)
 	if d.Allowed && !exists && f.buckets.len() >= f.opts.MaxBuckets {
-		// Expired buckets are absent: make room from them first.
-		f.buckets.sweep(now, 1)
+		// Expired buckets are absent: make room from them first (more than
+		// one when a restore left the group above its bound).
+		f.buckets.sweep(now, f.buckets.len()-f.opts.MaxBuckets+1)
 		if f.buckets.len() >= f.opts.MaxBuckets {
 			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
 		}
@@ -208,7 +211,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	if c.GetRequestId() != "" {
 		err := f.dedupe.Put(dedupe.Entry{
 			Key: dk, Fingerprint: fp, Result: encodeAdmitRecord(res),
-			ExpiresAt: now + int64(pv.Policy.WithDefaults().DedupeRetention),
+			ExpiresAt: addSaturating(now, int64(pv.Policy.WithDefaults().DedupeRetention)),
 		}, now)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
@@ -248,6 +251,14 @@ func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 		out.Policies[i] = old
 	}
 	return out
+}
+
+// addSaturating returns a+b for b ≥ 0, capped at math.MaxInt64.
+func addSaturating(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // BucketKey is the state key of (policy, key).

@@ -226,6 +226,8 @@ func errClass(err error) string {
 	}{
 		{"unknown_policy", fsm.ErrUnknownPolicy},
 		{"group_full", fsm.ErrGroupFull},
+		{"dedupe_full", fsm.ErrDedupeFull},
+		{"request_id_reused", fsm.ErrRequestIDReused},
 		{"invalid_request", admission.ErrInvalidRequest},
 		{"invalid_policy", admission.ErrInvalidPolicy},
 	} {
@@ -287,5 +289,56 @@ func checkFSMPanic(tb testing.TB, msg string) {
 	tb.Helper()
 	if !strings.HasPrefix(msg, "fsm:") {
 		tb.Fatalf("panic %q, want a message starting with %q", msg, "fsm:")
+	}
+}
+
+// admitIDEnv is an Admit carrying a caller and a request ID.
+func admitIDEnv(now int64, caller, rid, policy, key string, cost int64) *raftcmdv1.Envelope {
+	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Admit{
+		Admit: &raftcmdv1.Admit{Policy: policy, Key: key, Cost: cost, RequestId: rid, Caller: caller},
+	}}
+}
+
+func expireEnv(now int64) *raftcmdv1.Envelope {
+	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}}
+}
+
+// req is an Admit with a request ID, for the dedupe tests.
+type req struct {
+	caller, rid, policy, key string
+	cost                     int64
+}
+
+func (r req) env(now int64) *raftcmdv1.Envelope {
+	return admitIDEnv(now, r.caller, r.rid, r.policy, r.key, r.cost)
+}
+
+// mustAdmitID applies r, which must be decided.
+func (a *applier) mustAdmitID(now int64, r req) fsm.AdmitResult {
+	a.tb.Helper()
+	res := a.apply(r.env(now))
+	ar, ok := res.(*fsm.AdmitResult)
+	if !ok {
+		a.tb.Fatalf("Admit%+v at %d = %v, want *fsm.AdmitResult", r, now, res)
+	}
+	return *ar
+}
+
+// admitIDErr applies r, which must be refused, and returns the error.
+func (a *applier) admitIDErr(now int64, r req) error {
+	a.tb.Helper()
+	res := a.apply(r.env(now))
+	err, ok := res.(error)
+	if !ok {
+		a.tb.Fatalf("Admit%+v at %d = %#v, want an error", r, now, res)
+	}
+	return err
+}
+
+// expire applies an Expire entry, whose result must be nil.
+func (a *applier) expire(now int64) {
+	a.tb.Helper()
+	if res := a.apply(expireEnv(now)); res != nil {
+		a.tb.Fatalf("Expire at %d = %#v, want nil", now, res)
 	}
 }

@@ -158,6 +158,9 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		if len(d.GetFingerprint()) != 16 {
 			return nil, fmt.Errorf("%w: dedupe record with a %d-byte fingerprint", ErrBadSnapshot, len(d.GetFingerprint()))
 		}
+		if err := proto.Unmarshal(d.GetResult(), &raftcmdv1.AdmitRecord{}); err != nil {
+			return nil, fmt.Errorf("%w: dedupe record %q/%q: result: %v", ErrBadSnapshot, d.GetCaller(), d.GetRequestId(), err)
+		}
 		s.dedupe = append(s.dedupe, dedupe.Entry{
 			Key:         dedupe.Key{Caller: d.GetCaller(), RequestID: d.GetRequestId()},
 			Fingerprint: [16]byte(d.GetFingerprint()),
