@@ -9,11 +9,38 @@ import (
 // Algorithm names an admission algorithm.
 type Algorithm string
 
-// AlgorithmTokenBucket is the token bucket, implemented as GCRA
-// (DecideTokenBucket). It is the only algorithm built so far; the other names
-// of the design (fixed_window, sliding_window, sliding_log, quota,
-// concurrency) are recognised by Validate and rejected as not implemented.
-const AlgorithmTokenBucket Algorithm = "token_bucket"
+// The algorithms. AlgorithmConcurrency (leases) is recognised by Validate
+// but not built yet.
+const (
+	// AlgorithmTokenBucket is the token bucket as GCRA (DecideTokenBucket):
+	// limit per period sustained, bursts up to burst.
+	AlgorithmTokenBucket Algorithm = "token_bucket"
+	// AlgorithmFixedWindow counts units in windows of one period aligned to
+	// the Unix epoch; up to limit per window.
+	AlgorithmFixedWindow Algorithm = "fixed_window"
+	// AlgorithmSlidingWindow weighs the previous fixed window's count by how
+	// much of it the rolling period still covers (an approximation).
+	AlgorithmSlidingWindow Algorithm = "sliding_window"
+	// AlgorithmSlidingLog keeps every admitted request of the last period:
+	// an exact rolling window, for small limits.
+	AlgorithmSlidingLog Algorithm = "sliding_log"
+	// AlgorithmQuota counts units per calendar period in UTC (day, week from
+	// Monday, month, year).
+	AlgorithmQuota Algorithm = "quota"
+	// AlgorithmConcurrency is a semaphore of leases (not built yet).
+	AlgorithmConcurrency Algorithm = "concurrency"
+)
+
+// Calendar is the period of a quota.
+type Calendar string
+
+// The calendar periods of a quota, all in UTC.
+const (
+	CalendarDay   Calendar = "day"
+	CalendarWeek  Calendar = "week" // from Monday 00:00 UTC
+	CalendarMonth Calendar = "month"
+	CalendarYear  Calendar = "year"
+)
 
 // OnUnavailable says what a client does when the cluster cannot decide. It
 // is carried by the policy for clients; the algorithms ignore it.
@@ -44,18 +71,19 @@ const (
 )
 
 // supportedAlgorithms is listed in error messages.
-const supportedAlgorithms = "token_bucket"
+const supportedAlgorithms = "token_bucket, fixed_window, sliding_window, sliding_log, quota"
 
 // Policy is one admission policy. Field comments give the yaml/json names
 // used in errors; Validate documents the accepted ranges.
 type Policy struct {
 	Name          string        // name: 1..64 bytes of [a-z0-9._-], starting with a letter or digit
-	Algorithm     Algorithm     // algorithm: only AlgorithmTokenBucket for now
+	Algorithm     Algorithm     // algorithm: token_bucket, fixed_window, sliding_window, sliding_log, quota
 	Limit         int64         // limit: units per Period, sustained
 	Period        time.Duration // period
 	Burst         int64         // burst: most units at once (the bucket's capacity); 0 = Limit
 	MaxCost       int64         // max_cost: largest single cost; 0 = Burst
 	OnUnavailable OnUnavailable // on_unavailable: "" = deny
+	Calendar      Calendar      // calendar: quota only (day, week, month, year)
 	// dedupe_retention: how long (logged time) a decision under this policy
 	// is remembered by request ID, so a retry gets the same answer; 0 =
 	// DefaultDedupeRetention.
@@ -120,7 +148,7 @@ func (p Policy) Validate() error {
 	if fe := checkAlgorithm(p.Algorithm); fe != nil {
 		return fe
 	}
-	if fe := checkNumbers(p); fe != nil {
+	if fe := checkAlgorithmFields(p); fe != nil {
 		return fe
 	}
 	switch p.OnUnavailable {
@@ -211,14 +239,36 @@ func checkName(name string) *FieldError {
 
 func checkAlgorithm(a Algorithm) *FieldError {
 	switch a {
-	case AlgorithmTokenBucket:
+	case AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmQuota:
 		return nil
 	case "":
 		return policyError("algorithm", "is required; supported: %s", supportedAlgorithms)
-	case "fixed_window", "sliding_window", "sliding_log", "quota", "concurrency":
+	case AlgorithmConcurrency:
 		return policyError("algorithm", "%s is not implemented yet; supported: %s", quote(string(a)), supportedAlgorithms)
 	default:
 		return policyError("algorithm", "unknown algorithm %s; supported: %s", quote(string(a)), supportedAlgorithms)
+	}
+}
+
+// checkAlgorithmFields checks the fields each algorithm uses, with defaults
+// applied, and that it leaves unset the ones it does not use.
+func checkAlgorithmFields(p Policy) *FieldError {
+	switch p.Algorithm {
+	case AlgorithmTokenBucket:
+		if p.Calendar != "" {
+			return policyError("calendar", "is only for algorithm quota")
+		}
+		return checkNumbers(p)
+	case AlgorithmFixedWindow:
+		return checkFixedWindow(p)
+	case AlgorithmSlidingWindow:
+		return checkSlidingWindow(p)
+	case AlgorithmSlidingLog:
+		return checkSlidingLog(p)
+	case AlgorithmQuota:
+		return checkQuota(p)
+	default:
+		return checkAlgorithm(p.Algorithm)
 	}
 }
 

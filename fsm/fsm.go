@@ -275,6 +275,7 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 		MaxCost:         p.GetMaxCost(),
 		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
 		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
+		Calendar:        admission.Calendar(p.GetCalendar()),
 	}
 }
 
@@ -289,6 +290,7 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 		MaxCost:              p.MaxCost,
 		OnUnavailable:        string(p.OnUnavailable),
 		DedupeRetentionNanos: int64(p.DedupeRetention),
+		Calendar:             string(p.Calendar),
 	}
 }
 

@@ -249,6 +249,7 @@ func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 		MaxCost:         p.GetMaxCost(),
 		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
 		DedupeRetention: p.GetDedupeRetention().AsDuration(),
+		Calendar:        admission.Calendar(p.GetCalendar()),
 	}
 }
 
@@ -265,6 +266,7 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		MaxCost:       p.MaxCost,
 		OnUnavailable: string(p.OnUnavailable),
 		Version:       version,
+		Calendar:      string(p.Calendar),
 	}
 	if p.DedupeRetention != 0 {
 		out.DedupeRetention = durationpb.New(p.DedupeRetention)

@@ -523,12 +523,13 @@ func (*JoinResponse) Descriptor() ([]byte, []int) {
 	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
-// Policy is one admission policy. Only algorithm "token_bucket" is built yet.
+// Policy is one admission policy.
 type Policy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase letters, digits, '-', '_' and '.'; 1 to 64 bytes.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "token_bucket" (GCRA).
+	// "token_bucket" (GCRA), "fixed_window", "sliding_window", "sliding_log"
+	// or "quota".
 	Algorithm string `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	// Units admitted per period, sustained.
 	Limit  int64                `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -545,8 +546,10 @@ type Policy struct {
 	// How long a decision is remembered by request ID (logged time); unset
 	// means 10m. 1s to 24h.
 	DedupeRetention *durationpb.Duration `protobuf:"bytes,9,opt,name=dedupe_retention,json=dedupeRetention,proto3" json:"dedupe_retention,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Quota only: "day", "week" (from Monday), "month" or "year", in UTC.
+	Calendar      string `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -640,6 +643,13 @@ func (x *Policy) GetDedupeRetention() *durationpb.Duration {
 		return x.DedupeRetention
 	}
 	return nil
+}
+
+func (x *Policy) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
 }
 
 type ApplyPoliciesRequest struct {
@@ -851,7 +861,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x0e\n" +
-	"\fJoinResponse\"\xbb\x02\n" +
+	"\fJoinResponse\"\xd7\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -861,7 +871,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
 	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x12\x18\n" +
 	"\aversion\x18\b \x01(\x04R\aversion\x12D\n" +
-	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\"F\n" +
+	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\x12\x1a\n" +
+	"\bcalendar\x18\n" +
+	" \x01(\tR\bcalendar\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +

@@ -333,6 +333,7 @@ type Policy struct {
 	MaxCost              int64                  `protobuf:"varint,6,opt,name=max_cost,json=maxCost,proto3" json:"max_cost,omitempty"`
 	OnUnavailable        string                 `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
 	DedupeRetentionNanos int64                  `protobuf:"varint,8,opt,name=dedupe_retention_nanos,json=dedupeRetentionNanos,proto3" json:"dedupe_retention_nanos,omitempty"`
+	Calendar             string                 `protobuf:"bytes,9,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -421,6 +422,13 @@ func (x *Policy) GetDedupeRetentionNanos() int64 {
 		return x.DedupeRetentionNanos
 	}
 	return 0
+}
+
+func (x *Policy) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
 }
 
 // RegisterNode records a node's addresses, so that followers can forward to
@@ -874,7 +882,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x06caller\x18\x05 \x01(\tR\x06caller\"\b\n" +
 	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\x81\x02\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\x9d\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -883,7 +891,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x19\n" +
 	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
 	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x124\n" +
-	"\x16dedupe_retention_nanos\x18\b \x01(\x03R\x14dedupeRetentionNanos\"V\n" +
+	"\x16dedupe_retention_nanos\x18\b \x01(\x03R\x14dedupeRetentionNanos\x12\x1a\n" +
+	"\bcalendar\x18\t \x01(\tR\bcalendar\"V\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
