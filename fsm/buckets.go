@@ -7,8 +7,11 @@ import (
 	"github.com/quorate/quorate/admission"
 )
 
-// bucketTable holds the live token buckets of a group and an index ordered by
-// (expiry, key), so expired buckets are reclaimed in a deterministic order.
+// bucketTable holds the live state of each (policy, key) — a "bucket",
+// whatever the algorithm — and an index ordered by (expiry, key), so expired
+// states are reclaimed in a deterministic order. Each entry keeps the expiry
+// computed when it was last written; since a policy may change afterwards,
+// sweep checks the expiry again under the current policy before deleting.
 // It is not safe for concurrent use; FSM's lock guards it.
 type bucketTable struct {
 	byKey map[string]*bucketEntry
@@ -16,9 +19,10 @@ type bucketTable struct {
 }
 
 type bucketEntry struct {
-	key    string
-	bucket admission.Bucket
-	pos    int // index in order
+	key       string
+	state     admission.State
+	expiresAt int64
+	pos       int // index in order
 }
 
 func newBucketTable() *bucketTable {
@@ -27,48 +31,67 @@ func newBucketTable() *bucketTable {
 
 func (t *bucketTable) len() int { return len(t.byKey) }
 
-func (t *bucketTable) get(key string) (admission.Bucket, bool) {
+func (t *bucketTable) get(key string) (admission.State, bool) {
 	e, ok := t.byKey[key]
 	if !ok {
-		return admission.Bucket{}, false
+		return admission.State{}, false
 	}
-	return e.bucket, true
+	return e.state, true
 }
 
-func (t *bucketTable) put(key string, b admission.Bucket) {
+func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
 	if e, ok := t.byKey[key]; ok {
-		e.bucket = b
+		e.state, e.expiresAt = s, expiresAt
 		heap.Fix(&t.order, e.pos)
 		return
 	}
-	e := &bucketEntry{key: key, bucket: b}
+	e := &bucketEntry{key: key, state: s, expiresAt: expiresAt}
 	t.byKey[key] = e
 	heap.Push(&t.order, e)
 }
 
-// sweep deletes up to limit buckets that expire at or before now, smallest
-// (expiry, key) first.
-func (t *bucketTable) sweep(now int64, limit int) {
+// sweep deletes expired states, smallest (expiry, key) first, looking at up
+// to limit entries. An entry whose recorded expiry has passed is checked
+// again under its policy's current definition (policyOf): if that keeps it
+// alive longer, its expiry moves instead. States of deleted policies go.
+func (t *bucketTable) sweep(now int64, limit int, policyOf func(bucketKey string) (admission.Policy, bool)) {
 	for i := 0; i < limit && len(t.order) > 0; i++ {
 		e := t.order[0]
-		if e.bucket.ExpiresAt() > now {
+		if e.expiresAt > now {
 			return
+		}
+		if p, ok := policyOf(e.key); ok {
+			if at := admission.ExpiresAt(p, e.state); at > now {
+				e.expiresAt = at
+				heap.Fix(&t.order, 0)
+				continue
+			}
 		}
 		heap.Pop(&t.order)
 		delete(t.byKey, e.key)
 	}
 }
 
-type bucketRecord struct {
-	key string
-	tat int64
+// nextExpiry is the smallest recorded expiry, and false when empty.
+func (t *bucketTable) nextExpiry() (int64, bool) {
+	if len(t.order) == 0 {
+		return 0, false
+	}
+	return t.order[0].expiresAt, true
 }
 
-// entries copies every bucket, unsorted (Persist sorts).
+type bucketRecord struct {
+	key       string
+	state     admission.State
+	expiresAt int64
+}
+
+// entries copies every state, unsorted (Persist sorts). Logs are shared, not
+// copied: states are values that algorithms never modify in place.
 func (t *bucketTable) entries() []bucketRecord {
 	out := make([]bucketRecord, 0, len(t.byKey))
 	for _, e := range t.byKey {
-		out = append(out, bucketRecord{key: e.key, tat: e.bucket.TAT})
+		out = append(out, bucketRecord{key: e.key, state: e.state, expiresAt: e.expiresAt})
 	}
 	return out
 }
@@ -79,9 +102,8 @@ type expiryHeap []*bucketEntry
 
 func (h expiryHeap) Len() int { return len(h) }
 func (h expiryHeap) Less(i, j int) bool {
-	a, b := h[i].bucket.ExpiresAt(), h[j].bucket.ExpiresAt()
-	if a != b {
-		return a < b
+	if h[i].expiresAt != h[j].expiresAt {
+		return h[i].expiresAt < h[j].expiresAt
 	}
 	return strings.Compare(h[i].key, h[j].key) < 0
 }

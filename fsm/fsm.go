@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,7 +159,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	defer f.mu.Unlock()
 	now := max(f.lastNow, env.GetNowUnixNano())
 	f.lastNow = now
-	f.buckets.sweep(now, SweepPerApply)
+	f.buckets.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
 	switch body := env.GetBody().(type) {
@@ -171,7 +172,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
 		return nil
 	case *raftcmdv1.Envelope_Expire:
-		f.buckets.sweep(now, ExpireBatch)
+		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
 		return nil
 	default:
@@ -196,12 +197,12 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		return err
 	}
 	key := BucketKey(c.GetPolicy(), c.GetKey())
-	b, exists := f.buckets.get(key)
-	next, d := admission.DecideTokenBucket(pv.Policy, b, c.GetCost(), now)
+	st, exists := f.buckets.get(key)
+	next, d := admission.Decide(pv.Policy, st, c.GetCost(), now)
 	if d.Allowed && !exists && f.buckets.len() >= f.opts.MaxBuckets {
 		// Expired buckets are absent: make room from them first (more than
 		// one when a restore left the group above its bound).
-		f.buckets.sweep(now, f.buckets.len()-f.opts.MaxBuckets+1)
+		f.buckets.sweep(now, f.buckets.len()-f.opts.MaxBuckets+1, f.policyOfBucket)
 		if f.buckets.len() >= f.opts.MaxBuckets {
 			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
 		}
@@ -218,7 +219,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		}
 	}
 	if d.Allowed {
-		f.buckets.put(key, next)
+		f.buckets.put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	return res
 }
@@ -263,6 +264,13 @@ func addSaturating(a, b int64) int64 {
 
 // BucketKey is the state key of (policy, key).
 func BucketKey(policy, key string) string { return policy + "/" + key }
+
+// policyOfBucket returns the current policy of a state key.
+func (f *FSM) policyOfBucket(bucketKey string) (admission.Policy, bool) {
+	name, _, _ := strings.Cut(bucketKey, "/")
+	pv, ok := f.policies[name]
+	return pv.Policy, ok
+}
 
 // PolicyFromProto converts the stored form of a policy.
 func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
@@ -352,21 +360,25 @@ func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	next, ok := f.dedupe.NextExpiry()
-	if len(f.buckets.order) > 0 {
-		if b := f.buckets.order[0].bucket.ExpiresAt(); !ok || b < next {
-			next, ok = b, true
-		}
+	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
+		next, ok = b, true
 	}
 	return next, ok
 }
 
-// Bucket returns the stored state of (policy, key); the zero Bucket (full)
-// when there is none.
+// Bucket returns the token-bucket state of (policy, key); the zero Bucket
+// (full) when there is none.
 func (f *FSM) Bucket(policy, key string) admission.Bucket {
+	return admission.Bucket{TAT: f.State(policy, key).TAT}
+}
+
+// State returns the stored state of (policy, key), whatever the algorithm;
+// the zero State when there is none.
+func (f *FSM) State(policy, key string) admission.State {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b, _ := f.buckets.get(BucketKey(policy, key))
-	return b
+	s, _ := f.buckets.get(BucketKey(policy, key))
+	return s
 }
 
 // Snapshot copies the state; Persist encodes the copy concurrently with later
@@ -400,7 +412,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	buckets := newBucketTable()
 	for _, e := range s.buckets {
-		buckets.put(e.key, admission.Bucket{TAT: e.tat})
+		buckets.put(e.key, e.state, e.expiresAt)
 	}
 	dd := dedupe.New(f.opts.MaxDedupeEntries)
 	for _, e := range s.dedupe {

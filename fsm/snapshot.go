@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -77,7 +78,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	var rec raftcmdv1.BucketRecord
 	for _, b := range s.buckets {
-		rec.Key, rec.TatUnixNano = b.key, b.tat
+		bucketToRecord(&rec, b)
 		enc.write(&rec)
 	}
 	var drec raftcmdv1.DedupeRecord
@@ -148,7 +149,7 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		if err := dec.read(&rec); err != nil {
 			return nil, err
 		}
-		s.buckets = append(s.buckets, bucketRecord{key: rec.GetKey(), tat: rec.GetTatUnixNano()})
+		s.buckets = append(s.buckets, bucketFromRecord(&rec))
 	}
 	for range h.GetDedupeCount() {
 		var d raftcmdv1.DedupeRecord
@@ -211,4 +212,33 @@ func sortedNodes(m map[string]Node) []Node {
 		out = append(out, m[k])
 	}
 	return out
+}
+
+// bucketToRecord fills rec (reused between calls) from b.
+func bucketToRecord(rec *raftcmdv1.BucketRecord, b bucketRecord) {
+	st := b.state
+	rec.Key, rec.Kind, rec.TatUnixNano = b.key, uint32(st.Kind), st.TAT
+	rec.WindowStartUnixNano, rec.Count, rec.PrevCount = st.Start, st.Count, st.Prev
+	rec.ExpiresAtUnixNano = b.expiresAt
+	rec.Log = rec.Log[:0]
+	for _, e := range st.Log {
+		rec.Log = append(rec.Log, &raftcmdv1.LogEntry{AtUnixNano: e.At, Cost: e.Cost})
+	}
+}
+
+func bucketFromRecord(rec *raftcmdv1.BucketRecord) bucketRecord {
+	st := admission.State{
+		Kind:  admission.Kind(rec.GetKind()),
+		TAT:   rec.GetTatUnixNano(),
+		Start: rec.GetWindowStartUnixNano(),
+		Count: rec.GetCount(),
+		Prev:  rec.GetPrevCount(),
+	}
+	if n := len(rec.GetLog()); n > 0 {
+		st.Log = make([]admission.LogEntry, n)
+		for i, e := range rec.GetLog() {
+			st.Log[i] = admission.LogEntry{At: e.GetAtUnixNano(), Cost: e.GetCost()}
+		}
+	}
+	return bucketRecord{key: rec.GetKey(), state: st, expiresAt: rec.GetExpiresAtUnixNano()}
 }

@@ -632,15 +632,29 @@ func (x *PolicyRecord) GetVersion() uint64 {
 	return 0
 }
 
-// BucketRecord is one token bucket's state, in a snapshot.
+// BucketRecord is the state of one key under one policy, whatever the
+// algorithm, in a snapshot.
 type BucketRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// policy + "/" + key
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// GCRA theoretical arrival time, Unix nanoseconds.
-	TatUnixNano   int64 `protobuf:"varint,2,opt,name=tat_unix_nano,json=tatUnixNano,proto3" json:"tat_unix_nano,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// GCRA theoretical arrival time, Unix nanoseconds (token_bucket).
+	TatUnixNano int64 `protobuf:"varint,2,opt,name=tat_unix_nano,json=tatUnixNano,proto3" json:"tat_unix_nano,omitempty"`
+	// Which algorithm wrote the state (admission.Kind).
+	Kind uint32 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Current window or calendar period start, Unix nanoseconds (windows, quota).
+	WindowStartUnixNano int64 `protobuf:"varint,4,opt,name=window_start_unix_nano,json=windowStartUnixNano,proto3" json:"window_start_unix_nano,omitempty"`
+	// Units admitted in the current window (windows, quota).
+	Count int64 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// Units admitted in the previous window (sliding_window).
+	PrevCount int64 `protobuf:"varint,6,opt,name=prev_count,json=prevCount,proto3" json:"prev_count,omitempty"`
+	// Admitted requests of the last period, oldest first (sliding_log).
+	Log []*LogEntry `protobuf:"bytes,7,rep,name=log,proto3" json:"log,omitempty"`
+	// When the state is reclaimed: kept as the replica computed it, so every
+	// replica sweeps in the same order.
+	ExpiresAtUnixNano int64 `protobuf:"varint,8,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BucketRecord) Reset() {
@@ -687,6 +701,101 @@ func (x *BucketRecord) GetTatUnixNano() int64 {
 	return 0
 }
 
+func (x *BucketRecord) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *BucketRecord) GetWindowStartUnixNano() int64 {
+	if x != nil {
+		return x.WindowStartUnixNano
+	}
+	return 0
+}
+
+func (x *BucketRecord) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *BucketRecord) GetPrevCount() int64 {
+	if x != nil {
+		return x.PrevCount
+	}
+	return 0
+}
+
+func (x *BucketRecord) GetLog() []*LogEntry {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+func (x *BucketRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+// LogEntry is one admitted request of a sliding log.
+type LogEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtUnixNano    int64                  `protobuf:"varint,1,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LogEntry) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *LogEntry) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
 // DedupeRecord is one request-ID entry, in a snapshot.
 type DedupeRecord struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -703,7 +812,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +824,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +837,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -782,7 +891,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +903,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +916,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -907,10 +1016,21 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"D\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
 	"\fBucketRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
-	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNano\"\xb0\x01\n" +
+	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNano\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\rR\x04kind\x123\n" +
+	"\x16window_start_unix_nano\x18\x04 \x01(\x03R\x13windowStartUnixNano\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x03R\x05count\x12\x1d\n" +
+	"\n" +
+	"prev_count\x18\x06 \x01(\x03R\tprevCount\x12.\n" +
+	"\x03log\x18\a \x03(\v2\x1c.quorate.raftcmd.v1.LogEntryR\x03log\x12/\n" +
+	"\x14expires_at_unix_nano\x18\b \x01(\x03R\x11expiresAtUnixNano\"@\n" +
+	"\bLogEntry\x12 \n" +
+	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
+	"atUnixNano\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xb0\x01\n" +
 	"\fDedupeRecord\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
 	"\n" +
@@ -939,7 +1059,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 	return file_quorate_raftcmd_v1_command_proto_rawDescData
 }
 
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*Envelope)(nil),       // 0: quorate.raftcmd.v1.Envelope
 	(*Admit)(nil),          // 1: quorate.raftcmd.v1.Admit
@@ -950,8 +1070,9 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*SnapshotHeader)(nil), // 6: quorate.raftcmd.v1.SnapshotHeader
 	(*PolicyRecord)(nil),   // 7: quorate.raftcmd.v1.PolicyRecord
 	(*BucketRecord)(nil),   // 8: quorate.raftcmd.v1.BucketRecord
-	(*DedupeRecord)(nil),   // 9: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),    // 10: quorate.raftcmd.v1.AdmitRecord
+	(*LogEntry)(nil),       // 9: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),   // 10: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),    // 11: quorate.raftcmd.v1.AdmitRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	1, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
@@ -960,11 +1081,12 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	2, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
 	4, // 4: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
 	4, // 5: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9, // 6: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -984,7 +1106,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
