@@ -84,6 +84,7 @@ type Policy struct {
 	MaxCost       int64         // max_cost: largest single cost; 0 = Burst
 	OnUnavailable OnUnavailable // on_unavailable: "" = deny
 	Calendar      Calendar      // calendar: quota only (day, week, month, year)
+	Shadow        bool          // shadow: decide and count, never deny
 	// dedupe_retention: how long (logged time) a decision under this policy
 	// is remembered by request ID, so a retry gets the same answer; 0 =
 	// DefaultDedupeRetention.

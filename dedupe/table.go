@@ -208,3 +208,16 @@ func (t *Table) Restore(e Entry) {
 	heap.Push(&t.order, it)
 	t.bytes += it.size()
 }
+
+// Update replaces the recorded result of the unexpired entry under k (a
+// refund marks the record it gave units back for) and reports whether there
+// was one. Its expiry and fingerprint stay.
+func (t *Table) Update(k Key, result []byte) bool {
+	it, ok := t.byKey[k]
+	if !ok {
+		return false
+	}
+	t.bytes += int64(len(result) - len(it.Result))
+	it.Result = result
+	return true
+}

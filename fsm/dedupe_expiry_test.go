@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,7 +78,7 @@ func TestExpireReclaimsEverything(t *testing.T) {
 	// Within the retention, retries answer the recorded result and do not
 	// spend: no bucket comes back.
 	for _, i := range []int{0, 1, n / 2, n - 1} {
-		if got := a.mustAdmitID(t0+30*sec, reqs[i]); got != dupOf(firsts[i]) {
+		if got := a.mustAdmitID(t0+30*sec, reqs[i]); !reflect.DeepEqual(got, dupOf(firsts[i])) {
 			t.Fatalf("retry %d at 30s: %+v, want %+v", i, got, dupOf(firsts[i]))
 		}
 	}
@@ -179,7 +180,7 @@ func TestMaxDedupeEntries(t *testing.T) {
 		}
 		// Nothing was evicted.
 		for i, r := range rs {
-			if got := a.mustAdmitID(now, r); got != dupOf(firsts[i]) {
+			if got := a.mustAdmitID(now, r); !reflect.DeepEqual(got, dupOf(firsts[i])) {
 				t.Fatalf("retry %+v at %v: %+v, want %+v", r, time.Duration(now-t0), got, dupOf(firsts[i]))
 			}
 		}

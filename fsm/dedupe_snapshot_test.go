@@ -75,7 +75,7 @@ func TestDedupeSnapshotRoundTrip(t *testing.T) {
 			// and spend nothing; a reuse is still detected.
 			now := t0 + sec
 			for i, r := range reqs {
-				if got := b.mustAdmitID(now, r); got != dupOf(firsts[i]) {
+				if got := b.mustAdmitID(now, r); !reflect.DeepEqual(got, dupOf(firsts[i])) {
 					t.Fatalf("retry %d after restore: %+v, want %+v", i, got, dupOf(firsts[i]))
 				}
 			}

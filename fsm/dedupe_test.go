@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -86,7 +87,7 @@ func TestDuplicateReturnsFirstResult(t *testing.T) {
 	}
 	for _, s := range steps {
 		got := a.mustAdmitID(s.now, s.r)
-		if got != s.want {
+		if !reflect.DeepEqual(got, s.want) {
 			t.Fatalf("%s: %+v, want %+v", s.name, got, s.want)
 		}
 		if b := a.f.Bucket("api", "alice"); b != bucket {
@@ -105,10 +106,10 @@ func TestDuplicateReturnsFirstResult(t *testing.T) {
 		x.putPolicies(t0+8*sec, tokenBucket("api", 60, time.Minute, 30, 10))
 	}
 	for _, now := range []int64{t0 + 8*sec, later, t0 + int64(10*time.Minute) - 1} {
-		if got := a.mustAdmitID(now, r1); got != dupOf(first) {
+		if got := a.mustAdmitID(now, r1); !reflect.DeepEqual(got, dupOf(first)) {
 			t.Fatalf("r1 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupOf(first))
 		}
-		if got := a.mustAdmitID(now, r2); got != dupOf(denied) {
+		if got := a.mustAdmitID(now, r2); !reflect.DeepEqual(got, dupOf(denied)) {
 			t.Fatalf("r2 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupOf(denied))
 		}
 		checkOnlyTimeMoved(t, "retry after a policy change", a, twin, now)
@@ -148,7 +149,7 @@ func TestRequestIDReused(t *testing.T) {
 		}
 	}
 	// The original still answers its first result.
-	if got := a.mustAdmitID(t0, orig); got != dupOf(first) {
+	if got := a.mustAdmitID(t0, orig); !reflect.DeepEqual(got, dupOf(first)) {
 		t.Fatalf("original after reuse attempts: %+v, want %+v", got, dupOf(first))
 	}
 
@@ -161,7 +162,7 @@ func TestRequestIDReused(t *testing.T) {
 		if got.Duplicate || !got.Decision.Allowed || got.Decision.Remaining != first.Decision.Remaining-2*int64(i+1) {
 			t.Fatalf("caller %q: %+v, want a fresh decision spending 2 more", caller, got)
 		}
-		if again := a.mustAdmitID(t0, r); again != dupOf(got) {
+		if again := a.mustAdmitID(t0, r); !reflect.DeepEqual(again, dupOf(got)) {
 			t.Fatalf("caller %q retry: %+v, want %+v", caller, again, dupOf(got))
 		}
 	}
@@ -207,7 +208,7 @@ func TestDedupeRetention(t *testing.T) {
 			r := req{"svc", "r1", "api", "k", 5}
 			first := a.mustAdmitID(t0, r)
 			end := t0 + int64(c.retention)
-			if got := a.mustAdmitID(end-1, r); got != dupOf(first) {
+			if got := a.mustAdmitID(end-1, r); !reflect.DeepEqual(got, dupOf(first)) {
 				t.Fatalf("retry 1ns before the retention ends: %+v, want %+v", got, dupOf(first))
 			}
 			// The bucket expired at t0+5s ≤ end and has been swept, or
@@ -223,14 +224,14 @@ func TestDedupeRetention(t *testing.T) {
 				Decision:      admission.Decision{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 5 * time.Second},
 				PolicyVersion: 1, DecidedAt: end,
 			}
-			if again != want {
+			if again.Decision != want.Decision || again.PolicyVersion != want.PolicyVersion || again.DecidedAt != want.DecidedAt || again.Duplicate {
 				t.Fatalf("after the retention: %+v, want %+v", again, want)
 			}
 			if got := a.f.Bucket("api", "k").TAT; got != end+5*sec {
 				t.Fatalf("TAT %d, want the new spend's %d", got-t0, end+5*sec-t0)
 			}
-			if got := a.mustAdmitID(end+1, r); got != dupOf(want) {
-				t.Fatalf("retry of the new decision: %+v, want %+v", got, dupOf(want))
+			if got := a.mustAdmitID(end+1, r); !reflect.DeepEqual(got, dupOf(again)) {
+				t.Fatalf("retry of the new decision: %+v, want %+v", got, dupOf(again))
 			}
 			if a.f.DedupeLen() != 1 {
 				t.Fatalf("DedupeLen %d, want 1", a.f.DedupeLen())
@@ -306,7 +307,7 @@ func TestRefusalsAreNotRecorded(t *testing.T) {
 			t.Fatalf("%+v after fixing the cause: %+v, want a fresh allowed decision", r, got)
 		}
 		// Now it is recorded, and a different payload is a reuse.
-		if again := a.mustAdmitID(t0+sec, r); again != dupOf(got) {
+		if again := a.mustAdmitID(t0+sec, r); !reflect.DeepEqual(again, dupOf(got)) {
 			t.Fatalf("%+v retry: %+v, want %+v", r, again, dupOf(got))
 		}
 		other := r

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -137,10 +138,10 @@ func TestSweptKeyDecidesAsNew(t *testing.T) {
 				got := a.mustAdmit(later, "api", "old", cost)
 				want := fresh.mustAdmit(later, "api", "old", cost)
 				never := fresh.mustAdmit(later, "api", fmt.Sprintf("never%d", i), cost)
-				if got != want {
+				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("admit %d: expired key decided %+v, fresh replica %+v", i, got, want)
 				}
-				if i == 0 && got != never {
+				if i == 0 && (got.Decision != never.Decision || got.DecidedAt != never.DecidedAt) {
 					t.Fatalf("expired key decided %+v, never-seen key %+v", got, never)
 				}
 			}

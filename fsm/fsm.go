@@ -54,6 +54,12 @@ var (
 	// else. It wraps admission.ErrInvalidRequest and comes inside an
 	// *admission.FieldError for field "request_id".
 	ErrRequestIDReused = fmt.Errorf("%w: request_id reused", admission.ErrInvalidRequest)
+	// ErrNothingToRefund is returned by Refund when no admit is recorded
+	// under the caller and request ID (never seen, or past its retention).
+	ErrNothingToRefund = errors.New("fsm: no admitted request recorded under that request_id")
+	// ErrNotAdmitted is returned by Refund for a recorded admit that was
+	// denied: it spent nothing.
+	ErrNotAdmitted = errors.New("fsm: the recorded request was not admitted")
 )
 
 // Options configure an FSM. They must be identical on every replica of a
@@ -73,13 +79,55 @@ type Options struct {
 // AdmitResult is the Apply result of an Admit command that was decided
 // (allowed or denied). Rejected commands return an error instead.
 type AdmitResult struct {
+	// Decision, PolicyVersion and ShadowDenied are those of the first check
+	// that denied or, when the request was allowed, of the first check.
 	Decision      admission.Decision
 	PolicyVersion uint64
+	ShadowDenied  bool
 	// DecidedAt is the FSM's now for this decision, Unix nanoseconds.
 	DecidedAt int64
+	// Wait is how long the caller waits before proceeding (pacing).
+	Wait time.Duration
 	// Duplicate is true when this is the recorded result of an earlier
 	// command with the same caller and request ID; nothing was spent now.
 	Duplicate bool
+	// Multi is true for a request with more than one check; Checks holds
+	// every check's result in request order either way.
+	Multi  bool
+	Checks []CheckResult
+	// DeniedCheck is the index of the first check that denied, or -1.
+	DeniedCheck int
+}
+
+// CheckResult is one check of an Admit. For a request that was denied
+// because of another check, Decision says what this check alone would have
+// decided (Remaining as if charged) but nothing was spent.
+type CheckResult struct {
+	Policy, Key   string
+	Cost          int64
+	Decision      admission.Decision
+	PolicyVersion uint64
+	ShadowDenied  bool
+	// Spent is what the check took from its state: Cost when the request
+	// was allowed and the check not shadow-denied, else 0.
+	Spent int64
+}
+
+// PeekResult is the Apply result of a Peek.
+type PeekResult struct {
+	Decision      admission.Decision
+	PolicyVersion uint64
+	At            int64
+}
+
+// RefundResult is the Apply result of a Refund.
+type RefundResult struct {
+	// Refunded is false when an earlier Refund already gave the units back.
+	Refunded bool
+	Cost     int64
+	// RefundedAt is when the units were given back (now, or the earlier
+	// refund's time).
+	RefundedAt int64
 }
 
 // PoliciesResult is the Apply result of a PutPolicies command: the stored
@@ -171,6 +219,12 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		r := body.RegisterNode
 		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
 		return nil
+	case *raftcmdv1.Envelope_Peek:
+		return f.applyPeek(body.Peek, now)
+	case *raftcmdv1.Envelope_DeletePolicies:
+		return f.applyDeletePolicies(body.DeletePolicies)
+	case *raftcmdv1.Envelope_Refund:
+		return f.applyRefund(body.Refund, now)
 	case *raftcmdv1.Envelope_Expire:
 		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
@@ -178,50 +232,6 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	default:
 		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", l.Index))
 	}
-}
-
-func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
-	var dk dedupe.Key
-	var fp [16]byte
-	if c.GetRequestId() != "" {
-		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
-		if e, ok := f.dedupe.Get(dk, now); ok {
-			return recordedAdmit(e, fp)
-		}
-	}
-	pv, ok := f.policies[c.GetPolicy()]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
-	}
-	if err := pv.Policy.CheckRequest(c.GetKey(), c.GetCost()); err != nil {
-		return err
-	}
-	key := BucketKey(c.GetPolicy(), c.GetKey())
-	st, exists := f.buckets.get(key)
-	next, d := admission.Decide(pv.Policy, st, c.GetCost(), now)
-	if d.Allowed && !exists && f.buckets.len() >= f.opts.MaxBuckets {
-		// Expired buckets are absent: make room from them first (more than
-		// one when a restore left the group above its bound).
-		f.buckets.sweep(now, f.buckets.len()-f.opts.MaxBuckets+1, f.policyOfBucket)
-		if f.buckets.len() >= f.opts.MaxBuckets {
-			return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
-		}
-	}
-	res := &AdmitResult{Decision: d, PolicyVersion: pv.Version, DecidedAt: now}
-	// Record before spending: a refused record must leave the bucket as it was.
-	if c.GetRequestId() != "" {
-		err := f.dedupe.Put(dedupe.Entry{
-			Key: dk, Fingerprint: fp, Result: encodeAdmitRecord(res),
-			ExpiresAt: addSaturating(now, int64(pv.Policy.WithDefaults().DedupeRetention)),
-		}, now)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
-		}
-	}
-	if d.Allowed {
-		f.buckets.put(key, next, admission.ExpiresAt(pv.Policy, next))
-	}
-	return res
 }
 
 func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
@@ -284,6 +294,7 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
 		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
 		Calendar:        admission.Calendar(p.GetCalendar()),
+		Shadow:          p.GetShadow(),
 	}
 }
 
@@ -299,6 +310,7 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 		OnUnavailable:        string(p.OnUnavailable),
 		DedupeRetentionNanos: int64(p.DedupeRetention),
 		Calendar:             string(p.Calendar),
+		Shadow:               p.Shadow,
 	}
 }
 

@@ -13,23 +13,34 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
-// admitFingerprint identifies what an Admit asks: its policy, key and cost,
-// each length-prefixed so no two payloads encode alike, hashed to 128 bits.
+// admitFingerprint identifies what an Admit asks: every check's policy, key
+// and cost, and its pacing wait, each length-prefixed so that no two
+// payloads encode alike, hashed to 128 bits.
 func admitFingerprint(c *raftcmdv1.Admit) [16]byte {
-	buf := make([]byte, 0, 16+len(c.GetPolicy())+len(c.GetKey()))
+	buf := make([]byte, 0, 64+len(c.GetPolicy())+len(c.GetKey()))
 	buf = append(buf, "admit"...)
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetPolicy())))
-	buf = append(buf, c.GetPolicy()...)
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetKey())))
-	buf = append(buf, c.GetKey()...)
-	buf = binary.AppendVarint(buf, c.GetCost())
+	add := func(policy, key string, cost int64) {
+		buf = binary.AppendUvarint(buf, uint64(len(policy)))
+		buf = append(buf, policy...)
+		buf = binary.AppendUvarint(buf, uint64(len(key)))
+		buf = append(buf, key...)
+		buf = binary.AppendVarint(buf, cost)
+	}
+	add(c.GetPolicy(), c.GetKey(), c.GetCost())
+	if len(c.GetAlso()) > 0 || c.GetMaxWaitNanos() != 0 {
+		buf = binary.AppendUvarint(buf, uint64(len(c.GetAlso())))
+		for _, ch := range c.GetAlso() {
+			add(ch.GetPolicy(), ch.GetKey(), ch.GetCost())
+		}
+		buf = binary.AppendVarint(buf, c.GetMaxWaitNanos())
+	}
 	sum := sha256.Sum256(buf)
 	return [16]byte(sum[:16])
 }
 
 func encodeAdmitRecord(r *AdmitResult) []byte {
 	d := r.Decision
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&raftcmdv1.AdmitRecord{
+	rec := &raftcmdv1.AdmitRecord{
 		Allowed:           d.Allowed,
 		Limit:             d.Limit,
 		Remaining:         d.Remaining,
@@ -37,11 +48,37 @@ func encodeAdmitRecord(r *AdmitResult) []byte {
 		RetryAfterNanos:   int64(d.RetryAfter),
 		PolicyVersion:     r.PolicyVersion,
 		DecidedAtUnixNano: r.DecidedAt,
-	})
+		WaitNanos:         int64(r.Wait),
+		ShadowDenied:      r.ShadowDenied,
+		DeniedCheck:       int32(r.DeniedCheck),
+		Multi:             r.Multi,
+	}
+	for _, c := range r.Checks {
+		cd := c.Decision
+		rec.Checks = append(rec.Checks, &raftcmdv1.CheckRecord{
+			Policy: c.Policy, Key: c.Key, Cost: c.Cost,
+			Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
+			ResetAfterNanos: int64(cd.ResetAfter), RetryAfterNanos: int64(cd.RetryAfter),
+			PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Spent: c.Spent,
+		})
+	}
+	return marshalRecord(rec)
+}
+
+func marshalRecord(rec *raftcmdv1.AdmitRecord) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
 	if err != nil {
 		panic(fmt.Sprintf("fsm: encoding an admit record: %v", err))
 	}
 	return b
+}
+
+func decodeAdmitRecord(e dedupe.Entry) *raftcmdv1.AdmitRecord {
+	var rec raftcmdv1.AdmitRecord
+	if err := proto.Unmarshal(e.Result, &rec); err != nil {
+		panic(fmt.Sprintf("fsm: recorded result of %q/%q is corrupt: %v", e.Key.Caller, e.Key.RequestID, err))
+	}
+	return &rec
 }
 
 // recordedAdmit answers a repeat of a recorded Admit: its first result,
@@ -54,11 +91,8 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 			Err:    ErrRequestIDReused,
 		}
 	}
-	var rec raftcmdv1.AdmitRecord
-	if err := proto.Unmarshal(e.Result, &rec); err != nil {
-		panic(fmt.Sprintf("fsm: recorded result of %q/%q is corrupt: %v", e.Key.Caller, e.Key.RequestID, err))
-	}
-	return &AdmitResult{
+	rec := decodeAdmitRecord(e)
+	res := &AdmitResult{
 		Decision: admission.Decision{
 			Allowed:    rec.GetAllowed(),
 			Limit:      rec.GetLimit(),
@@ -67,7 +101,22 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 			RetryAfter: time.Duration(rec.GetRetryAfterNanos()),
 		},
 		PolicyVersion: rec.GetPolicyVersion(),
+		ShadowDenied:  rec.GetShadowDenied(),
 		DecidedAt:     rec.GetDecidedAtUnixNano(),
+		Wait:          time.Duration(rec.GetWaitNanos()),
 		Duplicate:     true,
+		Multi:         rec.GetMulti(),
+		DeniedCheck:   int(rec.GetDeniedCheck()),
 	}
+	for _, c := range rec.GetChecks() {
+		res.Checks = append(res.Checks, CheckResult{
+			Policy: c.GetPolicy(), Key: c.GetKey(), Cost: c.GetCost(),
+			Decision: admission.Decision{
+				Allowed: c.GetAllowed(), Limit: c.GetLimit(), Remaining: c.GetRemaining(),
+				ResetAfter: time.Duration(c.GetResetAfterNanos()), RetryAfter: time.Duration(c.GetRetryAfterNanos()),
+			},
+			PolicyVersion: c.GetPolicyVersion(), ShadowDenied: c.GetShadowDenied(), Spent: c.GetSpent(),
+		})
+	}
+	return res
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -220,7 +221,7 @@ func TestRestoreRejectsGarbage(t *testing.T) {
 	// garbage.
 	for i := range 30 {
 		p, k := policyNames[i%len(policyNames)], fmt.Sprintf("key-%d", i%10)
-		if x, y := target.mustAdmit(t0+int64(time.Hour), p, k, 1), twin.mustAdmit(t0+int64(time.Hour), p, k, 1); x != y {
+		if x, y := target.mustAdmit(t0+int64(time.Hour), p, k, 1), twin.mustAdmit(t0+int64(time.Hour), p, k, 1); !reflect.DeepEqual(x, y) {
 			t.Fatalf("after failed restores: %+v, twin %+v", x, y)
 		}
 	}

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestLateEntryDecidesLikeOnTime(t *testing.T) {
 	for i, stamp := range []int64{t0, t0 + sec, t0 + 29*sec} {
 		got := late.mustAdmit(stamp, "api", "k", 3)
 		want := onTime.mustAdmit(t0+30*sec, "api", "k", 3)
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("entry %d stamped %d: %+v, want %+v", i, stamp, got, want)
 		}
 	}

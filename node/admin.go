@@ -198,43 +198,60 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	out := &quoratev1.ApplyPoliciesResponse{}
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) error {
+	return leaderCall(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.ApplyPoliciesResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
 			if err != nil {
-				return err
+				return nil, err
 			}
-			for _, pv := range res.(*fsm.PoliciesResult).Policies {
-				out.Policies = append(out.Policies, PolicyToAPI(pv.Policy, pv.Version))
-			}
-			return nil
+			return &quoratev1.ApplyPoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
 		},
-		func(ctx context.Context, baseURL string) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := n.peers.get(baseURL).admin.ApplyPolicies(ctx, fwd)
-			if err != nil {
-				return err
-			}
-			out = resp.Msg
-			return nil
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
+			return p.admin.ApplyPolicies(ctx, fwd)
 		})
-	if err != nil {
-		return nil, n.toConnectError(err)
+}
+
+// DeletePolicies deletes policies through the log, all or none.
+func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[quoratev1.DeletePoliciesRequest]) (*connect.Response[quoratev1.DeletePoliciesResponse], error) {
+	n := h.n
+	names := req.Msg.GetNames()
+	if len(names) == 0 {
+		return nil, n.toConnectError(badRequest("names", "must name at least one policy"))
 	}
-	return connect.NewResponse(out), nil
+	return leaderCall(ctx, n, req, false, // a repeat of a delete that applied answers NotFound
+		func(ctx context.Context) (*quoratev1.DeletePoliciesResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
+				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}})
+			if err != nil {
+				return nil, err
+			}
+			return &quoratev1.DeletePoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.DeletePoliciesRequest]) (*connect.Response[quoratev1.DeletePoliciesResponse], error) {
+			return p.admin.DeletePolicies(ctx, fwd)
+		})
+}
+
+// GetPolicy answers from this node's replica, which may lag the leader.
+func (h *adminHandler) GetPolicy(_ context.Context, req *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
+	pv, ok := h.n.fsm.Policy(req.Msg.GetName())
+	if !ok {
+		return nil, h.n.toConnectError(fmt.Errorf("%w %q", fsm.ErrUnknownPolicy, req.Msg.GetName()))
+	}
+	return connect.NewResponse(&quoratev1.GetPolicyResponse{Policy: PolicyToAPI(pv.Policy, pv.Version)}), nil
+}
+
+func policiesToAPI(pvs []fsm.PolicyVersion) []*quoratev1.Policy {
+	out := make([]*quoratev1.Policy, 0, len(pvs))
+	for _, pv := range pvs {
+		out = append(out, PolicyToAPI(pv.Policy, pv.Version))
+	}
+	return out
 }
 
 // ListPolicies answers from this node's replica, which may lag the leader.
 func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
-	out := &quoratev1.ListPoliciesResponse{}
-	for _, pv := range h.n.fsm.Policies() {
-		out.Policies = append(out.Policies, PolicyToAPI(pv.Policy, pv.Version))
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.fsm.Policies())}), nil
 }
 
 // PolicyFromAPI converts a policy from the API's wire form. It does not
@@ -250,6 +267,7 @@ func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
 		DedupeRetention: p.GetDedupeRetention().AsDuration(),
 		Calendar:        admission.Calendar(p.GetCalendar()),
+		Shadow:          p.GetShadow(),
 	}
 }
 
@@ -267,6 +285,7 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		OnUnavailable: string(p.OnUnavailable),
 		Version:       version,
 		Calendar:      string(p.Calendar),
+		Shadow:        p.Shadow,
 	}
 	if p.DedupeRetention != 0 {
 		out.DedupeRetention = durationpb.New(p.DedupeRetention)

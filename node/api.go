@@ -15,7 +15,11 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+	"github.com/quorate/quorate/shard"
 )
+
+// MaxWait bounds AdmitRequest.max_wait.
+const MaxWait = time.Minute
 
 // admissionHandler serves quorate.v1.AdmissionService.
 type admissionHandler struct {
@@ -24,43 +28,25 @@ type admissionHandler struct {
 
 var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 
-// Admit checks what it can without state, then has the leader decide through
-// the log: locally when this node leads, else by forwarding.
-func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
-	n := h.n
-	m := req.Msg
-	cost := int64(1)
-	if m.Cost != nil {
-		cost = m.GetCost()
-	}
-	if m.GetPolicy() == "" {
-		return nil, n.toConnectError(&admission.FieldError{Field: "policy", Reason: "must not be empty", Err: admission.ErrInvalidRequest})
-	}
-	if err := admission.CheckKeyCost(m.GetKey(), cost); err != nil {
-		return nil, n.toConnectError(err)
-	}
-	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
-		return nil, n.toConnectError(err)
-	}
+// leaderCall runs a request on the leader: local (which proposes through the
+// log) when this node leads, else the same request forwarded with remote.
+// Errors go through the node's one error table.
+func leaderCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], idempotent bool,
+	local func(context.Context) (*Resp, error),
+	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
-
-	var out *quoratev1.AdmitResponse
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: m.GetRequestId() != ""},
-		func(ctx context.Context) error {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: &raftcmdv1.Admit{
-				Policy: m.GetPolicy(), Key: m.GetKey(), Cost: cost, RequestId: m.GetRequestId(), Caller: m.GetCaller(),
-			}}})
-			if err != nil {
-				return err
-			}
-			out = admitResponse(res.(*fsm.AdmitResult))
-			return nil
+	var out *Resp
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: idempotent},
+		func(ctx context.Context) (err error) {
+			out, err = local(ctx)
+			return err
 		},
 		func(ctx context.Context, baseURL string) error {
-			fwd := connect.NewRequest(m)
+			fwd := connect.NewRequest(req.Msg)
 			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := n.peers.get(baseURL).admission.Admit(ctx, fwd)
+			resp, err := remote(ctx, n.peers.get(baseURL), fwd)
 			if err != nil {
 				return err
 			}
@@ -73,9 +59,141 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 	return connect.NewResponse(out), nil
 }
 
+// Admit checks what it can without state, then has the leader decide through
+// the log: locally when this node leads, else by forwarding.
+func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
+	n := h.n
+	cmd, err := admitCommand(req.Msg)
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+		func(ctx context.Context) (*quoratev1.AdmitResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}})
+			if err != nil {
+				return nil, err
+			}
+			return admitResponse(res.(*fsm.AdmitResult)), nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
+			return p.admission.Admit(ctx, fwd)
+		})
+}
+
+// admitCommand checks an AdmitRequest without state and builds its command:
+// every check's policy, key and cost, that all keys share a hash tag, the
+// request ID and the pacing wait.
+func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
+	first, err := checkCommand("", &quoratev1.Check{Policy: m.GetPolicy(), Key: m.GetKey(), Cost: m.Cost})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
+		return nil, err
+	}
+	if n := 1 + len(m.GetAlso()); n > fsm.MaxChecks {
+		return nil, badRequest("also", "at most %d checks in one request (got %d)", fsm.MaxChecks, n)
+	}
+	cmd := &raftcmdv1.Admit{Policy: first.Policy, Key: first.Key, Cost: first.Cost, RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	tag := shard.HashTag(first.Key)
+	for i, c := range m.GetAlso() {
+		field := fmt.Sprintf("also[%d].", i)
+		ch, err := checkCommand(field, c)
+		if err != nil {
+			return nil, err
+		}
+		if t := shard.HashTag(ch.Key); t != tag {
+			return nil, badRequest(field+"key", "%q has hash tag %q but key %q has %q: the keys of one request must share a hash tag, "+
+				"so put the common part in braces in every key, e.g. {tenant:acme}:api and {tenant:acme}:ip:1.2.3.4", ch.Key, t, first.Key, tag)
+		}
+		cmd.Also = append(cmd.Also, ch)
+	}
+	if w := m.GetMaxWait(); w != nil {
+		if err := w.CheckValid(); err != nil || w.AsDuration() < 0 || w.AsDuration() > MaxWait {
+			return nil, badRequest("max_wait", "must be between 0 and %v (got %v)", MaxWait, w.AsDuration())
+		}
+		cmd.MaxWaitNanos = int64(w.AsDuration())
+	}
+	return cmd, nil
+}
+
+// checkCommand checks one (policy, key, cost) without state; field prefixes
+// the names in errors ("also[0].").
+func checkCommand(field string, c *quoratev1.Check) (*raftcmdv1.Check, error) {
+	cost := int64(1)
+	if c.Cost != nil {
+		cost = c.GetCost()
+	}
+	if c.GetPolicy() == "" {
+		return nil, badRequest(field+"policy", "must not be empty")
+	}
+	if err := admission.CheckKeyCost(c.GetKey(), cost); err != nil {
+		if fe, ok := err.(*admission.FieldError); ok && field != "" {
+			return nil, &admission.FieldError{Field: field + fe.Field, Reason: fe.Reason, Err: fe.Err}
+		}
+		return nil, err
+	}
+	return &raftcmdv1.Check{Policy: c.GetPolicy(), Key: c.GetKey(), Cost: cost}, nil
+}
+
+func badRequest(field, format string, args ...any) error {
+	return &admission.FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: admission.ErrInvalidRequest}
+}
+
+// Peek reads a key's state through the log, changing nothing.
+func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
+	n := h.n
+	m := req.Msg
+	if _, err := checkCommand("", &quoratev1.Check{Policy: m.GetPolicy(), Key: m.GetKey()}); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.PeekResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}})
+			if err != nil {
+				return nil, err
+			}
+			r := res.(*fsm.PeekResult)
+			d := r.Decision
+			return &quoratev1.PeekResponse{
+				WouldAllow: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+				ResetAfter: durationpb.New(d.ResetAfter), RetryAfter: durationpb.New(d.RetryAfter),
+				PolicyVersion: r.PolicyVersion, DecidedAt: timestamppb.New(time.Unix(0, r.At).UTC()),
+			}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
+			return p.admission.Peek(ctx, fwd)
+		})
+}
+
+// Refund gives back, once, what a recorded admitted request spent.
+func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
+	n := h.n
+	m := req.Msg
+	if m.GetRequestId() == "" {
+		return nil, n.toConnectError(badRequest("request_id", "must not be empty: it names the admitted request to refund"))
+	}
+	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, true, // a repeated refund answers refunded=false
+		func(ctx context.Context) (*quoratev1.RefundResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
+				Caller: m.GetCaller(), RequestId: m.GetRequestId()}}})
+			if err != nil {
+				return nil, err
+			}
+			r := res.(*fsm.RefundResult)
+			return &quoratev1.RefundResponse{Refunded: r.Refunded, Cost: r.Cost, RefundedAt: timestamppb.New(time.Unix(0, r.RefundedAt).UTC())}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
+			return p.admission.Refund(ctx, fwd)
+		})
+}
+
 func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 	d := r.Decision
-	return &quoratev1.AdmitResponse{
+	out := &quoratev1.AdmitResponse{
 		Allowed:       d.Allowed,
 		Limit:         d.Limit,
 		Remaining:     d.Remaining,
@@ -84,7 +202,24 @@ func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 		PolicyVersion: r.PolicyVersion,
 		DecidedAt:     timestamppb.New(time.Unix(0, r.DecidedAt).UTC()),
 		Duplicate:     r.Duplicate,
+		Wait:          durationpb.New(r.Wait),
+		ShadowDenied:  r.ShadowDenied,
 	}
+	if r.Multi {
+		for _, c := range r.Checks {
+			cd := c.Decision
+			out.Checks = append(out.Checks, &quoratev1.CheckResult{
+				Policy: c.Policy, Key: c.Key, Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
+				ResetAfter: durationpb.New(cd.ResetAfter), RetryAfter: durationpb.New(cd.RetryAfter),
+				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied,
+			})
+		}
+		if r.DeniedCheck >= 0 {
+			i := int32(r.DeniedCheck)
+			out.DeniedCheck = &i
+		}
+	}
+	return out
 }
 
 // checkRequestID checks the dedupe identity of a request. Both parts may be
@@ -92,9 +227,9 @@ func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 func checkRequestID(caller, requestID string) error {
 	switch {
 	case len(caller) > dedupe.MaxCallerBytes:
-		return &admission.FieldError{Field: "caller", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller)), Err: admission.ErrInvalidRequest}
+		return badRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller))
 	case len(requestID) > dedupe.MaxRequestIDBytes:
-		return &admission.FieldError{Field: "request_id", Reason: fmt.Sprintf("must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID)), Err: admission.ErrInvalidRequest}
+		return badRequest("request_id", "must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID))
 	}
 	return nil
 }

@@ -31,8 +31,10 @@ func (n *Node) toConnectError(err error) error {
 			&quoratev1.FieldViolation{Field: fe.Field, Description: fe.Reason})
 	case errors.Is(err, admission.ErrInvalidPolicy), errors.Is(err, admission.ErrInvalidRequest):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, fsm.ErrUnknownPolicy):
+	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund):
 		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, fsm.ErrNotAdmitted):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):

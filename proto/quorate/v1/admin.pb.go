@@ -547,7 +547,10 @@ type Policy struct {
 	// means 10m. 1s to 24h.
 	DedupeRetention *durationpb.Duration `protobuf:"bytes,9,opt,name=dedupe_retention,json=dedupeRetention,proto3" json:"dedupe_retention,omitempty"`
 	// Quota only: "day", "week" (from Monday), "month" or "year", in UTC.
-	Calendar      string `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	Calendar string `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	// Shadow mode: decide and count, but never deny; a would-be denial is
+	// answered allowed with shadow_denied set.
+	Shadow        bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -650,6 +653,13 @@ func (x *Policy) GetCalendar() string {
 		return x.Calendar
 	}
 	return ""
+}
+
+func (x *Policy) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 type ApplyPoliciesRequest struct {
@@ -821,6 +831,183 @@ func (x *ListPoliciesResponse) GetPolicies() []*Policy {
 	return nil
 }
 
+type GetPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyRequest) Reset() {
+	*x = GetPolicyRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyRequest) ProtoMessage() {}
+
+func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetPolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *Policy                `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyResponse) Reset() {
+	*x = GetPolicyResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyResponse) ProtoMessage() {}
+
+func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetPolicyResponse) GetPolicy() *Policy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type DeletePoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePoliciesRequest) Reset() {
+	*x = DeletePoliciesRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePoliciesRequest) ProtoMessage() {}
+
+func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
+func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeletePoliciesRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type DeletePoliciesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The deleted policies as they were, with their last versions.
+	Policies      []*Policy `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePoliciesResponse) Reset() {
+	*x = DeletePoliciesResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePoliciesResponse) ProtoMessage() {}
+
+func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
+func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_quorate_v1_admin_proto_rawDesc = "" +
@@ -861,7 +1048,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x0e\n" +
-	"\fJoinResponse\"\xd7\x02\n" +
+	"\fJoinResponse\"\xef\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -873,21 +1060,32 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\b \x01(\x04R\aversion\x12D\n" +
 	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\x12\x1a\n" +
 	"\bcalendar\x18\n" +
-	" \x01(\tR\bcalendar\"F\n" +
+	" \x01(\tR\bcalendar\x12\x16\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadow\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"\x15\n" +
 	"\x13ListPoliciesRequest\"F\n" +
 	"\x14ListPoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x9f\x03\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"&\n" +
+	"\x10GetPolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
+	"\x11GetPolicyResponse\x12*\n" +
+	"\x06policy\x18\x01 \x01(\v2\x12.quorate.v1.PolicyR\x06policy\"-\n" +
+	"\x15DeletePoliciesRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
+	"\x16DeletePoliciesResponse\x12.\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xc6\x04\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
 	"NodeStatus\x12\x1d.quorate.v1.NodeStatusRequest\x1a\x1e.quorate.v1.NodeStatusResponse\"\x00\x12;\n" +
 	"\x04Join\x12\x17.quorate.v1.JoinRequest\x1a\x18.quorate.v1.JoinResponse\"\x00\x12V\n" +
 	"\rApplyPolicies\x12 .quorate.v1.ApplyPoliciesRequest\x1a!.quorate.v1.ApplyPoliciesResponse\"\x00\x12S\n" +
-	"\fListPolicies\x12\x1f.quorate.v1.ListPoliciesRequest\x1a .quorate.v1.ListPoliciesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\fListPolicies\x12\x1f.quorate.v1.ListPoliciesRequest\x1a .quorate.v1.ListPoliciesResponse\"\x00\x12J\n" +
+	"\tGetPolicy\x12\x1c.quorate.v1.GetPolicyRequest\x1a\x1d.quorate.v1.GetPolicyResponse\"\x00\x12Y\n" +
+	"\x0eDeletePolicies\x12!.quorate.v1.DeletePoliciesRequest\x1a\".quorate.v1.DeletePoliciesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admin_proto_rawDescOnce sync.Once
@@ -901,47 +1099,57 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*ClusterStatusRequest)(nil),  // 0: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil), // 1: quorate.v1.ClusterStatusResponse
-	(*MemberStatus)(nil),          // 2: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),     // 3: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),    // 4: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),             // 5: quorate.v1.NodeState
-	(*JoinRequest)(nil),           // 6: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),          // 7: quorate.v1.JoinResponse
-	(*Policy)(nil),                // 8: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),  // 9: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil), // 10: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),   // 11: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),  // 12: quorate.v1.ListPoliciesResponse
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*ClusterStatusRequest)(nil),   // 0: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 1: quorate.v1.ClusterStatusResponse
+	(*MemberStatus)(nil),           // 2: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 3: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 4: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 5: quorate.v1.NodeState
+	(*JoinRequest)(nil),            // 6: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 7: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 8: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 9: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 10: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 11: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 12: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 13: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 14: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 15: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 16: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
 	5,  // 1: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	5,  // 2: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	13, // 3: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	13, // 4: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	17, // 3: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	17, // 4: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
 	8,  // 5: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
 	8,  // 6: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
 	8,  // 7: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	0,  // 8: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	3,  // 9: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	6,  // 10: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	9,  // 11: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	11, // 12: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	1,  // 13: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	4,  // 14: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	7,  // 15: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	10, // 16: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	12, // 17: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 8: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	8,  // 9: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	0,  // 10: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	3,  // 11: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	6,  // 12: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	9,  // 13: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	11, // 14: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	13, // 15: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	15, // 16: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	1,  // 17: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	4,  // 18: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	7,  // 19: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	10, // 20: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	12, // 21: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	14, // 22: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	16, // 23: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -955,7 +1163,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,7 +46,16 @@ type AdmitRequest struct {
 	// Namespace of request_id, e.g. the calling service's name; up to 128
 	// bytes. Until Quorate authenticates callers this is what the caller says;
 	// with authentication it will be derived from the caller's identity.
-	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	Caller string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	// More checks decided atomically with the first (policy, key, cost):
+	// either every check is admitted and charged, or none is charged and the
+	// answer says which denied. All keys must share a hash tag (the part in
+	// {...}), e.g. {tenant:acme}:api and {tenant:acme}:ip:1.2.3.4. Up to 8.
+	Also []*Check `protobuf:"bytes,6,rep,name=also,proto3" json:"also,omitempty"`
+	// Pacing (token_bucket only): when the request would be denied now but
+	// conforms within max_wait, it is admitted at that earliest slot and the
+	// slot is reserved; the answer says how long to wait before proceeding.
+	MaxWait       *durationpb.Duration `protobuf:"bytes,7,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -116,6 +125,82 @@ func (x *AdmitRequest) GetCaller() string {
 	return ""
 }
 
+func (x *AdmitRequest) GetAlso() []*Check {
+	if x != nil {
+		return x.Also
+	}
+	return nil
+}
+
+func (x *AdmitRequest) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
+	}
+	return nil
+}
+
+// Check is one (policy, key, cost) of a multi-check Admit.
+type Check struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Unset means 1.
+	Cost          *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Check) Reset() {
+	*x = Check{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Check) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Check) ProtoMessage() {}
+
+func (x *Check) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Check.ProtoReflect.Descriptor instead.
+func (*Check) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Check) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Check) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Check) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
 type AdmitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether the request may proceed. When false, nothing was spent.
@@ -137,14 +222,27 @@ type AdmitResponse struct {
 	// True when this is the recorded answer to an earlier request with the
 	// same caller and request_id: nothing was spent now, and every field above
 	// is as it was first answered.
-	Duplicate     bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// Pacing: how long to wait before proceeding; zero unless max_wait was
+	// given and used.
+	Wait *durationpb.Duration `protobuf:"bytes,9,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The policy is in shadow mode and would have denied: the request is
+	// allowed anyway, and nothing beyond the policy's limit was spent.
+	ShadowDenied bool `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Multi-check requests: every check's own decision, in request order (the
+	// request's policy/key first). The fields above are those of the first
+	// check that denied or, when all were allowed, of the first check.
+	Checks []*CheckResult `protobuf:"bytes,11,rep,name=checks,proto3" json:"checks,omitempty"`
+	// Multi-check requests: index in checks of the first check that denied;
+	// unset when allowed.
+	DeniedCheck   *int32 `protobuf:"varint,12,opt,name=denied_check,json=deniedCheck,proto3,oneof" json:"denied_check,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	mi := &file_quorate_v1_admission_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -156,7 +254,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	mi := &file_quorate_v1_admission_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -169,7 +267,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AdmitResponse) GetAllowed() bool {
@@ -228,6 +326,409 @@ func (x *AdmitResponse) GetDuplicate() bool {
 	return false
 }
 
+func (x *AdmitResponse) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
+}
+
+func (x *AdmitResponse) GetChecks() []*CheckResult {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetDeniedCheck() int32 {
+	if x != nil && x.DeniedCheck != nil {
+		return *x.DeniedCheck
+	}
+	return 0
+}
+
+// CheckResult is one check's decision in a multi-check Admit.
+type CheckResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Allowed       bool                   `protobuf:"varint,3,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining     int64                  `protobuf:"varint,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetAfter    *durationpb.Duration   `protobuf:"bytes,6,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	RetryAfter    *durationpb.Duration   `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	PolicyVersion uint64                 `protobuf:"varint,8,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	ShadowDenied  bool                   `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResult) Reset() {
+	*x = CheckResult{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResult) ProtoMessage() {}
+
+func (x *CheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
+func (*CheckResult) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CheckResult) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *CheckResult) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CheckResult) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *CheckResult) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *CheckResult) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *CheckResult) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *CheckResult) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *CheckResult) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *CheckResult) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
+}
+
+type PeekRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekRequest) Reset() {
+	*x = PeekRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekRequest) ProtoMessage() {}
+
+func (x *PeekRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
+func (*PeekRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PeekRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PeekRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type PeekResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a request of cost 1 would be allowed now.
+	WouldAllow bool  `protobuf:"varint,1,opt,name=would_allow,json=wouldAllow,proto3" json:"would_allow,omitempty"`
+	Limit      int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Whole units available now.
+	Remaining int64 `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// Time until the key's state is empty (full capacity again).
+	ResetAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// When would_allow is false: the time until a cost-1 request would pass.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	PolicyVersion uint64               `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// Server time of the peek, from the log.
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeekResponse) Reset() {
+	*x = PeekResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeekResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeekResponse) ProtoMessage() {}
+
+func (x *PeekResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
+func (*PeekResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PeekResponse) GetWouldAllow() bool {
+	if x != nil {
+		return x.WouldAllow
+	}
+	return false
+}
+
+func (x *PeekResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PeekResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *PeekResponse) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *PeekResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *PeekResponse) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *PeekResponse) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+type RefundRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller and request_id of the admitted request to refund.
+	Caller        string `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundRequest) Reset() {
+	*x = RefundRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundRequest) ProtoMessage() {}
+
+func (x *RefundRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundRequest.ProtoReflect.Descriptor instead.
+func (*RefundRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RefundRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type RefundResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this call gave the units back; false when an earlier Refund
+	// already had (nothing changed now).
+	Refunded bool `protobuf:"varint,1,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	// Units given back, summed over the request's checks.
+	Cost int64 `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Server time of the refund that gave the units back, from the log.
+	RefundedAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=refunded_at,json=refundedAt,proto3" json:"refunded_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundResponse) Reset() {
+	*x = RefundResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundResponse) ProtoMessage() {}
+
+func (x *RefundResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundResponse.ProtoReflect.Descriptor instead.
+func (*RefundResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RefundResponse) GetRefunded() bool {
+	if x != nil {
+		return x.Refunded
+	}
+	return false
+}
+
+func (x *RefundResponse) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *RefundResponse) GetRefundedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefundedAt
+	}
+	return nil
+}
+
 // FieldViolation is attached to InvalidArgument errors: which request field
 // was wrong and why.
 type FieldViolation struct {
@@ -240,7 +741,7 @@ type FieldViolation struct {
 
 func (x *FieldViolation) Reset() {
 	*x = FieldViolation{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	mi := &file_quorate_v1_admission_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +753,7 @@ func (x *FieldViolation) String() string {
 func (*FieldViolation) ProtoMessage() {}
 
 func (x *FieldViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	mi := &file_quorate_v1_admission_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +766,7 @@ func (x *FieldViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldViolation.ProtoReflect.Descriptor instead.
 func (*FieldViolation) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FieldViolation) GetField() string {
@@ -296,7 +797,7 @@ type OutcomeUnknown struct {
 
 func (x *OutcomeUnknown) Reset() {
 	*x = OutcomeUnknown{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	mi := &file_quorate_v1_admission_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +809,7 @@ func (x *OutcomeUnknown) String() string {
 func (*OutcomeUnknown) ProtoMessage() {}
 
 func (x *OutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	mi := &file_quorate_v1_admission_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +822,7 @@ func (x *OutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*OutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OutcomeUnknown) GetReason() string {
@@ -346,7 +847,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	mi := &file_quorate_v1_admission_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +859,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	mi := &file_quorate_v1_admission_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +872,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -393,15 +894,22 @@ var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\n" +
 	"\x1aquorate/v1/admission.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x01\n" +
 	"\fAdmitRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06caller\x18\x05 \x01(\tR\x06callerB\a\n" +
-	"\x05_cost\"\xd5\x02\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x12%\n" +
+	"\x04also\x18\x06 \x03(\v2\x11.quorate.v1.CheckR\x04also\x124\n" +
+	"\bmax_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxWaitB\a\n" +
+	"\x05_cost\"S\n" +
+	"\x05Check\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
+	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\x93\x04\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -413,7 +921,49 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x129\n" +
 	"\n" +
 	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\b \x01(\bR\tduplicate\"H\n" +
+	"\tduplicate\x18\b \x01(\bR\tduplicate\x12-\n" +
+	"\x04wait\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12#\n" +
+	"\rshadow_denied\x18\n" +
+	" \x01(\bR\fshadowDenied\x12/\n" +
+	"\x06checks\x18\v \x03(\v2\x17.quorate.v1.CheckResultR\x06checks\x12&\n" +
+	"\fdenied_check\x18\f \x01(\x05H\x00R\vdeniedCheck\x88\x01\x01B\x0f\n" +
+	"\r_denied_check\"\xc9\x02\n" +
+	"\vCheckResult\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
+	"\aallowed\x18\x03 \x01(\bR\aallowed\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\x12:\n" +
+	"\vreset_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12:\n" +
+	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12%\n" +
+	"\x0epolicy_version\x18\b \x01(\x04R\rpolicyVersion\x12#\n" +
+	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\"7\n" +
+	"\vPeekRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xbd\x02\n" +
+	"\fPeekResponse\x12\x1f\n" +
+	"\vwould_allow\x18\x01 \x01(\bR\n" +
+	"wouldAllow\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12:\n" +
+	"\vreset_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12%\n" +
+	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x129\n" +
+	"\n" +
+	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"F\n" +
+	"\rRefundRequest\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"}\n" +
+	"\x0eRefundResponse\x12\x1a\n" +
+	"\brefunded\x18\x01 \x01(\bR\brefunded\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12;\n" +
+	"\vrefunded_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"refundedAt\"H\n" +
 	"\x0eFieldViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"(\n" +
@@ -422,9 +972,11 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
-	"leaderAddr2R\n" +
+	"leaderAddr2\xd2\x01\n" +
 	"\x10AdmissionService\x12>\n" +
-	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12;\n" +
+	"\x04Peek\x12\x17.quorate.v1.PeekRequest\x1a\x18.quorate.v1.PeekResponse\"\x00\x12A\n" +
+	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admission_proto_rawDescOnce sync.Once
@@ -438,27 +990,47 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
-	(*AdmitResponse)(nil),         // 1: quorate.v1.AdmitResponse
-	(*FieldViolation)(nil),        // 2: quorate.v1.FieldViolation
-	(*OutcomeUnknown)(nil),        // 3: quorate.v1.OutcomeUnknown
-	(*NotLeader)(nil),             // 4: quorate.v1.NotLeader
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*Check)(nil),                 // 1: quorate.v1.Check
+	(*AdmitResponse)(nil),         // 2: quorate.v1.AdmitResponse
+	(*CheckResult)(nil),           // 3: quorate.v1.CheckResult
+	(*PeekRequest)(nil),           // 4: quorate.v1.PeekRequest
+	(*PeekResponse)(nil),          // 5: quorate.v1.PeekResponse
+	(*RefundRequest)(nil),         // 6: quorate.v1.RefundRequest
+	(*RefundResponse)(nil),        // 7: quorate.v1.RefundResponse
+	(*FieldViolation)(nil),        // 8: quorate.v1.FieldViolation
+	(*OutcomeUnknown)(nil),        // 9: quorate.v1.OutcomeUnknown
+	(*NotLeader)(nil),             // 10: quorate.v1.NotLeader
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
-	5, // 0: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	5, // 1: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	6, // 2: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	0, // 3: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	1, // 4: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
+	11, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	11, // 2: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	11, // 3: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	12, // 4: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	11, // 5: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	3,  // 6: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
+	11, // 7: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	11, // 8: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	11, // 9: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	11, // 10: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	12, // 11: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	12, // 12: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	4,  // 14: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	6,  // 15: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	2,  // 16: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	5,  // 17: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	7,  // 18: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -467,13 +1039,15 @@ func file_quorate_v1_admission_proto_init() {
 		return
 	}
 	file_quorate_v1_admission_proto_msgTypes[0].OneofWrappers = []any{}
+	file_quorate_v1_admission_proto_msgTypes[1].OneofWrappers = []any{}
+	file_quorate_v1_admission_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

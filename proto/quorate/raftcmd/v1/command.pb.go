@@ -40,6 +40,9 @@ type Envelope struct {
 	//	*Envelope_PutPolicies
 	//	*Envelope_RegisterNode
 	//	*Envelope_Expire
+	//	*Envelope_Peek
+	//	*Envelope_DeletePolicies
+	//	*Envelope_Refund
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -132,6 +135,33 @@ func (x *Envelope) GetExpire() *Expire {
 	return nil
 }
 
+func (x *Envelope) GetPeek() *Peek {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Peek); ok {
+			return x.Peek
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetDeletePolicies() *DeletePolicies {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_DeletePolicies); ok {
+			return x.DeletePolicies
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRefund() *Refund {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Refund); ok {
+			return x.Refund
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -152,6 +182,18 @@ type Envelope_Expire struct {
 	Expire *Expire `protobuf:"bytes,13,opt,name=expire,proto3,oneof"`
 }
 
+type Envelope_Peek struct {
+	Peek *Peek `protobuf:"bytes,14,opt,name=peek,proto3,oneof"`
+}
+
+type Envelope_DeletePolicies struct {
+	DeletePolicies *DeletePolicies `protobuf:"bytes,15,opt,name=delete_policies,json=deletePolicies,proto3,oneof"`
+}
+
+type Envelope_Refund struct {
+	Refund *Refund `protobuf:"bytes,16,opt,name=refund,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -160,14 +202,24 @@ func (*Envelope_RegisterNode) isEnvelope_Body() {}
 
 func (*Envelope_Expire) isEnvelope_Body() {}
 
+func (*Envelope_Peek) isEnvelope_Body() {}
+
+func (*Envelope_DeletePolicies) isEnvelope_Body() {}
+
+func (*Envelope_Refund) isEnvelope_Body() {}
+
 // Admit spends cost from the bucket of (policy, key) if the policy allows it.
 type Admit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Cost          int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
-	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Caller        string                 `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Policy    string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key       string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Cost      int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller    string                 `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	// Further checks, decided all-or-none with the first.
+	Also []*Check `protobuf:"bytes,6,rep,name=also,proto3" json:"also,omitempty"`
+	// Pacing: admit at the earliest conforming slot within this wait.
+	MaxWaitNanos  int64 `protobuf:"varint,7,opt,name=max_wait_nanos,json=maxWaitNanos,proto3" json:"max_wait_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +289,234 @@ func (x *Admit) GetCaller() string {
 	return ""
 }
 
+func (x *Admit) GetAlso() []*Check {
+	if x != nil {
+		return x.Also
+	}
+	return nil
+}
+
+func (x *Admit) GetMaxWaitNanos() int64 {
+	if x != nil {
+		return x.MaxWaitNanos
+	}
+	return 0
+}
+
+// Check is one (policy, key, cost) of a multi-check Admit.
+type Check struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Cost          int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Check) Reset() {
+	*x = Check{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Check) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Check) ProtoMessage() {}
+
+func (x *Check) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Check.ProtoReflect.Descriptor instead.
+func (*Check) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Check) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Check) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Check) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+// Peek reads a key's state under a policy at the entry's time; it changes
+// nothing (it is in the log only to be linearizable).
+type Peek struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Peek) Reset() {
+	*x = Peek{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Peek) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Peek) ProtoMessage() {}
+
+func (x *Peek) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Peek.ProtoReflect.Descriptor instead.
+func (*Peek) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Peek) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Peek) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// DeletePolicies deletes policies, all or none.
+type DeletePolicies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePolicies) Reset() {
+	*x = DeletePolicies{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePolicies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePolicies) ProtoMessage() {}
+
+func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
+func (*DeletePolicies) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeletePolicies) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// Refund gives back what the admitted request recorded under (caller,
+// request_id) spent, once.
+type Refund struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refund) Reset() {
+	*x = Refund{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refund) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refund) ProtoMessage() {}
+
+func (x *Refund) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refund.ProtoReflect.Descriptor instead.
+func (*Refund) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Refund) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Refund) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // Expire reclaims expired state (buckets, dedupe entries) at the entry's now,
 // up to a fixed number of entries. The leader proposes it when its replica
 // holds expired state, so memory returns to what live state needs even
@@ -249,7 +529,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +541,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +554,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -287,7 +567,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +579,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +592,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -334,13 +614,14 @@ type Policy struct {
 	OnUnavailable        string                 `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
 	DedupeRetentionNanos int64                  `protobuf:"varint,8,opt,name=dedupe_retention_nanos,json=dedupeRetentionNanos,proto3" json:"dedupe_retention_nanos,omitempty"`
 	Calendar             string                 `protobuf:"bytes,9,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	Shadow               bool                   `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +633,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +646,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Policy) GetName() string {
@@ -431,6 +712,13 @@ func (x *Policy) GetCalendar() string {
 	return ""
 }
 
+func (x *Policy) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // RegisterNode records a node's addresses, so that followers can forward to
 // the leader and status can reach every member.
 type RegisterNode struct {
@@ -444,7 +732,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +744,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +757,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -509,7 +797,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +809,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +822,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -590,7 +878,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +890,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +903,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -659,7 +947,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +959,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +972,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -754,7 +1042,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1054,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1067,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -812,7 +1100,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1112,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1125,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -875,7 +1163,8 @@ func (x *DedupeRecord) GetExpiresAtUnixNano() int64 {
 	return 0
 }
 
-// AdmitRecord is the recorded answer of an Admit, returned to its retries.
+// AdmitRecord is the recorded answer of an Admit, returned to its retries,
+// and what a Refund needs to give its units back.
 type AdmitRecord struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Allowed           bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -885,13 +1174,26 @@ type AdmitRecord struct {
 	RetryAfterNanos   int64                  `protobuf:"varint,5,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
 	PolicyVersion     uint64                 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	DecidedAtUnixNano int64                  `protobuf:"varint,7,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	WaitNanos         int64                  `protobuf:"varint,8,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	ShadowDenied      bool                   `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Every check of the request (the first is the request's own), with what
+	// it spent; empty in records of single-check admits written before checks
+	// existed.
+	Checks []*CheckRecord `protobuf:"bytes,10,rep,name=checks,proto3" json:"checks,omitempty"`
+	// Index of the first denying check, when denied; -1 when allowed.
+	DeniedCheck int32 `protobuf:"varint,11,opt,name=denied_check,json=deniedCheck,proto3" json:"denied_check,omitempty"`
+	// Set once a Refund has given the units back.
+	Refunded           bool  `protobuf:"varint,12,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	RefundedAtUnixNano int64 `protobuf:"varint,13,opt,name=refunded_at_unix_nano,json=refundedAtUnixNano,proto3" json:"refunded_at_unix_nano,omitempty"`
+	// The request was a multi-check request (report checks on the wire).
+	Multi         bool `protobuf:"varint,14,opt,name=multi,proto3" json:"multi,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1205,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1218,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -968,11 +1270,186 @@ func (x *AdmitRecord) GetDecidedAtUnixNano() int64 {
 	return 0
 }
 
+func (x *AdmitRecord) GetWaitNanos() int64 {
+	if x != nil {
+		return x.WaitNanos
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
+}
+
+func (x *AdmitRecord) GetChecks() []*CheckRecord {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *AdmitRecord) GetDeniedCheck() int32 {
+	if x != nil {
+		return x.DeniedCheck
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetRefunded() bool {
+	if x != nil {
+		return x.Refunded
+	}
+	return false
+}
+
+func (x *AdmitRecord) GetRefundedAtUnixNano() int64 {
+	if x != nil {
+		return x.RefundedAtUnixNano
+	}
+	return 0
+}
+
+func (x *AdmitRecord) GetMulti() bool {
+	if x != nil {
+		return x.Multi
+	}
+	return false
+}
+
+// CheckRecord is one check of a recorded Admit.
+type CheckRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Policy          string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key             string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Cost            int64                  `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	Allowed         bool                   `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Limit           int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining       int64                  `protobuf:"varint,6,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetAfterNanos int64                  `protobuf:"varint,7,opt,name=reset_after_nanos,json=resetAfterNanos,proto3" json:"reset_after_nanos,omitempty"`
+	RetryAfterNanos int64                  `protobuf:"varint,8,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
+	PolicyVersion   uint64                 `protobuf:"varint,9,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	ShadowDenied    bool                   `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Units actually spent (0 when denied or shadow-denied).
+	Spent         int64 `protobuf:"varint,11,opt,name=spent,proto3" json:"spent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRecord) Reset() {
+	*x = CheckRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRecord) ProtoMessage() {}
+
+func (x *CheckRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
+func (*CheckRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CheckRecord) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *CheckRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CheckRecord) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *CheckRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetResetAfterNanos() int64 {
+	if x != nil {
+		return x.ResetAfterNanos
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetRetryAfterNanos() int64 {
+	if x != nil {
+		return x.RetryAfterNanos
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *CheckRecord) GetShadowDenied() bool {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return false
+}
+
+func (x *CheckRecord) GetSpent() int64 {
+	if x != nil {
+		return x.Spent
+	}
+	return 0
+}
+
 var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xc8\x02\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xfd\x03\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -980,18 +1457,36 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	" \x01(\v2\x19.quorate.raftcmd.v1.AdmitH\x00R\x05admit\x12D\n" +
 	"\fput_policies\x18\v \x01(\v2\x1f.quorate.raftcmd.v1.PutPoliciesH\x00R\vputPolicies\x12G\n" +
 	"\rregister_node\x18\f \x01(\v2 .quorate.raftcmd.v1.RegisterNodeH\x00R\fregisterNode\x124\n" +
-	"\x06expire\x18\r \x01(\v2\x1a.quorate.raftcmd.v1.ExpireH\x00R\x06expireB\x06\n" +
-	"\x04body\"|\n" +
+	"\x06expire\x18\r \x01(\v2\x1a.quorate.raftcmd.v1.ExpireH\x00R\x06expire\x12.\n" +
+	"\x04peek\x18\x0e \x01(\v2\x18.quorate.raftcmd.v1.PeekH\x00R\x04peek\x12M\n" +
+	"\x0fdelete_policies\x18\x0f \x01(\v2\".quorate.raftcmd.v1.DeletePoliciesH\x00R\x0edeletePolicies\x124\n" +
+	"\x06refund\x18\x10 \x01(\v2\x1a.quorate.raftcmd.v1.RefundH\x00R\x06refundB\x06\n" +
+	"\x04body\"\xd1\x01\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06caller\x18\x05 \x01(\tR\x06caller\"\b\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x12-\n" +
+	"\x04also\x18\x06 \x03(\v2\x19.quorate.raftcmd.v1.CheckR\x04also\x12$\n" +
+	"\x0emax_wait_nanos\x18\a \x01(\x03R\fmaxWaitNanos\"E\n" +
+	"\x05Check\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\"0\n" +
+	"\x04Peek\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"&\n" +
+	"\x0eDeletePolicies\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"?\n" +
+	"\x06Refund\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\b\n" +
 	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\x9d\x02\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xb5\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -1001,7 +1496,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
 	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x124\n" +
 	"\x16dedupe_retention_nanos\x18\b \x01(\x03R\x14dedupeRetentionNanos\x12\x1a\n" +
-	"\bcalendar\x18\t \x01(\tR\bcalendar\"V\n" +
+	"\bcalendar\x18\t \x01(\tR\bcalendar\x12\x16\n" +
+	"\x06shadow\x18\n" +
+	" \x01(\bR\x06shadow\"V\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -1037,7 +1534,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\"\x8b\x02\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\"\x90\x04\n" +
 	"\vAdmitRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1045,7 +1542,29 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x11reset_after_nanos\x18\x04 \x01(\x03R\x0fresetAfterNanos\x12*\n" +
 	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x12/\n" +
-	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNanoB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
+	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"wait_nanos\x18\b \x01(\x03R\twaitNanos\x12#\n" +
+	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\x127\n" +
+	"\x06checks\x18\n" +
+	" \x03(\v2\x1f.quorate.raftcmd.v1.CheckRecordR\x06checks\x12!\n" +
+	"\fdenied_check\x18\v \x01(\x05R\vdeniedCheck\x12\x1a\n" +
+	"\brefunded\x18\f \x01(\bR\brefunded\x121\n" +
+	"\x15refunded_at_unix_nano\x18\r \x01(\x03R\x12refundedAtUnixNano\x12\x14\n" +
+	"\x05multi\x18\x0e \x01(\bR\x05multi\"\xd3\x02\n" +
+	"\vCheckRecord\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x06 \x01(\x03R\tremaining\x12*\n" +
+	"\x11reset_after_nanos\x18\a \x01(\x03R\x0fresetAfterNanos\x12*\n" +
+	"\x11retry_after_nanos\x18\b \x01(\x03R\x0fretryAfterNanos\x12%\n" +
+	"\x0epolicy_version\x18\t \x01(\x04R\rpolicyVersion\x12#\n" +
+	"\rshadow_denied\x18\n" +
+	" \x01(\bR\fshadowDenied\x12\x14\n" +
+	"\x05spent\x18\v \x01(\x03R\x05spentB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
 
 var (
 	file_quorate_raftcmd_v1_command_proto_rawDescOnce sync.Once
@@ -1059,34 +1578,44 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 	return file_quorate_raftcmd_v1_command_proto_rawDescData
 }
 
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*Envelope)(nil),       // 0: quorate.raftcmd.v1.Envelope
 	(*Admit)(nil),          // 1: quorate.raftcmd.v1.Admit
-	(*Expire)(nil),         // 2: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),    // 3: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),         // 4: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),   // 5: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil), // 6: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),   // 7: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),   // 8: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),       // 9: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),   // 10: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),    // 11: quorate.raftcmd.v1.AdmitRecord
+	(*Check)(nil),          // 2: quorate.raftcmd.v1.Check
+	(*Peek)(nil),           // 3: quorate.raftcmd.v1.Peek
+	(*DeletePolicies)(nil), // 4: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),         // 5: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),         // 6: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),    // 7: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),         // 8: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),   // 9: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil), // 10: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),   // 11: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),   // 12: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),       // 13: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),   // 14: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),    // 15: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),    // 16: quorate.raftcmd.v1.CheckRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
-	1, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	3, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	5, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	2, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
-	4, // 4: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	4, // 5: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	9, // 6: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	1,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
+	7,  // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	9,  // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	6,  // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	3,  // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
+	4,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	5,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	2,  // 7: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	8,  // 8: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	8,  // 9: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	13, // 10: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	16, // 11: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -1099,6 +1628,9 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_PutPolicies)(nil),
 		(*Envelope_RegisterNode)(nil),
 		(*Envelope_Expire)(nil),
+		(*Envelope_Peek)(nil),
+		(*Envelope_DeletePolicies)(nil),
+		(*Envelope_Refund)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1106,7 +1638,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -46,6 +46,11 @@ const (
 	// AdminServiceListPoliciesProcedure is the fully-qualified name of the AdminService's ListPolicies
 	// RPC.
 	AdminServiceListPoliciesProcedure = "/quorate.v1.AdminService/ListPolicies"
+	// AdminServiceGetPolicyProcedure is the fully-qualified name of the AdminService's GetPolicy RPC.
+	AdminServiceGetPolicyProcedure = "/quorate.v1.AdminService/GetPolicy"
+	// AdminServiceDeletePoliciesProcedure is the fully-qualified name of the AdminService's
+	// DeletePolicies RPC.
+	AdminServiceDeletePoliciesProcedure = "/quorate.v1.AdminService/DeletePolicies"
 )
 
 // AdminServiceClient is a client for the quorate.v1.AdminService service.
@@ -64,6 +69,12 @@ type AdminServiceClient interface {
 	ApplyPolicies(context.Context, *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error)
 	// ListPolicies lists this node's replicated copy of the policies, by name.
 	ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error)
+	// GetPolicy returns one policy from this node's replica; NotFound if absent.
+	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
+	// DeletePolicies deletes policies, all or none (NotFound names the first
+	// missing one). Decisions under a deleted policy answer NotFound; its keys'
+	// state is reclaimed as it expires.
+	DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -107,16 +118,30 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListPolicies")),
 			connect.WithClientOptions(opts...),
 		),
+		getPolicy: connect.NewClient[v1.GetPolicyRequest, v1.GetPolicyResponse](
+			httpClient,
+			baseURL+AdminServiceGetPolicyProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetPolicy")),
+			connect.WithClientOptions(opts...),
+		),
+		deletePolicies: connect.NewClient[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse](
+			httpClient,
+			baseURL+AdminServiceDeletePoliciesProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeletePolicies")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	clusterStatus *connect.Client[v1.ClusterStatusRequest, v1.ClusterStatusResponse]
-	nodeStatus    *connect.Client[v1.NodeStatusRequest, v1.NodeStatusResponse]
-	join          *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	applyPolicies *connect.Client[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse]
-	listPolicies  *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
+	clusterStatus  *connect.Client[v1.ClusterStatusRequest, v1.ClusterStatusResponse]
+	nodeStatus     *connect.Client[v1.NodeStatusRequest, v1.NodeStatusResponse]
+	join           *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	applyPolicies  *connect.Client[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse]
+	listPolicies   *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
+	getPolicy      *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
+	deletePolicies *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -144,6 +169,16 @@ func (c *adminServiceClient) ListPolicies(ctx context.Context, req *connect.Requ
 	return c.listPolicies.CallUnary(ctx, req)
 }
 
+// GetPolicy calls quorate.v1.AdminService.GetPolicy.
+func (c *adminServiceClient) GetPolicy(ctx context.Context, req *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error) {
+	return c.getPolicy.CallUnary(ctx, req)
+}
+
+// DeletePolicies calls quorate.v1.AdminService.DeletePolicies.
+func (c *adminServiceClient) DeletePolicies(ctx context.Context, req *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error) {
+	return c.deletePolicies.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -160,6 +195,12 @@ type AdminServiceHandler interface {
 	ApplyPolicies(context.Context, *connect.Request[v1.ApplyPoliciesRequest]) (*connect.Response[v1.ApplyPoliciesResponse], error)
 	// ListPolicies lists this node's replicated copy of the policies, by name.
 	ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error)
+	// GetPolicy returns one policy from this node's replica; NotFound if absent.
+	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
+	// DeletePolicies deletes policies, all or none (NotFound names the first
+	// missing one). Decisions under a deleted policy answer NotFound; its keys'
+	// state is reclaimed as it expires.
+	DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -199,6 +240,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListPolicies")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetPolicyHandler := connect.NewUnaryHandler(
+		AdminServiceGetPolicyProcedure,
+		svc.GetPolicy,
+		connect.WithSchema(adminServiceMethods.ByName("GetPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeletePoliciesHandler := connect.NewUnaryHandler(
+		AdminServiceDeletePoliciesProcedure,
+		svc.DeletePolicies,
+		connect.WithSchema(adminServiceMethods.ByName("DeletePolicies")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -211,6 +264,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceApplyPoliciesHandler.ServeHTTP(w, r)
 		case AdminServiceListPoliciesProcedure:
 			adminServiceListPoliciesHandler.ServeHTTP(w, r)
+		case AdminServiceGetPolicyProcedure:
+			adminServiceGetPolicyHandler.ServeHTTP(w, r)
+		case AdminServiceDeletePoliciesProcedure:
+			adminServiceDeletePoliciesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -238,4 +295,12 @@ func (UnimplementedAdminServiceHandler) ApplyPolicies(context.Context, *connect.
 
 func (UnimplementedAdminServiceHandler) ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.ListPolicies is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.GetPolicy is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.DeletePolicies is not implemented"))
 }

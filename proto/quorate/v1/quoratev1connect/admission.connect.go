@@ -38,6 +38,10 @@ const (
 const (
 	// AdmissionServiceAdmitProcedure is the fully-qualified name of the AdmissionService's Admit RPC.
 	AdmissionServiceAdmitProcedure = "/quorate.v1.AdmissionService/Admit"
+	// AdmissionServicePeekProcedure is the fully-qualified name of the AdmissionService's Peek RPC.
+	AdmissionServicePeekProcedure = "/quorate.v1.AdmissionService/Peek"
+	// AdmissionServiceRefundProcedure is the fully-qualified name of the AdmissionService's Refund RPC.
+	AdmissionServiceRefundProcedure = "/quorate.v1.AdmissionService/Refund"
 )
 
 // AdmissionServiceClient is a client for the quorate.v1.AdmissionService service.
@@ -52,6 +56,14 @@ type AdmissionServiceClient interface {
 	// NotFound (unknown policy), Unavailable (no leader or quorum; an
 	// OutcomeUnknown detail says the request may have been applied).
 	Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error)
+	// Peek describes a key's state under a policy without spending anything.
+	// It is linearizable: it goes through the log like a decision.
+	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
+	// Refund gives back what an earlier admitted request (same caller and
+	// request_id, within its dedupe_retention) spent, e.g. because the work it
+	// guarded failed. At most once: a repeat answers refunded=false.
+	// NotFound when no admitted request is recorded under that ID.
+	Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error)
 }
 
 // NewAdmissionServiceClient constructs a client for the quorate.v1.AdmissionService service. By
@@ -71,17 +83,41 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Admit")),
 			connect.WithClientOptions(opts...),
 		),
+		peek: connect.NewClient[v1.PeekRequest, v1.PeekResponse](
+			httpClient,
+			baseURL+AdmissionServicePeekProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Peek")),
+			connect.WithClientOptions(opts...),
+		),
+		refund: connect.NewClient[v1.RefundRequest, v1.RefundResponse](
+			httpClient,
+			baseURL+AdmissionServiceRefundProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Refund")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // admissionServiceClient implements AdmissionServiceClient.
 type admissionServiceClient struct {
-	admit *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
+	admit  *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
+	peek   *connect.Client[v1.PeekRequest, v1.PeekResponse]
+	refund *connect.Client[v1.RefundRequest, v1.RefundResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
 func (c *admissionServiceClient) Admit(ctx context.Context, req *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error) {
 	return c.admit.CallUnary(ctx, req)
+}
+
+// Peek calls quorate.v1.AdmissionService.Peek.
+func (c *admissionServiceClient) Peek(ctx context.Context, req *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error) {
+	return c.peek.CallUnary(ctx, req)
+}
+
+// Refund calls quorate.v1.AdmissionService.Refund.
+func (c *admissionServiceClient) Refund(ctx context.Context, req *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error) {
+	return c.refund.CallUnary(ctx, req)
 }
 
 // AdmissionServiceHandler is an implementation of the quorate.v1.AdmissionService service.
@@ -96,6 +132,14 @@ type AdmissionServiceHandler interface {
 	// NotFound (unknown policy), Unavailable (no leader or quorum; an
 	// OutcomeUnknown detail says the request may have been applied).
 	Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error)
+	// Peek describes a key's state under a policy without spending anything.
+	// It is linearizable: it goes through the log like a decision.
+	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
+	// Refund gives back what an earlier admitted request (same caller and
+	// request_id, within its dedupe_retention) spent, e.g. because the work it
+	// guarded failed. At most once: a repeat answers refunded=false.
+	// NotFound when no admitted request is recorded under that ID.
+	Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error)
 }
 
 // NewAdmissionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -111,10 +155,26 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Admit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServicePeekHandler := connect.NewUnaryHandler(
+		AdmissionServicePeekProcedure,
+		svc.Peek,
+		connect.WithSchema(admissionServiceMethods.ByName("Peek")),
+		connect.WithHandlerOptions(opts...),
+	)
+	admissionServiceRefundHandler := connect.NewUnaryHandler(
+		AdmissionServiceRefundProcedure,
+		svc.Refund,
+		connect.WithSchema(admissionServiceMethods.ByName("Refund")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdmissionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
 			admissionServiceAdmitHandler.ServeHTTP(w, r)
+		case AdmissionServicePeekProcedure:
+			admissionServicePeekHandler.ServeHTTP(w, r)
+		case AdmissionServiceRefundProcedure:
+			admissionServiceRefundHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -126,4 +186,12 @@ type UnimplementedAdmissionServiceHandler struct{}
 
 func (UnimplementedAdmissionServiceHandler) Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Admit is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Peek is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Refund is not implemented"))
 }

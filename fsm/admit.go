@@ -1,0 +1,231 @@
+package fsm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// MaxChecks is the most checks one Admit may carry (its own and Also).
+const MaxChecks = 8
+
+// check is one (policy, key, cost) of an Admit, resolved.
+type check struct {
+	policy PolicyVersion
+	key    string // state key: policy/key
+	cmd    *raftcmdv1.Check
+}
+
+// applyAdmit decides every check of c at now, all or none: either every
+// check is admitted (or shadow-denied) and charged, or nothing changes and
+// the result names the first check that denied. With a request ID, a repeat
+// gets the recorded result and the decision is recorded before anything is
+// spent.
+func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
+	var dk dedupe.Key
+	var fp [16]byte
+	if c.GetRequestId() != "" {
+		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
+		if e, ok := f.dedupe.Get(dk, now); ok {
+			return recordedAdmit(e, fp)
+		}
+	}
+	checks, err := f.resolveChecks(c)
+	if err != nil {
+		return err
+	}
+
+	res := &AdmitResult{DecidedAt: now, Multi: len(checks) > 1, DeniedCheck: -1, Checks: make([]CheckResult, len(checks))}
+	scratch := make(map[string]admission.State, len(checks)) // states as this request leaves them
+	for i, ch := range checks {
+		st, ok := scratch[ch.key]
+		if !ok {
+			st, _ = f.buckets.get(ch.key)
+		}
+		p := ch.policy.Policy
+		next, d := admission.Decide(p, st, ch.cmd.GetCost(), now)
+		var wait time.Duration
+		if !d.Allowed && c.GetMaxWaitNanos() > 0 && p.Algorithm == admission.AlgorithmTokenBucket &&
+			d.RetryAfter <= time.Duration(c.GetMaxWaitNanos()) {
+			// Pacing: take the earliest conforming slot and reserve it.
+			wait = d.RetryAfter
+			next, d = admission.Decide(p, st, ch.cmd.GetCost(), now+int64(wait))
+			d.ResetAfter = time.Duration(admission.ExpiresAt(p, next) - now)
+		}
+		cr := CheckResult{Policy: p.Name, Key: ch.cmd.GetKey(), Cost: ch.cmd.GetCost(), Decision: d, PolicyVersion: ch.policy.Version}
+		switch {
+		case d.Allowed:
+			scratch[ch.key] = next
+			cr.Spent = cr.Cost
+			res.Wait = max(res.Wait, wait)
+		case p.Shadow:
+			cr.ShadowDenied = true
+			cr.Decision.Allowed = true
+		case res.DeniedCheck < 0:
+			res.DeniedCheck = i
+		}
+		res.Checks[i] = cr
+	}
+	top := 0
+	if res.DeniedCheck >= 0 {
+		top = res.DeniedCheck
+		res.Wait = 0
+		for i := range res.Checks {
+			res.Checks[i].Spent = 0
+		}
+	}
+	res.Decision, res.PolicyVersion, res.ShadowDenied = res.Checks[top].Decision, res.Checks[top].PolicyVersion, res.Checks[top].ShadowDenied
+
+	if res.DeniedCheck < 0 {
+		if err := f.makeRoom(scratch, now); err != nil {
+			return err
+		}
+	}
+	// Record before spending: a refused record must leave every state as it was.
+	if c.GetRequestId() != "" {
+		retention := int64(0)
+		for _, ch := range checks {
+			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
+		}
+		err := f.dedupe.Put(dedupe.Entry{
+			Key: dk, Fingerprint: fp, Result: encodeAdmitRecord(res),
+			ExpiresAt: addSaturating(now, retention),
+		}, now)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		}
+	}
+	if res.DeniedCheck < 0 {
+		for _, ch := range checks {
+			if st, ok := scratch[ch.key]; ok {
+				f.buckets.put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
+				delete(scratch, ch.key)
+			}
+		}
+	}
+	return res
+}
+
+// resolveChecks returns the checks of c, first its own, with their policies,
+// or the first problem: an unknown policy or a bad key or cost, naming the
+// field ("key", "also[1].cost", …).
+func (f *FSM) resolveChecks(c *raftcmdv1.Admit) ([]check, error) {
+	cmds := append([]*raftcmdv1.Check{{Policy: c.GetPolicy(), Key: c.GetKey(), Cost: c.GetCost()}}, c.GetAlso()...)
+	if len(cmds) > MaxChecks {
+		return nil, &admission.FieldError{Field: "also", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("at most %d checks in one request (got %d)", MaxChecks, len(cmds))}
+	}
+	out := make([]check, len(cmds))
+	for i, cmd := range cmds {
+		prefix := ""
+		if i > 0 {
+			prefix = fmt.Sprintf("also[%d].", i-1)
+		}
+		pv, ok := f.policies[cmd.GetPolicy()]
+		if !ok {
+			return nil, fmt.Errorf("%w %q (%spolicy)", ErrUnknownPolicy, cmd.GetPolicy(), prefix)
+		}
+		if err := pv.Policy.CheckRequest(cmd.GetKey(), cmd.GetCost()); err != nil {
+			if fe, ok := err.(*admission.FieldError); ok && prefix != "" {
+				err = &admission.FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
+			}
+			return nil, err
+		}
+		out[i] = check{policy: pv, key: BucketKey(cmd.GetPolicy(), cmd.GetKey()), cmd: cmd}
+	}
+	return out, nil
+}
+
+// makeRoom checks that the new states of a request fit under MaxBuckets,
+// reclaiming expired states first.
+func (f *FSM) makeRoom(states map[string]admission.State, now int64) error {
+	added := 0
+	for key := range states {
+		if _, exists := f.buckets.get(key); !exists {
+			added++
+		}
+	}
+	if added == 0 {
+		return nil
+	}
+	if over := f.buckets.len() + added - f.opts.MaxBuckets; over > 0 {
+		// Expired states are absent: make room from them first (more than
+		// needed now when a restore left the group above its bound).
+		f.buckets.sweep(now, over, f.policyOfBucket)
+	}
+	if f.buckets.len()+added > f.opts.MaxBuckets {
+		return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
+	}
+	return nil
+}
+
+// applyPeek describes a key's state at now without changing anything.
+func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
+	pv, ok := f.policies[c.GetPolicy()]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
+	}
+	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
+		return err
+	}
+	st, _ := f.buckets.get(BucketKey(c.GetPolicy(), c.GetKey()))
+	return &PeekResult{Decision: admission.Peek(pv.Policy, st, now), PolicyVersion: pv.Version, At: now}
+}
+
+// applyDeletePolicies deletes every named policy, or none when one is
+// missing. Their keys' states stay until they expire (the sweep drops states
+// whose policy is gone).
+func (f *FSM) applyDeletePolicies(c *raftcmdv1.DeletePolicies) interface{} {
+	out := &PoliciesResult{}
+	for _, name := range c.GetNames() {
+		pv, ok := f.policies[name]
+		if !ok {
+			return fmt.Errorf("%w %q", ErrUnknownPolicy, name)
+		}
+		out.Policies = append(out.Policies, pv)
+	}
+	for _, name := range c.GetNames() {
+		delete(f.policies, name)
+	}
+	return out
+}
+
+// applyRefund gives back, once, what the admit recorded under (caller,
+// request ID) spent.
+func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
+	k := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}
+	e, ok := f.dedupe.Get(k, now)
+	if !ok {
+		return fmt.Errorf("%w (caller %q, request_id %q)", ErrNothingToRefund, k.Caller, k.RequestID)
+	}
+	rec := decodeAdmitRecord(e)
+	if !rec.GetAllowed() {
+		return fmt.Errorf("%w (caller %q, request_id %q)", ErrNotAdmitted, k.Caller, k.RequestID)
+	}
+	var cost int64
+	for _, ch := range rec.GetChecks() {
+		cost += ch.GetSpent()
+	}
+	if rec.GetRefunded() {
+		return &RefundResult{Refunded: false, Cost: cost, RefundedAt: rec.GetRefundedAtUnixNano()}
+	}
+	for _, ch := range rec.GetChecks() {
+		pv, ok := f.policies[ch.GetPolicy()]
+		if !ok || ch.GetSpent() == 0 {
+			continue // policy deleted since: its state is going away
+		}
+		key := BucketKey(ch.GetPolicy(), ch.GetKey())
+		st, exists := f.buckets.get(key)
+		if !exists {
+			continue // already expired: nothing left to give back
+		}
+		next := admission.Refund(pv.Policy, st, ch.GetSpent(), rec.GetDecidedAtUnixNano(), now)
+		f.buckets.put(key, next, admission.ExpiresAt(pv.Policy, next))
+	}
+	rec.Refunded, rec.RefundedAtUnixNano = true, now
+	f.dedupe.Update(k, marshalRecord(rec))
+	return &RefundResult{Refunded: true, Cost: cost, RefundedAt: now}
+}
