@@ -19,7 +19,8 @@ const (
 	// the Unix epoch; up to limit per window.
 	AlgorithmFixedWindow Algorithm = "fixed_window"
 	// AlgorithmSlidingWindow weighs the previous fixed window's count by how
-	// much of it the rolling period still covers (an approximation).
+	// much of it the rolling period still covers (an approximation: at most
+	// 2×limit−1 units in any rolling period; see slidingwindow.go).
 	AlgorithmSlidingWindow Algorithm = "sliding_window"
 	// AlgorithmSlidingLog keeps every admitted request of the last period:
 	// an exact rolling window, for small limits.
@@ -118,21 +119,65 @@ func (p Policy) WithDefaults() Policy {
 }
 
 // Validate checks p.WithDefaults() and returns the first problem found, in
-// the order name, algorithm, limit, period, burst, max_cost, on_unavailable,
-// dedupe_retention, as a *FieldError wrapping ErrInvalidPolicy. It does not modify p.
+// the order name, algorithm, the algorithm's own fields (for every
+// algorithm: calendar, limit, period, burst, max_cost),
+// on_unavailable, dedupe_retention, as a *FieldError wrapping
+// ErrInvalidPolicy. It does not modify p.
 //
 // Accepted values:
 //
 //   - name: 1..64 bytes of [a-z0-9._-], starting with a letter or digit.
-//   - algorithm: "token_bucket". The design's other algorithms
-//     (fixed_window, sliding_window, sliding_log, quota, concurrency) are
-//     "not implemented yet"; any other name is unknown.
+//   - algorithm: token_bucket, fixed_window, sliding_window, sliding_log or
+//     quota; concurrency is "not implemented yet"; any other name is unknown.
+//
+// For token_bucket:
+//
+//   - calendar: unset.
 //   - limit: 1..1e9, and at most the period in nanoseconds, so that the
 //     emission interval ceil(period/limit) is at least 1ns.
 //   - period: 1ms..366 days.
 //   - burst: 1..1e9 (0 means limit), and burst × emission interval (the time
 //     an empty bucket takes to refill) at most 3660 days (3.16224e17ns).
 //   - max_cost: 1..burst (0 means burst).
+//
+// For fixed_window (counts are at most 1e9, so no sum can overflow):
+//
+//   - calendar: unset.
+//   - limit: 1..1e9.
+//   - period: a whole number of seconds, 1s..366 days.
+//   - burst: unset (0) or equal to limit: a fixed window admits up to limit
+//     per window at any pace, so it has no burst separate from its limit.
+//   - max_cost: 1..limit (0 means limit).
+//
+// For quota (counts are at most 1e12):
+//
+//   - calendar: required; day, week (from Monday), month or year, in UTC.
+//   - limit: 1..1e12.
+//   - period: unset (0); the calendar sets the period.
+//   - burst: unset (0) or equal to limit, as for fixed_window.
+//   - max_cost: 1..limit (0 means limit).
+//
+// For sliding_window (counts are at most 1e9; products of a count and a
+// period are taken in 128 bits):
+//
+//   - calendar: unset.
+//   - limit: 1..1e9.
+//   - period: a whole number of milliseconds, 1s..366 days.
+//   - burst: unset (0) or equal to limit, as for fixed_window.
+//   - max_cost: 1..limit (0 means limit).
+//
+// For sliding_log (the state is one entry per admitted request, so at most
+// limit entries per key):
+//
+//   - calendar: unset.
+//   - limit: 1..10000, a cap that keeps the state small: sliding_log is for
+//     small limits such as login attempts; use sliding_window above it.
+//   - period: 1ms..366 days.
+//   - burst: unset (0) or equal to limit, as for fixed_window.
+//   - max_cost: 1..limit (0 means limit).
+//
+// For every algorithm:
+//
 //   - on_unavailable: "allow", "deny" or "local" ("" means deny).
 //   - dedupe_retention: 1s..24h (0 means 10m).
 //
