@@ -164,27 +164,39 @@ func TestPolicyFieldsRoundTrip(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sent := &quoratev1.Policy{
+	sent := []*quoratev1.Policy{{
 		Name: "full", Algorithm: "token_bucket", Limit: 60, Period: durationpb.New(time.Minute),
 		Burst: 20, MaxCost: 10, OnUnavailable: "allow", DedupeRetention: durationpb.New(30 * time.Minute),
-	}
-	applied, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{sent}}))
+	}, {
+		Name: "monthly", Algorithm: "quota", Limit: 1000, Period: durationpb.New(0), Burst: 1000, MaxCost: 50,
+		Calendar: "month", Shadow: true, OnUnavailable: "deny", DedupeRetention: durationpb.New(time.Hour),
+	}}
+	applied, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: sent}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := proto.Clone(sent).(*quoratev1.Policy)
-	want.Version = 1
-	if got := applied.Msg.GetPolicies()[0]; !proto.Equal(got, want) {
-		t.Fatalf("ApplyPolicies answered %v, want %v", got, want)
+	var want []*quoratev1.Policy
+	for i, p := range sent {
+		w := proto.Clone(p).(*quoratev1.Policy)
+		w.Version = 1
+		want = append(want, w)
+		if got := applied.Msg.GetPolicies()[i]; !proto.Equal(got, w) {
+			t.Fatalf("ApplyPolicies answered %v, want %v", got, w)
+		}
 	}
-	c.Eventually(t, 10*time.Second, "the policy on every node", func() error {
+	c.Eventually(t, 10*time.Second, "the policies on every node", func() error {
 		for i := range c.Len() {
 			list, err := c.Admin(i).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
 			if err != nil {
 				return err
 			}
-			if len(list.Msg.GetPolicies()) != 1 || !proto.Equal(list.Msg.GetPolicies()[0], want) {
-				return fmt.Errorf("node%d lists %v", i+1, list.Msg.GetPolicies())
+			got := list.Msg.GetPolicies() // sorted by name: full, monthly
+			if len(got) != 2 || !proto.Equal(got[0], want[0]) || !proto.Equal(got[1], want[1]) {
+				return fmt.Errorf("node%d lists %v", i+1, got)
+			}
+			one, err := c.Admin(i).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "monthly"}))
+			if err != nil || !proto.Equal(one.Msg.GetPolicy(), want[1]) {
+				return fmt.Errorf("node%d GetPolicy: %v, %v", i+1, one, err)
 			}
 		}
 		return nil

@@ -42,46 +42,61 @@ func admit(ctx context.Context, c *nodetest.Cluster, i int, policy, key string, 
 }
 
 // The seed's concurrency test: capacity 20, 100 concurrent Admits spread over
-// all three nodes → exactly 20 allowed.
+// all three nodes → exactly 20 allowed, for every algorithm.
 func TestConcurrentAdmitsAcrossNodesAllowExactlyCapacity(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
-	applyPolicy(t, c, "cap20", 20, 24*time.Hour, 20)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var allowed, denied atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for i := range 100 {
-		wg.Go(func() {
-			resp, err := admit(ctx, c, i%3, "cap20", "tenant:acme", 0)
-			if err != nil {
-				errs <- err
-				return
+	// Periods so long that neither refill nor a window boundary can fall
+	// inside the test (fixed windows align to the epoch: a 366-day window
+	// ends once a year; a calendar year once a year).
+	policies := []*quoratev1.Policy{
+		{Name: "tb", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour), Burst: 20},
+		{Name: "fw", Algorithm: "fixed_window", Limit: 20, Period: durationpb.New(366 * 24 * time.Hour)},
+		{Name: "sw", Algorithm: "sliding_window", Limit: 20, Period: durationpb.New(366 * 24 * time.Hour)},
+		{Name: "sl", Algorithm: "sliding_log", Limit: 20, Period: durationpb.New(24 * time.Hour)},
+		{Name: "q", Algorithm: "quota", Limit: 20, Calendar: "year"},
+	}
+	if _, err := c.Admin(1).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies})); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range policies {
+		t.Run(p.GetAlgorithm(), func(t *testing.T) {
+			var allowed, denied atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 100)
+			for i := range 100 {
+				wg.Go(func() {
+					resp, err := admit(ctx, c, i%3, p.GetName(), "tenant:acme", 0)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if resp.GetAllowed() {
+						allowed.Add(1)
+					} else {
+						denied.Add(1)
+					}
+				})
 			}
-			if resp.GetAllowed() {
-				allowed.Add(1)
-			} else {
-				denied.Add(1)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("admit: %v", err)
+			}
+			if allowed.Load() != 20 || denied.Load() != 80 {
+				t.Fatalf("allowed %d, denied %d; want exactly 20 and 80", allowed.Load(), denied.Load())
+			}
+			// The next decision on any node sees nothing left.
+			for i := range 3 {
+				resp, err := admit(ctx, c, i, p.GetName(), "tenant:acme", 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.GetAllowed() || resp.GetRemaining() != 0 || resp.GetLimit() != 20 || resp.GetRetryAfter().AsDuration() <= 0 {
+					t.Fatalf("node %d after the burst: %v", i, resp)
+				}
 			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("admit: %v", err)
-	}
-	if allowed.Load() != 20 || denied.Load() != 80 {
-		t.Fatalf("allowed %d, denied %d; want exactly 20 and 80", allowed.Load(), denied.Load())
-	}
-	// The next decision on any node sees the bucket empty.
-	for i := range 3 {
-		resp, err := admit(ctx, c, i, "cap20", "tenant:acme", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.GetAllowed() || resp.GetRemaining() != 0 || resp.GetLimit() != 20 {
-			t.Fatalf("node %d after the burst: %v", i, resp)
-		}
 	}
 }
