@@ -30,6 +30,23 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"admit bad output", []string{"admit", "--policy", "p", "--key", "k", "-o", "yaml"}, []string{"--output"}},
 		{"admit bad server", []string{"admit", "--policy", "p", "--key", "k", "--server", "ftp://x"}, []string{"--server"}},
 		{"admit zero timeout", []string{"admit", "--policy", "p", "--key", "k", "--timeout", "0s"}, []string{"--timeout"}},
+		{"admit also without key", []string{"admit", "--policy", "p", "--key", "k", "--also", "q"}, []string{"--also", "missing key"}},
+		{"admit also empty key", []string{"admit", "--policy", "p", "--key", "k", "--also", "q:"}, []string{"--also", "missing key"}},
+		{"admit also without policy", []string{"admit", "--policy", "p", "--key", "k", "--also", ":k2"}, []string{"--also", "missing policy"}},
+		{"admit also zero cost", []string{"admit", "--policy", "p", "--key", "k", "--also", "q@0:k2"}, []string{"--also", "bad cost"}},
+		{"admit also negative cost", []string{"admit", "--policy", "p", "--key", "k", "--also", "q@-1:k2"}, []string{"--also", "bad cost"}},
+		{"admit also huge cost", []string{"admit", "--policy", "p", "--key", "k", "--also", "q@99999999999999999999:k2"}, []string{"--also", "bad cost"}},
+		{"admit also empty cost", []string{"admit", "--policy", "p", "--key", "k", "--also", "q@:k2"}, []string{"--also", "cost"}},
+		{"admit negative max-wait", []string{"admit", "--policy", "p", "--key", "k", "--max-wait", "-1s"}, []string{"--max-wait"}},
+		{"admit max-wait over a minute", []string{"admit", "--policy", "p", "--key", "k", "--max-wait", "2m"}, []string{"--max-wait"}},
+		{"admit bad max-wait", []string{"admit", "--policy", "p", "--key", "k", "--max-wait", "soon"}, []string{"--max-wait"}},
+		{"peek without key", []string{"peek", "--policy", "p"}, []string{"--key"}},
+		{"peek server list", []string{"peek", "--policy", "p", "--key", "k", "--server", "a:1,b:2"}, []string{"--server"}},
+		{"refund without request id", []string{"refund", "--caller", "c"}, []string{"--request-id"}},
+		{"refund bad output", []string{"refund", "--request-id", "r", "-o", "yaml"}, []string{"--output"}},
+		{"policy get without name", []string{"policy", "get"}, []string{"NAME"}},
+		{"policy get two names", []string{"policy", "get", "a", "b"}, []string{"NAME"}},
+		{"policy delete without names", []string{"policy", "delete"}, []string{"NAME"}},
 		{"policy apply without file", []string{"policy", "apply"}, []string{"--file"}},
 		{"admin status bad output", []string{"admin", "status", "-o", "xml"}, []string{"--output"}},
 	}
@@ -53,7 +70,7 @@ func TestDevMissingPoliciesFile(t *testing.T) {
 
 func TestPolicyValidate(t *testing.T) {
 	out, _, err := runCLI(t, "policy", "validate", "-f", "../../examples/policies.yaml")
-	if err != nil || !strings.Contains(out, "4 policies OK") {
+	if err != nil || !strings.Contains(out, "8 policies OK") {
 		t.Fatalf("got %q, %v", out, err)
 	}
 }

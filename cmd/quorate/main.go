@@ -12,14 +12,23 @@
 // Client commands (each takes --server URL, default http://127.0.0.1:7070,
 // and --timeout, default 5s):
 //
-//	quorate admit --policy P --key K [--cost N] [--caller NAME] [--request-id ID] [-o text|json]
+//	quorate admit --policy P --key K [--cost N] [--also P:K[:N]]... [--max-wait D]
+//	              [--caller NAME] [--request-id ID] [-o text|json]
 //	    ask for one admission decision; a denial prints "denied" and exits 0.
-//	    --server may list several nodes (a,b,c). Unavailable answers and
-//	    connection failures are retried until --timeout with the same request
-//	    ID, rotating through the servers: exactly-once, a retry of an applied
-//	    request gets the recorded answer, marked "duplicate".
+//	    --also adds checks decided atomically with the first (all charged or
+//	    none; keys share a hash tag); --max-wait paces a token bucket instead
+//	    of denying. --server may list several nodes (a,b,c). Unavailable
+//	    answers and connection failures are retried until --timeout with the
+//	    same request ID, rotating through the servers: exactly-once, a retry of
+//	    an applied request gets the recorded answer, marked "duplicate".
+//	quorate peek --policy P --key K  a key's state, spending nothing (retried)
+//	quorate refund --request-id ID [--caller NAME]
+//	    give back what an admitted request spent, at most once (retried with
+//	    the same request ID, like admit; a repeat says "already refunded")
 //	quorate policy apply -f FILE    create or replace the policies of a YAML file
 //	quorate policy list             list the stored policies with their versions
+//	quorate policy get NAME         show one stored policy
+//	quorate policy delete NAME...   delete policies, all or none
 //	quorate policy validate -f FILE check a policy file locally, without a server
 //	quorate admin status            every member's role, term and indexes
 //
@@ -77,6 +86,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(),
 		newDevCmd(),
 		newAdmitCmd(),
+		newPeekCmd(),
+		newRefundCmd(),
 		newPolicyCmd(),
 		newAdminCmd(),
 	)

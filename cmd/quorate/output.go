@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -69,25 +70,42 @@ func fmtDuration(d *durationpb.Duration) string {
 	return v.String()
 }
 
-// writePolicies prints policies as a table, one line each.
+// fmtTimestamp formats a wire timestamp in UTC with nanoseconds; "-" when
+// unset.
+func fmtTimestamp(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// writePolicies prints policies as a table, one line each. CALENDAR is a
+// quota's calendar period ("-" for other algorithms); SHADOW is yes for a
+// policy that decides and counts but never denies.
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tBURST\tMAX_COST\tON_UNAVAILABLE\tDEDUPE_RETENTION")
+	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION")
 	for _, p := range policies {
 		retention := admission.DefaultDedupeRetention.String() // unset: the server's default
 		if p.GetDedupeRetention() != nil {
 			retention = fmtPeriod(p.GetDedupeRetention())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()),
+		shadow := "no"
+		if p.GetShadow() {
+			shadow = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()), dash(p.GetCalendar()),
 			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"),
-			retention)
+			shadow, retention)
 	}
 	return tw.Flush()
 }
 
+// fmtPeriod formats a policy's duration; "-" when unset (e.g. a quota's
+// period).
 func fmtPeriod(d *durationpb.Duration) string {
-	if d == nil {
+	if d == nil || d.AsDuration() == 0 {
 		return "-"
 	}
 	return d.AsDuration().String()

@@ -13,10 +13,10 @@ import (
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Apply, list and validate admission policies",
+		Short: "Apply, list, get, delete and validate admission policies",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newPolicyApplyCmd(), newPolicyListCmd(), newPolicyValidateCmd())
+	cmd.AddCommand(newPolicyApplyCmd(), newPolicyListCmd(), newPolicyGetCmd(), newPolicyDeleteCmd(), newPolicyValidateCmd())
 	return cmd
 }
 
@@ -92,6 +92,87 @@ func newPolicyListCmd() *cobra.Command {
 				return nil
 			}
 			return writePolicies(cmd.OutOrStdout(), resp.Msg.GetPolicies())
+		},
+	}
+	addClientFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newPolicyGetCmd() *cobra.Command {
+	var (
+		client clientOptions
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show one stored policy with its version",
+		Long: "Get shows one policy as the asked node's replica holds it (which may lag the\n" +
+			"leader by a moment). An absent policy is not_found.",
+		Example: "  quorate policy get api-free\n  quorate policy get reports-monthly -o json",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("policy get: want one NAME, the policy to show (got %d arguments)", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: args[0]}))
+			if err != nil {
+				return wrapRPC("GetPolicy", base, "", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			}
+			return writePolicies(cmd.OutOrStdout(), []*quoratev1.Policy{resp.Msg.GetPolicy()})
+		},
+	}
+	addClientFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newPolicyDeleteCmd() *cobra.Command {
+	var (
+		client clientOptions
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "delete NAME...",
+		Short: "Delete policies (all or none)",
+		Long: "Delete deletes every named policy in one step, or none when one of them does not\n" +
+			"exist (the not_found error names it). It prints the deleted policies with their\n" +
+			"last versions. Decisions under a deleted policy answer not_found; its keys' state\n" +
+			"is reclaimed as it expires. Delete is not retried: a repeat of a delete that was\n" +
+			"applied answers not_found.",
+		Example: "  quorate policy delete api-free\n  quorate policy delete old-a old-b -o json",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("policy delete: NAME is required: the policies to delete")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).DeletePolicies(ctx, connect.NewRequest(&quoratev1.DeletePoliciesRequest{Names: args}))
+			if err != nil {
+				return wrapRPC("DeletePolicies", base, "", err)
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			}
+			deleted := resp.Msg.GetPolicies()
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d %s\n", len(deleted), plural(len(deleted), "policy", "policies"))
+			return writePolicies(cmd.OutOrStdout(), deleted)
 		},
 	}
 	addClientFlags(cmd, &client)

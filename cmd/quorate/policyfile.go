@@ -22,20 +22,25 @@ import (
 //
 //	policies:
 //	  - name: api-free
-//	    algorithm: token_bucket
+//	    algorithm: token_bucket  # or fixed_window, sliding_window, sliding_log, quota
 //	    limit: 60
-//	    period: 1m          # a Go duration: 500ms, 1s, 15m, 24h
+//	    period: 1m          # a Go duration: 500ms, 1s, 15m, 24h; unset for quota
 //	    burst: 20           # optional, default limit
 //	    max_cost: 10        # optional, default burst
 //	    on_unavailable: allow  # optional: allow, deny (default) or local
 //	    dedupe_retention: 30m  # optional, a Go duration, 1s..24h; default 10m
+//	    shadow: false       # optional: true decides and counts but never denies
+//	  - name: reports-monthly
+//	    algorithm: quota
+//	    limit: 1000
+//	    calendar: month     # quota only, required there: day, week, month or year (UTC)
 //
 // It is read strictly: an unknown or repeated field, a value of the wrong
 // type or a policy that admission.Policy.Validate refuses is an error naming
 // the file, line, policy and field, so a bad file fails before any RPC.
 
 // policyFields are the fields of one policy, in the order they are documented.
-var policyFields = []string{"name", "algorithm", "limit", "period", "burst", "max_cost", "on_unavailable", "dedupe_retention"}
+var policyFields = []string{"name", "algorithm", "limit", "period", "calendar", "burst", "max_cost", "on_unavailable", "shadow", "dedupe_retention"}
 
 // yamlLineRE takes the line out of a YAML syntax error, which the library
 // reports only as text: "yaml: line 3: did not find expected key".
@@ -218,6 +223,13 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 			p.Algorithm = admission.Algorithm(v.Value)
 		case "on_unavailable":
 			p.OnUnavailable = admission.OnUnavailable(v.Value)
+		case "calendar":
+			p.Calendar = admission.Calendar(v.Value)
+		case "shadow":
+			if p.Shadow, err = decodeBool(v); err != nil {
+				e.Err = err
+				return nil, fail(v.Line, field, "expected true or false, got %q", v.Value)
+			}
 		case "period":
 			if p.Period, err = parseDuration(v); err != nil {
 				e.Err = err
@@ -270,6 +282,17 @@ func decodeInt(v *yaml.Node) (int64, error) {
 	var x int64
 	err := v.Decode(&x)
 	return x, err
+}
+
+// decodeBool reads a YAML boolean: true or false (YAML 1.2; also True, TRUE,
+// False, FALSE). yes, no, on, off, 1 and 0 are refused, not guessed.
+func decodeBool(v *yaml.Node) (bool, error) {
+	if v.Tag != "!!bool" {
+		return false, fmt.Errorf("not a boolean: %s", v.Tag)
+	}
+	var b bool
+	err := v.Decode(&b)
+	return b, err
 }
 
 func isKnownField(f string) bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -162,16 +164,15 @@ func TestExamplePoliciesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]struct {
-		limit, burst int64
-		period       time.Duration
-		onUnavail    string
-		retention    time.Duration // 0: unset
-	}{
-		"api-free":          {60, 20, time.Minute, "allow", 0},
-		"api-paid":          {5000, 500, time.Minute, "", 30 * time.Minute},
-		"provider-webhooks": {20, 1, time.Second, "deny", 0},
-		"login-attempts":    {5, 5, 15 * time.Minute, "deny", 0},
+	want := map[string]admission.Policy{
+		"api-free":          {Algorithm: "token_bucket", Limit: 60, Period: time.Minute, Burst: 20, MaxCost: 10, OnUnavailable: "allow"},
+		"api-paid":          {Algorithm: "token_bucket", Limit: 5000, Period: time.Minute, Burst: 500, DedupeRetention: 30 * time.Minute},
+		"provider-webhooks": {Algorithm: "token_bucket", Limit: 20, Period: time.Second, Burst: 1, OnUnavailable: "deny"},
+		"login-attempts":    {Algorithm: "token_bucket", Limit: 5, Period: 15 * time.Minute, Burst: 5, OnUnavailable: "deny"},
+		"login-failures":    {Algorithm: "sliding_log", Limit: 5, Period: 15 * time.Minute, OnUnavailable: "deny"},
+		"reports-monthly":   {Algorithm: "quota", Limit: 1000, Calendar: "month"},
+		"search":            {Algorithm: "fixed_window", Limit: 100, Period: time.Minute, MaxCost: 10},
+		"search-smooth":     {Algorithm: "sliding_window", Limit: 100, Period: time.Minute, Shadow: true},
 	}
 	if len(policies) != len(want) {
 		t.Fatalf("got %d policies, want %d", len(policies), len(want))
@@ -182,19 +183,117 @@ func TestExamplePoliciesFile(t *testing.T) {
 			t.Errorf("unexpected policy %q", p.GetName())
 			continue
 		}
-		if p.GetLimit() != w.limit || p.GetBurst() != w.burst || p.GetPeriod().AsDuration() != w.period || p.GetOnUnavailable() != w.onUnavail ||
-			(p.GetDedupeRetention() != nil) != (w.retention != 0) || p.GetDedupeRetention().AsDuration() != w.retention {
-			t.Errorf("policy %s = %v", p.GetName(), p)
+		w.Name = p.GetName()
+		got := node.PolicyFromAPI(p)
+		if got != w {
+			t.Errorf("policy %s = %+v, want %+v", p.GetName(), got, w)
 		}
-		ap := admission.Policy{Name: p.GetName(), Algorithm: admission.Algorithm(p.GetAlgorithm()), Limit: p.GetLimit(),
-			Period: p.GetPeriod().AsDuration(), Burst: p.GetBurst(), MaxCost: p.GetMaxCost(),
-			OnUnavailable: admission.OnUnavailable(p.GetOnUnavailable()), DedupeRetention: p.GetDedupeRetention().AsDuration()}
-		if err := ap.Validate(); err != nil {
+		if err := got.Validate(); err != nil {
 			t.Errorf("policy %s: %v", p.GetName(), err)
 		}
 	}
 	if _, err := readPolicyFile("no-such-file.yaml", nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestParsePolicyFileCalendarAndShadow(t *testing.T) {
+	const file = `
+policies:
+  - name: reports
+    algorithm: quota
+    limit: 1000
+    calendar: month
+    shadow: true
+  - name: api
+    algorithm: token_bucket
+    limit: 60
+    period: 1m
+    shadow: false
+  - name: daily
+    algorithm: quota
+    limit: 5
+    calendar: day
+    shadow: ~      # null: unset, like absent
+`
+	got, err := parsePolicyFile("p.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []admission.Policy{
+		{Name: "reports", Algorithm: "quota", Limit: 1000, Calendar: "month", Shadow: true},
+		{Name: "api", Algorithm: "token_bucket", Limit: 60, Period: time.Minute},
+		{Name: "daily", Algorithm: "quota", Limit: 5, Calendar: "day"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d policies, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if p := node.PolicyFromAPI(got[i]); p != want[i] {
+			t.Errorf("policy %d = %+v, want %+v", i, p, want[i])
+		}
+	}
+	if got[0].GetCalendar() != "month" || !got[0].GetShadow() {
+		t.Errorf("wire policy %v lacks calendar month and shadow", got[0])
+	}
+}
+
+func TestParsePolicyFileCalendarAndShadowErrors(t *testing.T) {
+	const head = "policies:\n" +
+		"  - name: ok\n" +
+		"    algorithm: token_bucket\n" +
+		"    limit: 1\n" +
+		"    period: 1s\n"
+	tests := []struct {
+		name   string
+		file   string
+		field  string
+		line   int
+		reason string // a part of the message
+		cause  error  // wrapped, when not nil
+	}{
+		{"quota without calendar", head + "  - name: q\n    algorithm: quota\n    limit: 5\n",
+			"calendar", 6, "required", admission.ErrInvalidPolicy},
+		{"bad calendar", head + "  - name: q\n    algorithm: quota\n    limit: 5\n    calendar: fortnight\n",
+			"calendar", 9, "fortnight", admission.ErrInvalidPolicy},
+		{"calendar on a token bucket", head + "  - name: q\n    algorithm: token_bucket\n    calendar: day\n    limit: 5\n    period: 1m\n",
+			"calendar", 8, "only for algorithm quota", admission.ErrInvalidPolicy},
+		{"calendar a list", head + "  - name: q\n    algorithm: quota\n    limit: 5\n    calendar: [month]\n",
+			"calendar", 9, "single value", nil},
+		{"quota with a period", head + "  - name: q\n    algorithm: quota\n    limit: 5\n    calendar: week\n    period: 1h\n",
+			"period", 10, "unset for quota", admission.ErrInvalidPolicy},
+		{"shadow yes", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadow: yes\n",
+			"shadow", 10, `expected true or false, got "yes"`, nil},
+		{"shadow 1", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadow: 1\n",
+			"shadow", 10, `expected true or false, got "1"`, nil},
+		{"shadow quoted", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    shadow: \"true\"\n    period: 1m\n",
+			"shadow", 9, "expected true or false", nil},
+		{"shadow a mapping", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadow: {on: true}\n",
+			"shadow", 10, "single value", nil},
+		{"shadow repeated", head + "  - name: q\n    shadow: true\n    algorithm: token_bucket\n    shadow: false\n",
+			"shadow", 9, "repeated field (first at line 7)", nil},
+		{"shadow misspelt", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadows: true\n",
+			"shadows", 10, "known fields: name, algorithm, limit, period, calendar, burst, max_cost, on_unavailable, shadow, dedupe_retention", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parsePolicyFile("p.yaml", []byte(tt.file))
+			var pe *PolicyFileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+			}
+			if pe.Field != tt.field || pe.Line != tt.line || pe.Index != 1 || pe.Name != "q" {
+				t.Errorf("got field %q line %d index %d name %q, want field %q line %d index 1 name q",
+					pe.Field, pe.Line, pe.Index, pe.Name, tt.field, tt.line)
+			}
+			prefix := fmt.Sprintf("p.yaml:%d: policies[1] (q): %s: ", tt.line, tt.field)
+			if !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("error %q, want it to start with %q and contain %q", err, prefix, tt.reason)
+			}
+			if tt.cause != nil && !errors.Is(err, tt.cause) {
+				t.Errorf("error %v does not wrap %v", err, tt.cause)
+			}
+		})
 	}
 }
 
@@ -228,5 +327,40 @@ func TestWritePoliciesRetention(t *testing.T) {
 	if len(lines) != 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "DEDUPE_RETENTION") ||
 		!strings.HasSuffix(lines[1], "30m0s") || !strings.HasSuffix(lines[2], "10m0s") {
 		t.Errorf("want a DEDUPE_RETENTION column, 30m0s as set and the default 10m0s when unset:\n%s", b.String())
+	}
+}
+
+func TestWritePoliciesCalendarAndShadow(t *testing.T) {
+	var b strings.Builder
+	err := writePolicies(&b, []*quoratev1.Policy{
+		node.PolicyToAPI(admission.Policy{Name: "reports", Algorithm: "quota", Limit: 1000, Calendar: "month", Shadow: true}, 3),
+		node.PolicyToAPI(admission.Policy{Name: "api", Algorithm: "token_bucket", Limit: 60, Period: time.Minute}, 1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make(map[string]map[string]string) // name → column → value
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	header := strings.Fields(lines[0])
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != len(header) {
+			t.Fatalf("row %q has %d columns, header %d:\n%s", l, len(f), len(header), b.String())
+		}
+		row := make(map[string]string)
+		for i, h := range header {
+			row[h] = f[i]
+		}
+		rows[f[0]] = row
+	}
+	for name, want := range map[string]map[string]string{
+		"reports": {"VERSION": "3", "ALGORITHM": "quota", "PERIOD": "-", "CALENDAR": "month", "SHADOW": "yes"},
+		"api":     {"VERSION": "1", "ALGORITHM": "token_bucket", "PERIOD": "1m0s", "CALENDAR": "-", "SHADOW": "no"},
+	} {
+		for col, v := range want {
+			if got := rows[name][col]; got != v {
+				t.Errorf("%s %s = %q, want %q:\n%s", name, col, got, v, b.String())
+			}
+		}
 	}
 }

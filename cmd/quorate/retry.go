@@ -153,6 +153,39 @@ type retrier struct {
 	// onRetry, if set, is told of each failed attempt that will be retried
 	// after wait.
 	onRetry func(attempt int, server string, err error, wait time.Duration)
+	// readOnly is set for a request that changes nothing (Peek): whether an
+	// attempt was applied does not matter, so the error never says the
+	// outcome is unknown.
+	readOnly bool
+}
+
+// callWithRetries sends one request through r until it is answered, and
+// returns the answer and the number of attempts. The request is the one call
+// captures, built once by the caller: every attempt sends the same payload
+// (and request ID). newClient makes the client of one server; each server's
+// client is made once and reused for its later attempts.
+func callWithRetries[C, Resp any](ctx context.Context, r retrier, newClient func(baseURL string) C,
+	call func(ctx context.Context, client C, server string) (*Resp, error),
+) (_ *Resp, attempts int, _ error) {
+	clients := make(map[string]C, len(r.servers))
+	var resp *Resp
+	attempts, err := r.do(ctx, func(ctx context.Context, server string) error {
+		c, ok := clients[server]
+		if !ok {
+			c = newClient(server)
+			clients[server] = c
+		}
+		res, err := call(ctx, c, server)
+		if err != nil {
+			return err
+		}
+		resp = res
+		return nil
+	})
+	if err != nil {
+		return nil, attempts, err
+	}
+	return resp, attempts, nil
 }
 
 // do calls attempt until it succeeds or the retries are over, and returns
@@ -173,13 +206,13 @@ func (r retrier) do(ctx context.Context, attempt func(ctx context.Context, serve
 		if err == nil {
 			return attempts, nil
 		}
-		unknown = unknown || outcomeUnknown(err)
+		unknown = unknown || !r.readOnly && outcomeUnknown(err)
 		fail := func(stopped error) error {
 			if attempts == 1 && stopped == nil {
 				return err
 			}
 			return &retryError{Attempts: attempts, Elapsed: time.Since(started), Unknown: unknown,
-				Last: err, Stopped: stopped, hint: r.retryHint}
+				Last: err, Stopped: stopped, hint: r.retryHint, readOnly: r.readOnly}
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return attempts, fail(ctxErr)
@@ -215,6 +248,9 @@ type retryError struct {
 	Last    error // the last attempt's error
 	Stopped error // context.DeadlineExceeded or context.Canceled; nil when Last was not retryable
 	hint    string
+	// readOnly: the request changes nothing, so the message does not say
+	// whether it was applied.
+	readOnly bool
 }
 
 func (e *retryError) Unwrap() []error {
@@ -241,7 +277,7 @@ func (e *retryError) Error() string {
 		if e.hint != "" {
 			b.WriteString("; " + e.hint)
 		}
-	case e.Stopped != nil:
+	case e.Stopped != nil && !e.readOnly:
 		b.WriteString("; the request was not applied")
 	}
 	return b.String()

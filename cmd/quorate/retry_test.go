@@ -350,6 +350,49 @@ type fakeAdmission struct {
 	mu       sync.Mutex
 	received []*quoratev1.AdmitRequest
 	answer   func(n int, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) // n counts from 1
+
+	// Peek and Refund, for the tests that use them.
+	peeks   []*quoratev1.PeekRequest
+	peek    func(n int, req *quoratev1.PeekRequest) (*quoratev1.PeekResponse, error)
+	refunds []*quoratev1.RefundRequest
+	refund  func(n int, req *quoratev1.RefundRequest) (*quoratev1.RefundResponse, error)
+}
+
+func (f *fakeAdmission) Peek(_ context.Context, req *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
+	f.mu.Lock()
+	f.peeks = append(f.peeks, proto.CloneOf(req.Msg))
+	n := len(f.peeks)
+	f.mu.Unlock()
+	resp, err := f.peek(n, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (f *fakeAdmission) Refund(_ context.Context, req *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
+	f.mu.Lock()
+	f.refunds = append(f.refunds, proto.CloneOf(req.Msg))
+	n := len(f.refunds)
+	f.mu.Unlock()
+	resp, err := f.refund(n, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// peekRequests and refundRequests return what the fake received.
+func (f *fakeAdmission) peekRequests() []*quoratev1.PeekRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.peeks)
+}
+
+func (f *fakeAdmission) refundRequests() []*quoratev1.RefundRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.refunds)
 }
 
 func (f *fakeAdmission) Admit(_ context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {

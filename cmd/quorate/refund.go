@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+func newRefundCmd() *cobra.Command {
+	var (
+		client clientOptions
+		req    quoratev1.RefundRequest
+		output outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "refund --request-id ID [--caller C]",
+		Short: "Give back what an admitted request spent",
+		Long: "Refund gives back what an earlier admitted request spent (every check of a\n" +
+			"multi-check request), e.g. because the work it guarded failed. The request is\n" +
+			"named by the --caller and --request-id it was admitted with, and must still be\n" +
+			"remembered (within its policy's dedupe_retention); otherwise the answer is\n" +
+			"not_found.\n\n" +
+			"A refund happens at most once: a repeat prints \"already refunded\" and changes\n" +
+			"nothing. So refund retries like admit, with the same request ID, on\n" +
+			"unavailable, a server's deadline_exceeded and connection failures, rotating\n" +
+			"through the --server list, until --timeout.",
+		Example: "  quorate refund --caller billing --request-id invoice-42\n" +
+			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... -o json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireFlags(cmd, "request-id"); err != nil {
+				return err
+			}
+			servers, ctx, cancel, err := client.beginServers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			r := retrier{
+				servers:   servers,
+				backoff:   defaultBackoff,
+				retryHint: "retry with the same request ID: " + refundCommandLine(client.server, &req),
+				onRetry: func(attempt int, _ string, err error, wait time.Duration) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
+				},
+			}
+			resp, attempts, err := callWithRetries(ctx, r, newAdmissionClient,
+				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.RefundResponse, error) {
+					res, err := c.Refund(ctx, connect.NewRequest(&req))
+					if err != nil {
+						return nil, wrapRPC("Refund", server, req.GetRequestId(), err)
+					}
+					return res.Msg, nil
+				})
+			if err != nil {
+				return err
+			}
+			if output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatRefund(resp, req.GetRequestId(), attempts))
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&req.RequestId, "request-id", "", "the request ID of the admitted request to refund (required)")
+	fs.StringVar(&req.Caller, "caller", "", "the caller the request was admitted with (its request ID's namespace)")
+	addServersFlags(cmd, &client)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// refundCommandLine is the command that repeats req, for an error whose
+// outcome is unknown.
+func refundCommandLine(servers string, req *quoratev1.RefundRequest) string {
+	args := []string{"quorate", "refund", "--server", servers}
+	if req.GetCaller() != "" {
+		args = append(args, "--caller", req.GetCaller())
+	}
+	return commandLine(append(args, "--request-id", req.GetRequestId()))
+}
+
+// formatRefund is the one-line text form of a refund, e.g.
+//
+//	refunded  cost=3  refunded_at=2026-01-02T03:04:05.123456789Z  request_id=invoice-42
+//
+// A repeat reads "already refunded (nothing changed now)"; when this command
+// made more than one attempt, an earlier attempt may be the one that
+// refunded, and attempts=N says so.
+func formatRefund(r *quoratev1.RefundResponse, requestID string, attempts int) string {
+	verdict := "refunded"
+	if !r.GetRefunded() {
+		verdict = "already refunded (nothing changed now)"
+	}
+	s := fmt.Sprintf("%s  cost=%d  refunded_at=%s  request_id=%s", verdict, r.GetCost(), fmtTimestamp(r.GetRefundedAt()), requestID)
+	if attempts > 1 {
+		s += "  attempts=" + strconv.Itoa(attempts)
+		if !r.GetRefunded() {
+			s += " (an earlier attempt of this command may have refunded it)"
+		}
+	}
+	return s
+}
