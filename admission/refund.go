@@ -2,22 +2,38 @@ package admission
 
 import "slices"
 
-// Refund gives back cost units that a request decided at decidedAt (Unix
-// ns, from the log) spent from state s under p, at now. It never raises
-// what is available above the policy's capacity, and gives back nothing
-// where the spend has already rolled out of the state:
+// Spend is what one admitted request took from one key's state, as
+// recorded when it was decided.
+type Spend struct {
+	// Cost is the units spent.
+	Cost int64
+	// At is the time (Unix ns, from the log) the request was decided at:
+	// its slot, for a paced request.
+	At int64
+	// Until is ExpiresAt of the state right after the spend: for a token
+	// bucket, the theoretical arrival time it left, which ends its share of
+	// the schedule.
+	Until int64
+}
+
+// Refund gives back, at now, what the spend sp still holds of state s under
+// p. It never raises what is available above the policy's capacity, and
+// gives back nothing of a spend that has already rolled out of the state —
+// so it never frees what later requests spent:
 //
-//   - token_bucket: the theoretical arrival time moves back by cost × T,
-//     but not before now (a full bucket stays full).
-//   - fixed_window and quota: the window's count drops by cost if decidedAt
-//     is in the state's current window.
+//   - token_bucket: the spend occupies [Until − cost×T, Until] of the
+//     schedule; the part still ahead of now, min(cost×T, Until − now), comes
+//     back (the theoretical arrival time moves back by it).
+//   - fixed_window and quota: the window's count drops by cost if At is in
+//     the state's current window.
 //   - sliding_window: the current or previous window's count drops by cost,
-//     whichever holds decidedAt.
-//   - sliding_log: the request's own entry (At = decidedAt, same cost) is
-//     removed if still in the log.
+//     whichever holds At.
+//   - sliding_log: the request's own entry (At, same cost) is removed if it
+//     is still in the log.
 //
 // A state written by another algorithm is returned as it is.
-func Refund(p Policy, s State, cost, decidedAt, now int64) State {
+func Refund(p Policy, s State, sp Spend, now int64) State {
+	cost, decidedAt := sp.Cost, sp.At
 	if s.Kind != kindOf(p.Algorithm) || cost < 1 {
 		return s
 	}
@@ -28,8 +44,12 @@ func Refund(p Policy, s State, cost, decidedAt, now int64) State {
 			return s
 		}
 		// At most the capacity comes back, so cost × t ≤ burst × t: no overflow.
-		back := s.TAT - min(cost, p.Capacity())*t
-		s.TAT = max(back, now)
+		held := min(cost, p.Capacity()) * t
+		if sp.Until <= now {
+			return s
+		}
+		held = min(held, sp.Until-now)
+		s.TAT = max(s.TAT-held, now)
 	case AlgorithmFixedWindow, AlgorithmQuota:
 		if decidedAt >= s.Start && decidedAt < ExpiresAt(p, s) {
 			s.Count = max(0, s.Count-cost)

@@ -38,41 +38,27 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		return err
 	}
 
-	res := &AdmitResult{DecidedAt: now, Multi: len(checks) > 1, DeniedCheck: -1, Checks: make([]CheckResult, len(checks))}
-	scratch := make(map[string]admission.State, len(checks)) // states as this request leaves them
-	for i, ch := range checks {
-		st, ok := scratch[ch.key]
-		if !ok {
-			st, _ = f.buckets.get(ch.key)
+	// Pacing: while the only denials are token buckets that would conform
+	// within max_wait, move the whole request to the earliest slot where
+	// every check conforms, and decide every check at that slot (deciding
+	// some checks now and others later would let their buckets refill in
+	// between).
+	at := now
+	res, scratch := f.decideChecks(checks, now, at)
+	for range checks {
+		slot, ok := paceTo(res, checks)
+		if !ok || int64(slot) > c.GetMaxWaitNanos() || now+int64(slot) <= at {
+			break
 		}
-		p := ch.policy.Policy
-		next, d := admission.Decide(p, st, ch.cmd.GetCost(), now)
-		var wait time.Duration
-		if !d.Allowed && c.GetMaxWaitNanos() > 0 && p.Algorithm == admission.AlgorithmTokenBucket &&
-			d.RetryAfter <= time.Duration(c.GetMaxWaitNanos()) {
-			// Pacing: take the earliest conforming slot and reserve it.
-			wait = d.RetryAfter
-			next, d = admission.Decide(p, st, ch.cmd.GetCost(), now+int64(wait))
-			d.ResetAfter = time.Duration(admission.ExpiresAt(p, next) - now)
-		}
-		cr := CheckResult{Policy: p.Name, Key: ch.cmd.GetKey(), Cost: ch.cmd.GetCost(), Decision: d, PolicyVersion: ch.policy.Version}
-		switch {
-		case d.Allowed:
-			scratch[ch.key] = next
-			cr.Spent = cr.Cost
-			res.Wait = max(res.Wait, wait)
-		case p.Shadow:
-			cr.ShadowDenied = true
-			cr.Decision.Allowed = true
-		case res.DeniedCheck < 0:
-			res.DeniedCheck = i
-		}
-		res.Checks[i] = cr
+		at = now + int64(slot)
+		res, scratch = f.decideChecks(checks, now, at)
+	}
+	if res.DeniedCheck < 0 {
+		res.Wait = time.Duration(at - now)
 	}
 	top := 0
 	if res.DeniedCheck >= 0 {
 		top = res.DeniedCheck
-		res.Wait = 0
 		for i := range res.Checks {
 			res.Checks[i].Spent = 0
 		}
@@ -107,6 +93,61 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		}
 	}
 	return res
+}
+
+// decideChecks decides every check at the slot time at (≥ now), in order,
+// each seeing the spends of the checks before it on the same key. Times in
+// the decisions are relative to now. Nothing is stored: the new states are
+// returned for the caller to store if the request is admitted.
+func (f *FSM) decideChecks(checks []check, now, at int64) (*AdmitResult, map[string]admission.State) {
+	res := &AdmitResult{DecidedAt: now, Multi: len(checks) > 1, DeniedCheck: -1, Checks: make([]CheckResult, len(checks))}
+	scratch := make(map[string]admission.State, len(checks)) // states as this request leaves them
+	shift := time.Duration(at - now)
+	for i, ch := range checks {
+		st, ok := scratch[ch.key]
+		if !ok {
+			st, _ = f.buckets.get(ch.key)
+		}
+		p := ch.policy.Policy
+		next, d := admission.Decide(p, st, ch.cmd.GetCost(), at)
+		d.ResetAfter += shift
+		if !d.Allowed && d.RetryAfter != admission.NeverRetry {
+			d.RetryAfter += shift
+		}
+		cr := CheckResult{Policy: p.Name, Key: ch.cmd.GetKey(), Cost: ch.cmd.GetCost(), Decision: d, PolicyVersion: ch.policy.Version}
+		switch {
+		case d.Allowed:
+			scratch[ch.key] = next
+			cr.Spent = cr.Cost
+		case p.Shadow:
+			cr.ShadowDenied = true
+			cr.Decision.Allowed = true
+		case res.DeniedCheck < 0:
+			res.DeniedCheck = i
+		}
+		res.Checks[i] = cr
+	}
+	return res, scratch
+}
+
+// paceTo returns, from now, the slot at which every check that denied would
+// conform, when all of them are token buckets (pacing smooths only those):
+// the latest of their retry times.
+func paceTo(res *AdmitResult, checks []check) (time.Duration, bool) {
+	if res.DeniedCheck < 0 {
+		return 0, false
+	}
+	var slot time.Duration
+	for i, cr := range res.Checks {
+		if cr.Decision.Allowed {
+			continue
+		}
+		if checks[i].policy.Policy.Algorithm != admission.AlgorithmTokenBucket || cr.Decision.RetryAfter == admission.NeverRetry {
+			return 0, false
+		}
+		slot = max(slot, cr.Decision.RetryAfter)
+	}
+	return slot, true
 }
 
 // resolveChecks returns the checks of c, first its own, with their policies,
@@ -222,7 +263,11 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 		if !exists {
 			continue // already expired: nothing left to give back
 		}
-		next := admission.Refund(pv.Policy, st, ch.GetSpent(), rec.GetDecidedAtUnixNano(), now)
+		next := admission.Refund(pv.Policy, st, admission.Spend{
+			Cost:  ch.GetSpent(),
+			At:    rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
+			Until: rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
+		}, now)
 		f.buckets.put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	rec.Refunded, rec.RefundedAtUnixNano = true, now
