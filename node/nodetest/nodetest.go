@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/quorate/quorate/node"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
@@ -195,11 +198,14 @@ func (c *Cluster) closeAll() {
 	c.client.CloseIdleConnections()
 }
 
-// WaitReady waits until every running node sees the same leader and has
-// registered itself.
+// WaitReady waits until every running node sees the same leader, has
+// registered itself, and knows the API address of every running member.
 func (c *Cluster) WaitReady(tb testing.TB) {
 	tb.Helper()
 	c.Eventually(tb, 30*time.Second, "cluster ready", func() error {
+		if err := c.registriesComplete(); err != nil {
+			return err
+		}
 		leader := ""
 		for i := range c.members {
 			n := c.Node(i)
@@ -222,6 +228,28 @@ func (c *Cluster) WaitReady(tb testing.TB) {
 		}
 		return nil
 	})
+}
+
+// registriesComplete checks that each running node's replica of the
+// registry holds the API address of every member of its configuration.
+func (c *Cluster) registriesComplete() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range c.members {
+		if !c.Running(i) {
+			continue
+		}
+		st, err := c.Admin(i).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		if err != nil {
+			return fmt.Errorf("node %d: cluster status: %w", i, err)
+		}
+		for _, m := range st.Msg.GetMembers() {
+			if m.GetApiAddr() == "" {
+				return fmt.Errorf("node %d does not know member %s's API address yet", i, m.GetId())
+			}
+		}
+	}
+	return nil
 }
 
 // Leader waits until a running node is leader and every running node agrees,
