@@ -9,8 +9,8 @@ import (
 // Algorithm names an admission algorithm.
 type Algorithm string
 
-// The algorithms. AlgorithmConcurrency (leases) is recognised by Validate
-// but not built yet.
+// The algorithms. AlgorithmConcurrency is decided by package lease through
+// the FSM's lease operations, not by Decide.
 const (
 	// AlgorithmTokenBucket is the token bucket as GCRA (DecideTokenBucket):
 	// limit per period sustained, bursts up to burst.
@@ -28,7 +28,8 @@ const (
 	// AlgorithmQuota counts units per calendar period in UTC (day, week from
 	// Monday, month, year).
 	AlgorithmQuota Algorithm = "quota"
-	// AlgorithmConcurrency is a semaphore of leases (not built yet).
+	// AlgorithmConcurrency is a semaphore of limit leases per key, each with
+	// a fencing token and a lease_ttl.
 	AlgorithmConcurrency Algorithm = "concurrency"
 )
 
@@ -72,7 +73,7 @@ const (
 )
 
 // supportedAlgorithms is listed in error messages.
-const supportedAlgorithms = "token_bucket, fixed_window, sliding_window, sliding_log, quota"
+const supportedAlgorithms = "token_bucket, fixed_window, sliding_window, sliding_log, quota, concurrency"
 
 // Policy is one admission policy. Field comments give the yaml/json names
 // used in errors; Validate documents the accepted ranges.
@@ -86,6 +87,7 @@ type Policy struct {
 	OnUnavailable OnUnavailable // on_unavailable: "" = deny
 	Calendar      Calendar      // calendar: quota only (day, week, month, year)
 	Shadow        bool          // shadow: decide and count, never deny
+	LeaseTTL      time.Duration // lease_ttl: concurrency only; 0 = DefaultLeaseTTL
 	// dedupe_retention: how long (logged time) a decision under this policy
 	// is remembered by request ID, so a retry gets the same answer; 0 =
 	// DefaultDedupeRetention.
@@ -114,6 +116,9 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.DedupeRetention == 0 {
 		p.DedupeRetention = DefaultDedupeRetention
+	}
+	if p.Algorithm == AlgorithmConcurrency && p.LeaseTTL == 0 {
+		p.LeaseTTL = DefaultLeaseTTL
 	}
 	return p
 }
@@ -285,12 +290,10 @@ func checkName(name string) *FieldError {
 
 func checkAlgorithm(a Algorithm) *FieldError {
 	switch a {
-	case AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmQuota:
+	case AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmSlidingLog, AlgorithmQuota, AlgorithmConcurrency:
 		return nil
 	case "":
 		return policyError("algorithm", "is required; supported: %s", supportedAlgorithms)
-	case AlgorithmConcurrency:
-		return policyError("algorithm", "%s is not implemented yet; supported: %s", quote(string(a)), supportedAlgorithms)
 	default:
 		return policyError("algorithm", "unknown algorithm %s; supported: %s", quote(string(a)), supportedAlgorithms)
 	}
@@ -299,6 +302,9 @@ func checkAlgorithm(a Algorithm) *FieldError {
 // checkAlgorithmFields checks the fields each algorithm uses, with defaults
 // applied, and that it leaves unset the ones it does not use.
 func checkAlgorithmFields(p Policy) *FieldError {
+	if p.Algorithm != AlgorithmConcurrency && p.LeaseTTL != 0 {
+		return policyError("lease_ttl", "is only for algorithm concurrency")
+	}
 	switch p.Algorithm {
 	case AlgorithmTokenBucket:
 		if p.Calendar != "" {
@@ -313,6 +319,8 @@ func checkAlgorithmFields(p Policy) *FieldError {
 		return checkSlidingLog(p)
 	case AlgorithmQuota:
 		return checkQuota(p)
+	case AlgorithmConcurrency:
+		return checkConcurrency(p)
 	default:
 		return checkAlgorithm(p.Algorithm)
 	}

@@ -111,7 +111,7 @@ func TestValidateRejects(t *testing.T) {
 		{"sliding_window with a burst", with(func(p *admission.Policy) { p.Algorithm = "sliding_window" }), "burst"},
 		{"sliding_log with a burst", with(func(p *admission.Policy) { p.Algorithm = "sliding_log" }), "burst"},
 		{"quota without calendar", with(func(p *admission.Policy) { p.Algorithm = "quota" }), "calendar"},
-		{"concurrency not built", with(func(p *admission.Policy) { p.Algorithm = "concurrency" }), "algorithm"},
+		{"concurrency with a period", with(func(p *admission.Policy) { p.Algorithm = "concurrency" }), "period"},
 		{"zero limit", with(func(p *admission.Policy) { p.Limit = 0 }), "limit"},
 		{"negative limit", with(func(p *admission.Policy) { p.Limit = -1 }), "limit"},
 		{"limit above 1e9", with(func(p *admission.Policy) { p.Limit, p.Period = 1e9+1, day }), "limit"},

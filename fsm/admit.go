@@ -169,6 +169,10 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit) ([]check, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w %q (%spolicy)", ErrUnknownPolicy, cmd.GetPolicy(), prefix)
 		}
+		if pv.Policy.Algorithm == admission.AlgorithmConcurrency {
+			return nil, &admission.FieldError{Field: prefix + "policy", Err: admission.ErrInvalidRequest,
+				Reason: fmt.Sprintf("%q is a concurrency policy: take its slots with AcquireLease", cmd.GetPolicy())}
+		}
 		if err := pv.Policy.CheckRequest(cmd.GetKey(), cmd.GetCost()); err != nil {
 			if fe, ok := err.(*admission.FieldError); ok && prefix != "" {
 				err = &admission.FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
@@ -211,6 +215,10 @@ func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
 	}
 	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
 		return err
+	}
+	if pv.Policy.Algorithm == admission.AlgorithmConcurrency {
+		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%q is a concurrency policy: check a lease with CheckFence", c.GetPolicy())}
 	}
 	st, _ := f.buckets.get(BucketKey(c.GetPolicy(), c.GetKey()))
 	return &PeekResult{Decision: admission.Peek(pv.Policy, st, now), PolicyVersion: pv.Version, At: now}

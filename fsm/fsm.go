@@ -295,6 +295,7 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
 		Calendar:        admission.Calendar(p.GetCalendar()),
 		Shadow:          p.GetShadow(),
+		LeaseTTL:        time.Duration(p.GetLeaseTtlNanos()),
 	}
 }
 
@@ -311,6 +312,7 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 		DedupeRetentionNanos: int64(p.DedupeRetention),
 		Calendar:             string(p.Calendar),
 		Shadow:               p.Shadow,
+		LeaseTtlNanos:        int64(p.LeaseTTL),
 	}
 }
 

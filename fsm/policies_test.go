@@ -37,7 +37,7 @@ func TestPutPoliciesAllOrNone(t *testing.T) {
 		{tokenBucket("x", 10, time.Second, 5, 6), "max_cost"},
 		{tokenBucket("x", 10, 0, 0, 0), "period"},
 		{tokenBucket("x", 10, time.Second, -1, 0), "burst"},
-		{admission.Policy{Name: "x", Algorithm: "concurrency", Limit: 1, Period: time.Hour}, "algorithm"},
+		{admission.Policy{Name: "x", Algorithm: "concurrency", Limit: 1, Period: time.Hour}, "period"},
 		{admission.Policy{Name: "x", Limit: 1, Period: time.Hour}, "algorithm"},
 		{admission.Policy{Name: "x", Algorithm: admission.AlgorithmTokenBucket, Limit: 1, Period: time.Hour, OnUnavailable: "maybe"}, "on_unavailable"},
 	}

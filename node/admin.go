@@ -268,6 +268,7 @@ func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 		DedupeRetention: p.GetDedupeRetention().AsDuration(),
 		Calendar:        admission.Calendar(p.GetCalendar()),
 		Shadow:          p.GetShadow(),
+		LeaseTTL:        p.GetLeaseTtl().AsDuration(),
 	}
 }
 
@@ -286,6 +287,9 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		Version:       version,
 		Calendar:      string(p.Calendar),
 		Shadow:        p.Shadow,
+	}
+	if p.LeaseTTL != 0 {
+		out.LeaseTtl = durationpb.New(p.LeaseTTL)
 	}
 	if p.DedupeRetention != 0 {
 		out.DedupeRetention = durationpb.New(p.DedupeRetention)

@@ -528,8 +528,8 @@ type Policy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lowercase letters, digits, '-', '_' and '.'; 1 to 64 bytes.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "token_bucket" (GCRA), "fixed_window", "sliding_window", "sliding_log"
-	// or "quota".
+	// "token_bucket" (GCRA), "fixed_window", "sliding_window", "sliding_log",
+	// "quota" or "concurrency" (leases: LeaseService).
 	Algorithm string `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	// Units admitted per period, sustained.
 	Limit  int64                `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -550,7 +550,9 @@ type Policy struct {
 	Calendar string `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	// Shadow mode: decide and count, but never deny; a would-be denial is
 	// answered allowed with shadow_denied set.
-	Shadow        bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Concurrency only: how long a lease lives unless renewed (1s to 24h).
+	LeaseTtl      *durationpb.Duration `protobuf:"bytes,12,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -660,6 +662,13 @@ func (x *Policy) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *Policy) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
 }
 
 type ApplyPoliciesRequest struct {
@@ -1048,7 +1057,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x0e\n" +
-	"\fJoinResponse\"\xef\x02\n" +
+	"\fJoinResponse\"\xa7\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -1061,7 +1070,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\x12\x1a\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\tR\bcalendar\x12\x16\n" +
-	"\x06shadow\x18\v \x01(\bR\x06shadow\"F\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadow\x126\n" +
+	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +
@@ -1126,30 +1136,31 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	5,  // 2: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
 	17, // 3: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
 	17, // 4: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	8,  // 5: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	8,  // 6: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	8,  // 7: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	8,  // 8: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	8,  // 9: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	0,  // 10: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	3,  // 11: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	6,  // 12: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	9,  // 13: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	11, // 14: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	13, // 15: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	15, // 16: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	1,  // 17: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	4,  // 18: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	7,  // 19: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	10, // 20: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	12, // 21: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	14, // 22: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	16, // 23: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	17, // 5: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	8,  // 6: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	8,  // 7: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	8,  // 8: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	8,  // 9: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	8,  // 10: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	0,  // 11: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	3,  // 12: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	6,  // 13: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	9,  // 14: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	11, // 15: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	13, // 16: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	15, // 17: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	1,  // 18: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	4,  // 19: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	7,  // 20: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	10, // 21: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	12, // 22: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	14, // 23: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	16, // 24: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }

@@ -25,6 +25,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type LeaseOp_Kind int32
+
+const (
+	LeaseOp_KIND_UNSPECIFIED LeaseOp_Kind = 0
+	LeaseOp_KIND_ACQUIRE     LeaseOp_Kind = 1
+	LeaseOp_KIND_RENEW       LeaseOp_Kind = 2
+	LeaseOp_KIND_RELEASE     LeaseOp_Kind = 3
+	LeaseOp_KIND_CHECK       LeaseOp_Kind = 4
+)
+
+// Enum value maps for LeaseOp_Kind.
+var (
+	LeaseOp_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_ACQUIRE",
+		2: "KIND_RENEW",
+		3: "KIND_RELEASE",
+		4: "KIND_CHECK",
+	}
+	LeaseOp_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_ACQUIRE":     1,
+		"KIND_RENEW":       2,
+		"KIND_RELEASE":     3,
+		"KIND_CHECK":       4,
+	}
+)
+
+func (x LeaseOp_Kind) Enum() *LeaseOp_Kind {
+	p := new(LeaseOp_Kind)
+	*p = x
+	return p
+}
+
+func (x LeaseOp_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeaseOp_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_quorate_raftcmd_v1_command_proto_enumTypes[0].Descriptor()
+}
+
+func (LeaseOp_Kind) Type() protoreflect.EnumType {
+	return &file_quorate_raftcmd_v1_command_proto_enumTypes[0]
+}
+
+func (x LeaseOp_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeaseOp_Kind.Descriptor instead.
+func (LeaseOp_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4, 0}
+}
+
 // Envelope is one Raft log entry.
 type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -43,6 +98,7 @@ type Envelope struct {
 	//	*Envelope_Peek
 	//	*Envelope_DeletePolicies
 	//	*Envelope_Refund
+	//	*Envelope_Lease
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -162,6 +218,15 @@ func (x *Envelope) GetRefund() *Refund {
 	return nil
 }
 
+func (x *Envelope) GetLease() *LeaseOp {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -194,6 +259,10 @@ type Envelope_Refund struct {
 	Refund *Refund `protobuf:"bytes,16,opt,name=refund,proto3,oneof"`
 }
 
+type Envelope_Lease struct {
+	Lease *LeaseOp `protobuf:"bytes,17,opt,name=lease,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -207,6 +276,8 @@ func (*Envelope_Peek) isEnvelope_Body() {}
 func (*Envelope_DeletePolicies) isEnvelope_Body() {}
 
 func (*Envelope_Refund) isEnvelope_Body() {}
+
+func (*Envelope_Lease) isEnvelope_Body() {}
 
 // Admit spends cost from the bucket of (policy, key) if the policy allows it.
 type Admit struct {
@@ -418,6 +489,102 @@ func (x *Peek) GetKey() string {
 	return ""
 }
 
+// LeaseOp acquires, renews, releases or checks a lease of a concurrency
+// policy's key.
+type LeaseOp struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   LeaseOp_Kind           `protobuf:"varint,1,opt,name=kind,proto3,enum=quorate.raftcmd.v1.LeaseOp_Kind" json:"kind,omitempty"`
+	Policy string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// Renew, release, check: the lease's fencing token.
+	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// Acquire, renew: time to live; 0 = the policy's (acquire) or the lease's (renew).
+	TtlNanos      int64  `protobuf:"varint,5,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseOp) Reset() {
+	*x = LeaseOp{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseOp) ProtoMessage() {}
+
+func (x *LeaseOp) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
+func (*LeaseOp) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseOp) GetKind() LeaseOp_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return LeaseOp_KIND_UNSPECIFIED
+}
+
+func (x *LeaseOp) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *LeaseOp) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LeaseOp) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseOp) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
+func (x *LeaseOp) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *LeaseOp) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
 // DeletePolicies deletes policies, all or none.
 type DeletePolicies struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -428,7 +595,7 @@ type DeletePolicies struct {
 
 func (x *DeletePolicies) Reset() {
 	*x = DeletePolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +607,7 @@ func (x *DeletePolicies) String() string {
 func (*DeletePolicies) ProtoMessage() {}
 
 func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +620,7 @@ func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
 func (*DeletePolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeletePolicies) GetNames() []string {
@@ -475,7 +642,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +654,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +667,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Refund) GetCaller() string {
@@ -529,7 +696,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +708,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +721,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -567,7 +734,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +746,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +759,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -615,13 +782,14 @@ type Policy struct {
 	DedupeRetentionNanos int64                  `protobuf:"varint,8,opt,name=dedupe_retention_nanos,json=dedupeRetentionNanos,proto3" json:"dedupe_retention_nanos,omitempty"`
 	Calendar             string                 `protobuf:"bytes,9,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	Shadow               bool                   `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	LeaseTtlNanos        int64                  `protobuf:"varint,11,opt,name=lease_ttl_nanos,json=leaseTtlNanos,proto3" json:"lease_ttl_nanos,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +801,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +814,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Policy) GetName() string {
@@ -719,6 +887,13 @@ func (x *Policy) GetShadow() bool {
 	return false
 }
 
+func (x *Policy) GetLeaseTtlNanos() int64 {
+	if x != nil {
+		return x.LeaseTtlNanos
+	}
+	return 0
+}
+
 // RegisterNode records a node's addresses, so that followers can forward to
 // the leader and status can reach every member.
 type RegisterNode struct {
@@ -732,7 +907,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +919,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +932,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -791,13 +966,16 @@ type SnapshotHeader struct {
 	NodeCount       uint64 `protobuf:"varint,4,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
 	BucketCount     uint64 `protobuf:"varint,5,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
 	DedupeCount     uint64 `protobuf:"varint,6,opt,name=dedupe_count,json=dedupeCount,proto3" json:"dedupe_count,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	SemaphoreCount  uint64 `protobuf:"varint,7,opt,name=semaphore_count,json=semaphoreCount,proto3" json:"semaphore_count,omitempty"`
+	// Raft term of the last applied entry (leases shift on a term change).
+	LastTerm      uint64 `protobuf:"varint,8,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +987,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1000,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -867,6 +1045,20 @@ func (x *SnapshotHeader) GetDedupeCount() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetSemaphoreCount() uint64 {
+	if x != nil {
+		return x.SemaphoreCount
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLastTerm() uint64 {
+	if x != nil {
+		return x.LastTerm
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -878,7 +1070,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1082,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1095,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -947,7 +1139,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1151,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1164,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -1042,7 +1234,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1246,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1259,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -1100,7 +1292,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1304,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1317,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -1193,7 +1385,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1397,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1410,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -1340,7 +1532,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1544,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1557,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -1445,11 +1637,244 @@ func (x *CheckRecord) GetSpent() int64 {
 	return 0
 }
 
+// SemaphoreRecord is one concurrency key's leases, in a snapshot.
+type SemaphoreRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy + "/" + key
+	Key               string         `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	LastToken         int64          `protobuf:"varint,2,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	Leases            []*LeaseRecord `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
+	ExpiresAtUnixNano int64          `protobuf:"varint,4,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *SemaphoreRecord) Reset() {
+	*x = SemaphoreRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SemaphoreRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SemaphoreRecord) ProtoMessage() {}
+
+func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
+func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SemaphoreRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SemaphoreRecord) GetLastToken() int64 {
+	if x != nil {
+		return x.LastToken
+	}
+	return 0
+}
+
+func (x *SemaphoreRecord) GetLeases() []*LeaseRecord {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *SemaphoreRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+// LeaseRecord is one live lease.
+type LeaseRecord struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Token              int64                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	AcquiredAtUnixNano int64                  `protobuf:"varint,2,opt,name=acquired_at_unix_nano,json=acquiredAtUnixNano,proto3" json:"acquired_at_unix_nano,omitempty"`
+	ExpiresAtUnixNano  int64                  `protobuf:"varint,3,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	TtlNanos           int64                  `protobuf:"varint,4,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LeaseRecord) Reset() {
+	*x = LeaseRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecord) ProtoMessage() {}
+
+func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
+func (*LeaseRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LeaseRecord) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetAcquiredAtUnixNano() int64 {
+	if x != nil {
+		return x.AcquiredAtUnixNano
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
+// LeaseOpRecord is the recorded answer of a lease operation, returned to its
+// retries.
+type LeaseOpRecord struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Allowed           bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Lease             *LeaseRecord           `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	Limit             int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Held              int64                  `protobuf:"varint,4,opt,name=held,proto3" json:"held,omitempty"`
+	RetryAfterNanos   int64                  `protobuf:"varint,5,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
+	PolicyVersion     uint64                 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	DecidedAtUnixNano int64                  `protobuf:"varint,7,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *LeaseOpRecord) Reset() {
+	*x = LeaseOpRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseOpRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseOpRecord) ProtoMessage() {}
+
+func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
+func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaseOpRecord) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *LeaseOpRecord) GetLease() *LeaseRecord {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *LeaseOpRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetHeld() int64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetRetryAfterNanos() int64 {
+	if x != nil {
+		return x.RetryAfterNanos
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetDecidedAtUnixNano() int64 {
+	if x != nil {
+		return x.DecidedAtUnixNano
+	}
+	return 0
+}
+
 var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xfd\x03\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xb2\x04\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -1460,7 +1885,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x06expire\x18\r \x01(\v2\x1a.quorate.raftcmd.v1.ExpireH\x00R\x06expire\x12.\n" +
 	"\x04peek\x18\x0e \x01(\v2\x18.quorate.raftcmd.v1.PeekH\x00R\x04peek\x12M\n" +
 	"\x0fdelete_policies\x18\x0f \x01(\v2\".quorate.raftcmd.v1.DeletePoliciesH\x00R\x0edeletePolicies\x124\n" +
-	"\x06refund\x18\x10 \x01(\v2\x1a.quorate.raftcmd.v1.RefundH\x00R\x06refundB\x06\n" +
+	"\x06refund\x18\x10 \x01(\v2\x1a.quorate.raftcmd.v1.RefundH\x00R\x06refund\x123\n" +
+	"\x05lease\x18\x11 \x01(\v2\x1b.quorate.raftcmd.v1.LeaseOpH\x00R\x05leaseB\x06\n" +
 	"\x04body\"\xd1\x01\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
@@ -1477,7 +1903,24 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\"0\n" +
 	"\x04Peek\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"&\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xb5\x02\n" +
+	"\aLeaseOp\x124\n" +
+	"\x04kind\x18\x01 \x01(\x0e2 .quorate.raftcmd.v1.LeaseOp.KindR\x04kind\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x03R\x05token\x12\x1b\n" +
+	"\tttl_nanos\x18\x05 \x01(\x03R\bttlNanos\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\a \x01(\tR\x06caller\"`\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fKIND_ACQUIRE\x10\x01\x12\x0e\n" +
+	"\n" +
+	"KIND_RENEW\x10\x02\x12\x10\n" +
+	"\fKIND_RELEASE\x10\x03\x12\x0e\n" +
+	"\n" +
+	"KIND_CHECK\x10\x04\"&\n" +
 	"\x0eDeletePolicies\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"?\n" +
 	"\x06Refund\x12\x16\n" +
@@ -1486,7 +1929,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"\b\n" +
 	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xb5\x02\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xdd\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -1498,11 +1941,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x16dedupe_retention_nanos\x18\b \x01(\x03R\x14dedupeRetentionNanos\x12\x1a\n" +
 	"\bcalendar\x18\t \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\n" +
-	" \x01(\bR\x06shadow\"V\n" +
+	" \x01(\bR\x06shadow\x12&\n" +
+	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"V\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xdf\x01\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xa5\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -1510,7 +1954,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"node_count\x18\x04 \x01(\x04R\tnodeCount\x12!\n" +
 	"\fbucket_count\x18\x05 \x01(\x04R\vbucketCount\x12!\n" +
-	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\"\\\n" +
+	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\x12'\n" +
+	"\x0fsemaphore_count\x18\a \x01(\x04R\x0esemaphoreCount\x12\x1b\n" +
+	"\tlast_term\x18\b \x01(\x04R\blastTerm\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -1564,7 +2010,26 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\t \x01(\x04R\rpolicyVersion\x12#\n" +
 	"\rshadow_denied\x18\n" +
 	" \x01(\bR\fshadowDenied\x12\x14\n" +
-	"\x05spent\x18\v \x01(\x03R\x05spentB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
+	"\x05spent\x18\v \x01(\x03R\x05spent\"\xac\x01\n" +
+	"\x0fSemaphoreRecord\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"last_token\x18\x02 \x01(\x03R\tlastToken\x127\n" +
+	"\x06leases\x18\x03 \x03(\v2\x1f.quorate.raftcmd.v1.LeaseRecordR\x06leases\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\xa4\x01\n" +
+	"\vLeaseRecord\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x03R\x05token\x121\n" +
+	"\x15acquired_at_unix_nano\x18\x02 \x01(\x03R\x12acquiredAtUnixNano\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x03 \x01(\x03R\x11expiresAtUnixNano\x12\x1b\n" +
+	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\"\x8e\x02\n" +
+	"\rLeaseOpRecord\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x125\n" +
+	"\x05lease\x18\x02 \x01(\v2\x1f.quorate.raftcmd.v1.LeaseRecordR\x05lease\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04held\x18\x04 \x01(\x03R\x04held\x12*\n" +
+	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12%\n" +
+	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x12/\n" +
+	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNanoB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
 
 var (
 	file_quorate_raftcmd_v1_command_proto_rawDescOnce sync.Once
@@ -1578,44 +2043,54 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 	return file_quorate_raftcmd_v1_command_proto_rawDescData
 }
 
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
-	(*Envelope)(nil),       // 0: quorate.raftcmd.v1.Envelope
-	(*Admit)(nil),          // 1: quorate.raftcmd.v1.Admit
-	(*Check)(nil),          // 2: quorate.raftcmd.v1.Check
-	(*Peek)(nil),           // 3: quorate.raftcmd.v1.Peek
-	(*DeletePolicies)(nil), // 4: quorate.raftcmd.v1.DeletePolicies
-	(*Refund)(nil),         // 5: quorate.raftcmd.v1.Refund
-	(*Expire)(nil),         // 6: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),    // 7: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),         // 8: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),   // 9: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil), // 10: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),   // 11: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),   // 12: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),       // 13: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),   // 14: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),    // 15: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),    // 16: quorate.raftcmd.v1.CheckRecord
+	(LeaseOp_Kind)(0),       // 0: quorate.raftcmd.v1.LeaseOp.Kind
+	(*Envelope)(nil),        // 1: quorate.raftcmd.v1.Envelope
+	(*Admit)(nil),           // 2: quorate.raftcmd.v1.Admit
+	(*Check)(nil),           // 3: quorate.raftcmd.v1.Check
+	(*Peek)(nil),            // 4: quorate.raftcmd.v1.Peek
+	(*LeaseOp)(nil),         // 5: quorate.raftcmd.v1.LeaseOp
+	(*DeletePolicies)(nil),  // 6: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),          // 7: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),          // 8: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),     // 9: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),          // 10: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),    // 11: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil),  // 12: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),    // 13: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),    // 14: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),        // 15: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),    // 16: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),     // 17: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),     // 18: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil), // 19: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),     // 20: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),   // 21: quorate.raftcmd.v1.LeaseOpRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
-	1,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	7,  // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	9,  // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	6,  // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
-	3,  // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
-	4,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
-	5,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
-	2,  // 7: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	8,  // 8: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	8,  // 9: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	13, // 10: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	16, // 11: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
+	9,  // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	11, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	8,  // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	4,  // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
+	6,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	7,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	5,  // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
+	3,  // 8: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 9: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	10, // 10: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	10, // 11: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	15, // 12: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	18, // 13: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	20, // 14: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	20, // 15: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -1631,19 +2106,21 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_Peek)(nil),
 		(*Envelope_DeletePolicies)(nil),
 		(*Envelope_Refund)(nil),
+		(*Envelope_Lease)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   17,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_quorate_raftcmd_v1_command_proto_goTypes,
 		DependencyIndexes: file_quorate_raftcmd_v1_command_proto_depIdxs,
+		EnumInfos:         file_quorate_raftcmd_v1_command_proto_enumTypes,
 		MessageInfos:      file_quorate_raftcmd_v1_command_proto_msgTypes,
 	}.Build()
 	File_quorate_raftcmd_v1_command_proto = out.File
