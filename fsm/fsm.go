@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -159,7 +160,9 @@ type FSM struct {
 	policies map[string]PolicyVersion
 	nodes    map[string]Node
 	buckets  *bucketTable
+	sems     *stateTable[lease.Semaphore]
 	dedupe   *dedupe.Table
+	lastTerm uint64 // Raft term of the last applied command
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -177,6 +180,7 @@ func New(opts Options) *FSM {
 		policies: make(map[string]PolicyVersion),
 		nodes:    make(map[string]Node),
 		buckets:  newBucketTable(),
+		sems:     newStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 	}
 }
@@ -205,9 +209,17 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := max(f.lastNow, env.GetNowUnixNano())
+	prev := f.lastNow
+	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
+	if l.Term > f.lastTerm {
+		if f.lastTerm != 0 {
+			f.shiftLeases(now - prev)
+		}
+		f.lastTerm = l.Term
+	}
 	f.buckets.sweep(now, SweepPerApply, f.policyOfBucket)
+	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
 	switch body := env.GetBody().(type) {
@@ -225,8 +237,11 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyDeletePolicies(body.DeletePolicies)
 	case *raftcmdv1.Envelope_Refund:
 		return f.applyRefund(body.Refund, now)
+	case *raftcmdv1.Envelope_Lease:
+		return f.applyLease(body.Lease, now)
 	case *raftcmdv1.Envelope_Expire:
 		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
+		f.sems.sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
 		return nil
 	default:
@@ -345,6 +360,14 @@ func (f *FSM) LastNow() int64 {
 	return f.lastNow
 }
 
+// SemaphoreCount is the number of concurrency keys holding (or having
+// held, until reclaimed) leases.
+func (f *FSM) SemaphoreCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sems.len()
+}
+
 // BucketCount is the number of live (not yet reclaimed) buckets.
 func (f *FSM) BucketCount() int {
 	f.mu.RLock()
@@ -377,6 +400,9 @@ func (f *FSM) NextExpiry() (int64, bool) {
 	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
 		next, ok = b, true
 	}
+	if b, bok := f.sems.nextExpiry(); bok && (!ok || b < next) {
+		next, ok = b, true
+	}
 	return next, ok
 }
 
@@ -405,7 +431,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		policies: sortedPolicies(f.policies),
 		nodes:    sortedNodes(f.nodes),
 		buckets:  f.buckets.entries(),
+		sems:     f.sems.entries(),
 		dedupe:   f.dedupe.Entries(),
+		lastTerm: f.lastTerm,
 	}, nil
 }
 
@@ -428,6 +456,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, e := range s.buckets {
 		buckets.put(e.key, e.state, e.expiresAt)
 	}
+	sems := newStateTable(semExpires)
+	for _, e := range s.sems {
+		sems.put(e.key, e.state, e.expiresAt)
+	}
 	dd := dedupe.New(f.opts.MaxDedupeEntries)
 	for _, e := range s.dedupe {
 		// Restored entries are put at the snapshot's time and may exceed a
@@ -436,6 +468,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastNow, f.policies, f.nodes, f.buckets, f.dedupe = s.lastNow, policies, nodes, buckets, dd
+	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
+	f.buckets, f.sems, f.dedupe = buckets, sems, dd
 	return nil
 }

@@ -85,11 +85,7 @@ func decodeAdmitRecord(e dedupe.Entry) *raftcmdv1.AdmitRecord {
 // marked duplicate, or the reuse error when the repeat asks something else.
 func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 	if e.Fingerprint != fp {
-		return &admission.FieldError{
-			Field:  "request_id",
-			Reason: fmt.Sprintf("%q was already used by caller %q for another request (policy, key or cost differ); use a new request_id", e.Key.RequestID, e.Key.Caller),
-			Err:    ErrRequestIDReused,
-		}
+		return reusedRequestID(e)
 	}
 	rec := decodeAdmitRecord(e)
 	res := &AdmitResult{
@@ -119,4 +115,14 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 		})
 	}
 	return res
+}
+
+// reusedRequestID is the error for a request ID that an earlier, different
+// request of the same caller still holds.
+func reusedRequestID(e dedupe.Entry) error {
+	return &admission.FieldError{
+		Field:  "request_id",
+		Reason: fmt.Sprintf("%q was already used by caller %q for another request (operation, policy, key or cost differ); use a new request_id", e.Key.RequestID, e.Key.Caller),
+		Err:    ErrRequestIDReused,
+	}
 }

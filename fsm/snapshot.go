@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/lease"
 
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
@@ -38,14 +39,16 @@ type snapshot struct {
 	policies []PolicyVersion
 	nodes    []Node
 	buckets  []bucketRecord
+	sems     []stateRecord[lease.Semaphore]
 	dedupe   []dedupe.Entry
+	lastTerm uint64
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
 
 // Persist writes the snapshot: magic, header, then policies by name, nodes by
-// ID, buckets by key and request-ID entries by (caller, request ID), each a
-// uvarint length and a protobuf record.
+// ID, buckets by key, request-ID entries by (caller, request ID) and
+// semaphores by key, each a uvarint length and a protobuf record.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	if err := s.writeTo(sink); err != nil {
 		_ = sink.Cancel()
@@ -57,6 +60,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) writeTo(w io.Writer) error {
 	slices.SortFunc(s.buckets, func(a, b bucketRecord) int { return cmp.Compare(a.key, b.key) })
 	slices.SortFunc(s.dedupe, dedupe.Compare)
+	slices.SortFunc(s.sems, func(a, b stateRecord[lease.Semaphore]) int { return cmp.Compare(a.key, b.key) })
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := recordWriter{w: bw}
 	if _, err := bw.WriteString(snapshotMagic); err != nil {
@@ -69,6 +73,8 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		NodeCount:       uint64(len(s.nodes)),
 		BucketCount:     uint64(len(s.buckets)),
 		DedupeCount:     uint64(len(s.dedupe)),
+		SemaphoreCount:  uint64(len(s.sems)),
+		LastTerm:        s.lastTerm,
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -86,6 +92,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		drec.Caller, drec.RequestId, drec.Fingerprint = e.Key.Caller, e.Key.RequestID, e.Fingerprint[:]
 		drec.Result, drec.ExpiresAtUnixNano = e.Result, e.ExpiresAt
 		enc.write(&drec)
+	}
+	var srec raftcmdv1.SemaphoreRecord
+	for _, r := range s.sems {
+		semToRecord(&srec, r)
+		enc.write(&srec)
 	}
 	if enc.err != nil {
 		return enc.err
@@ -129,7 +140,7 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 	if h.GetVersion() != SnapshotVersion {
 		return nil, fmt.Errorf("%w: format version %d, this binary reads %d", ErrBadSnapshot, h.GetVersion(), SnapshotVersion)
 	}
-	s := &snapshot{lastNow: h.GetLastNowUnixNano()}
+	s := &snapshot{lastNow: h.GetLastNowUnixNano(), lastTerm: h.GetLastTerm()}
 	for range h.GetPolicyCount() {
 		var p raftcmdv1.PolicyRecord
 		if err := dec.read(&p); err != nil {
@@ -168,6 +179,13 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 			Result:      d.GetResult(),
 			ExpiresAt:   d.GetExpiresAtUnixNano(),
 		})
+	}
+	for range h.GetSemaphoreCount() {
+		var r raftcmdv1.SemaphoreRecord
+		if err := dec.read(&r); err != nil {
+			return nil, err
+		}
+		s.sems = append(s.sems, semFromRecord(&r))
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data", ErrBadSnapshot)

@@ -46,7 +46,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:     n.raft.LastIndex(),
 		RaftAddr:         n.raftAddr,
 		ApiAddr:          n.apiAddr,
-		Buckets:          uint64(n.fsm.BucketCount()),
+		Buckets:          uint64(n.fsm.BucketCount() + n.fsm.SemaphoreCount()),
 		DedupeEntries:    uint64(n.fsm.DedupeLen()),
 		DedupeBytes:      uint64(max(0, n.fsm.DedupeBytes())),
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/lease"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -33,7 +34,7 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, fsm.ErrNotAdmitted):
+	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)

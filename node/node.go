@@ -160,8 +160,9 @@ func New(cfg Config) (_ *Node, err error) {
 	handlerOpts := connect.WithHandlerOptions(connect.WithCompressMinBytes(4 << 10))
 	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
+	mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
-		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName)))
+		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName)))
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

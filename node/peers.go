@@ -21,6 +21,7 @@ type peers struct {
 type peerClient struct {
 	admission quoratev1connect.AdmissionServiceClient
 	admin     quoratev1connect.AdminServiceClient
+	lease     quoratev1connect.LeaseServiceClient
 }
 
 func newPeers() *peers {
@@ -46,6 +47,7 @@ func (p *peers) get(baseURL string) *peerClient {
 		c = &peerClient{
 			admission: quoratev1connect.NewAdmissionServiceClient(p.httpClient, baseURL, opts...),
 			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
+			lease:     quoratev1connect.NewLeaseServiceClient(p.httpClient, baseURL, opts...),
 		}
 		p.clients[baseURL] = c
 	}

@@ -131,6 +131,11 @@ func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
 // addresses are the ones it bound on its first start).
 func (c *Cluster) Config(i int) *node.Config { return &c.members[i].cfg }
 
+// Lease returns a client of node i's LeaseService.
+func (c *Cluster) Lease(i int) quoratev1connect.LeaseServiceClient {
+	return quoratev1connect.NewLeaseServiceClient(c.client, c.APIURL(i))
+}
+
 // Start starts node i from its data directory, on the same addresses it had
 // before (the first start picks free ports).
 func (c *Cluster) Start(i int) {

@@ -1,0 +1,205 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/lease"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// LeaseResult is the Apply result of a lease operation.
+type LeaseResult struct {
+	// Allowed: acquire got a slot; renew/release/check: the token held one.
+	Allowed       bool
+	Lease         lease.Lease
+	Limit, Held   int64
+	RetryAfter    time.Duration
+	PolicyVersion uint64
+	DecidedAt     int64
+	Duplicate     bool
+}
+
+// semExpires is when a semaphore is equivalent to none: its leases'
+// latest end. The policy does not change it.
+func semExpires(_ admission.Policy, s lease.Semaphore) int64 { return lease.ExpiresAt(s) }
+
+// applyLease acquires, renews, releases or checks a lease of a concurrency
+// policy's key. Acquire, renew and release with a request ID are recorded:
+// a repeat gets the first answer and changes nothing. A token that holds no
+// live lease is refused with lease.ErrStale.
+func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
+	kind := c.GetKind()
+	if kind < raftcmdv1.LeaseOp_KIND_ACQUIRE || kind > raftcmdv1.LeaseOp_KIND_CHECK {
+		panic(fmt.Sprintf("fsm: lease operation of unknown kind %d: upgrade this binary", kind))
+	}
+	var dk dedupe.Key
+	var fp [16]byte
+	recorded := c.GetRequestId() != "" && kind != raftcmdv1.LeaseOp_KIND_CHECK
+	if recorded {
+		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, leaseFingerprint(c)
+		if e, ok := f.dedupe.Get(dk, now); ok {
+			if e.Fingerprint != fp {
+				return reusedRequestID(e)
+			}
+			return decodeLeaseRecord(e)
+		}
+	}
+	pv, ok := f.policies[c.GetPolicy()]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
+	}
+	p := pv.Policy.WithDefaults()
+	if p.Algorithm != admission.AlgorithmConcurrency {
+		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%q is a %s policy, not concurrency: use Admit", c.GetPolicy(), p.Algorithm)}
+	}
+	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
+		return err
+	}
+	ttl := time.Duration(c.GetTtlNanos())
+	if ttl != 0 {
+		if fe := admission.CheckLeaseTTL("ttl", ttl); fe != nil {
+			return &admission.FieldError{Field: fe.Field, Reason: fe.Reason, Err: admission.ErrInvalidRequest}
+		}
+	}
+	key := BucketKey(c.GetPolicy(), c.GetKey())
+	s, exists := f.sems.get(key)
+	res := &LeaseResult{Limit: p.Limit, PolicyVersion: pv.Version, DecidedAt: now}
+	next := s
+	var err error
+	switch kind {
+	case raftcmdv1.LeaseOp_KIND_ACQUIRE:
+		if ttl == 0 {
+			ttl = p.LeaseTTL
+		}
+		var d lease.Decision
+		next, d = lease.Acquire(s, p.Limit, int64(ttl), now)
+		res.Allowed, res.Lease, res.Held, res.RetryAfter = d.Allowed, d.Lease, d.Held, d.RetryAfter
+		if d.Allowed && !exists && f.sems.len() >= f.opts.MaxBuckets {
+			f.sems.sweep(now, f.sems.len()-f.opts.MaxBuckets+1, f.policyOfBucket)
+			if f.sems.len() >= f.opts.MaxBuckets {
+				return fmt.Errorf("%w (%d semaphores)", ErrGroupFull, f.opts.MaxBuckets)
+			}
+		}
+	case raftcmdv1.LeaseOp_KIND_RENEW:
+		next, res.Lease, err = lease.Renew(s, c.GetToken(), int64(ttl), now)
+	case raftcmdv1.LeaseOp_KIND_RELEASE:
+		next, res.Lease, err = lease.Release(s, c.GetToken(), now)
+	case raftcmdv1.LeaseOp_KIND_CHECK:
+		res.Allowed = lease.Holds(s, c.GetToken(), now)
+		if res.Allowed {
+			for _, l := range s.Leases {
+				if l.Token == c.GetToken() {
+					res.Lease = l
+				}
+			}
+		}
+		res.Held = lease.Live(s, now)
+		return res
+	}
+	if err != nil {
+		return fmt.Errorf("%w (policy %q, key %q, token %d)", err, c.GetPolicy(), c.GetKey(), c.GetToken())
+	}
+	if kind != raftcmdv1.LeaseOp_KIND_ACQUIRE {
+		res.Allowed, res.Held = true, lease.Live(next, now)
+	}
+	// Record before changing the state: a refused record changes nothing.
+	if recorded {
+		err := f.dedupe.Put(dedupe.Entry{
+			Key: dk, Fingerprint: fp, Result: encodeLeaseRecord(res),
+			ExpiresAt: addSaturating(now, int64(p.DedupeRetention)),
+		}, now)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		}
+	}
+	if res.Allowed {
+		f.sems.put(key, next, lease.ExpiresAt(next))
+	}
+	return res
+}
+
+// shiftLeases runs on the first entry of a new Raft term: every lease's end
+// moves by the time the log advanced across the leader change, so a lease
+// keeps the remaining time it had by the old leader's last entry. A new
+// leader whose clock is ahead never expires a lease earlier than the old one
+// would have; leases may outlive their TTL by the election gap, which
+// fencing tokens make safe.
+func (f *FSM) shiftLeases(d int64) {
+	if d <= 0 || f.sems.len() == 0 {
+		return
+	}
+	f.sems.each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
+		s = lease.Shift(s, d)
+		return s, lease.ExpiresAt(s)
+	})
+}
+
+// leaseFingerprint identifies what a lease operation asks.
+func leaseFingerprint(c *raftcmdv1.LeaseOp) [16]byte {
+	buf := make([]byte, 0, 32+len(c.GetPolicy())+len(c.GetKey()))
+	buf = append(buf, "lease"...)
+	buf = binary.AppendUvarint(buf, uint64(c.GetKind()))
+	buf = binary.AppendUvarint(buf, uint64(len(c.GetPolicy())))
+	buf = append(buf, c.GetPolicy()...)
+	buf = binary.AppendUvarint(buf, uint64(len(c.GetKey())))
+	buf = append(buf, c.GetKey()...)
+	buf = binary.AppendVarint(buf, c.GetToken())
+	buf = binary.AppendVarint(buf, c.GetTtlNanos())
+	sum := sha256.Sum256(buf)
+	return [16]byte(sum[:16])
+}
+
+func encodeLeaseRecord(r *LeaseResult) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&raftcmdv1.LeaseOpRecord{
+		Allowed: r.Allowed,
+		Lease: &raftcmdv1.LeaseRecord{Token: r.Lease.Token, AcquiredAtUnixNano: r.Lease.AcquiredAt,
+			ExpiresAtUnixNano: r.Lease.ExpiresAt, TtlNanos: r.Lease.TTL},
+		Limit: r.Limit, Held: r.Held, RetryAfterNanos: int64(r.RetryAfter),
+		PolicyVersion: r.PolicyVersion, DecidedAtUnixNano: r.DecidedAt,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("fsm: encoding a lease record: %v", err))
+	}
+	return b
+}
+
+func decodeLeaseRecord(e dedupe.Entry) *LeaseResult {
+	var rec raftcmdv1.LeaseOpRecord
+	if err := proto.Unmarshal(e.Result, &rec); err != nil {
+		panic(fmt.Sprintf("fsm: recorded lease result of %q/%q is corrupt: %v", e.Key.Caller, e.Key.RequestID, err))
+	}
+	l := rec.GetLease()
+	return &LeaseResult{
+		Allowed: rec.GetAllowed(),
+		Lease: lease.Lease{Token: l.GetToken(), AcquiredAt: l.GetAcquiredAtUnixNano(),
+			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()},
+		Limit: rec.GetLimit(), Held: rec.GetHeld(), RetryAfter: time.Duration(rec.GetRetryAfterNanos()),
+		PolicyVersion: rec.GetPolicyVersion(), DecidedAt: rec.GetDecidedAtUnixNano(), Duplicate: true,
+	}
+}
+
+func semToRecord(rec *raftcmdv1.SemaphoreRecord, r stateRecord[lease.Semaphore]) {
+	rec.Key, rec.LastToken, rec.ExpiresAtUnixNano = r.key, r.state.LastToken, r.expiresAt
+	rec.Leases = rec.Leases[:0]
+	for _, l := range r.state.Leases {
+		rec.Leases = append(rec.Leases, &raftcmdv1.LeaseRecord{Token: l.Token, AcquiredAtUnixNano: l.AcquiredAt,
+			ExpiresAtUnixNano: l.ExpiresAt, TtlNanos: l.TTL})
+	}
+}
+
+func semFromRecord(rec *raftcmdv1.SemaphoreRecord) stateRecord[lease.Semaphore] {
+	s := lease.Semaphore{LastToken: rec.GetLastToken()}
+	for _, l := range rec.GetLeases() {
+		s.Leases = append(s.Leases, lease.Lease{Token: l.GetToken(), AcquiredAt: l.GetAcquiredAtUnixNano(),
+			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()})
+	}
+	return stateRecord[lease.Semaphore]{key: rec.GetKey(), state: s, expiresAt: rec.GetExpiresAtUnixNano()}
+}

@@ -1,0 +1,184 @@
+package node
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// leaseHandler serves quorate.v1.LeaseService.
+type leaseHandler struct {
+	n *Node
+}
+
+var _ quoratev1connect.LeaseServiceHandler = (*leaseHandler)(nil)
+
+// leaseID names a lease: its policy, key and fencing token, so that any node
+// can route Renew and Release to the key without an index (and it stays
+// valid when the key's slot moves to another group).
+func leaseID(policy, key string, token int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" + strconv.FormatInt(token, 10)))
+}
+
+// parseLeaseID reverses leaseID and checks that the request's fencing token
+// is the lease's.
+func parseLeaseID(id string, token int64) (policy, key string, err error) {
+	b, derr := base64.RawURLEncoding.DecodeString(id)
+	parts := strings.Split(string(b), "\x00")
+	if id == "" || derr != nil || len(parts) != 3 {
+		return "", "", badRequest("lease_id", "is not a lease ID from AcquireLease")
+	}
+	if t, perr := strconv.ParseInt(parts[2], 10, 64); perr != nil || t != token {
+		return "", "", badRequest("fencing_token", "%d is not the token of lease %s", token, id)
+	}
+	return parts[0], parts[1], nil
+}
+
+func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+	n := h.n
+	m := req.Msg
+	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: m.GetPolicy(), Key: m.GetKey(),
+		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	if err := checkLeaseOp(op, m.GetTtl(), true); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, op.GetRequestId() != "",
+		func(ctx context.Context) (*quoratev1.AcquireLeaseResponse, error) {
+			r, err := n.proposeLease(ctx, op)
+			if err != nil {
+				return nil, err
+			}
+			out := &quoratev1.AcquireLeaseResponse{
+				Allowed: r.Allowed, Limit: r.Limit, Held: r.Held, RetryAfter: durationpb.New(r.RetryAfter),
+				PolicyVersion: r.PolicyVersion, DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
+			}
+			if r.Allowed {
+				out.LeaseId = leaseID(op.GetPolicy(), op.GetKey(), r.Lease.Token)
+				out.FencingToken, out.ExpiresAt = r.Lease.Token, unixTime(r.Lease.ExpiresAt)
+			}
+			return out, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+			return p.lease.AcquireLease(ctx, fwd)
+		})
+}
+
+func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
+	n := h.n
+	m := req.Msg
+	policy, key, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken())
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_RENEW, Policy: policy, Key: key, Token: m.GetFencingToken(),
+		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	if err := checkLeaseOp(op, m.GetTtl(), false); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, true, // renewing twice only extends the same lease
+		func(ctx context.Context) (*quoratev1.RenewLeaseResponse, error) {
+			r, err := n.proposeLease(ctx, op)
+			if err != nil {
+				return nil, err
+			}
+			return &quoratev1.RenewLeaseResponse{LeaseId: m.GetLeaseId(), FencingToken: r.Lease.Token,
+				ExpiresAt: unixTime(r.Lease.ExpiresAt), DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
+			return p.lease.RenewLease(ctx, fwd)
+		})
+}
+
+func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
+	n := h.n
+	m := req.Msg
+	policy, key, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken())
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_RELEASE, Policy: policy, Key: key, Token: m.GetFencingToken(),
+		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	if err := checkLeaseOp(op, nil, false); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	// Without a request ID a retry of a release that applied would be told
+	// the token is stale: only requests with one are retried by the server.
+	return leaderCall(ctx, n, req, op.GetRequestId() != "",
+		func(ctx context.Context) (*quoratev1.ReleaseLeaseResponse, error) {
+			r, err := n.proposeLease(ctx, op)
+			if err != nil {
+				return nil, err
+			}
+			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
+			return p.lease.ReleaseLease(ctx, fwd)
+		})
+}
+
+func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
+	n := h.n
+	m := req.Msg
+	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_CHECK, Policy: m.GetPolicy(), Key: m.GetKey(), Token: m.GetFencingToken()}
+	if err := checkLeaseOp(op, nil, false); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return leaderCall(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.CheckFenceResponse, error) {
+			r, err := n.proposeLease(ctx, op)
+			if err != nil {
+				return nil, err
+			}
+			out := &quoratev1.CheckFenceResponse{Held: r.Allowed, DecidedAt: unixTime(r.DecidedAt)}
+			if r.Allowed {
+				out.ExpiresAt = unixTime(r.Lease.ExpiresAt)
+			}
+			return out, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
+			return p.lease.CheckFence(ctx, fwd)
+		})
+}
+
+// checkLeaseOp checks a lease operation without state; ttl may be nil.
+func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool) error {
+	if op.GetPolicy() == "" {
+		return badRequest("policy", "must not be empty")
+	}
+	if err := admission.CheckKeyCost(op.GetKey(), 1); err != nil {
+		return err
+	}
+	if !acquire && op.GetToken() < 1 {
+		return badRequest("fencing_token", "must be a token from AcquireLease (got %d)", op.GetToken())
+	}
+	if ttl != nil {
+		d := ttl.AsDuration()
+		if fe := admission.CheckLeaseTTL("ttl", d); fe != nil || ttl.CheckValid() != nil {
+			return badRequest("ttl", "must be between %v and %v (got %v)", admission.MinLeaseTTL, admission.MaxLeaseTTL, d)
+		}
+		op.TtlNanos = int64(d)
+	}
+	return checkRequestID(op.GetCaller(), op.GetRequestId())
+}
+
+func (n *Node) proposeLease(ctx context.Context, op *raftcmdv1.LeaseOp) (*fsm.LeaseResult, error) {
+	res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*fsm.LeaseResult), nil
+}
+
+func unixTime(ns int64) *timestamppb.Timestamp { return timestamppb.New(time.Unix(0, ns).UTC()) }
