@@ -18,6 +18,8 @@ type stateTable[V any] struct {
 	byKey   map[string]*bucketEntry[V]
 	order   expiryHeap[V]
 	expires func(admission.Policy, V) int64
+	// onExpire, if set, runs for each entry sweep deletes, before it goes.
+	onExpire func(key string, v V, now int64)
 }
 
 // bucketTable is the table of rate-algorithm states.
@@ -77,8 +79,19 @@ func (t *stateTable[V]) sweep(now int64, limit int, policyOf func(bucketKey stri
 				continue
 			}
 		}
+		if t.onExpire != nil {
+			t.onExpire(e.key, e.state, now)
+		}
 		heap.Pop(&t.order)
 		delete(t.byKey, e.key)
+	}
+}
+
+// remove deletes key's entry, if any.
+func (t *stateTable[V]) remove(key string) {
+	if e, ok := t.byKey[key]; ok {
+		heap.Remove(&t.order, e.pos)
+		delete(t.byKey, key)
 	}
 }
 

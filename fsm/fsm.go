@@ -161,8 +161,10 @@ type FSM struct {
 	nodes    map[string]Node
 	buckets  *bucketTable
 	sems     *stateTable[lease.Semaphore]
-	dedupe   *dedupe.Table
-	lastTerm uint64 // Raft term of the last applied command
+	// reservations are keyed by reservation ID.
+	reservations *stateTable[reservation]
+	dedupe       *dedupe.Table
+	lastTerm     uint64 // Raft term of the last applied command
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -175,7 +177,7 @@ func New(opts Options) *FSM {
 	if opts.MaxDedupeEntries <= 0 {
 		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
 	}
-	return &FSM{
+	f := &FSM{
 		opts:     opts,
 		policies: make(map[string]PolicyVersion),
 		nodes:    make(map[string]Node),
@@ -183,6 +185,8 @@ func New(opts Options) *FSM {
 		sems:     newStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 	}
+	f.reservations = f.newReservationTable()
+	return f
 }
 
 // Encode marshals an envelope for raft.Apply, stamping the envelope version.
@@ -218,6 +222,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		}
 		f.lastTerm = l.Term
 	}
+	// Expired reservations first: their units are back before any decision.
+	f.reservations.sweep(now, SweepPerApply, noPolicy)
 	f.buckets.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
@@ -239,7 +245,12 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyRefund(body.Refund, now)
 	case *raftcmdv1.Envelope_Lease:
 		return f.applyLease(body.Lease, now)
+	case *raftcmdv1.Envelope_Reserve:
+		return f.applyReserve(body.Reserve, l.Index, now)
+	case *raftcmdv1.Envelope_Commit:
+		return f.applyCommit(body.Commit, now)
 	case *raftcmdv1.Envelope_Expire:
+		f.reservations.sweep(now, ExpireBatch, noPolicy)
 		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
 		f.sems.sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
@@ -360,6 +371,19 @@ func (f *FSM) LastNow() int64 {
 	return f.lastNow
 }
 
+// ReservationCount is the number of outstanding reservations.
+func (f *FSM) ReservationCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.reservations.len()
+}
+
+func (f *FSM) newReservationTable() *stateTable[reservation] {
+	t := newStateTable(reservationExpires)
+	t.onExpire = f.expireReservation
+	return t
+}
+
 // SemaphoreCount is the number of concurrency keys holding (or having
 // held, until reclaimed) leases.
 func (f *FSM) SemaphoreCount() int {
@@ -400,8 +424,10 @@ func (f *FSM) NextExpiry() (int64, bool) {
 	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
 		next, ok = b, true
 	}
-	if b, bok := f.sems.nextExpiry(); bok && (!ok || b < next) {
-		next, ok = b, true
+	for _, t := range []interface{ nextExpiry() (int64, bool) }{f.sems, f.reservations} {
+		if b, bok := t.nextExpiry(); bok && (!ok || b < next) {
+			next, ok = b, true
+		}
 	}
 	return next, ok
 }
@@ -432,6 +458,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		nodes:    sortedNodes(f.nodes),
 		buckets:  f.buckets.entries(),
 		sems:     f.sems.entries(),
+		reserved: f.reservations.entries(),
 		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
 	}, nil
@@ -460,6 +487,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, e := range s.sems {
 		sems.put(e.key, e.state, e.expiresAt)
 	}
+	reserved := f.newReservationTable()
+	for _, e := range s.reserved {
+		reserved.put(e.key, e.state, e.expiresAt)
+	}
 	dd := dedupe.New(f.opts.MaxDedupeEntries)
 	for _, e := range s.dedupe {
 		// Restored entries are put at the snapshot's time and may exceed a
@@ -469,6 +500,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
-	f.buckets, f.sems, f.dedupe = buckets, sems, dd
+	f.buckets, f.sems, f.reservations, f.dedupe = buckets, sems, reserved, dd
 	return nil
 }

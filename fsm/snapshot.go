@@ -40,6 +40,7 @@ type snapshot struct {
 	nodes    []Node
 	buckets  []bucketRecord
 	sems     []stateRecord[lease.Semaphore]
+	reserved []stateRecord[reservation]
 	dedupe   []dedupe.Entry
 	lastTerm uint64
 }
@@ -61,20 +62,22 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	slices.SortFunc(s.buckets, func(a, b bucketRecord) int { return cmp.Compare(a.key, b.key) })
 	slices.SortFunc(s.dedupe, dedupe.Compare)
 	slices.SortFunc(s.sems, func(a, b stateRecord[lease.Semaphore]) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(s.reserved, func(a, b stateRecord[reservation]) int { return cmp.Compare(a.key, b.key) })
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := recordWriter{w: bw}
 	if _, err := bw.WriteString(snapshotMagic); err != nil {
 		return err
 	}
 	enc.write(&raftcmdv1.SnapshotHeader{
-		Version:         SnapshotVersion,
-		LastNowUnixNano: s.lastNow,
-		PolicyCount:     uint64(len(s.policies)),
-		NodeCount:       uint64(len(s.nodes)),
-		BucketCount:     uint64(len(s.buckets)),
-		DedupeCount:     uint64(len(s.dedupe)),
-		SemaphoreCount:  uint64(len(s.sems)),
-		LastTerm:        s.lastTerm,
+		Version:          SnapshotVersion,
+		LastNowUnixNano:  s.lastNow,
+		PolicyCount:      uint64(len(s.policies)),
+		NodeCount:        uint64(len(s.nodes)),
+		BucketCount:      uint64(len(s.buckets)),
+		DedupeCount:      uint64(len(s.dedupe)),
+		SemaphoreCount:   uint64(len(s.sems)),
+		LastTerm:         s.lastTerm,
+		ReservationCount: uint64(len(s.reserved)),
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -97,6 +100,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, r := range s.sems {
 		semToRecord(&srec, r)
 		enc.write(&srec)
+	}
+	var rrec raftcmdv1.ReservationRecord
+	for _, r := range s.reserved {
+		reservationToRecord(&rrec, r)
+		enc.write(&rrec)
 	}
 	if enc.err != nil {
 		return enc.err
@@ -186,6 +194,13 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 			return nil, err
 		}
 		s.sems = append(s.sems, semFromRecord(&r))
+	}
+	for range h.GetReservationCount() {
+		var r raftcmdv1.ReservationRecord
+		if err := dec.read(&r); err != nil {
+			return nil, err
+		}
+		s.reserved = append(s.reserved, reservationFromRecord(&r))
 	}
 	if _, err := br.ReadByte(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data", ErrBadSnapshot)

@@ -233,3 +233,75 @@ func checkRequestID(caller, requestID string) error {
 	}
 	return nil
 }
+
+// Reserve holds an estimate of a rate or quota policy through the log.
+func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
+	n := h.n
+	m := req.Msg
+	if m.GetPolicy() == "" {
+		return nil, n.toConnectError(badRequest("policy", "must not be empty"))
+	}
+	if err := admission.CheckKeyCost(m.GetKey(), max(1, m.GetEstimate())); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	if m.GetEstimate() < 1 {
+		return nil, n.toConnectError(badRequest("estimate", "must be at least 1 (got %d)", m.GetEstimate()))
+	}
+	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	cmd := &raftcmdv1.Reserve{Policy: m.GetPolicy(), Key: m.GetKey(), Estimate: m.GetEstimate(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	if ttl := m.GetTtl(); ttl != nil {
+		if admission.CheckLeaseTTL("ttl", ttl.AsDuration()) != nil || ttl.CheckValid() != nil {
+			return nil, n.toConnectError(badRequest("ttl", "must be between %v and %v (got %v)", admission.MinLeaseTTL, admission.MaxLeaseTTL, ttl.AsDuration()))
+		}
+		cmd.TtlNanos = int64(ttl.AsDuration())
+	}
+	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+		func(ctx context.Context) (*quoratev1.ReserveResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}})
+			if err != nil {
+				return nil, err
+			}
+			r := res.(*fsm.ReserveResult)
+			out := &quoratev1.ReserveResponse{Allowed: r.Allowed, ReservationId: r.ReservationID, Limit: r.Decision.Limit,
+				Remaining: r.Decision.Remaining, RetryAfter: durationpb.New(r.Decision.RetryAfter), PolicyVersion: r.PolicyVersion,
+				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
+			if r.Allowed {
+				out.ExpiresAt = unixTime(r.ExpiresAt)
+			}
+			return out, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
+			return p.admission.Reserve(ctx, fwd)
+		})
+}
+
+// Commit settles a reservation through the log.
+func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
+	n := h.n
+	m := req.Msg
+	if m.GetReservationId() == "" {
+		return nil, n.toConnectError(badRequest("reservation_id", "must not be empty"))
+	}
+	if m.GetActual() < 0 {
+		return nil, n.toConnectError(badRequest("actual", "must be at least 0 (got %d)", m.GetActual()))
+	}
+	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	cmd := &raftcmdv1.Commit{ReservationId: m.GetReservationId(), Actual: m.GetActual(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+		func(ctx context.Context) (*quoratev1.CommitResponse, error) {
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}})
+			if err != nil {
+				return nil, err
+			}
+			r := res.(*fsm.ReserveResult)
+			return &quoratev1.CommitResponse{Charged: r.Charged, Released: r.Released, Over: r.Over,
+				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
+			return p.admission.Commit(ctx, fwd)
+		})
+}

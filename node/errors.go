@@ -32,7 +32,7 @@ func (n *Node) toConnectError(err error) error {
 			&quoratev1.FieldViolation{Field: fe.Field, Description: fe.Reason})
 	case errors.Is(err, admission.ErrInvalidPolicy), errors.Is(err, admission.ErrInvalidRequest):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund):
+	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund), errors.Is(err, fsm.ErrNoReservation):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

@@ -889,6 +889,356 @@ func (x *NotLeader) GetLeaderAddr() string {
 	return ""
 }
 
+type ReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A rate or quota policy (not concurrency).
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Units to hold: 1..max_cost of the policy.
+	Estimate int64 `protobuf:"varint,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	// How long the reservation holds its units without a Commit; unset means
+	// 10m. 1s to 24h.
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	RequestId     string               `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string               `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReserveRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+type ReserveResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// Names the reservation in Commit (opaque).
+	ReservationId string `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Limit         int64  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Whole units left after holding the estimate.
+	Remaining int64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// When denied: the exact time until the estimate would fit.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Log time at which an uncommitted reservation gives its units back.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	PolicyVersion uint64                 `protobuf:"varint,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Duplicate     bool                   `protobuf:"varint,9,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReserveResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ReserveResponse) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *ReserveResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *ReserveResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *ReserveResponse) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *ReserveResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+type CommitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReservationId string                 `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// The real cost, ≥ 0.
+	Actual        int64  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitRequest) Reset() {
+	*x = CommitRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitRequest) ProtoMessage() {}
+
+func (x *CommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
+func (*CommitRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CommitRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+func (x *CommitRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+type CommitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Units finally charged for the work.
+	Charged int64 `protobuf:"varint,1,opt,name=charged,proto3" json:"charged,omitempty"`
+	// Units of the estimate given back (estimate − actual when actual is
+	// below it).
+	Released int64 `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
+	// Units of the actual cost above the estimate that the limit did not
+	// allow to charge.
+	Over          int64                  `protobuf:"varint,3,opt,name=over,proto3" json:"over,omitempty"`
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Duplicate     bool                   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitResponse) Reset() {
+	*x = CommitResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitResponse) ProtoMessage() {}
+
+func (x *CommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
+func (*CommitResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CommitResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetReleased() int64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetOver() int64 {
+	if x != nil {
+		return x.Over
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *CommitResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 
 const file_quorate_v1_admission_proto_rawDesc = "" +
@@ -972,11 +1322,47 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x02 \x01(\tR\n" +
-	"leaderAddr2\xd2\x01\n" +
+	"leaderAddr\"\xba\x01\n" +
+	"\x0eReserveRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
+	"\bestimate\x18\x03 \x01(\x03R\bestimate\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x06 \x01(\tR\x06caller\"\xfd\x02\n" +
+	"\x0fReserveResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12%\n" +
+	"\x0epolicy_version\x18\a \x01(\x04R\rpolicyVersion\x129\n" +
+	"\n" +
+	"decided_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
+	"\tduplicate\x18\t \x01(\bR\tduplicate\"\x85\x01\n" +
+	"\rCommitRequest\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x16\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\"\xb3\x01\n" +
+	"\x0eCommitResponse\x12\x18\n" +
+	"\acharged\x18\x01 \x01(\x03R\acharged\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\x03R\breleased\x12\x12\n" +
+	"\x04over\x18\x03 \x01(\x03R\x04over\x129\n" +
+	"\n" +
+	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate2\xdb\x02\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12;\n" +
 	"\x04Peek\x12\x17.quorate.v1.PeekRequest\x1a\x18.quorate.v1.PeekResponse\"\x00\x12A\n" +
-	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00\x12D\n" +
+	"\aReserve\x12\x1a.quorate.v1.ReserveRequest\x1a\x1b.quorate.v1.ReserveResponse\"\x00\x12A\n" +
+	"\x06Commit\x12\x19.quorate.v1.CommitRequest\x1a\x1a.quorate.v1.CommitResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admission_proto_rawDescOnce sync.Once
@@ -990,7 +1376,7 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
 	(*Check)(nil),                 // 1: quorate.v1.Check
@@ -1003,34 +1389,47 @@ var file_quorate_v1_admission_proto_goTypes = []any{
 	(*FieldViolation)(nil),        // 8: quorate.v1.FieldViolation
 	(*OutcomeUnknown)(nil),        // 9: quorate.v1.OutcomeUnknown
 	(*NotLeader)(nil),             // 10: quorate.v1.NotLeader
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*ReserveRequest)(nil),        // 11: quorate.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 12: quorate.v1.ReserveResponse
+	(*CommitRequest)(nil),         // 13: quorate.v1.CommitRequest
+	(*CommitResponse)(nil),        // 14: quorate.v1.CommitResponse
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
 	1,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
-	11, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
-	11, // 2: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	11, // 3: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	12, // 4: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	11, // 5: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	15, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	15, // 2: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	15, // 3: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 4: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	15, // 5: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
 	3,  // 6: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
-	11, // 7: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
-	11, // 8: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	11, // 9: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
-	11, // 10: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
-	12, // 11: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
-	12, // 12: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	4,  // 14: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	6,  // 15: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	2,  // 16: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	5,  // 17: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	7,  // 18: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 7: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	15, // 8: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	15, // 9: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	15, // 10: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 11: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	16, // 12: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	15, // 13: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	15, // 14: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 15: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 16: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
+	16, // 17: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 18: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	4,  // 19: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	6,  // 20: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	11, // 21: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	13, // 22: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	2,  // 23: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	5,  // 24: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	7,  // 25: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	12, // 26: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	14, // 27: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -1047,7 +1446,7 @@ func file_quorate_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

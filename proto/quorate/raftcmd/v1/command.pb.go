@@ -99,6 +99,8 @@ type Envelope struct {
 	//	*Envelope_DeletePolicies
 	//	*Envelope_Refund
 	//	*Envelope_Lease
+	//	*Envelope_Reserve
+	//	*Envelope_Commit
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -227,6 +229,24 @@ func (x *Envelope) GetLease() *LeaseOp {
 	return nil
 }
 
+func (x *Envelope) GetReserve() *Reserve {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Reserve); ok {
+			return x.Reserve
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCommit() *Commit {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -263,6 +283,14 @@ type Envelope_Lease struct {
 	Lease *LeaseOp `protobuf:"bytes,17,opt,name=lease,proto3,oneof"`
 }
 
+type Envelope_Reserve struct {
+	Reserve *Reserve `protobuf:"bytes,18,opt,name=reserve,proto3,oneof"`
+}
+
+type Envelope_Commit struct {
+	Commit *Commit `protobuf:"bytes,19,opt,name=commit,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -278,6 +306,10 @@ func (*Envelope_DeletePolicies) isEnvelope_Body() {}
 func (*Envelope_Refund) isEnvelope_Body() {}
 
 func (*Envelope_Lease) isEnvelope_Body() {}
+
+func (*Envelope_Reserve) isEnvelope_Body() {}
+
+func (*Envelope_Commit) isEnvelope_Body() {}
 
 // Admit spends cost from the bucket of (policy, key) if the policy allows it.
 type Admit struct {
@@ -585,6 +617,161 @@ func (x *LeaseOp) GetCaller() string {
 	return ""
 }
 
+// Reserve holds estimate units of a rate or quota policy's key.
+type Reserve struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Policy   string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Estimate int64                  `protobuf:"varint,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	// 0 = the default (10m).
+	TtlNanos      int64  `protobuf:"varint,4,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reserve) Reset() {
+	*x = Reserve{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reserve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reserve) ProtoMessage() {}
+
+func (x *Reserve) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reserve.ProtoReflect.Descriptor instead.
+func (*Reserve) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Reserve) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Reserve) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Reserve) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *Reserve) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
+func (x *Reserve) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Reserve) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+// Commit settles a reservation at its actual cost.
+type Commit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReservationId string                 `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Actual        int64                  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Commit) Reset() {
+	*x = Commit{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Commit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Commit) ProtoMessage() {}
+
+func (x *Commit) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Commit.ProtoReflect.Descriptor instead.
+func (*Commit) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Commit) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *Commit) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+func (x *Commit) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Commit) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
 // DeletePolicies deletes policies, all or none.
 type DeletePolicies struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -595,7 +782,7 @@ type DeletePolicies struct {
 
 func (x *DeletePolicies) Reset() {
 	*x = DeletePolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +794,7 @@ func (x *DeletePolicies) String() string {
 func (*DeletePolicies) ProtoMessage() {}
 
 func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +807,7 @@ func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
 func (*DeletePolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeletePolicies) GetNames() []string {
@@ -642,7 +829,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +841,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +854,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Refund) GetCaller() string {
@@ -696,7 +883,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +895,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +908,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -734,7 +921,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +933,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +946,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -789,7 +976,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +988,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1001,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Policy) GetName() string {
@@ -907,7 +1094,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1106,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1119,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -968,14 +1155,15 @@ type SnapshotHeader struct {
 	DedupeCount     uint64 `protobuf:"varint,6,opt,name=dedupe_count,json=dedupeCount,proto3" json:"dedupe_count,omitempty"`
 	SemaphoreCount  uint64 `protobuf:"varint,7,opt,name=semaphore_count,json=semaphoreCount,proto3" json:"semaphore_count,omitempty"`
 	// Raft term of the last applied entry (leases shift on a term change).
-	LastTerm      uint64 `protobuf:"varint,8,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastTerm         uint64 `protobuf:"varint,8,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
+	ReservationCount uint64 `protobuf:"varint,9,opt,name=reservation_count,json=reservationCount,proto3" json:"reservation_count,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1175,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1188,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1059,6 +1247,13 @@ func (x *SnapshotHeader) GetLastTerm() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetReservationCount() uint64 {
+	if x != nil {
+		return x.ReservationCount
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1070,7 +1265,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1277,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1290,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -1139,7 +1334,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1346,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1359,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -1234,7 +1429,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1441,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1454,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -1292,7 +1487,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1499,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1512,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -1385,7 +1580,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1592,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1605,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -1532,7 +1727,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1739,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1752,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -1651,7 +1846,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1858,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1871,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -1720,7 +1915,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1927,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1940,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -1793,7 +1988,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2000,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2013,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -1870,11 +2065,232 @@ func (x *LeaseOpRecord) GetDecidedAtUnixNano() int64 {
 	return 0
 }
 
+// ReservationRecord is one outstanding reservation, in a snapshot.
+type ReservationRecord struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Policy             string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key                string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Estimate           int64                  `protobuf:"varint,4,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	ReservedAtUnixNano int64                  `protobuf:"varint,5,opt,name=reserved_at_unix_nano,json=reservedAtUnixNano,proto3" json:"reserved_at_unix_nano,omitempty"`
+	// ExpiresAt of the key's state right after the estimate was spent.
+	SpentUntilUnixNano int64 `protobuf:"varint,6,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
+	ExpiresAtUnixNano  int64 `protobuf:"varint,7,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ReservationRecord) Reset() {
+	*x = ReservationRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservationRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservationRecord) ProtoMessage() {}
+
+func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
+func (*ReservationRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReservationRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReservationRecord) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ReservationRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReservationRecord) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *ReservationRecord) GetReservedAtUnixNano() int64 {
+	if x != nil {
+		return x.ReservedAtUnixNano
+	}
+	return 0
+}
+
+func (x *ReservationRecord) GetSpentUntilUnixNano() int64 {
+	if x != nil {
+		return x.SpentUntilUnixNano
+	}
+	return 0
+}
+
+func (x *ReservationRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+// ReserveRecord is the recorded answer of a Reserve or a Commit, returned to
+// its retries.
+type ReserveRecord struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Allowed           bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	ReservationId     string                 `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Limit             int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining         int64                  `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	RetryAfterNanos   int64                  `protobuf:"varint,5,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
+	ExpiresAtUnixNano int64                  `protobuf:"varint,6,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	PolicyVersion     uint64                 `protobuf:"varint,7,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	DecidedAtUnixNano int64                  `protobuf:"varint,8,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
+	// Commit only.
+	Charged       int64 `protobuf:"varint,9,opt,name=charged,proto3" json:"charged,omitempty"`
+	Released      int64 `protobuf:"varint,10,opt,name=released,proto3" json:"released,omitempty"`
+	Over          int64 `protobuf:"varint,11,opt,name=over,proto3" json:"over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRecord) Reset() {
+	*x = ReserveRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRecord) ProtoMessage() {}
+
+func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
+func (*ReserveRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReserveRecord) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ReserveRecord) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *ReserveRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetRetryAfterNanos() int64 {
+	if x != nil {
+		return x.RetryAfterNanos
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetDecidedAtUnixNano() int64 {
+	if x != nil {
+		return x.DecidedAtUnixNano
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetReleased() int64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *ReserveRecord) GetOver() int64 {
+	if x != nil {
+		return x.Over
+	}
+	return 0
+}
+
 var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xb2\x04\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xa1\x05\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -1886,7 +2302,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04peek\x18\x0e \x01(\v2\x18.quorate.raftcmd.v1.PeekH\x00R\x04peek\x12M\n" +
 	"\x0fdelete_policies\x18\x0f \x01(\v2\".quorate.raftcmd.v1.DeletePoliciesH\x00R\x0edeletePolicies\x124\n" +
 	"\x06refund\x18\x10 \x01(\v2\x1a.quorate.raftcmd.v1.RefundH\x00R\x06refund\x123\n" +
-	"\x05lease\x18\x11 \x01(\v2\x1b.quorate.raftcmd.v1.LeaseOpH\x00R\x05leaseB\x06\n" +
+	"\x05lease\x18\x11 \x01(\v2\x1b.quorate.raftcmd.v1.LeaseOpH\x00R\x05lease\x127\n" +
+	"\areserve\x18\x12 \x01(\v2\x1b.quorate.raftcmd.v1.ReserveH\x00R\areserve\x124\n" +
+	"\x06commit\x18\x13 \x01(\v2\x1a.quorate.raftcmd.v1.CommitH\x00R\x06commitB\x06\n" +
 	"\x04body\"\xd1\x01\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
@@ -1920,7 +2338,21 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"KIND_RENEW\x10\x02\x12\x10\n" +
 	"\fKIND_RELEASE\x10\x03\x12\x0e\n" +
 	"\n" +
-	"KIND_CHECK\x10\x04\"&\n" +
+	"KIND_CHECK\x10\x04\"\xa3\x01\n" +
+	"\aReserve\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
+	"\bestimate\x18\x03 \x01(\x03R\bestimate\x12\x1b\n" +
+	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x06 \x01(\tR\x06caller\"~\n" +
+	"\x06Commit\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x16\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\"&\n" +
 	"\x0eDeletePolicies\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"?\n" +
 	"\x06Refund\x12\x16\n" +
@@ -1946,7 +2378,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xa5\x02\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xd2\x02\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -1956,7 +2388,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fbucket_count\x18\x05 \x01(\x04R\vbucketCount\x12!\n" +
 	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\x12'\n" +
 	"\x0fsemaphore_count\x18\a \x01(\x04R\x0esemaphoreCount\x12\x1b\n" +
-	"\tlast_term\x18\b \x01(\x04R\blastTerm\"\\\n" +
+	"\tlast_term\x18\b \x01(\x04R\blastTerm\x12+\n" +
+	"\x11reservation_count\x18\t \x01(\x04R\x10reservationCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -2029,7 +2462,28 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04held\x18\x04 \x01(\x03R\x04held\x12*\n" +
 	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x12/\n" +
-	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNanoB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
+	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNano\"\x80\x02\n" +
+	"\x11ReservationRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1a\n" +
+	"\bestimate\x18\x04 \x01(\x03R\bestimate\x121\n" +
+	"\x15reserved_at_unix_nano\x18\x05 \x01(\x03R\x12reservedAtUnixNano\x121\n" +
+	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
+	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\x83\x03\n" +
+	"\rReserveRecord\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x04 \x01(\x03R\tremaining\x12*\n" +
+	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x06 \x01(\x03R\x11expiresAtUnixNano\x12%\n" +
+	"\x0epolicy_version\x18\a \x01(\x04R\rpolicyVersion\x12/\n" +
+	"\x14decided_at_unix_nano\x18\b \x01(\x03R\x11decidedAtUnixNano\x12\x18\n" +
+	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
+	"\breleased\x18\n" +
+	" \x01(\x03R\breleased\x12\x12\n" +
+	"\x04over\x18\v \x01(\x03R\x04overB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
 
 var (
 	file_quorate_raftcmd_v1_command_proto_rawDescOnce sync.Once
@@ -2044,53 +2498,59 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
-	(LeaseOp_Kind)(0),       // 0: quorate.raftcmd.v1.LeaseOp.Kind
-	(*Envelope)(nil),        // 1: quorate.raftcmd.v1.Envelope
-	(*Admit)(nil),           // 2: quorate.raftcmd.v1.Admit
-	(*Check)(nil),           // 3: quorate.raftcmd.v1.Check
-	(*Peek)(nil),            // 4: quorate.raftcmd.v1.Peek
-	(*LeaseOp)(nil),         // 5: quorate.raftcmd.v1.LeaseOp
-	(*DeletePolicies)(nil),  // 6: quorate.raftcmd.v1.DeletePolicies
-	(*Refund)(nil),          // 7: quorate.raftcmd.v1.Refund
-	(*Expire)(nil),          // 8: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),     // 9: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),          // 10: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),    // 11: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil),  // 12: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),    // 13: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),    // 14: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),        // 15: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),    // 16: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),     // 17: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),     // 18: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil), // 19: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),     // 20: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),   // 21: quorate.raftcmd.v1.LeaseOpRecord
+	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
+	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
+	(*Admit)(nil),             // 2: quorate.raftcmd.v1.Admit
+	(*Check)(nil),             // 3: quorate.raftcmd.v1.Check
+	(*Peek)(nil),              // 4: quorate.raftcmd.v1.Peek
+	(*LeaseOp)(nil),           // 5: quorate.raftcmd.v1.LeaseOp
+	(*Reserve)(nil),           // 6: quorate.raftcmd.v1.Reserve
+	(*Commit)(nil),            // 7: quorate.raftcmd.v1.Commit
+	(*DeletePolicies)(nil),    // 8: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),            // 9: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),            // 10: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),       // 11: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),            // 12: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),      // 13: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil),    // 14: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 15: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 16: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 17: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 18: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 19: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 20: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 21: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 22: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 23: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 24: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 25: quorate.raftcmd.v1.ReserveRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	2,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	9,  // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	11, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	8,  // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	11, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	13, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	10, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
 	4,  // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
-	6,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
-	7,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	8,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	9,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
 	5,  // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
-	3,  // 8: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 9: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	10, // 10: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	10, // 11: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	15, // 12: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	18, // 13: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	20, // 14: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	20, // 15: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
+	7,  // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
+	3,  // 10: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 11: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	12, // 12: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	12, // 13: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	17, // 14: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	20, // 15: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	22, // 16: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	22, // 17: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -2107,6 +2567,8 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_DeletePolicies)(nil),
 		(*Envelope_Refund)(nil),
 		(*Envelope_Lease)(nil),
+		(*Envelope_Reserve)(nil),
+		(*Envelope_Commit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2114,7 +2576,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -42,6 +42,11 @@ const (
 	AdmissionServicePeekProcedure = "/quorate.v1.AdmissionService/Peek"
 	// AdmissionServiceRefundProcedure is the fully-qualified name of the AdmissionService's Refund RPC.
 	AdmissionServiceRefundProcedure = "/quorate.v1.AdmissionService/Refund"
+	// AdmissionServiceReserveProcedure is the fully-qualified name of the AdmissionService's Reserve
+	// RPC.
+	AdmissionServiceReserveProcedure = "/quorate.v1.AdmissionService/Reserve"
+	// AdmissionServiceCommitProcedure is the fully-qualified name of the AdmissionService's Commit RPC.
+	AdmissionServiceCommitProcedure = "/quorate.v1.AdmissionService/Commit"
 )
 
 // AdmissionServiceClient is a client for the quorate.v1.AdmissionService service.
@@ -64,6 +69,16 @@ type AdmissionServiceClient interface {
 	// guarded failed. At most once: a repeat answers refunded=false.
 	// NotFound when no admitted request is recorded under that ID.
 	Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error)
+	// Reserve holds estimate units of a rate or quota policy for work whose
+	// cost is known only afterwards (e.g. LLM tokens): they are spent now, so
+	// ordinary admissions count them, and Commit settles the real cost. A
+	// reservation not committed within its ttl gives its units back.
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Commit charges the actual cost of a reservation and gives back the rest
+	// of its estimate. Cost above the estimate is charged as far as the limit
+	// allows; the part that could not be is reported as over. NotFound when
+	// the reservation is unknown, already committed or expired.
+	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
 }
 
 // NewAdmissionServiceClient constructs a client for the quorate.v1.AdmissionService service. By
@@ -95,14 +110,28 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Refund")),
 			connect.WithClientOptions(opts...),
 		),
+		reserve: connect.NewClient[v1.ReserveRequest, v1.ReserveResponse](
+			httpClient,
+			baseURL+AdmissionServiceReserveProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Reserve")),
+			connect.WithClientOptions(opts...),
+		),
+		commit: connect.NewClient[v1.CommitRequest, v1.CommitResponse](
+			httpClient,
+			baseURL+AdmissionServiceCommitProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Commit")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // admissionServiceClient implements AdmissionServiceClient.
 type admissionServiceClient struct {
-	admit  *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
-	peek   *connect.Client[v1.PeekRequest, v1.PeekResponse]
-	refund *connect.Client[v1.RefundRequest, v1.RefundResponse]
+	admit   *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
+	peek    *connect.Client[v1.PeekRequest, v1.PeekResponse]
+	refund  *connect.Client[v1.RefundRequest, v1.RefundResponse]
+	reserve *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	commit  *connect.Client[v1.CommitRequest, v1.CommitResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
@@ -118,6 +147,16 @@ func (c *admissionServiceClient) Peek(ctx context.Context, req *connect.Request[
 // Refund calls quorate.v1.AdmissionService.Refund.
 func (c *admissionServiceClient) Refund(ctx context.Context, req *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error) {
 	return c.refund.CallUnary(ctx, req)
+}
+
+// Reserve calls quorate.v1.AdmissionService.Reserve.
+func (c *admissionServiceClient) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return c.reserve.CallUnary(ctx, req)
+}
+
+// Commit calls quorate.v1.AdmissionService.Commit.
+func (c *admissionServiceClient) Commit(ctx context.Context, req *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
+	return c.commit.CallUnary(ctx, req)
 }
 
 // AdmissionServiceHandler is an implementation of the quorate.v1.AdmissionService service.
@@ -140,6 +179,16 @@ type AdmissionServiceHandler interface {
 	// guarded failed. At most once: a repeat answers refunded=false.
 	// NotFound when no admitted request is recorded under that ID.
 	Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error)
+	// Reserve holds estimate units of a rate or quota policy for work whose
+	// cost is known only afterwards (e.g. LLM tokens): they are spent now, so
+	// ordinary admissions count them, and Commit settles the real cost. A
+	// reservation not committed within its ttl gives its units back.
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Commit charges the actual cost of a reservation and gives back the rest
+	// of its estimate. Cost above the estimate is charged as far as the limit
+	// allows; the part that could not be is reported as over. NotFound when
+	// the reservation is unknown, already committed or expired.
+	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
 }
 
 // NewAdmissionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -167,6 +216,18 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Refund")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServiceReserveHandler := connect.NewUnaryHandler(
+		AdmissionServiceReserveProcedure,
+		svc.Reserve,
+		connect.WithSchema(admissionServiceMethods.ByName("Reserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	admissionServiceCommitHandler := connect.NewUnaryHandler(
+		AdmissionServiceCommitProcedure,
+		svc.Commit,
+		connect.WithSchema(admissionServiceMethods.ByName("Commit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdmissionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
@@ -175,6 +236,10 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 			admissionServicePeekHandler.ServeHTTP(w, r)
 		case AdmissionServiceRefundProcedure:
 			admissionServiceRefundHandler.ServeHTTP(w, r)
+		case AdmissionServiceReserveProcedure:
+			admissionServiceReserveHandler.ServeHTTP(w, r)
+		case AdmissionServiceCommitProcedure:
+			admissionServiceCommitHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -194,4 +259,12 @@ func (UnimplementedAdmissionServiceHandler) Peek(context.Context, *connect.Reque
 
 func (UnimplementedAdmissionServiceHandler) Refund(context.Context, *connect.Request[v1.RefundRequest]) (*connect.Response[v1.RefundResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Refund is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Reserve is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Commit is not implemented"))
 }
