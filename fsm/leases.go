@@ -111,7 +111,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		res.Allowed, res.Held = true, lease.Live(next, now)
 	}
 	// Record before changing the state: a refused record changes nothing.
-	if recorded {
+	// A denied acquire is not recorded: it took nothing, and a request
+	// waiting for a slot asks again under the same ID.
+	if recorded && res.Allowed {
 		err := f.dedupe.Put(dedupe.Entry{
 			Key: dk, Fingerprint: fp, Result: encodeLeaseRecord(res),
 			ExpiresAt: addSaturating(now, int64(p.DedupeRetention)),

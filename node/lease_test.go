@@ -268,3 +268,41 @@ func TestLeasesSurviveFullRestart(t *testing.T) {
 		t.Fatalf("third lease of two slots: %v, %v", full, err)
 	}
 }
+
+// AcquireLease with max_wait parks until a slot frees (a release on the
+// leader wakes it), or answers allowed=false once the wait is over.
+func TestAcquireWaitsForAFreeSlot(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	applyConcurrency(t, c, "gpu", 1, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first, err := acquire(ctx, c, 0, "gpu", "model-a", "first")
+	if err != nil || !first.GetAllowed() {
+		t.Fatalf("first: %v, %v", first, err)
+	}
+	got := make(chan *quoratev1.AcquireLeaseResponse, 1)
+	go func() {
+		resp, err := c.Lease(1).AcquireLease(ctx, connect.NewRequest(&quoratev1.AcquireLeaseRequest{
+			Policy: "gpu", Key: "model-a", Caller: "worker", RequestId: "second", MaxWait: durationpb.New(30 * time.Second)}))
+		if err != nil {
+			t.Error(err)
+			got <- nil
+			return
+		}
+		got <- resp.Msg
+	}()
+	if _, err := c.Lease(2).ReleaseLease(ctx, connect.NewRequest(&quoratev1.ReleaseLeaseRequest{
+		LeaseId: first.GetLeaseId(), FencingToken: first.GetFencingToken(), Caller: "worker", RequestId: "rel-first"})); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got
+	if second == nil || !second.GetAllowed() || second.GetFencingToken() <= first.GetFencingToken() {
+		t.Fatalf("the waiting acquire: %v", second)
+	}
+	// While the second holds the only slot, a short wait ends denied.
+	resp, err := c.Lease(2).AcquireLease(ctx, connect.NewRequest(&quoratev1.AcquireLeaseRequest{
+		Policy: "gpu", Key: "model-a", MaxWait: durationpb.New(300 * time.Millisecond)}))
+	if err != nil || resp.Msg.GetAllowed() || resp.Msg.GetWaited().AsDuration() <= 0 || resp.Msg.GetRetryAfter().AsDuration() <= 0 {
+		t.Fatalf("a wait that ran out: %v, %v", resp, err)
+	}
+}

@@ -54,13 +54,25 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	if err := checkLeaseOp(op, m.GetTtl(), true); err != nil {
 		return nil, n.toConnectError(err)
 	}
+	maxWait := m.GetMaxWait().AsDuration()
+	if m.GetMaxWait() != nil && (m.GetMaxWait().CheckValid() != nil || maxWait < 0 || maxWait > MaxWait) {
+		return nil, n.toConnectError(badRequest("max_wait", "must be between 0 and %v (got %v)", MaxWait, maxWait))
+	}
 	return leaderCall(ctx, n, req, op.GetRequestId() != "",
 		func(ctx context.Context) (*quoratev1.AcquireLeaseResponse, error) {
-			r, err := n.proposeLease(ctx, op)
+			var r *fsm.LeaseResult
+			waited, err := n.waiters.await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
+				var err error
+				if r, err = n.proposeLease(ctx, op); err != nil {
+					return false, 0, err
+				}
+				return r.Allowed, r.RetryAfter, nil
+			})
 			if err != nil {
 				return nil, err
 			}
 			out := &quoratev1.AcquireLeaseResponse{
+				Waited: durationpb.New(waited),
 				Allowed: r.Allowed, Limit: r.Limit, Held: r.Held, RetryAfter: durationpb.New(r.RetryAfter),
 				PolicyVersion: r.PolicyVersion, DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
 			}
@@ -121,6 +133,7 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 			if err != nil {
 				return nil, err
 			}
+			n.waiters.notify(stateKeyOf(op))
 			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
@@ -182,3 +195,6 @@ func (n *Node) proposeLease(ctx context.Context, op *raftcmdv1.LeaseOp) (*fsm.Le
 }
 
 func unixTime(ns int64) *timestamppb.Timestamp { return timestamppb.New(time.Unix(0, ns).UTC()) }
+
+// stateKeyOf is the state key of a lease operation's policy and key.
+func stateKeyOf(op *raftcmdv1.LeaseOp) string { return fsm.BucketKey(op.GetPolicy(), op.GetKey()) }

@@ -41,6 +41,7 @@ type Node struct {
 	server     *http.Server
 	peers      *peers
 	hooks      hooks
+	waiters    *waiters
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
@@ -154,6 +155,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
 	n.peers = newPeers()
+	n.waiters = newWaiters()
 
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.

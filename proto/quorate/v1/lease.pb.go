@@ -33,7 +33,12 @@ type AcquireLeaseRequest struct {
 	Caller    string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
 	// How long the lease lives unless renewed; unset means the policy's
 	// lease_ttl. 1s to 24h.
-	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// When no slot is free, wait up to this long (at most 1m) for one instead
+	// of answering allowed=false. Waiters of a key are served first come,
+	// first served, up to 64 per key; beyond that the request is answered at
+	// once.
+	MaxWait       *durationpb.Duration `protobuf:"bytes,6,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -103,6 +108,13 @@ func (x *AcquireLeaseRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireLeaseRequest) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
+	}
+	return nil
+}
+
 type AcquireLeaseResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -121,6 +133,8 @@ type AcquireLeaseResponse struct {
 	PolicyVersion uint64                 `protobuf:"varint,8,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	Duplicate     bool                   `protobuf:"varint,10,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// How long the request waited for a slot (max_wait).
+	Waited        *durationpb.Duration `protobuf:"bytes,11,opt,name=waited,proto3" json:"waited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +237,13 @@ func (x *AcquireLeaseResponse) GetDuplicate() bool {
 		return x.Duplicate
 	}
 	return false
+}
+
+func (x *AcquireLeaseResponse) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
 }
 
 type RenewLeaseRequest struct {
@@ -625,14 +646,15 @@ var File_quorate_v1_lease_proto protoreflect.FileDescriptor
 const file_quorate_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/lease.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n" +
 	"\x13AcquireLeaseRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06caller\x18\x04 \x01(\tR\x06caller\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x91\x03\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
+	"\bmax_wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xc4\x03\n" +
 	"\x14AcquireLeaseResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +
@@ -647,7 +669,8 @@ const file_quorate_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
 	"\tduplicate\x18\n" +
-	" \x01(\bR\tduplicate\"\xb7\x01\n" +
+	" \x01(\bR\tduplicate\x121\n" +
+	"\x06waited\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xb7\x01\n" +
 	"\x11RenewLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12+\n" +
@@ -718,28 +741,30 @@ var file_quorate_v1_lease_proto_goTypes = []any{
 }
 var file_quorate_v1_lease_proto_depIdxs = []int32{
 	8,  // 0: quorate.v1.AcquireLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	9,  // 1: quorate.v1.AcquireLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 2: quorate.v1.AcquireLeaseResponse.retry_after:type_name -> google.protobuf.Duration
-	9,  // 3: quorate.v1.AcquireLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
-	8,  // 4: quorate.v1.RenewLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	9,  // 5: quorate.v1.RenewLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 6: quorate.v1.RenewLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
-	9,  // 7: quorate.v1.ReleaseLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
-	9,  // 8: quorate.v1.CheckFenceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: quorate.v1.CheckFenceResponse.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 10: quorate.v1.LeaseService.AcquireLease:input_type -> quorate.v1.AcquireLeaseRequest
-	2,  // 11: quorate.v1.LeaseService.RenewLease:input_type -> quorate.v1.RenewLeaseRequest
-	4,  // 12: quorate.v1.LeaseService.ReleaseLease:input_type -> quorate.v1.ReleaseLeaseRequest
-	6,  // 13: quorate.v1.LeaseService.CheckFence:input_type -> quorate.v1.CheckFenceRequest
-	1,  // 14: quorate.v1.LeaseService.AcquireLease:output_type -> quorate.v1.AcquireLeaseResponse
-	3,  // 15: quorate.v1.LeaseService.RenewLease:output_type -> quorate.v1.RenewLeaseResponse
-	5,  // 16: quorate.v1.LeaseService.ReleaseLease:output_type -> quorate.v1.ReleaseLeaseResponse
-	7,  // 17: quorate.v1.LeaseService.CheckFence:output_type -> quorate.v1.CheckFenceResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 1: quorate.v1.AcquireLeaseRequest.max_wait:type_name -> google.protobuf.Duration
+	9,  // 2: quorate.v1.AcquireLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 3: quorate.v1.AcquireLeaseResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 4: quorate.v1.AcquireLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: quorate.v1.AcquireLeaseResponse.waited:type_name -> google.protobuf.Duration
+	8,  // 6: quorate.v1.RenewLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	9,  // 7: quorate.v1.RenewLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 8: quorate.v1.RenewLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: quorate.v1.ReleaseLeaseResponse.decided_at:type_name -> google.protobuf.Timestamp
+	9,  // 10: quorate.v1.CheckFenceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 11: quorate.v1.CheckFenceResponse.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 12: quorate.v1.LeaseService.AcquireLease:input_type -> quorate.v1.AcquireLeaseRequest
+	2,  // 13: quorate.v1.LeaseService.RenewLease:input_type -> quorate.v1.RenewLeaseRequest
+	4,  // 14: quorate.v1.LeaseService.ReleaseLease:input_type -> quorate.v1.ReleaseLeaseRequest
+	6,  // 15: quorate.v1.LeaseService.CheckFence:input_type -> quorate.v1.CheckFenceRequest
+	1,  // 16: quorate.v1.LeaseService.AcquireLease:output_type -> quorate.v1.AcquireLeaseResponse
+	3,  // 17: quorate.v1.LeaseService.RenewLease:output_type -> quorate.v1.RenewLeaseResponse
+	5,  // 18: quorate.v1.LeaseService.ReleaseLease:output_type -> quorate.v1.ReleaseLeaseResponse
+	7,  // 19: quorate.v1.LeaseService.CheckFence:output_type -> quorate.v1.CheckFenceResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_lease_proto_init() }
