@@ -72,7 +72,7 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 				return nil, err
 			}
 			out := &quoratev1.AcquireLeaseResponse{
-				Waited: durationpb.New(waited),
+				Waited:  durationpb.New(waited),
 				Allowed: r.Allowed, Limit: r.Limit, Held: r.Held, RetryAfter: durationpb.New(r.RetryAfter),
 				PolicyVersion: r.PolicyVersion, DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
 			}
