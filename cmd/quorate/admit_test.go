@@ -160,7 +160,9 @@ func TestPeekRetriesAndPrints(t *testing.T) {
 	f = &fakeAdmission{peek: func(int, *quoratev1.PeekRequest) (*quoratev1.PeekResponse, error) { return nil, outcomeUnknownErr() }}
 	srv = serveFake(t, f, false)
 	_, _, err = runCLI(t, "peek", "--server", srv.URL, "--policy", "p", "--key", "k", "--timeout", "100ms")
-	if connect.CodeOf(err) != connect.CodeUnavailable || !errors.Is(err, context.DeadlineExceeded) {
+	// The code is the last attempt's: unavailable, or deadline_exceeded when
+	// the deadline cut an attempt in flight (timing decides which).
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want unavailable at the deadline", err)
 	}
 	if strings.Contains(err.Error(), "outcome is unknown") || strings.Contains(err.Error(), "applied") {

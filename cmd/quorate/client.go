@@ -86,14 +86,18 @@ func serverURLs(list string) ([]string, error) {
 	return out, nil
 }
 
-// newAdminClient and newAdmissionClient speak the Connect protocol over HTTP/1.1
-// (or HTTP/2 with TLS), which every node serves.
+// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect
+// protocol over HTTP/1.1 (or HTTP/2 with TLS), which every node serves.
 func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
 	return quoratev1connect.NewAdminServiceClient(http.DefaultClient, baseURL)
 }
 
 func newAdmissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(http.DefaultClient, baseURL)
+}
+
+func newLeaseClient(baseURL string) quoratev1connect.LeaseServiceClient {
+	return quoratev1connect.NewLeaseServiceClient(http.DefaultClient, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -201,11 +202,22 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 		fmt.Fprintf(w, "  %-6s api http://%s  raft %s  %s\n", id, n.APIAddr(), n.RaftAddr(), role)
 	}
 	fmt.Fprintf(w, "leader: %s\n", status.GetLeaderId())
-	policy := "POLICY"
+	// The examples use the first rate policy for admit and the first
+	// concurrency policy, if any, for lease acquire.
+	policy, leasePolicy := "POLICY", ""
+	for _, p := range policies {
+		switch {
+		case p.GetAlgorithm() == string(admission.AlgorithmConcurrency):
+			if leasePolicy == "" {
+				leasePolicy = p.GetName()
+			}
+		case policy == "POLICY":
+			policy = p.GetName()
+		}
+	}
 	if len(policies) == 0 {
 		fmt.Fprintln(w, "policies: none (add some with: quorate policy apply -f FILE)")
 	} else {
-		policy = policies[0].GetName()
 		fmt.Fprintln(w, "policies:")
 		var table bytes.Buffer
 		_ = writePolicies(&table, policies)
@@ -215,6 +227,9 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 	fmt.Fprintln(w, "try:")
 	fmt.Fprintf(w, "  curl -s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", policy, server)
 	fmt.Fprintf(w, "  quorate admit --server %s --policy %s --key tenant-a\n", server, policy)
+	if leasePolicy != "" {
+		fmt.Fprintf(w, "  quorate lease acquire --server %s --policy %s --key tenant-a\n", server, leasePolicy)
+	}
 	fmt.Fprintf(w, "  quorate admin status --server %s\n", server)
 }
 

@@ -13,13 +13,19 @@ import (
 )
 
 // TestDevRestartKeepsState runs `quorate dev` with 3 nodes, spends from a
-// bucket, stops it with a context cancel (Ctrl-C), starts it again on the
-// same directory and checks the bucket kept going down.
+// bucket and takes a lease, stops it with a context cancel (Ctrl-C), starts
+// it again on the same directory and checks the bucket kept going down and
+// the lease is still held, with later tokens above its own.
 func TestDevRestartKeepsState(t *testing.T) {
 	dir := t.TempDir()
 	// A bucket that does not refill during the test: 5 at once, 1 a day.
 	policies := filepath.Join(dir, "policies.yaml")
+	// And a concurrency policy first: the summary's admit example skips it.
 	const policyFile = "policies:\n" +
+		"  - name: jobs\n" +
+		"    algorithm: concurrency\n" +
+		"    limit: 2\n" +
+		"    lease_ttl: 1h\n" +
 		"  - name: slow\n" +
 		"    algorithm: token_bucket\n" +
 		"    limit: 1\n" +
@@ -40,9 +46,23 @@ func TestDevRestartKeepsState(t *testing.T) {
 		return &d
 	}
 
+	acquire := func(node int) *quoratev1.AcquireLeaseResponse {
+		t.Helper()
+		var r quoratev1.AcquireLeaseResponse
+		mustRunJSON(t, &r, "lease", "acquire", "--server", fmt.Sprintf("127.0.0.1:%d", apiPort+node), "--policy", "jobs", "--key", "dev-test", "-o", "json")
+		return &r
+	}
+
 	dev := startDev(t, args)
-	if out := dev.stdout.String(); !strings.Contains(out, "(new cluster)") || !strings.Contains(out, "curl -s") {
+	server := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	if out := dev.stdout.String(); !strings.Contains(out, "(new cluster)") || !strings.Contains(out, "curl -s") ||
+		!strings.Contains(out, "quorate admit --server "+server+" --policy slow --key tenant-a\n") ||
+		!strings.Contains(out, "quorate lease acquire --server "+server+" --policy jobs --key tenant-a\n") {
 		t.Errorf("first start: unexpected summary:\n%s", out)
+	}
+	lease := acquire(1)
+	if !lease.GetAllowed() || lease.GetHeld() != 1 {
+		t.Fatalf("first run, acquire: %v, want allowed with held 1/2", lease)
 	}
 	for i, want := range []int64{4, 3} {
 		if d := admit(i); !d.GetAllowed() || d.GetRemaining() != want || d.GetPolicyVersion() != 1 {
@@ -57,6 +77,15 @@ func TestDevRestartKeepsState(t *testing.T) {
 	}
 	if d := admit(2); !d.GetAllowed() || d.GetRemaining() != 2 || d.GetPolicyVersion() != 1 {
 		t.Fatalf("after restart: %v, want allowed with remaining 2 (state kept) under version 1 (re-apply is idempotent)", d)
+	}
+	var held quoratev1.CheckFenceResponse
+	mustRunJSON(t, &held, "lease", "check", "--server", fmt.Sprintf("127.0.0.1:%d", apiPort), "--policy", "jobs", "--key", "dev-test",
+		"--token", fmt.Sprint(lease.GetFencingToken()), "-o", "json")
+	if !held.GetHeld() {
+		t.Errorf("after restart, the lease taken before is not held: %v", &held)
+	}
+	if r := acquire(0); !r.GetAllowed() || r.GetHeld() != 2 || r.GetFencingToken() <= lease.GetFencingToken() {
+		t.Errorf("after restart, acquire: %v, want allowed with held 2/2 and a token above %d", r, lease.GetFencingToken())
 	}
 	dev.stop(t)
 }

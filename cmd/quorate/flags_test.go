@@ -44,6 +44,32 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"peek server list", []string{"peek", "--policy", "p", "--key", "k", "--server", "a:1,b:2"}, []string{"--server"}},
 		{"refund without request id", []string{"refund", "--caller", "c"}, []string{"--request-id"}},
 		{"refund bad output", []string{"refund", "--request-id", "r", "-o", "yaml"}, []string{"--output"}},
+		{"lease acquire without policy and key", []string{"lease", "acquire"}, []string{"--policy", "--key"}},
+		{"lease acquire without policy", []string{"lease", "acquire", "--key", "k"}, []string{"--policy"}},
+		{"lease acquire empty key", []string{"lease", "acquire", "--policy", "p", "--key", ""}, []string{"--key"}},
+		{"lease acquire bad ttl", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--ttl", "soon"}, []string{"--ttl"}},
+		{"lease acquire zero ttl", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--ttl", "0s"}, []string{"--ttl", "between 1s and 24h"}},
+		{"lease acquire ttl below 1s", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--ttl", "500ms"}, []string{"--ttl", "500ms"}},
+		{"lease acquire ttl over 24h", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--ttl", "25h"}, []string{"--ttl", "25h"}},
+		{"lease acquire bad output", []string{"lease", "acquire", "--policy", "p", "--key", "k", "-o", "yaml"}, []string{"--output"}},
+		{"lease acquire zero timeout", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--timeout", "0s"}, []string{"--timeout"}},
+		{"lease acquire bad server", []string{"lease", "acquire", "--policy", "p", "--key", "k", "--server", "a:1,ftp://b"}, []string{"--server"}},
+		{"lease renew without lease id and token", []string{"lease", "renew"}, []string{"--lease-id", "--token"}},
+		{"lease renew without token", []string{"lease", "renew", "--lease-id", "L"}, []string{"--token"}},
+		{"lease renew without lease id", []string{"lease", "renew", "--token", "3"}, []string{"--lease-id"}},
+		{"lease renew zero token", []string{"lease", "renew", "--lease-id", "L", "--token", "0"}, []string{"--token"}},
+		{"lease renew bad token", []string{"lease", "renew", "--lease-id", "L", "--token", "seven"}, []string{"--token"}},
+		{"lease renew bad ttl", []string{"lease", "renew", "--lease-id", "L", "--token", "3", "--ttl", "-1m"}, []string{"--ttl"}},
+		{"lease renew ttl not a duration", []string{"lease", "renew", "--lease-id", "L", "--token", "3", "--ttl", "60"}, []string{"--ttl"}},
+		{"lease release without lease id and token", []string{"lease", "release"}, []string{"--lease-id", "--token"}},
+		{"lease release without token", []string{"lease", "release", "--lease-id", "L"}, []string{"--token"}},
+		{"lease release empty lease id", []string{"lease", "release", "--lease-id", "", "--token", "3"}, []string{"--lease-id"}},
+		{"lease release negative token", []string{"lease", "release", "--lease-id", "L", "--token", "-3"}, []string{"--token"}},
+		{"lease check without anything", []string{"lease", "check"}, []string{"--policy", "--key", "--token"}},
+		{"lease check without token", []string{"lease", "check", "--policy", "p", "--key", "k"}, []string{"--token"}},
+		{"lease check without policy", []string{"lease", "check", "--key", "k", "--token", "3"}, []string{"--policy"}},
+		{"lease check bad output", []string{"lease", "check", "--policy", "p", "--key", "k", "--token", "3", "-o", "xml"}, []string{"--output"}},
+		{"lease unknown subcommand", []string{"lease", "steal"}, []string{"steal"}},
 		{"policy get without name", []string{"policy", "get"}, []string{"NAME"}},
 		{"policy get two names", []string{"policy", "get", "a", "b"}, []string{"NAME"}},
 		{"policy delete without names", []string{"policy", "delete"}, []string{"NAME"}},
@@ -70,7 +96,7 @@ func TestDevMissingPoliciesFile(t *testing.T) {
 
 func TestPolicyValidate(t *testing.T) {
 	out, _, err := runCLI(t, "policy", "validate", "-f", "../../examples/policies.yaml")
-	if err != nil || !strings.Contains(out, "8 policies OK") {
+	if err != nil || !strings.Contains(out, "9 policies OK") {
 		t.Fatalf("got %q, %v", out, err)
 	}
 }

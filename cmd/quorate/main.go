@@ -25,6 +25,17 @@
 //	quorate refund --request-id ID [--caller NAME]
 //	    give back what an admitted request spent, at most once (retried with
 //	    the same request ID, like admit; a repeat says "already refunded")
+//	quorate lease acquire --policy P --key K [--ttl D] [--caller NAME] [--request-id ID]
+//	    take a slot of a concurrency policy: prints the lease ID, the fencing
+//	    token (strictly increasing per key) and when the lease expires; when
+//	    every slot is held, "denied" with retry_after (exit 0). Retried with
+//	    the same request ID like admit: a retry gets the same lease.
+//	quorate lease renew --lease-id ID --token N [--ttl D] [--request-id ID]
+//	quorate lease release --lease-id ID --token N [--request-id ID]
+//	    extend a live lease, or free its slot (both retried with the same
+//	    request ID); a stale token is failed_precondition (exit 1)
+//	quorate lease check --policy P --key K --token N
+//	    whether a token still holds a slot: held=true or held=false (exit 0)
 //	quorate policy apply -f FILE    create or replace the policies of a YAML file
 //	quorate policy list             list the stored policies with their versions
 //	quorate policy get NAME         show one stored policy
@@ -88,6 +99,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAdmitCmd(),
 		newPeekCmd(),
 		newRefundCmd(),
+		newLeaseCmd(),
 		newPolicyCmd(),
 		newAdminCmd(),
 	)

@@ -80,22 +80,31 @@ func fmtTimestamp(t *timestamppb.Timestamp) string {
 }
 
 // writePolicies prints policies as a table, one line each. CALENDAR is a
-// quota's calendar period ("-" for other algorithms); SHADOW is yes for a
-// policy that decides and counts but never denies.
+// quota's calendar period ("-" for other algorithms); LEASE_TTL is how long a
+// concurrency policy's leases live unless renewed ("-" for other
+// algorithms); SHADOW is yes for a policy that decides and counts but never
+// denies.
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION")
+	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tLEASE_TTL\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION")
 	for _, p := range policies {
 		retention := admission.DefaultDedupeRetention.String() // unset: the server's default
 		if p.GetDedupeRetention() != nil {
 			retention = fmtPeriod(p.GetDedupeRetention())
 		}
+		leaseTTL := "-"
+		if p.GetAlgorithm() == string(admission.AlgorithmConcurrency) {
+			leaseTTL = admission.DefaultLeaseTTL.String() // unset: the server's default
+			if p.GetLeaseTtl().AsDuration() != 0 {
+				leaseTTL = fmtPeriod(p.GetLeaseTtl())
+			}
+		}
 		shadow := "no"
 		if p.GetShadow() {
 			shadow = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()), dash(p.GetCalendar()),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()), dash(p.GetCalendar()), leaseTTL,
 			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"),
 			shadow, retention)
 	}

@@ -22,7 +22,7 @@ import (
 //
 //	policies:
 //	  - name: api-free
-//	    algorithm: token_bucket  # or fixed_window, sliding_window, sliding_log, quota
+//	    algorithm: token_bucket  # or fixed_window, sliding_window, sliding_log, quota, concurrency
 //	    limit: 60
 //	    period: 1m          # a Go duration: 500ms, 1s, 15m, 24h; unset for quota
 //	    burst: 20           # optional, default limit
@@ -34,13 +34,17 @@ import (
 //	    algorithm: quota
 //	    limit: 1000
 //	    calendar: month     # quota only, required there: day, week, month or year (UTC)
+//	  - name: reports-active
+//	    algorithm: concurrency  # a semaphore of `limit` leases per key (quorate lease)
+//	    limit: 2
+//	    lease_ttl: 2m       # concurrency only, optional: a Go duration, 1s..24h; default 1m
 //
 // It is read strictly: an unknown or repeated field, a value of the wrong
 // type or a policy that admission.Policy.Validate refuses is an error naming
 // the file, line, policy and field, so a bad file fails before any RPC.
 
 // policyFields are the fields of one policy, in the order they are documented.
-var policyFields = []string{"name", "algorithm", "limit", "period", "calendar", "burst", "max_cost", "on_unavailable", "shadow", "dedupe_retention"}
+var policyFields = []string{"name", "algorithm", "limit", "period", "calendar", "burst", "max_cost", "on_unavailable", "shadow", "dedupe_retention", "lease_ttl"}
 
 // yamlLineRE takes the line out of a YAML syntax error, which the library
 // reports only as text: "yaml: line 3: did not find expected key".
@@ -239,6 +243,11 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 			if p.DedupeRetention, err = parseDuration(v); err != nil {
 				e.Err = err
 				return nil, fail(v.Line, field, "invalid duration %q; use a number and a unit between 1s and 24h, e.g. 30s, 10m, 1h", v.Value)
+			}
+		case "lease_ttl":
+			if p.LeaseTTL, err = parseDuration(v); err != nil {
+				e.Err = err
+				return nil, fail(v.Line, field, "invalid duration %q; use a number and a unit between 1s and 24h, e.g. 30s, 2m, 1h", v.Value)
 			}
 		case "limit":
 			p.Limit, err = decodeInt(v)

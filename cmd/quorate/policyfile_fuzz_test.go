@@ -34,6 +34,9 @@ func FuzzPolicyFile(f *testing.F) {
 		"policies:\n  - name: q\n    algorithm: quota\n    limit: 1000\n    calendar: year\n    burst: ~\n    shadow: false\n",
 		"policies:\n  - {name: w, algorithm: fixed_window, limit: 3, period: 2s}\n  - {name: s, algorithm: sliding_window, limit: 9, period: 1500ms}\n",
 		"policies:\n  - &p {name: l, algorithm: sliding_log, limit: 5, period: 15m}\n",
+		"policies:\n  - name: c\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: 2m\n",
+		"policies:\n  - {name: c, algorithm: concurrency, limit: 10000, lease_ttl: 24h, burst: 10000, max_cost: 1}\n" +
+			"  - {name: d, algorithm: concurrency, limit: 1, lease_ttl: ~, dedupe_retention: 1s}\n",
 		// Broken ones.
 		"",
 		"policies: [\n",
@@ -41,6 +44,9 @@ func FuzzPolicyFile(f *testing.F) {
 		"policies:\n  - name: a\n    algorithm: quota\n    limit: 5\n    calendar: fortnight\n",
 		"policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    calendar: day\n",
 		"policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadow: yes\n",
+		"policies:\n  - name: c\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: 500ms\n",
+		"policies:\n  - name: c\n    algorithm: concurrency\n    limit: 2\n    period: 1m\n",
+		"policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    lease_ttl: 2m\n",
 		"policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 9223372036854775807\n    period: 2562047h\n",
 		"policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 5\n    period: -1m\n",
 		"policies:\n  - *x\n",

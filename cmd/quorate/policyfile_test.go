@@ -173,6 +173,7 @@ func TestExamplePoliciesFile(t *testing.T) {
 		"reports-monthly":   {Algorithm: "quota", Limit: 1000, Calendar: "month"},
 		"search":            {Algorithm: "fixed_window", Limit: 100, Period: time.Minute, MaxCost: 10},
 		"search-smooth":     {Algorithm: "sliding_window", Limit: 100, Period: time.Minute, Shadow: true},
+		"reports-active":    {Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute},
 	}
 	if len(policies) != len(want) {
 		t.Fatalf("got %d policies, want %d", len(policies), len(want))
@@ -273,7 +274,7 @@ func TestParsePolicyFileCalendarAndShadowErrors(t *testing.T) {
 		{"shadow repeated", head + "  - name: q\n    shadow: true\n    algorithm: token_bucket\n    shadow: false\n",
 			"shadow", 9, "repeated field (first at line 7)", nil},
 		{"shadow misspelt", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    shadows: true\n",
-			"shadows", 10, "known fields: name, algorithm, limit, period, calendar, burst, max_cost, on_unavailable, shadow, dedupe_retention", nil},
+			"shadows", 10, "known fields: name, algorithm, limit, period, calendar, burst, max_cost, on_unavailable, shadow, dedupe_retention, lease_ttl", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -339,20 +340,7 @@ func TestWritePoliciesCalendarAndShadow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := make(map[string]map[string]string) // name → column → value
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	header := strings.Fields(lines[0])
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if len(f) != len(header) {
-			t.Fatalf("row %q has %d columns, header %d:\n%s", l, len(f), len(header), b.String())
-		}
-		row := make(map[string]string)
-		for i, h := range header {
-			row[h] = f[i]
-		}
-		rows[f[0]] = row
-	}
+	rows := tableRows(t, b.String())
 	for name, want := range map[string]map[string]string{
 		"reports": {"VERSION": "3", "ALGORITHM": "quota", "PERIOD": "-", "CALENDAR": "month", "SHADOW": "yes"},
 		"api":     {"VERSION": "1", "ALGORITHM": "token_bucket", "PERIOD": "1m0s", "CALENDAR": "-", "SHADOW": "no"},
@@ -363,4 +351,165 @@ func TestWritePoliciesCalendarAndShadow(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestParsePolicyFileLeaseTTL(t *testing.T) {
+	const file = `
+policies:
+  - name: reports-active
+    algorithm: concurrency
+    limit: 2
+    lease_ttl: 2m
+  - name: jobs
+    algorithm: concurrency   # lease_ttl unset: the server's default, 1m
+    limit: 10
+  - name: nightly
+    algorithm: concurrency
+    limit: 1
+    lease_ttl: ~             # null: unset, like absent
+    on_unavailable: deny
+    dedupe_retention: 1h
+  - name: exports
+    algorithm: concurrency
+    limit: 3
+    lease_ttl: 24h
+    burst: 3                 # equal to limit: allowed
+    max_cost: 1
+`
+	got, err := parsePolicyFile("p.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []admission.Policy{
+		{Name: "reports-active", Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute},
+		{Name: "jobs", Algorithm: "concurrency", Limit: 10},
+		{Name: "nightly", Algorithm: "concurrency", Limit: 1, OnUnavailable: "deny", DedupeRetention: time.Hour},
+		{Name: "exports", Algorithm: "concurrency", Limit: 3, LeaseTTL: 24 * time.Hour, Burst: 3, MaxCost: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d policies, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if p := node.PolicyFromAPI(got[i]); p != want[i] {
+			t.Errorf("policy %d = %+v, want %+v", i, p, want[i])
+		}
+	}
+	if d := got[0].GetLeaseTtl(); d == nil || d.AsDuration() != 2*time.Minute {
+		t.Errorf("wire policy %v lacks lease_ttl 2m", got[0])
+	}
+	if got[1].GetLeaseTtl() != nil {
+		t.Errorf("wire policy %v has a lease_ttl; unset should stay unset", got[1])
+	}
+}
+
+func TestParsePolicyFileLeaseTTLErrors(t *testing.T) {
+	const head = "policies:\n" +
+		"  - name: ok\n" +
+		"    algorithm: token_bucket\n" +
+		"    limit: 1\n" +
+		"    period: 1s\n"
+	tests := []struct {
+		name   string
+		file   string
+		field  string
+		line   int
+		reason string // a part of the message
+		cause  error  // wrapped, when not nil
+	}{
+		{"not a duration", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: forever\n",
+			"lease_ttl", 9, `invalid duration "forever"`, nil},
+		{"without unit", head + "  - name: q\n    algorithm: concurrency\n    lease_ttl: 120\n    limit: 2\n",
+			"lease_ttl", 8, `invalid duration "120"`, nil},
+		{"below 1s", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: 500ms\n",
+			"lease_ttl", 9, "must be between 1s and 24h (got 500ms)", admission.ErrInvalidPolicy},
+		{"negative", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: -1m\n",
+			"lease_ttl", 9, "must be between 1s and 24h (got -1m0s)", admission.ErrInvalidPolicy},
+		{"over 24h", head + "  - name: q\n    lease_ttl: 25h\n    algorithm: concurrency\n    limit: 2\n",
+			"lease_ttl", 7, "must be between 1s and 24h (got 25h0m0s)", admission.ErrInvalidPolicy},
+		{"on a token bucket", head + "  - name: q\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    lease_ttl: 2m\n",
+			"lease_ttl", 10, "only for algorithm concurrency", admission.ErrInvalidPolicy},
+		{"on a quota", head + "  - name: q\n    algorithm: quota\n    lease_ttl: 2m\n    limit: 5\n    calendar: day\n",
+			"lease_ttl", 8, "only for algorithm concurrency", admission.ErrInvalidPolicy},
+		{"a list", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    lease_ttl: [2m]\n",
+			"lease_ttl", 9, "single value", nil},
+		{"repeated", head + "  - name: q\n    algorithm: concurrency\n    lease_ttl: 1m\n    limit: 2\n    lease_ttl: 2m\n",
+			"lease_ttl", 10, "repeated field (first at line 8)", nil},
+		{"misspelt", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    lease_tll: 2m\n",
+			"lease_tll", 9, "unknown field; known fields: ", nil},
+		{"concurrency with a period", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    period: 2m\n",
+			"period", 9, "use lease_ttl", admission.ErrInvalidPolicy},
+		{"concurrency without limit", head + "  - name: q\n    algorithm: concurrency\n    lease_ttl: 2m\n",
+			"limit", 6, "between 1 and 10000 slots", admission.ErrInvalidPolicy},
+		{"concurrency limit too high", head + "  - name: q\n    algorithm: concurrency\n    limit: 10001\n",
+			"limit", 8, "between 1 and 10000 slots", admission.ErrInvalidPolicy},
+		{"concurrency burst", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    burst: 3\n",
+			"burst", 9, "equal to limit", admission.ErrInvalidPolicy},
+		{"concurrency calendar", head + "  - name: q\n    algorithm: concurrency\n    limit: 2\n    calendar: day\n",
+			"calendar", 9, "only for algorithm quota", admission.ErrInvalidPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parsePolicyFile("p.yaml", []byte(tt.file))
+			var pe *PolicyFileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+			}
+			if pe.Field != tt.field || pe.Line != tt.line || pe.Index != 1 || pe.Name != "q" {
+				t.Errorf("got field %q line %d index %d name %q, want field %q line %d index 1 name q",
+					pe.Field, pe.Line, pe.Index, pe.Name, tt.field, tt.line)
+			}
+			prefix := fmt.Sprintf("p.yaml:%d: policies[1] (q): %s: ", tt.line, tt.field)
+			if !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("error %q, want it to start with %q and contain %q", err, prefix, tt.reason)
+			}
+			if tt.cause != nil && !errors.Is(err, tt.cause) {
+				t.Errorf("error %v does not wrap %v", err, tt.cause)
+			}
+		})
+	}
+}
+
+func TestWritePoliciesLeaseTTL(t *testing.T) {
+	var b strings.Builder
+	err := writePolicies(&b, []*quoratev1.Policy{
+		node.PolicyToAPI(admission.Policy{Name: "reports-active", Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute}, 1),
+		node.PolicyToAPI(admission.Policy{Name: "jobs", Algorithm: "concurrency", Limit: 10}, 2),
+		node.PolicyToAPI(admission.Policy{Name: "api", Algorithm: "token_bucket", Limit: 60, Period: time.Minute}, 1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := tableRows(t, b.String())
+	for name, want := range map[string]map[string]string{
+		"reports-active": {"ALGORITHM": "concurrency", "LIMIT": "2", "PERIOD": "-", "LEASE_TTL": "2m0s", "BURST": "=limit"},
+		"jobs":           {"VERSION": "2", "LEASE_TTL": "1m0s"}, // unset: the server's default
+		"api":            {"LEASE_TTL": "-", "PERIOD": "1m0s"},
+	} {
+		for col, v := range want {
+			if got := rows[name][col]; got != v {
+				t.Errorf("%s %s = %q, want %q:\n%s", name, col, got, v, b.String())
+			}
+		}
+	}
+}
+
+// tableRows reads a table of writePolicies: name → column → value. Every row
+// must have as many columns as the header.
+func tableRows(tb testing.TB, table string) map[string]map[string]string {
+	tb.Helper()
+	rows := make(map[string]map[string]string)
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	header := strings.Fields(lines[0])
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != len(header) {
+			tb.Fatalf("row %q has %d columns, header %d:\n%s", l, len(f), len(header), table)
+		}
+		row := make(map[string]string)
+		for i, h := range header {
+			row[h] = f[i]
+		}
+		rows[f[0]] = row
+	}
+	return rows
 }
