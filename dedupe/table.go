@@ -41,7 +41,10 @@ func (k Key) compare(o Key) int {
 // answered (Result, opaque to this package) and until when a repeat gets that
 // answer (ExpiresAt, Unix nanoseconds of logged time).
 type Entry struct {
-	Key         Key
+	Key Key
+	// Kind says which operation recorded the entry, for its owner to read
+	// Result (the FSM: admit, lease, reserve, commit).
+	Kind        uint8
 	Fingerprint [16]byte
 	Result      []byte
 	ExpiresAt   int64

@@ -77,7 +77,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
 		}
 		err := f.dedupe.Put(dedupe.Entry{
-			Key: dk, Fingerprint: fp, Result: encodeAdmitRecord(res),
+			Key: dk, Kind: recordAdmit, Fingerprint: fp, Result: encodeAdmitRecord(res),
 			ExpiresAt: addSaturating(now, retention),
 		}, now)
 		if err != nil {
@@ -249,6 +249,9 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 	e, ok := f.dedupe.Get(k, now)
 	if !ok {
 		return fmt.Errorf("%w (caller %q, request_id %q)", ErrNothingToRefund, k.Caller, k.RequestID)
+	}
+	if e.Kind != recordAdmit {
+		return fmt.Errorf("%w (caller %q, request_id %q names another kind of request)", ErrNothingToRefund, k.Caller, k.RequestID)
 	}
 	rec := decodeAdmitRecord(e)
 	if !rec.GetAllowed() {

@@ -115,7 +115,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	// waiting for a slot asks again under the same ID.
 	if recorded && res.Allowed {
 		err := f.dedupe.Put(dedupe.Entry{
-			Key: dk, Fingerprint: fp, Result: encodeLeaseRecord(res),
+			Key: dk, Kind: recordLease, Fingerprint: fp, Result: encodeLeaseRecord(res),
 			ExpiresAt: addSaturating(now, int64(p.DedupeRetention)),
 		}, now)
 		if err != nil {

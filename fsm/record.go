@@ -13,6 +13,14 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
+// The kinds of request-ID records (dedupe.Entry.Kind).
+const (
+	recordAdmit uint8 = iota + 1
+	recordLease
+	recordReserve
+	recordCommit
+)
+
 // admitFingerprint identifies what an Admit asks: every check's policy, key
 // and cost, and its pacing wait, each length-prefixed so that no two
 // payloads encode alike, hashed to 128 bits.

@@ -96,7 +96,7 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 		res.ExpiresAt = r.expiresAt
 	}
 	if recorded {
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Fingerprint: fp, Result: encodeReserveRecord(res),
+		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordReserve, Fingerprint: fp, Result: encodeReserveRecord(res),
 			ExpiresAt: addSaturating(now, int64(p.WithDefaults().DedupeRetention))}, now); err != nil {
 			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
 		}
@@ -153,7 +153,7 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 		res.Charged = actual
 	}
 	if recorded {
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Fingerprint: fp, Result: encodeReserveRecord(res),
+		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordCommit, Fingerprint: fp, Result: encodeReserveRecord(res),
 			ExpiresAt: addSaturating(now, int64(p.WithDefaults().DedupeRetention))}, now); err != nil {
 			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
 		}

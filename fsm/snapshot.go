@@ -93,7 +93,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	var drec raftcmdv1.DedupeRecord
 	for _, e := range s.dedupe {
 		drec.Caller, drec.RequestId, drec.Fingerprint = e.Key.Caller, e.Key.RequestID, e.Fingerprint[:]
-		drec.Result, drec.ExpiresAtUnixNano = e.Result, e.ExpiresAt
+		drec.Result, drec.ExpiresAtUnixNano, drec.Kind = e.Result, e.ExpiresAt, uint32(e.Kind)
 		enc.write(&drec)
 	}
 	var srec raftcmdv1.SemaphoreRecord
@@ -183,6 +183,7 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		}
 		s.dedupe = append(s.dedupe, dedupe.Entry{
 			Key:         dedupe.Key{Caller: d.GetCaller(), RequestID: d.GetRequestId()},
+			Kind:        uint8(d.GetKind()),
 			Fingerprint: [16]byte(d.GetFingerprint()),
 			Result:      d.GetResult(),
 			ExpiresAt:   d.GetExpiresAtUnixNano(),

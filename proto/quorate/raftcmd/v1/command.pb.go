@@ -1481,8 +1481,10 @@ type DedupeRecord struct {
 	// The recorded answer (an AdmitRecord).
 	Result            []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	ExpiresAtUnixNano int64  `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Which operation recorded it (fsm's record kinds).
+	Kind          uint32 `protobuf:"varint,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DedupeRecord) Reset() {
@@ -1546,6 +1548,13 @@ func (x *DedupeRecord) GetResult() []byte {
 func (x *DedupeRecord) GetExpiresAtUnixNano() int64 {
 	if x != nil {
 		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *DedupeRecord) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
 	}
 	return 0
 }
@@ -2406,14 +2415,15 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bLogEntry\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x12\n" +
-	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xb0\x01\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xc4\x01\n" +
 	"\fDedupeRecord\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\"\x90\x04\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\rR\x04kind\"\x90\x04\n" +
 	"\vAdmitRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
