@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,16 @@ type LeaseResult struct {
 	PolicyVersion uint64
 	DecidedAt     int64
 	Duplicate     bool
+	// A lease acquired with a reservation: its ID; on release, how it was
+	// settled (see ReserveResult).
+	ReservationID           string
+	Charged, Released, Over int64
+}
+
+// leaseReservationID names the reservation held with a lease. Its ':' keeps
+// it apart from ReservationID's base64 names.
+func leaseReservationID(bucketKey string, token int64) string {
+	return "lease:" + bucketKey + "#" + strconv.FormatInt(token, 10)
 }
 
 // semExpires is when a semaphore is equivalent to none: its leases'
@@ -74,6 +85,8 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	res := &LeaseResult{Limit: p.Limit, PolicyVersion: pv.Version, DecidedAt: now}
 	next := s
 	var err error
+	var hold *pendingReservation // acquire with a reservation
+	var settleRes func()         // release of a lease with a reservation
 	switch kind {
 	case raftcmdv1.LeaseOp_KIND_ACQUIRE:
 		if ttl == 0 {
@@ -82,7 +95,21 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		var d lease.Decision
 		next, d = lease.Acquire(s, p.Limit, int64(ttl), now)
 		res.Allowed, res.Lease, res.Held, res.RetryAfter = d.Allowed, d.Lease, d.Held, d.RetryAfter
-		if d.Allowed && !exists && f.sems.len() >= f.opts.MaxBuckets {
+		if d.Allowed && c.GetReservePolicy() != "" {
+			// Lease and reservation together or not at all.
+			hold, err = f.prepareReservation(leaseReservationID(key, d.Lease.Token), c.GetReservePolicy(), c.GetKey(),
+				c.GetReserveEstimate(), d.Lease.ExpiresAt, now)
+			if err != nil {
+				return err
+			}
+			if !hold.res.Allowed {
+				res.Allowed, res.Lease, res.Held, res.RetryAfter = false, lease.Lease{}, lease.Live(s, now), hold.res.Decision.RetryAfter
+				next, hold = s, nil
+			} else {
+				res.ReservationID = hold.id
+			}
+		}
+		if res.Allowed && !exists && f.sems.len() >= f.opts.MaxBuckets {
 			f.sems.sweep(now, f.sems.len()-f.opts.MaxBuckets+1, f.policyOfBucket)
 			if f.sems.len() >= f.opts.MaxBuckets {
 				return fmt.Errorf("%w (%d semaphores)", ErrGroupFull, f.opts.MaxBuckets)
@@ -92,6 +119,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		next, res.Lease, err = lease.Renew(s, c.GetToken(), int64(ttl), now)
 	case raftcmdv1.LeaseOp_KIND_RELEASE:
 		next, res.Lease, err = lease.Release(s, c.GetToken(), now)
+		if err == nil {
+			settleRes, err = f.prepareSettle(key, c, res, now)
+		}
 	case raftcmdv1.LeaseOp_KIND_CHECK:
 		res.Allowed = lease.Holds(s, c.GetToken(), now)
 		if res.Allowed {
@@ -125,7 +155,54 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	if res.Allowed {
 		f.sems.put(key, next, lease.ExpiresAt(next))
 	}
+	if hold != nil {
+		f.storeReservation(hold)
+	}
+	if settleRes != nil {
+		settleRes()
+	}
+	if kind == raftcmdv1.LeaseOp_KIND_RENEW {
+		// A reservation held with the lease lives as long as the lease.
+		rid := leaseReservationID(key, c.GetToken())
+		if r, ok := f.reservations.get(rid); ok {
+			r.expiresAt = res.Lease.ExpiresAt
+			f.reservations.put(rid, r, r.expiresAt)
+		}
+	}
 	return res
+}
+
+// prepareSettle works out, for the release of a lease that holds a
+// reservation, how its reservation is settled (at actual_cost, or the whole
+// estimate when unset), fills res, and returns the step that applies it.
+// A release with actual_cost of a lease without a reservation is refused.
+func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, now int64) (func(), error) {
+	rid := leaseReservationID(key, c.GetToken())
+	r, ok := f.reservations.get(rid)
+	if ok && r.expiresAt <= now {
+		ok = false
+	}
+	if !ok {
+		if c.ActualCost != nil {
+			return nil, &admission.FieldError{Field: "actual_cost", Err: admission.ErrInvalidRequest,
+				Reason: "the lease holds no reservation to settle (acquire it with reserve_policy)"}
+		}
+		return nil, nil
+	}
+	actual := r.estimate
+	if c.ActualCost != nil {
+		if actual = c.GetActualCost(); actual < 0 {
+			return nil, &admission.FieldError{Field: "actual_cost", Err: admission.ErrInvalidRequest,
+				Reason: fmt.Sprintf("must be at least 0 (got %d)", actual)}
+		}
+	}
+	pv, ok := f.policies[r.policy]
+	if !ok {
+		return func() { f.reservations.remove(rid) }, nil
+	}
+	res.ReservationID = rid
+	res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, actual, now)
+	return func() { f.commitReservation(rid, pv.Policy, r, actual, now) }, nil
 }
 
 // shiftLeases runs on the first entry of a new Raft term: every lease's end
@@ -135,12 +212,18 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 // would have; leases may outlive their TTL by the election gap, which
 // fencing tokens make safe.
 func (f *FSM) shiftLeases(d int64) {
-	if d <= 0 || f.sems.len() == 0 {
+	if d <= 0 {
 		return
 	}
 	f.sems.each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
 		s = lease.Shift(s, d)
 		return s, lease.ExpiresAt(s)
+	})
+	// Reservations keep their remaining time too (those held with a lease
+	// must not end before it).
+	f.reservations.each(func(_ string, r reservation, _ int64) (reservation, int64) {
+		r.expiresAt = addSaturating(r.expiresAt, d)
+		return r, r.expiresAt
 	})
 }
 
@@ -155,6 +238,14 @@ func leaseFingerprint(c *raftcmdv1.LeaseOp) [16]byte {
 	buf = append(buf, c.GetKey()...)
 	buf = binary.AppendVarint(buf, c.GetToken())
 	buf = binary.AppendVarint(buf, c.GetTtlNanos())
+	if c.GetReservePolicy() != "" || c.ActualCost != nil {
+		buf = binary.AppendUvarint(buf, uint64(len(c.GetReservePolicy())))
+		buf = append(buf, c.GetReservePolicy()...)
+		buf = binary.AppendVarint(buf, c.GetReserveEstimate())
+		if c.ActualCost != nil {
+			buf = binary.AppendVarint(buf, c.GetActualCost())
+		}
+	}
 	sum := sha256.Sum256(buf)
 	return [16]byte(sum[:16])
 }
@@ -166,6 +257,7 @@ func encodeLeaseRecord(r *LeaseResult) []byte {
 			ExpiresAtUnixNano: r.Lease.ExpiresAt, TtlNanos: r.Lease.TTL},
 		Limit: r.Limit, Held: r.Held, RetryAfterNanos: int64(r.RetryAfter),
 		PolicyVersion: r.PolicyVersion, DecidedAtUnixNano: r.DecidedAt,
+		ReservationId: r.ReservationID, Charged: r.Charged, Released: r.Released, Over: r.Over,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("fsm: encoding a lease record: %v", err))
@@ -185,6 +277,7 @@ func decodeLeaseRecord(e dedupe.Entry) *LeaseResult {
 			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()},
 		Limit: rec.GetLimit(), Held: rec.GetHeld(), RetryAfter: time.Duration(rec.GetRetryAfterNanos()),
 		PolicyVersion: rec.GetPolicyVersion(), DecidedAt: rec.GetDecidedAtUnixNano(), Duplicate: true,
+		ReservationID: rec.GetReservationId(), Charged: rec.GetCharged(), Released: rec.GetReleased(), Over: rec.GetOver(),
 	}
 }
 

@@ -62,50 +62,83 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 			return recordedReserve(e, fp)
 		}
 	}
-	pv, ok := f.policies[c.GetPolicy()]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
-	}
-	p := pv.Policy
-	if p.Algorithm == admission.AlgorithmConcurrency {
-		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%q is a concurrency policy: reservations hold units of rate and quota policies", c.GetPolicy())}
-	}
-	if err := p.CheckRequest(c.GetKey(), c.GetEstimate()); err != nil {
-		if fe, ok := err.(*admission.FieldError); ok && fe.Field == "cost" {
-			err = &admission.FieldError{Field: "estimate", Reason: fe.Reason, Err: fe.Err}
-		}
-		return err
-	}
 	ttl := time.Duration(c.GetTtlNanos())
 	if ttl == 0 {
 		ttl = DefaultReservationTTL
 	}
-	key := BucketKey(c.GetPolicy(), c.GetKey())
-	st, _ := f.buckets.get(key)
-	next, d := admission.Decide(p, st, c.GetEstimate(), now)
-	res := &ReserveResult{Allowed: d.Allowed, Decision: d, PolicyVersion: pv.Version, DecidedAt: now}
-	var r reservation
-	if d.Allowed {
-		if err := f.makeRoom(map[string]admission.State{key: next}, now); err != nil {
-			return err
-		}
-		res.ReservationID = ReservationID(c.GetPolicy(), c.GetKey(), index)
-		r = reservation{policy: c.GetPolicy(), key: c.GetKey(), estimate: c.GetEstimate(), reservedAt: now,
-			spentUntil: admission.ExpiresAt(p, next), expiresAt: addSaturating(now, int64(ttl))}
-		res.ExpiresAt = r.expiresAt
+	id := ReservationID(c.GetPolicy(), c.GetKey(), index)
+	hold, err := f.prepareReservation(id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
+	if err != nil {
+		return err
 	}
 	if recorded {
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordReserve, Fingerprint: fp, Result: encodeReserveRecord(res),
-			ExpiresAt: addSaturating(now, int64(p.WithDefaults().DedupeRetention))}, now); err != nil {
+		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordReserve, Fingerprint: fp, Result: encodeReserveRecord(hold.res),
+			ExpiresAt: addSaturating(now, int64(hold.retention))}, now); err != nil {
 			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
 		}
 	}
-	if d.Allowed {
-		f.buckets.put(key, next, r.spentUntil)
-		f.reservations.put(res.ReservationID, r, r.expiresAt)
+	f.storeReservation(hold)
+	return hold.res
+}
+
+// pendingReservation is a decided reservation not stored yet.
+type pendingReservation struct {
+	res       *ReserveResult
+	id        string
+	r         reservation
+	bucketKey string
+	next      admission.State // the key's state with the estimate spent
+	retention time.Duration   // the policy's dedupe retention
+}
+
+// prepareReservation decides whether estimate units of (policy, key) can be
+// held until expiresAt, without changing anything: the caller stores the
+// result with storeReservation when the whole operation goes ahead.
+func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
+	pv, ok := f.policies[policy]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownPolicy, policy)
 	}
-	return res
+	p := pv.Policy
+	if p.Algorithm == admission.AlgorithmConcurrency {
+		return nil, &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%q is a concurrency policy: reservations hold units of rate and quota policies", policy)}
+	}
+	if err := p.CheckRequest(key, estimate); err != nil {
+		if fe, ok := err.(*admission.FieldError); ok && fe.Field == "cost" {
+			err = &admission.FieldError{Field: "estimate", Reason: fe.Reason, Err: fe.Err}
+		}
+		return nil, err
+	}
+	bk := BucketKey(policy, key)
+	st, _ := f.buckets.get(bk)
+	next, d := admission.Decide(p, st, estimate, now)
+	hold := &pendingReservation{
+		res:       &ReserveResult{Allowed: d.Allowed, Decision: d, PolicyVersion: pv.Version, DecidedAt: now},
+		id:        id,
+		bucketKey: bk,
+		next:      next,
+		retention: p.WithDefaults().DedupeRetention,
+	}
+	if d.Allowed {
+		if err := f.makeRoom(map[string]admission.State{bk: next}, now); err != nil {
+			return nil, err
+		}
+		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
+		hold.r = reservation{policy: policy, key: key, estimate: estimate, reservedAt: now,
+			spentUntil: admission.ExpiresAt(p, next), expiresAt: expiresAt}
+	}
+	return hold, nil
+}
+
+// storeReservation spends a prepared, allowed reservation's estimate and
+// records it.
+func (f *FSM) storeReservation(hold *pendingReservation) {
+	if !hold.res.Allowed {
+		return
+	}
+	f.buckets.put(hold.bucketKey, hold.next, hold.r.spentUntil)
+	f.reservations.put(hold.id, hold.r, hold.r.expiresAt)
 }
 
 // applyCommit settles a reservation at its actual cost.
@@ -129,40 +162,55 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 		f.reservations.remove(c.GetReservationId())
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, r.policy)
 	}
-	p := pv.Policy
-	key := BucketKey(r.policy, r.key)
-	st, _ := f.buckets.get(key)
 	res := &ReserveResult{Allowed: true, ReservationID: c.GetReservationId(), PolicyVersion: pv.Version, DecidedAt: now}
-	actual := c.GetActual()
+	if recorded {
+		// Settle on a copy first: the record must be stored before anything
+		// changes, and needs the amounts.
+		res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, c.GetActual(), now)
+		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordCommit, Fingerprint: fp, Result: encodeReserveRecord(res),
+			ExpiresAt: addSaturating(now, int64(pv.Policy.WithDefaults().DedupeRetention))}, now); err != nil {
+			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		}
+	}
+	res.Charged, res.Released, res.Over = f.commitReservation(c.GetReservationId(), pv.Policy, r, c.GetActual(), now)
+	return res
+}
+
+// commitReservation settles reservation id at actual and removes it.
+func (f *FSM) commitReservation(id string, p admission.Policy, r reservation, actual, now int64) (charged, released, over int64) {
+	charged, released, over, st := settle(p, f.stateOf(r), r, actual, now)
+	if st.Kind != admission.KindNone {
+		f.buckets.put(BucketKey(r.policy, r.key), st, admission.ExpiresAt(p, st))
+	}
+	f.reservations.remove(id)
+	return charged, released, over
+}
+
+func (f *FSM) stateOf(r reservation) admission.State {
+	st, _ := f.buckets.get(BucketKey(r.policy, r.key))
+	return st
+}
+
+// settle computes a commit: below the estimate the rest is given back;
+// above it the excess is charged as far as the limit allows.
+func settle(p admission.Policy, st admission.State, r reservation, actual, now int64) (charged, released, over int64, next admission.State) {
 	switch {
 	case actual < r.estimate:
-		res.Charged, res.Released = actual, r.estimate-actual
-		st = admission.Refund(p, st, admission.Spend{Cost: res.Released, At: r.reservedAt, Until: r.spentUntil}, now)
+		released = r.estimate - actual
+		return actual, released, 0, admission.Refund(p, st, admission.Spend{Cost: released, At: r.reservedAt, Until: r.spentUntil}, now)
 	case actual > r.estimate:
-		// Charge the excess only as far as the limit allows.
 		extra := min(actual-r.estimate, admission.Peek(p, st, now).Remaining, p.WithDefaults().MaxCost)
 		if extra > 0 {
-			if next, d := admission.Decide(p, st, extra, now); d.Allowed {
-				st = next
+			if n, d := admission.Decide(p, st, extra, now); d.Allowed {
+				st = n
 			} else {
 				extra = 0
 			}
 		}
-		res.Charged, res.Over = r.estimate+extra, actual-r.estimate-extra
+		return r.estimate + extra, 0, actual - r.estimate - extra, st
 	default:
-		res.Charged = actual
+		return actual, 0, 0, st
 	}
-	if recorded {
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordCommit, Fingerprint: fp, Result: encodeReserveRecord(res),
-			ExpiresAt: addSaturating(now, int64(p.WithDefaults().DedupeRetention))}, now); err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
-		}
-	}
-	if st.Kind != admission.KindNone {
-		f.buckets.put(key, st, admission.ExpiresAt(p, st))
-	}
-	f.reservations.remove(c.GetReservationId())
-	return res
 }
 
 // expireReservation gives back the units of a reservation that was never

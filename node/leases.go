@@ -50,9 +50,16 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	n := h.n
 	m := req.Msg
 	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: m.GetPolicy(), Key: m.GetKey(),
-		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+		RequestId: m.GetRequestId(), Caller: m.GetCaller(),
+		ReservePolicy: m.GetReservePolicy(), ReserveEstimate: m.GetReserveEstimate()}
 	if err := checkLeaseOp(op, m.GetTtl(), true); err != nil {
 		return nil, n.toConnectError(err)
+	}
+	switch {
+	case op.GetReservePolicy() != "" && op.GetReserveEstimate() < 1:
+		return nil, n.toConnectError(badRequest("reserve_estimate", "must be at least 1 with reserve_policy (got %d)", op.GetReserveEstimate()))
+	case op.GetReservePolicy() == "" && op.GetReserveEstimate() != 0:
+		return nil, n.toConnectError(badRequest("reserve_policy", "must name a rate or quota policy when reserve_estimate is set"))
 	}
 	maxWait := m.GetMaxWait().AsDuration()
 	if m.GetMaxWait() != nil && (m.GetMaxWait().CheckValid() != nil || maxWait < 0 || maxWait > MaxWait) {
@@ -77,6 +84,7 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 				PolicyVersion: r.PolicyVersion, DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
 			}
 			if r.Allowed {
+				out.ReservationId = r.ReservationID
 				out.LeaseId = leaseID(op.GetPolicy(), op.GetKey(), r.Lease.Token)
 				out.FencingToken, out.ExpiresAt = r.Lease.Token, unixTime(r.Lease.ExpiresAt)
 			}
@@ -121,7 +129,7 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 		return nil, n.toConnectError(err)
 	}
 	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_RELEASE, Policy: policy, Key: key, Token: m.GetFencingToken(),
-		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+		RequestId: m.GetRequestId(), Caller: m.GetCaller(), ActualCost: m.ActualCost}
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
@@ -134,7 +142,8 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 				return nil, err
 			}
 			n.waiters.notify(stateKeyOf(op))
-			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
+				Charged: r.Charged, ReleasedUnits: r.Released, Over: r.Over}, nil
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
 			return p.lease.ReleaseLease(ctx, fwd)

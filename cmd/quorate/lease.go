@@ -116,6 +116,9 @@ func newLeaseAcquireCmd() *cobra.Command {
 	fs.StringVar(&req.Policy, "policy", "", "name of a policy with algorithm concurrency (required)")
 	fs.StringVar(&req.Key, "key", "", "the limited identity, e.g. tenant:acme (required)")
 	fs.DurationVar(&ttl, "ttl", 0, "how long the lease lives unless renewed, 1s..24h (unset: the policy's lease_ttl)")
+	fs.StringVar(&req.ReservePolicy, "reserve-policy", "", "also hold --reserve-estimate units of this rate or quota policy on the key,\n"+
+		"for as long as the lease lives; lease release --actual-cost settles them")
+	fs.Int64Var(&req.ReserveEstimate, "reserve-estimate", 0, "units to hold with --reserve-policy")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
@@ -192,10 +195,11 @@ func newLeaseRenewCmd() *cobra.Command {
 
 func newLeaseReleaseCmd() *cobra.Command {
 	var (
-		client clientOptions
-		req    quoratev1.ReleaseLeaseRequest
-		token  tokenFlag
-		output outputFormat
+		client     clientOptions
+		req        quoratev1.ReleaseLeaseRequest
+		token      tokenFlag
+		output     outputFormat
+		actualCost int64
 	)
 	cmd := &cobra.Command{
 		Use:   "release --lease-id ID --token N [--request-id ID]",
@@ -214,6 +218,12 @@ func newLeaseReleaseCmd() *cobra.Command {
 				return err
 			}
 			req.FencingToken = token.v
+			if cmd.Flags().Changed("actual-cost") {
+				if actualCost < 0 {
+					return fmt.Errorf("lease release: --actual-cost: must be at least 0 (got %d)", actualCost)
+				}
+				req.ActualCost = &actualCost
+			}
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
@@ -244,6 +254,8 @@ func newLeaseReleaseCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.LeaseId, "lease-id", "", "the lease ID printed by lease acquire (required)")
 	fs.Var(&token, "token", "the lease's fencing token, printed by lease acquire (required)")
+	fs.Int64Var(&actualCost, "actual-cost", 0, "for a lease acquired with --reserve-policy: the work's real cost, charged\n"+
+		"as a commit charges it (unset: the whole estimate)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
@@ -395,6 +407,9 @@ func leaseRenewCommandLine(servers string, req *quoratev1.RenewLeaseRequest) str
 func leaseReleaseCommandLine(servers string, req *quoratev1.ReleaseLeaseRequest) string {
 	args := []string{"quorate", "lease", "release", "--server", servers, "--lease-id", req.GetLeaseId(),
 		"--token", strconv.FormatInt(req.GetFencingToken(), 10)}
+	if req.ActualCost != nil {
+		args = append(args, "--actual-cost", strconv.FormatInt(req.GetActualCost(), 10))
+	}
 	return commandLine(appendRequestID(args, req.GetCaller(), req.GetRequestId()))
 }
 
@@ -465,6 +480,9 @@ func formatRelease(r *quoratev1.ReleaseLeaseResponse, req *quoratev1.ReleaseLeas
 	s := fmt.Sprintf("%s  lease_id=%s  fencing_token=%d  decided_at=%s  request_id=%s",
 		verdict("released", len("released"), r.GetDuplicate()), req.GetLeaseId(), req.GetFencingToken(),
 		fmtTimestamp(r.GetDecidedAt()), req.GetRequestId())
+	if r.GetCharged() != 0 || r.GetReleasedUnits() != 0 || r.GetOver() != 0 {
+		s += fmt.Sprintf("  charged=%d  released_units=%d  over=%d", r.GetCharged(), r.GetReleasedUnits(), r.GetOver())
+	}
 	s = withAttempts(s, attempts)
 	if attempts > 1 && r.GetDuplicate() {
 		s += " (an earlier attempt of this command may have released it)"

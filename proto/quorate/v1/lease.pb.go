@@ -38,9 +38,15 @@ type AcquireLeaseRequest struct {
 	// of answering allowed=false. Waiters of a key are served first come,
 	// first served, up to 64 per key; beyond that the request is answered at
 	// once.
-	MaxWait       *durationpb.Duration `protobuf:"bytes,6,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxWait *durationpb.Duration `protobuf:"bytes,6,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	// Optionally, also hold reserve_estimate units of reserve_policy (a rate
+	// or quota policy) on the same key for as long as the lease lives:
+	// acquired together or not at all. ReleaseLease's actual_cost settles
+	// them (as Commit does); if the lease expires, they are given back.
+	ReservePolicy   string `protobuf:"bytes,7,opt,name=reserve_policy,json=reservePolicy,proto3" json:"reserve_policy,omitempty"`
+	ReserveEstimate int64  `protobuf:"varint,8,opt,name=reserve_estimate,json=reserveEstimate,proto3" json:"reserve_estimate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireLeaseRequest) Reset() {
@@ -115,6 +121,20 @@ func (x *AcquireLeaseRequest) GetMaxWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireLeaseRequest) GetReservePolicy() string {
+	if x != nil {
+		return x.ReservePolicy
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetReserveEstimate() int64 {
+	if x != nil {
+		return x.ReserveEstimate
+	}
+	return 0
+}
+
 type AcquireLeaseResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -134,7 +154,9 @@ type AcquireLeaseResponse struct {
 	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	Duplicate     bool                   `protobuf:"varint,10,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// How long the request waited for a slot (max_wait).
-	Waited        *durationpb.Duration `protobuf:"bytes,11,opt,name=waited,proto3" json:"waited,omitempty"`
+	Waited *durationpb.Duration `protobuf:"bytes,11,opt,name=waited,proto3" json:"waited,omitempty"`
+	// The reservation held with the lease, when reserve_policy was given.
+	ReservationId string `protobuf:"bytes,12,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +266,13 @@ func (x *AcquireLeaseResponse) GetWaited() *durationpb.Duration {
 		return x.Waited
 	}
 	return nil
+}
+
+func (x *AcquireLeaseResponse) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
 }
 
 type RenewLeaseRequest struct {
@@ -400,11 +429,15 @@ func (x *RenewLeaseResponse) GetDuplicate() bool {
 }
 
 type ReleaseLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	FencingToken  int64                  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Caller        string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId      string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	FencingToken int64                  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	RequestId    string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller       string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The work's real cost, for a lease acquired with a reservation: charged
+	// as Commit charges it. Unset charges the whole estimate. InvalidArgument
+	// for a lease that holds no reservation.
+	ActualCost    *int64 `protobuf:"varint,5,opt,name=actual_cost,json=actualCost,proto3,oneof" json:"actual_cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,10 +500,22 @@ func (x *ReleaseLeaseRequest) GetCaller() string {
 	return ""
 }
 
+func (x *ReleaseLeaseRequest) GetActualCost() int64 {
+	if x != nil && x.ActualCost != nil {
+		return *x.ActualCost
+	}
+	return 0
+}
+
 type ReleaseLeaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
-	Duplicate     bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Duplicate bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// For a lease with a reservation: units charged, estimate given back, and
+	// cost above the estimate the limit did not allow (see CommitResponse).
+	Charged       int64 `protobuf:"varint,3,opt,name=charged,proto3" json:"charged,omitempty"`
+	ReleasedUnits int64 `protobuf:"varint,4,opt,name=released_units,json=releasedUnits,proto3" json:"released_units,omitempty"`
+	Over          int64 `protobuf:"varint,5,opt,name=over,proto3" json:"over,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +562,27 @@ func (x *ReleaseLeaseResponse) GetDuplicate() bool {
 		return x.Duplicate
 	}
 	return false
+}
+
+func (x *ReleaseLeaseResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
+func (x *ReleaseLeaseResponse) GetReleasedUnits() int64 {
+	if x != nil {
+		return x.ReleasedUnits
+	}
+	return 0
+}
+
+func (x *ReleaseLeaseResponse) GetOver() int64 {
+	if x != nil {
+		return x.Over
+	}
+	return 0
 }
 
 type CheckFenceRequest struct {
@@ -646,7 +712,7 @@ var File_quorate_v1_lease_proto protoreflect.FileDescriptor
 const file_quorate_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/lease.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x02\n" +
 	"\x13AcquireLeaseRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -654,7 +720,9 @@ const file_quorate_v1_lease_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06caller\x18\x04 \x01(\tR\x06caller\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
-	"\bmax_wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\xc4\x03\n" +
+	"\bmax_wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12%\n" +
+	"\x0ereserve_policy\x18\a \x01(\tR\rreservePolicy\x12)\n" +
+	"\x10reserve_estimate\x18\b \x01(\x03R\x0freserveEstimate\"\xeb\x03\n" +
 	"\x14AcquireLeaseResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +
@@ -670,7 +738,8 @@ const file_quorate_v1_lease_proto_rawDesc = "" +
 	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
 	"\tduplicate\x18\n" +
 	" \x01(\bR\tduplicate\x121\n" +
-	"\x06waited\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xb7\x01\n" +
+	"\x06waited\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12%\n" +
+	"\x0ereservation_id\x18\f \x01(\tR\rreservationId\"\xb7\x01\n" +
 	"\x11RenewLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12+\n" +
@@ -685,17 +754,23 @@ const file_quorate_v1_lease_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\x8c\x01\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xc2\x01\n" +
 	"\x13ReleaseLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06caller\x18\x04 \x01(\tR\x06caller\"o\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12$\n" +
+	"\vactual_cost\x18\x05 \x01(\x03H\x00R\n" +
+	"actualCost\x88\x01\x01B\x0e\n" +
+	"\f_actual_cost\"\xc4\x01\n" +
 	"\x14ReleaseLeaseResponse\x129\n" +
 	"\n" +
 	"decided_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"b\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x18\n" +
+	"\acharged\x18\x03 \x01(\x03R\acharged\x12%\n" +
+	"\x0ereleased_units\x18\x04 \x01(\x03R\rreleasedUnits\x12\x12\n" +
+	"\x04over\x18\x05 \x01(\x03R\x04over\"b\n" +
 	"\x11CheckFenceRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12#\n" +
@@ -772,6 +847,7 @@ func file_quorate_v1_lease_proto_init() {
 	if File_quorate_v1_lease_proto != nil {
 		return
 	}
+	file_quorate_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -531,9 +531,14 @@ type LeaseOp struct {
 	// Renew, release, check: the lease's fencing token.
 	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// Acquire, renew: time to live; 0 = the policy's (acquire) or the lease's (renew).
-	TtlNanos      int64  `protobuf:"varint,5,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
-	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Caller        string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
+	TtlNanos  int64  `protobuf:"varint,5,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller    string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
+	// Acquire: also reserve this many units of reserve_policy on the key.
+	ReservePolicy   string `protobuf:"bytes,8,opt,name=reserve_policy,json=reservePolicy,proto3" json:"reserve_policy,omitempty"`
+	ReserveEstimate int64  `protobuf:"varint,9,opt,name=reserve_estimate,json=reserveEstimate,proto3" json:"reserve_estimate,omitempty"`
+	// Release: settle the lease's reservation at this cost (unset: the estimate).
+	ActualCost    *int64 `protobuf:"varint,10,opt,name=actual_cost,json=actualCost,proto3,oneof" json:"actual_cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +620,27 @@ func (x *LeaseOp) GetCaller() string {
 		return x.Caller
 	}
 	return ""
+}
+
+func (x *LeaseOp) GetReservePolicy() string {
+	if x != nil {
+		return x.ReservePolicy
+	}
+	return ""
+}
+
+func (x *LeaseOp) GetReserveEstimate() int64 {
+	if x != nil {
+		return x.ReserveEstimate
+	}
+	return 0
+}
+
+func (x *LeaseOp) GetActualCost() int64 {
+	if x != nil && x.ActualCost != nil {
+		return *x.ActualCost
+	}
+	return 0
 }
 
 // Reserve holds estimate units of a rate or quota policy's key.
@@ -1991,6 +2017,10 @@ type LeaseOpRecord struct {
 	RetryAfterNanos   int64                  `protobuf:"varint,5,opt,name=retry_after_nanos,json=retryAfterNanos,proto3" json:"retry_after_nanos,omitempty"`
 	PolicyVersion     uint64                 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	DecidedAtUnixNano int64                  `protobuf:"varint,7,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
+	ReservationId     string                 `protobuf:"bytes,8,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Charged           int64                  `protobuf:"varint,9,opt,name=charged,proto3" json:"charged,omitempty"`
+	Released          int64                  `protobuf:"varint,10,opt,name=released,proto3" json:"released,omitempty"`
+	Over              int64                  `protobuf:"varint,11,opt,name=over,proto3" json:"over,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -2070,6 +2100,34 @@ func (x *LeaseOpRecord) GetPolicyVersion() uint64 {
 func (x *LeaseOpRecord) GetDecidedAtUnixNano() int64 {
 	if x != nil {
 		return x.DecidedAtUnixNano
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *LeaseOpRecord) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetReleased() int64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+func (x *LeaseOpRecord) GetOver() int64 {
+	if x != nil {
+		return x.Over
 	}
 	return 0
 }
@@ -2330,7 +2388,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\"0\n" +
 	"\x04Peek\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xb5\x02\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xbd\x03\n" +
 	"\aLeaseOp\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .quorate.raftcmd.v1.LeaseOp.KindR\x04kind\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -2339,7 +2397,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\tttl_nanos\x18\x05 \x01(\x03R\bttlNanos\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06caller\x18\a \x01(\tR\x06caller\"`\n" +
+	"\x06caller\x18\a \x01(\tR\x06caller\x12%\n" +
+	"\x0ereserve_policy\x18\b \x01(\tR\rreservePolicy\x12)\n" +
+	"\x10reserve_estimate\x18\t \x01(\x03R\x0freserveEstimate\x12$\n" +
+	"\vactual_cost\x18\n" +
+	" \x01(\x03H\x00R\n" +
+	"actualCost\x88\x01\x01\"`\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_ACQUIRE\x10\x01\x12\x0e\n" +
@@ -2347,7 +2410,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"KIND_RENEW\x10\x02\x12\x10\n" +
 	"\fKIND_RELEASE\x10\x03\x12\x0e\n" +
 	"\n" +
-	"KIND_CHECK\x10\x04\"\xa3\x01\n" +
+	"KIND_CHECK\x10\x04B\x0e\n" +
+	"\f_actual_cost\"\xa3\x01\n" +
 	"\aReserve\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
@@ -2464,7 +2528,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\x03R\x05token\x121\n" +
 	"\x15acquired_at_unix_nano\x18\x02 \x01(\x03R\x12acquiredAtUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x03 \x01(\x03R\x11expiresAtUnixNano\x12\x1b\n" +
-	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\"\x8e\x02\n" +
+	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\"\xff\x02\n" +
 	"\rLeaseOpRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x125\n" +
 	"\x05lease\x18\x02 \x01(\v2\x1f.quorate.raftcmd.v1.LeaseRecordR\x05lease\x12\x14\n" +
@@ -2472,7 +2536,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04held\x18\x04 \x01(\x03R\x04held\x12*\n" +
 	"\x11retry_after_nanos\x18\x05 \x01(\x03R\x0fretryAfterNanos\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x12/\n" +
-	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNano\"\x80\x02\n" +
+	"\x14decided_at_unix_nano\x18\a \x01(\x03R\x11decidedAtUnixNano\x12%\n" +
+	"\x0ereservation_id\x18\b \x01(\tR\rreservationId\x12\x18\n" +
+	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
+	"\breleased\x18\n" +
+	" \x01(\x03R\breleased\x12\x12\n" +
+	"\x04over\x18\v \x01(\x03R\x04over\"\x80\x02\n" +
 	"\x11ReservationRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -2580,6 +2649,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_Reserve)(nil),
 		(*Envelope_Commit)(nil),
 	}
+	file_quorate_raftcmd_v1_command_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
