@@ -13,9 +13,9 @@ import (
 // never more than limit live, inputs and returned states never modified. A
 // failure names the iteration: its seed reproduces it.
 func TestSemaphoreMatchesModel(t *testing.T) {
-	iterations, steps := 1500, 300
+	iterations, steps := 300, 300
 	if testing.Short() {
-		iterations = 150
+		iterations = 50
 	}
 	var total stats
 	for iter := range iterations {

@@ -125,14 +125,23 @@ func Acquire(s Semaphore, limit, ttl, now int64) (Semaphore, Decision) {
 		ExpiresAt:  addSat(now, ttl),
 		TTL:        ttl,
 	}
-	leases := make([]Lease, 0, live+1)
-	for _, x := range s.Leases {
-		if now < x.ExpiresAt {
-			leases = append(leases, x)
-		}
-	}
+	leases := appendLive(make([]Lease, 0, live+1), s.Leases, now, live)
 	d.Allowed, d.Lease, d.Held = true, l, live+1
 	return Semaphore{LastToken: l.Token, Leases: append(leases, l)}, d
+}
+
+// appendLive appends to dst the leases of src live at now, of which there
+// are live.
+func appendLive(dst, src []Lease, now, live int64) []Lease {
+	if live == int64(len(src)) {
+		return append(dst, src...)
+	}
+	for _, x := range src {
+		if now < x.ExpiresAt {
+			dst = append(dst, x)
+		}
+	}
+	return dst
 }
 
 // freeAt returns the k-th smallest ExpiresAt among the leases live at now
