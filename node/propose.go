@@ -99,6 +99,11 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 		case n.raft.State() == raft.Leader:
 			err = local(ctx)
 		case r.forwarded:
+			if unknown != nil {
+				// An earlier attempt here may have applied: say so, or the
+				// forwarding node would report "not proposed".
+				return unknown
+			}
 			return ErrNotLeader
 		case leaderAddr == "":
 			err = fmt.Errorf("%w: no leader known (leader id %q)", ErrNotProposed, leaderID)

@@ -1,0 +1,398 @@
+package jepsen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+const modulePath = "github.com/quorate/quorate"
+
+// ClusterOptions configures StartCluster.
+type ClusterOptions struct {
+	Nodes      int           // number of nodes; default 3
+	ModuleRoot string        // directory of Quorate's go.mod; found from the working directory when empty
+	Binary     string        // prebuilt quorate binary; built into WorkDir when empty
+	WorkDir    string        // data dirs and the binary; required
+	LogDir     string        // node log files; default WorkDir
+	ReadyWait  time.Duration // how long to wait for the cluster to form; default 30s
+	ExtraArgs  []string      // appended to every `quorate serve`
+}
+
+// Node is one quorate serve process.
+type Node struct {
+	ID       string
+	APIAddr  string
+	RaftAddr string
+	DataDir  string
+	LogPath  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+// Cluster is a set of running node processes.
+type Cluster struct {
+	Nodes  []*Node
+	binary string
+	opts   ClusterOptions
+	http   *http.Client
+}
+
+// FindModuleRoot walks up from dir to the directory whose go.mod declares Quorate's module.
+func FindModuleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if f, err := os.Open(filepath.Join(dir, "go.mod")); err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if strings.TrimSpace(sc.Text()) == "module "+modulePath {
+					f.Close()
+					return dir, nil
+				}
+			}
+			f.Close()
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("jepsen: module root of " + modulePath + " not found")
+		}
+		dir = parent
+	}
+}
+
+// BuildBinary builds ./cmd/quorate from root into out.
+func BuildBinary(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/quorate")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("jepsen: go build: %v\n%s", err, b)
+	}
+	return nil
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartCluster builds the binary (unless given), starts the nodes and waits until
+// node 0 reports a leader and every member answering.
+func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.WorkDir == "" {
+		return nil, errors.New("jepsen: WorkDir required")
+	}
+	if opts.LogDir == "" {
+		opts.LogDir = opts.WorkDir
+	}
+	if opts.ReadyWait == 0 {
+		opts.ReadyWait = 30 * time.Second
+	}
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, binary: opts.Binary, http: newHTTPClient()}
+	if c.binary == "" {
+		root := opts.ModuleRoot
+		if root == "" {
+			var err error
+			if root, err = FindModuleRoot("."); err != nil {
+				return nil, err
+			}
+		}
+		c.binary = filepath.Join(opts.WorkDir, "quorate")
+		if err := BuildBinary(ctx, root, c.binary); err != nil {
+			return nil, err
+		}
+	}
+	for i := range opts.Nodes {
+		api, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		raftAddr, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("n%d", i+1)
+		c.Nodes = append(c.Nodes, &Node{ID: id, APIAddr: api, RaftAddr: raftAddr,
+			DataDir: filepath.Join(opts.WorkDir, id), LogPath: filepath.Join(opts.LogDir, id+".log")})
+	}
+	for i := range c.Nodes {
+		if err := c.start(i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if i == 0 { // the others join through node 0's API, so it must be serving first
+			if err := c.waitReady(ctx, 1, opts.ReadyWait); err != nil {
+				c.Stop()
+				return nil, err
+			}
+		}
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(i int) error {
+	n := c.Nodes[i]
+	args := []string{"serve", "--id", n.ID, "--data-dir", n.DataDir,
+		"--api-addr", n.APIAddr, "--raft-addr", n.RaftAddr}
+	if i == 0 {
+		args = append(args, "--bootstrap")
+	} else {
+		args = append(args, "--join", c.Nodes[0].APIAddr)
+	}
+	args = append(args, c.opts.ExtraArgs...)
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== jepsen: %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(c.binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("jepsen: start %s: %w", n.ID, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	n.mu.Lock()
+	n.cmd, n.done, n.paused = cmd, done, false
+	n.mu.Unlock()
+	return nil
+}
+
+// Running reports whether node i's process is alive (paused counts as alive).
+func (c *Cluster) Running(i int) bool {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *Cluster) signal(i int, sig syscall.Signal) error {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return fmt.Errorf("jepsen: %s not started", n.ID)
+	}
+	return n.cmd.Process.Signal(sig)
+}
+
+func (c *Cluster) wait(i int, d time.Duration) error {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("jepsen: %s did not exit within %v", n.ID, d)
+	}
+}
+
+// Kill sends SIGKILL to node i and waits for it to exit.
+func (c *Cluster) Kill(i int) error {
+	if !c.Running(i) {
+		return nil
+	}
+	if err := c.signal(i, syscall.SIGKILL); err != nil {
+		return err
+	}
+	return c.wait(i, 10*time.Second)
+}
+
+// Restart starts node i again with the same data dir and ports; it kills it first if running.
+func (c *Cluster) Restart(i int) error {
+	if err := c.Kill(i); err != nil {
+		return err
+	}
+	return c.start(i)
+}
+
+// Pause stops node i with SIGSTOP.
+func (c *Cluster) Pause(i int) error {
+	if err := c.signal(i, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	c.Nodes[i].mu.Lock()
+	c.Nodes[i].paused = true
+	c.Nodes[i].mu.Unlock()
+	return nil
+}
+
+// Resume continues node i with SIGCONT.
+func (c *Cluster) Resume(i int) error {
+	if err := c.signal(i, syscall.SIGCONT); err != nil {
+		return err
+	}
+	c.Nodes[i].mu.Lock()
+	c.Nodes[i].paused = false
+	c.Nodes[i].mu.Unlock()
+	return nil
+}
+
+// Heal resumes paused nodes and restarts dead ones.
+func (c *Cluster) Heal() error {
+	var errs []error
+	for i, n := range c.Nodes {
+		n.mu.Lock()
+		paused := n.paused
+		n.mu.Unlock()
+		if paused {
+			errs = append(errs, c.Resume(i))
+		}
+		if !c.Running(i) {
+			errs = append(errs, c.start(i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stop resumes paused nodes, sends SIGTERM to all and waits; stragglers get SIGKILL.
+func (c *Cluster) Stop() {
+	for i, n := range c.Nodes {
+		if !c.Running(i) {
+			continue
+		}
+		_ = c.signal(i, syscall.SIGCONT)
+		_ = c.signal(i, syscall.SIGTERM)
+		n.mu.Lock()
+		n.paused = false
+		n.mu.Unlock()
+	}
+	for i := range c.Nodes {
+		if c.Running(i) && c.wait(i, 10*time.Second) != nil {
+			_ = c.Kill(i)
+		}
+	}
+}
+
+func newHTTPClient() *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+	}
+	return &http.Client{Transport: tr}
+}
+
+func baseURL(addr string) string { return "http://" + addr }
+
+// Admin returns an AdminService client for node i.
+func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
+	return quoratev1connect.NewAdminServiceClient(c.http, baseURL(c.Nodes[i].APIAddr))
+}
+
+// Admission returns an AdmissionService client for node i.
+func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
+	return quoratev1connect.NewAdmissionServiceClient(c.http, baseURL(c.Nodes[i].APIAddr))
+}
+
+// Status asks node i for the cluster status with a short deadline.
+func (c *Cluster) Status(ctx context.Context, i int) (*quoratev1.ClusterStatusResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := c.Admin(i).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// Leader returns the index of the leader as some running node sees it.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	var lastErr error = errors.New("jepsen: no node knows a leader")
+	for i := range c.Nodes {
+		st, err := c.Status(ctx, i)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for j, n := range c.Nodes {
+			if st.GetLeaderId() != "" && n.ID == st.GetLeaderId() {
+				return j, nil
+			}
+		}
+	}
+	return -1, lastErr
+}
+
+// WaitReady polls node 0 until it reports a leader and all N members answering.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	return c.waitReady(ctx, len(c.Nodes), c.opts.ReadyWait)
+}
+
+func (c *Cluster) waitReady(ctx context.Context, want int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var last string
+	for {
+		st, err := c.Status(ctx, 0)
+		if err != nil {
+			last = err.Error()
+		} else {
+			answered := 0
+			for _, m := range st.GetMembers() {
+				if m.GetStatus() != nil {
+					answered++
+				}
+			}
+			if st.GetLeaderId() != "" && len(st.GetMembers()) == want && answered == want {
+				return nil
+			}
+			last = fmt.Sprintf("leader=%q members=%d answered=%d", st.GetLeaderId(), len(st.GetMembers()), answered)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jepsen: cluster not ready after %v: %s", d, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

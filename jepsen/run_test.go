@@ -1,0 +1,37 @@
+package jepsen
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestShortRunWithKillsAndPauses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real 3-node cluster for ~20s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r, err := Run(ctx, Options{ReportDir: dir, Duration: 20 * time.Second, Seed: 42, Capacity: 100, Keys: 6, Clients: 8})
+	if r != nil {
+		t.Logf("report %s:\n%s", dir, r.Summary(err))
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, v := range r.Verdicts {
+		if !v.OK {
+			t.Errorf("checker %s failed: %v", v.Checker, v.Violations)
+		}
+	}
+	if len(r.Verdicts) != 3 {
+		t.Errorf("got %d verdicts, want 3", len(r.Verdicts))
+	}
+	if len(r.Faults) < 2 {
+		t.Errorf("only %d faults injected, want ≥ 2", len(r.Faults))
+	}
+	if r.Counts[OutcomeAllowed] == 0 || r.Counts[OutcomeDenied] == 0 {
+		t.Errorf("want both allowed and denied answers, got %v", r.Counts)
+	}
+}

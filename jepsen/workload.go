@@ -1,0 +1,178 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// refillNegligiblePeriod is the longest period a policy may have; with
+// limit = capacity the bucket refills by capacity per 366 days, so over a run
+// of seconds the bound on admits is exactly capacity.
+const refillNegligiblePeriod = 366 * 24 * time.Hour
+
+// ApplyTokenBucket applies a token_bucket policy with limit = burst = capacity
+// over 366 days, retrying across nodes until ctx ends.
+func ApplyTokenBucket(ctx context.Context, c *Cluster, name string, capacity int64) error {
+	req := &quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
+		Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: capacity,
+		Period: durationpb.New(refillNegligiblePeriod), DedupeRetention: durationpb.New(time.Hour),
+	}}}
+	var err error
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = c.Admin(attempt%len(c.Nodes)).ApplyPolicies(cctx, connect.NewRequest(req))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jepsen: apply policy: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// WorkloadOptions configures RunWorkload.
+type WorkloadOptions struct {
+	Policy        string
+	Keys          []string
+	Clients       int
+	Seed          uint64
+	Timeout       time.Duration // per attempt; default 1.5s
+	RetryFraction float64       // fraction of errored requests retried with the same request ID; default 0.5
+	MaxRetries    int           // retries per request ID; default 3
+	RepeatOK      float64       // fraction of answered requests re-sent once to another node (exercises dedupe); default 0.05
+	KeyEvery      time.Duration // open Keys[i] only after i×KeyEvery, so fresh buckets drain throughout the run; 0 opens all at once
+}
+
+// RunWorkload runs opts.Clients goroutines sending Admit until ctx ends, recording into h.
+func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History) {
+	if opts.Timeout == 0 {
+		opts.Timeout = 1500 * time.Millisecond
+	}
+	if opts.RetryFraction == 0 {
+		opts.RetryFraction = 0.5
+	}
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 3
+	}
+	if opts.RepeatOK == 0 {
+		opts.RepeatOK = 0.05
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for cl := range opts.Clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(opts.Seed, uint64(cl)+1))
+			caller := fmt.Sprintf("jepsen-client-%d", cl)
+			for seq := 0; ctx.Err() == nil; seq++ {
+				open := len(opts.Keys)
+				if opts.KeyEvery > 0 {
+					open = min(open, 1+int(time.Since(began)/opts.KeyEvery))
+				}
+				key := opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
+				reqID := fmt.Sprintf("c%d-r%d", cl, seq)
+				node := rng.IntN(len(c.Nodes))
+				out := attempt(ctx, c, opts, h, cl, caller, reqID, key, node, 0)
+				if out.OK() {
+					if rng.Float64() < opts.RepeatOK { // re-send an answered request: must be a duplicate
+						attempt(ctx, c, opts, h, cl, caller, reqID, key, otherNode(rng, node, len(c.Nodes)), 1)
+					}
+					continue
+				}
+				if rng.Float64() >= opts.RetryFraction {
+					continue // leave this unknown outcome unresolved
+				}
+				for a := 1; a <= opts.MaxRetries && ctx.Err() == nil; a++ {
+					node = otherNode(rng, node, len(c.Nodes))
+					if attempt(ctx, c, opts, h, cl, caller, reqID, key, node, a).OK() {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func otherNode(rng *rand.Rand, node, n int) int {
+	if n < 2 {
+		return node
+	}
+	return (node + 1 + rng.IntN(n-1)) % n
+}
+
+func attempt(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History, client int, caller, reqID, key string, node, n int) Outcome {
+	op := Op{Client: client, RequestID: reqID, Caller: caller, Key: key, Node: c.Nodes[node].ID, Attempt: n, Start: time.Now()}
+	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	resp, err := c.Admission(node).Admit(cctx, connect.NewRequest(&quoratev1.AdmitRequest{
+		Policy: opts.Policy, Key: key, RequestId: reqID, Caller: caller,
+	}))
+	cancel()
+	op.End = time.Now()
+	switch {
+	case err != nil:
+		op.Outcome, op.Error = classify(err), err.Error()
+	case resp.Msg.GetAllowed():
+		op.Outcome = OutcomeAllowed
+	default:
+		op.Outcome = OutcomeDenied
+	}
+	if err == nil {
+		op.Remaining = resp.Msg.GetRemaining()
+		op.DecidedAt = resp.Msg.GetDecidedAt().AsTime().UnixNano()
+		op.Duplicate = resp.Msg.GetDuplicate()
+	}
+	h.Add(op)
+	return op.Outcome
+}
+
+// classify tells errors that prove the request never reached a server (fail)
+// from those that leave the outcome unknown. Checkers treat both as unknown.
+func classify(err error) Outcome {
+	if strings.Contains(err.Error(), "connection refused") && !strings.Contains(err.Error(), "forward") {
+		return OutcomeFail
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
+		return OutcomeFail
+	}
+	return OutcomeUnknown
+}
+
+// FinalPeek returns remaining per key, read through the leader after healing.
+func FinalPeek(ctx context.Context, c *Cluster, policy string, keys []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, key := range keys {
+		for {
+			leader, err := c.Leader(ctx)
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				var resp *connect.Response[quoratev1.PeekResponse]
+				resp, err = c.Admission(leader).Peek(cctx, connect.NewRequest(&quoratev1.PeekRequest{Policy: policy, Key: key}))
+				cancel()
+				if err == nil {
+					out[key] = resp.Msg.GetRemaining()
+					break
+				}
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return out, fmt.Errorf("jepsen: final peek %q: %w", key, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return out, nil
+}
