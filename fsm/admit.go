@@ -27,7 +27,8 @@ type check struct {
 func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	var dk dedupe.Key
 	var fp [16]byte
-	if c.GetRequestId() != "" {
+	recorded := c.GetRequestId() != "" && !plantedBug
+	if recorded {
 		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
 		if e, ok := f.dedupe.Get(dk, now); ok {
 			return recordedAdmit(e, fp)
@@ -71,7 +72,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		}
 	}
 	// Record before spending: a refused record must leave every state as it was.
-	if c.GetRequestId() != "" {
+	if recorded {
 		retention := int64(0)
 		for _, ch := range checks {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))

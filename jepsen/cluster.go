@@ -32,6 +32,7 @@ type ClusterOptions struct {
 	LogDir     string        // node log files; default WorkDir
 	ReadyWait  time.Duration // how long to wait for the cluster to form; default 30s
 	ExtraArgs  []string      // appended to every `quorate serve`
+	BuildTags  string        // -tags for building the binary, e.g. quorate_planted_bug
 }
 
 // Node is one quorate serve process.
@@ -81,9 +82,10 @@ func FindModuleRoot(dir string) (string, error) {
 	}
 }
 
-// BuildBinary builds ./cmd/quorate from root into out.
-func BuildBinary(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/quorate")
+// BuildBinary builds ./cmd/quorate from root into out, with the given build
+// tags (none when empty).
+func BuildBinary(ctx context.Context, root, out, tags string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", tags, "-o", out, "./cmd/quorate")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("jepsen: go build: %v\n%s", err, b)
@@ -128,7 +130,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 			}
 		}
 		c.binary = filepath.Join(opts.WorkDir, "quorate")
-		if err := BuildBinary(ctx, root, c.binary); err != nil {
+		if err := BuildBinary(ctx, root, c.binary, opts.BuildTags); err != nil {
 			return nil, err
 		}
 	}

@@ -14,6 +14,7 @@ type Options struct {
 	ReportDir  string        // required; created if missing
 	ModuleRoot string        // Quorate's module root; found from the working directory when empty
 	Binary     string        // prebuilt binary; built when empty
+	BuildTags  string        // -tags when building the binary (the planted-bug self-test)
 	Nodes      int           // default 3
 	Clients    int           // default 8
 	Keys       int           // default 6; key i opens after i×Duration/Keys
@@ -77,7 +78,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(work)
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
-		WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs")})
+		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs")})
 	if err != nil {
 		return nil, err
 	}
