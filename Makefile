@@ -6,7 +6,7 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build run test race proto proto-deps verify bench clean
+.PHONY: all build run test race proto proto-deps verify bench jepsen clean
 
 all: build
 
@@ -61,6 +61,12 @@ verify: proto-deps
 ## bench: benchmarks (admission algorithms, FSM apply, a 3-node cluster)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## jepsen: fault-injection runs against real processes (reports in data/jepsen/)
+jepsen: build
+	$(GO) run ./cmd/quorate-jepsen --binary $(BIN) --duration 60s --report data/jepsen/kill-pause
+	@if $(GO) run ./cmd/quorate-jepsen --planted-bug --duration 15s --report data/jepsen/planted-bug >/dev/null; then \
+		echo "jepsen: the planted bug was NOT caught"; exit 1; else echo "jepsen: the planted bug was caught"; fi
 
 clean:
 	rm -rf bin .cache
