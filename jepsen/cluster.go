@@ -47,6 +47,7 @@ type Node struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	paused bool
+	offset time.Duration // --debug-clock-offset of the running process
 }
 
 // Cluster is a set of running node processes.
@@ -175,6 +176,12 @@ func (c *Cluster) start(i int) error {
 	} else {
 		args = append(args, "--join", c.Nodes[0].APIAddr)
 	}
+	n.mu.Lock()
+	offset := n.offset
+	n.mu.Unlock()
+	if offset != 0 {
+		args = append(args, "--debug-clock-offset", offset.String())
+	}
 	args = append(args, c.opts.ExtraArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -255,6 +262,16 @@ func (c *Cluster) Restart(i int) error {
 		return err
 	}
 	return c.start(i)
+}
+
+// RestartWithClockOffset restarts node i with its clock shifted by offset
+// (the hidden --debug-clock-offset of quorate serve): the times it stamps
+// into the log when it leads jump forward or backward.
+func (c *Cluster) RestartWithClockOffset(i int, offset time.Duration) error {
+	c.Nodes[i].mu.Lock()
+	c.Nodes[i].offset = offset
+	c.Nodes[i].mu.Unlock()
+	return c.Restart(i)
 }
 
 // Pause stops node i with SIGSTOP.

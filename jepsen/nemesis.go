@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
 
 // Fault is one injected fault.
 type Fault struct {
-	Kind  string    `json:"kind"` // "kill", "kill-leader", "pause", "pause-leader"
+	Kind  string    `json:"kind"` // "kill", "pause" or "clock±N", with "-leader" when aimed at the leader
 	Node  string    `json:"node"`
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"` // when the node was restarted or resumed
@@ -38,7 +39,8 @@ func (n *Nemesis) Faults() []Fault {
 }
 
 // RunNemesis injects one fault at a time on a seeded schedule until ctx ends:
-// kill -9 and restart, or SIGSTOP and SIGCONT, of a random node or the leader.
+// kill -9 and restart, SIGSTOP and SIGCONT, or a restart with the clock
+// jumped ±1..5s (and back), of a random node or the leader.
 // Every fault is undone before it returns.
 func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 	if opts.Interval == 0 {
@@ -52,12 +54,23 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 		if !sleepCtx(ctx, opts.Interval/2+time.Duration(rng.Int64N(int64(opts.Interval)))) {
 			return
 		}
-		pause := rng.IntN(2) == 0
-		target := rng.IntN(len(c.Nodes))
-		kind := "kill"
-		if pause {
+		var kind string
+		var offset time.Duration
+		switch rng.IntN(3) {
+		case 0:
+			kind = "kill"
+		case 1:
 			kind = "pause"
+		default:
+			// A clock jump of ±1..5s: the node restarts with its clock
+			// shifted, and back again when the fault ends.
+			offset = time.Duration(1+rng.IntN(5)) * time.Second
+			if rng.IntN(2) == 0 {
+				offset = -offset
+			}
+			kind = "clock" + fmt.Sprintf("%+v", offset)
 		}
+		target := rng.IntN(len(c.Nodes))
 		if rng.IntN(2) == 0 {
 			if l, err := c.Leader(ctx); err == nil {
 				target, kind = l, kind+"-leader"
@@ -65,15 +78,21 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 		}
 		f := Fault{Kind: kind, Node: c.Nodes[target].ID, Start: time.Now()}
 		var err error
-		if pause {
+		switch {
+		case strings.HasPrefix(kind, "pause"):
 			err = c.Pause(target)
-		} else {
+		case strings.HasPrefix(kind, "clock"):
+			err = c.RestartWithClockOffset(target, offset)
+		default:
 			err = c.Kill(target)
 		}
 		sleepCtx(ctx, opts.Duration) // undo the fault even when ctx has ended
-		if pause {
+		switch {
+		case strings.HasPrefix(kind, "pause"):
 			err = joinErr(err, c.Resume(target))
-		} else {
+		case strings.HasPrefix(kind, "clock"):
+			err = joinErr(err, c.RestartWithClockOffset(target, 0))
+		default:
 			err = joinErr(err, c.Restart(target))
 		}
 		f.End = time.Now()
