@@ -17,9 +17,12 @@ build:
 run: build
 	./$(BIN) dev --dir data/dev
 
-## test: all tests, with the race detector
+## test: all tests, with the race detector. The fault-injection runs (jepsen) start
+## real processes: they run after the other packages, not beside them, so that
+## the in-process clusters of the node tests do not starve for CPU.
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /jepsen$$)
+	$(GO) test -race -count=1 ./jepsen/...
 
 # protoc comes from Debian's protobuf-compiler (with libprotobuf-dev for the
 # well-known types); the Go plugins are pinned tools in go.mod (`go tool`).

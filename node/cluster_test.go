@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,7 +68,14 @@ func TestConcurrentAdmitsAcrossNodesAllowExactlyCapacity(t *testing.T) {
 			errs := make(chan error, 100)
 			for i := range 100 {
 				wg.Go(func() {
-					resp, err := admit(ctx, c, i%3, p.GetName(), "tenant:acme", 0)
+					// As a client would: retry an unanswered request with the
+					// same request ID (on the next node) until it is answered,
+					// so a leader change under load cannot lose or double it.
+					id := fmt.Sprintf("%s-%d", p.GetName(), i)
+					resp, err := admitID(ctx, c, i%3, p.GetName(), "tenant:acme", "test", id)
+					for try := 1; err != nil && connect.CodeOf(err) == connect.CodeUnavailable && ctx.Err() == nil; try++ {
+						resp, err = admitID(ctx, c, (i+try)%3, p.GetName(), "tenant:acme", "test", id)
+					}
 					if err != nil {
 						errs <- err
 						return
@@ -89,7 +97,11 @@ func TestConcurrentAdmitsAcrossNodesAllowExactlyCapacity(t *testing.T) {
 			}
 			// The next decision on any node sees nothing left.
 			for i := range 3 {
-				resp, err := admit(ctx, c, i, p.GetName(), "tenant:acme", 0)
+				id := fmt.Sprintf("%s-after-%d", p.GetName(), i)
+				resp, err := admitID(ctx, c, i, p.GetName(), "tenant:acme", "test", id)
+				for try := 1; err != nil && connect.CodeOf(err) == connect.CodeUnavailable && ctx.Err() == nil; try++ {
+					resp, err = admitID(ctx, c, (i+try)%3, p.GetName(), "tenant:acme", "test", id)
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
