@@ -30,16 +30,27 @@ func applyPolicy(tb testing.TB, c *nodetest.Cluster, name string, limit int64, p
 	}
 }
 
+// admitSeq numbers the request IDs admit gives its requests.
+var admitSeq atomic.Int64
+
+// admit asks node i for cost units (0: unset) as a careful client does: with
+// a fresh request ID, retried with that same ID on the next node while the
+// answer is Unavailable, so a leader change under load neither loses nor
+// doubles the request.
 func admit(ctx context.Context, c *nodetest.Cluster, i int, policy, key string, cost int64) (*quoratev1.AdmitResponse, error) {
-	req := &quoratev1.AdmitRequest{Policy: policy, Key: key}
+	req := &quoratev1.AdmitRequest{Policy: policy, Key: key, Caller: "test", RequestId: fmt.Sprintf("admit-%d", admitSeq.Add(1))}
 	if cost != 0 {
 		req.Cost = &cost
 	}
-	resp, err := c.Admission(i).Admit(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		resp, err := c.Admission((i+try)%c.Len()).Admit(ctx, connect.NewRequest(req))
+		if err == nil {
+			return resp.Msg, nil
+		}
+		if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+			return nil, err
+		}
 	}
-	return resp.Msg, nil
 }
 
 // The seed's concurrency test: capacity 20, 100 concurrent Admits spread over
