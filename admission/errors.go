@@ -35,3 +35,14 @@ func (e *FieldError) Error() string {
 
 // Unwrap returns the sentinel error e wraps.
 func (e *FieldError) Unwrap() error { return e.Err }
+
+// Nested returns err with the field of its *FieldError placed under
+// prefix (e.g. "also[0]." or "policies[2]."), so that the name points into
+// a larger request; any other error comes back as it is.
+func Nested(prefix string, err error) error {
+	var fe *FieldError
+	if prefix == "" || !errors.As(err, &fe) {
+		return err
+	}
+	return &FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
+}

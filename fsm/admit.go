@@ -77,12 +77,8 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		for _, ch := range checks {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
 		}
-		err := f.dedupe.Put(dedupe.Entry{
-			Key: dk, Kind: recordAdmit, Fingerprint: fp, Result: encodeAdmitRecord(res),
-			ExpiresAt: addSaturating(now, retention),
-		}, now)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		if err := f.record(dk, recordAdmit, fp, encodeAdmitRecord(res), retention, now); err != nil {
+			return err
 		}
 	}
 	if res.DeniedCheck < 0 {
@@ -175,10 +171,7 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit) ([]check, error) {
 				Reason: fmt.Sprintf("%q is a concurrency policy: take its slots with AcquireLease", cmd.GetPolicy())}
 		}
 		if err := pv.Policy.CheckRequest(cmd.GetKey(), cmd.GetCost()); err != nil {
-			if fe, ok := err.(*admission.FieldError); ok && prefix != "" {
-				err = &admission.FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
-			}
-			return nil, err
+			return nil, admission.Nested(prefix, err)
 		}
 		out[i] = check{policy: pv, key: BucketKey(cmd.GetPolicy(), cmd.GetKey()), cmd: cmd}
 	}

@@ -357,6 +357,14 @@ func (f *FSM) Policies() []PolicyVersion {
 	return sortedPolicies(f.policies)
 }
 
+// Node returns a registered node by ID.
+func (f *FSM) Node(id string) (Node, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m, ok := f.nodes[id]
+	return m, ok
+}
+
 // Nodes returns every registered node, sorted by ID.
 func (f *FSM) Nodes() []Node {
 	f.mu.RLock()

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"time"
@@ -144,12 +142,8 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	// A denied acquire is not recorded: it took nothing, and a request
 	// waiting for a slot asks again under the same ID.
 	if recorded && res.Allowed {
-		err := f.dedupe.Put(dedupe.Entry{
-			Key: dk, Kind: recordLease, Fingerprint: fp, Result: encodeLeaseRecord(res),
-			ExpiresAt: addSaturating(now, int64(p.DedupeRetention)),
-		}, now)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		if err := f.record(dk, recordLease, fp, encodeLeaseRecord(res), int64(p.DedupeRetention), now); err != nil {
+			return err
 		}
 	}
 	if res.Allowed {
@@ -229,25 +223,15 @@ func (f *FSM) shiftLeases(d int64) {
 
 // leaseFingerprint identifies what a lease operation asks.
 func leaseFingerprint(c *raftcmdv1.LeaseOp) [16]byte {
-	buf := make([]byte, 0, 32+len(c.GetPolicy())+len(c.GetKey()))
-	buf = append(buf, "lease"...)
-	buf = binary.AppendUvarint(buf, uint64(c.GetKind()))
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetPolicy())))
-	buf = append(buf, c.GetPolicy()...)
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetKey())))
-	buf = append(buf, c.GetKey()...)
-	buf = binary.AppendVarint(buf, c.GetToken())
-	buf = binary.AppendVarint(buf, c.GetTtlNanos())
+	fp := newFingerprint("lease").count(int(c.GetKind())).str(c.GetPolicy()).str(c.GetKey()).
+		num(c.GetToken()).num(c.GetTtlNanos())
 	if c.GetReservePolicy() != "" || c.ActualCost != nil {
-		buf = binary.AppendUvarint(buf, uint64(len(c.GetReservePolicy())))
-		buf = append(buf, c.GetReservePolicy()...)
-		buf = binary.AppendVarint(buf, c.GetReserveEstimate())
+		fp = fp.str(c.GetReservePolicy()).num(c.GetReserveEstimate())
 		if c.ActualCost != nil {
-			buf = binary.AppendVarint(buf, c.GetActualCost())
+			fp = fp.num(c.GetActualCost())
 		}
 	}
-	sum := sha256.Sum256(buf)
-	return [16]byte(sum[:16])
+	return fp.sum()
 }
 
 func encodeLeaseRecord(r *LeaseResult) []byte {

@@ -21,29 +21,48 @@ const (
 	recordCommit
 )
 
+// record remembers an operation's answer under its request ID for
+// retention (ns of log time). Callers record before changing any state: a
+// full table refuses with ErrDedupeFull and the operation changes nothing.
+func (f *FSM) record(k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention, now int64) error {
+	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Fingerprint: fp, Result: result,
+		ExpiresAt: addSaturating(now, retention)}, now)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+	}
+	return nil
+}
+
+// fingerprint builds the 128-bit identity of what a request asks: a kind
+// prefix, then fields — strings length-prefixed so that no two payloads
+// encode alike — hashed with SHA-256.
+type fingerprint []byte
+
+func newFingerprint(kind string) fingerprint { return append(make(fingerprint, 0, 96), kind...) }
+
+func (b fingerprint) str(s string) fingerprint {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func (b fingerprint) num(v int64) fingerprint { return binary.AppendVarint(b, v) }
+func (b fingerprint) count(n int) fingerprint { return binary.AppendUvarint(b, uint64(n)) }
+func (b fingerprint) sum() [16]byte           { s := sha256.Sum256(b); return [16]byte(s[:16]) }
+func (b fingerprint) check(policy, key string, cost int64) fingerprint {
+	return b.str(policy).str(key).num(cost)
+}
+
 // admitFingerprint identifies what an Admit asks: every check's policy, key
-// and cost, and its pacing wait, each length-prefixed so that no two
-// payloads encode alike, hashed to 128 bits.
+// and cost, and its pacing wait.
 func admitFingerprint(c *raftcmdv1.Admit) [16]byte {
-	buf := make([]byte, 0, 64+len(c.GetPolicy())+len(c.GetKey()))
-	buf = append(buf, "admit"...)
-	add := func(policy, key string, cost int64) {
-		buf = binary.AppendUvarint(buf, uint64(len(policy)))
-		buf = append(buf, policy...)
-		buf = binary.AppendUvarint(buf, uint64(len(key)))
-		buf = append(buf, key...)
-		buf = binary.AppendVarint(buf, cost)
-	}
-	add(c.GetPolicy(), c.GetKey(), c.GetCost())
+	fp := newFingerprint("admit").check(c.GetPolicy(), c.GetKey(), c.GetCost())
 	if len(c.GetAlso()) > 0 || c.GetMaxWaitNanos() != 0 {
-		buf = binary.AppendUvarint(buf, uint64(len(c.GetAlso())))
+		fp = fp.count(len(c.GetAlso()))
 		for _, ch := range c.GetAlso() {
-			add(ch.GetPolicy(), ch.GetKey(), ch.GetCost())
+			fp = fp.check(ch.GetPolicy(), ch.GetKey(), ch.GetCost())
 		}
-		buf = binary.AppendVarint(buf, c.GetMaxWaitNanos())
+		fp = fp.num(c.GetMaxWaitNanos())
 	}
-	sum := sha256.Sum256(buf)
-	return [16]byte(sum[:16])
+	return fp.sum()
 }
 
 func encodeAdmitRecord(r *AdmitResult) []byte {

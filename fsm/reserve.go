@@ -1,9 +1,7 @@
 package fsm
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -72,9 +70,8 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 		return err
 	}
 	if recorded {
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordReserve, Fingerprint: fp, Result: encodeReserveRecord(hold.res),
-			ExpiresAt: addSaturating(now, int64(hold.retention))}, now); err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		if err := f.record(dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention), now); err != nil {
+			return err
 		}
 	}
 	f.storeReservation(hold)
@@ -167,9 +164,8 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 		// Settle on a copy first: the record must be stored before anything
 		// changes, and needs the amounts.
 		res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, c.GetActual(), now)
-		if err := f.dedupe.Put(dedupe.Entry{Key: dk, Kind: recordCommit, Fingerprint: fp, Result: encodeReserveRecord(res),
-			ExpiresAt: addSaturating(now, int64(pv.Policy.WithDefaults().DedupeRetention))}, now); err != nil {
-			return fmt.Errorf("%w: %v", ErrDedupeFull, err)
+		if err := f.record(dk, recordCommit, fp, encodeReserveRecord(res), int64(pv.Policy.WithDefaults().DedupeRetention), now); err != nil {
+			return err
 		}
 	}
 	res.Charged, res.Released, res.Over = f.commitReservation(c.GetReservationId(), pv.Policy, r, c.GetActual(), now)
@@ -232,24 +228,11 @@ func (f *FSM) expireReservation(_ string, r reservation, now int64) {
 func reservationExpires(_ admission.Policy, r reservation) int64 { return r.expiresAt }
 
 func reserveFingerprint(c *raftcmdv1.Reserve) [16]byte {
-	buf := []byte("reserve")
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetPolicy())))
-	buf = append(buf, c.GetPolicy()...)
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetKey())))
-	buf = append(buf, c.GetKey()...)
-	buf = binary.AppendVarint(buf, c.GetEstimate())
-	buf = binary.AppendVarint(buf, c.GetTtlNanos())
-	sum := sha256.Sum256(buf)
-	return [16]byte(sum[:16])
+	return newFingerprint("reserve").check(c.GetPolicy(), c.GetKey(), c.GetEstimate()).num(c.GetTtlNanos()).sum()
 }
 
 func commitFingerprint(c *raftcmdv1.Commit) [16]byte {
-	buf := []byte("commit")
-	buf = binary.AppendUvarint(buf, uint64(len(c.GetReservationId())))
-	buf = append(buf, c.GetReservationId()...)
-	buf = binary.AppendVarint(buf, c.GetActual())
-	sum := sha256.Sum256(buf)
-	return [16]byte(sum[:16])
+	return newFingerprint("commit").str(c.GetReservationId()).num(c.GetActual()).sum()
 }
 
 func encodeReserveRecord(r *ReserveResult) []byte {

@@ -190,11 +190,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 	for i, p := range req.Msg.GetPolicies() {
 		ap := PolicyFromAPI(p)
 		if err := ap.Validate(); err != nil {
-			var fe *admission.FieldError
-			if errors.As(err, &fe) {
-				err = &admission.FieldError{Field: fmt.Sprintf("policies[%d].%s", i, fe.Field), Reason: fe.Reason, Err: fe.Err}
-			}
-			return nil, n.toConnectError(err)
+			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 	}

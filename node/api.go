@@ -108,12 +108,11 @@ func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
 		}
 		cmd.Also = append(cmd.Also, ch)
 	}
-	if w := m.GetMaxWait(); w != nil {
-		if err := w.CheckValid(); err != nil || w.AsDuration() < 0 || w.AsDuration() > MaxWait {
-			return nil, badRequest("max_wait", "must be between 0 and %v (got %v)", MaxWait, w.AsDuration())
-		}
-		cmd.MaxWaitNanos = int64(w.AsDuration())
+	wait, err := durationField("max_wait", m.GetMaxWait(), 0, MaxWait)
+	if err != nil {
+		return nil, err
 	}
+	cmd.MaxWaitNanos = wait
 	return cmd, nil
 }
 
@@ -128,12 +127,21 @@ func checkCommand(field string, c *quoratev1.Check) (*raftcmdv1.Check, error) {
 		return nil, badRequest(field+"policy", "must not be empty")
 	}
 	if err := admission.CheckKeyCost(c.GetKey(), cost); err != nil {
-		if fe, ok := err.(*admission.FieldError); ok && field != "" {
-			return nil, &admission.FieldError{Field: field + fe.Field, Reason: fe.Reason, Err: fe.Err}
-		}
-		return nil, err
+		return nil, admission.Nested(field, err)
 	}
 	return &raftcmdv1.Check{Policy: c.GetPolicy(), Key: c.GetKey(), Cost: cost}, nil
+}
+
+// durationField checks an optional duration of a request against
+// [lo, hi], naming field, and returns it in nanoseconds (0 when unset).
+func durationField(field string, d *durationpb.Duration, lo, hi time.Duration) (int64, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if v := d.AsDuration(); d.CheckValid() != nil || v < lo || v > hi {
+		return 0, badRequest(field, "must be between %v and %v (got %v)", lo, hi, v)
+	}
+	return int64(d.AsDuration()), nil
 }
 
 func badRequest(field, format string, args ...any) error {
@@ -251,12 +259,11 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	cmd := &raftcmdv1.Reserve{Policy: m.GetPolicy(), Key: m.GetKey(), Estimate: m.GetEstimate(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
-	if ttl := m.GetTtl(); ttl != nil {
-		if admission.CheckLeaseTTL("ttl", ttl.AsDuration()) != nil || ttl.CheckValid() != nil {
-			return nil, n.toConnectError(badRequest("ttl", "must be between %v and %v (got %v)", admission.MinLeaseTTL, admission.MaxLeaseTTL, ttl.AsDuration()))
-		}
-		cmd.TtlNanos = int64(ttl.AsDuration())
+	ttl, err := durationField("ttl", m.GetTtl(), admission.MinLeaseTTL, admission.MaxLeaseTTL)
+	if err != nil {
+		return nil, n.toConnectError(err)
 	}
+	cmd.TtlNanos = ttl
 	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
 		func(ctx context.Context) (*quoratev1.ReserveResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}})

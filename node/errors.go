@@ -64,3 +64,29 @@ func withDetail(ce *connect.Error, m proto.Message) *connect.Error {
 	}
 	return ce
 }
+
+// errorDetail returns the first detail of type T carried by err's Connect
+// error, if any.
+func errorDetail[T proto.Message](err error) (T, bool) {
+	var zero T
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return zero, false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if t, ok := v.(T); ok {
+				return t, true
+			}
+		}
+	}
+	return zero, false
+}
+
+// IsOutcomeUnknown reports whether err (a Connect error from a Quorate node)
+// carries the OutcomeUnknown detail: the request may or may not have been
+// applied, and only a retry with the same request ID is safe.
+func IsOutcomeUnknown(err error) bool {
+	_, ok := errorDetail[*quoratev1.OutcomeUnknown](err)
+	return ok
+}

@@ -2,34 +2,19 @@ package node_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
+	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // outcomeUnknown reports whether err carries the OutcomeUnknown detail.
-func outcomeUnknown(err error) bool {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return false
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
-				return true
-			}
-		}
-	}
-	return false
-}
+func outcomeUnknown(err error) bool { return node.IsOutcomeUnknown(err) }
 
 // tally counts a key's acknowledged decisions and the calls whose outcome the
 // client cannot know (any error: the strictest reading).

@@ -61,10 +61,11 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	case op.GetReservePolicy() == "" && op.GetReserveEstimate() != 0:
 		return nil, n.toConnectError(badRequest("reserve_policy", "must name a rate or quota policy when reserve_estimate is set"))
 	}
-	maxWait := m.GetMaxWait().AsDuration()
-	if m.GetMaxWait() != nil && (m.GetMaxWait().CheckValid() != nil || maxWait < 0 || maxWait > MaxWait) {
-		return nil, n.toConnectError(badRequest("max_wait", "must be between 0 and %v (got %v)", MaxWait, maxWait))
+	wait, err := durationField("max_wait", m.GetMaxWait(), 0, MaxWait)
+	if err != nil {
+		return nil, n.toConnectError(err)
 	}
+	maxWait := time.Duration(wait)
 	return leaderCall(ctx, n, req, op.GetRequestId() != "",
 		func(ctx context.Context) (*quoratev1.AcquireLeaseResponse, error) {
 			var r *fsm.LeaseResult
@@ -185,13 +186,11 @@ func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool)
 	if !acquire && op.GetToken() < 1 {
 		return badRequest("fencing_token", "must be a token from AcquireLease (got %d)", op.GetToken())
 	}
-	if ttl != nil {
-		d := ttl.AsDuration()
-		if fe := admission.CheckLeaseTTL("ttl", d); fe != nil || ttl.CheckValid() != nil {
-			return badRequest("ttl", "must be between %v and %v (got %v)", admission.MinLeaseTTL, admission.MaxLeaseTTL, d)
-		}
-		op.TtlNanos = int64(d)
+	ns, err := durationField("ttl", ttl, admission.MinLeaseTTL, admission.MaxLeaseTTL)
+	if err != nil {
+		return err
 	}
+	op.TtlNanos = ns
 	return checkRequestID(op.GetCaller(), op.GetRequestId())
 }
 

@@ -95,19 +95,18 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 	var unknown error // the last attempt whose outcome is unknown, if any
 	for {
 		var err error
-		switch leaderAddr, leaderID := n.leader(); {
-		case n.raft.State() == raft.Leader:
+		if n.isLeader() {
 			err = local(ctx)
-		case r.forwarded:
+		} else if r.forwarded {
 			if unknown != nil {
 				// An earlier attempt here may have applied: say so, or the
 				// forwarding node would report "not proposed".
 				return unknown
 			}
 			return ErrNotLeader
-		case leaderAddr == "":
+		} else if leaderAddr, leaderID := n.leader(); leaderAddr == "" {
 			err = fmt.Errorf("%w: no leader known (leader id %q)", ErrNotProposed, leaderID)
-		default:
+		} else {
 			err = classifyRemote(remote(ctx, "http://"+leaderAddr))
 		}
 		wasUnknown := errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err)
@@ -133,21 +132,11 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 	}
 }
 
-// isOutcomeUnknown reports whether err is a Connect error carrying the
-// OutcomeUnknown detail (the leader's own answer to a forwarded call).
+// isOutcomeUnknown reports whether err is an Unavailable Connect error
+// carrying the OutcomeUnknown detail (the leader's own answer to a forwarded
+// call).
 func isOutcomeUnknown(err error) bool {
-	var ce *connect.Error
-	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
-		return false
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
-				return true
-			}
-		}
-	}
-	return false
+	return connect.CodeOf(err) == connect.CodeUnavailable && IsOutcomeUnknown(err)
 }
 
 // leader returns the leader's API address (empty when unknown or not yet
@@ -157,12 +146,8 @@ func (n *Node) leader() (apiAddr, id string) {
 	if lid == "" {
 		return "", ""
 	}
-	for _, m := range n.fsm.Nodes() {
-		if m.ID == string(lid) {
-			return m.APIAddr, m.ID
-		}
-	}
-	return "", string(lid)
+	m, _ := n.fsm.Node(string(lid))
+	return m.APIAddr, string(lid)
 }
 
 // classifyRemote sorts the error of a call forwarded to the leader: the
@@ -175,14 +160,8 @@ func classifyRemote(err error) error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && connect.IsWireError(ce) {
-		if ce.Code() == connect.CodeUnavailable {
-			for _, d := range ce.Details() {
-				if v, derr := d.Value(); derr == nil {
-					if _, ok := v.(*quoratev1.NotLeader); ok {
-						return fmt.Errorf("%w: %v", ErrNotProposed, ce)
-					}
-				}
-			}
+		if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader && ce.Code() == connect.CodeUnavailable {
+			return fmt.Errorf("%w: %v", ErrNotProposed, ce)
 		}
 		return ce
 	}

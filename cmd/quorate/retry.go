@@ -14,7 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/node"
 )
 
 // Retries with the same request ID (DESIGN.md §3). The request is built once
@@ -108,7 +108,7 @@ func outcomeUnknown(err error) bool {
 		return false
 	}
 	var ce *connect.Error
-	if errors.As(err, &ce) && hasOutcomeUnknown(ce) {
+	if errors.As(err, &ce) && node.IsOutcomeUnknown(ce) {
 		return true
 	}
 	var opErr *net.OpError
@@ -124,18 +124,6 @@ func outcomeUnknown(err error) bool {
 		return ce.Code() == connect.CodeDeadlineExceeded
 	}
 	return true
-}
-
-// hasOutcomeUnknown reports whether ce carries the OutcomeUnknown detail.
-func hasOutcomeUnknown(ce *connect.Error) bool {
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // retrier makes attempts of one request until one succeeds, one fails with an
