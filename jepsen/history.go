@@ -21,9 +21,27 @@ const (
 // OK reports whether the attempt got an answer.
 func (o Outcome) OK() bool { return o == OutcomeAllowed || o == OutcomeDenied }
 
-// Op is one attempt of one Admit; retries share RequestID and get their own Op.
+// OpKind names the API call of an Op.
+type OpKind string
+
+const (
+	KindAdmit   OpKind = "admit"   // AdmissionService.Admit
+	KindAcquire OpKind = "acquire" // LeaseService.AcquireLease
+	KindRenew   OpKind = "renew"   // LeaseService.RenewLease
+	KindRelease OpKind = "release" // LeaseService.ReleaseLease
+	KindCheck   OpKind = "check"   // LeaseService.CheckFence
+)
+
+// Op is one attempt of one call; retries share RequestID and get their own Op.
+//
+// Outcome for lease calls: allowed = acquired, renewed, released, or
+// CheckFence answered held; denied = acquire refused at the limit, a
+// renew/release/check refused because the token is no longer live (Stale,
+// FailedPrecondition), or CheckFence answered not held.
 type Op struct {
 	ID        int64     `json:"id"`
+	Kind      OpKind    `json:"kind"`
+	Policy    string    `json:"policy"`
 	Client    int       `json:"client"`
 	RequestID string    `json:"request_id"`
 	Caller    string    `json:"caller"`
@@ -37,6 +55,12 @@ type Op struct {
 	DecidedAt int64     `json:"decided_at,omitempty"` // unix nanoseconds
 	Duplicate bool      `json:"duplicate,omitempty"`
 	Error     string    `json:"error,omitempty"`
+
+	// Lease calls only.
+	LeaseID   string `json:"lease_id,omitempty"`
+	Token     int64  `json:"token,omitempty"`      // fencing token: received from acquire, sent with renew/release/check
+	ExpiresAt int64  `json:"expires_at,omitempty"` // unix nanoseconds: the lease's expiry in the answer (acquire, renew, check)
+	Stale     bool   `json:"stale,omitempty"`      // refused with FailedPrecondition: the token is no longer live
 }
 
 // History is a concurrency-safe, append-only list of ops.

@@ -114,7 +114,7 @@ func otherNode(rng *rand.Rand, node, n int) int {
 }
 
 func attempt(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History, client int, caller, reqID, key string, node, n int) Outcome {
-	op := Op{Client: client, RequestID: reqID, Caller: caller, Key: key, Node: c.Nodes[node].ID, Attempt: n, Start: time.Now()}
+	op := Op{Kind: KindAdmit, Policy: opts.Policy, Client: client, RequestID: reqID, Caller: caller, Key: key, Node: c.Nodes[node].ID, Attempt: n, Start: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	resp, err := c.Admission(node).Admit(cctx, connect.NewRequest(&quoratev1.AdmitRequest{
 		Policy: opts.Policy, Key: key, RequestId: reqID, Caller: caller,
