@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -67,6 +68,23 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
+	if plantedLocalRead && req.Header().Get(forwardedHeader) == "" {
+		if out, ok := plantedLocalDecision(n, req.Msg); ok {
+			bg := connect.NewRequest(proto.Clone(req.Msg).(*quoratev1.AdmitRequest))
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
+				defer cancel()
+				_, _ = h.admit(ctx, bg, cmd)
+			}()
+			return connect.NewResponse(out), nil
+		}
+	}
+	return h.admit(ctx, req, cmd)
+}
+
+// admit decides cmd through the leader's log.
+func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest], cmd *raftcmdv1.Admit) (*connect.Response[quoratev1.AdmitResponse], error) {
+	n := h.n
 	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
 		func(ctx context.Context) (*quoratev1.AdmitResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}})
