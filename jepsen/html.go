@@ -1,0 +1,194 @@
+package jepsen
+
+import (
+	"bytes"
+	"fmt"
+	"html"
+	"html/template"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// maxTimelines caps the HTML files WriteLinearHTML writes per result.
+const maxTimelines = 20
+
+// WriteLinearHTML writes porcupine's interactive timeline of each key of res
+// into dir (created if missing), one HTML file per key named
+// <algorithm>-<key>.html, and returns their paths. With onlyFailing, only
+// the keys that are not linearizable are drawn when there are any;
+// otherwise every key is, failing keys first, at most 20 files. Each
+// timeline has a "nemesis" row with the faults that overlap the key's
+// history and a "checker" row with the key's outcome.
+func WriteLinearHTML(dir string, res *LinearResult, faults []Fault, onlyFailing bool) ([]string, error) {
+	if res == nil || len(res.Keys) == 0 {
+		return nil, nil
+	}
+	var keys []*KeyLinearResult
+	for _, k := range res.Keys {
+		if k.Outcome == LinearIllegal {
+			keys = append(keys, k)
+		}
+	}
+	if !onlyFailing || len(keys) == 0 {
+		for _, k := range res.Keys {
+			if k.Outcome != LinearIllegal {
+				keys = append(keys, k)
+			}
+		}
+	}
+	keys = keys[:min(len(keys), maxTimelines)]
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var files []string
+	used := map[string]bool{}
+	for _, k := range keys {
+		name := fileSafe(res.Spec.Algorithm + "-" + k.Key)
+		for i := 2; used[name]; i++ {
+			name = fileSafe(fmt.Sprintf("%s-%s-%d", res.Spec.Algorithm, k.Key, i))
+		}
+		used[name] = true
+		path := filepath.Join(dir, name+".html")
+		if err := writeKeyTimeline(path, res.Spec, k, faults); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}
+
+func writeKeyTimeline(path string, spec LinearSpec, k *KeyLinearResult, faults []Fault) error {
+	info := k.info // a copy: annotations are added to this timeline only
+	lo, hi, ok := k.first, k.last, k.Requests > 0
+	var notes []porcupine.Annotation
+	for _, f := range faults {
+		start, end := f.Start.UnixNano(), f.End.UnixNano()
+		if f.End.IsZero() || end < start {
+			end = start
+		}
+		if ok && (end < lo || start > hi) {
+			continue
+		}
+		details := fmt.Sprintf("%s on %s, %s – %s", f.Kind, f.Node, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"))
+		if f.Error != "" {
+			details += ": " + f.Error
+		}
+		notes = append(notes, porcupine.Annotation{Tag: "nemesis", Start: start, End: end,
+			Description: f.Kind + " " + f.Node, Details: details, BackgroundColor: faultColor(f.Kind)})
+	}
+	if ok {
+		desc := fmt.Sprintf("key %s: %s", k.Key, k.Outcome)
+		details := fmt.Sprintf("%s model; %d requests, %d never answered; %d partition(s); porcupine took %s",
+			spec.Algorithm, k.Requests, k.Unanswered, k.Partitions, k.Elapsed.Round(time.Microsecond))
+		color := "#c8f0c8"
+		if k.Outcome == LinearIllegal {
+			details += "; " + k.Hint
+			color = "#ff9191"
+		} else if k.Outcome == LinearUnknown {
+			color = "#fff0a0"
+		}
+		notes = append(notes, porcupine.Annotation{Tag: "checker", Start: lo, End: hi, Description: desc, Details: details,
+			BackgroundColor: color})
+	}
+	info.AddAnnotations(notes)
+	var buf bytes.Buffer
+	if err := porcupine.Visualize(k.model, info, &buf); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("<title>Quorate %s linearizability: key %s (%s)</title>", html.EscapeString(spec.Algorithm),
+		html.EscapeString(k.Key), k.Outcome)
+	out := bytes.Replace(buf.Bytes(), []byte("<title>Porcupine</title>"), []byte(title), 1)
+	return os.WriteFile(path, out, 0o644)
+}
+
+func faultColor(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "kill"):
+		return "#ffb0b0"
+	case strings.HasPrefix(kind, "pause"):
+		return "#ffd8a0"
+	case strings.HasPrefix(kind, "clock"):
+		return "#d8c8ff"
+	case strings.HasPrefix(kind, "partition"):
+		return "#efaefc"
+	}
+	return "#d0d0d0"
+}
+
+// fileSafe maps s to a file name: letters, digits, '.', '_' and '-' kept,
+// anything else '_'.
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+var indexTemplate = template.Must(template.New("index").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="UTF-8">
+<title>{{.Title}}</title>
+<style>
+body { font-family: sans-serif; margin: 2em; }
+pre { background: #f4f4f4; padding: 1em; overflow-x: auto; }
+.fail { color: #b00000; font-weight: bold; }
+</style>
+</head>
+<body>
+<h1>{{.Title}}</h1>
+<h2>Summary</h2>
+<pre>{{range .Lines}}{{if .Fail}}<span class="fail">{{.Text}}</span>{{else}}{{.Text}}{{end}}
+{{end}}</pre>
+<h2>Timelines</h2>
+{{if .Files}}<ul>
+{{range .Files}}<li><a href="{{.Href}}">{{.Name}}</a></li>
+{{end}}</ul>{{else}}<p>None written.</p>{{end}}
+</body>
+</html>
+`))
+
+// WriteIndexHTML writes a self-contained page at path with title, the
+// summary text (lines starting with FAIL highlighted) and links to files:
+// paths relative to path's directory are used as they are, absolute ones
+// are made relative to it.
+func WriteIndexHTML(path string, title string, summary string, files []string) error {
+	type line struct {
+		Text string
+		Fail bool
+	}
+	type link struct{ Href, Name string }
+	data := struct {
+		Title string
+		Lines []line
+		Files []link
+	}{Title: title}
+	for _, l := range strings.Split(strings.TrimRight(summary, "\n"), "\n") {
+		data.Lines = append(data.Lines, line{Text: l, Fail: strings.HasPrefix(l, "FAIL")})
+	}
+	dir := filepath.Dir(path)
+	for _, f := range files {
+		href := f
+		if filepath.IsAbs(f) {
+			if rel, err := filepath.Rel(dir, f); err == nil {
+				href = rel
+			}
+		}
+		data.Files = append(data.Files, link{Href: filepath.ToSlash(href), Name: filepath.ToSlash(href)})
+	}
+	var buf bytes.Buffer
+	if err := indexTemplate.Execute(&buf, data); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
