@@ -27,11 +27,14 @@ type Config struct {
 	DataDir string
 
 	// APIAddr is the host:port the API listens on (--api-addr): Connect,
-	// gRPC, gRPC-Web and JSON on one port. Port 0 picks a free port.
+	// gRPC, gRPC-Web and JSON on one port. Port 0 picks a free port. When
+	// its host is a specific IP (not 0.0.0.0 or ::), this node's calls to
+	// other nodes' APIs (forwarding, joins, status) leave from that IP.
 	APIAddr string
 
 	// RaftAddr is the host:port Raft peers connect to (--raft-addr). Port 0
-	// picks a free port.
+	// picks a free port. When its host is a specific IP, this node's Raft
+	// connections to peers leave from that IP.
 	RaftAddr string
 
 	// AdvertiseAPIAddr is the API address other nodes use to reach this one
@@ -98,6 +101,13 @@ type Config struct {
 	// (--debug-clock-offset); never set it in production.
 	ClockOffset time.Duration
 
+	// DebugDialMap redirects this node's connections to other nodes: when
+	// it dials a key (a peer's advertised Raft or API host:port, or the
+	// --join address), it dials the value instead. It exists for
+	// fault-injection tests that route node-to-node traffic through proxies
+	// (--debug-dial-map); never set it in production.
+	DebugDialMap map[string]string
+
 	_ struct{}
 }
 
@@ -142,6 +152,13 @@ func (c Config) Validate() error {
 		}
 		if err := checkAdvertisable(a.addr); err != nil {
 			return bad(a.flag, "%v", err)
+		}
+	}
+	for from, to := range c.DebugDialMap {
+		for _, a := range []string{from, to} {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return bad("debug-dial-map", "%q is not host:port: %v", a, err)
+			}
 		}
 	}
 	if c.Bootstrap && c.Join != "" {

@@ -2,6 +2,8 @@ package node
 
 import (
 	"errors"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -31,11 +33,13 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--request-timeout", func(c *Config) { c.RequestTimeout = 0 }},
 		{"--snapshot-threshold", func(c *Config) { c.SnapshotThreshold = 0 }},
 		{"--log-level", func(c *Config) { c.LogLevel = "loud" }},
+		{"--debug-dial-map", func(c *Config) { c.DebugDialMap = map[string]string{"127.0.0.1:7170": "127.0.0.1"} }},
 	}
 	for _, tc := range cases {
 		cfg := valid
 		tc.change(&cfg)
 		before := cfg
+		before.DebugDialMap = maps.Clone(cfg.DebugDialMap)
 		err := cfg.Validate()
 		if !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: got %v, want ErrInvalidConfig", tc.flag, err)
@@ -45,7 +49,7 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.flag+":") {
 			t.Errorf("%s: message %q does not name the flag", tc.flag, err)
 		}
-		if cfg != before {
+		if !reflect.DeepEqual(cfg, before) {
 			t.Errorf("%s: Validate changed the config", tc.flag)
 		}
 	}

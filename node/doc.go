@@ -21,6 +21,17 @@
 // after proposing, deadline while committing, forwarded call failed midway),
 // the caller gets Unavailable with an OutcomeUnknown detail.
 //
+// # Addresses
+//
+// Each node listens on its API and Raft addresses and advertises them (or
+// the --advertise-* addresses) in the replicated registry. When a listener
+// is bound to a specific IP rather than 0.0.0.0 or ::, the node's own
+// connections of that kind — Raft to its peers, API calls to other nodes —
+// leave from that IP, so a multi-homed host talks to its peers from the
+// address they know it by, and per-address firewall rules apply to it.
+// Config.DebugDialMap can redirect node-to-node dials through proxies for
+// fault-injection tests.
+//
 // # Threading
 //
 // Node's methods are safe for concurrent use. Run blocks until its context

@@ -94,7 +94,7 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("%w: --advertise-raft-addr: %v", ErrInvalidConfig, err)
 		}
 	}
-	n.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, hlog)
+	n.transport, err = newRaftTransport(cfg.RaftAddr, advertise, cfg.DebugDialMap, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("node: --raft-addr: %w", err)
 	}
@@ -154,7 +154,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: starting raft: %w", err)
 	}
-	n.peers = newPeers()
+	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap))
 	n.waiters = newWaiters()
 
 	mux := http.NewServeMux()

@@ -24,11 +24,14 @@ type peerClient struct {
 	lease     quoratev1connect.LeaseServiceClient
 }
 
-func newPeers() *peers {
+// newPeers returns clients whose connections d opens (from the node's API
+// IP, following Config.DebugDialMap).
+func newPeers(d *peerDialer) *peers {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	return &peers{
 		httpClient: &http.Client{Transport: &http.Transport{
+			DialContext:         d.DialContext,
 			Protocols:           &protocols,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,

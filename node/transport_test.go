@@ -1,0 +1,149 @@
+package node
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// acceptOne accepts one connection on ln and returns the IP it came from.
+func acceptOne(t *testing.T, ln net.Listener) <-chan net.IP {
+	t.Helper()
+	from := make(chan net.IP, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			from <- nil
+			return
+		}
+		from <- c.RemoteAddr().(*net.TCPAddr).IP
+		c.Close()
+	}()
+	return from
+}
+
+func TestStreamLayerDialsFromListenerIP(t *testing.T) {
+	peer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	s, err := newStreamLayer("127.0.0.2:0", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Addr().(*net.TCPAddr).IP.String(); got != "127.0.0.2" {
+		t.Fatalf("Addr %v, want the bound 127.0.0.2", s.Addr())
+	}
+	from := acceptOne(t, peer)
+	c, err := s.Dial(raft.ServerAddress(peer.Addr().String()), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ip := <-from; !ip.Equal(net.ParseIP("127.0.0.2")) {
+		t.Fatalf("peer saw the connection from %v, want 127.0.0.2", ip)
+	}
+}
+
+func TestStreamLayerFollowsDialMap(t *testing.T) {
+	via, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer via.Close()
+	s, err := newStreamLayer("127.0.0.3:0", nil, map[string]string{"127.0.0.9:7100": via.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	from := acceptOne(t, via)
+	c, err := s.Dial("127.0.0.9:7100", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ip := <-from; !ip.Equal(net.ParseIP("127.0.0.3")) {
+		t.Fatalf("the mapped address saw the connection from %v, want 127.0.0.3", ip)
+	}
+}
+
+func TestStreamLayerAdvertise(t *testing.T) {
+	if _, err := newStreamLayer("0.0.0.0:0", nil, nil); err == nil {
+		t.Fatal("a Raft listener on 0.0.0.0 without an advertise address was accepted")
+	}
+	adv := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 7170}
+	s, err := newStreamLayer("0.0.0.0:0", adv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Addr() != adv {
+		t.Fatalf("Addr %v, want the advertised %v", s.Addr(), adv)
+	}
+	if s.dialer.local != nil {
+		t.Fatalf("a listener on 0.0.0.0 binds outgoing connections to %v", s.dialer.local)
+	}
+}
+
+func TestPeerDialerLocalFor(t *testing.T) {
+	tcp := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 1} }
+	tests := []struct {
+		listen, target, want string // want "" means the kernel's choice
+	}{
+		{"127.0.0.2", "127.0.0.1:7170", "127.0.0.2"},
+		{"127.0.0.2", "localhost:7170", "127.0.0.2"},
+		{"127.0.0.2", "10.0.0.2:7170", ""},        // a loopback source cannot reach another host
+		{"127.0.0.2", "node2.example:7170", ""},   // nor, probably, a name
+		{"127.0.0.2", "[::1]:7170", ""},           // another family
+		{"10.0.0.1", "10.0.0.2:7170", "10.0.0.1"}, // multi-homed host: the listen address
+		{"10.0.0.1", "node2.example:7170", "10.0.0.1"},
+		{"0.0.0.0", "10.0.0.2:7170", ""},
+		{"::", "[::1]:7170", ""},
+		{"::1", "[::1]:7170", "::1"},
+	}
+	for _, tt := range tests {
+		got := newPeerDialer(tcp(tt.listen), nil).localFor(tt.target)
+		if (got == nil) != (tt.want == "") || got != nil && !got.Equal(net.ParseIP(tt.want)) {
+			t.Errorf("listening on %s, dialing %s from %v, want %q", tt.listen, tt.target, got, tt.want)
+		}
+	}
+}
+
+// The peer API client (forwarding, joins, status) dials from the API
+// listener's IP too, over cleartext HTTP/2, and follows the dial map.
+func TestPeersDialFromAPIIP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := make(chan string, 1)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &protocols, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from <- r.RemoteAddr
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	apiLn := &net.TCPAddr{IP: net.ParseIP("127.0.0.4"), Port: 7070}
+	p := newPeers(newPeerDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}))
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.9:7070/", nil)
+	resp, err := p.httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	host, _, _ := net.SplitHostPort(<-from)
+	if host != "127.0.0.4" {
+		t.Fatalf("request came from %s, want 127.0.0.4", host)
+	}
+}
