@@ -97,8 +97,9 @@ type Config struct {
 	LogLevel string
 
 	// ClockOffset is added to the local clock when the leader stamps the
-	// time of an entry. It exists for fault-injection tests
-	// (--debug-clock-offset); never set it in production.
+	// time of an entry; Node.SetClockOffset changes it while the node runs.
+	// It exists for fault-injection tests (--debug-clock-offset,
+	// --debug-clock-file); never set it in production.
 	ClockOffset time.Duration
 
 	// DebugDialMap redirects this node's connections to other nodes: when

@@ -30,7 +30,7 @@ func (n *Node) expireLoop(ctx context.Context) {
 		}
 		for range maxExpiresPerTick {
 			next, ok := n.fsm.NextExpiry()
-			if !n.isLeader() || !ok || next > time.Now().Add(n.cfg.ClockOffset).UnixNano() {
+			if !n.isLeader() || !ok || next > n.now().UnixNano() {
 				break
 			}
 			pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)

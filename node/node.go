@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,6 +46,8 @@ type Node struct {
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
+
+	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -62,6 +65,7 @@ func New(cfg Config) (_ *Node, err error) {
 		fsm:        fsm.New(fsm.Options{}),
 		registered: make(chan struct{}),
 	}
+	n.clockOffset.Store(int64(cfg.ClockOffset))
 	defer func() {
 		if err != nil {
 			n.closeResources()
@@ -186,6 +190,23 @@ func (n *Node) APIAddr() string { return n.apiAddr }
 
 // RaftAddr is the host:port Raft peers dial.
 func (n *Node) RaftAddr() string { return n.raftAddr }
+
+// SetClockOffset changes, from now on, the offset added to the local clock
+// when this node stamps the time of an entry as leader (Config.ClockOffset).
+// It exists for fault-injection tests: a clock that jumps while the node
+// runs. Time in the replicated state still never goes backwards (the FSM
+// keeps the latest time it applied). Safe for concurrent use.
+func (n *Node) SetClockOffset(d time.Duration) {
+	if old := time.Duration(n.clockOffset.Swap(int64(d))); old != d {
+		n.log.Warn("clock offset changed", "from", old, "to", d)
+	}
+}
+
+// ClockOffset is the offset SetClockOffset or Config.ClockOffset set.
+func (n *Node) ClockOffset() time.Duration { return time.Duration(n.clockOffset.Load()) }
+
+// now is the local clock plus the clock offset: the time the leader stamps.
+func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 
 // Run serves the API until ctx is done, then shuts down gracefully: it stops
 // accepting requests, lets running ones finish, hands leadership to another

@@ -38,7 +38,7 @@ const forwardedHeader = "Quorate-Forwarded-By"
 // until it is applied here, returning the FSM's result. Errors: ErrNotLeader
 // (not proposed), ErrOutcomeUnknown, or the FSM's refusal.
 func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
-	env.NowUnixNano = time.Now().Add(n.cfg.ClockOffset).UnixNano()
+	env.NowUnixNano = n.now().UnixNano()
 	data, err := fsm.Encode(env)
 	if err != nil {
 		return nil, fmt.Errorf("node: encoding command: %w", err)
