@@ -2,6 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,6 +16,7 @@ import (
 
 func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
+	var clockFile string
 	cmd := &cobra.Command{
 		Use:   "serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR)",
 		Short: "Run one node of a Quorate cluster",
@@ -23,6 +30,19 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.LogOutput = cmd.ErrOrStderr()
+			var reload chan os.Signal
+			if clockFile != "" {
+				// Listen before the first read: a SIGUSR1 sent after the
+				// file changed is then either seen here or by that read.
+				reload = make(chan os.Signal, 1)
+				signal.Notify(reload, syscall.SIGUSR1)
+				defer signal.Stop(reload)
+				d, err := readClockFile(clockFile)
+				if err != nil {
+					return fmt.Errorf("--debug-clock-file: %w", err)
+				}
+				cfg.ClockOffset = d
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -31,6 +51,15 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: node %s: API on %s, Raft on %s\n", cfg.ID, n.APIAddr(), n.RaftAddr())
+			if reload != nil {
+				stop := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					reloadClockOffset(n, clockFile, reload, stop, cmd.ErrOrStderr())
+				}()
+				defer func() { close(stop); <-done }()
+			}
 			// Run shuts the node down (and closes it) when the context ends.
 			return n.Run(cmd.Context())
 		},
@@ -47,7 +76,47 @@ func newServeCmd() *cobra.Command {
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")
+	fs.StringVar(&clockFile, "debug-clock-file", clockFile, "file holding a duration added to this node's clock (overrides --debug-clock-offset), read at start and again on SIGUSR1; for fault-injection tests only")
+	_ = fs.MarkHidden("debug-clock-file")
+	fs.StringToStringVar(&cfg.DebugDialMap, "debug-dial-map", cfg.DebugDialMap, "PEER=VIA,...: dial host:port VIA whenever a peer's host:port PEER is dialed; for fault-injection tests only")
+	_ = fs.MarkHidden("debug-dial-map")
 	return cmd
+}
+
+// readClockFile reads a Go duration (e.g. "-1.5s"); blank means 0.
+func readClockFile(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
+}
+
+// reloadClockOffset sets n's clock offset from path on every signal on sig
+// until stop is closed. A file it cannot read or parse leaves the offset as
+// it was, with a message on stderr.
+func reloadClockOffset(n *node.Node, path string, sig <-chan os.Signal, stop <-chan struct{}, stderr io.Writer) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-sig:
+		}
+		d, err := readClockFile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "quorate: node %s: --debug-clock-file: %v; clock offset stays %v\n", n.ID(), err, n.ClockOffset())
+			continue
+		}
+		n.SetClockOffset(d)
+	}
 }
 
 // addNodeTuningFlags registers the flags of cfg's timeouts, snapshots and
