@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,12 @@ type ClusterOptions struct {
 	ReadyWait  time.Duration // how long to wait for the cluster to form; default 30s
 	ExtraArgs  []string      // appended to every `quorate serve`
 	BuildTags  string        // -tags for building the binary, e.g. quorate_planted_bug
+	// Net is how Partition cuts the network: "nftables" (nodes in a private
+	// network namespace, on 127.0.0.11, .12, …; needs root), "proxy" (a
+	// userspace TCP proxy per pair of nodes), or "" / "auto": nftables when
+	// running as root and a namespace with nftables rules can be set up,
+	// else proxy (LogDir/network.log says why).
+	Net string
 }
 
 // Node is one quorate serve process.
@@ -43,11 +50,12 @@ type Node struct {
 	DataDir  string
 	LogPath  string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	paused bool
-	offset time.Duration // --debug-clock-offset of the running process
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{}
+	paused    bool
+	offset    time.Duration // clock offset, kept across restarts
+	clockFile string        // --debug-clock-file: offset's home
 }
 
 // Cluster is a set of running node processes.
@@ -56,6 +64,12 @@ type Cluster struct {
 	binary string
 	opts   ClusterOptions
 	http   *http.Client
+
+	net     network
+	netMode string
+
+	netLogMu   sync.Mutex
+	netLogPath string
 }
 
 // FindModuleRoot walks up from dir to the directory whose go.mod declares Quorate's module.
@@ -121,7 +135,11 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: opts, binary: opts.Binary, http: newHTTPClient()}
+	c := &Cluster{opts: opts, binary: opts.Binary, netLogPath: filepath.Join(opts.LogDir, "network.log")}
+	if err := c.setUpNetwork(); err != nil {
+		return nil, err
+	}
+	c.http = newHTTPClient(c.net.dialContext)
 	if c.binary == "" {
 		root := opts.ModuleRoot
 		if root == "" {
@@ -132,21 +150,16 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 		}
 		c.binary = filepath.Join(opts.WorkDir, "quorate")
 		if err := BuildBinary(ctx, root, c.binary, opts.BuildTags); err != nil {
+			c.net.close()
 			return nil, err
 		}
 	}
 	for i := range opts.Nodes {
-		api, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		raftAddr, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+		api, raftAddr := c.net.addrs(i)
 		id := fmt.Sprintf("n%d", i+1)
 		c.Nodes = append(c.Nodes, &Node{ID: id, APIAddr: api, RaftAddr: raftAddr,
-			DataDir: filepath.Join(opts.WorkDir, id), LogPath: filepath.Join(opts.LogDir, id+".log")})
+			DataDir: filepath.Join(opts.WorkDir, id), LogPath: filepath.Join(opts.LogDir, id+".log"),
+			clockFile: filepath.Join(opts.WorkDir, id+".clock")})
 	}
 	for i := range c.Nodes {
 		if err := c.start(i); err != nil {
@@ -177,18 +190,19 @@ func (c *Cluster) start(i int) error {
 		args = append(args, "--join", c.Nodes[0].APIAddr)
 	}
 	n.mu.Lock()
-	offset := n.offset
+	err := writeClockFile(n.clockFile, n.offset)
 	n.mu.Unlock()
-	if offset != 0 {
-		args = append(args, "--debug-clock-offset", offset.String())
+	if err != nil {
+		return err
 	}
+	args = append(args, "--debug-clock-file", n.clockFile)
 	args = append(args, c.opts.ExtraArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(logf, "=== jepsen: %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := exec.Command(c.binary, args...)
+	cmd := c.net.command(i, c.binary, args)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -265,13 +279,95 @@ func (c *Cluster) Restart(i int) error {
 }
 
 // RestartWithClockOffset restarts node i with its clock shifted by offset
-// (the hidden --debug-clock-offset of quorate serve): the times it stamps
-// into the log when it leads jump forward or backward.
+// (through the hidden --debug-clock-file of quorate serve): the times it
+// stamps into the log when it leads jump forward or backward. SetClockOffset
+// does the same without a restart.
 func (c *Cluster) RestartWithClockOffset(i int, offset time.Duration) error {
 	c.Nodes[i].mu.Lock()
 	c.Nodes[i].offset = offset
 	c.Nodes[i].mu.Unlock()
 	return c.Restart(i)
+}
+
+// SetClockOffset shifts node i's clock by offset while it runs: the times
+// it stamps into the log when it leads jump forward or backward. It writes
+// the node's --debug-clock-file (atomically) and sends SIGUSR1, which makes
+// quorate serve read it again; the offset also holds across restarts of the
+// node until changed. A stopped node takes it when it starts; a paused one
+// when it resumes.
+func (c *Cluster) SetClockOffset(i int, offset time.Duration) error {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	n.offset = offset
+	err := writeClockFile(n.clockFile, offset)
+	n.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !c.Running(i) {
+		return nil
+	}
+	if err := c.waitSignalHandler(i, 10*time.Second); err != nil {
+		return err
+	}
+	return c.signal(i, syscall.SIGUSR1)
+}
+
+func writeClockFile(path string, offset time.Duration) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(offset.String()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("jepsen: clock file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("jepsen: clock file: %w", err)
+	}
+	return nil
+}
+
+// waitSignalHandler waits until node i's process catches SIGUSR1, i.e. it is
+// the Go binary with its runtime up (a Go program ignores a SIGUSR1 it did
+// not ask for, while the default action — still in force between fork and
+// exec, or in `ip netns exec` — kills). Where /proc is missing it cannot
+// tell and returns at once.
+func (c *Cluster) waitSignalHandler(i int, d time.Duration) error {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	pid := n.cmd.Process.Pid
+	n.mu.Unlock()
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(d)
+	for {
+		if catches, err := catchesSignal(pid, syscall.SIGUSR1); err == nil && catches {
+			return nil
+		}
+		if !c.Running(i) {
+			return fmt.Errorf("jepsen: %s exited", n.ID)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jepsen: %s does not handle SIGUSR1 after %v", n.ID, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// catchesSignal reads the SigCgt mask of /proc/<pid>/status.
+func catchesSignal(pid int, sig syscall.Signal) (bool, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			if err != nil {
+				return false, err
+			}
+			return m&(1<<(uint(sig)-1)) != 0, nil
+		}
+	}
+	return false, errors.New("jepsen: no SigCgt in /proc status")
 }
 
 // Pause stops node i with SIGSTOP.
@@ -296,9 +392,9 @@ func (c *Cluster) Resume(i int) error {
 	return nil
 }
 
-// Heal resumes paused nodes and restarts dead ones.
+// Heal heals the network, resumes paused nodes and restarts dead ones.
 func (c *Cluster) Heal() error {
-	var errs []error
+	errs := []error{c.HealNetwork()}
 	for i, n := range c.Nodes {
 		n.mu.Lock()
 		paused := n.paused
@@ -313,8 +409,10 @@ func (c *Cluster) Heal() error {
 	return errors.Join(errs...)
 }
 
-// Stop resumes paused nodes, sends SIGTERM to all and waits; stragglers get SIGKILL.
+// Stop resumes paused nodes, sends SIGTERM to all and waits; stragglers get
+// SIGKILL. Then it tears the network down (namespace or proxies).
 func (c *Cluster) Stop() {
+	defer c.closeNetwork()
 	for i, n := range c.Nodes {
 		if !c.Running(i) {
 			continue
@@ -332,13 +430,18 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func newHTTPClient() *http.Client {
+func newHTTPClient(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		DialContext:         dial,
 		MaxIdleConnsPerHost: 64,
 	}
 	return &http.Client{Transport: tr}
 }
+
+// HTTPClient is the harness's client of the nodes' APIs (what Admission,
+// Admin and Lease use). In nftables mode it is the only way in: the nodes
+// live in their own network namespace.
+func (c *Cluster) HTTPClient() *http.Client { return c.http }
 
 func baseURL(addr string) string { return "http://" + addr }
 
