@@ -65,11 +65,19 @@ verify: proto-deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## jepsen: fault-injection runs against real processes (reports in data/jepsen/)
+## jepsen: the full fault-injection matrix against real processes — each fault
+## family, then all mixed, 60 s each, every workload at once — then the two
+## planted-bug self-tests, which must fail. Reports in data/jepsen/.
 jepsen: build
-	$(GO) run ./cmd/quorate-jepsen --binary $(BIN) --duration 60s --report data/jepsen/kill-pause
-	@if $(GO) run ./cmd/quorate-jepsen --planted-bug --duration 15s --report data/jepsen/planted-bug >/dev/null; then \
-		echo "jepsen: the planted bug was NOT caught"; exit 1; else echo "jepsen: the planted bug was caught"; fi
+	rm -rf data/jepsen
+	$(GO) run ./cmd/quorate-jepsen --binary $(BIN) --matrix full --duration 60s --report data/jepsen/matrix
+	@for bug in dedupe local-read; do \
+		$(GO) run ./cmd/quorate-jepsen --planted-bug $$bug --workload token-bucket,fixed-window --faults kill,pause \
+			--duration 15s --report data/jepsen/planted-$$bug > data/jepsen/planted-$$bug.txt 2>&1; \
+		if grep -q '^FAIL ' data/jepsen/planted-$$bug.txt; then \
+			echo "jepsen: the planted $$bug bug was caught by: $$(grep '^FAIL ' data/jepsen/planted-$$bug.txt | cut -d: -f1 | cut -c6- | tr '\n' ' ')"; \
+		else echo "jepsen: the planted $$bug bug was NOT caught (data/jepsen/planted-$$bug.txt)"; exit 1; fi; \
+	done
 
 clean:
 	rm -rf bin .cache

@@ -75,8 +75,9 @@ func CheckOverAdmission(ops []Op, capacity int64) Verdict {
 }
 
 // CheckAtMostOnce checks that every answer for one (caller, request ID) agrees
-// with the first answer (allowed, remaining, decided_at) and that every
-// answer after the first is marked duplicate.
+// with the first answer (allowed, remaining, decided_at; for leases also the
+// lease, token, expiry and staleness) and that every answer after the first
+// is marked duplicate. Calls without a request ID (CheckFence) are skipped.
 func CheckAtMostOnce(ops []Op) Verdict {
 	v := Verdict{Checker: "at-most-once", OK: true}
 	sorted := append([]Op(nil), ops...)
@@ -84,7 +85,7 @@ func CheckAtMostOnce(ops []Op) Verdict {
 	first := map[reqKey]Op{}
 	repeats := 0
 	for _, op := range sorted {
-		if !op.Outcome.OK() {
+		if !op.Outcome.OK() || op.RequestID == "" {
 			continue
 		}
 		k := reqKey{op.Caller, op.RequestID}
@@ -94,17 +95,26 @@ func CheckAtMostOnce(ops []Op) Verdict {
 			continue
 		}
 		repeats++
-		if op.Outcome != f.Outcome || op.Remaining != f.Remaining || op.DecidedAt != f.DecidedAt {
-			v.violate("request %s/%s: op %d answered %s remaining=%d decided_at=%s, but first answer (op %d) was %s remaining=%d decided_at=%s",
-				op.Caller, op.RequestID, op.ID, op.Outcome, op.Remaining, fmtNanos(op.DecidedAt),
-				f.ID, f.Outcome, f.Remaining, fmtNanos(f.DecidedAt))
+		if op.Outcome != f.Outcome || op.Remaining != f.Remaining || op.DecidedAt != f.DecidedAt ||
+			op.LeaseID != f.LeaseID || op.Token != f.Token || op.ExpiresAt != f.ExpiresAt || op.Stale != f.Stale {
+			v.violate("request %s/%s: op %d answered %s, but first answer (op %d) was %s", op.Caller, op.RequestID,
+				op.ID, describeAnswer(op), f.ID, describeAnswer(f))
 		}
-		if !op.Duplicate {
+		// A stale refusal is an error answer: it carries no duplicate flag.
+		if !op.Duplicate && !op.Stale {
 			v.violate("request %s/%s: op %d is a repeat answer (first was op %d) but not marked duplicate", op.Caller, op.RequestID, op.ID, f.ID)
 		}
 	}
 	v.Summary = fmt.Sprintf("%d answered request IDs, %d repeat answers", len(first), repeats)
 	return v
+}
+
+func describeAnswer(op Op) string {
+	s := fmt.Sprintf("%s decided_at=%s", op.Outcome, fmtNanos(op.DecidedAt))
+	if op.Kind == KindAdmit || op.Kind == "" {
+		return s + fmt.Sprintf(" remaining=%d", op.Remaining)
+	}
+	return s + fmt.Sprintf(" token=%d lease=%s expires_at=%s stale=%v", op.Token, op.LeaseID, fmtNanos(op.ExpiresAt), op.Stale)
 }
 
 func fmtNanos(n int64) string { return time.Unix(0, n).UTC().Format(time.RFC3339Nano) }

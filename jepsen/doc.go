@@ -1,25 +1,51 @@
 // Package jepsen is Quorate's black-box fault-injection harness.
 //
 // It builds the quorate binary, starts a real cluster of `quorate serve`
-// processes on loopback ports (StartCluster), drives concurrent clients
+// processes on this machine (StartCluster), drives concurrent clients
 // through the public Connect API only (never node or fsm internals), injects
-// process faults on a seeded schedule (kill -9 + restart, SIGSTOP/SIGCONT),
-// records a history of every attempt and checks it:
+// faults on a seeded schedule, records a history of every attempt and checks
+// it. The command quorate-jepsen and `make jepsen` run it.
 //
-//   - CheckOverAdmission: per key, distinct request IDs acknowledged as
-//     allowed never exceed the bucket's capacity (refill is negligible, so the
-//     bound is exact).
-//   - CheckAtMostOnce: every answer for one request ID agrees with the first
-//     (allowed, remaining, decided_at) and later answers are duplicates.
-//   - CheckDurability: after healing, a final Peek per key shows spent units
-//     within [acked allowed, acked allowed + unknown outcomes].
+// Workloads (Run drives the selected ones at once, each on its own policy):
+//   - token-bucket: Admit on buckets that never refill within a run, so the
+//     bound is exact: admitted ≤ capacity per key (RunWorkload);
+//   - fixed-window: Admit on fixed windows: admitted ≤ limit per key and
+//     window of log time (RunWorkload);
+//   - lease: AcquireLease, RenewLease, CheckFence, ReleaseLease, abandoned
+//     leases that expire, and late calls with released tokens
+//     (RunLeaseWorkload).
 //
-// Run ties it together and writes a report directory (summary.txt,
-// history.jsonl, seed, node logs).
+// Unanswered calls that carry a request ID are retried with the same ID on
+// other nodes for about half of them; a few answered ones are re-sent.
 //
-// Next steps (not in this slice): cmd/quorate-jepsen; network partitions
-// (netns/nftables when root, else a per-pair userspace TCP proxy); rolling
-// restarts; clock faults via --debug-clock-offset; fixed-window and lease
-// (fencing) workloads; a porcupine linearizability checker per key; a lease
-// checker.
+// Faults (Nemesis, one at a time, on the leader half of the time): kill -9
+// and restart from the same data dir; SIGSTOP/SIGCONT; clock jumps of
+// ±1..5 s while the node runs (--debug-clock-file) or across a restart;
+// network partitions between node pairs — isolate the leader,
+// majority/minority split, majorities ring, bridge, one-way loss — and
+// heal; rolling restarts.
+//
+// Network faults (Cluster.Partition with a Grudge; ClusterOptions.Net): as
+// root, nodes run in a private network namespace on 127.0.0.11, .12, … and
+// nftables drops packets per ordered pair, so a one-way cut also breaks TCP
+// the other way once a reply is needed; otherwise a userspace TCP proxy per
+// pair holds back the bytes of a cut direction until healed (truly one-way).
+// Only node-to-node traffic is cut, never the harness's clients.
+// LogDir/network.log records the mode and every partition.
+//
+// Checkers:
+//   - CheckOverAdmission / CheckFixedWindow: acknowledged admits per key
+//     (and window) never exceed the bound;
+//   - CheckAtMostOnce: every answer for one request ID equals the first;
+//   - CheckLinearizable: per-key histories linearize against a sequential
+//     model with porcupine (unknown outcomes stay open-ended);
+//   - CheckLeases: fencing tokens unique and increasing in real-time order,
+//     never more than limit certain holders, stale tokens refused;
+//   - CheckDurability: after healing, a final Peek per key lies within
+//     [acknowledged, acknowledged + unknown].
+//
+// Run writes a report directory: summary.txt, index.html with porcupine
+// timelines (with a nemesis row), history.jsonl, node logs, the seed; every
+// report names the command that replays its schedule. Binaries built with a
+// planted bug (PlantedBugs) must make checkers fail: the self-test.
 package jepsen

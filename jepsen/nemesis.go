@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -11,18 +13,51 @@ import (
 
 // Fault is one injected fault.
 type Fault struct {
-	Kind  string    `json:"kind"` // "kill", "pause" or "clock±N", with "-leader" when aimed at the leader
-	Node  string    `json:"node"`
+	Kind  string    `json:"kind"` // e.g. "kill", "pause-leader", "clock+3s", "partition-split", "rolling-restart"
+	Node  string    `json:"node"` // the node(s) it hit; for partitions the sides, e.g. "n1 | n2 n3"
 	Start time.Time `json:"start"`
-	End   time.Time `json:"end"` // when the node was restarted or resumed
+	End   time.Time `json:"end"` // when it was undone
 	Error string    `json:"error,omitempty"`
 }
 
-// NemesisOptions configures RunNemesis.
+// Fault families the nemesis draws from.
+const (
+	FamilyKill      = "kill"      // kill -9 a random node or the leader, restart it from the same data dir
+	FamilyPause     = "pause"     // SIGSTOP a random node or the leader, SIGCONT it
+	FamilyClock     = "clock"     // jump a node's clock ±1..5s while it runs (or across a restart), and back
+	FamilyPartition = "partition" // isolate the leader, majority/minority split, majorities ring, bridge, one-way loss
+	FamilyRestart   = "restart"   // rolling restart: every node in turn, one at a time
+)
+
+// Families lists every fault family; "mixed" means all of them.
+var Families = []string{FamilyKill, FamilyPause, FamilyClock, FamilyPartition, FamilyRestart}
+
+// ParseFamilies parses a comma-separated list of families ("mixed" = all,
+// "none" = no faults).
+func ParseFamilies(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "mixed":
+			out = append(out, Families...)
+		case f == "none" || f == "":
+		case slices.Contains(Families, f):
+			out = append(out, f)
+		default:
+			return nil, fmt.Errorf("unknown fault family %q (want %s, mixed or none)", f, strings.Join(Families, ", "))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// NemesisOptions configures Nemesis.Run.
 type NemesisOptions struct {
 	Seed     uint64
+	Families []string      // none: no faults
 	Interval time.Duration // quiet time between faults; default 2s
-	Duration time.Duration // how long a node stays down or paused; default 1.5s
+	Duration time.Duration // how long a fault lasts; default 1.5s (partitions 2×)
 }
 
 // Nemesis records the faults it injected.
@@ -38,10 +73,8 @@ func (n *Nemesis) Faults() []Fault {
 	return append([]Fault(nil), n.faults...)
 }
 
-// RunNemesis injects one fault at a time on a seeded schedule until ctx ends:
-// kill -9 and restart, SIGSTOP and SIGCONT, or a restart with the clock
-// jumped ±1..5s (and back), of a random node or the leader.
-// Every fault is undone before it returns.
+// Run injects one fault at a time on a seeded schedule until ctx ends,
+// drawing from opts.Families (none: no faults). Every fault is undone before it returns.
 func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 	if opts.Interval == 0 {
 		opts.Interval = 2 * time.Second
@@ -49,60 +82,149 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 	if opts.Duration == 0 {
 		opts.Duration = 1500 * time.Millisecond
 	}
+	if len(opts.Families) == 0 {
+		return
+	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6e656d65))
 	for {
 		if !sleepCtx(ctx, opts.Interval/2+time.Duration(rng.Int64N(int64(opts.Interval)))) {
 			return
 		}
-		var kind string
-		var offset time.Duration
-		switch rng.IntN(3) {
-		case 0:
-			kind = "kill"
-		case 1:
-			kind = "pause"
+		family := opts.Families[rng.IntN(len(opts.Families))]
+		var f Fault
+		switch family {
+		case FamilyPartition:
+			f = n.partition(ctx, c, rng, 2*opts.Duration)
+		case FamilyRestart:
+			f = n.rollingRestart(ctx, c)
 		default:
-			// A clock jump of ±1..5s: the node restarts with its clock
-			// shifted, and back again when the fault ends.
-			offset = time.Duration(1+rng.IntN(5)) * time.Second
-			if rng.IntN(2) == 0 {
-				offset = -offset
-			}
-			kind = "clock" + fmt.Sprintf("%+v", offset)
-		}
-		target := rng.IntN(len(c.Nodes))
-		if rng.IntN(2) == 0 {
-			if l, err := c.Leader(ctx); err == nil {
-				target, kind = l, kind+"-leader"
-			}
-		}
-		f := Fault{Kind: kind, Node: c.Nodes[target].ID, Start: time.Now()}
-		var err error
-		switch {
-		case strings.HasPrefix(kind, "pause"):
-			err = c.Pause(target)
-		case strings.HasPrefix(kind, "clock"):
-			err = c.RestartWithClockOffset(target, offset)
-		default:
-			err = c.Kill(target)
-		}
-		sleepCtx(ctx, opts.Duration) // undo the fault even when ctx has ended
-		switch {
-		case strings.HasPrefix(kind, "pause"):
-			err = joinErr(err, c.Resume(target))
-		case strings.HasPrefix(kind, "clock"):
-			err = joinErr(err, c.RestartWithClockOffset(target, 0))
-		default:
-			err = joinErr(err, c.Restart(target))
-		}
-		f.End = time.Now()
-		if err != nil {
-			f.Error = err.Error()
+			f = n.nodeFault(ctx, c, rng, family, opts.Duration)
 		}
 		n.mu.Lock()
 		n.faults = append(n.faults, f)
 		n.mu.Unlock()
 	}
+}
+
+// nodeFault kills, pauses or shifts the clock of one node — the leader half
+// of the time — for d, then undoes it.
+func (n *Nemesis) nodeFault(ctx context.Context, c *Cluster, rng *rand.Rand, family string, d time.Duration) Fault {
+	kind := family
+	var offset time.Duration
+	restartClock := false
+	if family == FamilyClock {
+		offset = time.Duration(1+rng.IntN(5)) * time.Second
+		if rng.IntN(2) == 0 {
+			offset = -offset
+		}
+		restartClock = rng.IntN(4) == 0 // now and then across a restart rather than live
+		kind = fmt.Sprintf("clock%+v", offset)
+		if restartClock {
+			kind += "-restart"
+		}
+	}
+	target := rng.IntN(len(c.Nodes))
+	if rng.IntN(2) == 0 {
+		if l, err := c.Leader(ctx); err == nil {
+			target, kind = l, kind+"-leader"
+		}
+	}
+	f := Fault{Kind: kind, Node: c.Nodes[target].ID, Start: time.Now()}
+	var err error
+	switch {
+	case family == FamilyPause:
+		err = c.Pause(target)
+	case family == FamilyClock && restartClock:
+		err = c.RestartWithClockOffset(target, offset)
+	case family == FamilyClock:
+		err = c.SetClockOffset(target, offset)
+	default:
+		err = c.Kill(target)
+	}
+	sleepCtx(ctx, d) // undo the fault even when ctx has ended
+	switch {
+	case family == FamilyPause:
+		err = joinErr(err, c.Resume(target))
+	case family == FamilyClock && restartClock:
+		err = joinErr(err, c.RestartWithClockOffset(target, 0))
+	case family == FamilyClock:
+		err = joinErr(err, c.SetClockOffset(target, 0))
+	default:
+		err = joinErr(err, c.Restart(target))
+	}
+	return finish(f, err)
+}
+
+// partition cuts the network by one of the grudge shapes for d, then heals.
+func (n *Nemesis) partition(ctx context.Context, c *Cluster, rng *rand.Rand, d time.Duration) Fault {
+	nodes := len(c.Nodes)
+	var g Grudge
+	var kind string
+	switch rng.IntN(5) {
+	case 0:
+		target := rng.IntN(nodes)
+		kind = "partition-isolate"
+		if l, err := c.Leader(ctx); err == nil {
+			target, kind = l, "partition-isolate-leader"
+		}
+		g = IsolateGrudge(nodes, target)
+	case 1:
+		kind, g = "partition-split", SplitGrudge(nodes, rng)
+	case 2:
+		kind, g = "partition-ring", RingGrudge(nodes, rng)
+	case 3:
+		kind, g = "partition-bridge", BridgeGrudge(nodes, rng)
+	default:
+		from := rng.IntN(nodes)
+		kind = "partition-one-way"
+		if l, err := c.Leader(ctx); err == nil && rng.IntN(2) == 0 {
+			from, kind = l, "partition-one-way-from-leader"
+		}
+		g = OneWayGrudge(from, otherNode(rng, from, nodes))
+	}
+	f := Fault{Kind: kind, Node: describeGrudge(c, g), Start: time.Now()}
+	err := c.Partition(g)
+	sleepCtx(ctx, d)
+	return finish(f, joinErr(err, c.HealNetwork()))
+}
+
+// rollingRestart restarts every node in turn, waiting for the cluster to
+// be whole again before the next.
+func (n *Nemesis) rollingRestart(ctx context.Context, c *Cluster) Fault {
+	f := Fault{Kind: "rolling-restart", Node: "all", Start: time.Now()}
+	var err error
+	for i := range c.Nodes {
+		if err = c.Restart(i); err != nil {
+			break
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = c.WaitReady(wctx)
+		cancel()
+		if err != nil || ctx.Err() != nil {
+			break
+		}
+	}
+	return finish(f, err)
+}
+
+func finish(f Fault, err error) Fault {
+	f.End = time.Now()
+	if err != nil {
+		f.Error = err.Error()
+	}
+	return f
+}
+
+// describeGrudge renders who cannot send to whom, e.g. "n1↛n2 n1↛n3".
+func describeGrudge(c *Cluster, g Grudge) string {
+	var parts []string
+	for from, tos := range g {
+		for _, to := range tos {
+			parts = append(parts, c.Nodes[from].ID+"↛"+c.Nodes[to].ID)
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }
 
 func joinErr(a, b error) error {

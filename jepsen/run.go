@@ -2,37 +2,111 @@ package jepsen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
+
+// Workloads Run knows. Run drives every selected workload at once, each on
+// its own policy and keys, against one cluster under one nemesis.
+const (
+	WorkloadTokenBucket = "token-bucket" // admits on token buckets that never refill within a run: admitted ≤ capacity per key
+	WorkloadFixedWindow = "fixed-window" // admits on fixed windows: admitted ≤ limit per key and window
+	WorkloadLease       = "lease"        // acquire/renew/check/release of concurrency leases with fencing tokens
+)
+
+// Workloads lists the workloads Run knows.
+var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease}
+
+// ParseWorkloads parses a comma-separated list of workloads ("all" = every one).
+func ParseWorkloads(s string) ([]string, error) {
+	var out []string
+	for _, w := range strings.Split(s, ",") {
+		w = strings.TrimSpace(w)
+		switch {
+		case w == "all":
+			out = append(out, Workloads...)
+		case slices.Contains(Workloads, w):
+			out = append(out, w)
+		default:
+			return nil, fmt.Errorf("unknown workload %q (want %s or all)", w, strings.Join(Workloads, ", "))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
 
 // Options configures Run.
 type Options struct {
 	ReportDir  string        // required; created if missing
 	ModuleRoot string        // Quorate's module root; found from the working directory when empty
 	Binary     string        // prebuilt binary; built when empty
-	BuildTags  string        // -tags when building the binary (the planted-bug self-test)
+	BuildTags  string        // -tags when building the binary (the planted-bug self-tests)
 	Nodes      int           // default 3
-	Clients    int           // default 8
-	Keys       int           // default 6; key i opens after i×Duration/Keys
-	Capacity   int64         // tokens per key; default 100
+	Workloads  []string      // default: all
+	Clients    int           // clients per workload; default 6
+	Keys       int           // token-bucket keys, key i opening after i×Duration/Keys; default 6 (the other workloads use 3)
+	Capacity   int64         // token-bucket: tokens per key; default 100
+	Limit      int64         // fixed-window: units per window; default 20
+	Window     time.Duration // fixed-window: window length (whole seconds); default 2s
+	Holders    int64         // lease: leases per key; default 2
+	LeaseTTL   time.Duration // lease: TTL asked on acquire and renew; default 2s
 	Duration   time.Duration // workload time; default 20s
 	Seed       uint64        // nemesis and client seed; 0 means time-based
+	Net        string        // network fault mechanism: "" (auto), "nftables" or "proxy"
 	Nemesis    NemesisOptions
+}
+
+func (o *Options) defaults() error {
+	if len(o.Workloads) == 0 {
+		o.Workloads = Workloads
+	}
+	for _, w := range o.Workloads {
+		if !slices.Contains(Workloads, w) {
+			return fmt.Errorf("jepsen: unknown workload %q (want one of %s)", w, strings.Join(Workloads, ", "))
+		}
+	}
+	setDefault(&o.Clients, 6)
+	setDefault(&o.Keys, 6)
+	setDefault(&o.Capacity, 100)
+	setDefault(&o.Limit, 20)
+	setDefault(&o.Window, 2*time.Second)
+	setDefault(&o.Holders, 2)
+	setDefault(&o.LeaseTTL, 2*time.Second)
+	setDefault(&o.Duration, 20*time.Second)
+	setDefault(&o.Seed, uint64(time.Now().UnixNano()))
+	o.Nemesis.Seed = o.Seed
+	return nil
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
 }
 
 // Report is Run's result.
 type Report struct {
+	Options        Options // as run, defaults filled in
 	Dir            string
 	Seed           uint64
+	Workloads      []string
+	Families       []string
+	NetMode        string
 	Ops            []Op
 	Faults         []Fault
-	FinalRemaining map[string]int64
+	FinalRemaining map[string]int64 // token-bucket keys after healing
 	Verdicts       []Verdict
 	Counts         map[Outcome]int
+	Timelines      []string // porcupine HTML files, relative to Dir
 }
 
 // OK reports whether every checker passed.
@@ -45,27 +119,20 @@ func (r *Report) OK() bool {
 	return len(r.Verdicts) > 0
 }
 
-const policyName = "jepsen-bucket"
+// Policy names, one per workload.
+const (
+	policyTokenBucket = "jepsen-bucket"
+	policyFixedWindow = "jepsen-window"
+	policyLease       = "jepsen-lease"
+)
 
-// Run starts a cluster, runs the token-bucket workload under the nemesis,
-// heals, peeks, checks and writes the report directory.
+// Run starts a cluster, runs the workloads under the nemesis, heals, reads
+// the final state, checks the history and writes the report directory:
+// summary.txt, index.html, timelines/ (porcupine), history.jsonl, seed, logs/.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	if opts.Clients == 0 {
-		opts.Clients = 8
+	if err := opts.defaults(); err != nil {
+		return nil, err
 	}
-	if opts.Keys == 0 {
-		opts.Keys = 6
-	}
-	if opts.Capacity == 0 {
-		opts.Capacity = 100
-	}
-	if opts.Duration == 0 {
-		opts.Duration = 20 * time.Second
-	}
-	if opts.Seed == 0 {
-		opts.Seed = uint64(time.Now().UnixNano())
-	}
-	opts.Nemesis.Seed = opts.Seed
 	if err := os.MkdirAll(opts.ReportDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -78,34 +145,59 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(work)
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
-		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs")})
+		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net})
 	if err != nil {
 		return nil, err
 	}
 	defer c.Stop()
 
+	has := func(w string) bool { return slices.Contains(opts.Workloads, w) }
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = ApplyTokenBucket(actx, c, policyName, opts.Capacity)
-	cancel()
-	if err != nil {
-		return nil, err
+	defer cancel()
+	for _, p := range []struct {
+		w string
+		p *quoratev1.Policy
+	}{
+		{WorkloadTokenBucket, TokenBucketPolicy(policyTokenBucket, opts.Capacity)},
+		{WorkloadFixedWindow, FixedWindowPolicy(policyFixedWindow, opts.Limit, opts.Window)},
+		{WorkloadLease, ConcurrencyPolicy(policyLease, opts.Holders, opts.LeaseTTL)},
+	} {
+		if has(p.w) {
+			if err := ApplyPolicy(actx, c, p.p); err != nil {
+				return nil, err
+			}
+		}
 	}
-	keys := make([]string, opts.Keys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%d", i)
-	}
+	bucketKeys := keyNames("bucket", opts.Keys)
 
 	h := &History{}
 	nem := &Nemesis{}
 	wctx, cancel := context.WithTimeout(ctx, opts.Duration)
-	done := make(chan struct{})
-	go func() { nem.Run(wctx, c, opts.Nemesis); close(done) }()
-	RunWorkload(wctx, c, WorkloadOptions{Policy: policyName, Keys: keys, Clients: opts.Clients, Seed: opts.Seed,
-		KeyEvery: opts.Duration / time.Duration(opts.Keys)}, h)
-	<-done
-	cancel()
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { nem.Run(wctx, c, opts.Nemesis) })
+	if has(WorkloadTokenBucket) {
+		wg.Go(func() {
+			RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
+				Seed: opts.Seed, KeyEvery: opts.Duration / time.Duration(opts.Keys)}, h)
+		})
+	}
+	if has(WorkloadFixedWindow) {
+		wg.Go(func() {
+			RunWorkload(wctx, c, WorkloadOptions{Policy: policyFixedWindow, Keys: keyNames("window", 3), Clients: opts.Clients,
+				Seed: opts.Seed ^ 0xf1, ClientBase: 100}, h)
+		})
+	}
+	if has(WorkloadLease) {
+		wg.Go(func() {
+			RunLeaseWorkload(wctx, c, LeaseWorkloadOptions{Policy: policyLease, Keys: keyNames("lease", 3), Clients: opts.Clients,
+				Seed: opts.Seed, TTL: opts.LeaseTTL, ClientBase: 200}, h)
+		})
+	}
+	wg.Wait()
 
-	r := &Report{Dir: opts.ReportDir, Seed: opts.Seed, Ops: h.Ops(), Faults: nem.Faults(), Counts: map[Outcome]int{}}
+	r := &Report{Options: opts, Dir: opts.ReportDir, Seed: opts.Seed, Workloads: opts.Workloads, Families: opts.Nemesis.Families,
+		NetMode: c.NetMode(), Ops: h.Ops(), Faults: nem.Faults(), Counts: map[Outcome]int{}}
 	for _, op := range r.Ops {
 		r.Counts[op.Outcome]++
 	}
@@ -116,44 +208,117 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if healErr = c.Heal(); healErr == nil {
 		healErr = c.WaitReady(ctx)
 	}
-	if healErr == nil {
-		r.FinalRemaining, healErr = FinalPeek(ctx, c, policyName, keys)
+	r.Verdicts = []Verdict{CheckAtMostOnce(r.Ops)}
+	var lins []*LinearResult
+	if has(WorkloadTokenBucket) {
+		if healErr == nil {
+			r.FinalRemaining, healErr = FinalPeek(ctx, c, policyTokenBucket, bucketKeys)
+		}
+		ops := opsOf(r.Ops, policyTokenBucket)
+		v, lin := CheckLinearizable(ops, LinearSpec{Algorithm: "token_bucket", Capacity: opts.Capacity})
+		lins = append(lins, lin)
+		r.Verdicts = append(r.Verdicts, CheckOverAdmission(ops, opts.Capacity), named(v, WorkloadTokenBucket),
+			CheckDurability(ops, opts.Capacity, r.FinalRemaining))
 	}
-	r.Verdicts = []Verdict{
-		CheckOverAdmission(r.Ops, opts.Capacity),
-		CheckAtMostOnce(r.Ops),
-		CheckDurability(r.Ops, opts.Capacity, r.FinalRemaining),
+	if has(WorkloadFixedWindow) {
+		ops := opsOf(r.Ops, policyFixedWindow)
+		v, lin := CheckLinearizable(ops, LinearSpec{Algorithm: "fixed_window", Limit: opts.Limit, Window: opts.Window})
+		lins = append(lins, lin)
+		r.Verdicts = append(r.Verdicts, CheckFixedWindow(ops, opts.Limit, opts.Window), named(v, WorkloadFixedWindow))
 	}
-	if err := os.WriteFile(filepath.Join(opts.ReportDir, "summary.txt"), []byte(r.Summary(healErr)), 0o644); err != nil {
+	if has(WorkloadLease) {
+		r.Verdicts = append(r.Verdicts, CheckLeases(opsOf(r.Ops, policyLease), opts.Holders))
+	}
+	var errs []error
+	for _, lin := range lins {
+		if lin == nil {
+			continue
+		}
+		files, err := WriteLinearHTML(filepath.Join(opts.ReportDir, "timelines"), lin, r.Faults, !r.OK())
+		errs = append(errs, err)
+		for _, f := range files {
+			if rel, err := filepath.Rel(opts.ReportDir, f); err == nil {
+				f = rel
+			}
+			r.Timelines = append(r.Timelines, f)
+		}
+	}
+	summary := r.Summary(healErr)
+	errs = append(errs,
+		os.WriteFile(filepath.Join(opts.ReportDir, "summary.txt"), []byte(summary), 0o644),
+		WriteIndexHTML(filepath.Join(opts.ReportDir, "index.html"),
+			fmt.Sprintf("Quorate fault-injection run, seed %d", r.Seed), summary, r.Timelines))
+	if err := errors.Join(errs...); err != nil {
 		return r, err
 	}
 	return r, healErr
 }
 
+func keyNames(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return keys
+}
+
+// opsOf returns the ops on one policy.
+func opsOf(ops []Op, policy string) []Op {
+	var out []Op
+	for _, op := range ops {
+		if op.Policy == policy {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// named prefixes a verdict's checker name with its workload.
+func named(v Verdict, workload string) Verdict {
+	v.Checker = workload + "/" + v.Checker
+	return v
+}
+
 // Summary renders summary.txt.
 func (r *Report) Summary(healErr error) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed: %d\n", r.Seed)
+	fmt.Fprintf(&b, "seed: %d\nworkloads: %s\nfault families: %s (network faults via %s)\n", r.Seed,
+		strings.Join(r.Workloads, ", "), familiesArg(r.Families), r.NetMode)
 	fmt.Fprintf(&b, "attempts: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
 		r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied], r.Counts[OutcomeAllowed], r.Counts[OutcomeDenied],
 		r.Counts[OutcomeFail], r.Counts[OutcomeUnknown])
+	perKind := map[OpKind]int{}
+	for _, op := range r.Ops {
+		perKind[op.Kind]++
+	}
+	fmt.Fprintf(&b, "by call: admit %d, acquire %d, renew %d, check %d, release %d\n",
+		perKind[KindAdmit], perKind[KindAcquire], perKind[KindRenew], perKind[KindCheck], perKind[KindRelease])
 	fmt.Fprintf(&b, "faults: %d\n", len(r.Faults))
 	for _, f := range r.Faults {
-		fmt.Fprintf(&b, "  %s %-12s %s until %s %s\n", f.Node, f.Kind, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Error)
+		fmt.Fprintf(&b, "  %-30s %-16s %s until %s %s\n", f.Kind, f.Node, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Error)
 	}
 	if healErr != nil {
 		fmt.Fprintf(&b, "heal/final peek error: %v\n", healErr)
 	}
-	fmt.Fprintf(&b, "final remaining: %v\n", r.FinalRemaining)
+	if r.FinalRemaining != nil {
+		fmt.Fprintf(&b, "final remaining: %v\n", r.FinalRemaining)
+	}
 	for _, v := range r.Verdicts {
 		status := "PASS"
 		if !v.OK {
 			status = "FAIL"
 		}
 		fmt.Fprintf(&b, "%s %s: %s\n", status, v.Checker, v.Summary)
-		for _, s := range v.Violations {
+		for i, s := range v.Violations {
+			if i == 20 {
+				fmt.Fprintf(&b, "  … %d more\n", len(v.Violations)-i)
+				break
+			}
 			fmt.Fprintf(&b, "  - %s\n", s)
 		}
+	}
+	for _, t := range r.Timelines {
+		fmt.Fprintf(&b, "timeline: %s\n", t)
 	}
 	return b.String()
 }

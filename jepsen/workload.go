@@ -20,13 +20,30 @@ import (
 // of seconds the bound on admits is exactly capacity.
 const refillNegligiblePeriod = 366 * 24 * time.Hour
 
-// ApplyTokenBucket applies a token_bucket policy with limit = burst = capacity
-// over 366 days, retrying across nodes until ctx ends.
-func ApplyTokenBucket(ctx context.Context, c *Cluster, name string, capacity int64) error {
-	req := &quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
-		Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: capacity,
-		Period: durationpb.New(refillNegligiblePeriod), DedupeRetention: durationpb.New(time.Hour),
-	}}}
+// TokenBucketPolicy is a token_bucket policy with limit = burst = capacity
+// over 366 days: over a run of minutes the bound on admits is exactly capacity.
+func TokenBucketPolicy(name string, capacity int64) *quoratev1.Policy {
+	return &quoratev1.Policy{Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: capacity,
+		Period: durationpb.New(refillNegligiblePeriod), DedupeRetention: durationpb.New(time.Hour)}
+}
+
+// FixedWindowPolicy is a fixed_window policy of limit units per window
+// (a whole number of seconds), windows aligned to the Unix epoch in log time.
+func FixedWindowPolicy(name string, limit int64, window time.Duration) *quoratev1.Policy {
+	return &quoratev1.Policy{Name: name, Algorithm: "fixed_window", Limit: limit,
+		Period: durationpb.New(window), DedupeRetention: durationpb.New(time.Hour)}
+}
+
+// ConcurrencyPolicy is a concurrency policy: at most limit leases per key,
+// each living ttl unless renewed.
+func ConcurrencyPolicy(name string, limit int64, ttl time.Duration) *quoratev1.Policy {
+	return &quoratev1.Policy{Name: name, Algorithm: "concurrency", Limit: limit,
+		LeaseTtl: durationpb.New(ttl), DedupeRetention: durationpb.New(time.Hour)}
+}
+
+// ApplyPolicy applies p, retrying across nodes until ctx ends.
+func ApplyPolicy(ctx context.Context, c *Cluster, p *quoratev1.Policy) error {
+	req := &quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{p}}
 	var err error
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -37,7 +54,7 @@ func ApplyTokenBucket(ctx context.Context, c *Cluster, name string, capacity int
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("jepsen: apply policy: %w", err)
+			return fmt.Errorf("jepsen: apply policy %s: %w", p.GetName(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -54,6 +71,7 @@ type WorkloadOptions struct {
 	MaxRetries    int           // retries per request ID; default 3
 	RepeatOK      float64       // fraction of answered requests re-sent once to another node (exercises dedupe); default 0.05
 	KeyEvery      time.Duration // open Keys[i] only after i×KeyEvery, so fresh buckets drain throughout the run; 0 opens all at once
+	ClientBase    int           // client numbers start here, so workloads running together never share a caller
 }
 
 // RunWorkload runs opts.Clients goroutines sending Admit until ctx ends, recording into h.
@@ -72,7 +90,8 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 	}
 	began := time.Now()
 	var wg sync.WaitGroup
-	for cl := range opts.Clients {
+	for i := range opts.Clients {
+		cl := opts.ClientBase + i
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(opts.Seed, uint64(cl)+1))
 			caller := fmt.Sprintf("jepsen-client-%d", cl)
@@ -81,7 +100,10 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 				if opts.KeyEvery > 0 {
 					open = min(open, 1+int(time.Since(began)/opts.KeyEvery))
 				}
-				key := opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
+				key := opts.Keys[rng.IntN(open)]
+				if opts.KeyEvery > 0 {
+					key = opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
+				}
 				reqID := fmt.Sprintf("c%d-r%d", cl, seq)
 				node := rng.IntN(len(c.Nodes))
 				out := attempt(ctx, c, opts, h, cl, caller, reqID, key, node, 0)

@@ -1,16 +1,22 @@
 // Command quorate-jepsen runs Quorate's fault-injection harness against a
 // real cluster of `quorate serve` processes on this machine: concurrent
-// clients admit through the public API, a seeded nemesis kills (-9) and
-// pauses (SIGSTOP) nodes, and checkers verify no over-admission,
-// at-most-once answers per request ID and durability. It writes a report
-// directory (summary.txt, history.jsonl, node logs, seed) and exits 1 when a
-// checker fails.
+// clients drive token-bucket admits, fixed-window admits and fenced leases
+// through the public API while a seeded nemesis partitions the network,
+// kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes; checkers
+// then verify no over-admission, at-most-once answers per request ID,
+// linearizability per key (porcupine), lease fencing and durability. It
+// writes a report directory (summary.txt, index.html with porcupine
+// timelines, history.jsonl, node logs, seed) and exits 1 when a checker
+// fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
-//	               [--clients 8] [--keys 6] [--capacity 100] [--binary PATH]
-//	               [--planted-bug]
+//	               [--workload all|token-bucket,fixed-window,lease]
+//	               [--faults mixed|none|kill,pause,clock,partition,restart]
+//	               [--net auto|nftables|proxy] [--planted-bug dedupe|local-read]
+//	quorate-jepsen --matrix full|short [--duration 60s] [--report DIR]
 //
-// Re-running with the same --seed replays the same fault schedule.
+// Re-running with the same --seed and options replays the same fault
+// schedule; every report ends with the command line that does so.
 package main
 
 import (
@@ -21,6 +27,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,28 +49,9 @@ func main() {
 var errChecksFailed = errors.New("a checker failed: see the report")
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("quorate-jepsen", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	opts := jepsen.Options{}
-	fs.StringVar(&opts.ReportDir, "report", "", "report directory (default: jepsen-report-<seed> in the working directory)")
-	fs.Uint64Var(&opts.Seed, "seed", 0, "seed of the fault schedule and the clients (0: from the time)")
-	fs.DurationVar(&opts.Duration, "duration", 60*time.Second, "how long the workload runs")
-	fs.IntVar(&opts.Nodes, "nodes", 3, "cluster size (3 or 5)")
-	fs.IntVar(&opts.Clients, "clients", 8, "concurrent clients")
-	fs.IntVar(&opts.Keys, "keys", 6, "keys; key i opens after i×duration/keys")
-	fs.Int64Var(&opts.Capacity, "capacity", 100, "tokens per key (no refill: the bound is exact)")
-	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
-	planted := fs.Bool("planted-bug", false, "build the server with -tags quorate_planted_bug (ignores request IDs): checkers must fail")
-	if err := fs.Parse(args); err != nil {
+	opts, matrix, err := parse(args, stdout)
+	if err != nil {
 		return err
-	}
-	switch {
-	case opts.Nodes != 3 && opts.Nodes != 5:
-		return fmt.Errorf("--nodes: must be 3 or 5 (got %d)", opts.Nodes)
-	case opts.Duration < time.Second:
-		return fmt.Errorf("--duration: must be at least 1s (got %v)", opts.Duration)
-	case opts.Clients < 1 || opts.Keys < 1 || opts.Capacity < 1:
-		return errors.New("--clients, --keys and --capacity must be at least 1")
 	}
 	if opts.Seed == 0 {
 		opts.Seed = uint64(time.Now().UnixNano())
@@ -70,23 +59,100 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if opts.ReportDir == "" {
 		opts.ReportDir = fmt.Sprintf("jepsen-report-%d", opts.Seed)
 	}
-	if *planted {
-		opts.BuildTags = "quorate_planted_bug"
+	if matrix != "" {
+		runs := jepsen.FullMatrix()
+		if matrix == "short" {
+			runs = jepsen.ShortMatrix()
+		}
+		results := jepsen.RunMatrix(ctx, opts, runs, stdout)
+		fmt.Fprint(stdout, jepsen.FormatMatrix(results))
+		for _, r := range results {
+			if !r.OK() {
+				return errChecksFailed
+			}
+		}
+		return ctx.Err()
 	}
 	fmt.Fprintf(stdout, "quorate-jepsen: seed %d, %v, %d nodes; report in %s\n", opts.Seed, opts.Duration, opts.Nodes, opts.ReportDir)
 	r, err := jepsen.Run(ctx, opts)
 	if r != nil {
 		fmt.Fprint(stdout, r.Summary(err))
-		fmt.Fprintf(stdout, "reproduce: quorate-jepsen --seed %d --duration %v --nodes %d --clients %d --keys %d --capacity %d%s\n",
-			opts.Seed, opts.Duration, opts.Nodes, opts.Clients, opts.Keys, opts.Capacity, map[bool]string{true: " --planted-bug"}[*planted])
+		fmt.Fprintf(stdout, "report: %s/index.html\nreproduce: %s\n", opts.ReportDir, jepsen.ReproduceCommand(r.Options))
 	}
 	if err != nil {
 		return err
 	}
-	for _, v := range r.Verdicts {
-		if !v.OK {
-			return errChecksFailed
-		}
+	if !r.OK() {
+		return errChecksFailed
 	}
 	return nil
+}
+
+// parse reads the flags into Options and the matrix name ("" for one run).
+func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
+	fs := flag.NewFlagSet("quorate-jepsen", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	opts := jepsen.Options{}
+	fs.StringVar(&opts.ReportDir, "report", "", "report directory (default: jepsen-report-<seed> in the working directory)")
+	fs.Uint64Var(&opts.Seed, "seed", 0, "seed of the fault schedule and the clients (0: from the time)")
+	fs.DurationVar(&opts.Duration, "duration", 60*time.Second, "how long the workload runs (each run of a matrix)")
+	fs.IntVar(&opts.Nodes, "nodes", 3, "cluster size (3 or 5)")
+	workloads := fs.String("workload", "all", "workloads, comma-separated: "+strings.Join(jepsen.Workloads, ", ")+", or all")
+	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all) or none")
+	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed) or short (CI's)")
+	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")
+	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket keys; key i opens after i×duration/keys")
+	fs.Int64Var(&opts.Capacity, "capacity", 100, "token-bucket: tokens per key (no refill: the bound is exact)")
+	fs.Int64Var(&opts.Limit, "limit", 20, "fixed-window: units per key and window")
+	fs.DurationVar(&opts.Window, "window", 2*time.Second, "fixed-window: window length (whole seconds)")
+	fs.Int64Var(&opts.Holders, "holders", 2, "lease: leases per key")
+	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", 2*time.Second, "lease: TTL asked on acquire and renew (≥ 1s)")
+	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
+	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
+	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs) or local-read (answers from the local replica)")
+	if err := fs.Parse(args); err != nil {
+		return opts, "", err
+	}
+	var err error
+	if opts.Workloads, err = jepsen.ParseWorkloads(*workloads); err != nil {
+		return opts, "", fmt.Errorf("--workload: %w", err)
+	}
+	if opts.Nemesis.Families, err = jepsen.ParseFamilies(*faults); err != nil {
+		return opts, "", fmt.Errorf("--faults: %w", err)
+	}
+	switch {
+	case opts.Nodes != 3 && opts.Nodes != 5:
+		return opts, "", fmt.Errorf("--nodes: must be 3 or 5 (got %d)", opts.Nodes)
+	case opts.Duration < time.Second:
+		return opts, "", fmt.Errorf("--duration: must be at least 1s (got %v)", opts.Duration)
+	case opts.Clients < 1:
+		return opts, "", fmt.Errorf("--clients: must be at least 1 (got %d)", opts.Clients)
+	case opts.Keys < 1:
+		return opts, "", fmt.Errorf("--keys: must be at least 1 (got %d)", opts.Keys)
+	case opts.Capacity < 1:
+		return opts, "", fmt.Errorf("--capacity: must be at least 1 (got %d)", opts.Capacity)
+	case opts.Limit < 1:
+		return opts, "", fmt.Errorf("--limit: must be at least 1 (got %d)", opts.Limit)
+	case opts.Window < time.Second || opts.Window%time.Second != 0:
+		return opts, "", fmt.Errorf("--window: must be a whole number of seconds (got %v)", opts.Window)
+	case opts.Holders < 1:
+		return opts, "", fmt.Errorf("--holders: must be at least 1 (got %d)", opts.Holders)
+	case opts.LeaseTTL < time.Second:
+		return opts, "", fmt.Errorf("--lease-ttl: must be at least 1s (got %v)", opts.LeaseTTL)
+	case !slices.Contains([]string{"auto", "nftables", "proxy"}, opts.Net):
+		return opts, "", fmt.Errorf("--net: must be auto, nftables or proxy (got %q)", opts.Net)
+	case *matrix != "" && *matrix != "full" && *matrix != "short":
+		return opts, "", fmt.Errorf("--matrix: must be full or short (got %q)", *matrix)
+	}
+	if opts.Net == "auto" {
+		opts.Net = ""
+	}
+	if *planted != "" {
+		tag, ok := jepsen.PlantedBugs[*planted]
+		if !ok {
+			return opts, "", fmt.Errorf("--planted-bug: must be dedupe or local-read (got %q)", *planted)
+		}
+		opts.BuildTags = tag
+	}
+	return opts, *matrix, nil
 }

@@ -1,0 +1,190 @@
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// MatrixRun is one row of a matrix: the fault families of one run.
+type MatrixRun struct {
+	Name     string
+	Families []string
+	Duration time.Duration // 0: the matrix's default
+}
+
+// FullMatrix is `make jepsen`: each fault family alone, then all mixed.
+func FullMatrix() []MatrixRun {
+	var runs []MatrixRun
+	for _, f := range Families {
+		runs = append(runs, MatrixRun{Name: f, Families: []string{f}})
+	}
+	return append(runs, MatrixRun{Name: "mixed", Families: Families})
+}
+
+// ShortMatrix is CI's: a few short runs that still cover partitions,
+// kills and pauses (and clock jumps and restarts).
+func ShortMatrix() []MatrixRun {
+	return []MatrixRun{
+		{Name: "partition", Families: []string{FamilyPartition}},
+		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
+		{Name: "clock+restart", Families: []string{FamilyClock, FamilyRestart}},
+	}
+}
+
+// MatrixResult is one finished (or failed) run.
+type MatrixResult struct {
+	Run     MatrixRun
+	Options Options
+	Report  *Report
+	Err     error
+	Took    time.Duration
+}
+
+// OK reports whether the run completed and every checker passed.
+func (m MatrixResult) OK() bool { return m.Err == nil && m.Report != nil && m.Report.OK() }
+
+// RunMatrix runs each row with base's options (its own seed: base.Seed+i,
+// its own report directory under base.ReportDir), printing a line as each
+// starts and ends, and returns the results. It stops early only when ctx ends.
+func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.Writer) []MatrixResult {
+	if base.Seed == 0 {
+		base.Seed = uint64(time.Now().UnixNano())
+	}
+	var out []MatrixResult
+	for i, row := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		opts := base
+		opts.Seed = base.Seed + uint64(i)
+		opts.Nemesis.Families = row.Families
+		if row.Duration != 0 {
+			opts.Duration = row.Duration
+		}
+		opts.ReportDir = filepath.Join(base.ReportDir, fmt.Sprintf("%02d-%s", i+1, strings.ReplaceAll(row.Name, "+", "-")))
+		fmt.Fprintf(progress, "run %d/%d %s: seed %d, %v, report %s\n", i+1, len(runs), row.Name, opts.Seed, opts.Duration, opts.ReportDir)
+		began := time.Now()
+		r, err := Run(ctx, opts)
+		res := MatrixResult{Run: row, Options: opts, Report: r, Err: err, Took: time.Since(began)}
+		verdict := "PASS"
+		if !res.OK() {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(progress, "run %d/%d %s: %s in %v\n", i+1, len(runs), row.Name, verdict, res.Took.Round(time.Second))
+		out = append(out, res)
+	}
+	return out
+}
+
+// FormatMatrix renders the table of runs: fault families, duration, ops,
+// faults, every checker's verdict and the command that reproduces each run.
+func FormatMatrix(results []MatrixResult) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "run\tfaults\tduration\tops\tok\tunknown\tfaults injected\tverdicts\tresult")
+	for _, m := range results {
+		row := []string{m.Run.Name, strings.Join(m.Run.Families, ","), m.Options.Duration.String()}
+		if m.Report == nil {
+			row = append(row, "-", "-", "-", "-", "error: "+m.Err.Error(), "FAIL")
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+			continue
+		}
+		r := m.Report
+		var verdicts []string
+		for _, v := range r.Verdicts {
+			mark := "ok"
+			if !v.OK {
+				mark = fmt.Sprintf("FAIL(%d)", len(v.Violations))
+			}
+			verdicts = append(verdicts, v.Checker+"="+mark)
+		}
+		result := "PASS"
+		if !m.OK() {
+			result = "FAIL"
+			if m.Err != nil {
+				result += ": " + m.Err.Error()
+			}
+		}
+		row = append(row, fmt.Sprint(len(r.Ops)), fmt.Sprint(r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied]),
+			fmt.Sprint(r.Counts[OutcomeUnknown]+r.Counts[OutcomeFail]), faultCounts(r.Faults), strings.Join(verdicts, " "), result)
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+	for _, m := range results {
+		o := m.Options
+		if m.Report != nil {
+			o = m.Report.Options
+		}
+		fmt.Fprintf(&b, "reproduce %s: %s\n", m.Run.Name, ReproduceCommand(o))
+	}
+	return b.String()
+}
+
+// faultCounts summarises faults by kind family, e.g. "kill×3 pause×2".
+func faultCounts(faults []Fault) string {
+	counts := map[string]int{}
+	var order []string
+	for _, f := range faults {
+		k, _, _ := strings.Cut(f.Kind, "-")
+		if strings.HasPrefix(k, "clock") {
+			k = "clock"
+		}
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	if len(order) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%s×%d", k, counts[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// ReproduceCommand is the quorate-jepsen command line that replays opts'
+// schedule: the same seed, workloads, faults and sizes.
+func ReproduceCommand(o Options) string {
+	args := []string{"quorate-jepsen", "--seed", fmt.Sprint(o.Seed), "--duration", o.Duration.String(),
+		"--nodes", fmt.Sprint(max(o.Nodes, 3)), "--workload", strings.Join(o.Workloads, ","),
+		"--faults", familiesArg(o.Nemesis.Families), "--clients", fmt.Sprint(o.Clients), "--keys", fmt.Sprint(o.Keys),
+		"--capacity", fmt.Sprint(o.Capacity), "--limit", fmt.Sprint(o.Limit), "--window", o.Window.String(),
+		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String()}
+	if o.Net != "" {
+		args = append(args, "--net", o.Net)
+	}
+	if o.BuildTags != "" {
+		args = append(args, "--planted-bug", plantedName(o.BuildTags))
+	}
+	return strings.Join(args, " ")
+}
+
+func familiesArg(f []string) string {
+	if len(f) == 0 {
+		return "none"
+	}
+	return strings.Join(f, ",")
+}
+
+// Planted bugs: build tags that break the server on purpose, so the
+// harness can show that its checkers fail.
+var PlantedBugs = map[string]string{
+	"dedupe":     "quorate_planted_bug",        // Admit ignores request IDs: retries spend again
+	"local-read": "quorate_planted_local_read", // Admit answered from the local replica before the log
+}
+
+func plantedName(tags string) string {
+	for name, tag := range PlantedBugs {
+		if tag == tags {
+			return name
+		}
+	}
+	return tags
+}
