@@ -35,24 +35,12 @@ type LeaseWorkloadOptions struct {
 // abandons it to expire. After an acknowledged release it sometimes renews or
 // checks the old token again, which must be refused as stale.
 func RunLeaseWorkload(ctx context.Context, c *Cluster, opts LeaseWorkloadOptions, h *History) {
-	if opts.TTL == 0 {
-		opts.TTL = 2 * time.Second
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = 1500 * time.Millisecond
-	}
-	if opts.RetryFraction == 0 {
-		opts.RetryFraction = 0.5
-	}
-	if opts.MaxRetries == 0 {
-		opts.MaxRetries = 3
-	}
-	if opts.Abandon == 0 {
-		opts.Abandon = 0.15
-	}
-	if opts.StaleProbe == 0 {
-		opts.StaleProbe = 0.3
-	}
+	setDefault(&opts.TTL, 2*time.Second)
+	setDefault(&opts.Timeout, 1500*time.Millisecond)
+	setDefault(&opts.RetryFraction, 0.5)
+	setDefault(&opts.MaxRetries, 3)
+	setDefault(&opts.Abandon, 0.15)
+	setDefault(&opts.StaleProbe, 0.3)
 	var wg sync.WaitGroup
 	for i := range opts.Clients {
 		cl := opts.ClientBase + i

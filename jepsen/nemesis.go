@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -35,17 +34,27 @@ var Families = []string{FamilyKill, FamilyPause, FamilyClock, FamilyPartition, F
 // ParseFamilies parses a comma-separated list of families ("mixed" = all,
 // "none" = no faults).
 func ParseFamilies(s string) ([]string, error) {
+	return parseList(s, "fault family", Families, "mixed", "none")
+}
+
+// parseList parses a comma-separated subset of known, where all names every
+// one and none (when not empty) names nothing; the result is sorted.
+func parseList(s, what string, known []string, all, none string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		switch {
-		case f == "mixed":
-			out = append(out, Families...)
-		case f == "none" || f == "":
-		case slices.Contains(Families, f):
+		case f == all:
+			out = append(out, known...)
+		case none != "" && (f == none || f == ""):
+		case slices.Contains(known, f):
 			out = append(out, f)
 		default:
-			return nil, fmt.Errorf("unknown fault family %q (want %s, mixed or none)", f, strings.Join(Families, ", "))
+			alts := all
+			if none != "" {
+				alts += " or " + none
+			}
+			return nil, fmt.Errorf("unknown %s %q (want %s, %s)", what, f, strings.Join(known, ", "), alts)
 		}
 	}
 	slices.Sort(out)
@@ -182,7 +191,7 @@ func (n *Nemesis) partition(ctx context.Context, c *Cluster, rng *rand.Rand, d t
 		}
 		g = OneWayGrudge(from, otherNode(rng, from, nodes))
 	}
-	f := Fault{Kind: kind, Node: describeGrudge(c, g), Start: time.Now()}
+	f := Fault{Kind: kind, Node: c.describe(g), Start: time.Now()}
 	err := c.Partition(g)
 	sleepCtx(ctx, d)
 	return finish(f, joinErr(err, c.HealNetwork()))
@@ -213,18 +222,6 @@ func finish(f Fault, err error) Fault {
 		f.Error = err.Error()
 	}
 	return f
-}
-
-// describeGrudge renders who cannot send to whom, e.g. "n1↛n2 n1↛n3".
-func describeGrudge(c *Cluster, g Grudge) string {
-	var parts []string
-	for from, tos := range g {
-		for _, to := range tos {
-			parts = append(parts, c.Nodes[from].ID+"↛"+c.Nodes[to].ID)
-		}
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
 }
 
 func joinErr(a, b error) error {

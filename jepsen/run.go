@@ -27,20 +27,7 @@ var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease
 
 // ParseWorkloads parses a comma-separated list of workloads ("all" = every one).
 func ParseWorkloads(s string) ([]string, error) {
-	var out []string
-	for _, w := range strings.Split(s, ",") {
-		w = strings.TrimSpace(w)
-		switch {
-		case w == "all":
-			out = append(out, Workloads...)
-		case slices.Contains(Workloads, w):
-			out = append(out, w)
-		default:
-			return nil, fmt.Errorf("unknown workload %q (want %s or all)", w, strings.Join(Workloads, ", "))
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return parseList(s, "workload", Workloads, "all", "")
 }
 
 // Options configures Run.

@@ -76,18 +76,10 @@ type WorkloadOptions struct {
 
 // RunWorkload runs opts.Clients goroutines sending Admit until ctx ends, recording into h.
 func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History) {
-	if opts.Timeout == 0 {
-		opts.Timeout = 1500 * time.Millisecond
-	}
-	if opts.RetryFraction == 0 {
-		opts.RetryFraction = 0.5
-	}
-	if opts.MaxRetries == 0 {
-		opts.MaxRetries = 3
-	}
-	if opts.RepeatOK == 0 {
-		opts.RepeatOK = 0.05
-	}
+	setDefault(&opts.Timeout, 1500*time.Millisecond)
+	setDefault(&opts.RetryFraction, 0.5)
+	setDefault(&opts.MaxRetries, 3)
+	setDefault(&opts.RepeatOK, 0.05)
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i := range opts.Clients {
