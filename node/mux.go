@@ -1,0 +1,514 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The peer multiplexer lets every service between nodes — one Raft
+// transport per hosted group, and later follower→leader forwarding — share
+// one listener and one address. Each TCP connection carries one channel,
+// named once, by a header the dialer writes first:
+//
+//	+-------+--------------------------+----------------------------------+
+//	| magic | channel ID               | the channel's own bytes (for a   |
+//	| 0xA7  | unsigned varint, 1..10 B | Raft group: NetworkTransport's   |
+//	|       | (encoding/binary)        | RPC stream, unchanged)           |
+//	+-------+--------------------------+----------------------------------+
+//
+// The magic byte doubles as the header's version: a different layout gets a
+// different byte. It is far from Raft's own first bytes (RPC types 0–5), from
+// TLS (0x16) and from ASCII, so a pre-mux Raft peer, an HTTP client or a port
+// scanner is turned away at the first byte, and a mux header sent to a
+// pre-mux Raft listener fails there as an unknown RPC type. The server sends
+// no reply: a connection it rejects (bad magic, a varint longer than 10 bytes
+// or over 64 bits, an unknown channel, no full header within
+// muxHeaderTimeout) is closed, which the dialer sees as a failed RPC — Raft
+// retries, so a group whose replica starts here a moment after its peers
+// does not need the dials to wait for it.
+//
+// Channel IDs: a Raft group's channel is its GroupID (a uint32; 0 is the
+// meta group). IDs from 1<<32 up are the node's own services, never groups.
+const (
+	muxMagic byte = 0xA7
+
+	// muxChannelForward is reserved for follower→leader forwarding.
+	muxChannelForward uint64 = 1 << 32
+
+	// muxHeaderTimeout is how long an accepted connection may take to send
+	// its header.
+	muxHeaderTimeout = 5 * time.Second
+
+	// muxMaxHeaderLen is the longest header: the magic byte and a 64-bit
+	// uvarint.
+	muxMaxHeaderLen = 1 + binary.MaxVarintLen64
+
+	// muxAcceptQueue is how many handshaken connections may wait for a
+	// channel's Accept.
+	muxAcceptQueue = 16
+)
+
+var (
+	errMuxBadMagic  = errors.New("node: peer connection: not a Quorate peer header")
+	errMuxChannelID = errors.New("node: peer connection: channel ID is not a 64-bit uvarint")
+	errMuxClosed    = fmt.Errorf("node: peer mux closed: %w", net.ErrClosed)
+	errMuxInUse     = errors.New("node: peer mux: channel already has a listener")
+)
+
+// appendMuxHeader appends the header that opens a connection on channel ch.
+func appendMuxHeader(b []byte, ch uint64) []byte {
+	return binary.AppendUvarint(append(b, muxMagic), ch)
+}
+
+// readMuxHeader reads a connection's header from r one byte at a time, so
+// that nothing past it is consumed, and returns the channel ID.
+func readMuxHeader(r io.Reader) (uint64, error) {
+	br := byteReader{r: r}
+	magic, err := br.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	if magic != muxMagic {
+		return 0, fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
+	}
+	ch, err := binary.ReadUvarint(&br)
+	if err != nil {
+		if br.err != nil { // EOF, a deadline, a reset: not the varint's fault
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %v", errMuxChannelID, err)
+	}
+	return ch, nil
+}
+
+// byteReader is an io.ByteReader without read-ahead.
+type byteReader struct {
+	r   io.Reader
+	buf [1]byte
+	err error // the underlying reader's error, if any
+}
+
+func (b *byteReader) ReadByte() (byte, error) {
+	if _, err := io.ReadFull(b.r, b.buf[:]); err != nil {
+		b.err = err
+		return 0, err
+	}
+	return b.buf[0], nil
+}
+
+// peerMux multiplexes one peer listener into channels (see the header
+// format above) and dials peers' muxes. Create it with newPeerMux, run Serve
+// in its own goroutine, register channels with Listener or StreamLayer, and
+// Close it when the node stops.
+//
+// The mux owns every connection it accepts or dials: closing a channel's
+// listener closes the connections accepted for it; closing a StreamLayer
+// also closes those it dialed; Close closes all of them, the listener, and
+// waits for the mux's goroutines. All methods are safe for concurrent use.
+type peerMux struct {
+	ln            net.Listener
+	dialer        *peerDialer
+	addr          net.Addr // advertised, or ln's
+	log           *slog.Logger
+	headerTimeout time.Duration
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[uint64]*muxListener
+	conns     *connSet // every open connection of the mux
+	wg        sync.WaitGroup
+	done      chan struct{} // closed by Close
+}
+
+// newPeerMux returns a mux over ln whose connections to peers d opens
+// (from the listen IP, following Config.DebugDialMap). Its listeners' Addr
+// is advertise when not nil, else ln's address. log may be nil.
+func newPeerMux(ln net.Listener, d *peerDialer, advertise net.Addr, log *slog.Logger) *peerMux {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	addr := advertise
+	if addr == nil {
+		addr = ln.Addr()
+	}
+	return &peerMux{
+		ln:            ln,
+		dialer:        d,
+		addr:          addr,
+		log:           log,
+		headerTimeout: muxHeaderTimeout,
+		listeners:     make(map[uint64]*muxListener),
+		conns:         newConnSet(),
+		done:          make(chan struct{}),
+	}
+}
+
+// Addr is the address peers dial to reach this mux.
+func (m *peerMux) Addr() net.Addr { return m.addr }
+
+// Serve accepts connections until the mux is closed, reading each one's
+// header in its own goroutine and handing it to its channel's listener.
+// Temporary accept errors (such as running out of file descriptors) are
+// retried with a backoff. Serve returns when the mux is closed, at once if it
+// already is; call it once.
+func (m *peerMux) Serve() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	defer m.wg.Done()
+
+	var delay time.Duration
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				m.log.Warn("peer listener closed under the mux", "err", err)
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			m.log.Warn("accepting a peer connection", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-m.done:
+				return
+			}
+		}
+		delay = 0
+		tc, ok := m.track(c, nil)
+		if !ok {
+			return // closed meanwhile; track closed c
+		}
+		go func() {
+			defer m.wg.Done()
+			m.handshake(tc)
+		}()
+	}
+}
+
+// track registers c with the mux and, when owner is not nil, with owner.
+// When it returns ok, the caller must call m.wg.Done once it no longer
+// needs the mux open (track did the Add). When the mux or owner is closed it
+// closes c and returns false.
+func (m *peerMux) track(c net.Conn, owner *connSet) (*trackedConn, bool) {
+	tc := &trackedConn{Conn: c}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		c.Close()
+		return nil, false
+	}
+	m.wg.Add(1)
+	tc.join(m.conns) // cannot fail: m.conns closes only after m.closed is set
+	m.mu.Unlock()
+	if owner != nil && !tc.join(owner) {
+		tc.Close()
+		m.wg.Done()
+		return nil, false
+	}
+	return tc, true
+}
+
+// handshake reads c's header and hands c to its channel's listener, or
+// closes it.
+func (m *peerMux) handshake(c *trackedConn) {
+	if err := c.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
+		c.Close()
+		return
+	}
+	ch, err := readMuxHeader(c)
+	if err == nil {
+		err = c.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		m.log.Debug("rejected a peer connection", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	m.mu.Lock()
+	l := m.listeners[ch]
+	m.mu.Unlock()
+	if l == nil {
+		m.log.Debug("rejected a peer connection for an unknown channel", "remote", c.RemoteAddr(), "channel", ch)
+		c.Close()
+		return
+	}
+	if !c.join(l.conns) {
+		c.Close() // the listener closed meanwhile
+		return
+	}
+	select {
+	case l.queue <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// Listener returns the listener of channel ch: its Accept returns the
+// connections whose header names ch, with the header already read. Closing
+// it unregisters ch (which may then be registered again) and closes the
+// connections it accepted. A channel has one listener at a time:
+// registering a channel that has one returns an error, as does a closed mux.
+func (m *peerMux) Listener(ch uint64) (net.Listener, error) {
+	l, err := m.listen(ch)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (m *peerMux) listen(ch uint64) (*muxListener, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errMuxClosed
+	}
+	if _, ok := m.listeners[ch]; ok {
+		return nil, fmt.Errorf("%w: channel %d", errMuxInUse, ch)
+	}
+	l := &muxListener{
+		m:     m,
+		ch:    ch,
+		queue: make(chan net.Conn, muxAcceptQueue),
+		done:  make(chan struct{}),
+		conns: newConnSet(),
+	}
+	m.listeners[ch] = l
+	return l, nil
+}
+
+// Dial connects to the peer mux at addr (host:port) through the node's
+// peerDialer — from the listen IP, following Config.DebugDialMap — and
+// writes the header for channel ch. ctx bounds the dial and the header
+// write. The connection is the caller's to close; Close closes it too.
+func (m *peerMux) Dial(ctx context.Context, addr string, ch uint64) (net.Conn, error) {
+	return m.dial(ctx, addr, ch, nil)
+}
+
+func (m *peerMux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) (net.Conn, error) {
+	select {
+	case <-m.done:
+		return nil, errMuxClosed
+	default:
+	}
+	c, err := m.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := m.track(c, owner)
+	if !ok {
+		return nil, errMuxClosed
+	}
+	defer m.wg.Done() // the conn stays tracked; the mux need not wait for it
+	deadline, _ := ctx.Deadline()
+	hdr := appendMuxHeader(make([]byte, 0, muxMaxHeaderLen), ch)
+	if err := tc.SetWriteDeadline(deadline); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	if _, err := tc.Write(hdr); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("node: peer %s: writing the mux header: %w", addr, err)
+	}
+	if err := tc.SetWriteDeadline(time.Time{}); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// StreamLayer returns a raft.StreamLayer for Raft group group over the mux:
+// it accepts the group's connections and dials the group's channel on
+// peers. Its Close, which raft.NetworkTransport calls on Close (and so
+// raft.Raft on Shutdown), unregisters the group and closes every connection
+// of the group on this node. It fails like Listener.
+func (m *peerMux) StreamLayer(group uint32) (raft.StreamLayer, error) {
+	l, err := m.listen(uint64(group))
+	if err != nil {
+		return nil, err
+	}
+	return &muxStreamLayer{muxListener: l, dialed: newConnSet()}, nil
+}
+
+// Close stops the mux: it closes the peer listener, every channel listener
+// and every connection the mux accepted or dialed, and waits for Serve and
+// the header readers to return. Safe to call more than once.
+func (m *peerMux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	ls := make([]*muxListener, 0, len(m.listeners))
+	for _, l := range m.listeners {
+		ls = append(ls, l)
+	}
+	m.mu.Unlock()
+
+	err := ignoreClosed(m.ln.Close())
+	for _, l := range ls {
+		l.Close()
+	}
+	m.conns.closeAll()
+	m.wg.Wait()
+	return err
+}
+
+// muxListener is one channel's net.Listener.
+type muxListener struct {
+	m     *peerMux
+	ch    uint64
+	queue chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+	conns *connSet // accepted for this channel and still open
+}
+
+// Accept waits for the next connection on the channel. After Close it
+// returns an error wrapping net.ErrClosed.
+func (l *muxListener) Accept() (net.Conn, error) {
+	select {
+	case <-l.done:
+		return nil, fmt.Errorf("node: peer mux channel %d: %w", l.ch, net.ErrClosed)
+	default:
+	}
+	select {
+	case c := <-l.queue:
+		return c, nil
+	case <-l.done:
+		return nil, fmt.Errorf("node: peer mux channel %d: %w", l.ch, net.ErrClosed)
+	}
+}
+
+// Close unregisters the channel and closes the connections accepted for
+// it, including those waiting for Accept. Safe to call more than once.
+func (l *muxListener) Close() error {
+	l.once.Do(func() {
+		l.m.mu.Lock()
+		if l.m.listeners[l.ch] == l {
+			delete(l.m.listeners, l.ch)
+		}
+		l.m.mu.Unlock()
+		close(l.done)
+		l.conns.closeAll()
+	})
+	return nil
+}
+
+// Addr is the mux's advertised address.
+func (l *muxListener) Addr() net.Addr { return l.m.addr }
+
+// muxStreamLayer is a Raft group's raft.StreamLayer over the mux.
+type muxStreamLayer struct {
+	*muxListener
+	dialed *connSet
+}
+
+// Dial opens a connection to the group's replica at address.
+func (s *muxStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return s.m.dial(ctx, string(address), s.ch, s.dialed)
+}
+
+// Close closes the group's listener and the connections it accepted and
+// dialed.
+func (s *muxStreamLayer) Close() error {
+	err := s.muxListener.Close()
+	s.dialed.closeAll()
+	return err
+}
+
+// connSet is a set of open connections that can all be closed at once; once
+// closed it takes no more. Safe for concurrent use.
+type connSet struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[*trackedConn]struct{}
+}
+
+func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
+
+// add adds c unless the set is closed, and reports whether it did.
+func (s *connSet) add(c *trackedConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *connSet) remove(c *trackedConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeAll closes the set and every connection in it.
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	cs := make([]*trackedConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// trackedConn is a connection that leaves its connSets when closed.
+type trackedConn struct {
+	net.Conn
+	mu     sync.Mutex
+	closed bool
+	sets   []*connSet
+}
+
+// join adds c to s, and reports false when s or c is closed.
+func (c *trackedConn) join(s *connSet) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !s.add(c) {
+		return false
+	}
+	c.sets = append(c.sets, s)
+	return true
+}
+
+// Close closes the connection and removes it from its sets.
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	sets := c.sets
+	c.sets, c.closed = nil, true
+	c.mu.Unlock()
+	for _, s := range sets {
+		s.remove(c)
+	}
+	return err
+}
