@@ -1,0 +1,162 @@
+package shard
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// PlaceReplicas places the replicas of groups data groups on nodes and
+// returns them, one slice per group (index i for group i+1), preferred
+// leader first. It is the placement of InitialMap; it depends only on the set
+// of nodes (it sorts and de-duplicates a copy, ignoring empty IDs), never on
+// their order. It returns nil if there is no node, or groups or replicas is
+// below 1.
+//
+// With n nodes and r = min(replicas, n), the j-th replica of the i-th group
+// (0-based) is on sorted node (i + ⌊j·n/r⌋) mod n. So:
+//   - a group's replicas are distinct (the offsets ⌊j·n/r⌋ are distinct and
+//     below n);
+//   - preferred leaders (j = 0) go round-robin: per-node counts differ by ≤ 1;
+//   - every replica index j is round-robin too, and the nodes that get one
+//     more of it form a window of groups mod n nodes starting at offset
+//     ⌊j·n/r⌋; offsets spaced evenly make these windows cover every node
+//     equally often ±1, so per-node replica counts differ by ≤ 1.
+func PlaceReplicas(nodes []string, groups, replicas int) [][]string {
+	sorted := sortedNodes(nodes)
+	n := len(sorted)
+	if n == 0 || groups < 1 || replicas < 1 {
+		return nil
+	}
+	r := min(replicas, n)
+	offsets := make([]int, r)
+	for j := range offsets {
+		offsets[j] = j * n / r
+	}
+	all := make([]string, groups*r) // one backing array, capped per group
+	out := make([][]string, groups)
+	for i := range out {
+		g := all[i*r : (i+1)*r : (i+1)*r]
+		for j, off := range offsets {
+			g[j] = sorted[(i+off)%n]
+		}
+		out[i] = g
+	}
+	return out
+}
+
+// sortedNodes returns the distinct non-empty IDs of nodes, sorted.
+func sortedNodes(nodes []string) []string {
+	s := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == "" })
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// InitialMap returns the first shard map of a cluster: Epoch 1; data groups
+// 1..groups with replicas placed by PlaceReplicas (min(replicas, len(nodes))
+// per group on distinct nodes; per-node replica and preferred-leader counts
+// each even within 1); the slot space split into groups contiguous ranges in
+// ID order whose sizes differ by at most 1, each at epoch 1.
+//
+// The result depends only on the set of nodes, not their order. Errors name
+// the parameter at fault: no nodes, an empty or duplicate node ID, groups
+// outside 1..SlotCount (every group needs a slot), replicas below 1.
+func InitialMap(nodes []string, groups, replicas int) (Map, error) {
+	if len(nodes) == 0 {
+		return Map{}, fieldErr("nodes", "is empty, want at least one node")
+	}
+	for i, n := range nodes {
+		if n == "" {
+			return Map{}, fieldErr(fmt.Sprintf("nodes[%d]", i), "is an empty node ID")
+		}
+		if k := slices.Index(nodes[:i], n); k >= 0 {
+			return Map{}, fieldErr(fmt.Sprintf("nodes[%d]", i), "%q is also nodes[%d]", n, k)
+		}
+	}
+	if groups < 1 || groups > SlotCount {
+		return Map{}, fieldErr("groups", "is %d, want 1..%d", groups, SlotCount)
+	}
+	if replicas < 1 {
+		return Map{}, fieldErr("replicas", "is %d, want at least 1", replicas)
+	}
+	placed := PlaceReplicas(nodes, groups, replicas)
+	m := Map{Epoch: 1, Groups: make([]Group, groups), Ranges: make([]Assignment, groups)}
+	for i := range groups {
+		id := GroupID(i + 1)
+		m.Groups[i] = Group{ID: id, Replicas: placed[i]}
+		m.Ranges[i] = Assignment{
+			Range: SlotRange{Start: Slot(i * SlotCount / groups), End: Slot((i + 1) * SlotCount / groups)},
+			Group: id,
+			Epoch: 1,
+		}
+	}
+	return m, nil
+}
+
+// MoveSlots plans moving the slots of r to group to. It returns a new map at
+// Epoch m.Epoch+1 in which every slot of r belongs to to, and m is untouched.
+//
+// Slot epochs stay exact: the slots of r that change owner get the new epoch;
+// slots of r that to already owned keep theirs, as do all slots outside r.
+// Adjacent ranges are merged only when they share both group and epoch, so a
+// moved range is not merged with a neighbour of to that got its slots
+// earlier; the map then has at most SlotCount ranges however many moves it
+// saw. (Merging under the larger epoch would make untouched slots look newly
+// moved, sending routers that hold an older map to refresh for nothing, and
+// would blur which migration a slot arrived by.)
+//
+// Errors are *FieldErrors naming the parameter at fault: "m" if m does not
+// Validate (the field path follows), "r.Start"/"r.End" for an empty range or
+// one beyond the last slot, "to" for MetaGroup or a group not in m.Groups,
+// "r" wrapping ErrNoChange when to already owns every slot of r.
+func (m *Map) MoveSlots(r SlotRange, to GroupID) (Map, error) {
+	if err := m.Validate(); err != nil {
+		fe := err.(*FieldError)
+		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+	}
+	if err := r.Validate(); err != nil {
+		fe := err.(*FieldError)
+		fe.Field = "r." + fe.Field
+		return Map{}, fe
+	}
+	if to == MetaGroup {
+		return Map{}, fieldErr("to", "is %d, the meta group, which owns no slots", MetaGroup)
+	}
+	if _, ok := m.Group(to); !ok {
+		return Map{}, fieldErr("to", "group %d is not in the map", to)
+	}
+	if m.Epoch == math.MaxUint64 {
+		return Map{}, fieldErr("m.Epoch", "is at its maximum, %d", m.Epoch)
+	}
+	epoch := m.Epoch + 1
+	moved := false
+	ranges := make([]Assignment, 0, len(m.Ranges)+2)
+	add := func(a Assignment) {
+		if a.Range.Len() == 0 {
+			return
+		}
+		if k := len(ranges) - 1; k >= 0 && ranges[k].Group == a.Group && ranges[k].Epoch == a.Epoch {
+			ranges[k].Range.End = a.Range.End
+			return
+		}
+		ranges = append(ranges, a)
+	}
+	for _, a := range m.Ranges {
+		lo, hi := max(a.Range.Start, r.Start), min(a.Range.End, r.End)
+		if lo >= hi || a.Group == to { // outside r, or already to's
+			add(a)
+			continue
+		}
+		moved = true
+		add(Assignment{Range: SlotRange{a.Range.Start, lo}, Group: a.Group, Epoch: a.Epoch})
+		add(Assignment{Range: SlotRange{lo, hi}, Group: to, Epoch: epoch})
+		add(Assignment{Range: SlotRange{hi, a.Range.End}, Group: a.Group, Epoch: a.Epoch})
+	}
+	if !moved {
+		return Map{}, &FieldError{Field: "r", Problem: fmt.Sprintf("every slot of %v already belongs to group %d", r, to), Err: ErrNoChange}
+	}
+	out := m.Clone()
+	out.Epoch = epoch
+	out.Ranges = slices.Clip(ranges)
+	return out, nil
+}
