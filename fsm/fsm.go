@@ -16,6 +16,7 @@ import (
 	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 // EnvelopeVersion is the only raftcmdv1.Envelope version this binary writes
@@ -165,6 +166,13 @@ type FSM struct {
 	reservations *stateTable[reservation]
 	dedupe       *dedupe.Table
 	lastTerm     uint64 // Raft term of the last applied command
+
+	// Multi-group state: the meta group's shard map; a data group's owned
+	// slots (nil: applies every data command) and the meta index of its
+	// policy table.
+	shardMap          *shard.Map
+	owned             *ownership
+	policiesMetaIndex uint64
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -228,7 +236,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
+	if err := f.checkRoute(&env); err != nil {
+		return err
+	}
 	switch body := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_SetShardMap:
+		return f.applySetShardMap(body.SetShardMap)
+	case *raftcmdv1.Envelope_SetOwnership:
+		return f.applySetOwnership(body.SetOwnership)
+	case *raftcmdv1.Envelope_SetPolicies:
+		return f.applySetPolicies(body.SetPolicies)
 	case *raftcmdv1.Envelope_Admit:
 		return f.applyAdmit(body.Admit, now)
 	case *raftcmdv1.Envelope_PutPolicies:
@@ -469,6 +486,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		reserved: f.reservations.entries(),
 		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
+		route:    f.routeSnapshot(),
 	}, nil
 }
 
@@ -509,5 +527,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
 	f.buckets, f.sems, f.reservations, f.dedupe = buckets, sems, reserved, dd
+	f.restoreRoute(s.route)
 	return nil
 }

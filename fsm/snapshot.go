@@ -43,6 +43,7 @@ type snapshot struct {
 	reserved []stateRecord[reservation]
 	dedupe   []dedupe.Entry
 	lastTerm uint64
+	route    routeState
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -69,15 +70,18 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		return err
 	}
 	enc.write(&raftcmdv1.SnapshotHeader{
-		Version:          SnapshotVersion,
-		LastNowUnixNano:  s.lastNow,
-		PolicyCount:      uint64(len(s.policies)),
-		NodeCount:        uint64(len(s.nodes)),
-		BucketCount:      uint64(len(s.buckets)),
-		DedupeCount:      uint64(len(s.dedupe)),
-		SemaphoreCount:   uint64(len(s.sems)),
-		LastTerm:         s.lastTerm,
-		ReservationCount: uint64(len(s.reserved)),
+		Version:           SnapshotVersion,
+		LastNowUnixNano:   s.lastNow,
+		PolicyCount:       uint64(len(s.policies)),
+		NodeCount:         uint64(len(s.nodes)),
+		BucketCount:       uint64(len(s.buckets)),
+		DedupeCount:       uint64(len(s.dedupe)),
+		SemaphoreCount:    uint64(len(s.sems)),
+		LastTerm:          s.lastTerm,
+		ReservationCount:  uint64(len(s.reserved)),
+		ShardMap:          s.route.shardMap,
+		Ownership:         s.route.ownership,
+		PoliciesMetaIndex: s.route.policiesMetaIndex,
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -148,7 +152,8 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 	if h.GetVersion() != SnapshotVersion {
 		return nil, fmt.Errorf("%w: format version %d, this binary reads %d", ErrBadSnapshot, h.GetVersion(), SnapshotVersion)
 	}
-	s := &snapshot{lastNow: h.GetLastNowUnixNano(), lastTerm: h.GetLastTerm()}
+	s := &snapshot{lastNow: h.GetLastNowUnixNano(), lastTerm: h.GetLastTerm(), route: routeState{
+		shardMap: h.GetShardMap(), ownership: h.GetOwnership(), policiesMetaIndex: h.GetPoliciesMetaIndex()}}
 	for range h.GetPolicyCount() {
 		var p raftcmdv1.PolicyRecord
 		if err := dec.read(&p); err != nil {

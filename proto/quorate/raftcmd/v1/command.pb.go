@@ -77,7 +77,7 @@ func (x LeaseOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseOp_Kind.Descriptor instead.
 func (LeaseOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4, 0}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // Envelope is one Raft log entry.
@@ -101,7 +101,15 @@ type Envelope struct {
 	//	*Envelope_Lease
 	//	*Envelope_Reserve
 	//	*Envelope_Commit
-	Body          isEnvelope_Body `protobuf_oneof:"body"`
+	//	*Envelope_SetShardMap
+	//	*Envelope_SetOwnership
+	//	*Envelope_SetPolicies
+	Body isEnvelope_Body `protobuf_oneof:"body"`
+	// Shard-map epoch the router used to pick this group, on data commands
+	// (0 before the cluster has a shard map). A data group refuses a command
+	// for a slot it does not own, or stamped with an epoch older than the one
+	// at which the slot got its current owner.
+	MapEpoch      uint64 `protobuf:"varint,3,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +255,40 @@ func (x *Envelope) GetCommit() *Commit {
 	return nil
 }
 
+func (x *Envelope) GetSetShardMap() *SetShardMap {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_SetShardMap); ok {
+			return x.SetShardMap
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetSetOwnership() *SetOwnership {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_SetOwnership); ok {
+			return x.SetOwnership
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetSetPolicies() *SetPolicies {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_SetPolicies); ok {
+			return x.SetPolicies
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -291,6 +333,18 @@ type Envelope_Commit struct {
 	Commit *Commit `protobuf:"bytes,19,opt,name=commit,proto3,oneof"`
 }
 
+type Envelope_SetShardMap struct {
+	SetShardMap *SetShardMap `protobuf:"bytes,20,opt,name=set_shard_map,json=setShardMap,proto3,oneof"`
+}
+
+type Envelope_SetOwnership struct {
+	SetOwnership *SetOwnership `protobuf:"bytes,21,opt,name=set_ownership,json=setOwnership,proto3,oneof"`
+}
+
+type Envelope_SetPolicies struct {
+	SetPolicies *SetPolicies `protobuf:"bytes,22,opt,name=set_policies,json=setPolicies,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -311,6 +365,369 @@ func (*Envelope_Reserve) isEnvelope_Body() {}
 
 func (*Envelope_Commit) isEnvelope_Body() {}
 
+func (*Envelope_SetShardMap) isEnvelope_Body() {}
+
+func (*Envelope_SetOwnership) isEnvelope_Body() {}
+
+func (*Envelope_SetPolicies) isEnvelope_Body() {}
+
+// ShardMap is the cluster's shard map (package shard's Map): slot ranges to
+// data groups and data groups to replica nodes, with epochs.
+type ShardMap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Groups        []*ShardGroup          `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	Ranges        []*SlotAssignment      `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMap) Reset() {
+	*x = ShardMap{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMap) ProtoMessage() {}
+
+func (x *ShardMap) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMap.ProtoReflect.Descriptor instead.
+func (*ShardMap) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ShardMap) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardMap) GetGroups() []*ShardGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ShardMap) GetRanges() []*SlotAssignment {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+// ShardGroup is one data group and its replicas; replicas[0] is the
+// preferred leader.
+type ShardGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardGroup) Reset() {
+	*x = ShardGroup{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardGroup) ProtoMessage() {}
+
+func (x *ShardGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardGroup.ProtoReflect.Descriptor instead.
+func (*ShardGroup) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ShardGroup) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ShardGroup) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// SlotAssignment gives the half-open slot range [start, end) to a group;
+// epoch is the map epoch at which the range got that owner.
+type SlotAssignment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint32                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Group         uint32                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotAssignment) Reset() {
+	*x = SlotAssignment{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotAssignment) ProtoMessage() {}
+
+func (x *SlotAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotAssignment.ProtoReflect.Descriptor instead.
+func (*SlotAssignment) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SlotAssignment) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *SlotAssignment) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *SlotAssignment) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SlotAssignment) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// SetShardMap replaces the meta group's shard map when its epoch is still
+// expect_epoch (compare-and-set; 0 when there is none yet).
+type SetShardMap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExpectEpoch   uint64                 `protobuf:"varint,1,opt,name=expect_epoch,json=expectEpoch,proto3" json:"expect_epoch,omitempty"`
+	Map           *ShardMap              `protobuf:"bytes,2,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetShardMap) Reset() {
+	*x = SetShardMap{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetShardMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetShardMap) ProtoMessage() {}
+
+func (x *SetShardMap) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetShardMap.ProtoReflect.Descriptor instead.
+func (*SetShardMap) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SetShardMap) GetExpectEpoch() uint64 {
+	if x != nil {
+		return x.ExpectEpoch
+	}
+	return 0
+}
+
+func (x *SetShardMap) GetMap() *ShardMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+// SetOwnership tells a data group which slot ranges it owns as of map
+// epoch map_epoch; an older map_epoch than the group's is ignored.
+type SetOwnership struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	MapEpoch      uint64                 `protobuf:"varint,2,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Ranges        []*SlotAssignment      `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOwnership) Reset() {
+	*x = SetOwnership{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOwnership) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOwnership) ProtoMessage() {}
+
+func (x *SetOwnership) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOwnership.ProtoReflect.Descriptor instead.
+func (*SetOwnership) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetOwnership) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SetOwnership) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *SetOwnership) GetRanges() []*SlotAssignment {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+// SetPolicies replaces a data group's policy table with the meta group's,
+// versions included, as of meta_index (the meta group's applied index);
+// an older meta_index than the group's is ignored.
+type SetPolicies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*PolicyRecord        `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	MetaIndex     uint64                 `protobuf:"varint,2,opt,name=meta_index,json=metaIndex,proto3" json:"meta_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPolicies) Reset() {
+	*x = SetPolicies{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPolicies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPolicies) ProtoMessage() {}
+
+func (x *SetPolicies) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPolicies.ProtoReflect.Descriptor instead.
+func (*SetPolicies) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetPolicies) GetPolicies() []*PolicyRecord {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *SetPolicies) GetMetaIndex() uint64 {
+	if x != nil {
+		return x.MetaIndex
+	}
+	return 0
+}
+
 // Admit spends cost from the bucket of (policy, key) if the policy allows it.
 type Admit struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -329,7 +746,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +758,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +771,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Admit) GetPolicy() string {
@@ -418,7 +835,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +847,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +860,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Check) GetPolicy() string {
@@ -479,7 +896,7 @@ type Peek struct {
 
 func (x *Peek) Reset() {
 	*x = Peek{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +908,7 @@ func (x *Peek) String() string {
 func (*Peek) ProtoMessage() {}
 
 func (x *Peek) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +921,7 @@ func (x *Peek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peek.ProtoReflect.Descriptor instead.
 func (*Peek) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Peek) GetPolicy() string {
@@ -545,7 +962,7 @@ type LeaseOp struct {
 
 func (x *LeaseOp) Reset() {
 	*x = LeaseOp{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +974,7 @@ func (x *LeaseOp) String() string {
 func (*LeaseOp) ProtoMessage() {}
 
 func (x *LeaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +987,7 @@ func (x *LeaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
 func (*LeaseOp) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseOp) GetKind() LeaseOp_Kind {
@@ -659,7 +1076,7 @@ type Reserve struct {
 
 func (x *Reserve) Reset() {
 	*x = Reserve{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +1088,7 @@ func (x *Reserve) String() string {
 func (*Reserve) ProtoMessage() {}
 
 func (x *Reserve) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +1101,7 @@ func (x *Reserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reserve.ProtoReflect.Descriptor instead.
 func (*Reserve) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reserve) GetPolicy() string {
@@ -742,7 +1159,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1171,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1184,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Commit) GetReservationId() string {
@@ -808,7 +1225,7 @@ type DeletePolicies struct {
 
 func (x *DeletePolicies) Reset() {
 	*x = DeletePolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1237,7 @@ func (x *DeletePolicies) String() string {
 func (*DeletePolicies) ProtoMessage() {}
 
 func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1250,7 @@ func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
 func (*DeletePolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeletePolicies) GetNames() []string {
@@ -846,16 +1263,18 @@ func (x *DeletePolicies) GetNames() []string {
 // Refund gives back what the admitted request recorded under (caller,
 // request_id) spent, once.
 type Refund struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Caller    string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The refunded request's key: routes the refund to its group.
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1286,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1299,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Refund) GetCaller() string {
@@ -897,6 +1316,13 @@ func (x *Refund) GetRequestId() string {
 	return ""
 }
 
+func (x *Refund) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // Expire reclaims expired state (buckets, dedupe entries) at the entry's now,
 // up to a fixed number of entries. The leader proposes it when its replica
 // holds expired state, so memory returns to what live state needs even
@@ -909,7 +1335,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1347,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1360,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -947,7 +1373,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1385,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1398,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -1002,7 +1428,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1440,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1453,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Policy) GetName() string {
@@ -1120,7 +1546,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1558,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1571,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -1183,13 +1609,19 @@ type SnapshotHeader struct {
 	// Raft term of the last applied entry (leases shift on a term change).
 	LastTerm         uint64 `protobuf:"varint,8,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
 	ReservationCount uint64 `protobuf:"varint,9,opt,name=reservation_count,json=reservationCount,proto3" json:"reservation_count,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The meta group's shard map, when it has one.
+	ShardMap *ShardMap `protobuf:"bytes,10,opt,name=shard_map,json=shardMap,proto3" json:"shard_map,omitempty"`
+	// A data group's ownership, when it was set.
+	Ownership *SetOwnership `protobuf:"bytes,11,opt,name=ownership,proto3" json:"ownership,omitempty"`
+	// meta_index of the last SetPolicies applied (data groups).
+	PoliciesMetaIndex uint64 `protobuf:"varint,12,opt,name=policies_meta_index,json=policiesMetaIndex,proto3" json:"policies_meta_index,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1633,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1646,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1280,6 +1712,27 @@ func (x *SnapshotHeader) GetReservationCount() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetShardMap() *ShardMap {
+	if x != nil {
+		return x.ShardMap
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetOwnership() *SetOwnership {
+	if x != nil {
+		return x.Ownership
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetPoliciesMetaIndex() uint64 {
+	if x != nil {
+		return x.PoliciesMetaIndex
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1291,7 +1744,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1756,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1769,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -1360,7 +1813,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1825,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1838,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -1455,7 +1908,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1920,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1933,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -1515,7 +1968,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1980,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1993,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -1615,7 +2068,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2080,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2093,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -1762,7 +2215,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2227,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2240,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -1881,7 +2334,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2346,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2359,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -1950,7 +2403,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2415,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2428,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -2027,7 +2480,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2492,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2505,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -2149,7 +2602,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2614,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2627,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -2248,7 +2701,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2713,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2726,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -2357,7 +2810,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xa1\x05\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x94\a\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -2371,8 +2824,36 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x06refund\x18\x10 \x01(\v2\x1a.quorate.raftcmd.v1.RefundH\x00R\x06refund\x123\n" +
 	"\x05lease\x18\x11 \x01(\v2\x1b.quorate.raftcmd.v1.LeaseOpH\x00R\x05lease\x127\n" +
 	"\areserve\x18\x12 \x01(\v2\x1b.quorate.raftcmd.v1.ReserveH\x00R\areserve\x124\n" +
-	"\x06commit\x18\x13 \x01(\v2\x1a.quorate.raftcmd.v1.CommitH\x00R\x06commitB\x06\n" +
-	"\x04body\"\xd1\x01\n" +
+	"\x06commit\x18\x13 \x01(\v2\x1a.quorate.raftcmd.v1.CommitH\x00R\x06commit\x12E\n" +
+	"\rset_shard_map\x18\x14 \x01(\v2\x1f.quorate.raftcmd.v1.SetShardMapH\x00R\vsetShardMap\x12G\n" +
+	"\rset_ownership\x18\x15 \x01(\v2 .quorate.raftcmd.v1.SetOwnershipH\x00R\fsetOwnership\x12D\n" +
+	"\fset_policies\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SetPoliciesH\x00R\vsetPolicies\x12\x1b\n" +
+	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
+	"\x04body\"\x94\x01\n" +
+	"\bShardMap\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1e.quorate.raftcmd.v1.ShardGroupR\x06groups\x12:\n" +
+	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"8\n" +
+	"\n" +
+	"ShardGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\"d\n" +
+	"\x0eSlotAssignment\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\rR\x05group\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"`\n" +
+	"\vSetShardMap\x12!\n" +
+	"\fexpect_epoch\x18\x01 \x01(\x04R\vexpectEpoch\x12.\n" +
+	"\x03map\x18\x02 \x01(\v2\x1c.quorate.raftcmd.v1.ShardMapR\x03map\"}\n" +
+	"\fSetOwnership\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
+	"\tmap_epoch\x18\x02 \x01(\x04R\bmapEpoch\x12:\n" +
+	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"j\n" +
+	"\vSetPolicies\x12<\n" +
+	"\bpolicies\x18\x01 \x03(\v2 .quorate.raftcmd.v1.PolicyRecordR\bpolicies\x12\x1d\n" +
+	"\n" +
+	"meta_index\x18\x02 \x01(\x04R\tmetaIndex\"\xd1\x01\n" +
 	"\x05Admit\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2427,11 +2908,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06caller\x18\x04 \x01(\tR\x06caller\"&\n" +
 	"\x0eDeletePolicies\x12\x14\n" +
-	"\x05names\x18\x01 \x03(\tR\x05names\"?\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"Q\n" +
 	"\x06Refund\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\b\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\b\n" +
 	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xdd\x02\n" +
@@ -2451,7 +2933,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xd2\x02\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xfd\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -2462,7 +2944,11 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fdedupe_count\x18\x06 \x01(\x04R\vdedupeCount\x12'\n" +
 	"\x0fsemaphore_count\x18\a \x01(\x04R\x0esemaphoreCount\x12\x1b\n" +
 	"\tlast_term\x18\b \x01(\x04R\blastTerm\x12+\n" +
-	"\x11reservation_count\x18\t \x01(\x04R\x10reservationCount\"\\\n" +
+	"\x11reservation_count\x18\t \x01(\x04R\x10reservationCount\x129\n" +
+	"\tshard_map\x18\n" +
+	" \x01(\v2\x1c.quorate.raftcmd.v1.ShardMapR\bshardMap\x12>\n" +
+	"\townership\x18\v \x01(\v2 .quorate.raftcmd.v1.SetOwnershipR\townership\x12.\n" +
+	"\x13policies_meta_index\x18\f \x01(\x04R\x11policiesMetaIndex\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -2577,59 +3063,75 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
-	(*Admit)(nil),             // 2: quorate.raftcmd.v1.Admit
-	(*Check)(nil),             // 3: quorate.raftcmd.v1.Check
-	(*Peek)(nil),              // 4: quorate.raftcmd.v1.Peek
-	(*LeaseOp)(nil),           // 5: quorate.raftcmd.v1.LeaseOp
-	(*Reserve)(nil),           // 6: quorate.raftcmd.v1.Reserve
-	(*Commit)(nil),            // 7: quorate.raftcmd.v1.Commit
-	(*DeletePolicies)(nil),    // 8: quorate.raftcmd.v1.DeletePolicies
-	(*Refund)(nil),            // 9: quorate.raftcmd.v1.Refund
-	(*Expire)(nil),            // 10: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),       // 11: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),            // 12: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),      // 13: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil),    // 14: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 15: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 16: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 17: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 18: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 19: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 20: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 21: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 22: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 23: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 24: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 25: quorate.raftcmd.v1.ReserveRecord
+	(*ShardMap)(nil),          // 2: quorate.raftcmd.v1.ShardMap
+	(*ShardGroup)(nil),        // 3: quorate.raftcmd.v1.ShardGroup
+	(*SlotAssignment)(nil),    // 4: quorate.raftcmd.v1.SlotAssignment
+	(*SetShardMap)(nil),       // 5: quorate.raftcmd.v1.SetShardMap
+	(*SetOwnership)(nil),      // 6: quorate.raftcmd.v1.SetOwnership
+	(*SetPolicies)(nil),       // 7: quorate.raftcmd.v1.SetPolicies
+	(*Admit)(nil),             // 8: quorate.raftcmd.v1.Admit
+	(*Check)(nil),             // 9: quorate.raftcmd.v1.Check
+	(*Peek)(nil),              // 10: quorate.raftcmd.v1.Peek
+	(*LeaseOp)(nil),           // 11: quorate.raftcmd.v1.LeaseOp
+	(*Reserve)(nil),           // 12: quorate.raftcmd.v1.Reserve
+	(*Commit)(nil),            // 13: quorate.raftcmd.v1.Commit
+	(*DeletePolicies)(nil),    // 14: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),            // 15: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),            // 16: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),       // 17: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),            // 18: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),      // 19: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil),    // 20: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 21: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 22: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 23: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 24: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 25: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 26: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 27: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 28: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 29: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 30: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 31: quorate.raftcmd.v1.ReserveRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
-	2,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	11, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	13, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	10, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
-	4,  // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
-	8,  // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
-	9,  // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
-	5,  // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
-	6,  // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
-	7,  // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
-	3,  // 10: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 11: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	12, // 12: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	12, // 13: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	17, // 14: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	20, // 15: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	22, // 16: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	22, // 17: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	8,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
+	17, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	19, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	16, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	10, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
+	14, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	15, // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	11, // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
+	12, // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
+	13, // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
+	5,  // 10: quorate.raftcmd.v1.Envelope.set_shard_map:type_name -> quorate.raftcmd.v1.SetShardMap
+	6,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	7,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
+	3,  // 13: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	4,  // 14: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	2,  // 15: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	4,  // 16: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	21, // 17: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	9,  // 18: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 19: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	18, // 20: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	2,  // 21: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	6,  // 22: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	18, // 23: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	23, // 24: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	26, // 25: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	28, // 26: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	28, // 27: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -2648,15 +3150,18 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_Lease)(nil),
 		(*Envelope_Reserve)(nil),
 		(*Envelope_Commit)(nil),
+		(*Envelope_SetShardMap)(nil),
+		(*Envelope_SetOwnership)(nil),
+		(*Envelope_SetPolicies)(nil),
 	}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[4].OneofWrappers = []any{}
+	file_quorate_raftcmd_v1_command_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
