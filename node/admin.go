@@ -35,20 +35,20 @@ func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.No
 }
 
 func (n *Node) nodeState() *quoratev1.NodeState {
-	_, leaderID := n.raft.LeaderWithID()
+	_, leaderID := n.meta.raft.LeaderWithID()
 	return &quoratev1.NodeState{
 		Id:               n.cfg.ID,
-		Role:             roleName(n.raft.State()),
+		Role:             roleName(n.meta.raft.State()),
 		LeaderId:         string(leaderID),
-		Term:             n.raft.CurrentTerm(),
-		LastAppliedIndex: n.raft.AppliedIndex(),
-		CommitIndex:      n.raft.CommitIndex(),
-		LastLogIndex:     n.raft.LastIndex(),
+		Term:             n.meta.raft.CurrentTerm(),
+		LastAppliedIndex: n.meta.raft.AppliedIndex(),
+		CommitIndex:      n.meta.raft.CommitIndex(),
+		LastLogIndex:     n.meta.raft.LastIndex(),
 		RaftAddr:         n.raftAddr,
 		ApiAddr:          n.apiAddr,
-		Buckets:          uint64(n.fsm.BucketCount() + n.fsm.SemaphoreCount()),
-		DedupeEntries:    uint64(n.fsm.DedupeLen()),
-		DedupeBytes:      uint64(max(0, n.fsm.DedupeBytes())),
+		Buckets:          uint64(n.meta.fsm.BucketCount() + n.meta.fsm.SemaphoreCount()),
+		DedupeEntries:    uint64(n.meta.fsm.DedupeLen()),
+		DedupeBytes:      uint64(max(0, n.meta.fsm.DedupeBytes())),
 	}
 }
 
@@ -69,15 +69,15 @@ func roleName(s raft.RaftState) string {
 // each for its own state, concurrently, each within memberStatusTimeout.
 func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quoratev1.ClusterStatusRequest]) (*connect.Response[quoratev1.ClusterStatusResponse], error) {
 	n := h.n
-	cf := n.raft.GetConfiguration()
+	cf := n.meta.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, n.toConnectError(fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err))
 	}
 	addrs := make(map[string]string)
-	for _, m := range n.fsm.Nodes() {
+	for _, m := range n.meta.fsm.Nodes() {
 		addrs[m.ID] = m.APIAddr
 	}
-	_, leaderID := n.raft.LeaderWithID()
+	_, leaderID := n.meta.raft.LeaderWithID()
 	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID)}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
@@ -153,14 +153,14 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 // makes it a voter at its Raft address (unless it already is one).
 func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
-	if !slices.Contains(n.fsm.Nodes(), want) {
+	if !slices.Contains(n.meta.fsm.Nodes(), want) {
 		if _, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
 			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr},
 		}}); err != nil {
 			return err
 		}
 	}
-	cf := n.raft.GetConfiguration()
+	cf := n.meta.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)
 	}
@@ -173,7 +173,7 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
-	if err := n.raft.AddVoter(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
+	if err := n.meta.raft.AddVoter(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}
@@ -230,7 +230,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 
 // GetPolicy answers from this node's replica, which may lag the leader.
 func (h *adminHandler) GetPolicy(_ context.Context, req *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
-	pv, ok := h.n.fsm.Policy(req.Msg.GetName())
+	pv, ok := h.n.meta.fsm.Policy(req.Msg.GetName())
 	if !ok {
 		return nil, h.n.toConnectError(fmt.Errorf("%w %q", fsm.ErrUnknownPolicy, req.Msg.GetName()))
 	}
@@ -247,7 +247,7 @@ func policiesToAPI(pvs []fsm.PolicyVersion) []*quoratev1.Policy {
 
 // ListPolicies answers from this node's replica, which may lag the leader.
 func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
-	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.fsm.Policies())}), nil
+	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.fsm.Policies())}), nil
 }
 
 // PolicyFromAPI converts a policy from the API's wire form. It does not

@@ -29,7 +29,7 @@ func (n *Node) expireLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for range maxExpiresPerTick {
-			next, ok := n.fsm.NextExpiry()
+			next, ok := n.meta.fsm.NextExpiry()
 			if !n.isLeader() || !ok || next > n.now().UnixNano() {
 				break
 			}

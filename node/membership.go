@@ -20,7 +20,7 @@ func (n *Node) register(ctx context.Context) {
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr}
 	wait := 20 * time.Millisecond
 	for {
-		if slices.Contains(n.fsm.Nodes(), self) {
+		if slices.Contains(n.meta.fsm.Nodes(), self) {
 			close(n.registered)
 			n.log.Debug("registered")
 			return

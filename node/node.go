@@ -18,11 +18,9 @@ import (
 	"connectrpc.com/grpchealth"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
-	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+	"github.com/quorate/quorate/shard"
 )
 
 // Node is one Quorate process hosting one replica of the cluster's Raft
@@ -34,10 +32,8 @@ type Node struct {
 	apiAddr    string // advertised
 	raftAddr   string // advertised
 	apiLn      net.Listener
-	fsm        *fsm.FSM
-	raft       *raft.Raft
-	transport  *raft.NetworkTransport
-	store      *raftboltdb.BoltStore
+	mux        *peerMux // the peer listener: every group's Raft traffic
+	meta       *group   // the meta group (with no data groups, it holds the data too)
 	hadState   bool
 	server     *http.Server
 	peers      *peers
@@ -62,7 +58,6 @@ func New(cfg Config) (_ *Node, err error) {
 	n := &Node{
 		cfg:        cfg,
 		log:        slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
-		fsm:        fsm.New(fsm.Options{}),
 		registered: make(chan struct{}),
 	}
 	n.clockOffset.Store(int64(cfg.ClockOffset))
@@ -98,66 +93,28 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("%w: --advertise-raft-addr: %v", ErrInvalidConfig, err)
 		}
 	}
-	n.transport, err = newRaftTransport(cfg.RaftAddr, advertise, cfg.DebugDialMap, hlog)
+	raftLn, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node: --raft-addr: %w", err)
 	}
-	n.raftAddr = string(n.transport.LocalAddr())
-
-	raftDir := filepath.Join(cfg.DataDir, "raft")
-	if err := os.MkdirAll(raftDir, 0o750); err != nil {
-		return nil, fmt.Errorf("node: --data-dir: %w", err)
+	if a, ok := raftLn.Addr().(*net.TCPAddr); advertise == nil && (!ok || a.IP == nil || a.IP.IsUnspecified()) {
+		raftLn.Close()
+		return nil, fmt.Errorf("node: --raft-addr: %w", errRaftNotAdvertisable)
 	}
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(raftDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: --data-dir: opening raft.db (is another node using %s?): %w", cfg.DataDir, err)
-	}
-	logs, err := raft.NewLogCache(1024, n.store)
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hlog)
-	if err != nil {
-		return nil, fmt.Errorf("node: --data-dir: %w", err)
-	}
-
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.Logger = hlog
-	// Group commit at the raft level: proposals waiting in a buffered apply
-	// channel go out (and are fsynced) together, up to MaxAppendEntries.
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 512
-	if err := raft.ValidateConfig(rc); err != nil {
+	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
+	go n.mux.Serve()
+	n.raftAddr = n.mux.Addr().String()
+	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-
-	n.hadState, err = raft.HasExistingState(logs, n.store, snaps)
-	if err != nil {
+	var boot []raft.Server
+	if cfg.Bootstrap {
+		boot = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(n.raftAddr)}}
+	}
+	if n.meta, err = n.openGroup(shard.MetaGroup, boot, hlog); err != nil {
 		return nil, err
 	}
-	if !n.hadState && cfg.Bootstrap {
-		boot := raft.Configuration{Servers: []raft.Server{{
-			Suffrage: raft.Voter, ID: rc.LocalID, Address: raft.ServerAddress(n.raftAddr),
-		}}}
-		if err := raft.BootstrapCluster(rc, logs, n.store, snaps, n.transport, boot); err != nil {
-			return nil, fmt.Errorf("node: bootstrap: %w", err)
-		}
-	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.transport)
-	if err != nil {
-		return nil, fmt.Errorf("node: starting raft: %w", err)
-	}
+	n.hadState = n.meta.hadState
 	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap))
 	n.waiters = newWaiters()
 
@@ -252,8 +209,8 @@ func (n *Node) shutdown() error {
 	if err := n.server.Shutdown(ctx); err != nil {
 		n.log.Warn("API shutdown", "err", err)
 	}
-	if n.raft.State() == raft.Leader && n.votersCount() > 1 {
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+	if n.meta.isLeader() && n.meta.votersCount() > 1 {
+		if err := n.meta.raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer", "err", err)
 		}
 	}
@@ -277,14 +234,11 @@ func (n *Node) closeResources() error {
 	if n.apiLn != nil { // not tracked by server when Run never started
 		errs = append(errs, ignoreClosed(n.apiLn.Close()))
 	}
-	if n.raft != nil {
-		errs = append(errs, n.raft.Shutdown().Error())
+	if n.meta != nil {
+		errs = append(errs, n.meta.close())
 	}
-	if n.transport != nil {
-		errs = append(errs, n.transport.Close())
-	}
-	if n.store != nil {
-		errs = append(errs, n.store.Close())
+	if n.mux != nil {
+		errs = append(errs, n.mux.Close())
 	}
 	if n.peers != nil {
 		n.peers.close()
@@ -297,20 +251,6 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
-}
-
-func (n *Node) votersCount() int {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return 0
-	}
-	c := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			c++
-		}
-	}
-	return c
 }
 
 // claimDataDir creates dir and records id in it, or checks that the id
@@ -339,4 +279,4 @@ func connectClientOptions() []connect.ClientOption {
 	return []connect.ClientOption{connect.WithSendMaxBytes(4 << 20), connect.WithReadMaxBytes(4 << 20)}
 }
 
-func (n *Node) isLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Node) isLeader() bool { return n.meta.isLeader() }

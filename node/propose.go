@@ -47,7 +47,7 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 	if d, ok := ctx.Deadline(); ok {
 		enqueue = max(time.Until(d), time.Millisecond)
 	}
-	future := n.raft.Apply(data, enqueue)
+	future := n.meta.raft.Apply(data, enqueue)
 	n.hooks.run(&n.hooks.afterPropose, env)
 	done := make(chan error, 1)
 	go func() { done <- future.Error() }()
@@ -142,11 +142,11 @@ func isOutcomeUnknown(err error) bool {
 // leader returns the leader's API address (empty when unknown or not yet
 // registered) and ID.
 func (n *Node) leader() (apiAddr, id string) {
-	_, lid := n.raft.LeaderWithID()
+	_, lid := n.meta.raft.LeaderWithID()
 	if lid == "" {
 		return "", ""
 	}
-	m, _ := n.fsm.Node(string(lid))
+	m, _ := n.meta.fsm.Node(string(lid))
 	return m.APIAddr, string(lid)
 }
 

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"net"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 )
 
 // Raft transport settings (those of raft.NewTCPTransportWithLogger as Quorate
@@ -76,66 +73,4 @@ func (d *peerDialer) localFor(addr string) net.IP {
 	return d.local
 }
 
-// streamLayer is the Raft stream layer: a TCP listener for incoming
-// connections and peerDialer for outgoing ones.
-type streamLayer struct {
-	net.Listener
-	advertise net.Addr // nil: the listener's address
-	dialer    *peerDialer
-}
-
-var (
-	errRaftNotAdvertisable = errors.New("bound to an unspecified address; set --advertise-raft-addr")
-	errRaftNotTCP          = errors.New("not a TCP address")
-)
-
-// newStreamLayer listens on bindAddr. Its Addr is advertise when set, else
-// the bound address, which must then be a specific IP.
-func newStreamLayer(bindAddr string, advertise net.Addr, dialMap map[string]string) (*streamLayer, error) {
-	ln, err := net.Listen("tcp", bindAddr)
-	if err != nil {
-		return nil, err
-	}
-	s := &streamLayer{Listener: ln, advertise: advertise, dialer: newPeerDialer(ln.Addr(), dialMap)}
-	addr, ok := s.Addr().(*net.TCPAddr)
-	if !ok {
-		ln.Close()
-		return nil, errRaftNotTCP
-	}
-	if addr.IP == nil || addr.IP.IsUnspecified() {
-		ln.Close()
-		return nil, errRaftNotAdvertisable
-	}
-	return s, nil
-}
-
-// Addr is the address peers dial.
-func (s *streamLayer) Addr() net.Addr {
-	if s.advertise != nil {
-		return s.advertise
-	}
-	return s.Listener.Addr()
-}
-
-// Dial opens a connection to a Raft peer.
-func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return s.dialer.DialContext(ctx, "tcp", string(address))
-}
-
-// newRaftTransport is raft.NewTCPTransportWithLogger with Quorate's stream
-// layer: same pool, timeout and advertise rules, but outgoing connections
-// leave from the bound IP and follow Config.DebugDialMap.
-func newRaftTransport(bindAddr string, advertise net.Addr, dialMap map[string]string, logger hclog.Logger) (*raft.NetworkTransport, error) {
-	stream, err := newStreamLayer(bindAddr, advertise, dialMap)
-	if err != nil {
-		return nil, err
-	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  stream,
-		MaxPool: raftMaxPool,
-		Timeout: raftTimeout,
-		Logger:  logger,
-	}), nil
-}
+var errRaftNotAdvertisable = errors.New("bound to an unspecified address; set --advertise-raft-addr")

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"testing"
@@ -26,13 +27,27 @@ func acceptOne(t *testing.T, ln net.Listener) <-chan net.IP {
 	return from
 }
 
-func TestStreamLayerDialsFromListenerIP(t *testing.T) {
+// muxOn starts a peer mux listening on bind (its Raft listener).
+func muxOn(t *testing.T, bind string, dialMap map[string]string, advertise net.Addr) *peerMux {
+	t.Helper()
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPeerMux(ln, newPeerDialer(ln.Addr(), dialMap), advertise, nil)
+	go m.Serve()
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestRaftStreamDialsFromListenerIP(t *testing.T) {
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	s, err := newStreamLayer("127.0.0.2:0", nil, nil)
+	m := muxOn(t, "127.0.0.2:0", nil, nil)
+	s, err := m.StreamLayer(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +66,14 @@ func TestStreamLayerDialsFromListenerIP(t *testing.T) {
 	}
 }
 
-func TestStreamLayerFollowsDialMap(t *testing.T) {
+func TestRaftStreamFollowsDialMap(t *testing.T) {
 	via, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer via.Close()
-	s, err := newStreamLayer("127.0.0.3:0", nil, map[string]string{"127.0.0.9:7100": via.Addr().String()})
+	m := muxOn(t, "127.0.0.3:0", map[string]string{"127.0.0.9:7100": via.Addr().String()}, nil)
+	s, err := m.StreamLayer(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +89,19 @@ func TestStreamLayerFollowsDialMap(t *testing.T) {
 	}
 }
 
-func TestStreamLayerAdvertise(t *testing.T) {
-	if _, err := newStreamLayer("0.0.0.0:0", nil, nil); err == nil {
+func TestRaftListenerAdvertise(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.APIAddr, cfg.RaftAddr = "127.0.0.1:0", "0.0.0.0:0"
+	if n, err := New(cfg); err == nil {
+		n.Close()
 		t.Fatal("a Raft listener on 0.0.0.0 without an advertise address was accepted")
+	} else if !errors.Is(err, errRaftNotAdvertisable) {
+		t.Fatalf("New with --raft-addr 0.0.0.0:0: %v, want errRaftNotAdvertisable", err)
 	}
 	adv := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 7170}
-	s, err := newStreamLayer("0.0.0.0:0", adv, nil)
+	m := muxOn(t, "0.0.0.0:0", nil, adv)
+	s, err := m.StreamLayer(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +109,8 @@ func TestStreamLayerAdvertise(t *testing.T) {
 	if s.Addr() != adv {
 		t.Fatalf("Addr %v, want the advertised %v", s.Addr(), adv)
 	}
-	if s.dialer.local != nil {
-		t.Fatalf("a listener on 0.0.0.0 binds outgoing connections to %v", s.dialer.local)
+	if m.dialer.local != nil {
+		t.Fatalf("a listener on 0.0.0.0 binds outgoing connections to %v", m.dialer.local)
 	}
 }
 

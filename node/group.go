@@ -1,0 +1,150 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/shard"
+)
+
+// group is one Raft group replica hosted by this node: the meta group (ID 0,
+// which in a cluster without data groups holds the data too) or a data
+// group. Each has its own raft instance, bbolt log file, snapshots and FSM,
+// and talks to its peers over the node's peer mux on channel ID.
+type group struct {
+	id        shard.GroupID
+	dir       string
+	fsm       *fsm.FSM
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	hadState  bool
+}
+
+// groupDir is where group id keeps its Raft state under dataDir: the meta
+// group in raft/ (where a single-group node always kept it), data groups in
+// groups/<id>/.
+func groupDir(dataDir string, id shard.GroupID) string {
+	if id == shard.MetaGroup {
+		return filepath.Join(dataDir, "raft")
+	}
+	return filepath.Join(dataDir, "groups", fmt.Sprint(id))
+}
+
+// openGroup opens (or creates) group id's stores and starts its raft. When
+// the group has no state yet and boot is not empty, it is bootstrapped with
+// boot as its configuration (every replica may bootstrap with the same one).
+func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *group, err error) {
+	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{})}
+	defer func() {
+		if err != nil {
+			_ = g.close()
+		}
+	}()
+	hlog = hlog.With("group", uint32(id))
+	stream, err := n.mux.StreamLayer(uint32(id))
+	if err != nil {
+		return nil, err
+	}
+	g.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: raftMaxPool, Timeout: raftTimeout, Logger: hlog})
+	if err := os.MkdirAll(g.dir, 0o750); err != nil {
+		return nil, fmt.Errorf("node: --data-dir: %w", err)
+	}
+	g.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(g.dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: --data-dir: opening %s (is another node using %s?): %w",
+			filepath.Join(g.dir, "raft.db"), n.cfg.DataDir, err)
+	}
+	logs, err := raft.NewLogCache(1024, g.store)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("node: --data-dir: %w", err)
+	}
+	rc := n.raftConfig(hlog)
+	g.hadState, err = raft.HasExistingState(logs, g.store, snaps)
+	if err != nil {
+		return nil, err
+	}
+	if !g.hadState && len(boot) > 0 {
+		if err := raft.BootstrapCluster(rc, logs, g.store, snaps, g.transport, raft.Configuration{Servers: boot}); err != nil {
+			return nil, fmt.Errorf("node: bootstrap of group %d: %w", id, err)
+		}
+	}
+	g.raft, err = raft.NewRaft(rc, g.fsm, logs, g.store, snaps, g.transport)
+	if err != nil {
+		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
+	}
+	return g, nil
+}
+
+// raftConfig is the raft configuration every group of this node uses.
+func (n *Node) raftConfig(hlog hclog.Logger) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.ID)
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = n.cfg.CommitTimeout
+	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
+	rc.SnapshotInterval = n.cfg.SnapshotInterval
+	rc.TrailingLogs = n.cfg.TrailingLogs
+	rc.Logger = hlog
+	// Group commit at the raft level: proposals waiting in a buffered apply
+	// channel go out (and are fsynced) together, up to MaxAppendEntries.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	return rc
+}
+
+func (g *group) isLeader() bool { return g.raft != nil && g.raft.State() == raft.Leader }
+
+// leaderID is the ID of the node the group's replica here knows as leader.
+func (g *group) leaderID() string {
+	_, id := g.raft.LeaderWithID()
+	return string(id)
+}
+
+func (g *group) votersCount() int {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// close stops raft without handing off leadership and closes the stores.
+func (g *group) close() error {
+	var errs []error
+	if g.raft != nil {
+		errs = append(errs, g.raft.Shutdown().Error())
+	}
+	if g.transport != nil {
+		errs = append(errs, g.transport.Close())
+	}
+	if g.store != nil {
+		errs = append(errs, g.store.Close())
+	}
+	return errors.Join(errs...)
+}
