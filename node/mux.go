@@ -350,7 +350,9 @@ func (m *peerMux) StreamLayer(group uint32) (raft.StreamLayer, error) {
 
 // Close stops the mux: it closes the peer listener, every channel listener
 // and every connection the mux accepted or dialed, and waits for Serve and
-// the header readers to return. Safe to call more than once.
+// the header readers to return. Shut the Raft groups down first: a
+// transport whose stream layer the mux closed under it logs accept errors
+// until it is closed too. Safe to call more than once.
 func (m *peerMux) Close() error {
 	m.mu.Lock()
 	if m.closed {
