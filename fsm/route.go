@@ -278,3 +278,28 @@ func (f *FSM) restoreRoute(r routeState) {
 		}
 	}
 }
+
+// Route looks key up in the meta group's shard map: its data group, the
+// epoch at which its slot got that owner, and the group's replicas
+// (read-only: maps are replaced, never changed in place). ok is false when
+// there is no map.
+func (f *FSM) Route(key string) (g shard.GroupID, slotEpoch, mapEpoch uint64, replicas []string, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.shardMap == nil {
+		return 0, 0, 0, nil, false
+	}
+	g, slotEpoch, ok = f.shardMap.Lookup(shard.SlotOf(key))
+	if !ok {
+		return 0, 0, 0, nil, false
+	}
+	grp, _ := f.shardMap.Group(g)
+	return g, slotEpoch, f.shardMap.Epoch, grp.Replicas, true
+}
+
+// ReservationKey returns the key a reservation ID names ("" when id is not
+// one), so that a Commit routes to the key's group.
+func ReservationKey(id string) string {
+	_, key, _ := parseReservationID(id)
+	return key
+}

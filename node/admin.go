@@ -36,7 +36,7 @@ func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.No
 
 func (n *Node) nodeState() *quoratev1.NodeState {
 	_, leaderID := n.meta.raft.LeaderWithID()
-	return &quoratev1.NodeState{
+	out := &quoratev1.NodeState{
 		Id:               n.cfg.ID,
 		Role:             roleName(n.meta.raft.State()),
 		LeaderId:         string(leaderID),
@@ -46,10 +46,45 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:     n.meta.raft.LastIndex(),
 		RaftAddr:         n.raftAddr,
 		ApiAddr:          n.apiAddr,
-		Buckets:          uint64(n.meta.fsm.BucketCount() + n.meta.fsm.SemaphoreCount()),
-		DedupeEntries:    uint64(n.meta.fsm.DedupeLen()),
-		DedupeBytes:      uint64(max(0, n.meta.fsm.DedupeBytes())),
 	}
+	for _, g := range n.hosted() {
+		gs := &quoratev1.GroupState{
+			Id:               uint32(g.id),
+			Role:             roleName(g.raft.State()),
+			LeaderId:         g.leaderID(),
+			Term:             g.raft.CurrentTerm(),
+			LastAppliedIndex: g.raft.AppliedIndex(),
+			CommitIndex:      g.raft.CommitIndex(),
+			Keys:             uint64(g.fsm.BucketCount() + g.fsm.SemaphoreCount()),
+			DedupeEntries:    uint64(g.fsm.DedupeLen()),
+		}
+		if _, epoch, ranges, ok := g.fsm.Ownership(); ok {
+			gs.MapEpoch = epoch
+			for _, a := range ranges {
+				gs.Slots += uint32(a.Range.Len())
+			}
+		}
+		out.Groups = append(out.Groups, gs)
+		out.Buckets += gs.Keys
+		out.DedupeEntries += gs.DedupeEntries
+		out.DedupeBytes += uint64(max(0, g.fsm.DedupeBytes()))
+	}
+	return out
+}
+
+// shardMapStatus describes this node's meta replica's shard map (nil when
+// it has none).
+func (n *Node) shardMapStatus() *quoratev1.ShardMapStatus {
+	m, ok := n.meta.fsm.ShardMap()
+	if !ok {
+		return nil
+	}
+	out := &quoratev1.ShardMapStatus{Epoch: m.Epoch}
+	slots := m.GroupSlots()
+	for _, g := range m.Groups {
+		out.Groups = append(out.Groups, &quoratev1.ShardGroupStatus{Id: uint32(g.ID), Replicas: g.Replicas, Slots: uint32(slots[g.ID])})
+	}
+	return out
 }
 
 func roleName(s raft.RaftState) string {
@@ -78,7 +113,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		addrs[m.ID] = m.APIAddr
 	}
 	_, leaderID := n.meta.raft.LeaderWithID()
-	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID)}
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
 		m := &quoratev1.MemberStatus{
@@ -150,7 +185,8 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 }
 
 // joinAsLeader records the node's addresses (unless already recorded) and
-// makes it a voter at its Raft address (unless it already is one).
+// makes it a member at its Raft address (unless it already is one): a voter,
+// or a non-voter once a cluster with data groups has MetaVoters voters.
 func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
 	if !slices.Contains(n.meta.fsm.Nodes(), want) {
@@ -164,16 +200,26 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)
 	}
+	voters := 0
 	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) == want.ID && string(s.Address) == want.RaftAddr && s.Suffrage == raft.Voter {
+		if string(s.ID) == want.ID && string(s.Address) == want.RaftAddr {
 			return nil
+		}
+		if s.Suffrage == raft.Voter {
+			voters++
 		}
 	}
 	timeout := n.cfg.RequestTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
-	if err := n.meta.raft.AddVoter(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
+	// With data groups, the meta group needs only MetaVoters voters; later
+	// nodes follow it as non-voters (every node keeps the shard map).
+	add := n.meta.raft.AddVoter
+	if n.cfg.DataGroups > 0 && voters >= MetaVoters {
+		add = n.meta.raft.AddNonvoter
+	}
+	if err := add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}
@@ -194,7 +240,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 	}
-	return leaderCall(ctx, n, req, true,
+	return leaderCall(ctx, n, routing{idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.ApplyPoliciesResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
 			if err != nil {
@@ -214,7 +260,8 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	if len(names) == 0 {
 		return nil, n.toConnectError(badRequest("names", "must name at least one policy"))
 	}
-	return leaderCall(ctx, n, req, false, // a repeat of a delete that applied answers NotFound
+	// A repeat of a delete that applied answers NotFound.
+	return leaderCall(ctx, n, routing{}, req,
 		func(ctx context.Context) (*quoratev1.DeletePoliciesResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
 				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}})

@@ -29,17 +29,19 @@ type admissionHandler struct {
 
 var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 
-// leaderCall runs a request on the leader: local (which proposes through the
-// log) when this node leads, else the same request forwarded with remote.
+// leaderCall runs a request on the leader of its group (rt: a key's data
+// group, or the meta group): local (which proposes through the log) when
+// this node leads it, else the same request forwarded with remote.
 // Errors go through the node's one error table.
-func leaderCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], idempotent bool,
+func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *connect.Request[Req],
 	local func(context.Context) (*Resp, error),
 	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
 	var out *Resp
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: idempotent},
+	rt.forwarded = req.Header().Get(forwardedHeader) != ""
+	err := n.onLeader(ctx, rt,
 		func(ctx context.Context) (err error) {
 			out, err = local(ctx)
 			return err
@@ -85,7 +87,7 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 // admit decides cmd through the leader's log.
 func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest], cmd *raftcmdv1.Admit) (*connect.Response[quoratev1.AdmitResponse], error) {
 	n := h.n
-	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+	return leaderCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
 		func(ctx context.Context) (*quoratev1.AdmitResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}})
 			if err != nil {
@@ -173,7 +175,7 @@ func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quorat
 	if _, err := checkCommand("", &quoratev1.Check{Policy: m.GetPolicy(), Key: m.GetKey()}); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, req, true,
+	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.PeekResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}})
 			if err != nil {
@@ -202,10 +204,14 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, req, true, // a repeated refund answers refunded=false
+	if m.GetKey() == "" && n.hasShardMap() {
+		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key in a cluster with data groups"))
+	}
+	// A repeated refund answers refunded=false.
+	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.RefundResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
-				Caller: m.GetCaller(), RequestId: m.GetRequestId()}}})
+				Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}})
 			if err != nil {
 				return nil, err
 			}
@@ -282,7 +288,7 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	cmd.TtlNanos = ttl
-	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+	return leaderCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
 		func(ctx context.Context) (*quoratev1.ReserveResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}})
 			if err != nil {
@@ -316,7 +322,7 @@ func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	cmd := &raftcmdv1.Commit{ReservationId: m.GetReservationId(), Actual: m.GetActual(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
-	return leaderCall(ctx, n, req, cmd.GetRequestId() != "",
+	return leaderCall(ctx, n, routing{data: true, key: fsm.ReservationKey(cmd.GetReservationId()), idempotent: cmd.GetRequestId() != ""}, req,
 		func(ctx context.Context) (*quoratev1.CommitResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}})
 			if err != nil {

@@ -96,6 +96,17 @@ type Config struct {
 	// LogLevel is debug, info, warn or error (--log-level).
 	LogLevel string
 
+	// DataGroups is how many data groups the cluster's shard map spreads
+	// keys over (--groups). 0 keeps every key in the meta group: a
+	// single-group cluster. The node that creates the shard map uses its
+	// own value, so give every node the same one.
+	DataGroups int
+
+	// ExpectNodes is how many registered nodes the meta leader waits for
+	// before it creates the shard map (--expect-nodes), so replicas spread
+	// over them from the start. Default 1.
+	ExpectNodes int
+
 	// ClockOffset is added to the local clock when the leader stamps the
 	// time of an entry; Node.SetClockOffset changes it while the node runs.
 	// It exists for fault-injection tests (--debug-clock-offset,
@@ -111,6 +122,17 @@ type Config struct {
 
 	_ struct{}
 }
+
+// MaxDataGroups bounds Config.DataGroups.
+const MaxDataGroups = 1024
+
+// DataReplicas is how many replicas each data group has (fewer when the
+// cluster has fewer nodes).
+const DataReplicas = 3
+
+// MetaVoters is how many nodes vote in the meta group of a cluster with data
+// groups; later nodes join it as non-voters and still get every change.
+const MetaVoters = 3
 
 // DefaultConfig returns a Config for a local node with the production
 // timeouts. ID, DataDir and one of Bootstrap/Join are still to be set.
@@ -161,6 +183,12 @@ func (c Config) Validate() error {
 				return bad("debug-dial-map", "%q is not host:port: %v", a, err)
 			}
 		}
+	}
+	if c.DataGroups < 0 || c.DataGroups > MaxDataGroups {
+		return bad("groups", "must be between 0 and %d (got %d)", MaxDataGroups, c.DataGroups)
+	}
+	if c.ExpectNodes < 0 || c.ExpectNodes > 64 {
+		return bad("expect-nodes", "must be between 1 and 64 (got %d)", c.ExpectNodes)
 	}
 	if c.Bootstrap && c.Join != "" {
 		return bad("bootstrap", "cannot be combined with --join")

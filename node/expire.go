@@ -14,7 +14,7 @@ const expireInterval = 500 * time.Millisecond
 // reclaims up to fsm.ExpireBatch buckets and as many dedupe entries).
 const maxExpiresPerTick = 16
 
-// expireLoop runs on every node and acts on the leader: when its replica
+// expireLoop runs on every node and acts on the leader of each group it hosts: when its replica
 // holds state that has expired by the leader's clock, it proposes Expire
 // entries until none is left (bounded per tick), so memory follows live
 // state even without traffic. Followers do nothing: expiry is decided
@@ -28,18 +28,26 @@ func (n *Node) expireLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for range maxExpiresPerTick {
-			next, ok := n.meta.fsm.NextExpiry()
-			if !n.isLeader() || !ok || next > n.now().UnixNano() {
-				break
-			}
-			pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
-			_, err := n.propose(pctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
-			cancel()
-			if err != nil {
-				n.log.Debug("expire", "err", err)
-				break
-			}
+		for _, g := range n.hosted() {
+			n.expireGroup(ctx, g)
+		}
+	}
+}
+
+// expireGroup proposes Expire entries to g while this node leads it and its
+// replica holds state that has expired by this node's clock.
+func (n *Node) expireGroup(ctx context.Context, g *group) {
+	for range maxExpiresPerTick {
+		next, ok := g.fsm.NextExpiry()
+		if !g.isLeader() || !ok || next > n.now().UnixNano() {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+		_, err := n.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
+		cancel()
+		if err != nil {
+			n.log.Debug("expire", "group", g.id, "err", err)
+			return
 		}
 	}
 }

@@ -19,3 +19,10 @@ func setHook(p interface {
 	}
 	p.Store(&f)
 }
+
+// GroupOf returns the data group key routes to by n's replica of the shard
+// map; ok is false without a map.
+func GroupOf(n *Node, key string) (group uint32, ok bool) {
+	g, _, _, _, ok := n.meta.fsm.Route(key)
+	return uint32(g), ok
+}

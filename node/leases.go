@@ -66,7 +66,7 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 		return nil, n.toConnectError(err)
 	}
 	maxWait := time.Duration(wait)
-	return leaderCall(ctx, n, req, op.GetRequestId() != "",
+	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
 		func(ctx context.Context) (*quoratev1.AcquireLeaseResponse, error) {
 			var r *fsm.LeaseResult
 			waited, err := n.waiters.await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
@@ -108,7 +108,8 @@ func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quor
 	if err := checkLeaseOp(op, m.GetTtl(), false); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, req, true, // renewing twice only extends the same lease
+	// Renewing twice only extends the same lease.
+	return leaderCall(ctx, n, routing{data: true, key: key, idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.RenewLeaseResponse, error) {
 			r, err := n.proposeLease(ctx, op)
 			if err != nil {
@@ -136,7 +137,7 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 	}
 	// Without a request ID a retry of a release that applied would be told
 	// the token is stale: only requests with one are retried by the server.
-	return leaderCall(ctx, n, req, op.GetRequestId() != "",
+	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
 		func(ctx context.Context) (*quoratev1.ReleaseLeaseResponse, error) {
 			r, err := n.proposeLease(ctx, op)
 			if err != nil {
@@ -158,7 +159,7 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, req, true,
+	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.CheckFenceResponse, error) {
 			r, err := n.proposeLease(ctx, op)
 			if err != nil {

@@ -34,6 +34,7 @@ type Node struct {
 	apiLn      net.Listener
 	mux        *peerMux // the peer listener: every group's Raft traffic
 	meta       *group   // the meta group (with no data groups, it holds the data too)
+	groups     dataGroups
 	hadState   bool
 	server     *http.Server
 	peers      *peers
@@ -115,6 +116,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.hadState = n.meta.hadState
+	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
 	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap))
 	n.waiters = newWaiters()
 
@@ -176,7 +178,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{}, 2)
+	regDone := make(chan struct{}, 3)
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.register(regCtx)
@@ -184,6 +186,10 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.expireLoop(regCtx)
+	}()
+	go func() {
+		defer func() { regDone <- struct{}{} }()
+		n.groupLoop(regCtx)
 	}()
 
 	var err error
@@ -193,6 +199,7 @@ func (n *Node) Run(ctx context.Context) error {
 		err = fmt.Errorf("node: serving API: %w", err)
 	}
 	stopReg()
+	<-regDone
 	<-regDone
 	<-regDone
 	n.log.Info("stopping")
@@ -209,9 +216,11 @@ func (n *Node) shutdown() error {
 	if err := n.server.Shutdown(ctx); err != nil {
 		n.log.Warn("API shutdown", "err", err)
 	}
-	if n.meta.isLeader() && n.meta.votersCount() > 1 {
-		if err := n.meta.raft.LeadershipTransfer().Error(); err != nil {
-			n.log.Warn("leadership transfer", "err", err)
+	for _, g := range n.hosted() {
+		if g.isLeader() && g.votersCount() > 1 {
+			if err := g.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("leadership transfer", "group", g.id, "err", err)
+			}
 		}
 	}
 	return n.Close()
@@ -233,6 +242,9 @@ func (n *Node) closeResources() error {
 	}
 	if n.apiLn != nil { // not tracked by server when Run never started
 		errs = append(errs, ignoreClosed(n.apiLn.Close()))
+	}
+	if n.groups.m != nil {
+		errs = append(errs, n.closeGroups())
 	}
 	if n.meta != nil {
 		errs = append(errs, n.meta.close())

@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 var (
@@ -37,8 +38,35 @@ const forwardedHeader = "Quorate-Forwarded-By"
 // propose stamps env with the leader's time, appends it to the log and waits
 // until it is applied here, returning the FSM's result. Errors: ErrNotLeader
 // (not proposed), ErrOutcomeUnknown, or the FSM's refusal.
+//
+// The group is the one onLeader chose for the request (carried in ctx), else
+// the meta group; data commands are stamped with that choice's map epoch.
 func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
+	return n.proposeTo(ctx, n.destOf(ctx), env)
+}
+
+// proposeTo is propose to the group of d. A data group that does not know
+// the command's policy yet (its table is copied from the meta group shortly
+// after each change) first gets this node's meta replica's table, and the
+// command is proposed again: the refused one changed nothing.
+func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
+	res, err := n.proposeOnce(ctx, d, env)
+	if errors.Is(err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
+		// The policy may be newer than this node's meta replica: catch up
+		// with the meta leader's commit index first (a read index).
+		if cerr := n.catchUpMeta(ctx); cerr != nil {
+			return res, err
+		}
+		if serr := n.syncPolicies(ctx, d.g); serr == nil {
+			res, err = n.proposeOnce(ctx, d, env)
+		}
+	}
+	return res, err
+}
+
+func (n *Node) proposeOnce(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
 	env.NowUnixNano = n.now().UnixNano()
+	env.MapEpoch = d.epoch
 	data, err := fsm.Encode(env)
 	if err != nil {
 		return nil, fmt.Errorf("node: encoding command: %w", err)
@@ -47,7 +75,7 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 	if d, ok := ctx.Deadline(); ok {
 		enqueue = max(time.Until(d), time.Millisecond)
 	}
-	future := n.meta.raft.Apply(data, enqueue)
+	future := d.g.raft.Apply(data, enqueue)
 	n.hooks.run(&n.hooks.afterPropose, env)
 	done := make(chan error, 1)
 	go func() { done <- future.Error() }()
@@ -76,6 +104,11 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 
 // routing says how onLeader may treat a request.
 type routing struct {
+	// data: the request works on key's state and goes to the key's data
+	// group; otherwise it goes to the meta group.
+	data bool
+	key  string
+
 	// forwarded: the request came from another node; never forward it again.
 	forwarded bool
 	// idempotent: the request carries a request ID, so a retry after an
@@ -93,21 +126,27 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 	local func(context.Context) error, remote func(ctx context.Context, baseURL string) error) error {
 	wait := 5 * time.Millisecond
 	var unknown error // the last attempt whose outcome is unknown, if any
-	for {
-		var err error
-		if n.isLeader() {
-			err = local(ctx)
-		} else if r.forwarded {
+	for attempt := 0; ; attempt++ {
+		d, err := n.destFor(r)
+		switch {
+		case err != nil:
+		case d.g != nil && d.g.isLeader():
+			if err = local(withDest(ctx, d)); isRouteError(err) {
+				err = fmt.Errorf("%w: %v", ErrNotProposed, err)
+			}
+		case r.forwarded:
 			if unknown != nil {
 				// An earlier attempt here may have applied: say so, or the
 				// forwarding node would report "not proposed".
 				return unknown
 			}
 			return ErrNotLeader
-		} else if leaderAddr, leaderID := n.leader(); leaderAddr == "" {
-			err = fmt.Errorf("%w: no leader known (leader id %q)", ErrNotProposed, leaderID)
-		} else {
-			err = classifyRemote(remote(ctx, "http://"+leaderAddr))
+		default:
+			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
+				err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
+			} else {
+				err = classifyRemote(remote(ctx, "http://"+addr))
+			}
 		}
 		wasUnknown := errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err)
 		if wasUnknown {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
@@ -82,6 +83,49 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			m.GetId(), role, marker, dash(m.GetRaftAddr()), dash(m.GetApiAddr()),
 			term, applied, commit, buckets, ids, dash(m.GetSuffrage()), m.GetError())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeGroups(w, s)
+}
+
+// writeGroups prints the shard map's data groups: replicas (the first is the
+// preferred leader), the leader as its replicas report it, slots, and the
+// keys and applied index of the leader's replica.
+func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
+	sm := s.GetShardMap()
+	if sm == nil {
+		return nil
+	}
+	type seen struct {
+		leader        string
+		keys, applied uint64
+	}
+	state := map[uint32]*seen{}
+	for _, m := range s.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			if state[g.GetId()] == nil {
+				state[g.GetId()] = &seen{}
+			}
+			if g.GetRole() == "leader" {
+				*state[g.GetId()] = seen{leader: m.GetId(), keys: g.GetKeys(), applied: g.GetLastAppliedIndex()}
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nshard map epoch %d; %d data %s\n", sm.GetEpoch(), len(sm.GetGroups()), plural(len(sm.GetGroups()), "group", "groups"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tLEADER\tREPLICAS\tSLOTS\tKEYS\tAPPLIED")
+	for _, g := range sm.GetGroups() {
+		st := state[g.GetId()]
+		if st == nil {
+			st = &seen{}
+		}
+		keys, applied := "-", "-"
+		if st.leader != "" {
+			keys, applied = strconv.FormatUint(st.keys, 10), strconv.FormatUint(st.applied, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", g.GetId(), dash(st.leader), strings.Join(g.GetReplicas(), ","), g.GetSlots(), keys, applied)
 	}
 	return tw.Flush()
 }

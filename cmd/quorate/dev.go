@@ -33,6 +33,7 @@ type devOptions struct {
 	raftPort        int
 	logLevel        string
 	readyTimeout    time.Duration
+	groups          int
 }
 
 func newDevCmd() *cobra.Command {
@@ -55,6 +56,7 @@ func newDevCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.dir, "dir", "data/dev", "directory of the nodes' state (DIR/node1, DIR/node2, ...)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes, 1 to 9")
+	f.IntVar(&o.groups, "groups", 8, "data groups the keys are hashed to (0: every key in the meta group)")
 	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
 	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
@@ -80,6 +82,9 @@ func (o devOptions) validate() error {
 	if o.apiPort < o.raftPort+o.nodes && o.raftPort < o.apiPort+o.nodes {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
+	}
+	if o.groups < 0 || o.groups > node.MaxDataGroups {
+		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
 	}
 	if o.readyTimeout <= 0 {
 		return fmt.Errorf("dev: --ready-timeout: must be positive (got %v)", o.readyTimeout)
@@ -114,6 +119,7 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string) node.Config {
 	cfg.Join = join
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
+	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
 	return cfg
 }
 
@@ -153,7 +159,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	base := "http://" + nodes[0].APIAddr()
 	deadline := start.Add(o.readyTimeout)
 
-	status, err := c.waitReady(ctx, base, o.nodes, deadline)
+	status, err := c.waitReady(ctx, base, o.nodes, o.groups, deadline)
 	if err == nil && len(policies) > 0 {
 		policies, err = c.applyPolicies(ctx, base, policies, deadline)
 	} else if err == nil {

@@ -101,9 +101,10 @@ func (c *devCluster) poll(ctx context.Context, what string, deadline time.Time, 
 	}
 }
 
-// waitReady polls ClusterStatus at base until a leader is known and all n
-// members answer with their status and API address.
-func (c *devCluster) waitReady(ctx context.Context, base string, n int, deadline time.Time) (*quoratev1.ClusterStatusResponse, error) {
+// waitReady polls ClusterStatus at base until a leader is known, all n
+// members answer with their status and API address and, with data groups,
+// the shard map exists and every group has a leader.
+func (c *devCluster) waitReady(ctx context.Context, base string, n, groups int, deadline time.Time) (*quoratev1.ClusterStatusResponse, error) {
 	client := newAdminClient(base)
 	var status *quoratev1.ClusterStatusResponse
 	err := c.poll(ctx, "waiting for the cluster", deadline, func(ctx context.Context) (bool, error) {
@@ -111,7 +112,7 @@ func (c *devCluster) waitReady(ctx context.Context, base string, n int, deadline
 		if err != nil {
 			return false, wrapRPC("ClusterStatus", base, "", err)
 		}
-		if problem := readiness(resp.Msg, n); problem != nil {
+		if problem := readiness(resp.Msg, n, groups); problem != nil {
 			return false, problem
 		}
 		status = resp.Msg
@@ -120,8 +121,9 @@ func (c *devCluster) waitReady(ctx context.Context, base string, n int, deadline
 	return status, err
 }
 
-// readiness says why s is not yet a ready cluster of n members, or nil.
-func readiness(s *quoratev1.ClusterStatusResponse, n int) error {
+// readiness says why s is not yet a ready cluster of n members and groups
+// data groups, or nil.
+func readiness(s *quoratev1.ClusterStatusResponse, n, groups int) error {
 	if s.GetLeaderId() == "" {
 		return errors.New("no leader yet")
 	}
@@ -134,6 +136,25 @@ func readiness(s *quoratev1.ClusterStatusResponse, n int) error {
 			return fmt.Errorf("member %s has not answered: %s", m.GetId(), m.GetError())
 		case m.GetApiAddr() == "":
 			return fmt.Errorf("member %s has not registered its API address", m.GetId())
+		}
+	}
+	if groups == 0 {
+		return nil
+	}
+	if len(s.GetShardMap().GetGroups()) == 0 {
+		return errors.New("no shard map yet")
+	}
+	led := map[uint32]bool{}
+	for _, m := range s.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			if g.GetRole() == "leader" && g.GetMapEpoch() == s.GetShardMap().GetEpoch() {
+				led[g.GetId()] = true
+			}
+		}
+	}
+	for _, g := range s.GetShardMap().GetGroups() {
+		if !led[g.GetId()] {
+			return fmt.Errorf("data group %d has no leader with the current shard map yet", g.GetId())
 		}
 	}
 	return nil

@@ -65,7 +65,10 @@ type ClusterStatusResponse struct {
 	// ID of the leader as the answering node sees it; empty when unknown.
 	LeaderId string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	// Every member of the Raft configuration, by ID.
-	Members       []*MemberStatus `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*MemberStatus `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// The shard map as the answering node's meta replica has it; absent in a
+	// cluster without data groups.
+	ShardMap      *ShardMapStatus `protobuf:"bytes,4,opt,name=shard_map,json=shardMap,proto3" json:"shard_map,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -121,6 +124,127 @@ func (x *ClusterStatusResponse) GetMembers() []*MemberStatus {
 	return nil
 }
 
+func (x *ClusterStatusResponse) GetShardMap() *ShardMapStatus {
+	if x != nil {
+		return x.ShardMap
+	}
+	return nil
+}
+
+// ShardMapStatus describes the shard map: its epoch and, per data group,
+// its replicas (the first is the preferred leader) and slot count.
+type ShardMapStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Groups        []*ShardGroupStatus    `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMapStatus) Reset() {
+	*x = ShardMapStatus{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMapStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMapStatus) ProtoMessage() {}
+
+func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
+func (*ShardMapStatus) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ShardMapStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardMapStatus) GetGroups() []*ShardGroupStatus {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type ShardGroupStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Slots         uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardGroupStatus) Reset() {
+	*x = ShardGroupStatus{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardGroupStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardGroupStatus) ProtoMessage() {}
+
+func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
+func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShardGroupStatus) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ShardGroupStatus) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ShardGroupStatus) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
 type MemberStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -139,7 +263,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +275,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +288,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -217,7 +341,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +353,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +366,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type NodeStatusResponse struct {
@@ -254,7 +378,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +390,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +403,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -307,13 +431,17 @@ type NodeState struct {
 	// Request-ID entries held by this replica, and their estimated memory.
 	DedupeEntries uint64 `protobuf:"varint,11,opt,name=dedupe_entries,json=dedupeEntries,proto3" json:"dedupe_entries,omitempty"`
 	DedupeBytes   uint64 `protobuf:"varint,12,opt,name=dedupe_bytes,json=dedupeBytes,proto3" json:"dedupe_bytes,omitempty"`
+	// Every Raft group replica this node hosts: the meta group (id 0) first,
+	// then data groups. The fields above describe the meta group, except
+	// buckets and dedupe, which add up every group on this node.
+	Groups        []*GroupState `protobuf:"bytes,13,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +453,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +466,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeState) GetId() string {
@@ -425,6 +553,134 @@ func (x *NodeState) GetDedupeBytes() uint64 {
 	return 0
 }
 
+func (x *NodeState) GetGroups() []*GroupState {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// GroupState is one node's replica of one Raft group.
+type GroupState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "leader", "follower", "candidate" or "shutdown".
+	Role             string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	LeaderId         string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Term             uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	LastAppliedIndex uint64 `protobuf:"varint,5,opt,name=last_applied_index,json=lastAppliedIndex,proto3" json:"last_applied_index,omitempty"`
+	CommitIndex      uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	// Live keys (buckets, windows, logs, semaphores) in this replica.
+	Keys          uint64 `protobuf:"varint,7,opt,name=keys,proto3" json:"keys,omitempty"`
+	DedupeEntries uint64 `protobuf:"varint,8,opt,name=dedupe_entries,json=dedupeEntries,proto3" json:"dedupe_entries,omitempty"`
+	// Slots the group owns as this replica last applied (data groups).
+	Slots uint32 `protobuf:"varint,9,opt,name=slots,proto3" json:"slots,omitempty"`
+	// Shard-map epoch of that ownership.
+	MapEpoch      uint64 `protobuf:"varint,10,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupState) Reset() {
+	*x = GroupState{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupState) ProtoMessage() {}
+
+func (x *GroupState) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
+func (*GroupState) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GroupState) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GroupState) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *GroupState) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *GroupState) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *GroupState) GetLastAppliedIndex() uint64 {
+	if x != nil {
+		return x.LastAppliedIndex
+	}
+	return 0
+}
+
+func (x *GroupState) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *GroupState) GetKeys() uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *GroupState) GetDedupeEntries() uint64 {
+	if x != nil {
+		return x.DedupeEntries
+	}
+	return 0
+}
+
+func (x *GroupState) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *GroupState) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -438,7 +694,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +706,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +719,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -495,7 +751,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +763,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +776,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 // Policy is one admission policy.
@@ -559,7 +815,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +827,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +840,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Policy) GetName() string {
@@ -680,7 +936,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +948,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +961,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -725,7 +981,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +993,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1006,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -768,7 +1024,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +1036,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1049,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type ListPoliciesResponse struct {
@@ -805,7 +1061,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1073,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1086,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -849,7 +1105,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1117,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1130,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -893,7 +1149,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1161,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1174,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -937,7 +1193,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1205,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1218,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -982,7 +1238,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1250,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1263,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -1023,12 +1279,20 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
 	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x16\n" +
-	"\x14ClusterStatusRequest\"\x89\x01\n" +
+	"\x14ClusterStatusRequest\"\xc2\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1f\n" +
 	"\vanswered_by\x18\x01 \x01(\tR\n" +
 	"answeredBy\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
-	"\amembers\x18\x03 \x03(\v2\x18.quorate.v1.MemberStatusR\amembers\"\xb7\x01\n" +
+	"\amembers\x18\x03 \x03(\v2\x18.quorate.v1.MemberStatusR\amembers\x127\n" +
+	"\tshard_map\x18\x04 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\"\\\n" +
+	"\x0eShardMapStatus\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1c.quorate.v1.ShardGroupStatusR\x06groups\"T\n" +
+	"\x10ShardGroupStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\"\xb7\x01\n" +
 	"\fMemberStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -1038,7 +1302,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xf3\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xa3\x03\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -1052,7 +1316,21 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\abuckets\x18\n" +
 	" \x01(\x04R\abuckets\x12%\n" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
-	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\"U\n" +
+	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
+	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\"\xa0\x02\n" +
+	"\n" +
+	"GroupState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12,\n" +
+	"\x12last_applied_index\x18\x05 \x01(\x04R\x10lastAppliedIndex\x12!\n" +
+	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12\x12\n" +
+	"\x04keys\x18\a \x01(\x04R\x04keys\x12%\n" +
+	"\x0ededupe_entries\x18\b \x01(\x04R\rdedupeEntries\x12\x14\n" +
+	"\x05slots\x18\t \x01(\rR\x05slots\x12\x1b\n" +
+	"\tmap_epoch\x18\n" +
+	" \x01(\x04R\bmapEpoch\"U\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -1109,58 +1387,64 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_quorate_v1_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),   // 0: quorate.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),  // 1: quorate.v1.ClusterStatusResponse
-	(*MemberStatus)(nil),           // 2: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 3: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 4: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 5: quorate.v1.NodeState
-	(*JoinRequest)(nil),            // 6: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 7: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 8: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 9: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 10: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 11: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 12: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 13: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 14: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 15: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 16: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
+	(*ShardMapStatus)(nil),         // 2: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 3: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 4: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 5: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 6: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 7: quorate.v1.NodeState
+	(*GroupState)(nil),             // 8: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 9: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 10: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 11: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 12: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 13: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 14: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 15: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 16: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 17: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 18: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 19: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	2,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	5,  // 1: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	5,  // 2: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	17, // 3: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	17, // 4: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	17, // 5: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	8,  // 6: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	8,  // 7: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	8,  // 8: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	8,  // 9: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	8,  // 10: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	0,  // 11: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	3,  // 12: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	6,  // 13: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	9,  // 14: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	11, // 15: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	13, // 16: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	15, // 17: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	1,  // 18: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	4,  // 19: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	7,  // 20: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	10, // 21: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	12, // 22: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	14, // 23: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	16, // 24: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	2,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	3,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	7,  // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	7,  // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	8,  // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	20, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	20, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	20, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	11, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	11, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	11, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	11, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	11, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	0,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	5,  // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	9,  // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	12, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	14, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	16, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	18, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	1,  // 21: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	6,  // 22: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	10, // 23: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	13, // 24: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	15, // 25: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	17, // 26: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	19, // 27: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -1174,7 +1458,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -615,8 +615,11 @@ func (x *PeekResponse) GetDecidedAt() *timestamppb.Timestamp {
 type RefundRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The caller and request_id of the admitted request to refund.
-	Caller        string `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller    string `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The refunded request's key. Required in a cluster with data groups,
+	// where it routes the refund to the key's group; optional otherwise.
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -661,6 +664,13 @@ func (x *RefundRequest) GetCaller() string {
 func (x *RefundRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -1304,11 +1314,12 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"retryAfter\x12%\n" +
 	"\x0epolicy_version\x18\x06 \x01(\x04R\rpolicyVersion\x129\n" +
 	"\n" +
-	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"F\n" +
+	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"X\n" +
 	"\rRefundRequest\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"}\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"}\n" +
 	"\x0eRefundResponse\x12\x1a\n" +
 	"\brefunded\x18\x01 \x01(\bR\brefunded\x12\x12\n" +
 	"\x04cost\x18\x02 \x01(\x03R\x04cost\x12;\n" +

@@ -1,0 +1,231 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// groupInterval is how often a node reconciles its data groups with the
+// shard map.
+const groupInterval = 100 * time.Millisecond
+
+// dataGroups are the data group replicas this node hosts.
+type dataGroups struct {
+	mu   sync.RWMutex
+	m    map[shard.GroupID]*group
+	hlog hclog.Logger
+}
+
+// dataGroup returns the replica of data group id hosted here, or nil.
+func (n *Node) dataGroup(id shard.GroupID) *group {
+	n.groups.mu.RLock()
+	defer n.groups.mu.RUnlock()
+	return n.groups.m[id]
+}
+
+// hosted returns every group replica on this node, the meta group first,
+// then data groups by ID.
+func (n *Node) hosted() []*group {
+	n.groups.mu.RLock()
+	out := make([]*group, 0, len(n.groups.m)+1)
+	for _, g := range n.groups.m {
+		out = append(out, g)
+	}
+	n.groups.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *group) int { return int(a.id) - int(b.id) })
+	return append([]*group{n.meta}, out...)
+}
+
+// groupLoop keeps this node's data groups in line with the shard map until
+// ctx is done: the meta leader creates the map once the expected nodes have
+// registered; every node opens the replicas the map places on it; the leader
+// of each data group brings the group's ownership and policy table up to the
+// meta group's.
+func (n *Node) groupLoop(ctx context.Context) {
+	t := time.NewTicker(groupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.reconcile(ctx)
+	}
+}
+
+func (n *Node) reconcile(ctx context.Context) {
+	m, ok := n.meta.fsm.ShardMap()
+	if !ok {
+		if n.cfg.DataGroups > 0 && n.meta.isLeader() {
+			n.createShardMap(ctx)
+		}
+		return
+	}
+	for _, g := range m.Groups {
+		if !slices.Contains(g.Replicas, n.cfg.ID) || n.dataGroup(g.ID) != nil {
+			continue
+		}
+		if err := n.openDataGroup(g); err != nil {
+			n.log.Warn("opening data group", "group", g.ID, "err", err)
+		}
+	}
+	for _, g := range n.hosted()[1:] {
+		if g.isLeader() {
+			n.syncGroup(ctx, g, m)
+		}
+	}
+}
+
+// createShardMap proposes the first shard map once ExpectNodes nodes have
+// registered: DataGroups groups over them, DataReplicas replicas each.
+func (n *Node) createShardMap(ctx context.Context) {
+	nodes := n.meta.fsm.Nodes()
+	if len(nodes) < max(1, n.cfg.ExpectNodes) {
+		return
+	}
+	ids := make([]string, len(nodes))
+	for i, m := range nodes {
+		ids[i] = m.ID
+	}
+	m, err := shard.InitialMap(ids, n.cfg.DataGroups, DataReplicas)
+	if err != nil {
+		n.log.Error("planning the shard map", "err", err)
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	_, err = n.proposeTo(pctx, dest{g: n.meta}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
+		SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: 0, Map: fsm.ShardMapToProto(m)}}})
+	switch {
+	case err == nil:
+		n.log.Info("created the shard map", "groups", len(m.Groups), "nodes", len(ids), "epoch", m.Epoch)
+	case !errors.Is(err, fsm.ErrMapConflict):
+		n.log.Debug("creating the shard map", "err", err)
+	}
+}
+
+// openDataGroup starts this node's replica of g, bootstrapped (when new)
+// with g's replicas at their registered Raft addresses.
+func (n *Node) openDataGroup(g shard.Group) error {
+	var boot []raft.Server
+	for _, id := range g.Replicas {
+		m, ok := n.meta.fsm.Node(id)
+		if !ok {
+			return errors.New("replica " + id + " is not registered yet")
+		}
+		boot = append(boot, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(m.RaftAddr)})
+	}
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	if n.groups.m[g.ID] != nil {
+		return nil
+	}
+	rg, err := n.openGroup(g.ID, boot, n.groups.hlog)
+	if err != nil {
+		return err
+	}
+	n.groups.m[g.ID] = rg
+	n.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
+	return nil
+}
+
+// syncGroup, on the leader of data group g, proposes the group's ownership
+// when the map moved on, and the meta group's policy table when it differs.
+func (n *Node) syncGroup(ctx context.Context, g *group, m shard.Map) {
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	if _, epoch, _, ok := g.fsm.Ownership(); !ok || epoch < m.Epoch {
+		set := &raftcmdv1.SetOwnership{Group: uint32(g.id), MapEpoch: m.Epoch}
+		for _, a := range m.Owned(g.id) {
+			set.Ranges = append(set.Ranges, fsm.AssignmentToProto(a))
+		}
+		if _, err := n.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetOwnership{SetOwnership: set}}); err != nil {
+			n.log.Debug("setting ownership", "group", g.id, "err", err)
+			return
+		}
+	}
+	if err := n.syncPolicies(pctx, g); err != nil {
+		n.log.Debug("copying policies", "group", g.id, "err", err)
+	}
+}
+
+// syncPolicies copies the meta group's policy table into data group g when
+// they differ (g led here).
+func (n *Node) syncPolicies(ctx context.Context, g *group) error {
+	want := n.meta.fsm.Policies()
+	if slices.Equal(g.fsm.Policies(), want) {
+		return nil
+	}
+	set := &raftcmdv1.SetPolicies{MetaIndex: n.meta.raft.AppliedIndex()}
+	for _, p := range want {
+		set.Policies = append(set.Policies, &raftcmdv1.PolicyRecord{Policy: fsm.PolicyToProto(p.Policy), Version: p.Version})
+	}
+	_, err := n.proposeTo(ctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetPolicies{SetPolicies: set}})
+	return err
+}
+
+// closeGroups stops every data group replica.
+func (n *Node) closeGroups() error {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	var errs []error
+	for id, g := range n.groups.m {
+		errs = append(errs, g.close())
+		delete(n.groups.m, id)
+	}
+	return errors.Join(errs...)
+}
+
+// catchUpMeta waits until this node's meta replica has applied everything
+// the meta leader had committed when asked: then it knows every policy
+// change acknowledged before the call.
+func (n *Node) catchUpMeta(ctx context.Context) error {
+	var commit uint64
+	if n.meta.isLeader() {
+		if err := n.meta.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))).Error(); err != nil {
+			return err
+		}
+		return nil
+	}
+	addr, _ := n.leader()
+	if addr == "" {
+		return fmt.Errorf("%w: no meta leader known", ErrNotProposed)
+	}
+	resp, err := n.peers.get("http://"+addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	if err != nil {
+		return err
+	}
+	commit = resp.Msg.GetNode().GetCommitIndex()
+	for n.meta.raft.AppliedIndex() < commit {
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// deadlineOr is ctx's deadline, or d from now.
+func deadlineOr(ctx context.Context, d time.Duration) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(d)
+}
