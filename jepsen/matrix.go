@@ -14,25 +14,29 @@ import (
 type MatrixRun struct {
 	Name     string
 	Families []string
+	Groups   int           // data groups (quorate serve --groups); 0: one group
 	Duration time.Duration // 0: the matrix's default
 }
 
-// FullMatrix is `make jepsen`: each fault family alone, then all mixed.
+// FullMatrix is `make jepsen`: each fault family alone, then all mixed, on
+// one Raft group; then all mixed again on 8 data groups.
 func FullMatrix() []MatrixRun {
 	var runs []MatrixRun
 	for _, f := range Families {
 		runs = append(runs, MatrixRun{Name: f, Families: []string{f}})
 	}
-	return append(runs, MatrixRun{Name: "mixed", Families: Families})
+	return append(runs, MatrixRun{Name: "mixed", Families: Families},
+		MatrixRun{Name: "mixed-8-groups", Families: Families, Groups: 8})
 }
 
 // ShortMatrix is CI's: a few short runs that still cover partitions,
-// kills and pauses (and clock jumps and restarts).
+// kills and pauses (and clock jumps and restarts), on one Raft group and on
+// 8 data groups.
 func ShortMatrix() []MatrixRun {
 	return []MatrixRun{
-		{Name: "partition", Families: []string{FamilyPartition}},
+		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8},
 		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
-		{Name: "clock+restart", Families: []string{FamilyClock, FamilyRestart}},
+		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8},
 	}
 }
 
@@ -63,6 +67,7 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts := base
 		opts.Seed = base.Seed + uint64(i)
 		opts.Nemesis.Families = row.Families
+		opts.Groups = row.Groups
 		if row.Duration != 0 {
 			opts.Duration = row.Duration
 		}
@@ -86,9 +91,9 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 func FormatMatrix(results []MatrixResult) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "run\tfaults\tduration\tops\tok\tunknown\tfaults injected\tverdicts\tresult")
+	fmt.Fprintln(tw, "run\tfaults\tgroups\tduration\tops\tok\tunknown\tfaults injected\tverdicts\tresult")
 	for _, m := range results {
-		row := []string{m.Run.Name, strings.Join(m.Run.Families, ","), m.Options.Duration.String()}
+		row := []string{m.Run.Name, strings.Join(m.Run.Families, ","), fmt.Sprint(max(m.Run.Groups, 1)), m.Options.Duration.String()}
 		if m.Report == nil {
 			row = append(row, "-", "-", "-", "-", "error: "+m.Err.Error(), "FAIL")
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
@@ -159,6 +164,9 @@ func ReproduceCommand(o Options) string {
 		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String()}
 	if o.Net != "" {
 		args = append(args, "--net", o.Net)
+	}
+	if o.Groups != 0 {
+		args = append(args, "--groups", fmt.Sprint(o.Groups))
 	}
 	if o.BuildTags != "" {
 		args = append(args, "--planted-bug", plantedName(o.BuildTags))

@@ -48,6 +48,7 @@ type Options struct {
 	Duration   time.Duration // workload time; default 20s
 	Seed       uint64        // nemesis and client seed; 0 means time-based
 	Net        string        // network fault mechanism: "" (auto), "nftables" or "proxy"
+	Groups     int           // data groups (quorate serve --groups); 0: every key in the meta group
 	Nemesis    NemesisOptions
 }
 
@@ -132,7 +133,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(work)
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
-		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net})
+		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net,
+		ExtraArgs: groupArgs(opts.Groups, opts.Nodes)})
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +243,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return r, healErr
 }
 
+// groupArgs are the serve flags for groups data groups over nodes nodes.
+func groupArgs(groups, nodes int) []string {
+	if groups == 0 {
+		return nil
+	}
+	return []string{"--groups", fmt.Sprint(groups), "--expect-nodes", fmt.Sprint(max(nodes, 3))}
+}
+
 func keyNames(prefix string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
@@ -269,8 +279,8 @@ func named(v Verdict, workload string) Verdict {
 // Summary renders summary.txt.
 func (r *Report) Summary(healErr error) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed: %d\nworkloads: %s\nfault families: %s (network faults via %s)\n", r.Seed,
-		strings.Join(r.Workloads, ", "), familiesArg(r.Families), r.NetMode)
+	fmt.Fprintf(&b, "seed: %d\nworkloads: %s\nfault families: %s (network faults via %s)\ndata groups: %d\n", r.Seed,
+		strings.Join(r.Workloads, ", "), familiesArg(r.Families), r.NetMode, max(r.Options.Groups, 1))
 	fmt.Fprintf(&b, "attempts: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
 		r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied], r.Counts[OutcomeAllowed], r.Counts[OutcomeDenied],
 		r.Counts[OutcomeFail], r.Counts[OutcomeUnknown])

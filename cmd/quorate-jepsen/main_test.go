@@ -39,7 +39,7 @@ func TestReproduceCommandRoundTrips(t *testing.T) {
 	for _, args := range [][]string{
 		{"--seed", "5"},
 		{"--seed", "9", "--workload", "lease", "--faults", "partition,clock", "--net", "proxy", "--holders", "3",
-			"--lease-ttl", "3s", "--duration", "45s", "--nodes", "5", "--planted-bug", "local-read"},
+			"--lease-ttl", "3s", "--duration", "45s", "--nodes", "5", "--planted-bug", "local-read", "--groups", "8"},
 		{"--seed", "11", "--faults", "none", "--window", "3s", "--limit", "7", "--capacity", "9", "--keys", "2", "--clients", "4"},
 	} {
 		var out bytes.Buffer
