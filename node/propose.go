@@ -88,6 +88,8 @@ func (n *Node) proposeOnce(ctx context.Context, d dest, env *raftcmdv1.Envelope)
 		case err == nil:
 		case errors.Is(err, raft.ErrNotLeader):
 			return nil, ErrNotLeader
+		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, fmt.Errorf("%w: leadership is being handed over", ErrNotProposed)
 		case errors.Is(err, raft.ErrEnqueueTimeout):
 			return nil, fmt.Errorf("%w: raft queue full until the deadline", ErrNotProposed)
 		default: // ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore
