@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 )
 
@@ -26,6 +27,16 @@ func BenchmarkAdmit3Nodes(b *testing.B) {
 	applyPolicy(b, c, "bench", 1_000_000_000, time.Second, 1_000_000_000)
 	b.Run("no-request-id", func(b *testing.B) { benchAdmit(b, c, false) })
 	b.Run("request-id", func(b *testing.B) { benchAdmit(b, c, true) })
+}
+
+// BenchmarkAdmit3Nodes8Groups is BenchmarkAdmit3Nodes with the keys hashed
+// to 8 data groups (leaders spread over the nodes as elected).
+func BenchmarkAdmit3Nodes8Groups(b *testing.B) {
+	c := nodetest.NewClusterWith(b, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 8, 3
+	}})
+	applyPolicy(b, c, "bench", 1_000_000_000, time.Second, 1_000_000_000)
+	b.Run("no-request-id", func(b *testing.B) { benchAdmit(b, c, false) })
 }
 
 var benchRun atomic.Int64

@@ -1,8 +1,23 @@
-// Package node is a Quorate process: it hosts a replica of the cluster's
-// Raft group (hashicorp/raft over TCP, raft-boltdb/v2 for the log and stable
+// Package node is a Quorate process: it hosts replicas of the cluster's Raft
+// groups (hashicorp/raft, raft-boltdb/v2 for each group's log and stable
 // store, file snapshots), serves the public API (Connect, gRPC, gRPC-Web and
 // JSON on one port, with cleartext HTTP/2), forwards decisions to the leader
-// when it is not the leader, and joins and registers itself in the cluster.
+// of the key's group when it is not that leader, and joins and registers
+// itself in the cluster.
+//
+// # Groups
+//
+// Every node hosts a replica of the meta group (ID 0: nodes, policies, the
+// shard map; voters are the first MetaVoters nodes of a cluster with data
+// groups, the rest follow as non-voters). With Config.DataGroups > 0 the
+// meta leader creates the shard map (package shard) once ExpectNodes nodes
+// registered, and each node opens the data group replicas the map places on
+// it (groups.go). All groups' Raft traffic shares the node's one Raft
+// listener, a peer mux that reads a magic byte and a uvarint channel ID — the
+// group ID — from each connection (mux.go). The leader of each data group
+// copies the group's ownership (its slots, at a map epoch) and the meta
+// group's policy table into the group's log. Without data groups, the meta
+// group holds the data too (a single-group cluster).
 //
 // It owns the one table from errors to Connect codes (errors.go). Raft types
 // never leave this package.
@@ -10,7 +25,10 @@
 // # Request path
 //
 // A request is first checked for what needs no state (empty key, cost < 1).
-// If this node leads, it stamps the entry with its clock and appends it to
+// Its key's slot picks the data group by this node's replica of the shard
+// map (route.go); data commands carry the map epoch, and a group refuses a
+// slot it does not own or an epoch older than the slot's owner, so the
+// request is routed again. If this node leads the group, it stamps the entry with its clock and appends it to
 // the log (propose); the FSM decides when the entry is applied, and the
 // result goes back to the caller. Otherwise the request is forwarded, as a
 // Connect call marked with the Quorate-Forwarded-By header, to the leader's

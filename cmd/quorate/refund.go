@@ -20,19 +20,20 @@ func newRefundCmd() *cobra.Command {
 		output outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "refund --request-id ID [--caller C]",
+		Use:   "refund --request-id ID --key KEY [--caller C]",
 		Short: "Give back what an admitted request spent",
 		Long: "Refund gives back what an earlier admitted request spent (every check of a\n" +
 			"multi-check request), e.g. because the work it guarded failed. The request is\n" +
-			"named by the --caller and --request-id it was admitted with, and must still be\n" +
+			"named by the --caller and --request-id it was admitted with, and its --key (which\n" +
+			"routes the refund to the key's group), and must still be\n" +
 			"remembered (within its policy's dedupe_retention); otherwise the answer is\n" +
 			"not_found.\n\n" +
 			"A refund happens at most once: a repeat prints \"already refunded\" and changes\n" +
 			"nothing. So refund retries like admit, with the same request ID, on\n" +
 			"unavailable, a server's deadline_exceeded and connection failures, rotating\n" +
 			"through the --server list, until --timeout.",
-		Example: "  quorate refund --caller billing --request-id invoice-42\n" +
-			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... -o json",
+		Example: "  quorate refund --caller billing --request-id invoice-42 --key tenant-a\n" +
+			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... --key tenant-a -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "request-id"); err != nil {
@@ -72,6 +73,7 @@ func newRefundCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.RequestId, "request-id", "", "the request ID of the admitted request to refund (required)")
 	fs.StringVar(&req.Caller, "caller", "", "the caller the request was admitted with (its request ID's namespace)")
+	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for (required in a cluster with data groups)")
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
 	return cmd
@@ -83,6 +85,9 @@ func refundCommandLine(servers string, req *quoratev1.RefundRequest) string {
 	args := []string{"quorate", "refund", "--server", servers}
 	if req.GetCaller() != "" {
 		args = append(args, "--caller", req.GetCaller())
+	}
+	if req.GetKey() != "" {
+		args = append(args, "--key", req.GetKey())
 	}
 	return commandLine(append(args, "--request-id", req.GetRequestId()))
 }
