@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,5 +218,76 @@ func TestMultiGroupHashTagKeepsMultiChecksAtomic(t *testing.T) {
 	}
 	if peek.Msg.GetRemaining() != 97 {
 		t.Fatalf("route bucket has %d left, want 97: denied multi-checks must spend nothing", peek.Msg.GetRemaining())
+	}
+}
+
+// In a 5-node cluster the meta group has 3 voters and 2 non-voters, data
+// groups spread their 3 replicas over all 5 nodes, and a node that hosts no
+// replica of a key's group still answers for it (forwarding to a replica).
+func TestMultiGroupFiveNodes(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 5, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = multiGroups, 5
+	}})
+	waitGroupsLed(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Admin(0).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffrage := map[string]int{}
+	for _, m := range st.Msg.GetMembers() {
+		suffrage[m.GetSuffrage()]++
+	}
+	if suffrage["voter"] != node.MetaVoters || suffrage["nonvoter"] != 5-node.MetaVoters {
+		t.Fatalf("meta group members by suffrage %v, want %d voters and %d non-voters", suffrage, node.MetaVoters, 5-node.MetaVoters)
+	}
+	hosts := map[string]int{}
+	for _, g := range st.Msg.GetShardMap().GetGroups() {
+		if len(g.GetReplicas()) != 3 {
+			t.Fatalf("group %d has replicas %v, want 3", g.GetId(), g.GetReplicas())
+		}
+		for _, r := range g.GetReplicas() {
+			hosts[r]++
+		}
+	}
+	if len(hosts) != 5 {
+		t.Fatalf("replicas on %d nodes, want all 5: %v", len(hosts), hosts)
+	}
+
+	applyBucket(t, c, "p", 5)
+	// For each group, admit through a node that hosts no replica of it.
+	tested := 0
+	for k := 0; tested < multiGroups && k < 2000; k++ {
+		key := fmt.Sprintf("key-%d", k)
+		g, ok := node.GroupOf(c.Node(0), key)
+		if !ok {
+			t.Fatal("no shard map")
+		}
+		var replicas []string
+		for _, sg := range st.Msg.GetShardMap().GetGroups() {
+			if sg.GetId() == g {
+				replicas = sg.GetReplicas()
+			}
+		}
+		outsider := -1
+		for i := range c.Len() {
+			if !slices.Contains(replicas, c.Node(i).ID()) {
+				outsider = i
+				break
+			}
+		}
+		if outsider < 0 || k%(multiGroups/2) != 0 {
+			continue
+		}
+		r := admitOnce(t, c, outsider, "p", key, "five-"+key)
+		if !r.GetAllowed() || r.GetRemaining() != 4 {
+			t.Fatalf("admit of %s (group %d, replicas %v) via %s: allowed=%v remaining=%d", key, g, replicas,
+				c.Node(outsider).ID(), r.GetAllowed(), r.GetRemaining())
+		}
+		tested++
+	}
+	if tested == 0 {
+		t.Fatal("found no key to admit through a node outside its group")
 	}
 }
