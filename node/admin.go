@@ -156,10 +156,10 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	defer cancel()
 	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req.Msg) },
-		func(ctx context.Context, baseURL string) error {
+		func(ctx context.Context, p *peerClient) error {
 			fwd := connect.NewRequest(req.Msg)
 			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			_, err := n.peers.get(baseURL).admin.Join(ctx, fwd)
+			_, err := p.admin.Join(ctx, fwd)
 			return err
 		})
 	if err != nil {

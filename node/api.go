@@ -46,10 +46,10 @@ func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *co
 			out, err = local(ctx)
 			return err
 		},
-		func(ctx context.Context, baseURL string) error {
+		func(ctx context.Context, p *peerClient) error {
 			fwd := connect.NewRequest(req.Msg)
 			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := remote(ctx, n.peers.get(baseURL), fwd)
+			resp, err := remote(ctx, p, fwd)
 			if err != nil {
 				return err
 			}

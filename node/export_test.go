@@ -26,3 +26,14 @@ func GroupOf(n *Node, key string) (group uint32, ok bool) {
 	g, _, _, _, ok := n.meta.fsm.Route(key)
 	return uint32(g), ok
 }
+
+// ForwardDials is how many connections n opened over the peer mux's
+// forwarding channel.
+func ForwardDials(n *Node) int64 { return n.fwdDials.Load() }
+
+// DropPeerConnections closes n's idle connections to other nodes, so the next
+// request to one dials anew.
+func DropPeerConnections(n *Node) {
+	n.peers.close()
+	n.fwd.close()
+}

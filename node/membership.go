@@ -52,8 +52,8 @@ func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	}
 	return n.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
-		func(ctx context.Context, baseURL string) error {
-			_, err := n.peers.get(baseURL).admin.Join(ctx, connect.NewRequest(req))
+		func(ctx context.Context, p *peerClient) error {
+			_, err := p.admin.Join(ctx, connect.NewRequest(req))
 			return err
 		})
 }

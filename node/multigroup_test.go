@@ -291,3 +291,20 @@ func TestMultiGroupFiveNodes(t *testing.T) {
 		t.Fatal("found no key to admit through a node outside its group")
 	}
 }
+
+// Requests forwarded to a group's leader ride the peer mux (the Raft port),
+// not the leader's API port.
+func TestForwardingRidesThePeerMux(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	applyBucket(t, c, "p", 5)
+	leader := c.Leader(t)
+	follower := (leader + 1) % c.Len()
+	node.DropPeerConnections(c.Node(follower))
+	before := node.ForwardDials(c.Node(follower))
+	if r := admitOnce(t, c, follower, "p", "k", "fwd-1"); !r.GetAllowed() {
+		t.Fatalf("admit via a follower: %+v", r)
+	}
+	if node.ForwardDials(c.Node(follower)) == before {
+		t.Fatal("the follower answered without dialing the leader's peer mux")
+	}
+}

@@ -37,7 +37,10 @@ type Node struct {
 	groups     dataGroups
 	hadState   bool
 	server     *http.Server
-	peers      *peers
+	peers      *peers       // to other nodes' API ports
+	fwd        *peers       // to other nodes over the peer mux: forwarded requests
+	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
+	fwdDials   atomic.Int64 // connections opened for forwarding (tests)
 	hooks      hooks
 	waiters    *waiters
 	closeOnce  sync.Once
@@ -117,7 +120,14 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.hadState = n.meta.hadState
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
-	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap))
+	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext)
+	n.fwd = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
+		n.fwdDials.Add(1)
+		return n.mux.Dial(ctx, addr, muxChannelForward)
+	})
+	if n.fwdLn, err = n.mux.Listener(muxChannelForward); err != nil {
+		return nil, err
+	}
 	n.waiters = newWaiters()
 
 	mux := http.NewServeMux()
@@ -175,6 +185,7 @@ func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 func (n *Node) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- n.server.Serve(n.apiLn) }()
+	go func() { _ = n.server.Serve(n.fwdLn) }() // ends with the server
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
@@ -254,6 +265,9 @@ func (n *Node) closeResources() error {
 	}
 	if n.peers != nil {
 		n.peers.close()
+	}
+	if n.fwd != nil {
+		n.fwd.close()
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -9,8 +11,11 @@ import (
 )
 
 // peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext)
-// connection pool shared by all, so many forwarded requests share a few
-// connections. Safe for concurrent use.
+// connection pool shared by all, so many requests share a few connections.
+// A node has two: one to other nodes' API ports (status, the first join),
+// and one over the peer mux's forwarding channel, which carries requests
+// forwarded to a group's leader on the connection the node already uses for
+// Raft. Safe for concurrent use.
 type peers struct {
 	httpClient *http.Client
 
@@ -24,14 +29,13 @@ type peerClient struct {
 	lease     quoratev1connect.LeaseServiceClient
 }
 
-// newPeers returns clients whose connections d opens (from the node's API
-// IP, following Config.DebugDialMap).
-func newPeers(d *peerDialer) *peers {
+// newPeers returns clients whose connections dial opens.
+func newPeers(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *peers {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	return &peers{
 		httpClient: &http.Client{Transport: &http.Transport{
-			DialContext:         d.DialContext,
+			DialContext:         dial,
 			Protocols:           &protocols,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,

@@ -125,7 +125,7 @@ type routing struct {
 // again: if this node does not lead, it answers ErrNotLeader so the
 // forwarding node retries.
 func (n *Node) onLeader(ctx context.Context, r routing,
-	local func(context.Context) error, remote func(ctx context.Context, baseURL string) error) error {
+	local func(context.Context) error, remote func(ctx context.Context, p *peerClient) error) error {
 	wait := 5 * time.Millisecond
 	var unknown error // the last attempt whose outcome is unknown, if any
 	for attempt := 0; ; attempt++ {
@@ -147,7 +147,7 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
 				err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
 			} else {
-				err = classifyRemote(remote(ctx, "http://"+addr))
+				err = classifyRemote(remote(ctx, n.fwd.get("http://"+addr)))
 			}
 		}
 		wasUnknown := errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err)

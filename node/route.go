@@ -39,10 +39,10 @@ func (n *Node) destFor(r routing) (dest, error) {
 	return dest{g: n.dataGroup(gid), id: gid, epoch: mapEpoch, replicas: replicas}, nil
 }
 
-// forwardAddr is the API address to forward a request for d to on attempt
-// number attempt: the group leader's when this node has a replica that
-// knows it, else one of the group's replicas in turn ("" when none is
-// known).
+// forwardAddr is the peer-mux (Raft) address to forward a request for d to
+// on attempt number attempt: the group leader's when this node has a
+// replica that knows it, else one of the group's replicas in turn ("" when
+// none is known).
 func (n *Node) forwardAddr(d dest, attempt int) (addr, leaderID string) {
 	if d.g != nil {
 		id := d.g.leaderID()
@@ -50,15 +50,15 @@ func (n *Node) forwardAddr(d dest, attempt int) (addr, leaderID string) {
 			return "", ""
 		}
 		m, _ := n.meta.fsm.Node(id)
-		return m.APIAddr, id
+		return m.RaftAddr, id
 	}
 	for i := range d.replicas {
 		id := d.replicas[(attempt+i)%len(d.replicas)]
 		if id == n.cfg.ID {
 			continue
 		}
-		if m, ok := n.meta.fsm.Node(id); ok && m.APIAddr != "" {
-			return m.APIAddr, id
+		if m, ok := n.meta.fsm.Node(id); ok && m.RaftAddr != "" {
+			return m.RaftAddr, id
 		}
 	}
 	return "", ""

@@ -155,7 +155,7 @@ func TestPeersDialFromAPIIP(t *testing.T) {
 	defer srv.Close()
 
 	apiLn := &net.TCPAddr{IP: net.ParseIP("127.0.0.4"), Port: 7070}
-	p := newPeers(newPeerDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}))
+	p := newPeers(newPeerDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}).DialContext)
 	defer p.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
