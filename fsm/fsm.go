@@ -75,6 +75,11 @@ type Options struct {
 	// group; 0 means DefaultMaxDedupeEntries.
 	MaxDedupeEntries int
 
+	// DataGroup marks the FSM of a data group: it refuses every data
+	// command until its first SetOwnership says which slots it owns. The
+	// meta group (and a single-group cluster) leaves it false.
+	DataGroup bool
+
 	_ struct{}
 }
 

@@ -92,16 +92,19 @@ func parseReservationID(id string) (policy, key string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// checkRoute refuses a data command this group must not apply. A group
-// without ownership (a single-group cluster, or before its first
-// SetOwnership) applies everything.
+// checkRoute refuses a data command this group must not apply. The meta
+// group without ownership (a single-group cluster) applies everything; a
+// data group applies nothing before its first SetOwnership.
 func (f *FSM) checkRoute(env *raftcmdv1.Envelope) error {
-	if f.owned == nil {
+	if f.owned == nil && !f.opts.DataGroup {
 		return nil
 	}
 	key, data := routeKey(env)
 	if !data {
 		return nil
+	}
+	if f.owned == nil {
+		return &RouteError{Slot: shard.SlotOf(key), Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
 	}
 	slot := shard.SlotOf(key)
 	a, ok := f.owned.lookup(slot)

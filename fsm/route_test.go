@@ -102,6 +102,19 @@ func TestDataGroupRefusesSlotsItDoesNotOwnAndStaleEpochs(t *testing.T) {
 	}
 }
 
+// A data group applies no data command before it knows what it owns.
+func TestDataGroupRefusesDataBeforeOwnership(t *testing.T) {
+	a := newApplier(t, fsm.Options{DataGroup: true})
+	a.putPolicies(t0, tokenBucket("p", 10, time.Second, 10, 1))
+	if err, _ := a.apply(routedAdmit(t0, 1, "p", "k")).(error); !errors.Is(err, fsm.ErrWrongGroup) {
+		t.Fatalf("admit before ownership: %v, want ErrWrongGroup", err)
+	}
+	a.apply(setOwnershipEnv(t0, 1, 1, shard.Assignment{Range: shard.AllSlots(), Group: 1, Epoch: 1}))
+	if _, ok := a.apply(routedAdmit(t0, 1, "p", "k")).(*fsm.AdmitResult); !ok {
+		t.Fatal("admit after ownership of every slot refused")
+	}
+}
+
 func TestSetOwnershipRejectsBadRanges(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
 	for name, as := range map[string][]shard.Assignment{

@@ -219,7 +219,7 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 	if n.cfg.DataGroups > 0 && voters >= MetaVoters {
 		add = n.meta.raft.AddNonvoter
 	}
-	if err := add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout).Error(); err != nil {
+	if err := waitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,7 @@ func groupDir(dataDir string, id shard.GroupID) string {
 // the group has no state yet and boot is not empty, it is bootstrapped with
 // boot as its configuration (every replica may bootstrap with the same one).
 func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *group, err error) {
-	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{})}
+	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{DataGroup: id != shard.MetaGroup})}
 	defer func() {
 		if err != nil {
 			_ = g.close()
@@ -132,6 +133,20 @@ func (g *group) votersCount() int {
 		}
 	}
 	return c
+}
+
+// waitFuture waits for a raft future until ctx is done. A future raft
+// accepted but never served — its raft shut down first — would block
+// Error() forever.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // close stops raft without handing off leadership and closes the stores.

@@ -196,7 +196,7 @@ func (n *Node) closeGroups() error {
 func (n *Node) catchUpMeta(ctx context.Context) error {
 	var commit uint64
 	if n.meta.isLeader() {
-		if err := n.meta.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))).Error(); err != nil {
+		if err := waitFuture(ctx, n.meta.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout)))); err != nil {
 			return err
 		}
 		return nil

@@ -227,11 +227,16 @@ func (n *Node) shutdown() error {
 	if err := n.server.Shutdown(ctx); err != nil {
 		n.log.Warn("API shutdown", "err", err)
 	}
+	// Hand every group led here to another voter, all at once.
+	transfers := map[*group]raft.Future{}
 	for _, g := range n.hosted() {
 		if g.isLeader() && g.votersCount() > 1 {
-			if err := g.raft.LeadershipTransfer().Error(); err != nil {
-				n.log.Warn("leadership transfer", "group", g.id, "err", err)
-			}
+			transfers[g] = g.raft.LeadershipTransfer()
+		}
+	}
+	for g, f := range transfers {
+		if err := waitFuture(ctx, f); err != nil {
+			n.log.Warn("leadership transfer", "group", g.id, "err", err)
 		}
 	}
 	return n.Close()
