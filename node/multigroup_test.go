@@ -100,9 +100,19 @@ func TestMultiGroupSpreadsKeysAndSurvivesANodeDown(t *testing.T) {
 				if k >= keys {
 					return
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := c.Admission(w%3).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "p", Key: fmt.Sprintf("key-%d", k)}))
-				cancel()
+				// Like a careful client: a request ID, retried with it (on
+				// the next node) while the answer is Unavailable.
+				req := &quoratev1.AdmitRequest{Policy: "p", Key: fmt.Sprintf("key-%d", k), Caller: "spread", RequestId: fmt.Sprintf("r%d", k)}
+				var resp *connect.Response[quoratev1.AdmitResponse]
+				var err error
+				for attempt := 0; attempt < 10; attempt++ {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					resp, err = c.Admission((w+attempt)%3).Admit(ctx, connect.NewRequest(req))
+					cancel()
+					if connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+						break
+					}
+				}
 				if err != nil || !resp.Msg.GetAllowed() {
 					if failed.Add(1) <= 3 {
 						t.Logf("key-%d: %v", k, err)
@@ -196,16 +206,20 @@ func TestMultiGroupHashTagKeepsMultiChecksAtomic(t *testing.T) {
 	}
 	allowed := 0
 	for i := range 5 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.Admission(i%3).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "tenant", Key: "{acme}:tenant",
-			Also: []*quoratev1.Check{{Policy: "route", Key: "{acme}:route:/x"}}}))
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.Msg.GetAllowed() {
-			allowed++
-		}
+		req := &quoratev1.AdmitRequest{Policy: "tenant", Key: "{acme}:tenant", Caller: "t", RequestId: fmt.Sprintf("multi-%d", i),
+			Also: []*quoratev1.Check{{Policy: "route", Key: "{acme}:route:/x"}}}
+		c.Eventually(t, 20*time.Second, "multi-check admit", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := c.Admission(i%3).Admit(ctx, connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			if resp.Msg.GetAllowed() {
+				allowed++
+			}
+			return nil
+		})
 	}
 	if allowed != 3 {
 		t.Fatalf("%d of 5 multi-check admits allowed, want the tenant's 3", allowed)
