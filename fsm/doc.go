@@ -3,6 +3,21 @@
 // — policies, node addresses, token buckets and the request-ID table — and
 // writes and restores snapshots.
 //
+// # Meta and data groups
+//
+// One FSM type serves both kinds of group. The meta group holds nodes,
+// policies and the shard map (SetShardMap, compare-and-set on its epoch).
+// A data group (Options.DataGroup) holds keys' state; its leader writes
+// SetOwnership (the slot ranges it owns, with the epoch at which each got
+// that owner) and SetPolicies (a copy of the meta group's table with its
+// versions) into its log, so every decision reads only the group's own
+// state. A data command names its key, and with it its slot; the envelope
+// carries the router's map epoch. A data group refuses, with a RouteError
+// and nothing applied, any data command before its first SetOwnership, for
+// a slot it does not own, or stamped with an epoch older than its slot's
+// owner (route.go). Without a shard map, the meta group applies data too: a
+// single-group cluster.
+//
 // # Exactly-once
 //
 // An Admit that carries a request ID is looked up in the request-ID table
