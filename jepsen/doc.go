@@ -44,6 +44,10 @@
 //   - CheckDurability: after healing, a final Peek per key lies within
 //     [acknowledged, acknowledged + unknown].
 //
+// Options.Groups runs the nodes with data groups (quorate serve --groups), so
+// the same faults hit the multi-Raft path: routing by slot, forwarding over
+// the peer mux, many groups electing at once.
+//
 // Run writes a report directory: summary.txt, index.html with porcupine
 // timelines (with a nemesis row), history.jsonl, node logs, the seed; every
 // report names the command that replays its schedule. Binaries built with a
