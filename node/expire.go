@@ -14,13 +14,22 @@ const expireInterval = 500 * time.Millisecond
 // reclaims up to fsm.ExpireBatch buckets and as many dedupe entries).
 const maxExpiresPerTick = 16
 
-// expireLoop runs on every node and acts on the leader of each group it hosts: when its replica
-// holds state that has expired by the leader's clock, it proposes Expire
-// entries until none is left (bounded per tick), so memory follows live
-// state even without traffic. Followers do nothing: expiry is decided
-// through the log, never by a follower's clock.
+// expireLoop runs on every node and acts as leader of each group it hosts
+// and leads: when the group's replica holds state that has expired by the
+// leader's clock, it proposes Expire entries until none is left (bounded per
+// tick), so memory follows live state even without traffic. Followers do
+// nothing: expiry is decided through the log, never by a follower's clock.
 func (n *Node) expireLoop(ctx context.Context) {
-	t := time.NewTicker(expireInterval)
+	every(ctx, expireInterval, func() {
+		for _, g := range n.hosted() {
+			n.expireGroup(ctx, g)
+		}
+	})
+}
+
+// every runs f every d until ctx is done.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -28,9 +37,7 @@ func (n *Node) expireLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, g := range n.hosted() {
-			n.expireGroup(ctx, g)
-		}
+		f()
 	}
 }
 

@@ -55,16 +55,7 @@ func (n *Node) hosted() []*group {
 // of each data group brings the group's ownership and policy table up to the
 // meta group's.
 func (n *Node) groupLoop(ctx context.Context) {
-	t := time.NewTicker(groupInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n.reconcile(ctx)
-	}
+	every(ctx, groupInterval, func() { n.reconcile(ctx) })
 }
 
 func (n *Node) reconcile(ctx context.Context) {
