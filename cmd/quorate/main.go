@@ -102,6 +102,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newLeaseCmd(),
 		newPolicyCmd(),
 		newAdminCmd(),
+		newBenchCmd(),
 	)
 	return root
 }
