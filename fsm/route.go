@@ -183,6 +183,17 @@ func (f *FSM) ShardMap() (shard.Map, bool) {
 	return f.shardMap.Clone(), true
 }
 
+// ShardMapEpoch returns the meta group's shard-map epoch, false when there
+// is no map (cheaper than ShardMap: nothing is copied).
+func (f *FSM) ShardMapEpoch() (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.shardMap == nil {
+		return 0, false
+	}
+	return f.shardMap.Epoch, true
+}
+
 // Ownership returns the data group's owned ranges and the map epoch they
 // are as of; ok is false before the first SetOwnership.
 func (f *FSM) Ownership() (group shard.GroupID, mapEpoch uint64, ranges []shard.Assignment, ok bool) {

@@ -89,6 +89,6 @@ func (n *Node) destOf(ctx context.Context) dest {
 // hasShardMap reports whether this node's meta replica has a shard map (the
 // cluster has data groups) or expects one.
 func (n *Node) hasShardMap() bool {
-	_, _, _, _, ok := n.meta.fsm.Route("")
+	_, ok := n.meta.fsm.ShardMapEpoch()
 	return ok || n.cfg.DataGroups > 0
 }
