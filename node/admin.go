@@ -196,6 +196,10 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 			return err
 		}
 	}
+	// One membership change at a time: the voter count read below must
+	// include the change before, or concurrent joins all become voters.
+	n.joinMu.Lock()
+	defer n.joinMu.Unlock()
 	cf := n.meta.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)

@@ -43,6 +43,7 @@ type Node struct {
 	fwdDials   atomic.Int64 // connections opened for forwarding (tests)
 	hooks      hooks
 	waiters    *waiters
+	joinMu     sync.Mutex // serializes meta membership changes (joinAsLeader)
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
