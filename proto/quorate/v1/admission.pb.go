@@ -139,6 +139,256 @@ func (x *AdmitRequest) GetMaxWait() *durationpb.Duration {
 	return nil
 }
 
+type AdmitBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1000 requests.
+	Requests      []*AdmitRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitBatchRequest) Reset() {
+	*x = AdmitBatchRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitBatchRequest) ProtoMessage() {}
+
+func (x *AdmitBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitBatchRequest.ProtoReflect.Descriptor instead.
+func (*AdmitBatchRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AdmitBatchRequest) GetRequests() []*AdmitRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+type AdmitBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request, in request order.
+	Results       []*AdmitBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitBatchResponse) Reset() {
+	*x = AdmitBatchResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitBatchResponse) ProtoMessage() {}
+
+func (x *AdmitBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitBatchResponse.ProtoReflect.Descriptor instead.
+func (*AdmitBatchResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AdmitBatchResponse) GetResults() []*AdmitBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// AdmitBatchResult is one request's answer, or the error Admit would have
+// returned for it.
+type AdmitBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*AdmitBatchResult_Response
+	//	*AdmitBatchResult_Error
+	Result        isAdmitBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitBatchResult) Reset() {
+	*x = AdmitBatchResult{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitBatchResult) ProtoMessage() {}
+
+func (x *AdmitBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitBatchResult.ProtoReflect.Descriptor instead.
+func (*AdmitBatchResult) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AdmitBatchResult) GetResult() isAdmitBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AdmitBatchResult) GetResponse() *AdmitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*AdmitBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *AdmitBatchResult) GetError() *AdmitBatchError {
+	if x != nil {
+		if x, ok := x.Result.(*AdmitBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isAdmitBatchResult_Result interface {
+	isAdmitBatchResult_Result()
+}
+
+type AdmitBatchResult_Response struct {
+	Response *AdmitResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type AdmitBatchResult_Error struct {
+	Error *AdmitBatchError `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*AdmitBatchResult_Response) isAdmitBatchResult_Result() {}
+
+func (*AdmitBatchResult_Error) isAdmitBatchResult_Result() {}
+
+// AdmitBatchError is the error one request of a batch got; its fields are
+// those of the Connect error Admit returns.
+type AdmitBatchError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect code's name: "invalid_argument", "not_found",
+	// "resource_exhausted", "unavailable", "deadline_exceeded", ...
+	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// invalid_argument: the field at fault within the request, e.g. "key",
+	// "also[1].cost", "request_id".
+	Field string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	// unavailable: the request may have been applied; only a retry with the
+	// same caller and request_id is safe. When false, it certainly was not.
+	OutcomeUnknown bool `protobuf:"varint,4,opt,name=outcome_unknown,json=outcomeUnknown,proto3" json:"outcome_unknown,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AdmitBatchError) Reset() {
+	*x = AdmitBatchError{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitBatchError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitBatchError) ProtoMessage() {}
+
+func (x *AdmitBatchError) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitBatchError.ProtoReflect.Descriptor instead.
+func (*AdmitBatchError) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdmitBatchError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AdmitBatchError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AdmitBatchError) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *AdmitBatchError) GetOutcomeUnknown() bool {
+	if x != nil {
+		return x.OutcomeUnknown
+	}
+	return false
+}
+
 // Check is one (policy, key, cost) of a multi-check Admit.
 type Check struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -152,7 +402,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	mi := &file_quorate_v1_admission_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +414,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[1]
+	mi := &file_quorate_v1_admission_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +427,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Check) GetPolicy() string {
@@ -242,7 +492,7 @@ type AdmitResponse struct {
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	mi := &file_quorate_v1_admission_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +504,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[2]
+	mi := &file_quorate_v1_admission_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +517,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdmitResponse) GetAllowed() bool {
@@ -372,7 +622,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	mi := &file_quorate_v1_admission_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +634,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[3]
+	mi := &file_quorate_v1_admission_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +647,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckResult) GetPolicy() string {
@@ -473,7 +723,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	mi := &file_quorate_v1_admission_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +735,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[4]
+	mi := &file_quorate_v1_admission_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +748,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PeekRequest) GetPolicy() string {
@@ -535,7 +785,7 @@ type PeekResponse struct {
 
 func (x *PeekResponse) Reset() {
 	*x = PeekResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[5]
+	mi := &file_quorate_v1_admission_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +797,7 @@ func (x *PeekResponse) String() string {
 func (*PeekResponse) ProtoMessage() {}
 
 func (x *PeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[5]
+	mi := &file_quorate_v1_admission_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +810,7 @@ func (x *PeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekResponse.ProtoReflect.Descriptor instead.
 func (*PeekResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PeekResponse) GetWouldAllow() bool {
@@ -626,7 +876,7 @@ type RefundRequest struct {
 
 func (x *RefundRequest) Reset() {
 	*x = RefundRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[6]
+	mi := &file_quorate_v1_admission_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +888,7 @@ func (x *RefundRequest) String() string {
 func (*RefundRequest) ProtoMessage() {}
 
 func (x *RefundRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[6]
+	mi := &file_quorate_v1_admission_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +901,7 @@ func (x *RefundRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefundRequest.ProtoReflect.Descriptor instead.
 func (*RefundRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RefundRequest) GetCaller() string {
@@ -690,7 +940,7 @@ type RefundResponse struct {
 
 func (x *RefundResponse) Reset() {
 	*x = RefundResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[7]
+	mi := &file_quorate_v1_admission_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +952,7 @@ func (x *RefundResponse) String() string {
 func (*RefundResponse) ProtoMessage() {}
 
 func (x *RefundResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[7]
+	mi := &file_quorate_v1_admission_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +965,7 @@ func (x *RefundResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefundResponse.ProtoReflect.Descriptor instead.
 func (*RefundResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RefundResponse) GetRefunded() bool {
@@ -751,7 +1001,7 @@ type FieldViolation struct {
 
 func (x *FieldViolation) Reset() {
 	*x = FieldViolation{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[8]
+	mi := &file_quorate_v1_admission_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1013,7 @@ func (x *FieldViolation) String() string {
 func (*FieldViolation) ProtoMessage() {}
 
 func (x *FieldViolation) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[8]
+	mi := &file_quorate_v1_admission_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1026,7 @@ func (x *FieldViolation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldViolation.ProtoReflect.Descriptor instead.
 func (*FieldViolation) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FieldViolation) GetField() string {
@@ -807,7 +1057,7 @@ type OutcomeUnknown struct {
 
 func (x *OutcomeUnknown) Reset() {
 	*x = OutcomeUnknown{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[9]
+	mi := &file_quorate_v1_admission_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +1069,7 @@ func (x *OutcomeUnknown) String() string {
 func (*OutcomeUnknown) ProtoMessage() {}
 
 func (x *OutcomeUnknown) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[9]
+	mi := &file_quorate_v1_admission_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +1082,7 @@ func (x *OutcomeUnknown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomeUnknown.ProtoReflect.Descriptor instead.
 func (*OutcomeUnknown) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OutcomeUnknown) GetReason() string {
@@ -857,7 +1107,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[10]
+	mi := &file_quorate_v1_admission_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1119,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[10]
+	mi := &file_quorate_v1_admission_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1132,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NotLeader) GetLeaderId() string {
@@ -917,7 +1167,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[11]
+	mi := &file_quorate_v1_admission_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1179,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[11]
+	mi := &file_quorate_v1_admission_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1192,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReserveRequest) GetPolicy() string {
@@ -1008,7 +1258,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[12]
+	mi := &file_quorate_v1_admission_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1270,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[12]
+	mi := &file_quorate_v1_admission_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1283,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReserveResponse) GetAllowed() bool {
@@ -1112,7 +1362,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[13]
+	mi := &file_quorate_v1_admission_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1374,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[13]
+	mi := &file_quorate_v1_admission_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1387,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommitRequest) GetReservationId() string {
@@ -1186,7 +1436,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[14]
+	mi := &file_quorate_v1_admission_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1448,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[14]
+	mi := &file_quorate_v1_admission_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1461,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitResponse) GetCharged() int64 {
@@ -1264,7 +1514,20 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x06caller\x18\x05 \x01(\tR\x06caller\x12%\n" +
 	"\x04also\x18\x06 \x03(\v2\x11.quorate.v1.CheckR\x04also\x124\n" +
 	"\bmax_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxWaitB\a\n" +
-	"\x05_cost\"S\n" +
+	"\x05_cost\"I\n" +
+	"\x11AdmitBatchRequest\x124\n" +
+	"\brequests\x18\x01 \x03(\v2\x18.quorate.v1.AdmitRequestR\brequests\"L\n" +
+	"\x12AdmitBatchResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.quorate.v1.AdmitBatchResultR\aresults\"\x8a\x01\n" +
+	"\x10AdmitBatchResult\x127\n" +
+	"\bresponse\x18\x01 \x01(\v2\x19.quorate.v1.AdmitResponseH\x00R\bresponse\x123\n" +
+	"\x05error\x18\x02 \x01(\v2\x1b.quorate.v1.AdmitBatchErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"~\n" +
+	"\x0fAdmitBatchError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\x12'\n" +
+	"\x0foutcome_unknown\x18\x04 \x01(\bR\x0eoutcomeUnknown\"S\n" +
 	"\x05Check\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -1367,9 +1630,11 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04over\x18\x03 \x01(\x03R\x04over\x129\n" +
 	"\n" +
 	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate2\xdb\x02\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate2\xaa\x03\n" +
 	"\x10AdmissionService\x12>\n" +
-	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12;\n" +
+	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
+	"\n" +
+	"AdmitBatch\x12\x1d.quorate.v1.AdmitBatchRequest\x1a\x1e.quorate.v1.AdmitBatchResponse\"\x00\x12;\n" +
 	"\x04Peek\x12\x17.quorate.v1.PeekRequest\x1a\x18.quorate.v1.PeekResponse\"\x00\x12A\n" +
 	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00\x12D\n" +
 	"\aReserve\x12\x1a.quorate.v1.ReserveRequest\x1a\x1b.quorate.v1.ReserveResponse\"\x00\x12A\n" +
@@ -1387,60 +1652,70 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
-	(*Check)(nil),                 // 1: quorate.v1.Check
-	(*AdmitResponse)(nil),         // 2: quorate.v1.AdmitResponse
-	(*CheckResult)(nil),           // 3: quorate.v1.CheckResult
-	(*PeekRequest)(nil),           // 4: quorate.v1.PeekRequest
-	(*PeekResponse)(nil),          // 5: quorate.v1.PeekResponse
-	(*RefundRequest)(nil),         // 6: quorate.v1.RefundRequest
-	(*RefundResponse)(nil),        // 7: quorate.v1.RefundResponse
-	(*FieldViolation)(nil),        // 8: quorate.v1.FieldViolation
-	(*OutcomeUnknown)(nil),        // 9: quorate.v1.OutcomeUnknown
-	(*NotLeader)(nil),             // 10: quorate.v1.NotLeader
-	(*ReserveRequest)(nil),        // 11: quorate.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 12: quorate.v1.ReserveResponse
-	(*CommitRequest)(nil),         // 13: quorate.v1.CommitRequest
-	(*CommitResponse)(nil),        // 14: quorate.v1.CommitResponse
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*AdmitBatchRequest)(nil),     // 1: quorate.v1.AdmitBatchRequest
+	(*AdmitBatchResponse)(nil),    // 2: quorate.v1.AdmitBatchResponse
+	(*AdmitBatchResult)(nil),      // 3: quorate.v1.AdmitBatchResult
+	(*AdmitBatchError)(nil),       // 4: quorate.v1.AdmitBatchError
+	(*Check)(nil),                 // 5: quorate.v1.Check
+	(*AdmitResponse)(nil),         // 6: quorate.v1.AdmitResponse
+	(*CheckResult)(nil),           // 7: quorate.v1.CheckResult
+	(*PeekRequest)(nil),           // 8: quorate.v1.PeekRequest
+	(*PeekResponse)(nil),          // 9: quorate.v1.PeekResponse
+	(*RefundRequest)(nil),         // 10: quorate.v1.RefundRequest
+	(*RefundResponse)(nil),        // 11: quorate.v1.RefundResponse
+	(*FieldViolation)(nil),        // 12: quorate.v1.FieldViolation
+	(*OutcomeUnknown)(nil),        // 13: quorate.v1.OutcomeUnknown
+	(*NotLeader)(nil),             // 14: quorate.v1.NotLeader
+	(*ReserveRequest)(nil),        // 15: quorate.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 16: quorate.v1.ReserveResponse
+	(*CommitRequest)(nil),         // 17: quorate.v1.CommitRequest
+	(*CommitResponse)(nil),        // 18: quorate.v1.CommitResponse
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
-	1,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
-	15, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
-	15, // 2: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 3: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	16, // 4: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	15, // 5: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
-	3,  // 6: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
-	15, // 7: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
-	15, // 8: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	15, // 9: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 10: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
-	16, // 11: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
-	16, // 12: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
-	15, // 13: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	15, // 14: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
-	16, // 15: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	16, // 16: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
-	16, // 17: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 18: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	4,  // 19: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	6,  // 20: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	11, // 21: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
-	13, // 22: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
-	2,  // 23: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	5,  // 24: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	7,  // 25: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	12, // 26: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
-	14, // 27: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
-	23, // [23:28] is the sub-list for method output_type
-	18, // [18:23] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	5,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
+	19, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	0,  // 2: quorate.v1.AdmitBatchRequest.requests:type_name -> quorate.v1.AdmitRequest
+	3,  // 3: quorate.v1.AdmitBatchResponse.results:type_name -> quorate.v1.AdmitBatchResult
+	6,  // 4: quorate.v1.AdmitBatchResult.response:type_name -> quorate.v1.AdmitResponse
+	4,  // 5: quorate.v1.AdmitBatchResult.error:type_name -> quorate.v1.AdmitBatchError
+	19, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	19, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	20, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	19, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	7,  // 10: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
+	19, // 11: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	19, // 12: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	19, // 13: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	19, // 14: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	20, // 15: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	20, // 16: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	19, // 17: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	19, // 18: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
+	20, // 19: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 20: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
+	20, // 21: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 22: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	1,  // 23: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
+	8,  // 24: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	10, // 25: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	15, // 26: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	17, // 27: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	6,  // 28: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	2,  // 29: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
+	9,  // 30: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	11, // 31: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // 32: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	18, // 33: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -1449,15 +1724,19 @@ func file_quorate_v1_admission_proto_init() {
 		return
 	}
 	file_quorate_v1_admission_proto_msgTypes[0].OneofWrappers = []any{}
-	file_quorate_v1_admission_proto_msgTypes[1].OneofWrappers = []any{}
-	file_quorate_v1_admission_proto_msgTypes[2].OneofWrappers = []any{}
+	file_quorate_v1_admission_proto_msgTypes[3].OneofWrappers = []any{
+		(*AdmitBatchResult_Response)(nil),
+		(*AdmitBatchResult_Error)(nil),
+	}
+	file_quorate_v1_admission_proto_msgTypes[5].OneofWrappers = []any{}
+	file_quorate_v1_admission_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

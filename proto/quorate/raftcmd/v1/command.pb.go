@@ -77,7 +77,7 @@ func (x LeaseOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseOp_Kind.Descriptor instead.
 func (LeaseOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10, 0}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // Envelope is one Raft log entry.
@@ -104,6 +104,7 @@ type Envelope struct {
 	//	*Envelope_SetShardMap
 	//	*Envelope_SetOwnership
 	//	*Envelope_SetPolicies
+	//	*Envelope_Batch
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -282,6 +283,15 @@ func (x *Envelope) GetSetPolicies() *SetPolicies {
 	return nil
 }
 
+func (x *Envelope) GetBatch() *Batch {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -345,6 +355,10 @@ type Envelope_SetPolicies struct {
 	SetPolicies *SetPolicies `protobuf:"bytes,22,opt,name=set_policies,json=setPolicies,proto3,oneof"`
 }
 
+type Envelope_Batch struct {
+	Batch *Batch `protobuf:"bytes,23,opt,name=batch,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -371,6 +385,58 @@ func (*Envelope_SetOwnership) isEnvelope_Body() {}
 
 func (*Envelope_SetPolicies) isEnvelope_Body() {}
 
+func (*Envelope_Batch) isEnvelope_Body() {}
+
+// Batch is many commands of one group in one entry (the leader's group
+// commit). They are applied in order, each with the batch envelope's time,
+// each with its own result; an op carries its own body and map_epoch (its
+// version and now_unix_nano are unused). Only Admit, Peek, Refund, LeaseOp
+// and Commit may be batched; any other op, a nested batch included, is
+// refused on its own without touching the others.
+type Batch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*Envelope            `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Batch) GetOps() []*Envelope {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
 // ShardMap is the cluster's shard map (package shard's Map): slot ranges to
 // data groups and data groups to replica nodes, with epochs.
 type ShardMap struct {
@@ -384,7 +450,7 @@ type ShardMap struct {
 
 func (x *ShardMap) Reset() {
 	*x = ShardMap{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +462,7 @@ func (x *ShardMap) String() string {
 func (*ShardMap) ProtoMessage() {}
 
 func (x *ShardMap) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +475,7 @@ func (x *ShardMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMap.ProtoReflect.Descriptor instead.
 func (*ShardMap) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ShardMap) GetEpoch() uint64 {
@@ -445,7 +511,7 @@ type ShardGroup struct {
 
 func (x *ShardGroup) Reset() {
 	*x = ShardGroup{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +523,7 @@ func (x *ShardGroup) String() string {
 func (*ShardGroup) ProtoMessage() {}
 
 func (x *ShardGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +536,7 @@ func (x *ShardGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroup.ProtoReflect.Descriptor instead.
 func (*ShardGroup) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ShardGroup) GetId() uint32 {
@@ -501,7 +567,7 @@ type SlotAssignment struct {
 
 func (x *SlotAssignment) Reset() {
 	*x = SlotAssignment{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +579,7 @@ func (x *SlotAssignment) String() string {
 func (*SlotAssignment) ProtoMessage() {}
 
 func (x *SlotAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +592,7 @@ func (x *SlotAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotAssignment.ProtoReflect.Descriptor instead.
 func (*SlotAssignment) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SlotAssignment) GetStart() uint32 {
@@ -569,7 +635,7 @@ type SetShardMap struct {
 
 func (x *SetShardMap) Reset() {
 	*x = SetShardMap{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +647,7 @@ func (x *SetShardMap) String() string {
 func (*SetShardMap) ProtoMessage() {}
 
 func (x *SetShardMap) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +660,7 @@ func (x *SetShardMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetShardMap.ProtoReflect.Descriptor instead.
 func (*SetShardMap) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetShardMap) GetExpectEpoch() uint64 {
@@ -624,7 +690,7 @@ type SetOwnership struct {
 
 func (x *SetOwnership) Reset() {
 	*x = SetOwnership{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +702,7 @@ func (x *SetOwnership) String() string {
 func (*SetOwnership) ProtoMessage() {}
 
 func (x *SetOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +715,7 @@ func (x *SetOwnership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOwnership.ProtoReflect.Descriptor instead.
 func (*SetOwnership) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetOwnership) GetGroup() uint32 {
@@ -686,7 +752,7 @@ type SetPolicies struct {
 
 func (x *SetPolicies) Reset() {
 	*x = SetPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +764,7 @@ func (x *SetPolicies) String() string {
 func (*SetPolicies) ProtoMessage() {}
 
 func (x *SetPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +777,7 @@ func (x *SetPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicies.ProtoReflect.Descriptor instead.
 func (*SetPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetPolicies) GetPolicies() []*PolicyRecord {
@@ -746,7 +812,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +824,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +837,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Admit) GetPolicy() string {
@@ -835,7 +901,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +913,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +926,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Check) GetPolicy() string {
@@ -896,7 +962,7 @@ type Peek struct {
 
 func (x *Peek) Reset() {
 	*x = Peek{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +974,7 @@ func (x *Peek) String() string {
 func (*Peek) ProtoMessage() {}
 
 func (x *Peek) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +987,7 @@ func (x *Peek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peek.ProtoReflect.Descriptor instead.
 func (*Peek) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Peek) GetPolicy() string {
@@ -962,7 +1028,7 @@ type LeaseOp struct {
 
 func (x *LeaseOp) Reset() {
 	*x = LeaseOp{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1040,7 @@ func (x *LeaseOp) String() string {
 func (*LeaseOp) ProtoMessage() {}
 
 func (x *LeaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1053,7 @@ func (x *LeaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
 func (*LeaseOp) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseOp) GetKind() LeaseOp_Kind {
@@ -1076,7 +1142,7 @@ type Reserve struct {
 
 func (x *Reserve) Reset() {
 	*x = Reserve{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1154,7 @@ func (x *Reserve) String() string {
 func (*Reserve) ProtoMessage() {}
 
 func (x *Reserve) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1167,7 @@ func (x *Reserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reserve.ProtoReflect.Descriptor instead.
 func (*Reserve) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Reserve) GetPolicy() string {
@@ -1159,7 +1225,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1237,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1250,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Commit) GetReservationId() string {
@@ -1225,7 +1291,7 @@ type DeletePolicies struct {
 
 func (x *DeletePolicies) Reset() {
 	*x = DeletePolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1303,7 @@ func (x *DeletePolicies) String() string {
 func (*DeletePolicies) ProtoMessage() {}
 
 func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1316,7 @@ func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
 func (*DeletePolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeletePolicies) GetNames() []string {
@@ -1274,7 +1340,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1352,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1365,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Refund) GetCaller() string {
@@ -1335,7 +1401,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1413,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1426,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -1373,7 +1439,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1451,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1464,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -1428,7 +1494,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1506,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1519,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Policy) GetName() string {
@@ -1546,7 +1612,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1624,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1637,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -1621,7 +1687,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1699,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1712,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1744,7 +1810,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1822,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1835,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -1813,7 +1879,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1891,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1904,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -1908,7 +1974,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +1986,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +1999,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -1968,7 +2034,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2046,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2059,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2068,7 +2134,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2146,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2159,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -2215,7 +2281,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2293,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2306,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -2334,7 +2400,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2412,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2425,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -2403,7 +2469,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2481,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2494,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -2480,7 +2546,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2558,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2571,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -2602,7 +2668,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2680,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2693,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -2701,7 +2767,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2779,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2792,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -2810,7 +2876,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x94\a\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xc7\a\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -2827,9 +2893,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x06commit\x18\x13 \x01(\v2\x1a.quorate.raftcmd.v1.CommitH\x00R\x06commit\x12E\n" +
 	"\rset_shard_map\x18\x14 \x01(\v2\x1f.quorate.raftcmd.v1.SetShardMapH\x00R\vsetShardMap\x12G\n" +
 	"\rset_ownership\x18\x15 \x01(\v2 .quorate.raftcmd.v1.SetOwnershipH\x00R\fsetOwnership\x12D\n" +
-	"\fset_policies\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SetPoliciesH\x00R\vsetPolicies\x12\x1b\n" +
+	"\fset_policies\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SetPoliciesH\x00R\vsetPolicies\x121\n" +
+	"\x05batch\x18\x17 \x01(\v2\x19.quorate.raftcmd.v1.BatchH\x00R\x05batch\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
-	"\x04body\"\x94\x01\n" +
+	"\x04body\"7\n" +
+	"\x05Batch\x12.\n" +
+	"\x03ops\x18\x01 \x03(\v2\x1c.quorate.raftcmd.v1.EnvelopeR\x03ops\"\x94\x01\n" +
 	"\bShardMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1e.quorate.raftcmd.v1.ShardGroupR\x06groups\x12:\n" +
@@ -3063,75 +3132,78 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
-	(*ShardMap)(nil),          // 2: quorate.raftcmd.v1.ShardMap
-	(*ShardGroup)(nil),        // 3: quorate.raftcmd.v1.ShardGroup
-	(*SlotAssignment)(nil),    // 4: quorate.raftcmd.v1.SlotAssignment
-	(*SetShardMap)(nil),       // 5: quorate.raftcmd.v1.SetShardMap
-	(*SetOwnership)(nil),      // 6: quorate.raftcmd.v1.SetOwnership
-	(*SetPolicies)(nil),       // 7: quorate.raftcmd.v1.SetPolicies
-	(*Admit)(nil),             // 8: quorate.raftcmd.v1.Admit
-	(*Check)(nil),             // 9: quorate.raftcmd.v1.Check
-	(*Peek)(nil),              // 10: quorate.raftcmd.v1.Peek
-	(*LeaseOp)(nil),           // 11: quorate.raftcmd.v1.LeaseOp
-	(*Reserve)(nil),           // 12: quorate.raftcmd.v1.Reserve
-	(*Commit)(nil),            // 13: quorate.raftcmd.v1.Commit
-	(*DeletePolicies)(nil),    // 14: quorate.raftcmd.v1.DeletePolicies
-	(*Refund)(nil),            // 15: quorate.raftcmd.v1.Refund
-	(*Expire)(nil),            // 16: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),       // 17: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),            // 18: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),      // 19: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil),    // 20: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 21: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 22: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 23: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 24: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 25: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 26: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 27: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 28: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 29: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 30: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 31: quorate.raftcmd.v1.ReserveRecord
+	(*Batch)(nil),             // 2: quorate.raftcmd.v1.Batch
+	(*ShardMap)(nil),          // 3: quorate.raftcmd.v1.ShardMap
+	(*ShardGroup)(nil),        // 4: quorate.raftcmd.v1.ShardGroup
+	(*SlotAssignment)(nil),    // 5: quorate.raftcmd.v1.SlotAssignment
+	(*SetShardMap)(nil),       // 6: quorate.raftcmd.v1.SetShardMap
+	(*SetOwnership)(nil),      // 7: quorate.raftcmd.v1.SetOwnership
+	(*SetPolicies)(nil),       // 8: quorate.raftcmd.v1.SetPolicies
+	(*Admit)(nil),             // 9: quorate.raftcmd.v1.Admit
+	(*Check)(nil),             // 10: quorate.raftcmd.v1.Check
+	(*Peek)(nil),              // 11: quorate.raftcmd.v1.Peek
+	(*LeaseOp)(nil),           // 12: quorate.raftcmd.v1.LeaseOp
+	(*Reserve)(nil),           // 13: quorate.raftcmd.v1.Reserve
+	(*Commit)(nil),            // 14: quorate.raftcmd.v1.Commit
+	(*DeletePolicies)(nil),    // 15: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),            // 16: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),            // 17: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),       // 18: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),            // 19: quorate.raftcmd.v1.Policy
+	(*RegisterNode)(nil),      // 20: quorate.raftcmd.v1.RegisterNode
+	(*SnapshotHeader)(nil),    // 21: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 22: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 23: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 24: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 25: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 26: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 27: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 28: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 29: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 30: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 31: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 32: quorate.raftcmd.v1.ReserveRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
-	8,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	17, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	19, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	16, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
-	10, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
-	14, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
-	15, // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
-	11, // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
-	12, // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
-	13, // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
-	5,  // 10: quorate.raftcmd.v1.Envelope.set_shard_map:type_name -> quorate.raftcmd.v1.SetShardMap
-	6,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	7,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
-	3,  // 13: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	4,  // 14: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	2,  // 15: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	4,  // 16: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	21, // 17: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	9,  // 18: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 19: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	18, // 20: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	2,  // 21: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	6,  // 22: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	18, // 23: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	23, // 24: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	26, // 25: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	28, // 26: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	28, // 27: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	9,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
+	18, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	20, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	17, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	11, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
+	15, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	16, // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	12, // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
+	13, // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
+	14, // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
+	6,  // 10: quorate.raftcmd.v1.Envelope.set_shard_map:type_name -> quorate.raftcmd.v1.SetShardMap
+	7,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	8,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
+	2,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
+	1,  // 14: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	4,  // 15: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	5,  // 16: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	3,  // 17: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	5,  // 18: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	22, // 19: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	10, // 20: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 21: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	19, // 22: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	3,  // 23: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 24: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	19, // 25: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	24, // 26: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	27, // 27: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	29, // 28: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	29, // 29: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -3153,15 +3225,16 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_SetShardMap)(nil),
 		(*Envelope_SetOwnership)(nil),
 		(*Envelope_SetPolicies)(nil),
+		(*Envelope_Batch)(nil),
 	}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[10].OneofWrappers = []any{}
+	file_quorate_raftcmd_v1_command_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -38,6 +38,9 @@ const (
 const (
 	// AdmissionServiceAdmitProcedure is the fully-qualified name of the AdmissionService's Admit RPC.
 	AdmissionServiceAdmitProcedure = "/quorate.v1.AdmissionService/Admit"
+	// AdmissionServiceAdmitBatchProcedure is the fully-qualified name of the AdmissionService's
+	// AdmitBatch RPC.
+	AdmissionServiceAdmitBatchProcedure = "/quorate.v1.AdmissionService/AdmitBatch"
 	// AdmissionServicePeekProcedure is the fully-qualified name of the AdmissionService's Peek RPC.
 	AdmissionServicePeekProcedure = "/quorate.v1.AdmissionService/Peek"
 	// AdmissionServiceRefundProcedure is the fully-qualified name of the AdmissionService's Refund RPC.
@@ -61,6 +64,16 @@ type AdmissionServiceClient interface {
 	// NotFound (unknown policy), Unavailable (no leader or quorum; an
 	// OutcomeUnknown detail says the request may have been applied).
 	Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error)
+	// AdmitBatch decides many independent requests in one call, for gateways
+	// that batch: each is decided exactly as by Admit (same validation, same
+	// strictness, same exactly-once rule for its caller and request_id) and
+	// gets its own result, in request order: an answer or an error. Requests
+	// of one batch may touch any keys and policies; they are not atomic
+	// together (use Admit's also for that), and their order of decision is
+	// not the request order. Up to 1000 requests per call (MaxAdmitBatch);
+	// the call itself fails (InvalidArgument, field "requests") only when the
+	// batch is empty or larger, or Unavailable when the server stops.
+	AdmitBatch(context.Context, *connect.Request[v1.AdmitBatchRequest]) (*connect.Response[v1.AdmitBatchResponse], error)
 	// Peek describes a key's state under a policy without spending anything.
 	// It is linearizable: it goes through the log like a decision.
 	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
@@ -98,6 +111,12 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Admit")),
 			connect.WithClientOptions(opts...),
 		),
+		admitBatch: connect.NewClient[v1.AdmitBatchRequest, v1.AdmitBatchResponse](
+			httpClient,
+			baseURL+AdmissionServiceAdmitBatchProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("AdmitBatch")),
+			connect.WithClientOptions(opts...),
+		),
 		peek: connect.NewClient[v1.PeekRequest, v1.PeekResponse](
 			httpClient,
 			baseURL+AdmissionServicePeekProcedure,
@@ -127,16 +146,22 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 
 // admissionServiceClient implements AdmissionServiceClient.
 type admissionServiceClient struct {
-	admit   *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
-	peek    *connect.Client[v1.PeekRequest, v1.PeekResponse]
-	refund  *connect.Client[v1.RefundRequest, v1.RefundResponse]
-	reserve *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
-	commit  *connect.Client[v1.CommitRequest, v1.CommitResponse]
+	admit      *connect.Client[v1.AdmitRequest, v1.AdmitResponse]
+	admitBatch *connect.Client[v1.AdmitBatchRequest, v1.AdmitBatchResponse]
+	peek       *connect.Client[v1.PeekRequest, v1.PeekResponse]
+	refund     *connect.Client[v1.RefundRequest, v1.RefundResponse]
+	reserve    *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	commit     *connect.Client[v1.CommitRequest, v1.CommitResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
 func (c *admissionServiceClient) Admit(ctx context.Context, req *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error) {
 	return c.admit.CallUnary(ctx, req)
+}
+
+// AdmitBatch calls quorate.v1.AdmissionService.AdmitBatch.
+func (c *admissionServiceClient) AdmitBatch(ctx context.Context, req *connect.Request[v1.AdmitBatchRequest]) (*connect.Response[v1.AdmitBatchResponse], error) {
+	return c.admitBatch.CallUnary(ctx, req)
 }
 
 // Peek calls quorate.v1.AdmissionService.Peek.
@@ -171,6 +196,16 @@ type AdmissionServiceHandler interface {
 	// NotFound (unknown policy), Unavailable (no leader or quorum; an
 	// OutcomeUnknown detail says the request may have been applied).
 	Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error)
+	// AdmitBatch decides many independent requests in one call, for gateways
+	// that batch: each is decided exactly as by Admit (same validation, same
+	// strictness, same exactly-once rule for its caller and request_id) and
+	// gets its own result, in request order: an answer or an error. Requests
+	// of one batch may touch any keys and policies; they are not atomic
+	// together (use Admit's also for that), and their order of decision is
+	// not the request order. Up to 1000 requests per call (MaxAdmitBatch);
+	// the call itself fails (InvalidArgument, field "requests") only when the
+	// batch is empty or larger, or Unavailable when the server stops.
+	AdmitBatch(context.Context, *connect.Request[v1.AdmitBatchRequest]) (*connect.Response[v1.AdmitBatchResponse], error)
 	// Peek describes a key's state under a policy without spending anything.
 	// It is linearizable: it goes through the log like a decision.
 	Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error)
@@ -204,6 +239,12 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Admit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServiceAdmitBatchHandler := connect.NewUnaryHandler(
+		AdmissionServiceAdmitBatchProcedure,
+		svc.AdmitBatch,
+		connect.WithSchema(admissionServiceMethods.ByName("AdmitBatch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	admissionServicePeekHandler := connect.NewUnaryHandler(
 		AdmissionServicePeekProcedure,
 		svc.Peek,
@@ -232,6 +273,8 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
 			admissionServiceAdmitHandler.ServeHTTP(w, r)
+		case AdmissionServiceAdmitBatchProcedure:
+			admissionServiceAdmitBatchHandler.ServeHTTP(w, r)
 		case AdmissionServicePeekProcedure:
 			admissionServicePeekHandler.ServeHTTP(w, r)
 		case AdmissionServiceRefundProcedure:
@@ -251,6 +294,10 @@ type UnimplementedAdmissionServiceHandler struct{}
 
 func (UnimplementedAdmissionServiceHandler) Admit(context.Context, *connect.Request[v1.AdmitRequest]) (*connect.Response[v1.AdmitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Admit is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) AdmitBatch(context.Context, *connect.Request[v1.AdmitBatchRequest]) (*connect.Response[v1.AdmitBatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.AdmitBatch is not implemented"))
 }
 
 func (UnimplementedAdmissionServiceHandler) Peek(context.Context, *connect.Request[v1.PeekRequest]) (*connect.Response[v1.PeekResponse], error) {
