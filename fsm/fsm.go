@@ -180,7 +180,7 @@ type FSM struct {
 	policiesMetaIndex uint64
 }
 
-var _ raft.FSM = (*FSM)(nil)
+var _ raft.BatchingFSM = (*FSM)(nil)
 
 // New returns an empty FSM.
 func New(opts Options) *FSM {
@@ -209,23 +209,54 @@ func Encode(env *raftcmdv1.Envelope) ([]byte, error) {
 }
 
 // Apply applies one committed entry. Its result is *AdmitResult,
-// *PoliciesResult, nil, or an error describing why the command was refused
-// (state unchanged). It panics on an entry it cannot decode.
+// *PoliciesResult, *BatchResult, nil, or an error describing why the command
+// was refused (state unchanged). It panics on an entry it cannot decode.
 func (f *FSM) Apply(l *raft.Log) interface{} {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	var env raftcmdv1.Envelope
-	if err := proto.Unmarshal(l.Data, &env); err != nil {
+	env := decodeEntry(l)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applyLocked(l, env)
+}
+
+// ApplyBatch applies entries committed together (raft.BatchingFSM): decoded
+// before the lock is taken, then applied in order under one lock.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	envs := make([]*raftcmdv1.Envelope, len(logs))
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			envs[i] = decodeEntry(l)
+		}
+	}
+	out := make([]interface{}, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, l := range logs {
+		if envs[i] != nil {
+			out[i] = f.applyLocked(l, envs[i])
+		}
+	}
+	return out
+}
+
+// decodeEntry decodes a command entry, panicking on one this binary cannot
+// read (DESIGN.md §2 rule 3).
+func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
+	env := new(raftcmdv1.Envelope)
+	if err := proto.Unmarshal(l.Data, env); err != nil {
 		panic(fmt.Sprintf("fsm: cannot decode entry %d: %v", l.Index, err))
 	}
 	if env.GetVersion() != EnvelopeVersion {
 		panic(fmt.Sprintf("fsm: entry %d has envelope version %d; this binary knows only %d: upgrade it",
 			l.Index, env.GetVersion(), EnvelopeVersion))
 	}
+	return env
+}
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// applyLocked applies one decoded entry; f.mu is held.
+func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	prev := f.lastNow
 	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
@@ -241,7 +272,15 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
-	if err := f.checkRoute(&env); err != nil {
+	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Batch); ok {
+		return f.applyBatch(l, b.Batch, now)
+	}
+	return f.applyOp(l, env, now)
+}
+
+// applyOp applies one command at now: an entry's own, or one op of a batch.
+func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface{} {
+	if err := f.checkRoute(env); err != nil {
 		return err
 	}
 	switch body := env.GetBody().(type) {

@@ -1,0 +1,53 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// MaxBatchOps is the most ops one Batch entry may carry; a longer batch is
+// refused whole (nothing applied).
+const MaxBatchOps = 4096
+
+// ErrNotBatchable is the result of a batch op whose kind may not be batched
+// (anything but Admit, Peek, Refund, LeaseOp and Commit, a nested Batch
+// included). The other ops of the batch are applied.
+var ErrNotBatchable = errors.New("fsm: command kind may not be batched")
+
+// BatchResult is the Apply result of a Batch entry: each op's own result (an
+// Apply result or an error), in op order.
+type BatchResult struct {
+	Results []any
+}
+
+// Batchable reports whether a command of env's kind may ride in a Batch.
+func Batchable(env *raftcmdv1.Envelope) bool {
+	switch env.GetBody().(type) {
+	case *raftcmdv1.Envelope_Admit, *raftcmdv1.Envelope_Peek, *raftcmdv1.Envelope_Refund,
+		*raftcmdv1.Envelope_Lease, *raftcmdv1.Envelope_Commit:
+		return true
+	}
+	return false
+}
+
+// applyBatch applies a batch's ops in order, all at the entry's time; f.mu
+// is held. Each op is routed (slot ownership, epoch) on its own.
+func (f *FSM) applyBatch(l *raft.Log, b *raftcmdv1.Batch, now int64) interface{} {
+	ops := b.GetOps()
+	if len(ops) > MaxBatchOps {
+		return fmt.Errorf("fsm: batch of %d ops, more than %d", len(ops), MaxBatchOps)
+	}
+	out := &BatchResult{Results: make([]any, len(ops))}
+	for i, op := range ops {
+		if !Batchable(op) {
+			out.Results[i] = fmt.Errorf("%w: op %d", ErrNotBatchable, i)
+			continue
+		}
+		out.Results[i] = f.applyOp(l, op, now)
+	}
+	return out
+}
