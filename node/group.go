@@ -29,6 +29,8 @@ type group struct {
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
 	hadState  bool
+	// batch is the group commit of this replica's commands while it leads.
+	batch *batchQueue[*raftOp]
 }
 
 // groupDir is where group id keeps its Raft state under dataDir: the meta
@@ -46,6 +48,7 @@ func groupDir(dataDir string, id shard.GroupID) string {
 // boot as its configuration (every replica may bootstrap with the same one).
 func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *group, err error) {
 	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{DataGroup: id != shard.MetaGroup})}
+	g.batch = n.newRaftBatcher(g)
 	defer func() {
 		if err != nil {
 			_ = g.close()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -65,43 +64,33 @@ func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (
 }
 
 func (n *Node) proposeOnce(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
-	env.NowUnixNano = n.now().UnixNano()
 	env.MapEpoch = d.epoch
-	data, err := fsm.Encode(env)
-	if err != nil {
-		return nil, fmt.Errorf("node: encoding command: %w", err)
+	if fsm.Batchable(env) {
+		return n.submit(ctx, d.g, env)
 	}
-	enqueue := n.cfg.RequestTimeout
-	if d, ok := ctx.Deadline(); ok {
-		enqueue = max(time.Until(d), time.Millisecond)
+	env.NowUnixNano = n.now().UnixNano()
+	type applied struct {
+		res any
+		err error
 	}
-	future := d.g.raft.Apply(data, enqueue)
-	n.hooks.run(&n.hooks.afterPropose, env)
-	done := make(chan error, 1)
-	go func() { done <- future.Error() }()
-	select {
-	case err := <-done:
+	done := make(chan applied, 1)
+	go func() {
+		res, err := n.applyEntry(d.g, env, func() { n.hooks.run(&n.hooks.afterPropose, env) })
 		if err == nil {
-			n.hooks.run(&n.hooks.afterApply, env)
+			if e, ok := res.(error); ok {
+				res, err = nil, e
+			} else {
+				n.hooks.run(&n.hooks.afterApply, env)
+			}
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, raft.ErrNotLeader):
-			return nil, ErrNotLeader
-		case errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, fmt.Errorf("%w: leadership is being handed over", ErrNotProposed)
-		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, fmt.Errorf("%w: raft queue full until the deadline", ErrNotProposed)
-		default: // ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore
-			return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
-		}
+		done <- applied{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %v while the entry was committing", ErrOutcomeUnknown, ctx.Err())
 	}
-	if err, ok := future.Response().(error); ok {
-		return nil, err
-	}
-	return future.Response(), nil
 }
 
 // routing says how onLeader may treat a request.
