@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,60 +18,107 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
+// benchCallTimeout bounds one call of the load generator. Calls still in
+// flight when --duration ends are waited for (up to this long), not
+// cancelled, so the end of a run does not show up as errors.
+const benchCallTimeout = 5 * time.Second
+
+// Targets of `quorate bench --target`.
+const (
+	targetQuorate = "quorate"
+	targetRedis   = "redis"
+)
+
 // benchOptions are the flags of `quorate bench`.
 type benchOptions struct {
+	target     string
 	servers    string
 	policy     string
-	workers    int
-	duration   time.Duration
-	rate       int
-	keys       int
-	dist       string
 	requestIDs bool
+	redis      redisOptions
+	load       loadOptions
 	output     outputFormat
+	// changed reports whether a flag was given on the command line (nil:
+	// none was), so that a flag of the other target is refused.
+	changed func(name string) bool
+}
+
+// loadOptions shape the load the generator sends, whatever the target.
+type loadOptions struct {
+	workers  int
+	duration time.Duration
+	rate     int // calls started per second; 0: closed loop
+	keys     int
+	dist     string
+	batch    int    // requests per call (AdmitBatch size, Redis pipeline depth)
+	label    string // prefix of the progress lines
 }
 
 func newBenchCmd() *cobra.Command {
 	o := benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench --policy P [--workers 64] [--duration 10s] [--rate N] [--keys 10000] [--dist uniform|zipf]",
-		Short: "Load a cluster with Admit calls and report throughput and latency",
-		Long: "Bench sends unary Admit calls for --duration, spread over the --server list, on\n" +
+		Use: "bench --policy P [--workers 64] [--duration 10s] [--rate N] [--keys 10000] [--dist uniform|zipf] [--batch N]\n" +
+			"  quorate bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]",
+		Short: "Load a cluster (or a Redis) with admissions and report throughput and latency",
+		Long: "Bench sends Admit calls for --duration, spread over the --server list, on\n" +
 			"--keys keys picked uniformly or by a zipf law (s=1.1: a few hot keys). Closed loop\n" +
 			"by default: --workers each send the next call when the last one answers. With\n" +
 			"--rate N it is open loop: N calls a second are started on schedule by up to\n" +
 			"--workers at once, and latency counts from the scheduled start, so a stalled\n" +
-			"cluster shows as latency rather than as fewer calls. It prints progress every\n" +
-			"second (to stderr), then throughput, answers, errors by code and latency\n" +
-			"percentiles; -o json prints the summary as JSON.",
+			"cluster shows as latency rather than as fewer calls. With --batch N each call is\n" +
+			"one AdmitBatch of N requests on independently drawn keys: throughput is reported\n" +
+			"as calls/s and decisions/s (answered requests), latency per call, and requests\n" +
+			"that got an error inside an answered batch are counted by code.\n" +
+			"\n" +
+			"--target redis drives a Redis instead, with the same generator: each request is\n" +
+			"an EVALSHA of a token-bucket Lua script (loaded with SCRIPT LOAD; capacity\n" +
+			"--redis-capacity, refill --redis-refill per second, Redis's own clock), and\n" +
+			"--batch N pipelines N of them per call.\n" +
+			"\n" +
+			"It prints progress every second (to stderr), then throughput, answers, errors by\n" +
+			"code and latency percentiles; -o json prints the summary as JSON. `quorate bench\n" +
+			"compare` runs Quorate and Redis side by side (see its help).",
 		Example: "  quorate bench --policy api-paid --workers 64 --duration 10s\n" +
-			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json",
+			"  quorate bench --policy api-paid --batch 100 --workers 16\n" +
+			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
+			"  quorate bench --target redis --redis-addr 127.0.0.1:6379 --batch 16",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "policy"); err != nil {
-				return err
-			}
+			o.changed = cmd.Flags().Changed
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")
 	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated; calls rotate through them")
-	fs.StringVar(&o.policy, "policy", "", "policy to admit against (required)")
+	fs.StringVar(&o.policy, "policy", "", "policy to admit against (required with --target quorate)")
+	fs.BoolVar(&o.requestIDs, "request-ids", false, "give every request a fresh request ID (exactly-once bookkeeping on)")
+	addLoadFlags(cmd, &o.load)
+	addRedisFlags(cmd, &o.redis)
+	addOutputFlag(cmd, &o.output)
+	cmd.AddCommand(newBenchCompareCmd())
+	return cmd
+}
+
+// addLoadFlags registers the flags of the load generator on cmd.
+func addLoadFlags(cmd *cobra.Command, o *loadOptions) {
+	fs := cmd.Flags()
 	fs.IntVar(&o.workers, "workers", 64, "concurrent calls at most (closed loop: always)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send calls")
 	fs.IntVar(&o.rate, "rate", 0, "calls started per second (open loop); 0: closed loop")
 	fs.IntVar(&o.keys, "keys", 10000, "distinct keys")
 	fs.StringVar(&o.dist, "dist", "uniform", "key distribution: uniform or zipf")
-	fs.BoolVar(&o.requestIDs, "request-ids", false, "give every call a fresh request ID (exactly-once bookkeeping on)")
-	addOutputFlag(cmd, &o.output)
-	return cmd
+	fs.IntVar(&o.batch, "batch", 1, fmt.Sprintf("requests per call: 1 is a unary Admit, more is one AdmitBatch (at most %d);\n"+
+		"with --target redis, the pipeline depth", node.MaxAdmitBatch))
 }
 
-func (o benchOptions) validate() error {
+// validate checks the load flags; errors name the flag.
+func (o loadOptions) validate() error {
 	switch {
 	case o.workers < 1 || o.workers > 10000:
 		return fmt.Errorf("--workers: must be between 1 and 10000 (got %d)", o.workers)
@@ -76,179 +126,303 @@ func (o benchOptions) validate() error {
 		return fmt.Errorf("--duration: must be positive (got %v)", o.duration)
 	case o.rate < 0:
 		return fmt.Errorf("--rate: must be 0 (closed loop) or positive (got %d)", o.rate)
+	case o.rate > int(time.Second):
+		return fmt.Errorf("--rate: must be at most %d calls a second (got %d)", int(time.Second), o.rate)
 	case o.keys < 1:
 		return fmt.Errorf("--keys: must be at least 1 (got %d)", o.keys)
 	case o.dist != "uniform" && o.dist != "zipf":
 		return fmt.Errorf("--dist: must be uniform or zipf (got %q)", o.dist)
+	case o.batch < 1 || o.batch > node.MaxAdmitBatch:
+		return fmt.Errorf("--batch: must be between 1 and %d (got %d)", node.MaxAdmitBatch, o.batch)
 	}
 	return nil
 }
 
-// BenchSummary is what bench prints at the end.
-type BenchSummary struct {
-	Mode      string             `json:"mode"` // "closed" or "open"
-	Workers   int                `json:"workers"`
-	Rate      int                `json:"rate,omitempty"`
-	Seconds   float64            `json:"seconds"`
-	Calls     int64              `json:"calls"`
-	PerSecond float64            `json:"per_second"`
-	Allowed   int64              `json:"allowed"`
-	Denied    int64              `json:"denied"`
-	Errors    map[string]int64   `json:"errors,omitempty"` // by Connect code
-	LatencyMs map[string]float64 `json:"latency_ms"`       // p50, p90, p99, p99.9, max
+// validate checks every flag of bench, including that the flags of one
+// target are not given with the other; errors name the flag.
+func (o benchOptions) validate() error {
+	if err := o.load.validate(); err != nil {
+		return err
+	}
+	changed := o.changed
+	if changed == nil {
+		changed = func(string) bool { return false }
+	}
+	only := func(target string, flags ...string) error {
+		for _, f := range flags {
+			if changed(f) {
+				return fmt.Errorf("--%s: only used with --target %s (got --target %s)", f, target, o.target)
+			}
+		}
+		return nil
+	}
+	switch o.target {
+	case targetQuorate:
+		if o.policy == "" {
+			return errors.New("bench: --policy is required (with --target quorate)")
+		}
+		return only(targetRedis, "redis-addr", "redis-capacity", "redis-refill")
+	case targetRedis:
+		if err := only(targetQuorate, "server", "policy", "request-ids"); err != nil {
+			return err
+		}
+		return o.redis.validate()
+	}
+	return fmt.Errorf("--target: must be %s or %s (got %q)", targetQuorate, targetRedis, o.target)
 }
 
-type benchCall struct {
-	lat     time.Duration
-	allowed bool
-	code    string // "" when answered
-}
-
+// runBench checks the flags, connects to the target, runs the load and
+// prints the summary.
 func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	urls, err := serverURLs(o.servers)
-	if err != nil {
-		return fmt.Errorf("--server: %w", err)
-	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}}
-	defer hc.CloseIdleConnections()
-	clients := make([]quoratev1connect.AdmissionServiceClient, len(urls))
-	for i, u := range urls {
-		clients[i] = quoratev1connect.NewAdmissionServiceClient(hc, u)
-	}
-	ctx, cancel := context.WithTimeout(ctx, o.duration)
-	defer cancel()
-
-	began := time.Now()
-	var (
-		mu    sync.Mutex
-		calls []benchCall
-		done  atomic.Int64
-		seq   atomic.Int64
-	)
-	record := func(c benchCall) {
-		mu.Lock()
-		calls = append(calls, c)
-		mu.Unlock()
-		done.Add(1)
-	}
-	call := func(key int, scheduled time.Time) {
-		n := seq.Add(1)
-		req := &quoratev1.AdmitRequest{Policy: o.policy, Key: fmt.Sprintf("bench-%d", key)}
-		if o.requestIDs {
-			req.Caller, req.RequestId = "quorate-bench", fmt.Sprintf("%d-%d", began.UnixNano(), n)
-		}
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := clients[int(n)%len(clients)].Admit(cctx, connect.NewRequest(req))
-		ccancel()
-		c := benchCall{lat: time.Since(scheduled)}
+	var target benchTarget
+	switch o.target {
+	case targetQuorate:
+		urls, err := serverURLs(o.servers)
 		if err != nil {
-			c.code = connect.CodeOf(err).String()
-		} else {
-			c.allowed = resp.Msg.GetAllowed()
+			return fmt.Errorf("--server: %w", err)
 		}
-		record(c)
+		target = newQuorateTarget(urls, o.policy, o.requestIDs, o.load)
+	case targetRedis:
+		t, err := newRedisTarget(ctx, o.redis, o.load)
+		if err != nil {
+			return err
+		}
+		target = t
 	}
-	// keyPicker returns a function drawing keys by --dist (not safe for
-	// concurrent use: one per goroutine).
-	keyPicker := func(i int) func() int {
-		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
-		if o.dist == "zipf" {
-			z := rand.NewZipf(rng, 1.1, 1, uint64(o.keys-1))
-			return func() int { return int(z.Uint64()) }
-		}
-		return func() int { return rng.IntN(o.keys) }
-	}
-
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		last := int64(0)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				now := done.Load()
-				fmt.Fprintf(stderr, "quorate bench: %5.0fs  %d calls/s  (%d in all)\n", time.Since(began).Seconds(), now-last, now)
-				last = now
-			}
-		}
-	}()
-	var wg sync.WaitGroup
-	mode := "closed"
-	if o.rate == 0 {
-		for i := range o.workers {
-			wg.Go(func() {
-				pick := keyPicker(i)
-				for ctx.Err() == nil {
-					call(pick(), time.Now())
-				}
-			})
-		}
-	} else {
-		mode = "open"
-		slots := make(chan struct{}, o.workers)
-		pick := keyPicker(0)
-		interval := time.Second / time.Duration(o.rate)
-		for next := began; ctx.Err() == nil; next = next.Add(interval) {
-			if d := time.Until(next); d > 0 && !sleepCtx(ctx, d) {
-				break
-			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			key, scheduled := pick(), next
-			wg.Go(func() {
-				defer func() { <-slots }()
-				call(key, scheduled)
-			})
-		}
-	}
-	wg.Wait()
-	<-progressDone
-	s := summarize(calls, time.Since(began), mode, o)
+	defer target.close()
+	o.load.label = "quorate bench"
+	s := runLoad(ctx, target, o.load, stderr)
 	if o.output == outputJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
-	fmt.Fprintf(stdout, "%s loop, %d workers", s.Mode, s.Workers)
-	if s.Rate > 0 {
-		fmt.Fprintf(stdout, ", %d calls/s scheduled", s.Rate)
-	}
-	fmt.Fprintf(stdout, ": %d calls in %.1fs = %.0f calls/s\n", s.Calls, s.Seconds, s.PerSecond)
-	fmt.Fprintf(stdout, "answers: %d allowed, %d denied; errors: %v\n", s.Allowed, s.Denied, s.Errors)
-	fmt.Fprintf(stdout, "latency ms: p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
-		s.LatencyMs["p50"], s.LatencyMs["p90"], s.LatencyMs["p99"], s.LatencyMs["p99.9"], s.LatencyMs["max"])
+	writeBenchSummary(stdout, s)
 	return nil
 }
 
-func summarize(calls []benchCall, took time.Duration, mode string, o benchOptions) BenchSummary {
-	s := BenchSummary{Mode: mode, Workers: o.workers, Rate: o.rate, Seconds: took.Seconds(), Calls: int64(len(calls)),
-		Errors: map[string]int64{}, LatencyMs: map[string]float64{}}
-	lats := make([]time.Duration, 0, len(calls))
-	for _, c := range calls {
-		switch {
-		case c.code != "":
-			s.Errors[c.code]++
-		case c.allowed:
-			s.Allowed++
-		default:
-			s.Denied++
-		}
-		lats = append(lats, c.lat)
+// benchTarget is what the load generator drives. call decides one request
+// per key in keys (indexes into the key space, len(keys) == the batch size)
+// in one round trip: a unary call, a batch call or a pipeline. It returns
+// what was decided, with the codes of requests that failed on their own; an
+// error means the whole call failed. call is safe for concurrent use; worker
+// (0 ≤ worker < workers) is never used by two calls at once, so a target may
+// keep per-worker scratch space.
+type benchTarget interface {
+	name() string // "quorate" or "redis"
+	call(ctx context.Context, worker int, keys []int) (benchResult, error)
+	close() error
+}
+
+// benchResult is what one call decided.
+type benchResult struct {
+	allowed, denied int
+	itemErrors      []string // codes of the requests that got an error
+}
+
+// benchErrorCoder is an error that knows its bench error code.
+type benchErrorCoder interface{ benchCode() string }
+
+// benchErrorCode names the kind of a failed call: a Connect code, or what a
+// target's error says it is.
+func benchErrorCode(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code().String()
 	}
+	var bc benchErrorCoder
+	if errors.As(err, &bc) {
+		return bc.benchCode()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded.String()
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled.String()
+	}
+	return connect.CodeUnknown.String()
+}
+
+// BenchSummary is what bench prints at the end. Calls count every call made,
+// failed or not; decisions count the requests that were answered (allowed +
+// denied), so with --batch N decisions = calls × N − requests of failed calls
+// − item errors.
+type BenchSummary struct {
+	Target             string             `json:"target"` // "quorate" or "redis"
+	Mode               string             `json:"mode"`   // "closed" or "open"
+	Workers            int                `json:"workers"`
+	Rate               int                `json:"rate,omitempty"`
+	Batch              int                `json:"batch"` // requests per call
+	Keys               int                `json:"keys"`
+	Dist               string             `json:"dist"`
+	Seconds            float64            `json:"seconds"`
+	Calls              int64              `json:"calls"`
+	PerSecond          float64            `json:"per_second"` // calls per second
+	Decisions          int64              `json:"decisions"`
+	DecisionsPerSecond float64            `json:"decisions_per_second"`
+	Allowed            int64              `json:"allowed"`
+	Denied             int64              `json:"denied"`
+	Errors             map[string]int64   `json:"errors,omitempty"` // failed calls, by code
+	ItemErrors         map[string]int64   `json:"item_errors"`      // failed requests inside answered calls, by code
+	LatencyMs          map[string]float64 `json:"latency_ms"`       // per call: p50, p90, p99, p99.9, max
+}
+
+// benchStats is what one worker saw; merged at the end.
+type benchStats struct {
+	lats            []time.Duration
+	allowed, denied int64
+	errors          map[string]int64
+	itemErrors      map[string]int64
+}
+
+func (s *benchStats) record(lat time.Duration, r benchResult, err error) {
+	s.lats = append(s.lats, lat)
+	if err != nil {
+		s.errors[benchErrorCode(err)]++
+		return
+	}
+	s.allowed += int64(r.allowed)
+	s.denied += int64(r.denied)
+	for _, code := range r.itemErrors {
+		s.itemErrors[code]++
+	}
+}
+
+// runLoad drives t with o's load until o.duration has passed and every call
+// in flight has answered, printing progress to stderr every second, and
+// returns the summary. It does not validate o.
+func runLoad(ctx context.Context, t benchTarget, o loadOptions, stderr io.Writer) BenchSummary {
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	began := time.Now()
+	var calls, decisions atomic.Int64
+	stats := make([]*benchStats, o.workers)
+	for i := range stats {
+		stats[i] = &benchStats{errors: map[string]int64{}, itemErrors: map[string]int64{}}
+	}
+	// one makes one call for worker w on fresh keys, its latency counted
+	// from scheduled.
+	one := func(w int, pick func() int, keys []int, scheduled time.Time) {
+		for i := range keys {
+			keys[i] = pick()
+		}
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), benchCallTimeout)
+		r, err := t.call(cctx, w, keys)
+		ccancel()
+		stats[w].record(time.Since(scheduled), r, err)
+		calls.Add(1)
+		if err == nil {
+			decisions.Add(int64(r.allowed + r.denied))
+		}
+	}
+
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var lastCalls, lastDecisions int64
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+				c, d := calls.Load(), decisions.Load()
+				fmt.Fprintf(stderr, "%s: %5.0fs  %d calls/s", o.label, time.Since(began).Seconds(), c-lastCalls)
+				if o.batch > 1 {
+					fmt.Fprintf(stderr, "  %d decisions/s", d-lastDecisions)
+				}
+				fmt.Fprintf(stderr, "  (%d calls in all)\n", c)
+				lastCalls, lastDecisions = c, d
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	mode := "closed"
+	if o.rate == 0 {
+		for w := range o.workers {
+			wg.Go(func() {
+				pick, keys := keyPicker(o, w), make([]int, o.batch)
+				for runCtx.Err() == nil {
+					one(w, pick, keys, time.Now())
+				}
+			})
+		}
+	} else {
+		// Open loop: the scheduler hands each call's start time to the
+		// first idle worker; when all are busy it waits, and the calls it
+		// then hands out late carry their scheduled time.
+		mode = "open"
+		starts := make(chan time.Time)
+		for w := range o.workers {
+			wg.Go(func() {
+				pick, keys := keyPicker(o, w), make([]int, o.batch)
+				for scheduled := range starts {
+					one(w, pick, keys, scheduled)
+				}
+			})
+		}
+		interval := time.Second / time.Duration(o.rate)
+	schedule:
+		for next := began; runCtx.Err() == nil; next = next.Add(interval) {
+			if d := time.Until(next); d > 0 && !sleepCtx(runCtx, d) {
+				break
+			}
+			select {
+			case starts <- next:
+			case <-runCtx.Done():
+				break schedule
+			}
+		}
+		close(starts)
+	}
+	wg.Wait()
+	cancel()
+	<-progressDone
+	return summarize(stats, time.Since(began), mode, o, t.name())
+}
+
+// keyPicker returns a function drawing keys in [0, o.keys) by o.dist, seeded
+// for worker w (not safe for concurrent use: one per worker).
+func keyPicker(o loadOptions, w int) func() int {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w)))
+	if o.dist == "zipf" && o.keys > 1 {
+		z := rand.NewZipf(rng, 1.1, 1, uint64(o.keys-1))
+		return func() int { return int(z.Uint64()) }
+	}
+	return func() int { return rng.IntN(o.keys) }
+}
+
+// summarize merges the workers' stats into the summary of a run against
+// target.
+func summarize(stats []*benchStats, took time.Duration, mode string, o loadOptions, target string) BenchSummary {
+	s := BenchSummary{Target: target, Mode: mode, Workers: o.workers, Rate: o.rate, Batch: o.batch, Keys: o.keys, Dist: o.dist,
+		Seconds: took.Seconds(), Errors: map[string]int64{}, ItemErrors: map[string]int64{}, LatencyMs: map[string]float64{}}
+	n := 0
+	for _, st := range stats {
+		n += len(st.lats)
+	}
+	lats := make([]time.Duration, 0, n)
+	for _, st := range stats {
+		lats = append(lats, st.lats...)
+		s.Allowed += st.allowed
+		s.Denied += st.denied
+		for code, c := range st.errors {
+			s.Errors[code] += c
+		}
+		for code, c := range st.itemErrors {
+			s.ItemErrors[code] += c
+		}
+	}
+	s.Calls = int64(len(lats))
+	s.Decisions = s.Allowed + s.Denied
 	if took > 0 {
-		s.PerSecond = float64(len(calls)) / took.Seconds()
+		s.PerSecond = float64(s.Calls) / took.Seconds()
+		s.DecisionsPerSecond = float64(s.Decisions) / took.Seconds()
 	}
 	slices.Sort(lats)
 	for name, q := range map[string]float64{"p50": 0.50, "p90": 0.90, "p99": 0.99, "p99.9": 0.999, "max": 1} {
@@ -260,6 +434,147 @@ func summarize(calls []benchCall, took time.Duration, mode string, o benchOption
 	return s
 }
 
+// writeBenchSummary prints s for people.
+func writeBenchSummary(w io.Writer, s BenchSummary) {
+	fmt.Fprintf(w, "%s: %s loop, %d workers", s.Target, s.Mode, s.Workers)
+	if s.Rate > 0 {
+		fmt.Fprintf(w, ", %d calls/s scheduled", s.Rate)
+	}
+	fmt.Fprintf(w, ", %d %s keys", s.Keys, s.Dist)
+	if s.Batch > 1 {
+		fmt.Fprintf(w, ", %d requests per call", s.Batch)
+	}
+	fmt.Fprintf(w, ": %d calls in %.1fs = %.0f calls/s", s.Calls, s.Seconds, s.PerSecond)
+	if s.Batch > 1 {
+		fmt.Fprintf(w, ", %d decisions = %.0f decisions/s", s.Decisions, s.DecisionsPerSecond)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "answers: %d allowed, %d denied; failed calls: %s", s.Allowed, s.Denied, fmtCounts(s.Errors))
+	if s.Batch > 1 {
+		fmt.Fprintf(w, "; failed requests in answered calls: %s", fmtCounts(s.ItemErrors))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "latency ms per call: p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
+		s.LatencyMs["p50"], s.LatencyMs["p90"], s.LatencyMs["p99"], s.LatencyMs["p99.9"], s.LatencyMs["max"])
+}
+
+// fmtCounts prints counts by code, sorted by code: "none" when empty.
+func fmtCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	codes := make([]string, 0, len(m))
+	for c := range m {
+		codes = append(codes, c)
+	}
+	sort.Strings(codes)
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s=%d", c, m[c])
+	}
+	return strings.Join(parts, " ")
+}
+
+// benchKeyNames returns the names of keys 0..n-1, shared by every target.
+func benchKeyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%d", i)
+	}
+	return names
+}
+
+// quorateTarget sends Admit (batch 1) or AdmitBatch calls to a cluster,
+// rotating through its nodes.
+type quorateTarget struct {
+	hc         *http.Client
+	clients    []quoratev1connect.AdmissionServiceClient
+	policy     string
+	keys       []string
+	batch      int
+	requestIDs bool
+	idPrefix   string
+	seq        atomic.Int64
+	scratch    [][]*quoratev1.AdmitRequest // per worker, reused between its calls
+}
+
+// newQuorateTarget returns a target sending to the API base URLs urls with
+// up to o.workers connections per node.
+func newQuorateTarget(urls []string, policy string, requestIDs bool, o loadOptions) *quorateTarget {
+	t := &quorateTarget{
+		hc:         &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}},
+		policy:     policy,
+		keys:       benchKeyNames(o.keys),
+		batch:      o.batch,
+		requestIDs: requestIDs,
+		idPrefix:   fmt.Sprintf("%d-", time.Now().UnixNano()),
+		scratch:    make([][]*quoratev1.AdmitRequest, o.workers),
+	}
+	for _, u := range urls {
+		t.clients = append(t.clients, quoratev1connect.NewAdmissionServiceClient(t.hc, u))
+	}
+	for w := range t.scratch {
+		t.scratch[w] = make([]*quoratev1.AdmitRequest, o.batch)
+		for i := range t.scratch[w] {
+			t.scratch[w][i] = &quoratev1.AdmitRequest{Policy: policy}
+		}
+	}
+	return t
+}
+
+func (t *quorateTarget) name() string { return targetQuorate }
+
+func (t *quorateTarget) call(ctx context.Context, worker int, keys []int) (benchResult, error) {
+	reqs := t.scratch[worker][:len(keys)]
+	var n int64
+	for i, k := range keys {
+		n = t.seq.Add(1)
+		reqs[i].Key = t.keys[k]
+		if t.requestIDs {
+			reqs[i].Caller, reqs[i].RequestId = "quorate-bench", fmt.Sprintf("%s%d", t.idPrefix, n)
+		}
+	}
+	client := t.clients[int(n)%len(t.clients)]
+	var r benchResult
+	if t.batch == 1 {
+		resp, err := client.Admit(ctx, connect.NewRequest(reqs[0]))
+		if err != nil {
+			return r, err
+		}
+		if resp.Msg.GetAllowed() {
+			r.allowed = 1
+		} else {
+			r.denied = 1
+		}
+		return r, nil
+	}
+	resp, err := client.AdmitBatch(ctx, connect.NewRequest(&quoratev1.AdmitBatchRequest{Requests: reqs}))
+	if err != nil {
+		return r, err
+	}
+	results := resp.Msg.GetResults()
+	if len(results) != len(reqs) {
+		return r, fmt.Errorf("AdmitBatch answered %d results for %d requests", len(results), len(reqs))
+	}
+	for _, res := range results {
+		switch {
+		case res.GetError() != nil:
+			r.itemErrors = append(r.itemErrors, res.GetError().GetCode())
+		case res.GetResponse().GetAllowed():
+			r.allowed++
+		default:
+			r.denied++
+		}
+	}
+	return r, nil
+}
+
+func (t *quorateTarget) close() error {
+	t.hc.CloseIdleConnections()
+	return nil
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -63,10 +63,93 @@ func TestBenchFlagsAreChecked(t *testing.T) {
 		{[]string{"bench", "--policy", "p", "--dist", "pareto"}, "--dist"},
 		{[]string{"bench", "--policy", "p", "--keys", "0"}, "--keys"},
 		{[]string{"bench", "--policy", "p", "--server", "ftp://x"}, "--server"},
+		{[]string{"bench", "--policy", "p", "--batch", "0"}, "--batch"},
+		{[]string{"bench", "--policy", "p", "--batch", "1001"}, "--batch"},
+		{[]string{"bench", "--policy", "p", "--target", "memcached"}, "--target"},
+		{[]string{"bench", "--policy", "p", "--redis-addr", "127.0.0.1:6379"}, "--redis-addr"},
+		{[]string{"bench", "--target", "redis", "--policy", "p"}, "--policy"},
+		{[]string{"bench", "--target", "redis", "--server", "127.0.0.1:7070"}, "--server"},
+		{[]string{"bench", "--target", "redis", "--request-ids"}, "--request-ids"},
+		{[]string{"bench", "--target", "redis", "--redis-addr", "nowhere"}, "--redis-addr"},
+		{[]string{"bench", "--target", "redis", "--redis-capacity", "0"}, "--redis-capacity"},
+		{[]string{"bench", "--target", "redis", "--redis-refill", "-1"}, "--redis-refill"},
+		{[]string{"bench", "--target", "redis", "--workers", "0"}, "--workers"},
+		{[]string{"bench", "compare", "--workers", "0"}, "--workers"},
+		{[]string{"bench", "compare", "--batch", "0"}, "--batch"},
+		{[]string{"bench", "compare", "--dist", "pareto"}, "--dist"},
+		{[]string{"bench", "compare", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "compare", "--write", "/nonexistent-dir/BENCHMARKS.md"}, "--write"},
+		{[]string{"bench", "compare", "--redis-server", "/nonexistent/redis-server"}, "--redis-server"},
 	} {
 		_, _, err := runCLI(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.flag)
+		}
+	}
+}
+
+// TestBenchBatch runs --batch against a cluster: every call is one AdmitBatch,
+// decisions are counted per request, and requests that fail inside an
+// answered batch are counted by code.
+func TestBenchBatch(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
+		Name: "b", Algorithm: "token_bucket", Limit: 5, Burst: 5, Period: durationpb.New(time.Hour)}}})); err != nil {
+		t.Fatal(err)
+	}
+	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
+	bench := func(args ...string) (BenchSummary, map[string]any) {
+		t.Helper()
+		out, stderr, err := runCLI(t, append([]string{"bench", "--server", servers, "--keys", "20", "-o", "json"}, args...)...)
+		if err != nil {
+			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
+		}
+		if strings.Contains(strings.Join(args, " "), "--duration 2s") && !strings.Contains(stderr, "decisions/s") {
+			t.Errorf("bench %v printed no decisions/s progress: %q", args, stderr)
+		}
+		var s BenchSummary
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatalf("bench %v: %v\n%s", args, err, out)
+		}
+		if err := json.Unmarshal([]byte(out), &raw); err != nil {
+			t.Fatal(err)
+		}
+		return s, raw
+	}
+
+	s, raw := bench("--policy", "b", "--batch", "10", "--workers", "3", "--duration", "2s")
+	for _, field := range []string{"target", "mode", "workers", "batch", "keys", "dist", "seconds", "calls", "per_second",
+		"decisions", "decisions_per_second", "allowed", "denied", "item_errors", "latency_ms"} {
+		if _, ok := raw[field]; !ok {
+			t.Errorf("JSON summary has no %q: %v", field, raw)
+		}
+	}
+	if s.Target != "quorate" || s.Batch != 10 || s.Calls == 0 || len(s.Errors) != 0 || len(s.ItemErrors) != 0 ||
+		s.Decisions != 10*s.Calls || s.Allowed+s.Denied != s.Decisions || s.DecisionsPerSecond <= s.PerSecond ||
+		s.LatencyMs["p50"] <= 0 || s.LatencyMs["p50"] > s.LatencyMs["max"] {
+		t.Fatalf("batch of 10: implausible summary %+v", s)
+	}
+	if s.Allowed > 20*5 || s.Decisions > 20*5 && s.Denied == 0 {
+		t.Fatalf("batch of 10 over 20 keys of 5 tokens: %d allowed, %d denied", s.Allowed, s.Denied)
+	}
+
+	// An unknown policy fails each request on its own (not_found) inside
+	// answered batches: no decisions, every request counted.
+	s, _ = bench("--policy", "no-such-policy", "--batch", "4", "--workers", "2", "--duration", "1s")
+	if s.Calls == 0 || s.Decisions != 0 || len(s.Errors) != 0 || s.ItemErrors["not_found"] != 4*s.Calls {
+		t.Fatalf("batch of 4 on an unknown policy: %+v, want %d not_found item errors", s, 4*s.Calls)
+	}
+
+	out, stderr, err := runCLI(t, "bench", "--server", servers, "--policy", "b", "--keys", "20", "--duration", "1s", "--workers", "2", "--batch", "5")
+	if err != nil {
+		t.Fatalf("bench --batch 5: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"5 requests per call", "calls/s", "decisions/s", "latency ms per call"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text summary lacks %q:\n%s", want, out)
 		}
 	}
 }
