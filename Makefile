@@ -6,7 +6,7 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build run test race proto proto-deps verify bench jepsen clean
+.PHONY: all build run test race proto proto-deps verify bench bench-compare jepsen clean
 
 all: build
 
@@ -64,6 +64,18 @@ verify: proto-deps
 ## bench: benchmarks (admission algorithms, FSM apply, a 3-node cluster)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## bench-compare: Quorate (3-node dev cluster) against Redis running the same
+## token-bucket Lua script (plain, then appendfsync always), one after the other
+## with the same load generator; prints the table and writes it, with the
+## machine, into docs/BENCHMARKS.md. Installs redis-server when absent.
+bench-compare: build
+	@if ! command -v redis-server >/dev/null; then \
+		echo "installing redis-server"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	fi
+	./$(BIN) bench compare --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
 ## family, then all mixed, 60 s each, every workload at once — then the two
