@@ -2,58 +2,216 @@ package node
 
 import (
 	"context"
-
+	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 // MaxAdmitBatch is the most requests one AdmitBatch call may carry.
 const MaxAdmitBatch = 1000
 
-// AdmitBatch decides each request as Admit would, concurrently, and answers
-// every one in request order.
+// batchItem is one request of an AdmitBatch on its way to a decision.
+type batchItem struct {
+	i       int // index in the call
+	m       *quoratev1.AdmitRequest
+	cmd     *raftcmdv1.Admit
+	resp    *quoratev1.AdmitResponse
+	err     error // the last attempt's error
+	unknown error // the last attempt whose outcome is unknown, if any
+}
+
+// AdmitBatch decides each request as Admit would and answers every one in
+// request order. Requests are grouped by the Raft group of their key: those
+// of a group this node leads go into its log together (a few entries), those
+// of other groups are forwarded to each leader in one call per leader. A
+// request that was certainly not applied (no leader, leadership moved, a
+// stale shard map) is routed again until the deadline; one whose outcome is
+// unknown is retried only when it carries a request ID, like Admit.
 func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[quoratev1.AdmitBatchRequest]) (*connect.Response[quoratev1.AdmitBatchResponse], error) {
 	n := h.n
 	reqs := req.Msg.GetRequests()
 	if len(reqs) == 0 || len(reqs) > MaxAdmitBatch {
 		return nil, n.toConnectError(badRequest("requests", "must hold 1 to %d requests (got %d)", MaxAdmitBatch, len(reqs)))
 	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
 	out := make([]*quoratev1.AdmitBatchResult, len(reqs))
-	var wg sync.WaitGroup
+	items := make([]*batchItem, 0, len(reqs))
 	for i, m := range reqs {
-		wg.Go(func() {
-			one := connect.NewRequest(m)
-			if f := req.Header().Get(forwardedHeader); f != "" {
-				one.Header().Set(forwardedHeader, f)
-			}
-			resp, err := h.admitOne(ctx, one)
-			if err != nil {
-				out[i] = batchError(err)
-				return
-			}
-			out[i] = &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Response{Response: resp.Msg}}
-		})
+		cmd, err := admitCommand(m)
+		if err != nil {
+			out[i] = batchError(n.toConnectError(err))
+			continue
+		}
+		items = append(items, &batchItem{i: i, m: m, cmd: cmd})
 	}
-	wg.Wait()
+	n.decideBatch(ctx, items, req.Header().Get(forwardedHeader) != "")
+	for _, it := range items {
+		if it.err != nil {
+			out[it.i] = batchError(n.toConnectError(it.err))
+		} else {
+			out[it.i] = &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Response{Response: it.resp}}
+		}
+	}
 	return connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out}), nil
 }
 
-func (h *admissionHandler) admitOne(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
-	cmd, err := admitCommand(req.Msg)
-	if err != nil {
-		return nil, h.n.toConnectError(err)
+// decideBatch decides items (onLeader for many requests at once): each ends
+// with resp or err set.
+func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bool) {
+	wait := 5 * time.Millisecond
+	pending := items
+	for attempt := 0; ; attempt++ {
+		local := map[*group][]*batchItem{}
+		localDest := map[*group]dest{}
+		remote := map[string][]*batchItem{}
+		for _, it := range pending {
+			d, err := n.destFor(routing{data: true, key: it.cmd.GetKey()})
+			switch {
+			case err != nil:
+				it.err = err
+			case d.g != nil && d.g.isLeader():
+				local[d.g] = append(local[d.g], it)
+				localDest[d.g] = d
+			case forwarded:
+				it.err = ErrNotLeader
+			default:
+				if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
+					it.err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
+				} else {
+					remote[addr] = append(remote[addr], it)
+				}
+			}
+		}
+		var wg sync.WaitGroup
+		for g, its := range local {
+			wg.Go(func() { n.proposeBatch(ctx, localDest[g], its) })
+		}
+		for addr, its := range remote {
+			wg.Go(func() { n.forwardBatch(ctx, addr, its) })
+		}
+		wg.Wait()
+
+		var retry []*batchItem
+		for _, it := range pending {
+			if it.err == nil {
+				continue
+			}
+			unknown := errors.Is(it.err, ErrOutcomeUnknown) || isOutcomeUnknown(it.err)
+			if unknown {
+				it.unknown = it.err
+			}
+			if forwarded && errors.Is(it.err, ErrNotLeader) {
+				// Never forwarded again: the forwarding node routes it anew.
+				if it.unknown != nil {
+					it.err = it.unknown // an earlier attempt here may have applied
+				}
+				continue
+			}
+			if errors.Is(it.err, ErrNotProposed) || (unknown && it.cmd.GetRequestId() != "") {
+				retry = append(retry, it)
+			}
+		}
+		if len(retry) == 0 {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			for _, it := range retry {
+				if it.unknown != nil {
+					it.err = it.unknown
+				}
+				it.err = fmt.Errorf("%w (%v)", it.err, ctx.Err())
+			}
+			return
+		case <-t.C:
+		}
+		pending = retry
+		wait = min(2*wait, 100*time.Millisecond)
 	}
-	return h.admit(ctx, req, cmd)
+}
+
+// proposeBatch proposes items to d's group, which this node leads, all at
+// once so they share entries, and waits for each. Items whose policy the
+// group does not know yet are proposed again after the group copied the
+// meta table, as proposeTo does for one command.
+func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
+	n.proposeItems(ctx, d, items)
+	var unknownPolicy []*batchItem
+	for _, it := range items {
+		if errors.Is(it.err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
+			unknownPolicy = append(unknownPolicy, it)
+		}
+	}
+	if len(unknownPolicy) == 0 {
+		return
+	}
+	if n.catchUpMeta(ctx) == nil && n.syncPolicies(ctx, d.g) == nil {
+		n.proposeItems(ctx, d, unknownPolicy)
+	}
+}
+
+func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
+	ops := make([]*raftOp, len(items))
+	for i, it := range items {
+		ops[i] = &raftOp{env: &raftcmdv1.Envelope{MapEpoch: d.epoch, Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}},
+			done: make(chan opResult, 1)}
+	}
+	d.g.batch.add(ops...)
+	for i, it := range items {
+		res, err := ops[i].wait(ctx)
+		switch {
+		case isRouteError(err):
+			it.err = fmt.Errorf("%w: %v", ErrNotProposed, err)
+		case err != nil:
+			it.err = err
+		default:
+			it.resp, it.err = admitResponse(res.(*fsm.AdmitResult)), nil
+		}
+	}
+}
+
+// forwardBatch forwards items to the leader at addr (a peer-mux address) in
+// one AdmitBatch call and sorts its answers.
+func (n *Node) forwardBatch(ctx context.Context, addr string, items []*batchItem) {
+	m := &quoratev1.AdmitBatchRequest{Requests: make([]*quoratev1.AdmitRequest, len(items))}
+	for i, it := range items {
+		m.Requests[i] = it.m
+	}
+	fwd := connect.NewRequest(m)
+	fwd.Header().Set(forwardedHeader, n.cfg.ID)
+	resp, err := n.fwd.get("http://"+addr).admission.AdmitBatch(ctx, fwd)
+	if err == nil && len(resp.Msg.GetResults()) != len(items) {
+		err = fmt.Errorf("%w: the leader answered %d results for %d requests", ErrOutcomeUnknown, len(resp.Msg.GetResults()), len(items))
+	}
+	if err != nil {
+		err = classifyRemote(err)
+		for _, it := range items {
+			it.err = err
+		}
+		return
+	}
+	for i, r := range resp.Msg.GetResults() {
+		items[i].resp, items[i].err = batchResultAnswer(r)
+	}
 }
 
 // batchError is the AdmitBatchError form of a Connect error from the node's
 // error table.
 func batchError(err error) *quoratev1.AdmitBatchResult {
 	e := &quoratev1.AdmitBatchError{Code: connect.CodeOf(err).String(), Message: err.Error()}
-	if ce, ok := err.(*connect.Error); ok {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
 		e.Message = ce.Message()
 	}
 	if fv, ok := errorDetail[*quoratev1.FieldViolation](err); ok {
@@ -62,3 +220,39 @@ func batchError(err error) *quoratev1.AdmitBatchResult {
 	e.OutcomeUnknown = IsOutcomeUnknown(err)
 	return &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Error{Error: e}}
 }
+
+// batchResultAnswer turns one result of a forwarded AdmitBatch back into an
+// answer or an error: Unavailable without outcome_unknown means certainly not
+// applied (ErrNotProposed), with it ErrOutcomeUnknown; any other error is
+// the leader's own answer, as a Connect error with its field.
+func batchResultAnswer(r *quoratev1.AdmitBatchResult) (*quoratev1.AdmitResponse, error) {
+	if resp := r.GetResponse(); resp != nil {
+		return resp, nil
+	}
+	e := r.GetError()
+	if e == nil {
+		return nil, fmt.Errorf("%w: the leader answered an empty result", ErrOutcomeUnknown)
+	}
+	var code connect.Code
+	if err := code.UnmarshalText([]byte(e.GetCode())); err != nil {
+		code = connect.CodeUnknown
+	}
+	switch {
+	case code == connect.CodeUnavailable && e.GetOutcomeUnknown():
+		return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, e.GetMessage())
+	case code == connect.CodeUnavailable:
+		return nil, fmt.Errorf("%w: %s", ErrNotProposed, e.GetMessage())
+	}
+	ce := connect.NewError(code, errors.New(e.GetMessage()))
+	if e.GetField() != "" {
+		ce = withDetail(ce, &quoratev1.FieldViolation{Field: e.GetField(), Description: e.GetMessage()})
+	}
+	return nil, &leaderAnswer{ce: ce}
+}
+
+// leaderAnswer is an error the leader answered for one request of a
+// forwarded batch: final, as a wire error from a unary call would be.
+type leaderAnswer struct{ ce *connect.Error }
+
+func (a *leaderAnswer) Error() string { return a.ce.Error() }
+func (a *leaderAnswer) Unwrap() error { return a.ce }

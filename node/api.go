@@ -96,7 +96,11 @@ func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quora
 			return admitResponse(res.(*fsm.AdmitResult)), nil
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
-			return p.admission.Admit(ctx, fwd)
+			resp, err := p.admit(ctx, fwd.Msg) // shares AdmitBatch calls with other forwarded Admits
+			if err != nil {
+				return nil, err
+			}
+			return connect.NewResponse(resp), nil
 		})
 }
 

@@ -110,6 +110,12 @@ func (n *Node) newRaftBatcher(g *group) *batchQueue[*raftOp] {
 func (n *Node) submit(ctx context.Context, g *group, env *raftcmdv1.Envelope) (any, error) {
 	op := &raftOp{env: env, done: make(chan opResult, 1)}
 	g.batch.add(op)
+	return op.wait(ctx)
+}
+
+// wait returns op's result, or gives up when ctx ends: "not proposed" when
+// op was not sent yet (it never will be), else "outcome unknown".
+func (op *raftOp) wait(ctx context.Context) (any, error) {
 	select {
 	case r := <-op.done:
 		return r.res, r.err

@@ -126,6 +126,9 @@ func New(cfg Config) (_ *Node, err error) {
 		n.fwdDials.Add(1)
 		return n.mux.Dial(ctx, addr, muxChannelForward)
 	})
+	for _, p := range []*peers{n.peers, n.fwd} {
+		p.from, p.timeout = cfg.ID, cfg.RequestTimeout
+	}
 	if n.fwdLn, err = n.mux.Listener(muxChannelForward); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,10 @@ import (
 // Raft. Safe for concurrent use.
 type peers struct {
 	httpClient *http.Client
+	// from and timeout mark and bound the AdmitBatch calls that carry
+	// forwarded Admits (forward.go): this node's ID, its RequestTimeout.
+	from    string
+	timeout time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*peerClient
@@ -27,6 +31,8 @@ type peerClient struct {
 	admission quoratev1connect.AdmissionServiceClient
 	admin     quoratev1connect.AdminServiceClient
 	lease     quoratev1connect.LeaseServiceClient
+	// admits queues Admits forwarded to this peer as a group's leader.
+	admits *batchQueue[*fwdItem]
 }
 
 // newPeers returns clients whose connections dial opens.
@@ -56,6 +62,7 @@ func (p *peers) get(baseURL string) *peerClient {
 			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
 			lease:     quoratev1connect.NewLeaseServiceClient(p.httpClient, baseURL, opts...),
 		}
+		c.admits = p.forwardQueue(c)
 		p.clients[baseURL] = c
 	}
 	return c

@@ -185,8 +185,12 @@ func (n *Node) leader() (apiAddr, id string) {
 // proposed; a call that never reached the leader was not proposed; any other
 // failure of the call leaves the outcome unknown.
 func classifyRemote(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, ErrNotProposed) || errors.Is(err, ErrOutcomeUnknown) {
+		return err // already sorted (a forwarded batch's answer)
+	}
+	var la *leaderAnswer
+	if errors.As(err, &la) {
+		return la.ce
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && connect.IsWireError(ce) {

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Forwarded Admits ride shared calls: a node forwards the unary Admits it
+// gets for a group it does not lead through one queue per leader, and the
+// queue sends them as AdmitBatch calls (group commit for the RPC between
+// nodes): at once when fewer than maxForwardsInFlight calls are in flight,
+// else together when one returns.
+
+// maxForwardsInFlight is the most AdmitBatch calls in flight to one peer.
+const maxForwardsInFlight = 4
+
+// fwdItem is one forwarded Admit waiting for a call.
+type fwdItem struct {
+	m     *quoratev1.AdmitRequest
+	state atomic.Int32
+	done  chan fwdResult // buffered: the sender never blocks
+}
+
+type fwdResult struct {
+	resp *quoratev1.AdmitResponse
+	err  error
+}
+
+// forwardQueue returns the Admit forwarding queue of a peer client.
+func (p *peers) forwardQueue(c *peerClient) *batchQueue[*fwdItem] {
+	return &batchQueue[*fwdItem]{maxBatch: MaxAdmitBatch, maxInflight: maxForwardsInFlight,
+		send: func(items []*fwdItem) { p.sendForwards(c, items) }}
+}
+
+// admit forwards one Admit to the peer (a group leader) through its queue.
+// Errors: ErrNotProposed (certainly not applied), ErrOutcomeUnknown, or the
+// leader's own answer (*leaderAnswer).
+func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+	it := &fwdItem{m: m, done: make(chan fwdResult, 1)}
+	c.admits.add(it)
+	select {
+	case r := <-it.done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		if it.state.CompareAndSwap(itemWaiting, itemAbandoned) {
+			return nil, fmt.Errorf("%w: %v before the request was forwarded", ErrNotProposed, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: %v while the leader was deciding", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// sendForwards sends the items still wanted in one AdmitBatch call marked
+// as forwarded, and answers each.
+func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
+	live := items[:0]
+	for _, it := range items {
+		if it.state.CompareAndSwap(itemWaiting, itemSent) {
+			live = append(live, it)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	m := &quoratev1.AdmitBatchRequest{Requests: make([]*quoratev1.AdmitRequest, len(live))}
+	for i, it := range live {
+		m.Requests[i] = it.m
+	}
+	req := connect.NewRequest(m)
+	req.Header().Set(forwardedHeader, p.from)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout+time.Second)
+	defer cancel()
+	resp, err := c.admission.AdmitBatch(ctx, req)
+	if err == nil && len(resp.Msg.GetResults()) != len(live) {
+		err = fmt.Errorf("%w: the leader answered %d results for %d requests", ErrOutcomeUnknown, len(resp.Msg.GetResults()), len(live))
+	}
+	for i, it := range live {
+		var r fwdResult
+		if err != nil {
+			r.err = classifyRemote(err)
+		} else {
+			r.resp, r.err = batchResultAnswer(resp.Msg.GetResults()[i])
+		}
+		it.done <- r
+	}
+}
