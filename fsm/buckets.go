@@ -1,65 +1,95 @@
 package fsm
 
 import (
-	"container/heap"
-	"strings"
+	"fmt"
 
 	"github.com/quorate/quorate/admission"
 )
 
 // stateTable holds the live state of each (policy, key) — a "bucket" of a
 // rate algorithm (V = admission.State) or a semaphore of leases (V =
-// lease.Semaphore) — and an index ordered by (expiry, key), so expired
-// states are reclaimed in a deterministic order. Each entry keeps the expiry
-// computed when it was last written; since a policy may change afterwards,
-// sweep checks the expiry again (expires) under the current policy before
-// deleting. It is not safe for concurrent use; FSM's lock guards it.
+// lease.Semaphore) — or of each reservation, and an order by (expiry, key),
+// so expired states are reclaimed in a deterministic order. Each slot keeps
+// the expiry computed when it was last written; since a policy may change
+// afterwards, sweep checks the expiry again (expires) under the current
+// policy before deleting.
+//
+// The slots sit in one dense slice (a deleted slot's place is taken by the
+// last one), found by a keyIndex and ordered by an expiryOrder, both of
+// uint32 refs (a slot's position): no allocation per state, and about half
+// the memory of a map of pointers to entries. It is not safe for concurrent
+// use; FSM's lock guards it.
 type stateTable[V any] struct {
-	byKey   map[string]*bucketEntry[V]
-	order   expiryHeap[V]
+	slots   []slot[V]
+	index   keyIndex
+	order   expiryOrder
 	expires func(admission.Policy, V) int64
 	// onExpire, if set, runs for each entry sweep deletes, before it goes.
 	onExpire func(key string, v V, now int64)
 }
 
+// slot is one key's state, its recorded expiry and its position in the
+// expiry order.
+type slot[V any] struct {
+	key   string
+	state V
+	exp   int64
+	pos   int32
+}
+
+// maxTableEntries bounds the states of one table, so that refs and heap
+// positions fit their 32-bit fields; New caps MaxBuckets below it.
+const maxTableEntries = 1 << 30
+
 // bucketTable is the table of rate-algorithm states.
 type bucketTable = stateTable[admission.State]
-
-type bucketEntry[V any] struct {
-	key       string
-	state     V
-	expiresAt int64
-	pos       int // index in order
-}
 
 func newBucketTable() *bucketTable {
 	return newStateTable(admission.ExpiresAt)
 }
 
 func newStateTable[V any](expires func(admission.Policy, V) int64) *stateTable[V] {
-	return &stateTable[V]{byKey: make(map[string]*bucketEntry[V]), expires: expires}
+	return &stateTable[V]{index: newKeyIndex(), expires: expires}
 }
 
-func (t *stateTable[V]) len() int { return len(t.byKey) }
+func (t *stateTable[V]) len() int { return len(t.slots) }
+
+func (t *stateTable[V]) keyOf(ref uint32) string { return t.slots[ref].key }
+
+// before orders refs by (expiry, key) for the expiry order.
+func (t *stateTable[V]) before(a, b uint32) bool {
+	x, y := &t.slots[a], &t.slots[b]
+	if x.exp != y.exp {
+		return x.exp < y.exp
+	}
+	return x.key < y.key
+}
+
+func (t *stateTable[V]) setPos(ref uint32, i int) { t.slots[ref].pos = int32(i) }
 
 func (t *stateTable[V]) get(key string) (V, bool) {
-	e, ok := t.byKey[key]
+	ref, ok := t.index.find(key, t.keyOf)
 	if !ok {
 		var zero V
 		return zero, false
 	}
-	return e.state, true
+	return t.slots[ref].state, true
 }
 
 func (t *stateTable[V]) put(key string, s V, expiresAt int64) {
-	if e, ok := t.byKey[key]; ok {
-		e.state, e.expiresAt = s, expiresAt
-		heap.Fix(&t.order, e.pos)
+	if ref, ok := t.index.find(key, t.keyOf); ok {
+		e := &t.slots[ref]
+		e.state, e.exp = s, expiresAt
+		t.order.fix(t, int(e.pos))
 		return
 	}
-	e := &bucketEntry[V]{key: key, state: s, expiresAt: expiresAt}
-	t.byKey[key] = e
-	heap.Push(&t.order, e)
+	if len(t.slots) >= maxTableEntries {
+		panic(fmt.Sprintf("fsm: more than %d states in one table", maxTableEntries))
+	}
+	ref := uint32(len(t.slots))
+	t.slots = append(t.slots, slot[V]{key: key, state: s, exp: expiresAt})
+	t.index.insert(key, ref)
+	t.order.push(t, ref)
 }
 
 // sweep deletes expired states, smallest (expiry, key) first, looking at up
@@ -67,40 +97,58 @@ func (t *stateTable[V]) put(key string, s V, expiresAt int64) {
 // again under its policy's current definition (policyOf): if that keeps it
 // alive longer, its expiry moves instead. States of deleted policies go.
 func (t *stateTable[V]) sweep(now int64, limit int, policyOf func(bucketKey string) (admission.Policy, bool)) {
-	for i := 0; i < limit && len(t.order) > 0; i++ {
-		e := t.order[0]
-		if e.expiresAt > now {
+	for i := 0; i < limit && t.order.len() > 0; i++ {
+		ref := t.order.min()
+		e := &t.slots[ref]
+		if e.exp > now {
 			return
 		}
 		if p, ok := policyOf(e.key); ok {
 			if at := t.expires(p, e.state); at > now {
-				e.expiresAt = at
-				heap.Fix(&t.order, 0)
+				e.exp = at
+				t.order.fix(t, 0)
 				continue
 			}
 		}
 		if t.onExpire != nil {
 			t.onExpire(e.key, e.state, now)
 		}
-		heap.Pop(&t.order)
-		delete(t.byKey, e.key)
+		t.delete(ref)
 	}
 }
 
 // remove deletes key's entry, if any.
 func (t *stateTable[V]) remove(key string) {
-	if e, ok := t.byKey[key]; ok {
-		heap.Remove(&t.order, e.pos)
-		delete(t.byKey, key)
+	if ref, ok := t.index.find(key, t.keyOf); ok {
+		t.delete(ref)
+	}
+}
+
+// delete removes the slot ref from the order and the index, and moves the
+// last slot into its place. The slice shrinks when at most a quarter full.
+func (t *stateTable[V]) delete(ref uint32) {
+	e := &t.slots[ref]
+	t.order.remove(t, int(e.pos))
+	t.index.remove(e.key, ref)
+	last := uint32(len(t.slots) - 1)
+	if ref != last {
+		t.slots[ref] = t.slots[last]
+		t.index.replace(t.slots[ref].key, last, ref)
+		t.order.set(t, int(t.slots[ref].pos), ref)
+	}
+	t.slots[last] = slot[V]{}
+	t.slots = t.slots[:last]
+	if c := cap(t.slots); c > 1024 && len(t.slots) <= c/4 {
+		t.slots = append(make([]slot[V], 0, 2*len(t.slots)), t.slots...)
 	}
 }
 
 // nextExpiry is the smallest recorded expiry, and false when empty.
 func (t *stateTable[V]) nextExpiry() (int64, bool) {
-	if len(t.order) == 0 {
+	if t.order.len() == 0 {
 		return 0, false
 	}
-	return t.order[0].expiresAt, true
+	return t.slots[t.order.min()].exp, true
 }
 
 type stateRecord[V any] struct {
@@ -115,49 +163,20 @@ type bucketRecord = stateRecord[admission.State]
 // states are shared, not copied: states are values that their algorithms
 // never modify in place.
 func (t *stateTable[V]) entries() []stateRecord[V] {
-	out := make([]stateRecord[V], 0, len(t.byKey))
-	for _, e := range t.byKey {
-		out = append(out, stateRecord[V]{key: e.key, state: e.state, expiresAt: e.expiresAt})
+	out := make([]stateRecord[V], 0, len(t.slots))
+	for i := range t.slots {
+		e := &t.slots[i]
+		out = append(out, stateRecord[V]{key: e.key, state: e.state, expiresAt: e.exp})
 	}
 	return out
 }
 
 // each calls fn for every entry, in no particular order; fn may change the
-// state and its expiry (the index is repaired afterwards).
+// state and its expiry (the order is repaired afterwards).
 func (t *stateTable[V]) each(fn func(key string, s V, expiresAt int64) (V, int64)) {
-	for _, e := range t.byKey {
-		e.state, e.expiresAt = fn(e.key, e.state, e.expiresAt)
+	for i := range t.slots {
+		e := &t.slots[i]
+		e.state, e.exp = fn(e.key, e.state, e.exp)
 	}
-	heap.Init(&t.order)
-}
-
-// expiryHeap is a min-heap of entries by (expiry, key): a total order, so
-// the minimum is the same on every replica with the same entries.
-type expiryHeap[V any] []*bucketEntry[V]
-
-func (h expiryHeap[V]) Len() int { return len(h) }
-func (h expiryHeap[V]) Less(i, j int) bool {
-	if h[i].expiresAt != h[j].expiresAt {
-		return h[i].expiresAt < h[j].expiresAt
-	}
-	return strings.Compare(h[i].key, h[j].key) < 0
-}
-func (h expiryHeap[V]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos = i
-	h[j].pos = j
-}
-func (h *expiryHeap[V]) Push(x any) {
-	e := x.(*bucketEntry[V])
-	e.pos = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap[V]) Pop() any {
-	old := *h
-	n := len(old)
-	e := old[n-1]
-	old[n-1] = nil
-	*h = old[:n-1]
-	e.pos = -1
-	return e
+	t.order.init(t)
 }

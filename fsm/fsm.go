@@ -67,8 +67,8 @@ var (
 // Options configure an FSM. They must be identical on every replica of a
 // group, so nodes set them from constants, never from per-node flags.
 type Options struct {
-	// MaxBuckets bounds the live buckets of the group; 0 means
-	// DefaultMaxBuckets.
+	// MaxBuckets bounds the live buckets of the group (and, apart, its
+	// semaphores); 0 means DefaultMaxBuckets. It is at most 2^30.
 	MaxBuckets int
 
 	// MaxDedupeEntries bounds the unexpired request-ID entries of the
@@ -187,6 +187,7 @@ func New(opts Options) *FSM {
 	if opts.MaxBuckets <= 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
 	}
+	opts.MaxBuckets = min(opts.MaxBuckets, maxTableEntries)
 	if opts.MaxDedupeEntries <= 0 {
 		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
 	}

@@ -1,0 +1,285 @@
+package fsm
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/quorate/quorate/admission"
+)
+
+// TestKeyIndexAgainstMap applies random inserts, finds, replaces and
+// removes to a keyIndex and to a map, through growth and shrinking, and
+// checks they agree.
+func TestKeyIndexAgainstMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := newKeyIndex()
+	keyOfRef := map[uint32]string{}
+	model := map[string]uint32{}
+	keyOf := func(ref uint32) string { return keyOfRef[ref] }
+	nextRef := uint32(0)
+	maxCells, grew, shrank := 0, false, false
+	for step := range 200_000 {
+		// Phases: fill to a few thousand keys, drain, fill again.
+		target := 3000
+		if (step/40_000)%2 == 1 {
+			target = 0
+		}
+		key := fmt.Sprintf("k%d", r.IntN(6000))
+		ref, ok := x.find(key, keyOf)
+		want, wok := model[key]
+		if ok != wok || ok && ref != want {
+			t.Fatalf("step %d: find(%q) = %d, %v; want %d, %v", step, key, ref, ok, want, wok)
+		}
+		switch {
+		case !ok && len(model) < target+r.IntN(100):
+			nextRef++
+			x.insert(key, nextRef)
+			model[key], keyOfRef[nextRef] = nextRef, key
+		case ok && r.IntN(4) == 0:
+			nextRef++
+			x.replace(key, ref, nextRef)
+			delete(keyOfRef, ref)
+			model[key], keyOfRef[nextRef] = nextRef, key
+		case ok && len(model) > target-r.IntN(100):
+			x.remove(key, ref)
+			delete(model, key)
+			delete(keyOfRef, ref)
+		}
+		if x.n != len(model) {
+			t.Fatalf("step %d: %d keys, want %d", step, x.n, len(model))
+		}
+		if len(x.cells) > maxCells {
+			grew, maxCells = maxCells > 0, len(x.cells)
+		}
+		if len(x.cells) < maxCells {
+			shrank = true
+		}
+		if x.n*4 > len(x.cells)*3 {
+			t.Fatalf("step %d: %d keys in %d cells", step, x.n, len(x.cells))
+		}
+	}
+	if !grew || !shrank {
+		t.Fatalf("grew %v, shrank %v: the test exercised too little", grew, shrank)
+	}
+	for key, ref := range model {
+		if got, ok := x.find(key, keyOf); !ok || got != ref {
+			t.Fatalf("find(%q) = %d, %v at the end; want %d", key, got, ok, ref)
+		}
+	}
+}
+
+// TestKeyIndexCollidingHomes fills a small index whose keys share home
+// cells and wraps around its end, then removes them in random order.
+func TestKeyIndexCollidingHomes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := range 200 {
+		x := newKeyIndex()
+		keys := make([]string, 5+r.IntN(2)) // at most 3/4 of 8 cells: no growth
+		for i := range keys {
+			keys[i] = fmt.Sprintf("r%d-%d", round, i)
+		}
+		keyOf := func(ref uint32) string { return keys[ref] }
+		for i, k := range keys {
+			x.insert(k, uint32(i))
+		}
+		if len(x.cells) != minIndexCells {
+			t.Fatalf("%d cells, want %d", len(x.cells), minIndexCells)
+		}
+		for _, i := range r.Perm(len(keys)) {
+			x.remove(keys[i], uint32(i))
+			keys[i] = "" // gone: find must not see it
+			for j, k := range keys {
+				if k == "" {
+					continue
+				}
+				if ref, ok := x.find(k, keyOf); !ok || ref != uint32(j) {
+					t.Fatalf("round %d: after removing %d: find(%q) = %d, %v", round, i, k, ref, ok)
+				}
+			}
+		}
+		if x.n != 0 || slices.ContainsFunc(x.cells, func(c uint64) bool { return c != 0 }) {
+			t.Fatalf("round %d: index not empty after removing every key", round)
+		}
+	}
+}
+
+// tableModel is a reference state table: a map, and its keys in a slice
+// sorted by (expiry, key).
+type tableModel[V any] struct {
+	states  map[string]modelEntry[V]
+	order   []modelKey
+	expires func(admission.Policy, V) int64
+}
+
+type modelEntry[V any] struct {
+	v   V
+	exp int64
+}
+
+type modelKey struct {
+	exp int64
+	key string
+}
+
+func compareModelKeys(a, b modelKey) int {
+	if c := cmp.Compare(a.exp, b.exp); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.key, b.key)
+}
+
+func newTableModel[V any](expires func(admission.Policy, V) int64) *tableModel[V] {
+	return &tableModel[V]{states: map[string]modelEntry[V]{}, expires: expires}
+}
+
+func (m *tableModel[V]) put(key string, v V, exp int64) {
+	m.remove(key)
+	m.states[key] = modelEntry[V]{v, exp}
+	i, _ := slices.BinarySearchFunc(m.order, modelKey{exp, key}, compareModelKeys)
+	m.order = slices.Insert(m.order, i, modelKey{exp, key})
+}
+
+func (m *tableModel[V]) remove(key string) {
+	e, ok := m.states[key]
+	if !ok {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(m.order, modelKey{e.exp, key}, compareModelKeys)
+	m.order = slices.Delete(m.order, i, i+1)
+	delete(m.states, key)
+}
+
+// sweep is stateTable.sweep's contract, step by step; it returns the keys
+// deleted, in order.
+func (m *tableModel[V]) sweep(now int64, limit int, policyOf func(string) (admission.Policy, bool)) []string {
+	var gone []string
+	for i := 0; i < limit && len(m.order) > 0; i++ {
+		k := m.order[0].key
+		e := m.states[k]
+		if e.exp > now {
+			break
+		}
+		if p, ok := policyOf(k); ok {
+			if at := m.expires(p, e.v); at > now {
+				m.put(k, e.v, at)
+				continue
+			}
+		}
+		gone = append(gone, k)
+		m.remove(k)
+	}
+	return gone
+}
+
+// checkTable compares a table's contents with the model's.
+func checkTable[V any](t *testing.T, step int, tab interface {
+	len() int
+	get(string) (V, bool)
+	nextExpiry() (int64, bool)
+	entries() []stateRecord[V]
+}, m *tableModel[V], probe string) {
+	t.Helper()
+	if tab.len() != len(m.states) {
+		t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(m.states))
+	}
+	v, ok := tab.get(probe)
+	e, wok := m.states[probe]
+	if ok != wok || !reflect.DeepEqual(v, e.v) {
+		t.Fatalf("step %d: get(%q) = %+v, %v; want %+v, %v", step, probe, v, ok, e.v, wok)
+	}
+	next, ok := tab.nextExpiry()
+	if ok != (len(m.states) > 0) || ok && next != m.order[0].exp {
+		t.Fatalf("step %d: nextExpiry %d, %v", step, next, ok)
+	}
+	if step%97 == 0 {
+		got := tab.entries()
+		slices.SortFunc(got, func(a, b stateRecord[V]) int { return cmp.Compare(a.key, b.key) })
+		var want []stateRecord[V]
+		for _, k := range slices.Sorted(func(yield func(string) bool) {
+			for k := range m.states {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			want = append(want, stateRecord[V]{key: k, state: m.states[k].v, expiresAt: m.states[k].exp})
+		}
+		if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: entries differ from the model's", step)
+		}
+	}
+}
+
+// modelPolicyOf: keys of "a/" keep a state alive until its own expiry
+// (expires returns it), "b/" has no policy, "c/" is expired by its policy.
+func modelPolicyOf(key string) (admission.Policy, bool) {
+	switch key[0] {
+	case 'a':
+		return admission.Policy{Name: "a", Limit: 1}, true
+	case 'c':
+		return admission.Policy{Name: "c"}, true
+	}
+	return admission.Policy{}, false
+}
+
+// TestStateTableAgainstModel applies random puts (new keys and updates,
+// expiries tied and not), removes, shifts (each) and sweeps to a stateTable and to the
+// model, through growth and shrinking, and checks that they hold the same
+// states and sweep the same keys in the same order.
+func TestStateTableAgainstModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	expires := func(p admission.Policy, v int64) int64 {
+		if p.Limit == 1 {
+			return v
+		}
+		return 0
+	}
+	tab := newStateTable(expires)
+	var swept []string
+	tab.onExpire = func(key string, _ int64, _ int64) { swept = append(swept, key) }
+	m := newTableModel(expires)
+	now := int64(0)
+	for step := range 60_000 {
+		// Phases: fill with long-lived states, then drain.
+		size, horizon, tick := 6000, int64(5000), int64(3)
+		if (step/15_000)%2 == 1 {
+			size, horizon, tick = 50, 50, 40
+		}
+		key := fmt.Sprintf("%c/%d", "abc"[r.IntN(3)], r.IntN(size))
+		switch x := r.IntN(100); {
+		case x < 60:
+			v := now + r.Int64N(horizon)
+			exp := v
+			if r.IntN(4) == 0 {
+				exp = now + r.Int64N(10) // recorded expiry before the state's own
+			}
+			tab.put(key, v, exp)
+			m.put(key, v, exp)
+		case x < 70:
+			tab.remove(key)
+			m.remove(key)
+		case x < 71:
+			d := r.Int64N(5)
+			tab.each(func(_ string, v, exp int64) (int64, int64) { return v + d, exp + d })
+			for k, e := range m.states {
+				m.states[k] = modelEntry[int64]{e.v + d, e.exp + d}
+			}
+			for i := range m.order {
+				m.order[i].exp += d
+			}
+		default:
+			now += r.Int64N(tick)
+			limit := 1 + r.IntN(40)
+			swept = swept[:0]
+			tab.sweep(now, limit, modelPolicyOf)
+			if want := m.sweep(now, limit, modelPolicyOf); !slices.Equal(swept, want) {
+				t.Fatalf("step %d: swept %q, want %q", step, swept, want)
+			}
+		}
+		checkTable(t, step, tab, m, key)
+	}
+}
