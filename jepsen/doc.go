@@ -17,6 +17,9 @@
 //
 // Unanswered calls that carry a request ID are retried with the same ID on
 // other nodes for about half of them; a few answered ones are re-sent.
+// About 30% of the token-bucket and fixed-window attempts go through
+// AdmitBatch, a first attempt with up to two fresh requests for other keys
+// beside it, each request recorded and checked as its own operation.
 //
 // Faults (Nemesis, one at a time, on the leader half of the time): kill -9
 // and restart from the same data dir; SIGSTOP/SIGCONT; clock jumps of

@@ -72,6 +72,10 @@ type WorkloadOptions struct {
 	RepeatOK      float64       // fraction of answered requests re-sent once to another node (exercises dedupe); default 0.05
 	KeyEvery      time.Duration // open Keys[i] only after i×KeyEvery, so fresh buckets drain throughout the run; 0 opens all at once
 	ClientBase    int           // client numbers start here, so workloads running together never share a caller
+	// BatchFraction of attempts go through AdmitBatch instead of Admit; a
+	// first attempt sent so carries up to two more fresh requests for other
+	// open keys (never retried). Default 0.3; negative: none.
+	BatchFraction float64
 }
 
 // RunWorkload runs opts.Clients goroutines sending Admit until ctx ends, recording into h.
@@ -80,6 +84,7 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 	setDefault(&opts.RetryFraction, 0.5)
 	setDefault(&opts.MaxRetries, 3)
 	setDefault(&opts.RepeatOK, 0.05)
+	setDefault(&opts.BatchFraction, 0.3)
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i := range opts.Clients {
@@ -98,10 +103,22 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 				}
 				reqID := fmt.Sprintf("c%d-r%d", cl, seq)
 				node := rng.IntN(len(c.Nodes))
-				out := attempt(ctx, c, opts, h, cl, caller, reqID, key, node, 0)
+				attempt := func(reqID, key string, node, n int) Outcome {
+					if rng.Float64() >= opts.BatchFraction {
+						return attemptAdmit(ctx, c, opts, h, cl, caller, reqID, key, node, n)
+					}
+					var extra []string
+					if n == 0 {
+						for range rng.IntN(3) {
+							extra = append(extra, opts.Keys[rng.IntN(open)])
+						}
+					}
+					return attemptBatch(ctx, c, opts, h, cl, caller, reqID, key, extra, node, n)
+				}
+				out := attempt(reqID, key, node, 0)
 				if out.OK() {
 					if rng.Float64() < opts.RepeatOK { // re-send an answered request: must be a duplicate
-						attempt(ctx, c, opts, h, cl, caller, reqID, key, otherNode(rng, node, len(c.Nodes)), 1)
+						attempt(reqID, key, otherNode(rng, node, len(c.Nodes)), 1)
 					}
 					continue
 				}
@@ -110,7 +127,7 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 				}
 				for a := 1; a <= opts.MaxRetries && ctx.Err() == nil; a++ {
 					node = otherNode(rng, node, len(c.Nodes))
-					if attempt(ctx, c, opts, h, cl, caller, reqID, key, node, a).OK() {
+					if attempt(reqID, key, node, a).OK() {
 						break
 					}
 				}
@@ -127,7 +144,57 @@ func otherNode(rng *rand.Rand, node, n int) int {
 	return (node + 1 + rng.IntN(n-1)) % n
 }
 
-func attempt(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History, client int, caller, reqID, key string, node, n int) Outcome {
+// attemptBatch sends reqID for key, and one fresh request for each of
+// extra (request IDs reqID-x0, reqID-x1), in one AdmitBatch to node, and
+// records each as its own op; it returns reqID's outcome.
+func attemptBatch(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History, client int, caller, reqID, key string, extra []string, node, n int) Outcome {
+	ops := []Op{{Kind: KindAdmit, Policy: opts.Policy, Client: client, RequestID: reqID, Caller: caller, Key: key, Node: c.Nodes[node].ID, Attempt: n, Start: time.Now()}}
+	for j, k := range extra {
+		o := ops[0]
+		o.RequestID, o.Key, o.Attempt = fmt.Sprintf("%s-x%d", reqID, j), k, 0
+		ops = append(ops, o)
+	}
+	req := &quoratev1.AdmitBatchRequest{}
+	for _, o := range ops {
+		req.Requests = append(req.Requests, &quoratev1.AdmitRequest{Policy: o.Policy, Key: o.Key, RequestId: o.RequestID, Caller: caller})
+	}
+	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	resp, err := c.Admission(node).AdmitBatch(cctx, connect.NewRequest(req))
+	cancel()
+	end := time.Now()
+	if err == nil && len(resp.Msg.GetResults()) != len(ops) {
+		err = fmt.Errorf("jepsen: %d results for %d requests", len(resp.Msg.GetResults()), len(ops))
+	}
+	for i := range ops {
+		op := &ops[i]
+		op.End = end
+		if err != nil {
+			op.Outcome, op.Error = classify(err), err.Error()
+			h.Add(*op)
+			continue
+		}
+		r := resp.Msg.GetResults()[i]
+		if e := r.GetError(); e != nil {
+			op.Outcome, op.Error = OutcomeUnknown, e.GetCode()+": "+e.GetMessage()
+			if e.GetCode() == connect.CodeInvalidArgument.String() {
+				op.Outcome = OutcomeFail
+			}
+			h.Add(*op)
+			continue
+		}
+		a := r.GetResponse()
+		op.Outcome = OutcomeDenied
+		if a.GetAllowed() {
+			op.Outcome = OutcomeAllowed
+		}
+		op.Remaining, op.DecidedAt, op.Duplicate = a.GetRemaining(), a.GetDecidedAt().AsTime().UnixNano(), a.GetDuplicate()
+		h.Add(*op)
+	}
+	return ops[0].Outcome
+}
+
+// attemptAdmit sends reqID for key in one Admit to node and records it.
+func attemptAdmit(ctx context.Context, c *Cluster, opts WorkloadOptions, h *History, client int, caller, reqID, key string, node, n int) Outcome {
 	op := Op{Kind: KindAdmit, Policy: opts.Policy, Client: client, RequestID: reqID, Caller: caller, Key: key, Node: c.Nodes[node].ID, Attempt: n, Start: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	resp, err := c.Admission(node).Admit(cctx, connect.NewRequest(&quoratev1.AdmitRequest{
