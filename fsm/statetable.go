@@ -6,9 +6,9 @@ import (
 	"github.com/quorate/quorate/admission"
 )
 
-// stateTable holds the live state of each (policy, key) — a "bucket" of a
-// rate algorithm (V = admission.State) or a semaphore of leases (V =
-// lease.Semaphore) — or of each reservation, and an order by (expiry, key),
+// stateTable holds the live state of each key — a semaphore of leases (V =
+// lease.Semaphore) by (policy, key), or a reservation by its ID — and an
+// order by (expiry, key),
 // so expired states are reclaimed in a deterministic order. Each slot keeps
 // the expiry computed when it was last written; since a policy may change
 // afterwards, sweep checks the expiry again (expires) under the current
@@ -40,13 +40,6 @@ type slot[V any] struct {
 // maxTableEntries bounds the states of one table, so that refs and heap
 // positions fit their 32-bit fields; New caps MaxBuckets below it.
 const maxTableEntries = 1 << 30
-
-// bucketTable is the table of rate-algorithm states.
-type bucketTable = stateTable[admission.State]
-
-func newBucketTable() *bucketTable {
-	return newStateTable(admission.ExpiresAt)
-}
 
 func newStateTable[V any](expires func(admission.Policy, V) int64) *stateTable[V] {
 	return &stateTable[V]{index: newKeyIndex(), expires: expires}
@@ -131,16 +124,28 @@ func (t *stateTable[V]) delete(ref uint32) {
 	t.order.remove(t, int(e.pos))
 	t.index.remove(e.key, ref)
 	last := uint32(len(t.slots) - 1)
-	if ref != last {
-		t.slots[ref] = t.slots[last]
+	var moved bool
+	if t.slots, moved = take(t.slots, int(ref)); moved {
 		t.index.replace(t.slots[ref].key, last, ref)
 		t.order.set(t, int(t.slots[ref].pos), ref)
 	}
-	t.slots[last] = slot[V]{}
-	t.slots = t.slots[:last]
-	if c := cap(t.slots); c > 1024 && len(t.slots) <= c/4 {
-		t.slots = append(make([]slot[V], 0, 2*len(t.slots)), t.slots...)
+}
+
+// take removes s[i] by moving the last element into its place, and reports
+// whether one moved. The slice shrinks when it is at most a quarter full.
+func take[S any](s []S, i int) ([]S, bool) {
+	last := len(s) - 1
+	moved := i != last
+	if moved {
+		s[i] = s[last]
 	}
+	var zero S
+	s[last] = zero
+	s = s[:last]
+	if c := cap(s); c > 1024 && len(s) <= c/4 {
+		s = append(make([]S, 0, 2*len(s)), s...)
+	}
+	return s, moved
 }
 
 // nextExpiry is the smallest recorded expiry, and false when empty.

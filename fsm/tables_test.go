@@ -283,3 +283,88 @@ func TestStateTableAgainstModel(t *testing.T) {
 		checkTable(t, step, tab, m, key)
 	}
 }
+
+// TestBucketTableAgainstModel applies random puts of states of every
+// algorithm (token buckets recorded with their TAT as expiry or not, windows,
+// logs nil, empty or not; a key's state changing shape), sweeps under
+// policies of every algorithm (or none) and checks that a bucketTable holds
+// the same states and expiries as the model and sweeps the same keys in the
+// same order.
+func TestBucketTableAgainstModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	policies := map[byte]admission.Policy{
+		't': {Name: "t", Algorithm: admission.AlgorithmTokenBucket, Limit: 10, Period: 100, Burst: 10},
+		'f': {Name: "f", Algorithm: admission.AlgorithmFixedWindow, Limit: 10, Period: 40},
+		'w': {Name: "w", Algorithm: admission.AlgorithmSlidingWindow, Limit: 10, Period: 40},
+		'l': {Name: "l", Algorithm: admission.AlgorithmSlidingLog, Limit: 10, Period: 40},
+	}
+	policyOf := func(key string) (admission.Policy, bool) {
+		p, ok := policies[key[0]]
+		return p, ok
+	}
+	tab := newBucketTable()
+	m := newTableModel(admission.ExpiresAt)
+	var swept []string
+	now := int64(1000)
+	for step := range 60_000 {
+		size, horizon := 3000, int64(3000)
+		if (step/15_000)%2 == 1 {
+			size, horizon = 50, 50
+		}
+		key := fmt.Sprintf("%c/%d", "tfwlx"[r.IntN(5)], r.IntN(size))
+		switch x := r.IntN(100); {
+		case x < 65:
+			var s admission.State
+			exp := now + r.Int64N(horizon)
+			switch r.IntN(6) {
+			case 0, 1:
+				s = admission.State{Kind: admission.KindTokenBucket, TAT: exp}
+				if r.IntN(8) == 0 {
+					exp = r.Int64N(2) * (now - r.Int64N(10)) // another expiry: 0 or past
+				}
+			case 2:
+				s = admission.State{Kind: admission.KindFixedWindow, Start: exp - 40, Count: r.Int64N(10)}
+			case 3:
+				s = admission.State{Kind: admission.KindSlidingWindow, Start: exp - 80, Count: r.Int64N(10), Prev: r.Int64N(10)}
+			case 4:
+				s = admission.State{Kind: admission.KindSlidingLog}
+				switch r.IntN(3) {
+				case 0:
+					s.Log = []admission.LogEntry{}
+				case 1:
+					s.Log = []admission.LogEntry{{At: exp - 40, Cost: 1 + r.Int64N(3)}}
+				}
+			default: // odd states: fields of several algorithms, or no kind
+				s = admission.State{Kind: admission.Kind(r.IntN(6)), TAT: r.Int64N(2) * exp, Start: r.Int64N(3), Count: r.Int64N(3)}
+			}
+			tab.put(key, s, exp)
+			m.put(key, s, exp)
+		default:
+			now += r.Int64N(horizon / 20)
+			limit := 1 + r.IntN(40)
+			want := m.sweep(now, limit, policyOf)
+			swept = swept[:0]
+			before := tab.entries()
+			tab.sweep(now, limit, policyOf)
+			gone := map[string]bool{}
+			for _, e := range tab.entries() {
+				gone[e.key] = true
+			}
+			for _, e := range before {
+				if !gone[e.key] {
+					swept = append(swept, e.key)
+				}
+			}
+			slices.Sort(swept)
+			want = slices.Clone(want)
+			slices.Sort(want)
+			if !slices.Equal(swept, want) {
+				t.Fatalf("step %d: swept %q, want %q", step, swept, want)
+			}
+		}
+		checkTable(t, step, tab, m, key)
+	}
+	if len(tab.gcra) == 0 && len(tab.counter) == 0 && len(tab.other) == 0 {
+		t.Fatal("the table ended empty")
+	}
+}

@@ -1,0 +1,285 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/quorate/quorate/admission"
+)
+
+// bucketTable holds the live state of each (policy, key) of a rate
+// algorithm — a "bucket" — and an order by (expiry, key), so expired states
+// are reclaimed in a deterministic order. It behaves exactly like a
+// stateTable[admission.State] with admission.ExpiresAt, and holds the same
+// states and recorded expiries, but stores each in the smallest of three
+// slot shapes that holds it exactly:
+//
+//   - gcra (32 bytes): a token bucket whose recorded expiry is its TAT, as
+//     every token bucket's is (Bucket.ExpiresAt): key and TAT.
+//   - counter (56 bytes): a state without TAT or log (fixed and sliding
+//     windows, quotas): key, Start, Count, Prev, Kind and the expiry.
+//   - other (96 bytes): any state, verbatim (sliding logs, and the rare
+//     token bucket recorded with another expiry: written under a policy
+//     that changed algorithm).
+//
+// A ref (see keyIndex) is a slot's index in its shape's slice times four
+// plus the shape. A state that changes shape moves to the other slice and
+// keeps its place in the order. Which slice and position a state has
+// depends on history and never reaches a result or a snapshot. It is not
+// safe for concurrent use; FSM's lock guards it.
+type bucketTable struct {
+	gcra    []gcraSlot
+	counter []counterSlot
+	other   []slot[admission.State]
+	index   keyIndex
+	order   expiryOrder
+}
+
+// The slot shapes, the low two bits of a ref.
+const (
+	shapeGCRA uint32 = iota
+	shapeCounter
+	shapeOther
+)
+
+// gcraSlot is a token bucket whose recorded expiry is its TAT.
+type gcraSlot struct {
+	key string
+	tat int64
+	pos int32
+}
+
+// counterSlot is a state with no TAT and no log.
+type counterSlot struct {
+	key                     string
+	start, count, prev, exp int64
+	pos                     int32
+	kind                    admission.Kind
+}
+
+func newBucketTable() *bucketTable { return &bucketTable{index: newKeyIndex()} }
+
+// shapeFor is the smallest shape that holds s with expiry exp exactly.
+func shapeFor(s admission.State, exp int64) uint32 {
+	switch {
+	case s.Log != nil:
+		return shapeOther
+	case s.Kind == admission.KindTokenBucket && exp == s.TAT && s.Start == 0 && s.Count == 0 && s.Prev == 0:
+		return shapeGCRA
+	case s.TAT == 0:
+		return shapeCounter
+	default:
+		return shapeOther
+	}
+}
+
+func (t *bucketTable) len() int { return len(t.gcra) + len(t.counter) + len(t.other) }
+
+func (t *bucketTable) keyOf(ref uint32) string {
+	switch i := ref >> 2; ref & 3 {
+	case shapeGCRA:
+		return t.gcra[i].key
+	case shapeCounter:
+		return t.counter[i].key
+	default:
+		return t.other[i].key
+	}
+}
+
+func (t *bucketTable) expOf(ref uint32) int64 {
+	switch i := ref >> 2; ref & 3 {
+	case shapeGCRA:
+		return t.gcra[i].tat
+	case shapeCounter:
+		return t.counter[i].exp
+	default:
+		return t.other[i].exp
+	}
+}
+
+func (t *bucketTable) posOf(ref uint32) int {
+	switch i := ref >> 2; ref & 3 {
+	case shapeGCRA:
+		return int(t.gcra[i].pos)
+	case shapeCounter:
+		return int(t.counter[i].pos)
+	default:
+		return int(t.other[i].pos)
+	}
+}
+
+func (t *bucketTable) setPos(ref uint32, pos int) {
+	switch i := ref >> 2; ref & 3 {
+	case shapeGCRA:
+		t.gcra[i].pos = int32(pos)
+	case shapeCounter:
+		t.counter[i].pos = int32(pos)
+	default:
+		t.other[i].pos = int32(pos)
+	}
+}
+
+// before orders refs by (expiry, key) for the expiry order.
+func (t *bucketTable) before(a, b uint32) bool {
+	if x, y := t.expOf(a), t.expOf(b); x != y {
+		return x < y
+	}
+	return t.keyOf(a) < t.keyOf(b)
+}
+
+// stateOf is the state a slot holds.
+func (t *bucketTable) stateOf(ref uint32) admission.State {
+	switch i := ref >> 2; ref & 3 {
+	case shapeGCRA:
+		return admission.State{Kind: admission.KindTokenBucket, TAT: t.gcra[i].tat}
+	case shapeCounter:
+		c := &t.counter[i]
+		return admission.State{Kind: c.kind, Start: c.start, Count: c.count, Prev: c.prev}
+	default:
+		return t.other[i].state
+	}
+}
+
+func (t *bucketTable) get(key string) (admission.State, bool) {
+	ref, ok := t.index.find(key, t.keyOf)
+	if !ok {
+		return admission.State{}, false
+	}
+	return t.stateOf(ref), true
+}
+
+func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
+	if ref, ok := t.index.find(key, t.keyOf); ok {
+		t.rewrite(ref, s, expiresAt)
+		return
+	}
+	ref := t.add(key, s, expiresAt)
+	t.index.insert(key, ref)
+	t.order.push(t, ref)
+}
+
+// rewrite stores s and its expiry in the slot ref, or in a new slot of
+// another shape that takes ref's place, and repairs the order.
+func (t *bucketTable) rewrite(ref uint32, s admission.State, exp int64) {
+	pos := t.posOf(ref)
+	switch i := ref >> 2; shapeFor(s, exp) {
+	case ref & 3:
+		switch ref & 3 {
+		case shapeGCRA:
+			t.gcra[i].tat = s.TAT
+		case shapeCounter:
+			c := &t.counter[i]
+			c.start, c.count, c.prev, c.exp, c.kind = s.Start, s.Count, s.Prev, exp, s.Kind
+		default:
+			o := &t.other[i]
+			o.state, o.exp = s, exp
+		}
+	default:
+		key := t.keyOf(ref)
+		moved := t.add(key, s, exp)
+		t.index.replace(key, ref, moved)
+		t.order.set(t, pos, moved)
+		t.free(ref)
+	}
+	t.order.fix(t, pos)
+}
+
+// add stores a new slot in the shape that fits s and returns its ref; the
+// caller indexes and orders it.
+func (t *bucketTable) add(key string, s admission.State, exp int64) uint32 {
+	if t.len() >= maxTableEntries {
+		panic(fmt.Sprintf("fsm: more than %d buckets in one group", maxTableEntries))
+	}
+	var i int
+	shape := shapeFor(s, exp)
+	switch shape {
+	case shapeGCRA:
+		i = len(t.gcra)
+		t.gcra = append(t.gcra, gcraSlot{key: key, tat: s.TAT})
+	case shapeCounter:
+		i = len(t.counter)
+		t.counter = append(t.counter, counterSlot{key: key, start: s.Start, count: s.Count, prev: s.Prev, exp: exp, kind: s.Kind})
+	default:
+		i = len(t.other)
+		t.other = append(t.other, slot[admission.State]{key: key, state: s, exp: exp})
+	}
+	return uint32(i)<<2 | shape
+}
+
+// free removes the slot ref, already out of the index and the order, by
+// moving its shape's last slot into its place.
+func (t *bucketTable) free(ref uint32) {
+	i, shape := int(ref>>2), ref&3
+	var moved bool
+	var last int
+	switch shape {
+	case shapeGCRA:
+		last = len(t.gcra) - 1
+		t.gcra, moved = take(t.gcra, i)
+	case shapeCounter:
+		last = len(t.counter) - 1
+		t.counter, moved = take(t.counter, i)
+	default:
+		last = len(t.other) - 1
+		t.other, moved = take(t.other, i)
+	}
+	if moved {
+		t.index.replace(t.keyOf(ref), uint32(last)<<2|shape, ref)
+		t.order.set(t, t.posOf(ref), ref)
+	}
+}
+
+// delete removes the slot ref from the order, the index and its slice.
+func (t *bucketTable) delete(ref uint32) {
+	t.order.remove(t, t.posOf(ref))
+	t.index.remove(t.keyOf(ref), ref)
+	t.free(ref)
+}
+
+// sweep deletes expired states, smallest (expiry, key) first, looking at up
+// to limit entries. An entry whose recorded expiry has passed is checked
+// again under its policy's current definition (policyOf): if that keeps it
+// alive longer, its expiry moves instead. States of deleted policies go.
+func (t *bucketTable) sweep(now int64, limit int, policyOf func(bucketKey string) (admission.Policy, bool)) {
+	for i := 0; i < limit && t.order.len() > 0; i++ {
+		ref := t.order.min()
+		if t.expOf(ref) > now {
+			return
+		}
+		if p, ok := policyOf(t.keyOf(ref)); ok {
+			st := t.stateOf(ref)
+			if at := admission.ExpiresAt(p, st); at > now {
+				t.rewrite(ref, st, at)
+				continue
+			}
+		}
+		t.delete(ref)
+	}
+}
+
+// nextExpiry is the smallest recorded expiry, and false when empty.
+func (t *bucketTable) nextExpiry() (int64, bool) {
+	if t.order.len() == 0 {
+		return 0, false
+	}
+	return t.expOf(t.order.min()), true
+}
+
+// entries copies every state, unsorted (Persist sorts). Slices inside
+// states are shared, not copied: states are values that their algorithms
+// never modify in place.
+func (t *bucketTable) entries() []bucketRecord {
+	out := make([]bucketRecord, 0, t.len())
+	for i := range t.gcra {
+		e := &t.gcra[i]
+		out = append(out, bucketRecord{key: e.key, state: admission.State{Kind: admission.KindTokenBucket, TAT: e.tat}, expiresAt: e.tat})
+	}
+	for i := range t.counter {
+		ref := uint32(i)<<2 | shapeCounter
+		out = append(out, bucketRecord{key: t.counter[i].key, state: t.stateOf(ref), expiresAt: t.counter[i].exp})
+	}
+	for i := range t.other {
+		e := &t.other[i]
+		out = append(out, bucketRecord{key: e.key, state: e.state, expiresAt: e.exp})
+	}
+	return out
+}
