@@ -14,9 +14,58 @@ const MaxChecks = 8
 
 // check is one (policy, key, cost) of an Admit, resolved.
 type check struct {
-	policy PolicyVersion
-	key    string // state key: policy/key
-	cmd    *raftcmdv1.Check
+	policy  PolicyVersion
+	key     string // state key: policy/key
+	bareKey string // the request's key
+	cost    int64
+}
+
+// pendingStates are the new states of a request's keys as its checks leave
+// them, not stored yet: at most MaxChecks, kept in place (on the stack of
+// applyAdmit) rather than in a map.
+type pendingStates struct {
+	n      int
+	keys   [MaxChecks]string
+	states [MaxChecks]admission.State
+}
+
+func (p *pendingStates) find(key string) int {
+	for i := range p.n {
+		if p.keys[i] == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func (p *pendingStates) get(key string) (admission.State, bool) {
+	if i := p.find(key); i >= 0 {
+		return p.states[i], true
+	}
+	return admission.State{}, false
+}
+
+func (p *pendingStates) set(key string, s admission.State) {
+	i := p.find(key)
+	if i < 0 {
+		i = p.n
+		p.keys[i] = key
+		p.n++
+	}
+	p.states[i] = s
+}
+
+// take returns key's state and forgets it.
+func (p *pendingStates) take(key string) (admission.State, bool) {
+	i := p.find(key)
+	if i < 0 {
+		return admission.State{}, false
+	}
+	s := p.states[i]
+	p.n--
+	p.keys[i], p.states[i] = p.keys[p.n], p.states[p.n]
+	p.keys[p.n], p.states[p.n] = "", admission.State{}
+	return s, true
 }
 
 // applyAdmit decides every check of c at now, all or none: either every
@@ -34,7 +83,8 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 			return recordedAdmit(e, fp)
 		}
 	}
-	checks, err := f.resolveChecks(c)
+	var buf [MaxChecks]check
+	checks, err := f.resolveChecks(c, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -45,14 +95,15 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	// some checks now and others later would let their buckets refill in
 	// between).
 	at := now
-	res, scratch := f.decideChecks(checks, now, at)
+	var scratch pendingStates // states as this request leaves them
+	res := f.decideChecks(checks, now, at, &scratch)
 	for range checks {
 		slot, ok := paceTo(res, checks)
 		if !ok || int64(slot) > c.GetMaxWaitNanos() || now+int64(slot) <= at {
 			break
 		}
 		at = now + int64(slot)
-		res, scratch = f.decideChecks(checks, now, at)
+		res = f.decideChecks(checks, now, at, &scratch)
 	}
 	if res.DeniedCheck < 0 {
 		res.Wait = time.Duration(at - now)
@@ -67,7 +118,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	res.Decision, res.PolicyVersion, res.ShadowDenied = res.Checks[top].Decision, res.Checks[top].PolicyVersion, res.Checks[top].ShadowDenied
 
 	if res.DeniedCheck < 0 {
-		if err := f.makeRoom(scratch, now); err != nil {
+		if err := f.makeRoom(&scratch, now); err != nil {
 			return err
 		}
 	}
@@ -83,9 +134,8 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	}
 	if res.DeniedCheck < 0 {
 		for _, ch := range checks {
-			if st, ok := scratch[ch.key]; ok {
+			if st, ok := scratch.take(ch.key); ok {
 				f.buckets.put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
-				delete(scratch, ch.key)
 			}
 		}
 	}
@@ -95,26 +145,28 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 // decideChecks decides every check at the slot time at (≥ now), in order,
 // each seeing the spends of the checks before it on the same key. Times in
 // the decisions are relative to now. Nothing is stored: the new states are
-// returned for the caller to store if the request is admitted.
-func (f *FSM) decideChecks(checks []check, now, at int64) (*AdmitResult, map[string]admission.State) {
-	res := &AdmitResult{DecidedAt: now, Multi: len(checks) > 1, DeniedCheck: -1, Checks: make([]CheckResult, len(checks))}
-	scratch := make(map[string]admission.State, len(checks)) // states as this request leaves them
+// left in scratch (emptied first) for the caller to store if the request is
+// admitted.
+func (f *FSM) decideChecks(checks []check, now, at int64, scratch *pendingStates) *AdmitResult {
+	res := newAdmitResult(len(checks))
+	res.DecidedAt, res.Multi, res.DeniedCheck = now, len(checks) > 1, -1
+	*scratch = pendingStates{}
 	shift := time.Duration(at - now)
 	for i, ch := range checks {
-		st, ok := scratch[ch.key]
+		st, ok := scratch.get(ch.key)
 		if !ok {
 			st, _ = f.buckets.get(ch.key)
 		}
 		p := ch.policy.Policy
-		next, d := admission.Decide(p, st, ch.cmd.GetCost(), at)
+		next, d := admission.Decide(p, st, ch.cost, at)
 		d.ResetAfter += shift
 		if !d.Allowed && d.RetryAfter != admission.NeverRetry {
 			d.RetryAfter += shift
 		}
-		cr := CheckResult{Policy: p.Name, Key: ch.cmd.GetKey(), Cost: ch.cmd.GetCost(), Decision: d, PolicyVersion: ch.policy.Version}
+		cr := CheckResult{Policy: p.Name, Key: ch.bareKey, Cost: ch.cost, Decision: d, PolicyVersion: ch.policy.Version}
 		switch {
 		case d.Allowed:
-			scratch[ch.key] = next
+			scratch.set(ch.key, next)
 			cr.Spent = cr.Cost
 		case p.Shadow:
 			cr.ShadowDenied = true
@@ -124,7 +176,21 @@ func (f *FSM) decideChecks(checks []check, now, at int64) (*AdmitResult, map[str
 		}
 		res.Checks[i] = cr
 	}
-	return res, scratch
+	return res
+}
+
+// newAdmitResult returns an AdmitResult with n zero check results; with
+// one check, the result and its check are one allocation.
+func newAdmitResult(n int) *AdmitResult {
+	if n == 1 {
+		b := new(struct {
+			res    AdmitResult
+			checks [1]CheckResult
+		})
+		b.res.Checks = b.checks[:]
+		return &b.res
+	}
+	return &AdmitResult{Checks: make([]CheckResult, n)}
 }
 
 // paceTo returns, from now, the slot at which every check that denied would
@@ -147,42 +213,42 @@ func paceTo(res *AdmitResult, checks []check) (time.Duration, bool) {
 	return slot, true
 }
 
-// resolveChecks returns the checks of c, first its own, with their policies,
-// or the first problem: an unknown policy or a bad key or cost, naming the
-// field ("key", "also[1].cost", …).
-func (f *FSM) resolveChecks(c *raftcmdv1.Admit) ([]check, error) {
-	cmds := append([]*raftcmdv1.Check{{Policy: c.GetPolicy(), Key: c.GetKey(), Cost: c.GetCost()}}, c.GetAlso()...)
-	if len(cmds) > MaxChecks {
+// resolveChecks appends to out the checks of c, first its own, with their
+// policies, or returns the first problem: an unknown policy or a bad key or
+// cost, naming the field ("key", "also[1].cost", …).
+func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
+	also := c.GetAlso()
+	if n := 1 + len(also); n > MaxChecks {
 		return nil, &admission.FieldError{Field: "also", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("at most %d checks in one request (got %d)", MaxChecks, len(cmds))}
+			Reason: fmt.Sprintf("at most %d checks in one request (got %d)", MaxChecks, n)}
 	}
-	out := make([]check, len(cmds))
-	for i, cmd := range cmds {
-		prefix := ""
+	for i := range 1 + len(also) {
+		policy, key, cost, prefix := c.GetPolicy(), c.GetKey(), c.GetCost(), ""
 		if i > 0 {
+			policy, key, cost = also[i-1].GetPolicy(), also[i-1].GetKey(), also[i-1].GetCost()
 			prefix = fmt.Sprintf("also[%d].", i-1)
 		}
-		pv, ok := f.policies[cmd.GetPolicy()]
+		pv, ok := f.policies[policy]
 		if !ok {
-			return nil, fmt.Errorf("%w %q (%spolicy)", ErrUnknownPolicy, cmd.GetPolicy(), prefix)
+			return nil, fmt.Errorf("%w %q (%spolicy)", ErrUnknownPolicy, policy, prefix)
 		}
 		if pv.Policy.Algorithm == admission.AlgorithmConcurrency {
 			return nil, &admission.FieldError{Field: prefix + "policy", Err: admission.ErrInvalidRequest,
-				Reason: fmt.Sprintf("%q is a concurrency policy: take its slots with AcquireLease", cmd.GetPolicy())}
+				Reason: fmt.Sprintf("%q is a concurrency policy: take its slots with AcquireLease", policy)}
 		}
-		if err := pv.Policy.CheckRequest(cmd.GetKey(), cmd.GetCost()); err != nil {
+		if err := pv.Policy.CheckRequest(key, cost); err != nil {
 			return nil, admission.Nested(prefix, err)
 		}
-		out[i] = check{policy: pv, key: BucketKey(cmd.GetPolicy(), cmd.GetKey()), cmd: cmd}
+		out = append(out, check{policy: pv, key: BucketKey(policy, key), bareKey: key, cost: cost})
 	}
 	return out, nil
 }
 
 // makeRoom checks that the new states of a request fit under MaxBuckets,
 // reclaiming expired states first.
-func (f *FSM) makeRoom(states map[string]admission.State, now int64) error {
+func (f *FSM) makeRoom(states *pendingStates, now int64) error {
 	added := 0
-	for key := range states {
+	for _, key := range states.keys[:states.n] {
 		if _, exists := f.buckets.get(key); !exists {
 			added++
 		}

@@ -118,7 +118,9 @@ func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, no
 		retention: p.WithDefaults().DedupeRetention,
 	}
 	if d.Allowed {
-		if err := f.makeRoom(map[string]admission.State{bk: next}, now); err != nil {
+		var states pendingStates
+		states.set(bk, next)
+		if err := f.makeRoom(&states, now); err != nil {
 			return nil, err
 		}
 		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
