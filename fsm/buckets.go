@@ -10,16 +10,17 @@ import (
 // algorithm — a "bucket" — and an order by (expiry, key), so expired states
 // are reclaimed in a deterministic order. It behaves exactly like a
 // stateTable[admission.State] with admission.ExpiresAt, and holds the same
-// states and recorded expiries, but stores each in the smallest of three
+// states and recorded expiries, but stores each in the smallest of four
 // slot shapes that holds it exactly:
 //
 //   - gcra (32 bytes): a token bucket whose recorded expiry is its TAT, as
 //     every token bucket's is (Bucket.ExpiresAt): key and TAT.
 //   - counter (56 bytes): a state without TAT or log (fixed and sliding
 //     windows, quotas): key, Start, Count, Prev, Kind and the expiry.
-//   - other (96 bytes): any state, verbatim (sliding logs, and the rare
-//     token bucket recorded with another expiry: written under a policy
-//     that changed algorithm).
+//   - log (56 bytes): a state with a log and no numbers (sliding logs):
+//     key, Log, Kind and the expiry.
+//   - other (96 bytes): any state, verbatim (the rare token bucket recorded
+//     with another expiry: written under a policy that changed algorithm).
 //
 // A ref (see keyIndex) is a slot's index in its shape's slice times four
 // plus the shape. A state that changes shape moves to the other slice and
@@ -29,6 +30,7 @@ import (
 type bucketTable struct {
 	gcra    []gcraSlot
 	counter []counterSlot
+	log     []logSlot
 	other   []slot[admission.State]
 	index   keyIndex
 	order   expiryOrder
@@ -38,6 +40,7 @@ type bucketTable struct {
 const (
 	shapeGCRA uint32 = iota
 	shapeCounter
+	shapeLog
 	shapeOther
 )
 
@@ -56,11 +59,22 @@ type counterSlot struct {
 	kind                    admission.Kind
 }
 
+// logSlot is a state with a log and no TAT, Start, Count or Prev.
+type logSlot struct {
+	key  string
+	log  []admission.LogEntry
+	exp  int64
+	pos  int32
+	kind admission.Kind
+}
+
 func newBucketTable() *bucketTable { return &bucketTable{index: newKeyIndex()} }
 
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
 func shapeFor(s admission.State, exp int64) uint32 {
 	switch {
+	case s.Log != nil && s.TAT == 0 && s.Start == 0 && s.Count == 0 && s.Prev == 0:
+		return shapeLog
 	case s.Log != nil:
 		return shapeOther
 	case s.Kind == admission.KindTokenBucket && exp == s.TAT && s.Start == 0 && s.Count == 0 && s.Prev == 0:
@@ -72,7 +86,7 @@ func shapeFor(s admission.State, exp int64) uint32 {
 	}
 }
 
-func (t *bucketTable) len() int { return len(t.gcra) + len(t.counter) + len(t.other) }
+func (t *bucketTable) len() int { return len(t.gcra) + len(t.counter) + len(t.log) + len(t.other) }
 
 func (t *bucketTable) keyOf(ref uint32) string {
 	switch i := ref >> 2; ref & 3 {
@@ -80,6 +94,8 @@ func (t *bucketTable) keyOf(ref uint32) string {
 		return t.gcra[i].key
 	case shapeCounter:
 		return t.counter[i].key
+	case shapeLog:
+		return t.log[i].key
 	default:
 		return t.other[i].key
 	}
@@ -91,6 +107,8 @@ func (t *bucketTable) expOf(ref uint32) int64 {
 		return t.gcra[i].tat
 	case shapeCounter:
 		return t.counter[i].exp
+	case shapeLog:
+		return t.log[i].exp
 	default:
 		return t.other[i].exp
 	}
@@ -102,6 +120,8 @@ func (t *bucketTable) posOf(ref uint32) int {
 		return int(t.gcra[i].pos)
 	case shapeCounter:
 		return int(t.counter[i].pos)
+	case shapeLog:
+		return int(t.log[i].pos)
 	default:
 		return int(t.other[i].pos)
 	}
@@ -113,6 +133,8 @@ func (t *bucketTable) setPos(ref uint32, pos int) {
 		t.gcra[i].pos = int32(pos)
 	case shapeCounter:
 		t.counter[i].pos = int32(pos)
+	case shapeLog:
+		t.log[i].pos = int32(pos)
 	default:
 		t.other[i].pos = int32(pos)
 	}
@@ -134,6 +156,8 @@ func (t *bucketTable) stateOf(ref uint32) admission.State {
 	case shapeCounter:
 		c := &t.counter[i]
 		return admission.State{Kind: c.kind, Start: c.start, Count: c.count, Prev: c.prev}
+	case shapeLog:
+		return admission.State{Kind: t.log[i].kind, Log: t.log[i].log}
 	default:
 		return t.other[i].state
 	}
@@ -169,6 +193,9 @@ func (t *bucketTable) rewrite(ref uint32, s admission.State, exp int64) {
 		case shapeCounter:
 			c := &t.counter[i]
 			c.start, c.count, c.prev, c.exp, c.kind = s.Start, s.Count, s.Prev, exp, s.Kind
+		case shapeLog:
+			l := &t.log[i]
+			l.log, l.exp, l.kind = s.Log, exp, s.Kind
 		default:
 			o := &t.other[i]
 			o.state, o.exp = s, exp
@@ -198,6 +225,9 @@ func (t *bucketTable) add(key string, s admission.State, exp int64) uint32 {
 	case shapeCounter:
 		i = len(t.counter)
 		t.counter = append(t.counter, counterSlot{key: key, start: s.Start, count: s.Count, prev: s.Prev, exp: exp, kind: s.Kind})
+	case shapeLog:
+		i = len(t.log)
+		t.log = append(t.log, logSlot{key: key, log: s.Log, exp: exp, kind: s.Kind})
 	default:
 		i = len(t.other)
 		t.other = append(t.other, slot[admission.State]{key: key, state: s, exp: exp})
@@ -218,6 +248,9 @@ func (t *bucketTable) free(ref uint32) {
 	case shapeCounter:
 		last = len(t.counter) - 1
 		t.counter, moved = take(t.counter, i)
+	case shapeLog:
+		last = len(t.log) - 1
+		t.log, moved = take(t.log, i)
 	default:
 		last = len(t.other) - 1
 		t.other, moved = take(t.other, i)
@@ -276,6 +309,10 @@ func (t *bucketTable) entries() []bucketRecord {
 	for i := range t.counter {
 		ref := uint32(i)<<2 | shapeCounter
 		out = append(out, bucketRecord{key: t.counter[i].key, state: t.stateOf(ref), expiresAt: t.counter[i].exp})
+	}
+	for i := range t.log {
+		e := &t.log[i]
+		out = append(out, bucketRecord{key: e.key, state: admission.State{Kind: e.kind, Log: e.log}, expiresAt: e.exp})
 	}
 	for i := range t.other {
 		e := &t.other[i]

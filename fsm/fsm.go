@@ -68,7 +68,7 @@ var (
 // group, so nodes set them from constants, never from per-node flags.
 type Options struct {
 	// MaxBuckets bounds the live buckets of the group (and, apart, its
-	// semaphores); 0 means DefaultMaxBuckets. It is at most 2^30.
+	// semaphores); 0 means DefaultMaxBuckets. It is at most 2^30−1.
 	MaxBuckets int
 
 	// MaxDedupeEntries bounds the unexpired request-ID entries of the

@@ -37,9 +37,10 @@ type slot[V any] struct {
 	pos   int32
 }
 
-// maxTableEntries bounds the states of one table, so that refs and heap
-// positions fit their 32-bit fields; New caps MaxBuckets below it.
-const maxTableEntries = 1 << 30
+// maxTableEntries bounds the states of one table, so that refs (a slot's
+// index times four plus its shape, in buckets) and heap positions fit their
+// 32-bit fields; New caps MaxBuckets at it.
+const maxTableEntries = 1<<30 - 1
 
 func newStateTable[V any](expires func(admission.Policy, V) int64) *stateTable[V] {
 	return &stateTable[V]{index: newKeyIndex(), expires: expires}

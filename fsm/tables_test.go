@@ -336,6 +336,9 @@ func TestBucketTableAgainstModel(t *testing.T) {
 				}
 			default: // odd states: fields of several algorithms, or no kind
 				s = admission.State{Kind: admission.Kind(r.IntN(6)), TAT: r.Int64N(2) * exp, Start: r.Int64N(3), Count: r.Int64N(3)}
+				if r.IntN(3) == 0 {
+					s.Log = []admission.LogEntry{{At: exp, Cost: 1}}
+				}
 			}
 			tab.put(key, s, exp)
 			m.put(key, s, exp)
@@ -364,7 +367,8 @@ func TestBucketTableAgainstModel(t *testing.T) {
 		}
 		checkTable(t, step, tab, m, key)
 	}
-	if len(tab.gcra) == 0 && len(tab.counter) == 0 && len(tab.other) == 0 {
-		t.Fatal("the table ended empty")
+	if len(tab.gcra) == 0 || len(tab.counter) == 0 || len(tab.log) == 0 || len(tab.other) == 0 {
+		t.Fatalf("the table ended with shapes unused: %d gcra, %d counter, %d log, %d other",
+			len(tab.gcra), len(tab.counter), len(tab.log), len(tab.other))
 	}
 }
