@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,13 +51,14 @@ type benchOptions struct {
 
 // loadOptions shape the load the generator sends, whatever the target.
 type loadOptions struct {
-	workers  int
-	duration time.Duration
-	rate     int // calls started per second; 0: closed loop
-	keys     int
-	dist     string
-	batch    int    // requests per call (AdmitBatch size, Redis pipeline depth)
-	label    string // prefix of the progress lines
+	workers   int
+	duration  time.Duration
+	rate      int // calls started per second; 0: closed loop
+	keys      int
+	dist      string
+	batch     int    // requests per call (AdmitBatch size, Redis pipeline depth)
+	label     string // prefix of the progress lines
+	keyPrefix string // of the key names; "" is "bench-"
 }
 
 func newBenchCmd() *cobra.Command {
@@ -475,11 +477,15 @@ func fmtCounts(m map[string]int64) string {
 	return strings.Join(parts, " ")
 }
 
-// benchKeyNames returns the names of keys 0..n-1, shared by every target.
-func benchKeyNames(n int) []string {
+// benchKeyNames returns the names of keys 0..n-1: prefix (default
+// "bench-") and the number; the same for every target.
+func benchKeyNames(prefix string, n int) []string {
+	if prefix == "" {
+		prefix = "bench-"
+	}
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("bench-%d", i)
+		names[i] = prefix + strconv.Itoa(i)
 	}
 	return names
 }
@@ -504,7 +510,7 @@ func newQuorateTarget(urls []string, policy string, requestIDs bool, o loadOptio
 	t := &quorateTarget{
 		hc:         &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}},
 		policy:     policy,
-		keys:       benchKeyNames(o.keys),
+		keys:       benchKeyNames(o.keyPrefix, o.keys),
 		batch:      o.batch,
 		requestIDs: requestIDs,
 		idPrefix:   fmt.Sprintf("%d-", time.Now().UnixNano()),

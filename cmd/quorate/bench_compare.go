@@ -12,12 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -186,10 +188,17 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	rows := compareRows(o.load)
 	results := map[compareRun]BenchSummary{}
 
-	measure := func(target benchTarget, run compareRun) {
+	// loadOf is the load of run: its clients and batch, and keys of its
+	// own, so that every run starts from empty buckets.
+	loadOf := func(run compareRun) loadOptions {
 		load := o.load
 		load.workers, load.batch = run.workers, run.batch
 		load.label = fmt.Sprintf("bench compare: %s, %d clients, batch %d", run.target, run.workers, run.batch)
+		load.keyPrefix = fmt.Sprintf("%s-%dw-%db-", run.target, run.workers, run.batch)
+		return load
+	}
+	measure := func(target benchTarget, run compareRun) {
+		load := loadOf(run)
 		fmt.Fprintf(stderr, "%s: running for %v\n", load.label, load.duration)
 		results[run] = runLoad(ctx, target, load, stderr)
 	}
@@ -206,9 +215,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		for _, run := range runsOf(rows, kind) {
 			cfg := redisCfg
 			cfg.addr = srv.addr
-			load := o.load
-			load.workers, load.batch = run.workers, run.batch
-			t, err := newRedisTarget(ctx, cfg, load)
+			t, err := newRedisTarget(ctx, cfg, loadOf(run))
 			if err != nil {
 				return errors.Join(err, srv.stop())
 			}
@@ -223,14 +230,12 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 	}
 
-	urls, stop, err := startCompareCluster(ctx, filepath.Join(dir, "quorate"), redisCfg, stderr)
+	urls, stop, err := startCompareCluster(ctx, filepath.Join(dir, "quorate"), stderr)
 	if err != nil {
 		return err
 	}
 	for _, run := range runsOf(rows, targetQuorate) {
-		load := o.load
-		load.workers, load.batch = run.workers, run.batch
-		t := newQuorateTarget(urls, comparePolicy, false, load)
+		t := newQuorateTarget(urls, comparePolicy, false, loadOf(run))
 		measure(t, run)
 		t.close()
 		if ctx.Err() != nil {
@@ -252,8 +257,9 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)
-	out.Machine.Bucket = fmt.Sprintf("token bucket, capacity %d, refill %v/s (policy %q: limit %d per 1s, burst %d); nothing is denied and no bucket refills completely",
-		redisCfg.capacity, redisCfg.refill, comparePolicy, int64(redisCfg.refill), redisCfg.capacity)
+	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d), "+
+		"fresh keys for every run: nothing is denied and no bucket touched in a run refills completely during it",
+		redisCfg.capacity, redisCfg.refill, comparePolicy, benchRefillPeriod, redisCfg.capacity)
 	if o.write != "" {
 		if err := writeBenchmarksFile(o.write, benchmarksSection(out)); err != nil {
 			return fmt.Errorf("--write: %w", err)
@@ -273,7 +279,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 // node configuration and default data groups, free loopback ports, state in
 // dir), waits until it is ready and applies the comparison's token-bucket
 // policy. It returns the nodes' API URLs and a function that stops them.
-func startCompareCluster(ctx context.Context, dir string, bucket redisOptions, stderr io.Writer) (urls []string, stop func() error, err error) {
+func startCompareCluster(ctx context.Context, dir string, stderr io.Writer) (urls []string, stop func() error, err error) {
 	groups, err := strconv.Atoi(newDevCmd().Flags().Lookup("groups").DefValue)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench compare: dev's default --groups: %w", err)
@@ -303,9 +309,12 @@ func startCompareCluster(ctx context.Context, dir string, bucket redisOptions, s
 	fmt.Fprintf(stderr, "bench compare: quorate cluster of %d nodes, %d data groups, APIs %s\n", o.nodes, groups, strings.Join(urls, " "))
 	deadline := time.Now().Add(o.readyTimeout)
 	policy := &quoratev1.Policy{Name: comparePolicy, Algorithm: "token_bucket",
-		Limit: int64(bucket.refill), Period: durationpb.New(time.Second), Burst: bucket.capacity}
+		Limit: 1, Period: durationpb.New(benchRefillPeriod), Burst: defaultBenchCapacity}
 	if _, err = c.waitReady(ctx, urls[0], o.nodes, groups, deadline); err == nil {
 		_, err = c.applyPolicies(ctx, urls[0], []*quoratev1.Policy{policy}, deadline)
+	}
+	if err == nil {
+		err = waitPolicyEverywhere(ctx, c, urls, deadline)
 	}
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("bench compare: %w", err), c.stop())
@@ -317,6 +326,37 @@ func startCompareCluster(ctx context.Context, dir string, bucket redisOptions, s
 		logs.mute() // nodes stopping one by one complain about their peers
 		return c.stop()
 	}, nil
+}
+
+// waitPolicyEverywhere polls until an AdmitBatch of the comparison's policy
+// over enough keys to reach every data group is answered without an error
+// through each node: a policy reaches the data groups shortly after
+// ApplyPolicies returns, and a run must not start before. Its keys are not
+// the runs' keys.
+func waitPolicyEverywhere(ctx context.Context, c *devCluster, urls []string, deadline time.Time) error {
+	reqs := make([]*quoratev1.AdmitRequest, node.MaxAdmitBatch)
+	for i := range reqs {
+		reqs[i] = &quoratev1.AdmitRequest{Policy: comparePolicy, Key: fmt.Sprintf("ready-%d", i)}
+	}
+	for _, u := range urls {
+		client := newAdmissionClient(u)
+		err := c.poll(ctx, "waiting for the policy on every data group", deadline, func(ctx context.Context) (bool, error) {
+			resp, err := client.AdmitBatch(ctx, connect.NewRequest(&quoratev1.AdmitBatchRequest{Requests: reqs}))
+			if err != nil {
+				return false, wrapRPC("AdmitBatch", u, "", err)
+			}
+			for _, r := range resp.Msg.GetResults() {
+				if e := r.GetError(); e != nil {
+					return false, fmt.Errorf("AdmitBatch on %s: %s: %s", u, e.GetCode(), e.GetMessage())
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // muteWriter passes the nodes' log lines on to w until muted. Safe for
@@ -355,8 +395,8 @@ func writeCompareText(w io.Writer, r CompareResult) {
 		fmt.Fprintln(w, line)
 	}
 	m := r.Machine
-	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; data in %s\n",
-		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.DataDir)
+	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; build %s; load average before %s; data in %s\n",
+		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.Build, m.LoadAvg, m.DataDir)
 	fmt.Fprintf(w, "load: %s\nbucket: %s\n", m.Load, m.Bucket)
 }
 
@@ -397,6 +437,8 @@ type machineInfo struct {
 	Kernel     string `json:"kernel"`
 	Go         string `json:"go"`
 	Redis      string `json:"redis"`
+	Build      string `json:"build"`    // this binary's VCS revision, "(modified)" when built from a dirty tree
+	LoadAvg    string `json:"load_avg"` // /proc/loadavg before the runs: other work on the machine
 	Date       string `json:"date"`
 	Command    string `json:"command"`
 	DataDir    string `json:"data_dir"`
@@ -408,7 +450,13 @@ type machineInfo struct {
 // to what Go knows), and asks redisBin its version.
 func describeMachine(ctx context.Context, redisBin string) machineInfo {
 	m := machineInfo{CPU: "unknown CPU", CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Memory: "unknown",
-		Kernel: runtime.GOOS, Go: runtime.Version(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: shellJoin(os.Args)}
+		Kernel: runtime.GOOS, Go: runtime.Version(), Build: buildRevision(ctx), LoadAvg: "unknown",
+		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: shellJoin(os.Args)}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		n := 0
 		for _, line := range strings.Split(string(b), "\n") {
@@ -447,6 +495,41 @@ func describeMachine(ctx context.Context, redisBin string) machineInfo {
 		m.Redis = fmt.Sprintf("%s --version: %v", redisBin, err)
 	}
 	return m
+}
+
+// buildRevision returns the VCS revision this binary was built from, with
+// "(modified)" when the tree had uncommitted changes. A binary built without
+// VCS information (-buildvcs=false, go test) gets the git revision of the
+// current directory's tree at run time instead, said so, or "unknown".
+func buildRevision(ctx context.Context) string {
+	rev, modified := "", false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	suffix := ""
+	if rev == "" {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(gctx, "git", "rev-parse", "HEAD").Output()
+		if err != nil {
+			return "unknown"
+		}
+		rev, suffix = strings.TrimSpace(string(out)), " (no VCS stamp in the binary: the git tree at run time)"
+		status, err := exec.CommandContext(gctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+		modified = err != nil || len(bytes.TrimSpace(status)) > 0
+	}
+	rev = rev[:min(12, len(rev))]
+	if modified {
+		rev += " (modified)"
+	}
+	return rev + suffix
 }
 
 // describeDir names dir with the file system it is on (from /proc/mounts),
@@ -521,6 +604,8 @@ func benchmarksSection(r CompareResult) string {
 		{"kernel", m.Kernel},
 		{"Go", m.Go},
 		{"Redis", m.Redis},
+		{"Quorate build", m.Build},
+		{"load average before", m.LoadAvg},
 		{"data", m.DataDir},
 		{"load", m.Load},
 		{"bucket", m.Bucket},

@@ -66,12 +66,16 @@ return {allowed, math.floor(tokens), retry_after_ms, now_ms}
 `
 
 // Defaults of the Redis bucket: those of the policy `quorate bench compare`
-// applies to Quorate — a capacity no run exhausts and a slow refill, so that
-// every request is allowed and every bucket stays live for the whole run
-// (a bucket that refilled completely is state Quorate deletes).
+// applies to Quorate (burst defaultBenchCapacity, one token per
+// benchRefillPeriod) — a capacity no run exhausts and a slow refill, so that
+// every request is allowed and a bucket once touched stays live for the
+// whole run on both sides (a bucket that refilled completely is state
+// Quorate deletes). Quorate's policy validation bounds capacity × refill
+// period to 3660 days.
 const (
-	defaultBenchCapacity = 100_000_000
-	defaultBenchRefill   = 1
+	defaultBenchCapacity = 3_000_000
+	benchRefillPeriod    = 100 * time.Second
+	defaultBenchRefill   = float64(time.Second) / float64(benchRefillPeriod) // tokens per second
 	// maxRedisTTL caps the buckets' PEXPIRE (ten years).
 	maxRedisTTL = 10 * 365 * 24 * time.Hour
 )
@@ -147,7 +151,7 @@ func newRedisTarget(ctx context.Context, o redisOptions, load loadOptions) (*red
 	})
 	t := &redisTarget{
 		rdb:   rdb,
-		keys:  benchKeyNames(load.keys),
+		keys:  benchKeyNames(load.keyPrefix, load.keys),
 		args:  []any{o.capacity, strconv.FormatFloat(o.refill, 'f', -1, 64), 1, o.ttl().Milliseconds()},
 		batch: load.batch,
 	}

@@ -160,7 +160,7 @@ func TestRedisTTL(t *testing.T) {
 		{redisOptions{capacity: 100, refill: 10}, 10 * time.Second},
 		{redisOptions{capacity: 1, refill: 1000}, time.Second},
 		{redisOptions{capacity: 5, refill: 0}, maxRedisTTL},
-		{redisOptions{capacity: defaultBenchCapacity, refill: defaultBenchRefill}, defaultBenchCapacity * time.Second},
+		{redisOptions{capacity: defaultBenchCapacity, refill: defaultBenchRefill}, defaultBenchCapacity * benchRefillPeriod},
 		{redisOptions{capacity: 1 << 53, refill: 0.001}, maxRedisTTL},
 	} {
 		if got := tc.o.ttl(); got != tc.want {
