@@ -75,6 +75,7 @@ bench-compare: build
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	fi
+	@mkdir -p docs
 	./$(BIN) bench compare --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
