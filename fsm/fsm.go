@@ -170,7 +170,8 @@ type FSM struct {
 	// reservations are keyed by reservation ID.
 	reservations *stateTable[reservation]
 	dedupe       *dedupe.Table
-	lastTerm     uint64 // Raft term of the last applied command
+	callers      callerNames // one copy of each caller's name for dedupe
+	lastTerm     uint64      // Raft term of the last applied command
 
 	// Multi-group state: the meta group's shard map; a data group's owned
 	// slots (nil: applies every data command) and the meta index of its
@@ -198,6 +199,7 @@ func New(opts Options) *FSM {
 		buckets:  newBucketTable(),
 		sems:     newStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
+		callers:  callerNames{},
 	}
 	f.reservations = f.newReservationTable()
 	return f
@@ -562,16 +564,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, e := range s.reserved {
 		reserved.put(e.key, e.state, e.expiresAt)
 	}
-	dd := dedupe.New(f.opts.MaxDedupeEntries)
+	dd, callers := dedupe.New(f.opts.MaxDedupeEntries), callerNames{}
 	for _, e := range s.dedupe {
 		// Restored entries are put at the snapshot's time and may exceed a
 		// smaller bound of this binary: keep them all, never lose one.
+		e.Key.Caller = callers.intern(e.Key.Caller)
 		dd.Restore(e)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
-	f.buckets, f.sems, f.reservations, f.dedupe = buckets, sems, reserved, dd
+	f.buckets, f.sems, f.reservations, f.dedupe, f.callers = buckets, sems, reserved, dd, callers
 	f.restoreRoute(s.route)
 	return nil
 }

@@ -25,12 +25,36 @@ const (
 // retention (ns of log time). Callers record before changing any state: a
 // full table refuses with ErrDedupeFull and the operation changes nothing.
 func (f *FSM) record(k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention, now int64) error {
+	k.Caller = f.callers.intern(k.Caller)
 	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Fingerprint: fp, Result: result,
 		ExpiresAt: addSaturating(now, retention)}, now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrDedupeFull, err)
 	}
 	return nil
+}
+
+// maxCallerNames bounds the caller names a callerNames shares.
+const maxCallerNames = 4096
+
+// callerNames shares one copy of each caller's name among the request-ID
+// entries that carry it — entries come from a few callers, and each
+// decoded command brings its own copy (16 bytes or more per entry). It
+// keeps the first maxCallerNames names it sees (at most 128 bytes each) for
+// the FSM's life; later ones are not shared. It changes no result: only
+// which copy of equal strings an entry holds.
+type callerNames map[string]string
+
+// intern returns the shared copy of name, making name the shared copy if
+// there is none and room for it.
+func (c callerNames) intern(name string) string {
+	if shared, ok := c[name]; ok {
+		return shared
+	}
+	if len(c) < maxCallerNames {
+		c[name] = name
+	}
+	return name
 }
 
 // fingerprint builds the 128-bit identity of what a request asks: a kind
