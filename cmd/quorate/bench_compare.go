@@ -15,13 +15,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -40,11 +38,12 @@ const comparePolicy = "bench-compare"
 
 // compareOptions are the flags of `quorate bench compare`.
 type compareOptions struct {
-	load        loadOptions // closed loop: rate is 0
-	write       string
-	redisServer string
-	dir         string
-	output      outputFormat
+	load          loadOptions // closed loop: rate is 0
+	write         string
+	redisServer   string
+	quorateBinary string
+	dir           string
+	output        outputFormat
 }
 
 func newBenchCompareCmd() *cobra.Command {
@@ -55,17 +54,18 @@ func newBenchCompareCmd() *cobra.Command {
 		Long: "Compare measures, one after the other on this machine, a redis-server (from PATH,\n" +
 			"on a free loopback port, --save \"\" --appendonly no) running the token-bucket Lua\n" +
 			"script with EVALSHA, the same Redis durable (--appendonly yes --appendfsync\n" +
-			"always), and a 3-node Quorate cluster as `quorate dev` runs it (in this process,\n" +
-			"default data groups), each with the same generator as `quorate bench`: closed\n" +
-			"loop, --workers clients, --keys keys drawn by --dist, --duration per run. The\n" +
-			"cluster gets a token-bucket policy and Redis the same bucket (capacity 1e8,\n" +
-			"refill 1/s): nothing is denied and both keep every bucket. Runs: unary Admit and\n" +
-			"unpipelined EVALSHA; AdmitBatch of --batch and EVALSHA pipelined --batch deep;\n" +
-			"durable Redis unpipelined; and all of these with one client, for latency. It\n" +
-			"prints decisions/s of each side, their ratio and p50/p99 latency per call.\n" +
-			"With --write FILE it writes the table and a description of the machine into\n" +
-			"FILE, replacing the section between its markers (or appending one).\n" +
-			"Results are measurements of this machine at this moment, nothing more.",
+			"always), and a 3-node Quorate cluster run by `quorate dev` (default data groups)\n" +
+			"in a process of its own, each driven by the generator of `quorate bench` in this\n" +
+			"process: closed loop, --workers clients, --keys keys drawn by --dist, --duration\n" +
+			"per run, fresh keys for every run. The cluster gets a token-bucket policy and\n" +
+			"Redis the same bucket (capacity 3e6, one token per 100s): nothing is denied and\n" +
+			"every bucket touched stays live. Runs: unary Admit and unpipelined EVALSHA;\n" +
+			"AdmitBatch of --batch and EVALSHA pipelined --batch deep; durable Redis\n" +
+			"unpipelined; and one client of each, for latency. It prints decisions/s of each\n" +
+			"side, their ratio and p50/p99 latency per call. With --write FILE it writes the\n" +
+			"table and a description of the machine into FILE, replacing the section between\n" +
+			"its markers (or appending one). Results are measurements of this machine at this\n" +
+			"moment, nothing more.",
 		Example: "  quorate bench compare --duration 10s --write docs/BENCHMARKS.md",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,6 +80,7 @@ func newBenchCompareCmd() *cobra.Command {
 	fs.IntVar(&o.load.batch, "batch", 100, "AdmitBatch size and Redis pipeline depth of the batch run")
 	fs.StringVar(&o.write, "write", "", "markdown file to write the table into (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary (looked up in PATH)")
+	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose `dev` runs the cluster (default: this one)")
 	fs.StringVar(&o.dir, "dir", "", "directory for the cluster's and Redis's files (default: a new temporary directory, removed afterwards)")
 	addOutputFlag(cmd, &o.output)
 	return cmd
@@ -173,6 +174,14 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("--redis-server: %w (install it: apt-get install redis-server, or run make bench-compare)", err)
 	}
+	quorateBin := o.quorateBinary
+	if quorateBin == "" {
+		if quorateBin, err = os.Executable(); err != nil {
+			return fmt.Errorf("--quorate-binary: this program's path: %w", err)
+		}
+	} else if quorateBin, err = exec.LookPath(quorateBin); err != nil {
+		return fmt.Errorf("--quorate-binary: %w", err)
+	}
 	machine := describeMachine(ctx, redisBin)
 	dir := o.dir
 	if dir == "" {
@@ -230,10 +239,11 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 	}
 
-	urls, stop, err := startCompareCluster(ctx, filepath.Join(dir, "quorate"), stderr)
+	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), stderr)
 	if err != nil {
 		return err
 	}
+	machine.Quorate = clusterDesc
 	for _, run := range runsOf(rows, targetQuorate) {
 		t := newQuorateTarget(urls, comparePolicy, false, loadOf(run))
 		measure(t, run)
@@ -275,57 +285,116 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	return nil
 }
 
-// startCompareCluster starts a 3-node cluster as `quorate dev` does (its
-// node configuration and default data groups, free loopback ports, state in
-// dir), waits until it is ready and applies the comparison's token-bucket
-// policy. It returns the nodes' API URLs and a function that stops them.
-func startCompareCluster(ctx context.Context, dir string, stderr io.Writer) (urls []string, stop func() error, err error) {
-	groups, err := strconv.Atoi(newDevCmd().Flags().Lookup("groups").DefValue)
-	if err != nil {
-		return nil, nil, fmt.Errorf("bench compare: dev's default --groups: %w", err)
+// startCompareCluster runs `bin dev` (bin is a quorate binary, normally this
+// one) as a subprocess: a 3-node cluster with dev's node configuration and
+// default data groups, on free loopback ports, state under dir, loaded with
+// the comparison's token-bucket policy. It waits until dev says it is ready
+// and every data group knows the policy, and returns the nodes' API URLs, a
+// description of the cluster and a function that stops it (SIGINT, as
+// Ctrl-C would). The cluster runs in its own process, as Redis does, so it
+// does not share a Go runtime with the load generator.
+func startCompareCluster(ctx context.Context, bin, dir string, stderr io.Writer) (urls []string, desc string, stop func() error, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", nil, err
 	}
-	o := devOptions{dir: dir, nodes: 3, groups: groups, logLevel: "warn", readyTimeout: time.Minute}
-	logs := &muteWriter{w: stderr}
-	c := newDevCluster(ctx)
-	var nodes []*node.Node
-	for i := 1; i <= o.nodes; i++ {
-		join := ""
-		if i > 1 {
-			join = nodes[0].APIAddr()
-		}
-		cfg := o.nodeConfig(i, logs, join)
-		cfg.APIAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
-		if err := cfg.Validate(); err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("bench compare: %s: %w", cfg.ID, err), c.stop())
-		}
-		n, err := node.New(cfg)
+	policies := filepath.Join(dir, "policies.yaml")
+	yaml := fmt.Sprintf("policies:\n  - name: %s\n    algorithm: token_bucket\n    limit: 1\n    period: %s\n    burst: %d\n",
+		comparePolicy, benchRefillPeriod, defaultBenchCapacity)
+	if err := os.WriteFile(policies, []byte(yaml), 0o644); err != nil {
+		return nil, "", nil, err
+	}
+	var p *clusterProcess
+	for attempt := 0; ; attempt++ { // another process may take a free port first
+		base, err := freeLoopbackPortRange(6)
 		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("bench compare: starting %s: %w", cfg.ID, err), c.stop())
+			return nil, "", nil, err
 		}
-		nodes = append(nodes, n)
-		urls = append(urls, "http://"+n.APIAddr())
-		c.start(cfg.ID, n)
+		p, err = startClusterProcess(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, policies, stderr)
+		if err == nil {
+			break
+		}
+		if attempt == 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+			return nil, "", nil, fmt.Errorf("bench compare: %w", err)
+		}
 	}
-	fmt.Fprintf(stderr, "bench compare: quorate cluster of %d nodes, %d data groups, APIs %s\n", o.nodes, groups, strings.Join(urls, " "))
-	deadline := time.Now().Add(o.readyTimeout)
-	policy := &quoratev1.Policy{Name: comparePolicy, Algorithm: "token_bucket",
-		Limit: 1, Period: durationpb.New(benchRefillPeriod), Burst: defaultBenchCapacity}
-	if _, err = c.waitReady(ctx, urls[0], o.nodes, groups, deadline); err == nil {
-		_, err = c.applyPolicies(ctx, urls[0], []*quoratev1.Policy{policy}, deadline)
+	urls = p.urls
+	deadline := time.Now().Add(time.Minute)
+	if err := waitPolicyEverywhere(ctx, urls, deadline, p.exited); err != nil {
+		return nil, "", nil, errors.Join(fmt.Errorf("bench compare: %w", err), p.stop())
 	}
-	if err == nil {
-		err = waitPolicyEverywhere(ctx, c, urls, deadline)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	desc = fmt.Sprintf("3 nodes (`%s dev`, a process of its own)", filepath.Base(bin))
+	if st, err := newAdminClient(urls[0]).ClusterStatus(sctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{})); err == nil {
+		desc = fmt.Sprintf("3 nodes, %d data groups (`%s dev`, a process of its own)", len(st.Msg.GetShardMap().GetGroups()), filepath.Base(bin))
 	}
+	fmt.Fprintf(stderr, "bench compare: quorate cluster: %s, APIs %s\n", desc, strings.Join(urls, " "))
+	return urls, desc, p.stop, nil
+}
+
+// clusterProcess is a `quorate dev` this command started.
+type clusterProcess struct {
+	cmd     *exec.Cmd
+	urls    []string
+	out     *lockedBuffer // dev's stdout: its summary
+	logs    *muteWriter   // dev's stderr: the nodes' logs, passed on until stop
+	exited  chan struct{}
+	waitErr error // set before exited is closed
+}
+
+// startClusterProcess starts `bin dev` with its API ports from base and its
+// Raft ports from base+3 and waits until it prints that it is ready.
+func startClusterProcess(ctx context.Context, bin, dir string, base int, policies string, stderr io.Writer) (*clusterProcess, error) {
+	args := []string{"dev", "--dir", dir, "--nodes", "3", "--api-port", strconv.Itoa(base), "--raft-port", strconv.Itoa(base + 3),
+		"--policies", policies, "--log-level", "warn", "--ready-timeout", "1m"}
+	p := &clusterProcess{out: &lockedBuffer{}, logs: &muteWriter{w: stderr}, exited: make(chan struct{})}
+	for i := range 3 {
+		p.urls = append(p.urls, fmt.Sprintf("http://127.0.0.1:%d", base+i))
+	}
+	p.cmd = exec.CommandContext(ctx, bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, io.MultiWriter(p.logs, p.out)
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(os.Interrupt) }
+	p.cmd.WaitDelay = 30 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	err := pollUntil(ctx, time.Now().Add(90*time.Second), p.exited, func(context.Context) (bool, error) {
+		if strings.Contains(p.out.String(), "ready in") {
+			return true, nil
+		}
+		return false, errors.New("dev has not said it is ready")
+	})
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("bench compare: %w", err), c.stop())
+		return nil, errors.Join(fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, lastLines(p.out.String(), 5)), p.stop())
 	}
-	return urls, func() error {
-		if err := c.failure(); err != nil {
-			return errors.Join(err, c.stop())
+	return p, nil
+}
+
+// stop interrupts dev (as Ctrl-C does), waits for it to stop its nodes
+// (killing it after 30s) and returns an error unless it exited cleanly.
+func (p *clusterProcess) stop() error {
+	p.logs.mute() // nodes stopping one by one complain about their peers
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		t := time.NewTimer(30 * time.Second)
+		defer t.Stop()
+		select {
+		case <-p.exited:
+		case <-t.C:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
 		}
-		logs.mute() // nodes stopping one by one complain about their peers
-		return c.stop()
-	}, nil
+	}
+	if p.waitErr != nil && !errors.Is(p.waitErr, context.Canceled) && !errors.Is(p.waitErr, context.DeadlineExceeded) {
+		return fmt.Errorf("quorate dev: %v: %s", p.waitErr, lastLines(p.out.String(), 5))
+	}
+	return nil
 }
 
 // waitPolicyEverywhere polls until an AdmitBatch of the comparison's policy
@@ -333,14 +402,14 @@ func startCompareCluster(ctx context.Context, dir string, stderr io.Writer) (url
 // through each node: a policy reaches the data groups shortly after
 // ApplyPolicies returns, and a run must not start before. Its keys are not
 // the runs' keys.
-func waitPolicyEverywhere(ctx context.Context, c *devCluster, urls []string, deadline time.Time) error {
+func waitPolicyEverywhere(ctx context.Context, urls []string, deadline time.Time, exited <-chan struct{}) error {
 	reqs := make([]*quoratev1.AdmitRequest, node.MaxAdmitBatch)
 	for i := range reqs {
 		reqs[i] = &quoratev1.AdmitRequest{Policy: comparePolicy, Key: fmt.Sprintf("ready-%d", i)}
 	}
 	for _, u := range urls {
 		client := newAdmissionClient(u)
-		err := c.poll(ctx, "waiting for the policy on every data group", deadline, func(ctx context.Context) (bool, error) {
+		err := pollUntil(ctx, deadline, exited, func(ctx context.Context) (bool, error) {
 			resp, err := client.AdmitBatch(ctx, connect.NewRequest(&quoratev1.AdmitBatchRequest{Requests: reqs}))
 			if err != nil {
 				return false, wrapRPC("AdmitBatch", u, "", err)
@@ -353,33 +422,10 @@ func waitPolicyEverywhere(ctx context.Context, c *devCluster, urls []string, dea
 			return true, nil
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("waiting for policy %s on every data group: %w", comparePolicy, err)
 		}
 	}
 	return nil
-}
-
-// muteWriter passes the nodes' log lines on to w until muted. Safe for
-// concurrent use.
-type muteWriter struct {
-	mu    sync.Mutex
-	w     io.Writer
-	muted bool
-}
-
-func (m *muteWriter) Write(p []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.muted {
-		return len(p), nil
-	}
-	return m.w.Write(p)
-}
-
-func (m *muteWriter) mute() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.muted = true
 }
 
 // writeCompareText prints the table, the runs' errors and the machine.
@@ -397,7 +443,7 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	m := r.Machine
 	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; build %s; load average before %s; data in %s\n",
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.Build, m.LoadAvg, m.DataDir)
-	fmt.Fprintf(w, "load: %s\nbucket: %s\n", m.Load, m.Bucket)
+	fmt.Fprintf(w, "quorate: %s\nload: %s\nbucket: %s\n", m.Quorate, m.Load, m.Bucket)
 }
 
 func fmtP50P99(s BenchSummary) string {
@@ -438,6 +484,7 @@ type machineInfo struct {
 	Go         string `json:"go"`
 	Redis      string `json:"redis"`
 	Build      string `json:"build"`    // this binary's VCS revision, "(modified)" when built from a dirty tree
+	Quorate    string `json:"quorate"`  // the cluster: nodes, data groups, how it runs
 	LoadAvg    string `json:"load_avg"` // /proc/loadavg before the runs: other work on the machine
 	Date       string `json:"date"`
 	Command    string `json:"command"`
@@ -605,6 +652,7 @@ func benchmarksSection(r CompareResult) string {
 		{"Go", m.Go},
 		{"Redis", m.Redis},
 		{"Quorate build", m.Build},
+		{"Quorate cluster", m.Quorate},
 		{"load average before", m.LoadAvg},
 		{"data", m.DataDir},
 		{"load", m.Load},
@@ -619,13 +667,13 @@ func benchmarksSection(r CompareResult) string {
   survives a crash), then a fresh one with `+"`--appendonly yes --appendfsync always`"+` ("durable":
   one fsync per write, on one machine, no replica). Each request is an EVALSHA of the seed's
   token-bucket Lua script (SCRIPT LOAD once); "pipelined N deep" sends N of them per round trip.
-- **Quorate**: a 3-node cluster as `+"`quorate dev`"+` runs it, in the bench process, with its default
-  data groups; every decision is committed to a majority of the three fsynced Raft logs before it
-  is answered. Calls rotate over the three nodes, which forward to the key's group leader.
+- **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
+  groups; every decision is committed to a majority of the three fsynced Raft logs before it is
+  answered. Calls rotate over the three nodes, which forward to the key's group leader.
   "AdmitBatch N" is one call of N independent decisions.
-- Same generator for both (`+"`quorate bench`"+`, in this process): closed loop, keys drawn independently
-  for every request. Decisions/s counts answered requests; latency is per call (a batch or a
-  pipeline is one call). No warm-up; all state starts empty.
+- Same generator for both (`+"`quorate bench`"+`, in the bench process): closed loop, keys drawn
+  independently for every request, fresh keys for every run. Decisions/s counts answered requests;
+  latency is per call (a batch or a pipeline is one call). No warm-up.
 `)
 	fmt.Fprintln(&b, benchSectionEnd)
 	return b.String()

@@ -12,6 +12,18 @@ import (
 	"time"
 )
 
+// benchCompareChildEnv makes this test binary the quorate command: bench
+// compare starts its cluster as `<this executable> dev ...`, which under
+// `go test` is the test binary.
+const benchCompareChildEnv = "QUORATE_TEST_BENCH_COMPARE_CHILD"
+
+func init() {
+	if os.Getenv(benchCompareChildEnv) == "1" {
+		main() // exits 1 on an error
+		os.Exit(0)
+	}
+}
+
 // TestBenchCompare runs a short comparison against a real redis-server and
 // an in-process cluster, and checks the table, the JSON and the file it
 // writes. Speeds are not checked: a benchmark reports, it does not assert.
@@ -19,6 +31,7 @@ func TestBenchCompare(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH (apt-get install redis-server, or make bench-compare, installs it); skipping bench compare")
 	}
+	t.Setenv(benchCompareChildEnv, "1") // for the cluster process (see init)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "BENCHMARKS.md")
 	if err := os.WriteFile(file, []byte("# Benchmarks\n\nprose before\n\n"+benchSectionBegin+"\nold table\n"+benchSectionEnd+"\n\nprose after\n"), 0o644); err != nil {
@@ -53,7 +66,8 @@ func TestBenchCompare(t *testing.T) {
 	if r.Scenarios[1].Quorate.Batch != 10 || r.Scenarios[3].Quorate.Workers != 1 {
 		t.Errorf("scenarios: %+v", r.Scenarios)
 	}
-	if r.Machine.CPUs < 1 || r.Machine.Go == "" || !strings.Contains(r.Machine.Redis, "v=") || r.Machine.Command == "" {
+	if r.Machine.CPUs < 1 || r.Machine.Go == "" || !strings.Contains(r.Machine.Redis, "v=") || r.Machine.Command == "" ||
+		!strings.Contains(r.Machine.Quorate, "data groups") {
 		t.Errorf("machine description: %+v", r.Machine)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os/exec"
@@ -380,29 +381,14 @@ func tryRedisServer(ctx context.Context, bin, dir string, port int, durable bool
 	}()
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := rdb.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("%s %s exited (%v): %s", bin, strings.Join(args, " "), s.waitErr, strings.TrimSpace(s.log.String()))
-		case <-deadline.C:
-			_ = s.stop()
-			return nil, fmt.Errorf("%s on %s did not answer PING within 10s: %v: %s", bin, s.addr, err, strings.TrimSpace(s.log.String()))
-		case <-ctx.Done():
-			_ = s.stop()
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
+	err := pollUntil(ctx, time.Now().Add(10*time.Second), s.exited, func(ctx context.Context) (bool, error) {
+		err := rdb.Ping(ctx).Err()
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%s %s: no answer to PING: %w: %s", bin, strings.Join(args, " "), err, lastLines(s.log.String(), 5)), s.stop())
 	}
+	return s, nil
 }
 
 // stop asks the server to exit (SIGTERM), waits for it (killing it after
@@ -425,6 +411,84 @@ func (s *redisServer) stop() error {
 		return fmt.Errorf("redis-server on %s: %v: %s", s.addr, s.waitErr, lastLines(s.log.String(), 5))
 	}
 	return nil
+}
+
+// pollUntil calls try every 100ms until it reports done (then it returns
+// try's error), the deadline passes (then an error with try's last
+// problem), ctx ends or exited is closed.
+func pollUntil(ctx context.Context, deadline time.Time, exited <-chan struct{}, try func(context.Context) (done bool, problem error)) error {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		done, problem := try(attempt)
+		cancel()
+		if done {
+			return problem
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return fmt.Errorf("exited: %v", problem)
+		case <-timer.C:
+			return fmt.Errorf("not done in time: %w", problem)
+		case <-tick.C:
+		}
+	}
+}
+
+// freeLoopbackPortRange returns the first of n consecutive TCP ports on
+// 127.0.0.1 that were free a moment ago.
+func freeLoopbackPortRange(n int) (int, error) {
+	for attempt := 0; attempt < 100; attempt++ {
+		base, err := freeLoopbackPort()
+		if err != nil {
+			return 0, err
+		}
+		ok := base+n-1 <= 65535
+		var lns []net.Listener
+		for i := 1; ok && i < n; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports found on 127.0.0.1", n)
+}
+
+// muteWriter passes the nodes' log lines on to w until muted. Safe for
+// concurrent use.
+type muteWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	muted bool
+}
+
+func (m *muteWriter) Write(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.muted {
+		return len(p), nil
+	}
+	return m.w.Write(p)
+}
+
+func (m *muteWriter) mute() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.muted = true
 }
 
 // freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment
