@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // BenchmarkAdmit3Nodes measures Admit on a real 3-node cluster (in-process,
@@ -37,6 +40,65 @@ func BenchmarkAdmit3Nodes8Groups(b *testing.B) {
 	}})
 	applyPolicy(b, c, "bench", 1_000_000_000, time.Second, 1_000_000_000)
 	b.Run("no-request-id", func(b *testing.B) { benchAdmit(b, c, false) })
+}
+
+// BenchmarkAdmitBatch3Nodes measures AdmitBatch (100 requests per call, keys
+// drawn over 100k) with 16 concurrent clients spread over the nodes, on one
+// group and on 8; one op is one decision.
+func BenchmarkAdmitBatch3Nodes(b *testing.B) {
+	for _, groups := range []int{0, 8} {
+		b.Run(fmt.Sprintf("groups-%d", groups), func(b *testing.B) {
+			c := nodetest.NewClusterWith(b, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+				if groups > 0 {
+					cfg.DataGroups, cfg.ExpectNodes = groups, 3
+				}
+			}})
+			applyPolicy(b, c, "bench", 1_000_000_000, time.Second, 1_000_000_000)
+			benchAdmitBatch(b, c, 100, 16)
+		})
+	}
+}
+
+func benchAdmitBatch(b *testing.B, c *nodetest.Cluster, size, clients int) {
+	ctx := context.Background()
+	run := benchRun.Add(1)
+	var next atomic.Int64
+	var calls atomic.Int64
+	entriesBefore := appliedEntries(c)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			for {
+				first := next.Add(int64(size)) - int64(size)
+				if first >= int64(b.N) {
+					return
+				}
+				n := min(int64(size), int64(b.N)-first)
+				req := &quoratev1.AdmitBatchRequest{}
+				for i := range n {
+					req.Requests = append(req.Requests, &quoratev1.AdmitRequest{Policy: "bench",
+						Key: fmt.Sprintf("key-%d", (first+i)*7919%100_000), Caller: "bench", RequestId: fmt.Sprintf("b%d-%d", run, first+i)})
+				}
+				for {
+					resp, err := c.Admission(w%c.Len()).AdmitBatch(ctx, connect.NewRequest(req))
+					if err == nil && resp.Msg.GetResults()[0].GetError() == nil {
+						break
+					}
+					if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+						b.Error(err)
+						return
+					}
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if e := appliedEntries(c) - entriesBefore; e > 0 {
+		b.ReportMetric(float64(b.N)/float64(e), "ops/entry")
+	}
 }
 
 var benchRun atomic.Int64

@@ -517,7 +517,9 @@ func newQuorateTarget(urls []string, policy string, requestIDs bool, o loadOptio
 		scratch:    make([][]*quoratev1.AdmitRequest, o.workers),
 	}
 	for _, u := range urls {
-		t.clients = append(t.clients, quoratev1connect.NewAdmissionServiceClient(t.hc, u))
+		// Like the Redis client, no compression: loopback bytes are free.
+		t.clients = append(t.clients, quoratev1connect.NewAdmissionServiceClient(t.hc, u,
+			connect.WithAcceptCompression("gzip", nil, nil)))
 	}
 	for w := range t.scratch {
 		t.scratch[w] = make([]*quoratev1.AdmitRequest, o.batch)
