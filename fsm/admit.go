@@ -29,6 +29,7 @@ type pendingStates struct {
 	states [MaxChecks]admission.State
 }
 
+// find is the index of key's state, or -1.
 func (p *pendingStates) find(key string) int {
 	for i := range p.n {
 		if p.keys[i] == key {
@@ -38,6 +39,7 @@ func (p *pendingStates) find(key string) int {
 	return -1
 }
 
+// get returns key's pending state, if any.
 func (p *pendingStates) get(key string) (admission.State, bool) {
 	if i := p.find(key); i >= 0 {
 		return p.states[i], true
@@ -45,6 +47,7 @@ func (p *pendingStates) get(key string) (admission.State, bool) {
 	return admission.State{}, false
 }
 
+// set makes s key's pending state.
 func (p *pendingStates) set(key string, s admission.State) {
 	i := p.find(key)
 	if i < 0 {

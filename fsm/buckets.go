@@ -68,6 +68,7 @@ type logSlot struct {
 	kind admission.Kind
 }
 
+// newBucketTable returns an empty bucket table.
 func newBucketTable() *bucketTable { return &bucketTable{index: newKeyIndex()} }
 
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
@@ -86,8 +87,10 @@ func shapeFor(s admission.State, exp int64) uint32 {
 	}
 }
 
+// len is the number of states held.
 func (t *bucketTable) len() int { return len(t.gcra) + len(t.counter) + len(t.log) + len(t.other) }
 
+// keyOf is the state key of the slot ref.
 func (t *bucketTable) keyOf(ref uint32) string {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
@@ -101,6 +104,7 @@ func (t *bucketTable) keyOf(ref uint32) string {
 	}
 }
 
+// expOf is the recorded expiry of the slot ref.
 func (t *bucketTable) expOf(ref uint32) int64 {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
@@ -114,6 +118,7 @@ func (t *bucketTable) expOf(ref uint32) int64 {
 	}
 }
 
+// posOf is the position of the slot ref in the expiry order.
 func (t *bucketTable) posOf(ref uint32) int {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
@@ -127,6 +132,7 @@ func (t *bucketTable) posOf(ref uint32) int {
 	}
 }
 
+// setPos records the position of the slot ref in the expiry order.
 func (t *bucketTable) setPos(ref uint32, pos int) {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
@@ -163,6 +169,7 @@ func (t *bucketTable) stateOf(ref uint32) admission.State {
 	}
 }
 
+// get returns key's state, and false when there is none.
 func (t *bucketTable) get(key string) (admission.State, bool) {
 	ref, ok := t.index.find(key, t.keyOf)
 	if !ok {
@@ -171,6 +178,7 @@ func (t *bucketTable) get(key string) (admission.State, bool) {
 	return t.stateOf(ref), true
 }
 
+// put stores key's state and its recorded expiry.
 func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
 	if ref, ok := t.index.find(key, t.keyOf); ok {
 		t.rewrite(ref, s, expiresAt)

@@ -18,11 +18,13 @@ type orderedSlots interface {
 	setPos(ref uint32, i int)
 }
 
+// len is the number of refs in the heap.
 func (h *expiryOrder) len() int { return len(h.refs) }
 
 // min is the ref with the smallest (expiry, key); the heap is not empty.
 func (h *expiryOrder) min() uint32 { return h.refs[0] }
 
+// push adds ref to the heap.
 func (h *expiryOrder) push(t orderedSlots, ref uint32) {
 	h.refs = append(h.refs, ref)
 	h.up(t, len(h.refs)-1)
@@ -65,6 +67,7 @@ func (h *expiryOrder) init(t orderedSlots) {
 	}
 }
 
+// up moves the ref at position i up to its place.
 func (h *expiryOrder) up(t orderedSlots, i int) {
 	ref := h.refs[i]
 	for i > 0 {

@@ -29,6 +29,7 @@ const maxRef = 1<<32 - 2
 // minIndexCells is the smallest (and initial) size of an index.
 const minIndexCells = 8
 
+// newKeyIndex returns an empty index with a fresh random seed.
 func newKeyIndex() keyIndex {
 	return keyIndex{cells: make([]uint64, minIndexCells), shift: 32 - 3, seed: maphash.MakeSeed()}
 }
@@ -36,6 +37,7 @@ func newKeyIndex() keyIndex {
 // tag is the high 32 bits of key's hash; its top bits pick the home cell.
 func (x *keyIndex) tag(key string) uint32 { return uint32(maphash.String(x.seed, key) >> 32) }
 
+// mask wraps a cell position around the array.
 func (x *keyIndex) mask() int { return len(x.cells) - 1 }
 
 // find returns the ref of key, comparing candidates' keys with keyOf.

@@ -42,12 +42,16 @@ type slot[V any] struct {
 // 32-bit fields; New caps MaxBuckets at it.
 const maxTableEntries = 1<<30 - 1
 
+// newStateTable returns an empty table whose states expire under a policy
+// as expires says.
 func newStateTable[V any](expires func(admission.Policy, V) int64) *stateTable[V] {
 	return &stateTable[V]{index: newKeyIndex(), expires: expires}
 }
 
+// len is the number of states held.
 func (t *stateTable[V]) len() int { return len(t.slots) }
 
+// keyOf is the key of the slot ref.
 func (t *stateTable[V]) keyOf(ref uint32) string { return t.slots[ref].key }
 
 // before orders refs by (expiry, key) for the expiry order.
@@ -59,8 +63,10 @@ func (t *stateTable[V]) before(a, b uint32) bool {
 	return x.key < y.key
 }
 
+// setPos records the position of the slot ref in the expiry order.
 func (t *stateTable[V]) setPos(ref uint32, i int) { t.slots[ref].pos = int32(i) }
 
+// get returns key's state, and false when there is none.
 func (t *stateTable[V]) get(key string) (V, bool) {
 	ref, ok := t.index.find(key, t.keyOf)
 	if !ok {
@@ -70,6 +76,7 @@ func (t *stateTable[V]) get(key string) (V, bool) {
 	return t.slots[ref].state, true
 }
 
+// put stores key's state and its recorded expiry.
 func (t *stateTable[V]) put(key string, s V, expiresAt int64) {
 	if ref, ok := t.index.find(key, t.keyOf); ok {
 		e := &t.slots[ref]
@@ -157,12 +164,14 @@ func (t *stateTable[V]) nextExpiry() (int64, bool) {
 	return t.slots[t.order.min()].exp, true
 }
 
+// stateRecord is a table's state of one key, copied for a snapshot.
 type stateRecord[V any] struct {
 	key       string
 	state     V
 	expiresAt int64
 }
 
+// bucketRecord is a bucket copied for a snapshot.
 type bucketRecord = stateRecord[admission.State]
 
 // entries copies every state, unsorted (Persist sorts). Slices inside
