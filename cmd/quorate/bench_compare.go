@@ -42,6 +42,7 @@ type compareOptions struct {
 	write         string
 	redisServer   string
 	quorateBinary string
+	groups        int // data groups of the cluster; -1: dev's default
 	dir           string
 	output        outputFormat
 }
@@ -81,6 +82,7 @@ func newBenchCompareCmd() *cobra.Command {
 	fs.StringVar(&o.write, "write", "", "markdown file to write the table into (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary (looked up in PATH)")
 	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose `dev` runs the cluster (default: this one)")
+	fs.IntVar(&o.groups, "groups", -1, "data groups of the Quorate cluster (`quorate dev --groups`); -1: dev's default, 0: one group")
 	fs.StringVar(&o.dir, "dir", "", "directory for the cluster's and Redis's files (default: a new temporary directory, removed afterwards)")
 	addOutputFlag(cmd, &o.output)
 	return cmd
@@ -239,7 +241,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 	}
 
-	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), stderr)
+	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), o.groups, stderr)
 	if err != nil {
 		return err
 	}
@@ -293,7 +295,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 // description of the cluster and a function that stops it (SIGINT, as
 // Ctrl-C would). The cluster runs in its own process, as Redis does, so it
 // does not share a Go runtime with the load generator.
-func startCompareCluster(ctx context.Context, bin, dir string, stderr io.Writer) (urls []string, desc string, stop func() error, err error) {
+func startCompareCluster(ctx context.Context, bin, dir string, groups int, stderr io.Writer) (urls []string, desc string, stop func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", nil, err
 	}
@@ -309,7 +311,7 @@ func startCompareCluster(ctx context.Context, bin, dir string, stderr io.Writer)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		p, err = startClusterProcess(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, policies, stderr)
+		p, err = startClusterProcess(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, policies, groups, stderr)
 		if err == nil {
 			break
 		}
@@ -327,6 +329,9 @@ func startCompareCluster(ctx context.Context, bin, dir string, stderr io.Writer)
 	desc = fmt.Sprintf("3 nodes (`%s dev`, a process of its own)", filepath.Base(bin))
 	if st, err := newAdminClient(urls[0]).ClusterStatus(sctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{})); err == nil {
 		desc = fmt.Sprintf("3 nodes, %d data groups (`%s dev`, a process of its own)", len(st.Msg.GetShardMap().GetGroups()), filepath.Base(bin))
+		if len(st.Msg.GetShardMap().GetGroups()) == 0 {
+			desc = fmt.Sprintf("3 nodes, one Raft group for all keys (`%s dev --groups 0`, a process of its own)", filepath.Base(bin))
+		}
 	}
 	fmt.Fprintf(stderr, "bench compare: quorate cluster: %s, APIs %s\n", desc, strings.Join(urls, " "))
 	return urls, desc, p.stop, nil
@@ -344,9 +349,12 @@ type clusterProcess struct {
 
 // startClusterProcess starts `bin dev` with its API ports from base and its
 // Raft ports from base+3 and waits until it prints that it is ready.
-func startClusterProcess(ctx context.Context, bin, dir string, base int, policies string, stderr io.Writer) (*clusterProcess, error) {
+func startClusterProcess(ctx context.Context, bin, dir string, base int, policies string, groups int, stderr io.Writer) (*clusterProcess, error) {
 	args := []string{"dev", "--dir", dir, "--nodes", "3", "--api-port", strconv.Itoa(base), "--raft-port", strconv.Itoa(base + 3),
 		"--policies", policies, "--log-level", "warn", "--ready-timeout", "1m"}
+	if groups >= 0 {
+		args = append(args, "--groups", strconv.Itoa(groups))
+	}
 	p := &clusterProcess{out: &lockedBuffer{}, logs: &muteWriter{w: stderr}, exited: make(chan struct{})}
 	for i := range 3 {
 		p.urls = append(p.urls, fmt.Sprintf("http://127.0.0.1:%d", base+i))
