@@ -154,6 +154,33 @@ type Node struct {
 	ID       string
 	RaftAddr string
 	APIAddr  string
+	// FeatureLevel is the highest log feature level the node's binary
+	// applies, as it registered (0: registered before levels existed).
+	FeatureLevel uint32
+}
+
+// FeatureLevel is the highest log feature level this binary applies: the
+// kinds of entries it may be asked to apply. 1: Batch entries. A node
+// proposes an entry kind of level L only when every registered node is at
+// L or above (MinFeatureLevel), so no replica meets an entry it cannot
+// decode (DESIGN.md §2 rule 3).
+const FeatureLevel = 1
+
+// FeatureBatch is the feature level of Batch entries.
+const FeatureBatch = 1
+
+// MinFeatureLevel is the lowest feature level among registered nodes (0
+// when none is registered).
+func (f *FSM) MinFeatureLevel() uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	first, level := true, uint32(0)
+	for _, n := range f.nodes {
+		if first || n.FeatureLevel < level {
+			level, first = n.FeatureLevel, false
+		}
+	}
+	return level
 }
 
 // FSM is the state machine of one Raft group. See the package doc for the
@@ -299,7 +326,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 		return f.applyPutPolicies(body.PutPolicies)
 	case *raftcmdv1.Envelope_RegisterNode:
 		r := body.RegisterNode
-		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
+		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 		return nil
 	case *raftcmdv1.Envelope_Peek:
 		return f.applyPeek(body.Peek, now)

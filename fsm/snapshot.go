@@ -87,7 +87,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
 	}
 	for _, n := range s.nodes {
-		enc.write(&raftcmdv1.RegisterNode{Id: n.ID, RaftAddr: n.RaftAddr, ApiAddr: n.APIAddr})
+		enc.write(&raftcmdv1.RegisterNode{Id: n.ID, RaftAddr: n.RaftAddr, ApiAddr: n.APIAddr, FeatureLevel: n.FeatureLevel})
 	}
 	var rec raftcmdv1.BucketRecord
 	for _, b := range s.buckets {
@@ -166,7 +166,7 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		if err := dec.read(&n); err != nil {
 			return nil, err
 		}
-		s.nodes = append(s.nodes, Node{ID: n.GetId(), RaftAddr: n.GetRaftAddr(), APIAddr: n.GetApiAddr()})
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), RaftAddr: n.GetRaftAddr(), APIAddr: n.GetApiAddr(), FeatureLevel: n.GetFeatureLevel()})
 	}
 	var rec raftcmdv1.BucketRecord
 	for range h.GetBucketCount() {

@@ -188,10 +188,10 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 // makes it a member at its Raft address (unless it already is one): a voter,
 // or a non-voter once a cluster with data groups has MetaVoters voters.
 func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
-	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
+	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	if !slices.Contains(n.meta.fsm.Nodes(), want) {
 		if _, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
-			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr},
+			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
 		}}); err != nil {
 			return err
 		}

@@ -135,3 +135,54 @@ func TestAdmitBatchSharesEntries(t *testing.T) {
 		t.Fatalf("400 requests took %d log entries, want them batched into a few", entries)
 	}
 }
+
+// While a registered node's binary predates Batch entries (feature level
+// 0), leaders write one entry per decision; once it registers the current
+// level, decisions share entries again.
+func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+		if i == 2 {
+			node.SetFeatureLevel(cfg, 0)
+		}
+	}})
+	applyBucket(t, c, "p", 1_000)
+	leader := c.Leader(t) // may be node 2: a leader's own level matters alike
+	c.Eventually(t, 10*time.Second, "node 2 registered at level 0", func() error {
+		if got := node.MinFeatureLevel(c.Node(leader)); got != 0 {
+			return fmt.Errorf("lowest feature level %d", got)
+		}
+		return nil
+	})
+	entriesFor := func(tag string) uint64 {
+		t.Helper()
+		before := c.Node(leader).Status().GetLastAppliedIndex()
+		var reqs []*quoratev1.AdmitRequest
+		for i := range 60 {
+			reqs = append(reqs, &quoratev1.AdmitRequest{Policy: "p", Key: fmt.Sprintf("k%d", i), Caller: "t", RequestId: fmt.Sprintf("%s-%d", tag, i)})
+		}
+		for i, r := range admitBatchOn(t, c, leader, reqs) {
+			if !r.GetResponse().GetAllowed() {
+				t.Fatalf("%s request %d: %v", tag, i, r)
+			}
+		}
+		return c.Node(leader).Status().GetLastAppliedIndex() - before
+	}
+	if e := entriesFor("old"); e < 60 {
+		t.Fatalf("60 decisions took %d entries with an old node registered, want one each", e)
+	}
+
+	// Node 2 restarts with the current binary and registers its level.
+	c.Stop(2)
+	node.ResetFeatureLevel(c.Config(2))
+	c.Start(2)
+	leader = c.Leader(t)
+	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {
+		if got := node.MinFeatureLevel(c.Node(leader)); got < 1 {
+			return fmt.Errorf("lowest feature level %d", got)
+		}
+		return nil
+	})
+	if e := entriesFor("new"); e > 4 {
+		t.Fatalf("60 decisions took %d entries with every node current, want them batched", e)
+	}
+}

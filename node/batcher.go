@@ -145,6 +145,22 @@ func (n *Node) sendEntry(g *group, ops []*raftOp) {
 	if len(live) == 0 {
 		return
 	}
+	if len(live) > 1 && n.meta.fsm.MinFeatureLevel() < fsm.FeatureBatch {
+		// A node whose binary predates Batch entries is registered: one
+		// entry per op (raft still sends and fsyncs them together).
+		var wg sync.WaitGroup
+		for _, op := range live {
+			wg.Go(func() { n.writeEntry(g, []*raftOp{op}) })
+		}
+		wg.Wait()
+		return
+	}
+	n.writeEntry(g, live)
+}
+
+// writeEntry writes ops (sent, not abandoned) into one entry and answers
+// each.
+func (n *Node) writeEntry(g *group, live []*raftOp) {
 	env := live[0].env
 	if len(live) > 1 {
 		b := &raftcmdv1.Batch{Ops: make([]*raftcmdv1.Envelope, len(live))}

@@ -123,6 +123,11 @@ type Config struct {
 	// (--debug-dial-map); never set it in production.
 	DebugDialMap map[string]string
 
+	// featureLevel, when set, is the log feature level this node registers
+	// instead of fsm.FeatureLevel: tests play a node running an older
+	// binary (export_test.go).
+	featureLevel *uint32
+
 	_ struct{}
 }
 

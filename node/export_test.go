@@ -37,3 +37,13 @@ func DropPeerConnections(n *Node) {
 	n.peers.close()
 	n.fwd.close()
 }
+
+// SetFeatureLevel makes a node started with cfg register level as its log
+// feature level, as a node running an older binary would.
+func SetFeatureLevel(cfg *Config, level uint32) { cfg.featureLevel = &level }
+
+// MinFeatureLevel is the lowest feature level n's meta replica records.
+func MinFeatureLevel(n *Node) uint32 { return n.meta.fsm.MinFeatureLevel() }
+
+// ResetFeatureLevel undoes SetFeatureLevel.
+func ResetFeatureLevel(cfg *Config) { cfg.featureLevel = nil }

@@ -65,7 +65,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
 	g.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(g.dir, "raft.db"),
+		Path: filepath.Join(g.dir, "raft.db"),
 		// The freelist is rebuilt on open instead of written by every
 		// commit: one page less per fsync'd log append.
 		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},

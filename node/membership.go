@@ -16,13 +16,27 @@ import (
 // and list it. It retries until that is so or ctx is done: a node without
 // state asks Config.Join; a node with state asks the leader it knows.
 func (n *Node) register(ctx context.Context) {
-	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr}
-	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr}
+	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: fsm.FeatureLevel}
+	if n.cfg.featureLevel != nil {
+		self.FeatureLevel = *n.cfg.featureLevel
+	}
+	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
 	wait := 20 * time.Millisecond
+	registered := false
 	for {
-		if slices.Contains(n.meta.fsm.Nodes(), self) {
+		nodes := n.meta.fsm.Nodes()
+		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
+			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
+		}) {
+			// Reachable and listed: a member. Its feature level may still
+			// lag (a leader running an older binary records none): keep
+			// asking, more slowly, until it is recorded.
+			registered = true
 			close(n.registered)
 			n.log.Debug("registered")
+			wait = time.Second
+		}
+		if slices.Contains(nodes, self) {
 			return
 		}
 		err := n.joinOnce(ctx, req)
@@ -36,7 +50,11 @@ func (n *Node) register(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		wait = min(2*wait, time.Second)
+		if !registered {
+			wait = min(2*wait, time.Second)
+		} else {
+			wait = min(2*wait, time.Minute)
+		}
 	}
 }
 

@@ -687,7 +687,10 @@ type JoinRequest struct {
 	// host:port of the joining node's Raft transport.
 	RaftAddr string `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	// host:port of the joining node's API.
-	ApiAddr       string `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	ApiAddr string `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	// The highest log feature level the joining node's binary applies; the
+	// cluster writes newer kinds of log entries only once every node has it.
+	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +744,13 @@ func (x *JoinRequest) GetApiAddr() string {
 		return x.ApiAddr
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
 }
 
 type JoinResponse struct {
@@ -1330,11 +1340,12 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\b \x01(\x04R\rdedupeEntries\x12\x14\n" +
 	"\x05slots\x18\t \x01(\rR\x05slots\x12\x1b\n" +
 	"\tmap_epoch\x18\n" +
-	" \x01(\x04R\bmapEpoch\"U\n" +
+	" \x01(\x04R\bmapEpoch\"z\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x0e\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12#\n" +
+	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x0e\n" +
 	"\fJoinResponse\"\xa7\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +

@@ -1602,10 +1602,15 @@ func (x *Policy) GetLeaseTtlNanos() int64 {
 // RegisterNode records a node's addresses, so that followers can forward to
 // the leader and status can reach every member.
 type RegisterNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	// The highest log feature level the node's binary applies (fsm.FeatureLevel;
+	// 0 before levels existed). A command kind of level L is proposed only
+	// when every registered node is at L or above (DESIGN.md §2 rule 3).
+	// 1: Batch entries.
+	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1659,6 +1664,13 @@ func (x *RegisterNode) GetApiAddr() string {
 		return x.ApiAddr
 	}
 	return ""
+}
+
+func (x *RegisterNode) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
 }
 
 // SnapshotHeader is the first record of a snapshot.
@@ -2998,11 +3010,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bcalendar\x18\t \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12&\n" +
-	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"V\n" +
+	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"{\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\xfd\x03\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12#\n" +
+	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\xfd\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
