@@ -186,3 +186,23 @@ func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 		t.Fatalf("60 decisions took %d entries with every node current, want them batched", e)
 	}
 }
+
+// A batch right after a policy is applied is decided under it in every
+// group: a group that has not copied the policy yet catches up with the
+// meta group first instead of answering not_found.
+func TestAdmitBatchRightAfterPolicyApplied(t *testing.T) {
+	c := newMultiGroupCluster(t)
+	for round := range 3 {
+		name := fmt.Sprintf("fresh-%d", round)
+		applyBucket(t, c, name, 5)
+		var reqs []*quoratev1.AdmitRequest
+		for k := range 64 {
+			reqs = append(reqs, &quoratev1.AdmitRequest{Policy: name, Key: fmt.Sprintf("k%d", k), Caller: "t", RequestId: fmt.Sprintf("%s-%d", name, k)})
+		}
+		for i, r := range admitBatchOn(t, c, round%c.Len(), reqs) {
+			if !r.GetResponse().GetAllowed() {
+				t.Fatalf("round %d, request %d (%s): %v", round, i, reqs[i].GetKey(), r)
+			}
+		}
+	}
+}
