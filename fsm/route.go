@@ -216,7 +216,8 @@ func (f *FSM) PoliciesMetaIndex() uint64 {
 func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
 	out := &raftcmdv1.ShardMap{Epoch: m.Epoch}
 	for _, g := range m.Groups {
-		out.Groups = append(out.Groups, &raftcmdv1.ShardGroup{Id: uint32(g.ID), Replicas: append([]string(nil), g.Replicas...)})
+		out.Groups = append(out.Groups, &raftcmdv1.ShardGroup{Id: uint32(g.ID), Replicas: append([]string(nil), g.Replicas...),
+			Founders: append([]string(nil), g.Founders...)})
 	}
 	for _, a := range m.Ranges {
 		out.Ranges = append(out.Ranges, AssignmentToProto(a))
@@ -228,7 +229,8 @@ func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
 func ShardMapFromProto(p *raftcmdv1.ShardMap) shard.Map {
 	m := shard.Map{Epoch: p.GetEpoch()}
 	for _, g := range p.GetGroups() {
-		m.Groups = append(m.Groups, shard.Group{ID: shard.GroupID(g.GetId()), Replicas: append([]string(nil), g.GetReplicas()...)})
+		m.Groups = append(m.Groups, shard.Group{ID: shard.GroupID(g.GetId()), Replicas: append([]string(nil), g.GetReplicas()...),
+			Founders: append([]string(nil), g.GetFounders()...)})
 	}
 	for _, a := range p.GetRanges() {
 		m.Ranges = append(m.Ranges, assignmentFromProto(a))

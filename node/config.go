@@ -127,6 +127,8 @@ type Config struct {
 	// instead of fsm.FeatureLevel: tests play a node running an older
 	// binary (export_test.go).
 	featureLevel *uint32
+	// removeGrace, when positive, replaces the removeGrace constant (tests).
+	removeGrace time.Duration
 
 	_ struct{}
 }

@@ -1,6 +1,14 @@
 package node
 
-import raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+import (
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
+)
 
 // SetAfterProposeHook makes n call f on the leader right after handing an
 // entry to raft (nil clears it).
@@ -47,3 +55,28 @@ func MinFeatureLevel(n *Node) uint32 { return n.meta.fsm.MinFeatureLevel() }
 
 // ResetFeatureLevel undoes SetFeatureLevel.
 func ResetFeatureLevel(cfg *Config) { cfg.featureLevel = nil }
+
+// SetRemoveGrace sets how long a node started with cfg keeps a replica the
+// map no longer places on it.
+func SetRemoveGrace(cfg *Config, d time.Duration) { cfg.removeGrace = d }
+
+// GroupVoters returns the voters of data group gid in n's replica's Raft
+// configuration (nil when n hosts no replica of it).
+func GroupVoters(n *Node, gid uint32) []string {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return nil
+	}
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, string(s.ID))
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -31,6 +31,17 @@ type group struct {
 	hadState  bool
 	// batch is the group commit of this replica's commands while it leads.
 	batch *batchQueue[*raftOp]
+	// unplacedSince is when the shard map stopped placing this replica here
+	// (zero while it does); only the group loop touches it.
+	unplacedSince time.Time
+}
+
+// removeGroupDir deletes a closed data group replica's directory.
+func removeGroupDir(dir string) error {
+	if filepath.Base(filepath.Dir(dir)) != "groups" {
+		return fmt.Errorf("node: refusing to delete %s: not a data group directory", dir)
+	}
+	return os.RemoveAll(dir)
 }
 
 // groupDir is where group id keeps its Raft state under dataDir: the meta

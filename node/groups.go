@@ -77,8 +77,12 @@ func (n *Node) reconcile(ctx context.Context) {
 	for _, g := range n.hosted()[1:] {
 		if g.isLeader() {
 			n.syncGroup(ctx, g, m)
+			if sg, ok := m.Group(g.id); ok {
+				n.syncMembers(ctx, g, sg)
+			}
 		}
 	}
+	n.closeUnplaced(m)
 }
 
 // createShardMap proposes the first shard map once ExpectNodes nodes have
@@ -109,11 +113,16 @@ func (n *Node) createShardMap(ctx context.Context) {
 	}
 }
 
-// openDataGroup starts this node's replica of g, bootstrapped (when new)
-// with g's replicas at their registered Raft addresses.
+// openDataGroup starts this node's replica of g. A founder of g without
+// state bootstraps it with the founders at their registered Raft addresses;
+// any other replica starts empty and waits for g's leader to add it.
 func (n *Node) openDataGroup(g shard.Group) error {
 	var boot []raft.Server
-	for _, id := range g.Replicas {
+	founders := g.Founders
+	if !slices.Contains(founders, n.cfg.ID) {
+		founders = nil
+	}
+	for _, id := range founders {
 		m, ok := n.meta.fsm.Node(id)
 		if !ok {
 			return errors.New("replica " + id + " is not registered yet")

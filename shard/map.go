@@ -21,6 +21,14 @@ type Group struct {
 	// Replicas are node IDs, distinct and non-empty. Replicas[0] is the
 	// preferred leader: the node leadership is transferred to when it is up.
 	Replicas []string
+	// Founders are the replicas that bootstrap the group's Raft log when it
+	// is created: each starts it with Founders as its first configuration.
+	// A replica added later starts empty and is brought in by the group's
+	// leader (a non-voter catching up, then a voter), so two different first
+	// configurations never meet in one log. A node leaves Founders when it
+	// leaves Replicas, so a node that comes back later joins as new.
+	// Founders ⊆ Replicas; empty in maps written before founders existed.
+	Founders []string
 }
 
 // Assignment gives the slots of Range to Group.
@@ -106,6 +114,14 @@ func (m *Map) Validate() error {
 			}
 			if k := slices.Index(g.Replicas[:j], n); k >= 0 {
 				return fieldErr(at("Groups", i, fmt.Sprintf(".Replicas[%d]", j)), "node %q is also Replicas[%d] of group %d", n, k, g.ID)
+			}
+		}
+		for j, n := range g.Founders {
+			if !slices.Contains(g.Replicas, n) {
+				return fieldErr(at("Groups", i, fmt.Sprintf(".Founders[%d]", j)), "node %q is not a replica of group %d", n, g.ID)
+			}
+			if k := slices.Index(g.Founders[:j], n); k >= 0 {
+				return fieldErr(at("Groups", i, fmt.Sprintf(".Founders[%d]", j)), "node %q is also Founders[%d] of group %d", n, k, g.ID)
 			}
 		}
 	}
@@ -209,7 +225,7 @@ func (m *Map) Clone() Map {
 	if m.Groups != nil {
 		c.Groups = make([]Group, len(m.Groups))
 		for i, g := range m.Groups {
-			c.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas)}
+			c.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas), Founders: slices.Clone(g.Founders)}
 		}
 	}
 	return c
@@ -223,7 +239,7 @@ func (m *Map) Equal(o Map) bool {
 		return false
 	}
 	for i, g := range m.Groups {
-		if g.ID != o.Groups[i].ID || !slices.Equal(g.Replicas, o.Groups[i].Replicas) {
+		if g.ID != o.Groups[i].ID || !slices.Equal(g.Replicas, o.Groups[i].Replicas) || !slices.Equal(g.Founders, o.Groups[i].Founders) {
 			return false
 		}
 	}

@@ -83,7 +83,7 @@ func InitialMap(nodes []string, groups, replicas int) (Map, error) {
 	m := Map{Epoch: 1, Groups: make([]Group, groups), Ranges: make([]Assignment, groups)}
 	for i := range groups {
 		id := GroupID(i + 1)
-		m.Groups[i] = Group{ID: id, Replicas: placed[i]}
+		m.Groups[i] = Group{ID: id, Replicas: placed[i], Founders: slices.Clone(placed[i])}
 		m.Ranges[i] = Assignment{
 			Range: SlotRange{Start: Slot(i * SlotCount / groups), End: Slot((i + 1) * SlotCount / groups)},
 			Group: id,
@@ -158,5 +158,40 @@ func (m *Map) MoveSlots(r SlotRange, to GroupID) (Map, error) {
 	out := m.Clone()
 	out.Epoch = epoch
 	out.Ranges = slices.Clip(ranges)
+	return out, nil
+}
+
+// MoveReplica returns m with group's replica on node from replaced by node
+// to, at the next epoch: to takes from's place in Replicas (so a preferred
+// leader's successor is preferred in turn) and from leaves Founders. Slot
+// ranges are unchanged. Errors are *FieldErrors naming the parameter at
+// fault: "m" if m does not Validate, "group" for a group not in the map,
+// "from" for a node that is not its replica, "to" for an empty ID or a node
+// that already is one.
+func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
+	if err := m.Validate(); err != nil {
+		fe := err.(*FieldError)
+		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+	}
+	i := slices.IndexFunc(m.Groups, func(g Group) bool { return g.ID == group })
+	if i < 0 {
+		return Map{}, fieldErr("group", "group %d is not in the map", group)
+	}
+	g := m.Groups[i]
+	j := slices.Index(g.Replicas, from)
+	switch {
+	case j < 0:
+		return Map{}, fieldErr("from", "node %q is not a replica of group %d (replicas %v)", from, group, g.Replicas)
+	case to == "":
+		return Map{}, fieldErr("to", "is an empty node ID")
+	case slices.Contains(g.Replicas, to):
+		return Map{}, fieldErr("to", "node %q already is a replica of group %d", to, group)
+	case m.Epoch == math.MaxUint64:
+		return Map{}, fieldErr("m.Epoch", "is at its maximum, %d", m.Epoch)
+	}
+	out := m.Clone()
+	out.Epoch++
+	out.Groups[i].Replicas[j] = to
+	out.Groups[i].Founders = slices.DeleteFunc(out.Groups[i].Founders, func(n string) bool { return n == from })
 	return out, nil
 }

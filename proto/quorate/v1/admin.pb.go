@@ -22,6 +22,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type MoveReplicaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaRequest) Reset() {
+	*x = MoveReplicaRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaRequest) ProtoMessage() {}
+
+func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
+func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *MoveReplicaRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *MoveReplicaRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MoveReplicaRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type MoveReplicaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard map's epoch with the move.
+	MapEpoch      uint64 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaResponse) Reset() {
+	*x = MoveReplicaResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaResponse) ProtoMessage() {}
+
+func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
+func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
 type ClusterStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -30,7 +135,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +147,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +160,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 type ClusterStatusResponse struct {
@@ -75,7 +180,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -87,7 +192,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -100,7 +205,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -143,7 +248,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +260,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +273,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -196,7 +301,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -208,7 +313,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -221,7 +326,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -263,7 +368,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +380,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +393,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -341,7 +446,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -353,7 +458,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -366,7 +471,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type NodeStatusResponse struct {
@@ -378,7 +483,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +495,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +508,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -441,7 +546,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +558,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +571,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeState) GetId() string {
@@ -583,7 +688,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +700,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +713,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -697,7 +802,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +814,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +827,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -761,7 +866,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +878,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +891,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 // Policy is one admission policy.
@@ -825,7 +930,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +942,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +955,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Policy) GetName() string {
@@ -946,7 +1051,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1063,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1076,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -991,7 +1096,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1108,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1121,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -1034,7 +1139,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1151,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1164,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type ListPoliciesResponse struct {
@@ -1071,7 +1176,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1188,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1201,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1115,7 +1220,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1232,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1245,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1159,7 +1264,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1276,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1289,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -1203,7 +1308,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1320,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1333,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -1248,7 +1353,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1365,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1378,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -1288,7 +1393,13 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x16\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"N\n" +
+	"\x12MoveReplicaRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"2\n" +
+	"\x13MoveReplicaResponse\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\"\x16\n" +
 	"\x14ClusterStatusRequest\"\xc2\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1f\n" +
 	"\vanswered_by\x18\x01 \x01(\tR\n" +
@@ -1375,7 +1486,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xc6\x04\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x98\x05\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -1384,7 +1495,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\rApplyPolicies\x12 .quorate.v1.ApplyPoliciesRequest\x1a!.quorate.v1.ApplyPoliciesResponse\"\x00\x12S\n" +
 	"\fListPolicies\x12\x1f.quorate.v1.ListPoliciesRequest\x1a .quorate.v1.ListPoliciesResponse\"\x00\x12J\n" +
 	"\tGetPolicy\x12\x1c.quorate.v1.GetPolicyRequest\x1a\x1d.quorate.v1.GetPolicyResponse\"\x00\x12Y\n" +
-	"\x0eDeletePolicies\x12!.quorate.v1.DeletePoliciesRequest\x1a\".quorate.v1.DeletePoliciesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x0eDeletePolicies\x12!.quorate.v1.DeletePoliciesRequest\x1a\".quorate.v1.DeletePoliciesResponse\"\x00\x12P\n" +
+	"\vMoveReplica\x12\x1e.quorate.v1.MoveReplicaRequest\x1a\x1f.quorate.v1.MoveReplicaResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admin_proto_rawDescOnce sync.Once
@@ -1398,61 +1510,65 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*ClusterStatusRequest)(nil),   // 0: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 1: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 2: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 3: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 4: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 5: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 6: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 7: quorate.v1.NodeState
-	(*GroupState)(nil),             // 8: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 9: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 10: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 11: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 12: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 13: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 14: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 15: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 16: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 17: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 18: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 19: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 20: google.protobuf.Duration
+	(*MoveReplicaRequest)(nil),     // 0: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 1: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 2: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 3: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 4: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 5: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 6: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 7: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 8: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 9: quorate.v1.NodeState
+	(*GroupState)(nil),             // 10: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 11: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 12: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 13: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 14: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 15: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 16: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 17: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 18: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 19: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 20: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 21: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	4,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	2,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	3,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	7,  // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	7,  // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	8,  // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	20, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	20, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	20, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	11, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	11, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	11, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	11, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	11, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	0,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	5,  // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	9,  // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	12, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	14, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	16, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	18, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	1,  // 21: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	6,  // 22: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	10, // 23: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	13, // 24: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	15, // 25: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	17, // 26: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	19, // 27: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
+	6,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	4,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	5,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	9,  // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	9,  // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	10, // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	22, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	22, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	22, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	13, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	13, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	13, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	13, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	13, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	2,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	7,  // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	11, // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	14, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	16, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	18, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	20, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	0,  // 21: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	3,  // 22: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	8,  // 23: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	12, // 24: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	15, // 25: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	17, // 26: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	19, // 27: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	21, // 28: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	1,  // 29: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1469,7 +1585,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -502,9 +502,12 @@ func (x *ShardMap) GetRanges() []*SlotAssignment {
 // ShardGroup is one data group and its replicas; replicas[0] is the
 // preferred leader.
 type ShardGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replicas []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// The replicas that bootstrap the group's log when it is created; a
+	// replica added later starts empty and is brought in by the leader.
+	Founders      []string `protobuf:"bytes,3,rep,name=founders,proto3" json:"founders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +552,13 @@ func (x *ShardGroup) GetId() uint32 {
 func (x *ShardGroup) GetReplicas() []string {
 	if x != nil {
 		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ShardGroup) GetFounders() []string {
+	if x != nil {
+		return x.Founders
 	}
 	return nil
 }
@@ -2914,11 +2924,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bShardMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1e.quorate.raftcmd.v1.ShardGroupR\x06groups\x12:\n" +
-	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"8\n" +
+	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"T\n" +
 	"\n" +
 	"ShardGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\tR\breplicas\"d\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x1a\n" +
+	"\bfounders\x18\x03 \x03(\tR\bfounders\"d\n" +
 	"\x0eSlotAssignment\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x14\n" +

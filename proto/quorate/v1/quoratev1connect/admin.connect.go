@@ -51,6 +51,9 @@ const (
 	// AdminServiceDeletePoliciesProcedure is the fully-qualified name of the AdminService's
 	// DeletePolicies RPC.
 	AdminServiceDeletePoliciesProcedure = "/quorate.v1.AdminService/DeletePolicies"
+	// AdminServiceMoveReplicaProcedure is the fully-qualified name of the AdminService's MoveReplica
+	// RPC.
+	AdminServiceMoveReplicaProcedure = "/quorate.v1.AdminService/MoveReplica"
 )
 
 // AdminServiceClient is a client for the quorate.v1.AdminService service.
@@ -75,6 +78,14 @@ type AdminServiceClient interface {
 	// missing one). Decisions under a deleted policy answer NotFound; its keys'
 	// state is reclaimed as it expires.
 	DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error)
+	// MoveReplica moves data group group's replica from node from to node to:
+	// it writes the shard map's next epoch, and the group's leader then adds
+	// to (a non-voter until it has caught up, then a voter) and removes from.
+	// The answer comes once the map is written; ClusterStatus shows the
+	// group's replicas and leader as the move goes on. InvalidArgument names
+	// the field at fault (an unknown group, from not a replica, to already one
+	// or not a registered node).
+	MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -130,6 +141,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("DeletePolicies")),
 			connect.WithClientOptions(opts...),
 		),
+		moveReplica: connect.NewClient[v1.MoveReplicaRequest, v1.MoveReplicaResponse](
+			httpClient,
+			baseURL+AdminServiceMoveReplicaProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("MoveReplica")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -142,6 +159,7 @@ type adminServiceClient struct {
 	listPolicies   *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
 	getPolicy      *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
 	deletePolicies *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
+	moveReplica    *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -179,6 +197,11 @@ func (c *adminServiceClient) DeletePolicies(ctx context.Context, req *connect.Re
 	return c.deletePolicies.CallUnary(ctx, req)
 }
 
+// MoveReplica calls quorate.v1.AdminService.MoveReplica.
+func (c *adminServiceClient) MoveReplica(ctx context.Context, req *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error) {
+	return c.moveReplica.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -201,6 +224,14 @@ type AdminServiceHandler interface {
 	// missing one). Decisions under a deleted policy answer NotFound; its keys'
 	// state is reclaimed as it expires.
 	DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error)
+	// MoveReplica moves data group group's replica from node from to node to:
+	// it writes the shard map's next epoch, and the group's leader then adds
+	// to (a non-voter until it has caught up, then a voter) and removes from.
+	// The answer comes once the map is written; ClusterStatus shows the
+	// group's replicas and leader as the move goes on. InvalidArgument names
+	// the field at fault (an unknown group, from not a replica, to already one
+	// or not a registered node).
+	MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -252,6 +283,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("DeletePolicies")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceMoveReplicaHandler := connect.NewUnaryHandler(
+		AdminServiceMoveReplicaProcedure,
+		svc.MoveReplica,
+		connect.WithSchema(adminServiceMethods.ByName("MoveReplica")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -268,6 +305,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceGetPolicyHandler.ServeHTTP(w, r)
 		case AdminServiceDeletePoliciesProcedure:
 			adminServiceDeletePoliciesHandler.ServeHTTP(w, r)
+		case AdminServiceMoveReplicaProcedure:
+			adminServiceMoveReplicaHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -303,4 +342,8 @@ func (UnimplementedAdminServiceHandler) GetPolicy(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) DeletePolicies(context.Context, *connect.Request[v1.DeletePoliciesRequest]) (*connect.Response[v1.DeletePoliciesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.DeletePolicies is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.MoveReplica is not implemented"))
 }

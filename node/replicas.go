@@ -1,0 +1,216 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// Replica moves. The shard map says which nodes hold each data group; the
+// group's Raft configuration follows it, one membership change at a time,
+// driven by whichever replica leads the group (so a move survives the loss
+// of any node driving it: the next leader reads the same map and goes on):
+//
+//  1. a replica in the map but not in the configuration is added as a
+//     non-voter; it starts empty (only founders bootstrap) and catches up
+//     from the leader's log or a snapshot;
+//  2. once it has applied to within maxPromoteLag of the leader's commit
+//     index, it is promoted to voter;
+//  3. once every replica of the map is a voter, servers the map no longer
+//     lists are removed — the leader itself last (it steps down and its
+//     raft shuts down once the change commits).
+//
+// A node closes its replica of a group the map no longer places on it once
+// the replica stopped, or it has been out of the map for removeGrace and
+// does not lead (a removed follower never hears of its removal), and
+// deletes its files.
+
+// maxPromoteLag is how far (in entries) a non-voter may trail the leader's
+// commit index and still be promoted.
+const maxPromoteLag = 256
+
+// removeGrace is how long a node keeps a replica the map no longer places
+// on it before closing it, leaving the group's leader time to hand its
+// place to the new replica.
+const removeGrace = 30 * time.Second
+
+// syncMembers, on the leader of data group g, makes one change of g's Raft
+// configuration toward want's replicas, if one is due.
+func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers := f.Configuration().Servers
+	have := make(map[string]raft.Server, len(servers))
+	for _, s := range servers {
+		have[string(s.ID)] = s
+	}
+	timeout := n.cfg.RequestTimeout
+	allVoters := true
+	for _, id := range want.Replicas {
+		s, ok := have[id]
+		if ok && s.Suffrage == raft.Voter {
+			continue
+		}
+		allVoters = false
+		m, registered := n.meta.fsm.Node(id)
+		if !registered || m.RaftAddr == "" {
+			continue
+		}
+		addr := raft.ServerAddress(m.RaftAddr)
+		if !ok {
+			err := waitFuture(ctx, g.raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
+			n.log.Info("adding a replica as non-voter", "group", g.id, "node", id, "err", err)
+			return
+		}
+		if lag, err := n.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxPromoteLag {
+			n.log.Debug("replica catching up", "group", g.id, "node", id, "lag", lag, "err", err)
+			continue
+		}
+		err := waitFuture(ctx, g.raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
+		n.log.Info("promoting a replica to voter", "group", g.id, "node", id, "err", err)
+		return
+	}
+	if !allVoters {
+		return
+	}
+	// Every wanted replica votes: remove the others, this node last.
+	for _, last := range []bool{false, true} {
+		for _, s := range servers {
+			id := string(s.ID)
+			if slices.Contains(want.Replicas, id) || (id == n.cfg.ID) != last {
+				continue
+			}
+			err := waitFuture(ctx, g.raft.RemoveServer(s.ID, 0, timeout))
+			n.log.Info("removing a replica the map no longer lists", "group", g.id, "node", id, "err", err)
+			return
+		}
+	}
+}
+
+// replicaLag asks the node at raftAddr (over the peer mux) how far its
+// replica of g trails this leader's commit index.
+func (n *Node) replicaLag(ctx context.Context, g *group, raftAddr string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := n.fwd.get("http://"+raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	if err != nil {
+		return 0, err
+	}
+	commit := g.raft.CommitIndex()
+	for _, gs := range resp.Msg.GetNode().GetGroups() {
+		if gs.GetId() == uint32(g.id) {
+			if applied := gs.GetLastAppliedIndex(); applied < commit {
+				return commit - applied, nil
+			}
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("node at %s has no replica of group %d yet", raftAddr, g.id)
+}
+
+// closeUnplaced closes (and deletes) this node's replicas of groups the map
+// no longer places here, once each stopped or removeGrace passed.
+func (n *Node) closeUnplaced(m shard.Map) {
+	now := time.Now()
+	grace := removeGrace
+	if n.cfg.removeGrace > 0 {
+		grace = n.cfg.removeGrace
+	}
+	for _, g := range n.hosted()[1:] {
+		if sg, ok := m.Group(g.id); ok && slices.Contains(sg.Replicas, n.cfg.ID) {
+			g.unplacedSince = time.Time{}
+			continue
+		}
+		if g.unplacedSince.IsZero() {
+			g.unplacedSince = now
+		}
+		stopped := g.raft.State() == raft.Shutdown
+		if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) {
+			continue
+		}
+		n.groups.mu.Lock()
+		delete(n.groups.m, g.id)
+		n.groups.mu.Unlock()
+		err := g.close()
+		if err == nil {
+			err = removeGroupDir(g.dir)
+		}
+		n.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
+	}
+}
+
+// MoveReplica writes the shard map's next epoch with group's replica moved
+// from one node to another, on the meta leader (forwarded there from any
+// node); the group's leader carries the move out (syncMembers).
+func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quoratev1.MoveReplicaRequest]) (*connect.Response[quoratev1.MoveReplicaResponse], error) {
+	n := h.n
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	var epoch uint64
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
+		func(ctx context.Context) (err error) {
+			epoch, err = n.moveReplicaAsLeader(ctx, req.Msg)
+			return err
+		},
+		func(ctx context.Context, p *peerClient) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			resp, err := p.admin.MoveReplica(ctx, fwd)
+			if err == nil {
+				epoch = resp.Msg.GetMapEpoch()
+			}
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(&quoratev1.MoveReplicaResponse{MapEpoch: epoch}), nil
+}
+
+// moveReplicaAsLeader plans the move on the meta leader's map and writes it
+// with a compare-and-set on the epoch, planning again when the map changed
+// meanwhile. A move already in the map answers its epoch.
+func (n *Node) moveReplicaAsLeader(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
+	for {
+		m, ok := n.meta.fsm.ShardMap()
+		if !ok {
+			return 0, errNoShardMap
+		}
+		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
+			return m.Epoch, nil // done already (a retry)
+		}
+		if _, ok := n.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
+			return 0, badRequest("to", "node %q is not registered", r.GetTo())
+		}
+		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
+		if err != nil {
+			var fe *shard.FieldError
+			if errors.As(err, &fe) {
+				return 0, badRequest(fe.Field, "%s", fe.Problem)
+			}
+			return 0, err
+		}
+		_, err = n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
+			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}})
+		if errors.Is(err, fsm.ErrMapConflict) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n.log.Info("moving a replica", "group", r.GetGroup(), "from", r.GetFrom(), "to", r.GetTo(), "epoch", next.Epoch)
+		return next.Epoch, nil
+	}
+}

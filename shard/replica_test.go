@@ -1,0 +1,91 @@
+package shard
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestInitialMapFoundersAreTheReplicas(t *testing.T) {
+	m, err := InitialMap([]string{"a", "b", "c", "d"}, 6, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Groups {
+		if !slices.Equal(g.Founders, g.Replicas) {
+			t.Fatalf("group %d: founders %v, replicas %v", g.ID, g.Founders, g.Replicas)
+		}
+	}
+}
+
+func TestMoveReplica(t *testing.T) {
+	m, err := InitialMap([]string{"a", "b", "c", "d"}, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := m.Groups[0]
+	from := g.Replicas[0]
+	to := ""
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if !slices.Contains(g.Replicas, n) {
+			to = n
+		}
+	}
+	moved, err := m.MoveReplica(g.ID, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved.Epoch != m.Epoch+1 {
+		t.Fatalf("epoch %d, want %d", moved.Epoch, m.Epoch+1)
+	}
+	mg, _ := moved.Group(g.ID)
+	if mg.Replicas[0] != to || slices.Contains(mg.Replicas, from) || len(mg.Replicas) != 3 {
+		t.Fatalf("replicas %v after moving %s → %s (were %v)", mg.Replicas, from, to, g.Replicas)
+	}
+	if slices.Contains(mg.Founders, from) || slices.Contains(mg.Founders, to) || len(mg.Founders) != 2 {
+		t.Fatalf("founders %v: the moved-out node must leave, the new one is no founder", mg.Founders)
+	}
+	if !slices.Equal(m.Groups[0].Replicas, g.Replicas) || !slices.Contains(m.Groups[0].Founders, from) {
+		t.Fatal("MoveReplica changed its receiver")
+	}
+	if err := moved.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(moved.Ranges, m.Ranges) {
+		t.Fatal("slot ranges changed")
+	}
+
+	for _, tc := range []struct {
+		group    GroupID
+		from, to string
+		field    string
+	}{
+		{99, from, to, "group"},
+		{g.ID, to, from, "from"},
+		{g.ID, from, "", "to"},
+		{g.ID, from, g.Replicas[1], "to"},
+	} {
+		_, err := m.MoveReplica(tc.group, tc.from, tc.to)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("MoveReplica(%d, %q, %q): %v, want a FieldError on %s", tc.group, tc.from, tc.to, err, tc.field)
+		}
+	}
+}
+
+func TestValidateFounders(t *testing.T) {
+	m, _ := InitialMap([]string{"a", "b", "c"}, 1, 3)
+	bad := m.Clone()
+	bad.Groups[0].Founders = []string{"a", "z"}
+	var fe *FieldError
+	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "Groups[0].Founders[1]" {
+		t.Fatalf("a founder that is no replica: %v", err)
+	}
+	bad.Groups[0].Founders = []string{"a", "a"}
+	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "Groups[0].Founders[1]" {
+		t.Fatalf("a founder twice: %v", err)
+	}
+	if m.Equal(bad) {
+		t.Fatal("maps with other founders compare equal")
+	}
+}
