@@ -19,7 +19,7 @@ func newAdminCmd() *cobra.Command {
 		Short: "Operate the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminStatusCmd())
+	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd())
 	return cmd
 }
 

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+func member(id string, groups ...*quoratev1.GroupState) *quoratev1.MemberStatus {
+	return &quoratev1.MemberStatus{Id: id, Status: &quoratev1.NodeState{Groups: groups}}
+}
+
+func TestReplicaMoveState(t *testing.T) {
+	g := func(id uint32, role string) *quoratev1.GroupState { return &quoratev1.GroupState{Id: id, Role: role} }
+	for _, tc := range []struct {
+		members []*quoratev1.MemberStatus
+		want    string
+	}{
+		{[]*quoratev1.MemberStatus{member("a", g(1, "leader")), member("d", g(2, "follower"))}, "waiting for d"},
+		{[]*quoratev1.MemberStatus{member("a", g(1, "leader")), member("d", g(1, "follower"))}, "a still hosts"},
+		{[]*quoratev1.MemberStatus{member("a", g(2, "leader")), member("d", g(1, "candidate"))}, "d is candidate"},
+		{[]*quoratev1.MemberStatus{member("a", g(2, "leader")), member("d", g(1, "follower"))}, "done"},
+	} {
+		got := replicaMoveState(&quoratev1.ClusterStatusResponse{Members: tc.members}, 1, "a", "d")
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("state %q, want it to contain %q", got, tc.want)
+		}
+	}
+}
+
+func TestReplicaMoveNeedsItsFlags(t *testing.T) {
+	cmd := newRootCmd(new(strings.Builder), new(strings.Builder))
+	cmd.SetArgs([]string{"admin", "replica", "move", "--group", "1", "--from", "a"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--to") {
+		t.Fatalf("move without --to: %v, want an error naming --to", err)
+	}
+}
