@@ -179,28 +179,91 @@ func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quo
 	return connect.NewResponse(&quoratev1.MoveReplicaResponse{MapEpoch: epoch}), nil
 }
 
-// moveReplicaAsLeader plans the move on the meta leader's map and writes it
-// with a compare-and-set on the epoch, planning again when the map changed
-// meanwhile. A move already in the map answers its epoch.
+// moveReplicaAsLeader plans the move on the meta leader's map and writes
+// it (changeMap). A move already in the map answers its epoch.
 func (n *Node) moveReplicaAsLeader(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
+	epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
+			return m, 0, nil // done already (a retry)
+		}
+		if _, ok := n.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
+			return shard.Map{}, 0, badRequest("to", "node %q is not registered", r.GetTo())
+		}
+		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
+		return next, 1, err
+	})
+	return epoch, err
+}
+
+// DrainNode moves every data group replica off a node in one shard map
+// change, on the meta leader.
+func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quoratev1.DrainNodeRequest]) (*connect.Response[quoratev1.DrainNodeResponse], error) {
+	n := h.n
+	if req.Msg.GetId() == "" {
+		return nil, n.toConnectError(badRequest("id", "must not be empty"))
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	out := &quoratev1.DrainNodeResponse{}
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
+		func(ctx context.Context) (err error) {
+			out.MapEpoch, out.Moves, err = n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+				if _, ok := n.meta.fsm.Node(req.Msg.GetId()); !ok {
+					return shard.Map{}, 0, badRequest("id", "node %q is not registered", req.Msg.GetId())
+				}
+				var ids []string
+				for _, nd := range n.meta.fsm.Nodes() {
+					ids = append(ids, nd.ID)
+				}
+				next, err := m.Drain(req.Msg.GetId(), ids)
+				if errors.Is(err, shard.ErrNoChange) {
+					return m, 0, nil
+				}
+				moves := uint32(0)
+				for i, g := range m.Groups {
+					if !slices.Equal(g.Replicas, next.Groups[i].Replicas) {
+						moves++
+					}
+				}
+				return next, moves, err
+			})
+			return err
+		},
+		func(ctx context.Context, p *peerClient) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			resp, err := p.admin.DrainNode(ctx, fwd)
+			if err == nil {
+				out = resp.Msg
+			}
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// changeMap plans a change of the meta leader's shard map with plan and
+// writes it with a compare-and-set on the epoch, planning again when the map
+// changed meanwhile. A plan that returns the map unchanged writes nothing.
+// Plan errors that are shard.FieldErrors become request field errors.
+func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
 		m, ok := n.meta.fsm.ShardMap()
 		if !ok {
-			return 0, errNoShardMap
+			return 0, 0, errNoShardMap
 		}
-		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
-			return m.Epoch, nil // done already (a retry)
+		next, count, err := plan(m)
+		var fe *shard.FieldError
+		if errors.As(err, &fe) {
+			return 0, 0, badRequest(fe.Field, "%s", fe.Problem)
 		}
-		if _, ok := n.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
-			return 0, badRequest("to", "node %q is not registered", r.GetTo())
-		}
-		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
 		if err != nil {
-			var fe *shard.FieldError
-			if errors.As(err, &fe) {
-				return 0, badRequest(fe.Field, "%s", fe.Problem)
-			}
-			return 0, err
+			return 0, 0, err
+		}
+		if next.Epoch == m.Epoch {
+			return m.Epoch, count, nil
 		}
 		_, err = n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
 			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}})
@@ -208,9 +271,9 @@ func (n *Node) moveReplicaAsLeader(ctx context.Context, r *quoratev1.MoveReplica
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		n.log.Info("moving a replica", "group", r.GetGroup(), "from", r.GetFrom(), "to", r.GetTo(), "epoch", next.Epoch)
-		return next.Epoch, nil
+		n.log.Info("shard map changed", "epoch", next.Epoch, "changes", count)
+		return next.Epoch, count, nil
 	}
 }

@@ -16,6 +16,39 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
+// applyLongBucket applies a token bucket of capacity that refills by less
+// than one unit within a test (capacity per 366 days).
+func applyLongBucket(t *testing.T, c *nodetest.Cluster, name string, capacity int64) {
+	t.Helper()
+	c.Eventually(t, 10*time.Second, "policy applied", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
+			tbPolicy(name, capacity, 366*24*time.Hour, capacity)}}))
+		return err
+	})
+}
+
+// wantRemaining peeks key through node i (retrying while its group elects)
+// until it answers, and fails unless exactly want units are left.
+func wantRemaining(t *testing.T, c *nodetest.Cluster, i int, policy, key string, want int64) {
+	t.Helper()
+	var got int64
+	c.Eventually(t, 20*time.Second, "peek "+key, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		resp, err := c.Admission(i).Peek(ctx, connect.NewRequest(&quoratev1.PeekRequest{Policy: policy, Key: key}))
+		if err != nil {
+			return err
+		}
+		got = resp.Msg.GetRemaining()
+		return nil
+	})
+	if got != want {
+		t.Fatalf("%s: %d units left, want exactly %d (capacity less what was acknowledged)", key, got, want)
+	}
+}
+
 // A data group's replica moves to a node that held none, under admit
 // traffic: the new node catches up and votes, the old one leaves the
 // group's configuration and closes its replica, and every unit spent before
@@ -53,8 +86,8 @@ func TestMoveReplicaUnderTraffic(t *testing.T) {
 	}
 	from := group.GetReplicas()[0]
 	to := c.Node(outsider).ID()
-	const capacity = 400
-	applyBucket(t, c, "p", capacity)
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
 	key := ""
 	for k := 0; key == ""; k++ {
 		if g, _ := node.GroupOf(c.Node(0), fmt.Sprintf("k%d", k)); g == group.GetId() {
@@ -120,15 +153,7 @@ func TestMoveReplicaUnderTraffic(t *testing.T) {
 
 	// The old node goes away; the budget is exactly what was not spent.
 	c.Stop(index[from])
-	spent := allowed.Load()
-	for i := spent; i < capacity; i++ {
-		if r, err := admit(ctx, c, outsider, "p", key, 0); err != nil || !r.GetAllowed() {
-			t.Fatalf("admit %d of the %d units left after the move: %v %v", i-spent+1, capacity-spent, r, err)
-		}
-	}
-	if r, err := admit(ctx, c, outsider, "p", key, 0); err != nil || r.GetAllowed() {
-		t.Fatalf("one more than the budget: %v %v", r, err)
-	}
+	wantRemaining(t, c, outsider, "p", key, capacity-allowed.Load())
 
 	// Bad moves name their field.
 	for _, tc := range []struct {
@@ -149,4 +174,93 @@ func TestMoveReplicaUnderTraffic(t *testing.T) {
 		}
 		wantCode(t, fmt.Sprintf("move %v", tc.req), err, connect.CodeInvalidArgument, tc.field)
 	}
+}
+
+// Draining a node under traffic leaves every data group with three voters
+// on the other nodes and the drained node with no replica; stopped
+// afterwards, it takes nothing with it: each key's budget is spent exactly.
+func TestDrainNodeUnderTraffic(t *testing.T) {
+	const groups = 4
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = groups, 4
+		node.SetRemoveGrace(cfg, 2*time.Second)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
+	c.Eventually(t, 30*time.Second, "a shard map", func() error {
+		if _, ok := node.GroupOf(c.Node(0), "k"); !ok {
+			return fmt.Errorf("no shard map yet")
+		}
+		return nil
+	})
+	keys := map[uint32]string{} // one per group
+	for k := 0; len(keys) < groups; k++ {
+		g, _ := node.GroupOf(c.Node(0), fmt.Sprintf("k%d", k))
+		if _, seen := keys[g]; !seen {
+			keys[g] = fmt.Sprintf("k%d", k)
+		}
+	}
+	drained := 3
+	id := c.Node(drained).ID()
+
+	spent := map[string]*atomic.Int64{}
+	for _, k := range keys {
+		spent[k] = new(atomic.Int64)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := keys[uint32(1+(w+i)%groups)]
+				if r, err := admit(ctx, c, i%3, "p", key, 0); err == nil && r.GetAllowed() {
+					spent[key].Add(1)
+				}
+			}
+		})
+	}
+	resp, err := c.Admin(0).DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: id}))
+	if err != nil {
+		t.Fatalf("DrainNode: %v", err)
+	}
+	if resp.Msg.GetMoves() == 0 {
+		t.Fatal("draining a node that holds replicas moved none")
+	}
+	c.Eventually(t, 60*time.Second, "every group on the other nodes, the drained node empty", func() error {
+		for g := uint32(1); g <= groups; g++ {
+			if v := node.GroupVoters(c.Node(drained), g); v != nil {
+				return fmt.Errorf("%s still hosts group %d (voters %v)", id, g, v)
+			}
+			for i := range 3 {
+				v := node.GroupVoters(c.Node(i), g)
+				if len(v) != 3 || slices.Contains(v, id) {
+					return fmt.Errorf("node %d sees group %d voters %v", i, g, v)
+				}
+			}
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	c.Stop(drained)
+	for _, key := range keys {
+		if spent[key].Load() == 0 {
+			t.Errorf("%s: no traffic got through during the drain", key)
+		}
+		wantRemaining(t, c, 0, "p", key, capacity-spent[key].Load())
+	}
+	// Again: nothing left to move.
+	again, err := c.Admin(1).DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: id}))
+	if err != nil || again.Msg.GetMoves() != 0 {
+		t.Fatalf("draining again: %v %v, want 0 moves", again, err)
+	}
+	_, err = c.Admin(1).DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: "ghost"}))
+	wantCode(t, "drain an unknown node", err, connect.CodeInvalidArgument, "id")
 }

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -193,5 +194,61 @@ func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 	out.Epoch++
 	out.Groups[i].Replicas[j] = to
 	out.Groups[i].Founders = slices.DeleteFunc(out.Groups[i].Founders, func(n string) bool { return n == from })
+	return out, nil
+}
+
+// Drain returns m with every replica on node moved to other nodes, at the
+// next epoch: each group's replica goes to the node of nodes (the cluster's
+// nodes) that is not already in that group and holds the fewest replicas
+// so far (ties to the smaller ID), and takes node's place in Replicas.
+// Errors are *FieldErrors: "m" if m does not Validate, "node" when node
+// holds no replica (ErrNoChange) or a group has no other node to go to.
+func (m *Map) Drain(node string, nodes []string) (Map, error) {
+	if err := m.Validate(); err != nil {
+		fe := err.(*FieldError)
+		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+	}
+	if m.Epoch == math.MaxUint64 {
+		return Map{}, fieldErr("m.Epoch", "is at its maximum, %d", m.Epoch)
+	}
+	load := map[string]int{}
+	for _, n := range nodes {
+		if n != node {
+			load[n] = 0
+		}
+	}
+	for _, g := range m.Groups {
+		for _, r := range g.Replicas {
+			if _, ok := load[r]; ok {
+				load[r]++
+			}
+		}
+	}
+	candidates := sortedNodes(slices.Collect(maps.Keys(load)))
+	out := m.Clone()
+	out.Epoch++
+	moved := 0
+	for i, g := range out.Groups {
+		j := slices.Index(g.Replicas, node)
+		if j < 0 {
+			continue
+		}
+		best := ""
+		for _, c := range candidates {
+			if !slices.Contains(g.Replicas, c) && (best == "" || load[c] < load[best]) {
+				best = c
+			}
+		}
+		if best == "" {
+			return Map{}, fieldErr("node", "group %d has no other node to move %q's replica to (replicas %v)", g.ID, node, g.Replicas)
+		}
+		out.Groups[i].Replicas[j] = best
+		out.Groups[i].Founders = slices.DeleteFunc(out.Groups[i].Founders, func(n string) bool { return n == node })
+		load[best]++
+		moved++
+	}
+	if moved == 0 {
+		return Map{}, &FieldError{Field: "node", Problem: fmt.Sprintf("%q holds no replica", node), Err: ErrNoChange}
+	}
 	return out, nil
 }

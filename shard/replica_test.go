@@ -89,3 +89,53 @@ func TestValidateFounders(t *testing.T) {
 		t.Fatal("maps with other founders compare equal")
 	}
 }
+
+func TestDrain(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d", "e"}
+	m, err := InitialMap(nodes[:4], 8, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Drain("b", nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if out.Epoch != m.Epoch+1 {
+		t.Fatalf("epoch %d", out.Epoch)
+	}
+	load := map[string]int{}
+	for i, g := range out.Groups {
+		if slices.Contains(g.Replicas, "b") || slices.Contains(g.Founders, "b") {
+			t.Fatalf("group %d still lists b: %v / %v", g.ID, g.Replicas, g.Founders)
+		}
+		if len(g.Replicas) != 3 {
+			t.Fatalf("group %d has %d replicas", g.ID, len(g.Replicas))
+		}
+		was := m.Groups[i].Replicas
+		for j, r := range g.Replicas {
+			if was[j] != "b" && r != was[j] {
+				t.Fatalf("group %d: replica %d changed %s → %s though it was not b's", g.ID, j, was[j], r)
+			}
+			load[r]++
+		}
+	}
+	// b held 6 of 24 replicas: the fresh node e takes most, nobody ends far apart.
+	lo, hi := 1<<30, 0
+	for _, n := range []string{"a", "c", "d", "e"} {
+		lo, hi = min(lo, load[n]), max(hi, load[n])
+	}
+	if hi-lo > 1 {
+		t.Fatalf("replicas per node after the drain %v: spread %d, want ≤ 1", load, hi-lo)
+	}
+	var fe *FieldError
+	if _, err := out.Drain("b", nodes); !errors.Is(err, ErrNoChange) || !errors.As(err, &fe) || fe.Field != "node" {
+		t.Fatalf("draining a node with no replicas: %v, want ErrNoChange on node", err)
+	}
+	small, _ := InitialMap([]string{"a", "b", "c"}, 2, 3)
+	if _, err := small.Drain("a", []string{"a", "b", "c"}); !errors.As(err, &fe) || fe.Field != "node" || errors.Is(err, ErrNoChange) {
+		t.Fatalf("draining with nowhere to go: %v, want a FieldError on node", err)
+	}
+}

@@ -19,7 +19,7 @@ func newAdminCmd() *cobra.Command {
 		Short: "Operate the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd())
+	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd(), newAdminNodeCmd())
 	return cmd
 }
 

@@ -111,3 +111,93 @@ func replicaMoveState(s *quoratev1.ClusterStatusResponse, group uint32, from, to
 	}
 	return "done"
 }
+
+func newAdminNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Operate on one node of the cluster",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newAdminNodeDrainCmd())
+	return cmd
+}
+
+func newAdminNodeDrainCmd() *cobra.Command {
+	var (
+		client clientOptions
+		wait   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drain ID [--wait]",
+		Short: "Move every data group replica off a node",
+		Long: "Drain writes one shard map change that moves each of the node's data group\n" +
+			"replicas to the node outside that group holding the fewest; the groups' leaders\n" +
+			"carry the moves out as for `replica move`. Running it again is harmless (0 moves).\n" +
+			"With --wait it reports until the node hosts no data group replica; the node stays a\n" +
+			"member of the cluster (its meta group seat is not changed).",
+		Example: "  quorate admin node drain node3 --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			ac := newAdminClient(base)
+			resp, err := ac.DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: id}))
+			if err != nil {
+				return wrapRPC("DrainNode", base, "", err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %d %s to move (shard map epoch %d)\n", id, resp.Msg.GetMoves(),
+				plural(int(resp.Msg.GetMoves()), "replica", "replicas"), resp.Msg.GetMapEpoch())
+			if !wait {
+				return nil
+			}
+			wctx := cmd.Context()
+			for last := -1; ; {
+				st, err := ac.ClusterStatus(wctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+				if err == nil {
+					left := hostedReplicas(st.Msg, id)
+					if left != last {
+						fmt.Fprintf(out, "%s  %s hosts %d data group %s\n", time.Now().Format("15:04:05"), id, left, plural(left, "replica", "replicas"))
+						last = left
+					}
+					if left == 0 {
+						return nil
+					}
+				}
+				select {
+				case <-wctx.Done():
+					return wctx.Err()
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "report progress until the node hosts no replica")
+	addClientFlags(cmd, &client)
+	return cmd
+}
+
+// hostedReplicas counts the data group replicas node id reports hosting
+// (-1 when it did not answer).
+func hostedReplicas(s *quoratev1.ClusterStatusResponse, id string) int {
+	for _, m := range s.GetMembers() {
+		if m.GetId() != id {
+			continue
+		}
+		if m.GetStatus() == nil {
+			return -1
+		}
+		n := 0
+		for _, g := range m.GetStatus().GetGroups() {
+			if g.GetId() != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	return -1
+}

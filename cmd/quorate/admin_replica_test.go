@@ -36,3 +36,15 @@ func TestReplicaMoveNeedsItsFlags(t *testing.T) {
 		t.Fatalf("move without --to: %v, want an error naming --to", err)
 	}
 }
+
+func TestHostedReplicas(t *testing.T) {
+	s := &quoratev1.ClusterStatusResponse{Members: []*quoratev1.MemberStatus{
+		member("a", &quoratev1.GroupState{Id: 0}, &quoratev1.GroupState{Id: 2}, &quoratev1.GroupState{Id: 5}),
+		{Id: "b"}, // unreachable
+	}}
+	for id, want := range map[string]int{"a": 2, "b": -1, "zz": -1} {
+		if got := hostedReplicas(s, id); got != want {
+			t.Errorf("hostedReplicas(%s) = %d, want %d", id, got, want)
+		}
+	}
+}

@@ -22,6 +22,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type DrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DrainNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DrainNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard map's epoch with the drain.
+	MapEpoch uint64 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	// Replicas moved by this call (0: the node held none).
+	Moves         uint32 `protobuf:"varint,2,opt,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DrainNodeResponse) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *DrainNodeResponse) GetMoves() uint32 {
+	if x != nil {
+		return x.Moves
+	}
+	return 0
+}
+
 type MoveReplicaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -33,7 +131,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +143,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +156,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -92,7 +190,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +202,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +215,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -135,7 +233,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +245,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +258,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 type ClusterStatusResponse struct {
@@ -180,7 +278,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +290,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +303,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -248,7 +346,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +358,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +371,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -301,7 +399,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +411,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +424,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -368,7 +466,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +478,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +491,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -446,7 +544,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +556,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +569,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type NodeStatusResponse struct {
@@ -483,7 +581,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +593,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +606,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -546,7 +644,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +656,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +669,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeState) GetId() string {
@@ -688,7 +786,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +798,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +811,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -802,7 +900,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +912,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +925,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -866,7 +964,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +976,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +989,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 // Policy is one admission policy.
@@ -930,7 +1028,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1040,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1053,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Policy) GetName() string {
@@ -1051,7 +1149,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1161,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1174,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -1096,7 +1194,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1206,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1219,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -1139,7 +1237,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1249,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1262,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 type ListPoliciesResponse struct {
@@ -1176,7 +1274,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1286,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1299,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1220,7 +1318,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1330,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1343,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1264,7 +1362,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1374,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1387,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -1308,7 +1406,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1418,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1431,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -1353,7 +1451,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1463,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1476,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -1393,7 +1491,12 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"N\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"\"\n" +
+	"\x10DrainNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
+	"\x11DrainNodeResponse\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x14\n" +
+	"\x05moves\x18\x02 \x01(\rR\x05moves\"N\n" +
 	"\x12MoveReplicaRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
@@ -1486,7 +1589,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x98\x05\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xe4\x05\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -1496,7 +1599,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\fListPolicies\x12\x1f.quorate.v1.ListPoliciesRequest\x1a .quorate.v1.ListPoliciesResponse\"\x00\x12J\n" +
 	"\tGetPolicy\x12\x1c.quorate.v1.GetPolicyRequest\x1a\x1d.quorate.v1.GetPolicyResponse\"\x00\x12Y\n" +
 	"\x0eDeletePolicies\x12!.quorate.v1.DeletePoliciesRequest\x1a\".quorate.v1.DeletePoliciesResponse\"\x00\x12P\n" +
-	"\vMoveReplica\x12\x1e.quorate.v1.MoveReplicaRequest\x1a\x1f.quorate.v1.MoveReplicaResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\vMoveReplica\x12\x1e.quorate.v1.MoveReplicaRequest\x1a\x1f.quorate.v1.MoveReplicaResponse\"\x00\x12J\n" +
+	"\tDrainNode\x12\x1c.quorate.v1.DrainNodeRequest\x1a\x1d.quorate.v1.DrainNodeResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admin_proto_rawDescOnce sync.Once
@@ -1510,65 +1614,69 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*MoveReplicaRequest)(nil),     // 0: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 1: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 2: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 3: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 4: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 5: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 6: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 7: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 8: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 9: quorate.v1.NodeState
-	(*GroupState)(nil),             // 10: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 11: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 12: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 13: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 14: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 15: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 16: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 17: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 18: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 19: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 20: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 21: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 22: google.protobuf.Duration
+	(*DrainNodeRequest)(nil),       // 0: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 1: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),     // 2: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 3: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 4: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 5: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 6: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 7: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 8: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 9: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 10: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 11: quorate.v1.NodeState
+	(*GroupState)(nil),             // 12: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 13: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 14: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 15: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 16: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 17: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 18: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 19: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 20: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 21: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 22: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 23: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 24: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	6,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	4,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	5,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	9,  // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	9,  // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	10, // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	22, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	22, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	22, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	13, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	13, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	13, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	13, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	13, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	2,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	7,  // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	11, // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	14, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	16, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	18, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	20, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	0,  // 21: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	3,  // 22: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	8,  // 23: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	12, // 24: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	15, // 25: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	17, // 26: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	19, // 27: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	21, // 28: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	1,  // 29: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
+	8,  // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	6,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	7,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	11, // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	11, // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	12, // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	24, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	24, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	24, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	15, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	15, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	15, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	15, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	15, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	4,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	9,  // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	13, // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	16, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	18, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	20, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	22, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	2,  // 21: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	0,  // 22: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	5,  // 23: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	10, // 24: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	14, // 25: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	17, // 26: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	19, // 27: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	21, // 28: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	23, // 29: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	3,  // 30: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	1,  // 31: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1585,7 +1693,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

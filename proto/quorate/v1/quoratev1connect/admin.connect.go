@@ -54,6 +54,8 @@ const (
 	// AdminServiceMoveReplicaProcedure is the fully-qualified name of the AdminService's MoveReplica
 	// RPC.
 	AdminServiceMoveReplicaProcedure = "/quorate.v1.AdminService/MoveReplica"
+	// AdminServiceDrainNodeProcedure is the fully-qualified name of the AdminService's DrainNode RPC.
+	AdminServiceDrainNodeProcedure = "/quorate.v1.AdminService/DrainNode"
 )
 
 // AdminServiceClient is a client for the quorate.v1.AdminService service.
@@ -86,6 +88,12 @@ type AdminServiceClient interface {
 	// the field at fault (an unknown group, from not a replica, to already one
 	// or not a registered node).
 	MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error)
+	// DrainNode moves every data group replica off a node, each to the
+	// registered node outside that group holding the fewest replicas, in one
+	// shard map change; the groups' leaders then carry the moves out as for
+	// MoveReplica. Idempotent: draining a node that holds no replica answers
+	// moves=0. It does not remove the node from the cluster.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -147,6 +155,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("MoveReplica")),
 			connect.WithClientOptions(opts...),
 		),
+		drainNode: connect.NewClient[v1.DrainNodeRequest, v1.DrainNodeResponse](
+			httpClient,
+			baseURL+AdminServiceDrainNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -160,6 +174,7 @@ type adminServiceClient struct {
 	getPolicy      *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
 	deletePolicies *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
 	moveReplica    *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
+	drainNode      *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -202,6 +217,11 @@ func (c *adminServiceClient) MoveReplica(ctx context.Context, req *connect.Reque
 	return c.moveReplica.CallUnary(ctx, req)
 }
 
+// DrainNode calls quorate.v1.AdminService.DrainNode.
+func (c *adminServiceClient) DrainNode(ctx context.Context, req *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return c.drainNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -232,6 +252,12 @@ type AdminServiceHandler interface {
 	// the field at fault (an unknown group, from not a replica, to already one
 	// or not a registered node).
 	MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error)
+	// DrainNode moves every data group replica off a node, each to the
+	// registered node outside that group holding the fewest replicas, in one
+	// shard map change; the groups' leaders then carry the moves out as for
+	// MoveReplica. Idempotent: draining a node that holds no replica answers
+	// moves=0. It does not remove the node from the cluster.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -289,6 +315,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("MoveReplica")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceDrainNodeHandler := connect.NewUnaryHandler(
+		AdminServiceDrainNodeProcedure,
+		svc.DrainNode,
+		connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -307,6 +339,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceDeletePoliciesHandler.ServeHTTP(w, r)
 		case AdminServiceMoveReplicaProcedure:
 			adminServiceMoveReplicaHandler.ServeHTTP(w, r)
+		case AdminServiceDrainNodeProcedure:
+			adminServiceDrainNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -346,4 +380,8 @@ func (UnimplementedAdminServiceHandler) DeletePolicies(context.Context, *connect
 
 func (UnimplementedAdminServiceHandler) MoveReplica(context.Context, *connect.Request[v1.MoveReplicaRequest]) (*connect.Response[v1.MoveReplicaResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.MoveReplica is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.DrainNode is not implemented"))
 }
