@@ -26,7 +26,8 @@
 // ±1..5 s while the node runs (--debug-clock-file) or across a restart;
 // network partitions between node pairs — isolate the leader,
 // majority/minority split, majorities ring, bridge, one-way loss — and
-// heal; rolling restarts.
+// heal; rolling restarts; and, named only, replica moves of data groups
+// (FamilyMove).
 //
 // Network faults (Cluster.Partition with a Grudge; ClusterOptions.Net): as
 // root, nodes run in a private network namespace on 127.0.0.11, .12, … and

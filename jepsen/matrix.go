@@ -15,6 +15,7 @@ type MatrixRun struct {
 	Name     string
 	Families []string
 	Groups   int           // data groups (quorate serve --groups); 0: one group
+	Nodes    int           // 0: the matrix's default
 	Duration time.Duration // 0: the matrix's default
 }
 
@@ -26,17 +27,19 @@ func FullMatrix() []MatrixRun {
 		runs = append(runs, MatrixRun{Name: f, Families: []string{f}})
 	}
 	return append(runs, MatrixRun{Name: "mixed", Families: Families},
-		MatrixRun{Name: "mixed-8-groups", Families: Families, Groups: 8})
+		MatrixRun{Name: "mixed-8-groups", Families: Families, Groups: 8},
+		MatrixRun{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5})
 }
 
 // ShortMatrix is CI's: a few short runs that still cover partitions,
 // kills and pauses (and clock jumps and restarts), on one Raft group and on
-// 8 data groups.
+// 8 data groups, and replica moves with kills on 5 nodes.
 func ShortMatrix() []MatrixRun {
 	return []MatrixRun{
 		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8},
 		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
 		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8},
+		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
 	}
 }
 
@@ -70,6 +73,9 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts.Groups = row.Groups
 		if row.Duration != 0 {
 			opts.Duration = row.Duration
+		}
+		if row.Nodes != 0 {
+			opts.Nodes = row.Nodes
 		}
 		opts.ReportDir = filepath.Join(base.ReportDir, fmt.Sprintf("%02d-%s", i+1, strings.ReplaceAll(row.Name, "+", "-")))
 		fmt.Fprintf(progress, "run %d/%d %s: seed %d, %v, report %s\n", i+1, len(runs), row.Name, opts.Seed, opts.Duration, opts.ReportDir)

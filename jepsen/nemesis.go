@@ -31,10 +31,18 @@ const (
 // Families lists every fault family; "mixed" means all of them.
 var Families = []string{FamilyKill, FamilyPause, FamilyClock, FamilyPartition, FamilyRestart}
 
-// ParseFamilies parses a comma-separated list of families ("mixed" = all,
-// "none" = no faults).
+// ParseFamilies parses a comma-separated list of families ("mixed" = all
+// of Families, "none" = no faults; FamilyMove only by name).
 func ParseFamilies(s string) ([]string, error) {
-	return parseList(s, "fault family", Families, "mixed", "none")
+	var parts []string
+	for _, f := range strings.Split(s, ",") {
+		if strings.TrimSpace(f) == "mixed" {
+			parts = append(parts, Families...)
+		} else {
+			parts = append(parts, f)
+		}
+	}
+	return parseList(strings.Join(parts, ","), "fault family", append(slices.Clone(Families), FamilyMove), "mixed", "none")
 }
 
 // parseList parses a comma-separated subset of known, where all names every
@@ -106,6 +114,8 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 			f = n.partition(ctx, c, rng, 2*opts.Duration)
 		case FamilyRestart:
 			f = n.rollingRestart(ctx, c)
+		case FamilyMove:
+			f = n.moveReplica(ctx, c, rng, opts.Duration)
 		default:
 			f = n.nodeFault(ctx, c, rng, family, opts.Duration)
 		}

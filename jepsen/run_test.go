@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,15 @@ func TestShortMatrix(t *testing.T) {
 			if !faultInFamilies(f, m.Run.Families) {
 				t.Errorf("%s: fault %s is not of families %v", m.Run.Name, f.Kind, m.Run.Families)
 			}
+		}
+		moves := 0
+		for _, f := range r.Faults {
+			if strings.HasPrefix(f.Kind, "move-replica") && f.Error == "" {
+				moves++
+			}
+		}
+		if slices.Contains(m.Run.Families, FamilyMove) && moves == 0 {
+			t.Errorf("%s: no replica was moved", m.Run.Name)
 		}
 		perKind := map[OpKind]map[Outcome]int{}
 		for _, op := range r.Ops {

@@ -98,7 +98,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Duration, "duration", 60*time.Second, "how long the workload runs (each run of a matrix)")
 	fs.IntVar(&opts.Nodes, "nodes", 3, "cluster size (3 or 5)")
 	workloads := fs.String("workload", "all", "workloads, comma-separated: "+strings.Join(jepsen.Workloads, ", ")+", or all")
-	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all) or none")
+	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all of those) or none; and move (needs --groups and more than 3 nodes)")
 	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed) or short (CI's)")
 	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")
 	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket keys; key i opens after i×duration/keys")
