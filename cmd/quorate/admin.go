@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -101,6 +102,7 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	type seen struct {
 		leader        string
 		keys, applied uint64
+		hosts         []string // members that report a replica
 	}
 	state := map[uint32]*seen{}
 	for _, m := range s.GetMembers() {
@@ -108,14 +110,16 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 			if state[g.GetId()] == nil {
 				state[g.GetId()] = &seen{}
 			}
+			st := state[g.GetId()]
+			st.hosts = append(st.hosts, m.GetId())
 			if g.GetRole() == "leader" {
-				*state[g.GetId()] = seen{leader: m.GetId(), keys: g.GetKeys(), applied: g.GetLastAppliedIndex()}
+				st.leader, st.keys, st.applied = m.GetId(), g.GetKeys(), g.GetLastAppliedIndex()
 			}
 		}
 	}
 	fmt.Fprintf(w, "\nshard map epoch %d; %d data %s\n", sm.GetEpoch(), len(sm.GetGroups()), plural(len(sm.GetGroups()), "group", "groups"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tLEADER\tREPLICAS\tSLOTS\tKEYS\tAPPLIED")
+	fmt.Fprintln(tw, "GROUP\tLEADER\tREPLICAS\tSLOTS\tKEYS\tAPPLIED\tMOVING")
 	for _, g := range sm.GetGroups() {
 		st := state[g.GetId()]
 		if st == nil {
@@ -125,9 +129,33 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 		if st.leader != "" {
 			keys, applied = strconv.FormatUint(st.keys, 10), strconv.FormatUint(st.applied, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", g.GetId(), dash(st.leader), strings.Join(g.GetReplicas(), ","), g.GetSlots(), keys, applied)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", g.GetId(), dash(st.leader), strings.Join(g.GetReplicas(), ","), g.GetSlots(), keys, applied,
+			dash(movingReplicas(g.GetReplicas(), st.hosts, s.GetMembers())))
 	}
 	return tw.Flush()
+}
+
+// movingReplicas describes a replica move in progress: "+n" for a replica
+// of the map that its node does not report yet, "-n" for a node that still
+// reports one the map no longer lists ("" when they agree). Unreachable
+// members count as agreeing.
+func movingReplicas(want, hosts []string, members []*quoratev1.MemberStatus) string {
+	reachable := map[string]bool{}
+	for _, m := range members {
+		reachable[m.GetId()] = m.GetStatus() != nil
+	}
+	var out []string
+	for _, r := range want {
+		if reachable[r] && !slices.Contains(hosts, r) {
+			out = append(out, "+"+r)
+		}
+	}
+	for _, h := range hosts {
+		if !slices.Contains(want, h) {
+			out = append(out, "-"+h)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func dash(s string) string {

@@ -48,3 +48,20 @@ func TestHostedReplicas(t *testing.T) {
 		}
 	}
 }
+
+func TestMovingReplicas(t *testing.T) {
+	members := []*quoratev1.MemberStatus{member("a"), member("b"), member("c"), member("d"), {Id: "e"}}
+	for _, tc := range []struct {
+		want, hosts []string
+		out         string
+	}{
+		{[]string{"a", "b", "c"}, []string{"a", "b", "c"}, ""},
+		{[]string{"a", "b", "d"}, []string{"a", "b", "c"}, "+d -c"},
+		{[]string{"a", "b", "d"}, []string{"a", "b", "c", "d"}, "-c"},
+		{[]string{"a", "b", "e"}, []string{"a", "b"}, ""}, // e unreachable
+	} {
+		if got := movingReplicas(tc.want, tc.hosts, members); got != tc.out {
+			t.Errorf("want %v hosts %v: %q, want %q", tc.want, tc.hosts, got, tc.out)
+		}
+	}
+}
