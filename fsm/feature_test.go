@@ -38,3 +38,29 @@ func TestMinFeatureLevel(t *testing.T) {
 		t.Fatalf("restored: level %d, want %d", got, fsm.FeatureLevel)
 	}
 }
+
+// RemoveNode deletes a registered node (and nothing for an unknown one):
+// the lowest feature level no longer counts it.
+func TestRemoveNode(t *testing.T) {
+	a := newApplier(t, fsm.Options{})
+	for id, level := range map[string]uint32{"a": fsm.FeatureLevel, "old": 0} {
+		a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+			Id: id, RaftAddr: id + ":1", ApiAddr: id + ":2", FeatureLevel: level}}})
+	}
+	remove := func(id string) {
+		if res := a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RemoveNode{RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); res != nil {
+			t.Fatalf("RemoveNode %s: %v", id, res)
+		}
+	}
+	remove("ghost")
+	if len(a.f.Nodes()) != 2 {
+		t.Fatalf("%d nodes after removing an unknown one", len(a.f.Nodes()))
+	}
+	remove("old")
+	if _, ok := a.f.Node("old"); ok || len(a.f.Nodes()) != 1 {
+		t.Fatalf("nodes after the removal: %v", a.f.Nodes())
+	}
+	if got := a.f.MinFeatureLevel(); got != fsm.FeatureLevel {
+		t.Fatalf("level %d after the old node left, want %d", got, fsm.FeatureLevel)
+	}
+}

@@ -160,14 +160,18 @@ type Node struct {
 }
 
 // FeatureLevel is the highest log feature level this binary applies: the
-// kinds of entries it may be asked to apply. 1: Batch entries. A node
+// kinds of entries it may be asked to apply. 1: Batch entries; 2:
+// RemoveNode. A node
 // proposes an entry kind of level L only when every registered node is at
 // L or above (MinFeatureLevel), so no replica meets an entry it cannot
 // decode (DESIGN.md §2 rule 3).
-const FeatureLevel = 1
+const FeatureLevel = 2
 
-// FeatureBatch is the feature level of Batch entries.
-const FeatureBatch = 1
+// Feature levels of entry kinds.
+const (
+	FeatureBatch      = 1
+	FeatureRemoveNode = 2
+)
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
 // when none is registered).
@@ -199,6 +203,10 @@ type FSM struct {
 	dedupe       *dedupe.Table
 	callers      callerNames // one copy of each caller's name for dedupe
 	lastTerm     uint64      // Raft term of the last applied command
+	// appliedIndex is the log index of the last applied command (0 after a
+	// restore until the next one). It decides nothing: it only dates reads
+	// such as PoliciesAt.
+	appliedIndex uint64
 
 	// Multi-group state: the meta group's shard map; a data group's owned
 	// slots (nil: applies every data command) and the meta index of its
@@ -287,6 +295,7 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 
 // applyLocked applies one decoded entry; f.mu is held.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
+	f.appliedIndex = l.Index
 	prev := f.lastNow
 	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
@@ -327,6 +336,9 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_RegisterNode:
 		r := body.RegisterNode
 		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
+		return nil
+	case *raftcmdv1.Envelope_RemoveNode:
+		delete(f.nodes, body.RemoveNode.GetId())
 		return nil
 	case *raftcmdv1.Envelope_Peek:
 		return f.applyPeek(body.Peek, now)
@@ -439,6 +451,24 @@ func (f *FSM) Policy(name string) (PolicyVersion, bool) {
 	defer f.mu.RUnlock()
 	pv, ok := f.policies[name]
 	return pv, ok
+}
+
+// AppliedIndex is the log index of the last command applied (0 right
+// after a restore, until the next).
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.appliedIndex
+}
+
+// PoliciesAt returns every policy, sorted by name, with the log index of
+// the last command applied to that table (0 when unknown, right after a
+// restore): read together, so a copy dated index never holds a table older
+// than index.
+func (f *FSM) PoliciesAt() ([]PolicyVersion, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedPolicies(f.policies), f.appliedIndex
 }
 
 // Policies returns every policy, sorted by name.

@@ -37,15 +37,16 @@ func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.No
 func (n *Node) nodeState() *quoratev1.NodeState {
 	_, leaderID := n.meta.raft.LeaderWithID()
 	out := &quoratev1.NodeState{
-		Id:               n.cfg.ID,
-		Role:             roleName(n.meta.raft.State()),
-		LeaderId:         string(leaderID),
-		Term:             n.meta.raft.CurrentTerm(),
-		LastAppliedIndex: n.meta.raft.AppliedIndex(),
-		CommitIndex:      n.meta.raft.CommitIndex(),
-		LastLogIndex:     n.meta.raft.LastIndex(),
-		RaftAddr:         n.raftAddr,
-		ApiAddr:          n.apiAddr,
+		Id:                  n.cfg.ID,
+		Role:                roleName(n.meta.raft.State()),
+		LeaderId:            string(leaderID),
+		Term:                n.meta.raft.CurrentTerm(),
+		LastAppliedIndex:    n.meta.raft.AppliedIndex(),
+		CommitIndex:         n.meta.raft.CommitIndex(),
+		MetaFsmAppliedIndex: n.meta.fsm.AppliedIndex(),
+		LastLogIndex:        n.meta.raft.LastIndex(),
+		RaftAddr:            n.raftAddr,
+		ApiAddr:             n.apiAddr,
 	}
 	for _, g := range n.hosted() {
 		gs := &quoratev1.GroupState{

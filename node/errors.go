@@ -34,7 +34,8 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund), errors.Is(err, fsm.ErrNoReservation):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale):
+	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
+		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)

@@ -166,11 +166,14 @@ func (n *Node) syncGroup(ctx context.Context, g *group, m shard.Map) {
 // syncPolicies copies the meta group's policy table into data group g when
 // they differ (g led here).
 func (n *Node) syncPolicies(ctx context.Context, g *group) error {
-	want := n.meta.fsm.Policies()
-	if slices.Equal(g.fsm.Policies(), want) {
+	// The table and its index are read together: a copy dated later than
+	// its content could shadow a newer copy dated the same (SetPolicies
+	// ignores a table not newer than the group's).
+	want, index := n.meta.fsm.PoliciesAt()
+	if slices.Equal(g.fsm.Policies(), want) || index == 0 {
 		return nil
 	}
-	set := &raftcmdv1.SetPolicies{MetaIndex: n.meta.raft.AppliedIndex()}
+	set := &raftcmdv1.SetPolicies{MetaIndex: index}
 	for _, p := range want {
 		set.Policies = append(set.Policies, &raftcmdv1.PolicyRecord{Policy: fsm.PolicyToProto(p.Policy), Version: p.Version})
 	}
@@ -209,8 +212,16 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	commit = resp.Msg.GetNode().GetCommitIndex()
-	for n.meta.raft.AppliedIndex() < commit {
+	// Raft's applied index counts entries handed to the state machine, not
+	// applied by it: wait for the state machine itself to reach the last
+	// command the leader's applied (a leader from before that field: its
+	// commit index, handed over).
+	commit = resp.Msg.GetNode().GetMetaFsmAppliedIndex()
+	applied := n.meta.fsm.AppliedIndex
+	if commit == 0 {
+		commit, applied = resp.Msg.GetNode().GetCommitIndex(), n.meta.raft.AppliedIndex
+	}
+	for applied() < commit {
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-ctx.Done():

@@ -264,3 +264,101 @@ func TestDrainNodeUnderTraffic(t *testing.T) {
 	_, err = c.Admin(1).DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: "ghost"}))
 	wantCode(t, "drain an unknown node", err, connect.CodeInvalidArgument, "id")
 }
+
+// A dead node is removed with force: its data groups get replicas from the
+// survivors, a meta non-voter takes its vote, and it leaves the registry;
+// the budget spent before it died stays spent. Without force a node holding
+// replicas is not removed.
+func TestRemoveDeadNode(t *testing.T) {
+	const groups = 2
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = groups, 3
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
+	var st *quoratev1.ClusterStatusResponse
+	c.Eventually(t, 30*time.Second, "a shard map and four members", func() error {
+		resp, err := c.Admin(0).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		if err != nil {
+			return err
+		}
+		if len(resp.Msg.GetShardMap().GetGroups()) != groups || len(resp.Msg.GetMembers()) != 4 {
+			return fmt.Errorf("%d groups, %d members", len(resp.Msg.GetShardMap().GetGroups()), len(resp.Msg.GetMembers()))
+		}
+		st = resp.Msg
+		return nil
+	})
+	// The dead node: a meta voter holding replicas.
+	dead := -1
+	for i := range c.Len() {
+		for _, m := range st.GetMembers() {
+			if m.GetId() == c.Node(i).ID() && m.GetSuffrage() == "voter" &&
+				slices.Contains(st.GetShardMap().GetGroups()[0].GetReplicas(), m.GetId()) && dead < 0 {
+				dead = i
+			}
+		}
+	}
+	if dead < 0 {
+		t.Fatal("no voter holding replicas")
+	}
+	deadID := c.Node(dead).ID()
+	keys := map[uint32]string{}
+	for k := 0; len(keys) < groups; k++ {
+		g, _ := node.GroupOf(c.Node(0), fmt.Sprintf("k%d", k))
+		if _, seen := keys[g]; !seen {
+			keys[g] = fmt.Sprintf("k%d", k)
+		}
+	}
+	spent := map[string]int64{}
+	for _, key := range keys {
+		for range 5 {
+			if r, err := admit(ctx, c, 0, "p", key, 0); err != nil || !r.GetAllowed() {
+				t.Fatalf("admit %s: %v %v", key, r, err)
+			}
+			spent[key]++
+		}
+	}
+	c.Kill(dead)
+	alive := (dead + 1) % c.Len()
+
+	_, err := c.Admin(alive).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: deadID}))
+	wantCode(t, "remove a node holding replicas without force", err, connect.CodeFailedPrecondition, "")
+	c.Eventually(t, 30*time.Second, "the forced removal answered", func() error {
+		_, err := c.Admin(alive).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: deadID, Force: true}))
+		return err
+	})
+	c.Eventually(t, 60*time.Second, "three members, three meta voters, every group on three live voters", func() error {
+		resp, err := c.Admin(alive).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		if err != nil {
+			return err
+		}
+		voters := 0
+		for _, m := range resp.Msg.GetMembers() {
+			if m.GetId() == deadID {
+				return fmt.Errorf("%s still a member", deadID)
+			}
+			if m.GetSuffrage() == "voter" {
+				voters++
+			}
+		}
+		if len(resp.Msg.GetMembers()) != 3 || voters != 3 {
+			return fmt.Errorf("%d members, %d voters", len(resp.Msg.GetMembers()), voters)
+		}
+		for g := uint32(1); g <= groups; g++ {
+			for i := range c.Len() {
+				if i == dead {
+					continue
+				}
+				if v := node.GroupVoters(c.Node(i), g); len(v) != 3 || slices.Contains(v, deadID) {
+					return fmt.Errorf("node %d sees group %d voters %v", i, g, v)
+				}
+			}
+		}
+		return nil
+	})
+	for _, key := range keys {
+		wantRemaining(t, c, alive, "p", key, capacity-spent[key])
+	}
+}

@@ -118,7 +118,41 @@ func newAdminNodeCmd() *cobra.Command {
 		Short: "Operate on one node of the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminNodeDrainCmd())
+	cmd.AddCommand(newAdminNodeDrainCmd(), newAdminNodeRemoveCmd())
+	return cmd
+}
+
+func newAdminNodeRemoveCmd() *cobra.Command {
+	var (
+		client clientOptions
+		force  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "remove ID [--force]",
+		Short: "Take a node out of the cluster",
+		Long: "Remove takes a node out of the meta group (a non-voter takes its vote when it had\n" +
+			"one) and out of the registry. A node that still holds data group replicas is\n" +
+			"refused unless --force, which first moves them to the other nodes (for a dead\n" +
+			"node: its groups get new replicas from the survivors). Running it again finishes\n" +
+			"an interrupted removal.",
+		Example: "  quorate admin node drain node3 --wait && quorate admin node remove node3\n" +
+			"  quorate admin node remove node3 --force   # node3 is dead",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if _, err := newAdminClient(base).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: args[0], Force: force})); err != nil {
+				return wrapRPC("RemoveNode", base, "", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s removed from the cluster\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "move the node's data group replicas away first (needed for a dead node)")
+	addClientFlags(cmd, &client)
 	return cmd
 }
 

@@ -105,6 +105,7 @@ type Envelope struct {
 	//	*Envelope_SetOwnership
 	//	*Envelope_SetPolicies
 	//	*Envelope_Batch
+	//	*Envelope_RemoveNode
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -292,6 +293,15 @@ func (x *Envelope) GetBatch() *Batch {
 	return nil
 }
 
+func (x *Envelope) GetRemoveNode() *RemoveNode {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RemoveNode); ok {
+			return x.RemoveNode
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -359,6 +369,10 @@ type Envelope_Batch struct {
 	Batch *Batch `protobuf:"bytes,23,opt,name=batch,proto3,oneof"`
 }
 
+type Envelope_RemoveNode struct {
+	RemoveNode *RemoveNode `protobuf:"bytes,24,opt,name=remove_node,json=removeNode,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -386,6 +400,8 @@ func (*Envelope_SetOwnership) isEnvelope_Body() {}
 func (*Envelope_SetPolicies) isEnvelope_Body() {}
 
 func (*Envelope_Batch) isEnvelope_Body() {}
+
+func (*Envelope_RemoveNode) isEnvelope_Body() {}
 
 // Batch is many commands of one group in one entry (the leader's group
 // commit). They are applied in order, each with the batch envelope's time,
@@ -1619,7 +1635,7 @@ type RegisterNode struct {
 	// The highest log feature level the node's binary applies (fsm.FeatureLevel;
 	// 0 before levels existed). A command kind of level L is proposed only
 	// when every registered node is at L or above (DESIGN.md §2 rule 3).
-	// 1: Batch entries.
+	// 1: Batch entries; 2: RemoveNode.
 	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1683,6 +1699,52 @@ func (x *RegisterNode) GetFeatureLevel() uint32 {
 	return 0
 }
 
+// RemoveNode deletes a node from the registry (feature level 2). A node
+// not registered is ignored.
+type RemoveNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNode) Reset() {
+	*x = RemoveNode{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNode) ProtoMessage() {}
+
+func (x *RemoveNode) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
+func (*RemoveNode) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RemoveNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // SnapshotHeader is the first record of a snapshot.
 type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1709,7 +1771,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1783,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1796,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1832,7 +1894,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1906,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1919,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -1901,7 +1963,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1975,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1988,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -1996,7 +2058,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2070,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2083,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -2056,7 +2118,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2130,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2143,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2156,7 +2218,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2230,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2243,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -2303,7 +2365,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2377,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2390,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -2422,7 +2484,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2496,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2509,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -2491,7 +2553,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2565,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2578,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -2568,7 +2630,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2642,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2655,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -2690,7 +2752,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2764,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2777,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -2789,7 +2851,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +2863,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +2876,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -2898,7 +2960,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xc7\a\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x8a\b\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -2916,7 +2978,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\rset_shard_map\x18\x14 \x01(\v2\x1f.quorate.raftcmd.v1.SetShardMapH\x00R\vsetShardMap\x12G\n" +
 	"\rset_ownership\x18\x15 \x01(\v2 .quorate.raftcmd.v1.SetOwnershipH\x00R\fsetOwnership\x12D\n" +
 	"\fset_policies\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SetPoliciesH\x00R\vsetPolicies\x121\n" +
-	"\x05batch\x18\x17 \x01(\v2\x19.quorate.raftcmd.v1.BatchH\x00R\x05batch\x12\x1b\n" +
+	"\x05batch\x18\x17 \x01(\v2\x19.quorate.raftcmd.v1.BatchH\x00R\x05batch\x12A\n" +
+	"\vremove_node\x18\x18 \x01(\v2\x1e.quorate.raftcmd.v1.RemoveNodeH\x00R\n" +
+	"removeNode\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
 	"\x04body\"7\n" +
 	"\x05Batch\x12.\n" +
@@ -3026,7 +3090,10 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12#\n" +
-	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\xfd\x03\n" +
+	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x1c\n" +
+	"\n" +
+	"RemoveNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xfd\x03\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -3156,7 +3223,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -3179,18 +3246,19 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*PutPolicies)(nil),       // 18: quorate.raftcmd.v1.PutPolicies
 	(*Policy)(nil),            // 19: quorate.raftcmd.v1.Policy
 	(*RegisterNode)(nil),      // 20: quorate.raftcmd.v1.RegisterNode
-	(*SnapshotHeader)(nil),    // 21: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 22: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 23: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 24: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 25: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 26: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 27: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 28: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 29: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 30: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 31: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 32: quorate.raftcmd.v1.ReserveRecord
+	(*RemoveNode)(nil),        // 21: quorate.raftcmd.v1.RemoveNode
+	(*SnapshotHeader)(nil),    // 22: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 23: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 24: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 25: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 26: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 27: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 28: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 29: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 30: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 31: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 32: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 33: quorate.raftcmd.v1.ReserveRecord
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	9,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
@@ -3207,27 +3275,28 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	7,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
 	8,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
 	2,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
-	1,  // 14: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	4,  // 15: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	5,  // 16: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	3,  // 17: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	5,  // 18: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	22, // 19: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	10, // 20: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 21: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	19, // 22: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	3,  // 23: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 24: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	19, // 25: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	24, // 26: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	27, // 27: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	29, // 28: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	29, // 29: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	21, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
+	1,  // 15: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	4,  // 16: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	5,  // 17: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	3,  // 18: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	5,  // 19: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	23, // 20: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	10, // 21: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 22: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	19, // 23: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	3,  // 24: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 25: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	19, // 26: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	25, // 27: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	28, // 28: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	30, // 29: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	30, // 30: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -3250,6 +3319,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_SetOwnership)(nil),
 		(*Envelope_SetPolicies)(nil),
 		(*Envelope_Batch)(nil),
+		(*Envelope_RemoveNode)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
@@ -3258,7 +3328,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

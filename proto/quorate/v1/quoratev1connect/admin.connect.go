@@ -56,6 +56,8 @@ const (
 	AdminServiceMoveReplicaProcedure = "/quorate.v1.AdminService/MoveReplica"
 	// AdminServiceDrainNodeProcedure is the fully-qualified name of the AdminService's DrainNode RPC.
 	AdminServiceDrainNodeProcedure = "/quorate.v1.AdminService/DrainNode"
+	// AdminServiceRemoveNodeProcedure is the fully-qualified name of the AdminService's RemoveNode RPC.
+	AdminServiceRemoveNodeProcedure = "/quorate.v1.AdminService/RemoveNode"
 )
 
 // AdminServiceClient is a client for the quorate.v1.AdminService service.
@@ -94,6 +96,13 @@ type AdminServiceClient interface {
 	// MoveReplica. Idempotent: draining a node that holds no replica answers
 	// moves=0. It does not remove the node from the cluster.
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// RemoveNode takes a node out of the cluster: out of the meta group (a
+	// non-voter takes its vote when it had one) and out of the registry. The
+	// node must hold no data group replica: drain it first, or pass force to
+	// drain it here (for a dead node: its groups get new replicas from the
+	// survivors). FailedPrecondition when it still holds replicas without
+	// force, or when a node's binary is too old to apply the removal.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -161,6 +170,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
 			connect.WithClientOptions(opts...),
 		),
+		removeNode: connect.NewClient[v1.RemoveNodeRequest, v1.RemoveNodeResponse](
+			httpClient,
+			baseURL+AdminServiceRemoveNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -175,6 +190,7 @@ type adminServiceClient struct {
 	deletePolicies *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
 	moveReplica    *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
 	drainNode      *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	removeNode     *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -222,6 +238,11 @@ func (c *adminServiceClient) DrainNode(ctx context.Context, req *connect.Request
 	return c.drainNode.CallUnary(ctx, req)
 }
 
+// RemoveNode calls quorate.v1.AdminService.RemoveNode.
+func (c *adminServiceClient) RemoveNode(ctx context.Context, req *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return c.removeNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -258,6 +279,13 @@ type AdminServiceHandler interface {
 	// MoveReplica. Idempotent: draining a node that holds no replica answers
 	// moves=0. It does not remove the node from the cluster.
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// RemoveNode takes a node out of the cluster: out of the meta group (a
+	// non-voter takes its vote when it had one) and out of the registry. The
+	// node must hold no data group replica: drain it first, or pass force to
+	// drain it here (for a dead node: its groups get new replicas from the
+	// survivors). FailedPrecondition when it still holds replicas without
+	// force, or when a node's binary is too old to apply the removal.
+	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -321,6 +349,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("DrainNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceRemoveNodeHandler := connect.NewUnaryHandler(
+		AdminServiceRemoveNodeProcedure,
+		svc.RemoveNode,
+		connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -341,6 +375,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceMoveReplicaHandler.ServeHTTP(w, r)
 		case AdminServiceDrainNodeProcedure:
 			adminServiceDrainNodeHandler.ServeHTTP(w, r)
+		case AdminServiceRemoveNodeProcedure:
+			adminServiceRemoveNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -384,4 +420,8 @@ func (UnimplementedAdminServiceHandler) MoveReplica(context.Context, *connect.Re
 
 func (UnimplementedAdminServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.DrainNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.RemoveNode is not implemented"))
 }

@@ -1,0 +1,120 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+var (
+	// ErrNodeHoldsReplicas refuses to remove a node that still holds data
+	// group replicas (drain it first, or force).
+	ErrNodeHoldsReplicas = errors.New("node: the node still holds data group replicas")
+	// ErrFeatureUnsupported refuses a change some node's binary could not
+	// apply (its log feature level is too low): upgrade it first.
+	ErrFeatureUnsupported = errors.New("node: a node's binary is too old for this change")
+)
+
+// RemoveNode takes a node out of the cluster on the meta leader.
+func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quoratev1.RemoveNodeRequest]) (*connect.Response[quoratev1.RemoveNodeResponse], error) {
+	n := h.n
+	if req.Msg.GetId() == "" {
+		return nil, n.toConnectError(badRequest("id", "must not be empty"))
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
+		func(ctx context.Context) error { return n.removeNodeAsLeader(ctx, req.Msg.GetId(), req.Msg.GetForce()) },
+		func(ctx context.Context, p *peerClient) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			_, err := p.admin.RemoveNode(ctx, fwd)
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(&quoratev1.RemoveNodeResponse{}), nil
+}
+
+// removeNodeAsLeader removes node id, each step idempotent so a retry (or a
+// new leader) finishes what an interrupted call began: with force, drain its
+// replicas (the groups' leaders replace them, from the survivors when it is
+// dead); delete it from the registry; give its meta vote to a non-voter;
+// remove it from the meta group's configuration (this node's own removal
+// last of all: it steps down).
+func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) error {
+	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureRemoveNode {
+		return fmt.Errorf("%w: removing a node needs log feature level %d, the cluster is at %d", ErrFeatureUnsupported, fsm.FeatureRemoveNode, lvl)
+	}
+	if m, ok := n.meta.fsm.ShardMap(); ok {
+		held := 0
+		for _, g := range m.Groups {
+			if slices.Contains(g.Replicas, id) {
+				held++
+			}
+		}
+		if held > 0 && !force {
+			return fmt.Errorf("%w: %s holds %d; drain it first (quorate admin node drain %s) or force", ErrNodeHoldsReplicas, id, held, id)
+		}
+		if held > 0 {
+			_, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+				var ids []string
+				for _, nd := range n.meta.fsm.Nodes() {
+					ids = append(ids, nd.ID)
+				}
+				next, err := m.Drain(id, ids)
+				if errors.Is(err, shard.ErrNoChange) {
+					return m, 0, nil
+				}
+				return next, uint32(held), err
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if _, ok := n.meta.fsm.Node(id); ok {
+		if _, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
+			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); err != nil {
+			return err
+		}
+	}
+	n.joinMu.Lock() // one meta membership change at a time
+	defer n.joinMu.Unlock()
+	f := n.meta.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotProposed, err)
+	}
+	servers := f.Configuration().Servers
+	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
+	if i < 0 {
+		return nil
+	}
+	timeout := n.cfg.RequestTimeout
+	if servers[i].Suffrage == raft.Voter {
+		for _, s := range servers {
+			if s.Suffrage == raft.Nonvoter {
+				if err := waitFuture(ctx, n.meta.raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
+					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", ErrNotProposed, s.ID, id, err)
+				}
+				n.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
+				break
+			}
+		}
+	}
+	if err := waitFuture(ctx, n.meta.raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
+		return fmt.Errorf("%w: removing %s from the meta group: %v", ErrOutcomeUnknown, id, err)
+	}
+	n.log.Info("removed a node", "node", id)
+	return nil
+}
