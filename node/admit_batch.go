@@ -164,8 +164,7 @@ func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
 	ops := make([]*raftOp, len(items))
 	for i, it := range items {
-		ops[i] = &raftOp{env: &raftcmdv1.Envelope{MapEpoch: d.epoch, Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}},
-			done: make(chan opResult, 1)}
+		ops[i] = newRaftOp(&raftcmdv1.Envelope{MapEpoch: d.epoch, Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}})
 	}
 	d.g.batch.add(ops...)
 	for i, it := range items {

@@ -80,7 +80,33 @@ const (
 	itemAbandoned
 )
 
-// opResult is what a queued item's caller gets.
+// queued is what the caller of an item put in a batchQueue waits on.
+type queued[R any] struct {
+	state atomic.Int32
+	done  chan R // buffered: the sender never blocks
+}
+
+func newQueued[R any]() queued[R] { return queued[R]{done: make(chan R, 1)} }
+
+// claim marks the item sent, unless its caller gave up on it first.
+func (q *queued[R]) claim() bool { return q.state.CompareAndSwap(itemWaiting, itemSent) }
+
+// await returns the item's result or, when ctx ends first, "not proposed"
+// if the item was never sent (it never will be), else "outcome unknown".
+func (q *queued[R]) await(ctx context.Context, what string) (R, error) {
+	select {
+	case r := <-q.done:
+		return r, nil
+	case <-ctx.Done():
+		var zero R
+		if q.state.CompareAndSwap(itemWaiting, itemAbandoned) {
+			return zero, fmt.Errorf("%w: %v before the %s was sent", ErrNotProposed, ctx.Err(), what)
+		}
+		return zero, fmt.Errorf("%w: %v after the %s was sent", ErrOutcomeUnknown, ctx.Err(), what)
+	}
+}
+
+// opResult is what a raftOp's caller gets.
 type opResult struct {
 	res any
 	err error
@@ -88,9 +114,12 @@ type opResult struct {
 
 // raftOp is one command waiting for its group's next entry.
 type raftOp struct {
-	env   *raftcmdv1.Envelope
-	state atomic.Int32
-	done  chan opResult // buffered: the sender never blocks
+	queued[opResult]
+	env *raftcmdv1.Envelope
+}
+
+func newRaftOp(env *raftcmdv1.Envelope) *raftOp {
+	return &raftOp{queued: newQueued[opResult](), env: env}
 }
 
 // Group commit settings: ops per entry and entries in flight per group.
@@ -113,23 +142,18 @@ func (n *Node) newRaftBatcher(g *group) *batchQueue[*raftOp] {
 // submit proposes env to g through its group commit and waits for its own
 // result. Errors as proposeOnce's.
 func (n *Node) submit(ctx context.Context, g *group, env *raftcmdv1.Envelope) (any, error) {
-	op := &raftOp{env: env, done: make(chan opResult, 1)}
+	op := newRaftOp(env)
 	g.batch.add(op)
 	return op.wait(ctx)
 }
 
-// wait returns op's result, or gives up when ctx ends: "not proposed" when
-// op was not sent yet (it never will be), else "outcome unknown".
+// wait returns op's result (see queued.await).
 func (op *raftOp) wait(ctx context.Context) (any, error) {
-	select {
-	case r := <-op.done:
-		return r.res, r.err
-	case <-ctx.Done():
-		if op.state.CompareAndSwap(itemWaiting, itemAbandoned) {
-			return nil, fmt.Errorf("%w: %v before the command was sent", ErrNotProposed, ctx.Err())
-		}
-		return nil, fmt.Errorf("%w: %v while the entry was committing", ErrOutcomeUnknown, ctx.Err())
+	r, err := op.await(ctx, "command")
+	if err != nil {
+		return nil, err
 	}
+	return r.res, r.err
 }
 
 // sendEntry writes the ops still wanted into one entry (the op itself when
@@ -138,7 +162,7 @@ func (op *raftOp) wait(ctx context.Context) (any, error) {
 func (n *Node) sendEntry(g *group, ops []*raftOp) {
 	live := ops[:0]
 	for _, op := range ops {
-		if op.state.CompareAndSwap(itemWaiting, itemSent) {
+		if op.claim() {
 			live = append(live, op)
 		}
 	}

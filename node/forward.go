@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,9 +21,8 @@ const maxForwardsInFlight = 4
 
 // fwdItem is one forwarded Admit waiting for a call.
 type fwdItem struct {
-	m     *quoratev1.AdmitRequest
-	state atomic.Int32
-	done  chan fwdResult // buffered: the sender never blocks
+	queued[fwdResult]
+	m *quoratev1.AdmitRequest
 }
 
 type fwdResult struct {
@@ -42,17 +40,13 @@ func (p *peers) forwardQueue(c *peerClient) *batchQueue[*fwdItem] {
 // Errors: ErrNotProposed (certainly not applied), ErrOutcomeUnknown, or the
 // leader's own answer (*leaderAnswer).
 func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
-	it := &fwdItem{m: m, done: make(chan fwdResult, 1)}
+	it := &fwdItem{queued: newQueued[fwdResult](), m: m}
 	c.admits.add(it)
-	select {
-	case r := <-it.done:
-		return r.resp, r.err
-	case <-ctx.Done():
-		if it.state.CompareAndSwap(itemWaiting, itemAbandoned) {
-			return nil, fmt.Errorf("%w: %v before the request was forwarded", ErrNotProposed, ctx.Err())
-		}
-		return nil, fmt.Errorf("%w: %v while the leader was deciding", ErrOutcomeUnknown, ctx.Err())
+	r, err := it.await(ctx, "forwarded request")
+	if err != nil {
+		return nil, err
 	}
+	return r.resp, r.err
 }
 
 // sendForwards sends the items still wanted in one AdmitBatch call marked
@@ -60,7 +54,7 @@ func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quo
 func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 	live := items[:0]
 	for _, it := range items {
-		if it.state.CompareAndSwap(itemWaiting, itemSent) {
+		if it.claim() {
 			live = append(live, it)
 		}
 	}

@@ -115,8 +115,8 @@ func TestDevWithoutPolicies(t *testing.T) {
 type devRun struct {
 	cancel context.CancelFunc
 	done   chan error // run's result
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *lockedBuffer
+	stderr *lockedBuffer
 }
 
 // startDev runs `quorate <args>` in the background and waits until it prints
@@ -124,7 +124,7 @@ type devRun struct {
 func startDev(t *testing.T, args []string) *devRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &devRun{cancel: cancel, done: make(chan error, 1), stdout: new(syncBuffer), stderr: new(syncBuffer)}
+	d := &devRun{cancel: cancel, done: make(chan error, 1), stdout: new(lockedBuffer), stderr: new(lockedBuffer)}
 	go func() { d.done <- run(ctx, args, d.stdout, d.stderr) }()
 	t.Cleanup(func() { cancel(); <-d.done })
 

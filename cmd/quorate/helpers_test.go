@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,24 +48,6 @@ func wantErrNaming(tb testing.TB, err error, names ...string) {
 			tb.Errorf("error %q does not name %q", err, n)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a poller at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // freePortRange finds n consecutive free TCP ports on 127.0.0.1, none of them

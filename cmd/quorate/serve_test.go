@@ -24,12 +24,12 @@ func TestServeClockFileReloadsOnSIGUSR1(t *testing.T) {
 	port := freePortRange(t, 2)
 	api := fmt.Sprintf("127.0.0.1:%d", port)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr lockedBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"), "--bootstrap",
 			"--api-addr", api, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "--log-level", "warn",
-			"--debug-clock-file", clock}, &syncBuffer{}, &stderr)
+			"--debug-clock-file", clock}, &lockedBuffer{}, &stderr)
 	}()
 	defer func() {
 		cancel()
