@@ -417,12 +417,37 @@ func (s *redisServer) stop() error {
 // try's error), the deadline passes (then an error with try's last
 // problem), ctx ends or exited is closed.
 func pollUntil(ctx context.Context, deadline time.Time, exited <-chan struct{}, try func(context.Context) (done bool, problem error)) error {
+	err := pollEvery(ctx, 100*time.Millisecond, 5*time.Second, deadline, exited, try)
+	var st pollStopped
+	if errors.As(err, &st) {
+		return fmt.Errorf("exited: %v", st.problem)
+	}
+	return err
+}
+
+// pollDeadline is pollEvery's error when its deadline passed.
+type pollDeadline struct{ problem error }
+
+func (p pollDeadline) Error() string { return fmt.Sprintf("not done in time: %v", p.problem) }
+func (p pollDeadline) Unwrap() error { return p.problem }
+
+// pollStopped is pollEvery's error when stop was closed.
+type pollStopped struct{ problem error }
+
+func (p pollStopped) Error() string { return fmt.Sprintf("stopped: %v", p.problem) }
+
+// pollEvery calls try (each call bounded by perTry) every interval until it
+// reports done (then it returns try's error), ctx ends, stop is closed
+// (pollStopped) or the deadline passes (pollDeadline); both carry try's
+// last problem.
+func pollEvery(ctx context.Context, interval, perTry time.Duration, deadline time.Time, stop <-chan struct{},
+	try func(context.Context) (done bool, problem error)) error {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		attempt, cancel := context.WithTimeout(ctx, perTry)
 		done, problem := try(attempt)
 		cancel()
 		if done {
@@ -431,10 +456,10 @@ func pollUntil(ctx context.Context, deadline time.Time, exited <-chan struct{}, 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-exited:
-			return fmt.Errorf("exited: %v", problem)
+		case <-stop:
+			return pollStopped{problem}
 		case <-timer.C:
-			return fmt.Errorf("not done in time: %w", problem)
+			return pollDeadline{problem}
 		case <-tick.C:
 		}
 	}

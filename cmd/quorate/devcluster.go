@@ -78,27 +78,18 @@ func (c *devCluster) stop() error {
 // passes (then the error names what and the last problem), ctx ends or a node
 // fails.
 func (c *devCluster) poll(ctx context.Context, what string, deadline time.Time, try func(context.Context) (done bool, problem error)) error {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	ticker := time.NewTicker(devPollInterval)
-	defer ticker.Stop()
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		done, problem := try(attempt)
-		cancel()
-		if done {
-			return problem
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.failed:
-			return c.failure()
-		case <-timer.C:
-			return fmt.Errorf("dev: %s: not done by the --ready-timeout deadline: %w", what, problem)
-		case <-ticker.C:
-		}
+	err := pollEvery(ctx, devPollInterval, 2*time.Second, deadline, c.failed, try)
+	var (
+		st pollStopped
+		dl pollDeadline
+	)
+	switch {
+	case errors.As(err, &st):
+		return c.failure()
+	case errors.As(err, &dl):
+		return fmt.Errorf("dev: %s: not done by the --ready-timeout deadline: %w", what, dl.problem)
 	}
+	return err
 }
 
 // waitReady polls ClusterStatus at base until a leader is known, all n
