@@ -175,9 +175,21 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	}
 	if err := c.WaitReady(ctx); err != nil {
 		c.Stop()
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, c.logTails(30))
 	}
 	return c, nil
+}
+
+// logTails returns the last lines of every node's log, for an error that
+// would otherwise leave no trace once the work directory is gone.
+func (c *Cluster) logTails(lines int) string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		data, _ := os.ReadFile(n.LogPath)
+		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		fmt.Fprintf(&b, "\n--- %s log (last %d lines):\n%s", n.ID, lines, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+	return b.String()
 }
 
 func (c *Cluster) start(i int) error {
