@@ -22,6 +22,787 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ExportSlotsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Group     uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Migration uint64                 `protobuf:"varint,2,opt,name=migration,proto3" json:"migration,omitempty"`
+	Start     uint32                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End       uint32                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	// Where the previous page ended (empty: the first page).
+	Cursor        []byte `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	MaxBytes      uint32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSlotsRequest) Reset() {
+	*x = ExportSlotsRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotsRequest) ProtoMessage() {}
+
+func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
+func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExportSlotsRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *ExportSlotsRequest) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *ExportSlotsRequest) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ExportSlotsRequest) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ExportSlotsRequest) GetCursor() []byte {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *ExportSlotsRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type ExportSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page: a quorate.raftcmd.v1.SlotState, encoded.
+	State             []byte `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Records           uint32 `protobuf:"varint,2,opt,name=records,proto3" json:"records,omitempty"`
+	NextCursor        []byte `protobuf:"bytes,3,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	Done              bool   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	SourceNowUnixNano int64  `protobuf:"varint,5,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExportSlotsResponse) Reset() {
+	*x = ExportSlotsResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotsResponse) ProtoMessage() {}
+
+func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotsResponse.ProtoReflect.Descriptor instead.
+func (*ExportSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExportSlotsResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *ExportSlotsResponse) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *ExportSlotsResponse) GetNextCursor() []byte {
+	if x != nil {
+		return x.NextCursor
+	}
+	return nil
+}
+
+func (x *ExportSlotsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ExportSlotsResponse) GetSourceNowUnixNano() int64 {
+	if x != nil {
+		return x.SourceNowUnixNano
+	}
+	return 0
+}
+
+type ApplyToGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// A quorate.raftcmd.v1.Envelope, encoded.
+	Envelope      []byte `protobuf:"bytes,2,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyToGroupRequest) Reset() {
+	*x = ApplyToGroupRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyToGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyToGroupRequest) ProtoMessage() {}
+
+func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyToGroupRequest.ProtoReflect.Descriptor instead.
+func (*ApplyToGroupRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ApplyToGroupRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *ApplyToGroupRequest) GetEnvelope() []byte {
+	if x != nil {
+		return x.Envelope
+	}
+	return nil
+}
+
+type ApplyToGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyToGroupResponse) Reset() {
+	*x = ApplyToGroupResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyToGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyToGroupResponse) ProtoMessage() {}
+
+func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyToGroupResponse.ProtoReflect.Descriptor instead.
+func (*ApplyToGroupResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+type MoveSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To    uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	// Either count (the last count slots group from owns) or [start, end).
+	Count         uint32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Start         uint32 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsRequest) Reset() {
+	*x = MoveSlotsRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsRequest) ProtoMessage() {}
+
+func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
+func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MoveSlotsRequest) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveSlotsRequest) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *MoveSlotsRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *MoveSlotsRequest) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *MoveSlotsRequest) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+type AddGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replica node IDs; empty: the nodes holding the fewest replicas.
+	Replicas      []string `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddGroupRequest) Reset() {
+	*x = AddGroupRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddGroupRequest) ProtoMessage() {}
+
+func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddGroupRequest.ProtoReflect.Descriptor instead.
+func (*AddGroupRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AddGroupRequest) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type SplitGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitGroupRequest) Reset() {
+	*x = SplitGroupRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitGroupRequest) ProtoMessage() {}
+
+func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitGroupRequest.ProtoReflect.Descriptor instead.
+func (*SplitGroupRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SplitGroupRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+type ListPlansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlansRequest) Reset() {
+	*x = ListPlansRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlansRequest) ProtoMessage() {}
+
+func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
+func (*ListPlansRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+type ListPlansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plans         []*PlanStatus          `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlansResponse) Reset() {
+	*x = ListPlansResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlansResponse) ProtoMessage() {}
+
+func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
+func (*ListPlansResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListPlansResponse) GetPlans() []*PlanStatus {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+type CancelPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelPlanRequest) Reset() {
+	*x = CancelPlanRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPlanRequest) ProtoMessage() {}
+
+func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPlanRequest.ProtoReflect.Descriptor instead.
+func (*CancelPlanRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CancelPlanRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type PlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *PlanStatus            `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResponse) Reset() {
+	*x = PlanResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResponse) ProtoMessage() {}
+
+func (x *PlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
+func (*PlanResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PlanResponse) GetPlan() *PlanStatus {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+// PlanStatus is a plan and its progress.
+type PlanStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind    string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Summary string                 `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// running, done, cancelling, cancelled, failed.
+	State         string               `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Error         string               `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	StepsDone     uint32               `protobuf:"varint,6,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
+	Steps         []*PlanStepStatus    `protobuf:"bytes,7,rep,name=steps,proto3" json:"steps,omitempty"`
+	Age           *durationpb.Duration `protobuf:"bytes,8,opt,name=age,proto3" json:"age,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanStatus) Reset() {
+	*x = PlanStatus{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStatus) ProtoMessage() {}
+
+func (x *PlanStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
+func (*PlanStatus) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PlanStatus) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PlanStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetStepsDone() uint32 {
+	if x != nil {
+		return x.StepsDone
+	}
+	return 0
+}
+
+func (x *PlanStatus) GetSteps() []*PlanStepStatus {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *PlanStatus) GetAge() *durationpb.Duration {
+	if x != nil {
+		return x.Age
+	}
+	return nil
+}
+
+type PlanStepStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// e.g. "move slots [0,512) 1→3" or "add group 4 on [n1 n2 n3]".
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// pending, freezing, copying, flipped, done, rolling back, rolled back.
+	Phase         string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Attempt       uint64 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Records       uint64 `protobuf:"varint,4,opt,name=records,proto3" json:"records,omitempty"`
+	Bytes         uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Chunks        uint64 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	MapEpoch      uint64 `protobuf:"varint,7,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanStepStatus) Reset() {
+	*x = PlanStepStatus{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStepStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStepStatus) ProtoMessage() {}
+
+func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStepStatus.ProtoReflect.Descriptor instead.
+func (*PlanStepStatus) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PlanStepStatus) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlanStepStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *PlanStepStatus) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *PlanStepStatus) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *PlanStepStatus) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PlanStepStatus) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *PlanStepStatus) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
 type RemoveNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -32,7 +813,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +825,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +838,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -82,7 +863,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -94,7 +875,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -107,7 +888,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type DrainNodeRequest struct {
@@ -119,7 +900,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -131,7 +912,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -144,7 +925,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -166,7 +947,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +959,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +972,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DrainNodeResponse) GetMapEpoch() uint64 {
@@ -219,7 +1000,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +1012,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +1025,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -278,7 +1059,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +1071,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +1084,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -321,7 +1102,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +1114,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +1127,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 type ClusterStatusResponse struct {
@@ -366,7 +1147,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +1159,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +1172,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -434,7 +1215,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +1227,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +1240,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -487,7 +1268,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +1280,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +1293,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -554,7 +1335,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +1347,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +1360,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -632,7 +1413,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +1425,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +1438,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 type NodeStatusResponse struct {
@@ -669,7 +1450,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +1462,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +1475,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -735,7 +1516,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +1528,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +1541,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeState) GetId() string {
@@ -884,7 +1665,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1677,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1690,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -998,7 +1779,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1791,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1804,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -1062,7 +1843,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1855,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1868,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // Policy is one admission policy.
@@ -1126,7 +1907,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1919,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1932,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Policy) GetName() string {
@@ -1247,7 +2028,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +2040,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +2053,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -1292,7 +2073,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +2085,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +2098,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -1335,7 +2116,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +2128,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +2141,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 type ListPoliciesResponse struct {
@@ -1372,7 +2153,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +2165,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +2178,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1416,7 +2197,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +2209,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +2222,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1460,7 +2241,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +2253,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +2266,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -1504,7 +2285,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +2297,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +2310,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -1549,7 +2330,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +2342,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +2355,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -1589,7 +2370,61 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"9\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa5\x01\n" +
+	"\x12ExportSlotsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1c\n" +
+	"\tmigration\x18\x02 \x01(\x04R\tmigration\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\rR\x03end\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\fR\x06cursor\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\rR\bmaxBytes\"\xab\x01\n" +
+	"\x13ExportSlotsResponse\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\fR\x05state\x12\x18\n" +
+	"\arecords\x18\x02 \x01(\rR\arecords\x12\x1f\n" +
+	"\vnext_cursor\x18\x03 \x01(\fR\n" +
+	"nextCursor\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12/\n" +
+	"\x14source_now_unix_nano\x18\x05 \x01(\x03R\x11sourceNowUnixNano\"G\n" +
+	"\x13ApplyToGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1a\n" +
+	"\benvelope\x18\x02 \x01(\fR\benvelope\"\x16\n" +
+	"\x14ApplyToGroupResponse\"t\n" +
+	"\x10MoveSlotsRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\rR\x03end\"-\n" +
+	"\x0fAddGroupRequest\x12\x1a\n" +
+	"\breplicas\x18\x01 \x03(\tR\breplicas\")\n" +
+	"\x11SplitGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\"\x12\n" +
+	"\x10ListPlansRequest\"A\n" +
+	"\x11ListPlansResponse\x12,\n" +
+	"\x05plans\x18\x01 \x03(\v2\x16.quorate.v1.PlanStatusR\x05plans\"#\n" +
+	"\x11CancelPlanRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\":\n" +
+	"\fPlanResponse\x12*\n" +
+	"\x04plan\x18\x01 \x01(\v2\x16.quorate.v1.PlanStatusR\x04plan\"\xf4\x01\n" +
+	"\n" +
+	"PlanStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"steps_done\x18\x06 \x01(\rR\tstepsDone\x120\n" +
+	"\x05steps\x18\a \x03(\v2\x1a.quorate.v1.PlanStepStatusR\x05steps\x12+\n" +
+	"\x03age\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03age\"\xbd\x01\n" +
+	"\x0ePlanStepStatus\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x04R\aattempt\x12\x18\n" +
+	"\arecords\x18\x04 \x01(\x04R\arecords\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x16\n" +
+	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12\x1b\n" +
+	"\tmap_epoch\x18\a \x01(\x04R\bmapEpoch\"9\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x14\n" +
@@ -1692,7 +2527,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xb3\x06\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x9d\t\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -1705,7 +2540,17 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\vMoveReplica\x12\x1e.quorate.v1.MoveReplicaRequest\x1a\x1f.quorate.v1.MoveReplicaResponse\"\x00\x12J\n" +
 	"\tDrainNode\x12\x1c.quorate.v1.DrainNodeRequest\x1a\x1d.quorate.v1.DrainNodeResponse\"\x00\x12M\n" +
 	"\n" +
-	"RemoveNode\x12\x1d.quorate.v1.RemoveNodeRequest\x1a\x1e.quorate.v1.RemoveNodeResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"RemoveNode\x12\x1d.quorate.v1.RemoveNodeRequest\x1a\x1e.quorate.v1.RemoveNodeResponse\"\x00\x12E\n" +
+	"\tMoveSlots\x12\x1c.quorate.v1.MoveSlotsRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12C\n" +
+	"\bAddGroup\x12\x1b.quorate.v1.AddGroupRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12G\n" +
+	"\n" +
+	"SplitGroup\x12\x1d.quorate.v1.SplitGroupRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12J\n" +
+	"\tListPlans\x12\x1c.quorate.v1.ListPlansRequest\x1a\x1d.quorate.v1.ListPlansResponse\"\x00\x12G\n" +
+	"\n" +
+	"CancelPlan\x12\x1d.quorate.v1.CancelPlanRequest\x1a\x18.quorate.v1.PlanResponse\"\x002\xb4\x01\n" +
+	"\vPeerService\x12P\n" +
+	"\vExportSlots\x12\x1e.quorate.v1.ExportSlotsRequest\x1a\x1f.quorate.v1.ExportSlotsResponse\"\x00\x12S\n" +
+	"\fApplyToGroup\x12\x1f.quorate.v1.ApplyToGroupRequest\x1a .quorate.v1.ApplyToGroupResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admin_proto_rawDescOnce sync.Once
@@ -1719,76 +2564,107 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*RemoveNodeRequest)(nil),      // 0: quorate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 1: quorate.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 2: quorate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 3: quorate.v1.DrainNodeResponse
-	(*MoveReplicaRequest)(nil),     // 4: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 5: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 6: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 7: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 8: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 9: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 10: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 11: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 12: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 13: quorate.v1.NodeState
-	(*GroupState)(nil),             // 14: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 15: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 16: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 17: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 18: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 19: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 20: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 21: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 22: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 23: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 24: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 25: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*ExportSlotsRequest)(nil),     // 0: quorate.v1.ExportSlotsRequest
+	(*ExportSlotsResponse)(nil),    // 1: quorate.v1.ExportSlotsResponse
+	(*ApplyToGroupRequest)(nil),    // 2: quorate.v1.ApplyToGroupRequest
+	(*ApplyToGroupResponse)(nil),   // 3: quorate.v1.ApplyToGroupResponse
+	(*MoveSlotsRequest)(nil),       // 4: quorate.v1.MoveSlotsRequest
+	(*AddGroupRequest)(nil),        // 5: quorate.v1.AddGroupRequest
+	(*SplitGroupRequest)(nil),      // 6: quorate.v1.SplitGroupRequest
+	(*ListPlansRequest)(nil),       // 7: quorate.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),      // 8: quorate.v1.ListPlansResponse
+	(*CancelPlanRequest)(nil),      // 9: quorate.v1.CancelPlanRequest
+	(*PlanResponse)(nil),           // 10: quorate.v1.PlanResponse
+	(*PlanStatus)(nil),             // 11: quorate.v1.PlanStatus
+	(*PlanStepStatus)(nil),         // 12: quorate.v1.PlanStepStatus
+	(*RemoveNodeRequest)(nil),      // 13: quorate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 14: quorate.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),       // 15: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 16: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),     // 17: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 18: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 19: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 20: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 21: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 22: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 23: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 24: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 25: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 26: quorate.v1.NodeState
+	(*GroupState)(nil),             // 27: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 28: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 29: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 30: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 31: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 32: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 33: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 34: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 35: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 36: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 37: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 38: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 39: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	10, // 0: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	8,  // 1: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	9,  // 2: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	13, // 3: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	13, // 4: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	14, // 5: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	26, // 6: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	26, // 7: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	26, // 8: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	17, // 9: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	17, // 10: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	17, // 11: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	17, // 12: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	17, // 13: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	6,  // 14: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	11, // 15: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	15, // 16: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	18, // 17: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	20, // 18: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	22, // 19: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	24, // 20: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	4,  // 21: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	2,  // 22: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	0,  // 23: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	7,  // 24: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	12, // 25: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	16, // 26: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	19, // 27: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	21, // 28: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	23, // 29: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	25, // 30: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	5,  // 31: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	3,  // 32: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	1,  // 33: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
+	11, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
+	12, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
+	39, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	23, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	21, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	22, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	26, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	26, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	27, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	39, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	39, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	39, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	30, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	30, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	30, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	30, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	30, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	19, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	24, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	28, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	31, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	33, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	35, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	37, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	17, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	15, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	13, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	4,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	5,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	6,  // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	7,  // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	9,  // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	0,  // 33: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	2,  // 34: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	20, // 35: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	25, // 36: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	29, // 37: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	32, // 38: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	34, // 39: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	36, // 40: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	38, // 41: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	18, // 42: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	16, // 43: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	14, // 44: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	10, // 45: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	10, // 46: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	10, // 47: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	8,  // 48: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	10, // 49: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	1,  // 50: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	3,  // 51: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	35, // [35:52] is the sub-list for method output_type
+	18, // [18:35] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -1802,9 +2678,9 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   39,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_quorate_v1_admin_proto_goTypes,
 		DependencyIndexes: file_quorate_v1_admin_proto_depIdxs,

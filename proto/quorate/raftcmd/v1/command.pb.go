@@ -106,6 +106,13 @@ type Envelope struct {
 	//	*Envelope_SetPolicies
 	//	*Envelope_Batch
 	//	*Envelope_RemoveNode
+	//	*Envelope_FreezeSlots
+	//	*Envelope_UnfreezeSlots
+	//	*Envelope_ImportSlots
+	//	*Envelope_DropImport
+	//	*Envelope_CreatePlan
+	//	*Envelope_UpdatePlan
+	//	*Envelope_CancelPlan
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -302,6 +309,69 @@ func (x *Envelope) GetRemoveNode() *RemoveNode {
 	return nil
 }
 
+func (x *Envelope) GetFreezeSlots() *FreezeSlots {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_FreezeSlots); ok {
+			return x.FreezeSlots
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetUnfreezeSlots() *UnfreezeSlots {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_UnfreezeSlots); ok {
+			return x.UnfreezeSlots
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetImportSlots() *ImportSlots {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ImportSlots); ok {
+			return x.ImportSlots
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetDropImport() *DropImport {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_DropImport); ok {
+			return x.DropImport
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCreatePlan() *CreatePlan {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CreatePlan); ok {
+			return x.CreatePlan
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetUpdatePlan() *UpdatePlan {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_UpdatePlan); ok {
+			return x.UpdatePlan
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCancelPlan() *CancelPlan {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CancelPlan); ok {
+			return x.CancelPlan
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -373,6 +443,34 @@ type Envelope_RemoveNode struct {
 	RemoveNode *RemoveNode `protobuf:"bytes,24,opt,name=remove_node,json=removeNode,proto3,oneof"`
 }
 
+type Envelope_FreezeSlots struct {
+	FreezeSlots *FreezeSlots `protobuf:"bytes,25,opt,name=freeze_slots,json=freezeSlots,proto3,oneof"`
+}
+
+type Envelope_UnfreezeSlots struct {
+	UnfreezeSlots *UnfreezeSlots `protobuf:"bytes,26,opt,name=unfreeze_slots,json=unfreezeSlots,proto3,oneof"`
+}
+
+type Envelope_ImportSlots struct {
+	ImportSlots *ImportSlots `protobuf:"bytes,27,opt,name=import_slots,json=importSlots,proto3,oneof"`
+}
+
+type Envelope_DropImport struct {
+	DropImport *DropImport `protobuf:"bytes,28,opt,name=drop_import,json=dropImport,proto3,oneof"`
+}
+
+type Envelope_CreatePlan struct {
+	CreatePlan *CreatePlan `protobuf:"bytes,29,opt,name=create_plan,json=createPlan,proto3,oneof"`
+}
+
+type Envelope_UpdatePlan struct {
+	UpdatePlan *UpdatePlan `protobuf:"bytes,30,opt,name=update_plan,json=updatePlan,proto3,oneof"`
+}
+
+type Envelope_CancelPlan struct {
+	CancelPlan *CancelPlan `protobuf:"bytes,31,opt,name=cancel_plan,json=cancelPlan,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -402,6 +500,20 @@ func (*Envelope_SetPolicies) isEnvelope_Body() {}
 func (*Envelope_Batch) isEnvelope_Body() {}
 
 func (*Envelope_RemoveNode) isEnvelope_Body() {}
+
+func (*Envelope_FreezeSlots) isEnvelope_Body() {}
+
+func (*Envelope_UnfreezeSlots) isEnvelope_Body() {}
+
+func (*Envelope_ImportSlots) isEnvelope_Body() {}
+
+func (*Envelope_DropImport) isEnvelope_Body() {}
+
+func (*Envelope_CreatePlan) isEnvelope_Body() {}
+
+func (*Envelope_UpdatePlan) isEnvelope_Body() {}
+
+func (*Envelope_CancelPlan) isEnvelope_Body() {}
 
 // Batch is many commands of one group in one entry (the leader's group
 // commit). They are applied in order, each with the batch envelope's time,
@@ -1765,8 +1877,14 @@ type SnapshotHeader struct {
 	Ownership *SetOwnership `protobuf:"bytes,11,opt,name=ownership,proto3" json:"ownership,omitempty"`
 	// meta_index of the last SetPolicies applied (data groups).
 	PoliciesMetaIndex uint64 `protobuf:"varint,12,opt,name=policies_meta_index,json=policiesMetaIndex,proto3" json:"policies_meta_index,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A data group's slot ranges frozen by migrations out of it.
+	Frozen []*FreezeSlots `protobuf:"bytes,13,rep,name=frozen,proto3" json:"frozen,omitempty"`
+	// A data group's migrations into it, by migration ID.
+	Imports []*ImportProgress `protobuf:"bytes,14,rep,name=imports,proto3" json:"imports,omitempty"`
+	// The meta group's plans, oldest first.
+	Plans         []*Plan `protobuf:"bytes,15,rep,name=plans,proto3" json:"plans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -1881,6 +1999,27 @@ func (x *SnapshotHeader) GetPoliciesMetaIndex() uint64 {
 		return x.PoliciesMetaIndex
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetFrozen() []*FreezeSlots {
+	if x != nil {
+		return x.Frozen
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetImports() []*ImportProgress {
+	if x != nil {
+		return x.Imports
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetPlans() []*Plan {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
 }
 
 // PolicyRecord is a policy with its version, in a snapshot.
@@ -2111,7 +2250,11 @@ type DedupeRecord struct {
 	Result            []byte `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	ExpiresAtUnixNano int64  `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
 	// Which operation recorded it (fsm's record kinds).
-	Kind          uint32 `protobuf:"varint,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind uint32 `protobuf:"varint,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The slot of the key the request was for, plus one (0: unknown, an
+	// entry recorded before slots were kept). Slot migrations move an entry
+	// with its slot.
+	SlotPlusOne   uint32 `protobuf:"varint,7,opt,name=slot_plus_one,json=slotPlusOne,proto3" json:"slot_plus_one,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2184,6 +2327,13 @@ func (x *DedupeRecord) GetExpiresAtUnixNano() int64 {
 func (x *DedupeRecord) GetKind() uint32 {
 	if x != nil {
 		return x.Kind
+	}
+	return 0
+}
+
+func (x *DedupeRecord) GetSlotPlusOne() uint32 {
+	if x != nil {
+		return x.SlotPlusOne
 	}
 	return 0
 }
@@ -2956,11 +3106,1062 @@ func (x *ReserveRecord) GetOver() int64 {
 	return 0
 }
 
+// FreezeSlots stops a data group applying data commands for the slots
+// [start, end) it owns: the source of slot migration `migration` (from
+// then on its state for those slots changes only by expiry, and is copied
+// to the target). A refused command was not applied: the router retries.
+// The freeze ends when the group's ownership no longer holds the slots, or
+// with UnfreezeSlots (a migration rolled back). Refused when the group does
+// not own every slot of the range (its ownership may lag the map: retry).
+type FreezeSlots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Migration     uint64                 `protobuf:"varint,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	Start         uint32                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeSlots) Reset() {
+	*x = FreezeSlots{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeSlots) ProtoMessage() {}
+
+func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeSlots.ProtoReflect.Descriptor instead.
+func (*FreezeSlots) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FreezeSlots) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *FreezeSlots) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *FreezeSlots) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// UnfreezeSlots ends migration's freeze (a rolled-back migration).
+type UnfreezeSlots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Migration     uint64                 `protobuf:"varint,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnfreezeSlots) Reset() {
+	*x = UnfreezeSlots{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnfreezeSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnfreezeSlots) ProtoMessage() {}
+
+func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnfreezeSlots.ProtoReflect.Descriptor instead.
+func (*UnfreezeSlots) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *UnfreezeSlots) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+// ImportSlots is one chunk of a slot migration's state, written into the
+// target group's log. Chunks of one attempt go in order from seq 0; seq 0
+// of a newer attempt first clears whatever an older attempt left in the
+// range, and a chunk of an older attempt is refused. The target must own
+// none of the range and must have applied ownership at map_epoch or later
+// (so an ownership change it has not applied yet cannot delete the import).
+type ImportSlots struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Migration uint64                 `protobuf:"varint,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	Attempt   uint64                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Start     uint32                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End       uint32                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	Seq       uint32                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The last chunk: the import is complete.
+	Last bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	// The source's log time when the chunk was read: the target's time
+	// becomes at least this, so fencing tokens never go back.
+	SourceNowUnixNano int64      `protobuf:"varint,7,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
+	MapEpoch          uint64     `protobuf:"varint,8,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	State             *SlotState `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ImportSlots) Reset() {
+	*x = ImportSlots{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSlots) ProtoMessage() {}
+
+func (x *ImportSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSlots.ProtoReflect.Descriptor instead.
+func (*ImportSlots) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ImportSlots) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+func (x *ImportSlots) GetSourceNowUnixNano() int64 {
+	if x != nil {
+		return x.SourceNowUnixNano
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *ImportSlots) GetState() *SlotState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// SlotState is the state of some slots, as a snapshot stores it.
+type SlotState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Buckets       []*BucketRecord        `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	Semaphores    []*SemaphoreRecord     `protobuf:"bytes,2,rep,name=semaphores,proto3" json:"semaphores,omitempty"`
+	Reservations  []*ReservationRecord   `protobuf:"bytes,3,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	Dedupe        []*DedupeRecord        `protobuf:"bytes,4,rep,name=dedupe,proto3" json:"dedupe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotState) Reset() {
+	*x = SlotState{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotState) ProtoMessage() {}
+
+func (x *SlotState) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
+func (*SlotState) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SlotState) GetBuckets() []*BucketRecord {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *SlotState) GetSemaphores() []*SemaphoreRecord {
+	if x != nil {
+		return x.Semaphores
+	}
+	return nil
+}
+
+func (x *SlotState) GetReservations() []*ReservationRecord {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+func (x *SlotState) GetDedupe() []*DedupeRecord {
+	if x != nil {
+		return x.Dedupe
+	}
+	return nil
+}
+
+// DropImport abandons migration's import (a rolled-back migration): the
+// target deletes the state it imported for slots it does not own and
+// refuses the migration's later chunks.
+type DropImport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Migration     uint64                 `protobuf:"varint,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	Start         uint32                 `protobuf:"varint,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropImport) Reset() {
+	*x = DropImport{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropImport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropImport) ProtoMessage() {}
+
+func (x *DropImport) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
+func (*DropImport) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DropImport) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *DropImport) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *DropImport) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// ImportProgress is a target group's record of one migration into it.
+type ImportProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Migration     uint64                 `protobuf:"varint,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	Attempt       uint64                 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Start         uint32                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	NextSeq       uint32                 `protobuf:"varint,5,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	Complete      bool                   `protobuf:"varint,6,opt,name=complete,proto3" json:"complete,omitempty"`
+	Dropped       bool                   `protobuf:"varint,7,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Records       uint64                 `protobuf:"varint,8,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportProgress) Reset() {
+	*x = ImportProgress{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportProgress) ProtoMessage() {}
+
+func (x *ImportProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
+func (*ImportProgress) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ImportProgress) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *ImportProgress) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ImportProgress) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ImportProgress) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ImportProgress) GetNextSeq() uint32 {
+	if x != nil {
+		return x.NextSeq
+	}
+	return 0
+}
+
+func (x *ImportProgress) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *ImportProgress) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
+}
+
+func (x *ImportProgress) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+// Plan is a long cluster operation kept in the meta group: steps run in
+// order by the meta leader, each resumable from its recorded phase.
+type Plan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The meta log index of the CreatePlan that made it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What was asked ("slots move", "group add", "group split").
+	Kind    string      `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Summary string      `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	Steps   []*PlanStep `protobuf:"bytes,4,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Index of the step running (len(steps) when done).
+	Current uint32 `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	// PlanState.
+	State           uint32 `protobuf:"varint,6,opt,name=state,proto3" json:"state,omitempty"`
+	Error           string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	CreatedUnixNano int64  `protobuf:"varint,8,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	UpdatedUnixNano int64  `protobuf:"varint,9,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Plan) Reset() {
+	*x = Plan{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Plan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Plan) ProtoMessage() {}
+
+func (x *Plan) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Plan.ProtoReflect.Descriptor instead.
+func (*Plan) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Plan) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Plan) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Plan) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Plan) GetSteps() []*PlanStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *Plan) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *Plan) GetState() uint32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *Plan) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Plan) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *Plan) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+// PlanStep is one step of a plan and its progress.
+type PlanStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Action:
+	//
+	//	*PlanStep_AddGroup
+	//	*PlanStep_MoveSlots
+	Action isPlanStep_Action `protobuf_oneof:"action"`
+	// StepPhase.
+	Phase uint32 `protobuf:"varint,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Copy attempts started (a new meta leader starts a new one).
+	Attempt uint64 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Records (keys, leases, reservations, request IDs) and bytes copied by
+	// the current attempt, and its chunks.
+	Records uint64 `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"`
+	Bytes   uint64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Chunks  uint64 `protobuf:"varint,7,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// The map epoch at which the slots changed owner (moves), or the group
+	// was added.
+	MapEpoch      uint64 `protobuf:"varint,8,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanStep) Reset() {
+	*x = PlanStep{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStep) ProtoMessage() {}
+
+func (x *PlanStep) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
+func (*PlanStep) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PlanStep) GetAction() isPlanStep_Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+func (x *PlanStep) GetAddGroup() *AddGroupStep {
+	if x != nil {
+		if x, ok := x.Action.(*PlanStep_AddGroup); ok {
+			return x.AddGroup
+		}
+	}
+	return nil
+}
+
+func (x *PlanStep) GetMoveSlots() *MoveSlotsStep {
+	if x != nil {
+		if x, ok := x.Action.(*PlanStep_MoveSlots); ok {
+			return x.MoveSlots
+		}
+	}
+	return nil
+}
+
+func (x *PlanStep) GetPhase() uint32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *PlanStep) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *PlanStep) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *PlanStep) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PlanStep) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *PlanStep) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+type isPlanStep_Action interface {
+	isPlanStep_Action()
+}
+
+type PlanStep_AddGroup struct {
+	AddGroup *AddGroupStep `protobuf:"bytes,1,opt,name=add_group,json=addGroup,proto3,oneof"`
+}
+
+type PlanStep_MoveSlots struct {
+	MoveSlots *MoveSlotsStep `protobuf:"bytes,2,opt,name=move_slots,json=moveSlots,proto3,oneof"`
+}
+
+func (*PlanStep_AddGroup) isPlanStep_Action() {}
+
+func (*PlanStep_MoveSlots) isPlanStep_Action() {}
+
+// AddGroupStep adds an empty data group with these replicas.
+type AddGroupStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddGroupStep) Reset() {
+	*x = AddGroupStep{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddGroupStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddGroupStep) ProtoMessage() {}
+
+func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
+func (*AddGroupStep) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AddGroupStep) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *AddGroupStep) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// MoveSlotsStep moves the slots [start, end), all owned by group from, to
+// group to, with their state.
+type MoveSlotsStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Start         uint32                 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsStep) Reset() {
+	*x = MoveSlotsStep{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsStep) ProtoMessage() {}
+
+func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
+func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *MoveSlotsStep) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveSlotsStep) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *MoveSlotsStep) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *MoveSlotsStep) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// CreatePlan records a new plan (meta group). Refused while another plan
+// runs. The plan's id is the entry's index.
+type CreatePlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePlan) Reset() {
+	*x = CreatePlan{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePlan) ProtoMessage() {}
+
+func (x *CreatePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
+func (*CreatePlan) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CreatePlan) GetPlan() *Plan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+// UpdatePlan moves step `step` of plan `id` from phase from_phase to
+// to_phase (compare-and-set; a stale coordinator's update is refused). In
+// the copy phase, attempt must be the step's current attempt, except with
+// new_attempt, which starts the next one. Moving a slot move to "flipped"
+// changes the shard map's ownership; finishing an add-group step adds the
+// group.
+type UpdatePlan struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Step       uint32                 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	FromPhase  uint32                 `protobuf:"varint,3,opt,name=from_phase,json=fromPhase,proto3" json:"from_phase,omitempty"`
+	ToPhase    uint32                 `protobuf:"varint,4,opt,name=to_phase,json=toPhase,proto3" json:"to_phase,omitempty"`
+	Attempt    uint64                 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	NewAttempt bool                   `protobuf:"varint,6,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
+	Records    uint64                 `protobuf:"varint,7,opt,name=records,proto3" json:"records,omitempty"`
+	Bytes      uint64                 `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Chunks     uint64                 `protobuf:"varint,9,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// A failure that ends the plan (to_phase is then ignored).
+	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePlan) Reset() {
+	*x = UpdatePlan{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePlan) ProtoMessage() {}
+
+func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
+func (*UpdatePlan) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdatePlan) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetFromPhase() uint32 {
+	if x != nil {
+		return x.FromPhase
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetToPhase() uint32 {
+	if x != nil {
+		return x.ToPhase
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetAttempt() uint64 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetNewAttempt() bool {
+	if x != nil {
+		return x.NewAttempt
+	}
+	return false
+}
+
+func (x *UpdatePlan) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *UpdatePlan) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// CancelPlan asks plan id to roll back: allowed while its current step has
+// not changed the map (a slot move before its flip).
+type CancelPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelPlan) Reset() {
+	*x = CancelPlan{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelPlan) ProtoMessage() {}
+
+func (x *CancelPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
+func (*CancelPlan) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CancelPlan) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x8a\b\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xee\v\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -2980,7 +4181,18 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fset_policies\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SetPoliciesH\x00R\vsetPolicies\x121\n" +
 	"\x05batch\x18\x17 \x01(\v2\x19.quorate.raftcmd.v1.BatchH\x00R\x05batch\x12A\n" +
 	"\vremove_node\x18\x18 \x01(\v2\x1e.quorate.raftcmd.v1.RemoveNodeH\x00R\n" +
-	"removeNode\x12\x1b\n" +
+	"removeNode\x12D\n" +
+	"\ffreeze_slots\x18\x19 \x01(\v2\x1f.quorate.raftcmd.v1.FreezeSlotsH\x00R\vfreezeSlots\x12J\n" +
+	"\x0eunfreeze_slots\x18\x1a \x01(\v2!.quorate.raftcmd.v1.UnfreezeSlotsH\x00R\runfreezeSlots\x12D\n" +
+	"\fimport_slots\x18\x1b \x01(\v2\x1f.quorate.raftcmd.v1.ImportSlotsH\x00R\vimportSlots\x12A\n" +
+	"\vdrop_import\x18\x1c \x01(\v2\x1e.quorate.raftcmd.v1.DropImportH\x00R\n" +
+	"dropImport\x12A\n" +
+	"\vcreate_plan\x18\x1d \x01(\v2\x1e.quorate.raftcmd.v1.CreatePlanH\x00R\n" +
+	"createPlan\x12A\n" +
+	"\vupdate_plan\x18\x1e \x01(\v2\x1e.quorate.raftcmd.v1.UpdatePlanH\x00R\n" +
+	"updatePlan\x12A\n" +
+	"\vcancel_plan\x18\x1f \x01(\v2\x1e.quorate.raftcmd.v1.CancelPlanH\x00R\n" +
+	"cancelPlan\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
 	"\x04body\"7\n" +
 	"\x05Batch\x12.\n" +
@@ -3093,7 +4305,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x1c\n" +
 	"\n" +
 	"RemoveNode\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xfd\x03\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xa4\x05\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -3108,7 +4320,10 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\tshard_map\x18\n" +
 	" \x01(\v2\x1c.quorate.raftcmd.v1.ShardMapR\bshardMap\x12>\n" +
 	"\townership\x18\v \x01(\v2 .quorate.raftcmd.v1.SetOwnershipR\townership\x12.\n" +
-	"\x13policies_meta_index\x18\f \x01(\x04R\x11policiesMetaIndex\"\\\n" +
+	"\x13policies_meta_index\x18\f \x01(\x04R\x11policiesMetaIndex\x127\n" +
+	"\x06frozen\x18\r \x03(\v2\x1f.quorate.raftcmd.v1.FreezeSlotsR\x06frozen\x12<\n" +
+	"\aimports\x18\x0e \x03(\v2\".quorate.raftcmd.v1.ImportProgressR\aimports\x12.\n" +
+	"\x05plans\x18\x0f \x03(\v2\x18.quorate.raftcmd.v1.PlanR\x05plans\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -3125,7 +4340,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bLogEntry\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x12\n" +
-	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xc4\x01\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xe8\x01\n" +
 	"\fDedupeRecord\x12\x16\n" +
 	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1d\n" +
 	"\n" +
@@ -3133,7 +4348,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12\x12\n" +
-	"\x04kind\x18\x06 \x01(\rR\x04kind\"\x90\x04\n" +
+	"\x04kind\x18\x06 \x01(\rR\x04kind\x12\"\n" +
+	"\rslot_plus_one\x18\a \x01(\rR\vslotPlusOne\"\x90\x04\n" +
 	"\vAdmitRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -3208,7 +4424,94 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
 	"\breleased\x18\n" +
 	" \x01(\x03R\breleased\x12\x12\n" +
-	"\x04over\x18\v \x01(\x03R\x04overB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
+	"\x04over\x18\v \x01(\x03R\x04over\"S\n" +
+	"\vFreezeSlots\x12\x1c\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\rR\x03end\"-\n" +
+	"\rUnfreezeSlots\x12\x1c\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\"\x96\x02\n" +
+	"\vImportSlots\x12\x1c\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x04R\aattempt\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\rR\x03end\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\rR\x03seq\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\x12/\n" +
+	"\x14source_now_unix_nano\x18\a \x01(\x03R\x11sourceNowUnixNano\x12\x1b\n" +
+	"\tmap_epoch\x18\b \x01(\x04R\bmapEpoch\x123\n" +
+	"\x05state\x18\t \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\"\x91\x02\n" +
+	"\tSlotState\x12:\n" +
+	"\abuckets\x18\x01 \x03(\v2 .quorate.raftcmd.v1.BucketRecordR\abuckets\x12C\n" +
+	"\n" +
+	"semaphores\x18\x02 \x03(\v2#.quorate.raftcmd.v1.SemaphoreRecordR\n" +
+	"semaphores\x12I\n" +
+	"\freservations\x18\x03 \x03(\v2%.quorate.raftcmd.v1.ReservationRecordR\freservations\x128\n" +
+	"\x06dedupe\x18\x04 \x03(\v2 .quorate.raftcmd.v1.DedupeRecordR\x06dedupe\"R\n" +
+	"\n" +
+	"DropImport\x12\x1c\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\rR\x03end\"\xdb\x01\n" +
+	"\x0eImportProgress\x12\x1c\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x04R\aattempt\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\rR\x03end\x12\x19\n" +
+	"\bnext_seq\x18\x05 \x01(\rR\anextSeq\x12\x1a\n" +
+	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x12\x18\n" +
+	"\adropped\x18\a \x01(\bR\adropped\x12\x18\n" +
+	"\arecords\x18\b \x01(\x04R\arecords\"\x96\x02\n" +
+	"\x04Plan\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\x122\n" +
+	"\x05steps\x18\x04 \x03(\v2\x1c.quorate.raftcmd.v1.PlanStepR\x05steps\x12\x18\n" +
+	"\acurrent\x18\x05 \x01(\rR\acurrent\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\rR\x05state\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12*\n" +
+	"\x11created_unix_nano\x18\b \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
+	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\"\xae\x02\n" +
+	"\bPlanStep\x12?\n" +
+	"\tadd_group\x18\x01 \x01(\v2 .quorate.raftcmd.v1.AddGroupStepH\x00R\baddGroup\x12B\n" +
+	"\n" +
+	"move_slots\x18\x02 \x01(\v2!.quorate.raftcmd.v1.MoveSlotsStepH\x00R\tmoveSlots\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\rR\x05phase\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x04R\aattempt\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\x04R\arecords\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x04R\x05bytes\x12\x16\n" +
+	"\x06chunks\x18\a \x01(\x04R\x06chunks\x12\x1b\n" +
+	"\tmap_epoch\x18\b \x01(\x04R\bmapEpochB\b\n" +
+	"\x06action\"@\n" +
+	"\fAddGroupStep\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\"[\n" +
+	"\rMoveSlotsStep\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\rR\x03end\":\n" +
+	"\n" +
+	"CreatePlan\x12,\n" +
+	"\x04plan\x18\x01 \x01(\v2\x18.quorate.raftcmd.v1.PlanR\x04plan\"\x83\x02\n" +
+	"\n" +
+	"UpdatePlan\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\rR\x04step\x12\x1d\n" +
+	"\n" +
+	"from_phase\x18\x03 \x01(\rR\tfromPhase\x12\x19\n" +
+	"\bto_phase\x18\x04 \x01(\rR\atoPhase\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x04R\aattempt\x12\x1f\n" +
+	"\vnew_attempt\x18\x06 \x01(\bR\n" +
+	"newAttempt\x12\x18\n" +
+	"\arecords\x18\a \x01(\x04R\arecords\x12\x14\n" +
+	"\x05bytes\x18\b \x01(\x04R\x05bytes\x12\x16\n" +
+	"\x06chunks\x18\t \x01(\x04R\x06chunks\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\"\x1c\n" +
+	"\n" +
+	"CancelPlan\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02idB?Z=github.com/quorate/quorate/proto/quorate/raftcmd/v1;raftcmdv1b\x06proto3"
 
 var (
 	file_quorate_raftcmd_v1_command_proto_rawDescOnce sync.Once
@@ -3223,7 +4526,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -3259,6 +4562,19 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*LeaseOpRecord)(nil),     // 31: quorate.raftcmd.v1.LeaseOpRecord
 	(*ReservationRecord)(nil), // 32: quorate.raftcmd.v1.ReservationRecord
 	(*ReserveRecord)(nil),     // 33: quorate.raftcmd.v1.ReserveRecord
+	(*FreezeSlots)(nil),       // 34: quorate.raftcmd.v1.FreezeSlots
+	(*UnfreezeSlots)(nil),     // 35: quorate.raftcmd.v1.UnfreezeSlots
+	(*ImportSlots)(nil),       // 36: quorate.raftcmd.v1.ImportSlots
+	(*SlotState)(nil),         // 37: quorate.raftcmd.v1.SlotState
+	(*DropImport)(nil),        // 38: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 39: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 40: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 41: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 42: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 43: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 44: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 45: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 46: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	9,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
@@ -3276,27 +4592,46 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	8,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
 	2,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
 	21, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
-	1,  // 15: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	4,  // 16: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	5,  // 17: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	3,  // 18: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	5,  // 19: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	23, // 20: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	10, // 21: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 22: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	19, // 23: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	3,  // 24: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 25: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	19, // 26: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	25, // 27: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	28, // 28: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	30, // 29: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	30, // 30: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	34, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
+	35, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
+	36, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
+	38, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	44, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	45, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	46, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	1,  // 22: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	4,  // 23: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	5,  // 24: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	3,  // 25: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	5,  // 26: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	23, // 27: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	10, // 28: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 29: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	19, // 30: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	3,  // 31: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 32: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	34, // 33: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	39, // 34: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	40, // 35: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	19, // 36: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	25, // 37: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	28, // 38: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	30, // 39: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	30, // 40: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	37, // 41: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	24, // 42: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	29, // 43: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	32, // 44: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	26, // 45: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	41, // 46: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	42, // 47: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	43, // 48: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	40, // 49: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -3320,15 +4655,26 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_SetPolicies)(nil),
 		(*Envelope_Batch)(nil),
 		(*Envelope_RemoveNode)(nil),
+		(*Envelope_FreezeSlots)(nil),
+		(*Envelope_UnfreezeSlots)(nil),
+		(*Envelope_ImportSlots)(nil),
+		(*Envelope_DropImport)(nil),
+		(*Envelope_CreatePlan)(nil),
+		(*Envelope_UpdatePlan)(nil),
+		(*Envelope_CancelPlan)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[11].OneofWrappers = []any{}
+	file_quorate_raftcmd_v1_command_proto_msgTypes[40].OneofWrappers = []any{
+		(*PlanStep_AddGroup)(nil),
+		(*PlanStep_MoveSlots)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// AdminServiceName is the fully-qualified name of the AdminService service.
 	AdminServiceName = "quorate.v1.AdminService"
+	// PeerServiceName is the fully-qualified name of the PeerService service.
+	PeerServiceName = "quorate.v1.PeerService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -58,6 +60,21 @@ const (
 	AdminServiceDrainNodeProcedure = "/quorate.v1.AdminService/DrainNode"
 	// AdminServiceRemoveNodeProcedure is the fully-qualified name of the AdminService's RemoveNode RPC.
 	AdminServiceRemoveNodeProcedure = "/quorate.v1.AdminService/RemoveNode"
+	// AdminServiceMoveSlotsProcedure is the fully-qualified name of the AdminService's MoveSlots RPC.
+	AdminServiceMoveSlotsProcedure = "/quorate.v1.AdminService/MoveSlots"
+	// AdminServiceAddGroupProcedure is the fully-qualified name of the AdminService's AddGroup RPC.
+	AdminServiceAddGroupProcedure = "/quorate.v1.AdminService/AddGroup"
+	// AdminServiceSplitGroupProcedure is the fully-qualified name of the AdminService's SplitGroup RPC.
+	AdminServiceSplitGroupProcedure = "/quorate.v1.AdminService/SplitGroup"
+	// AdminServiceListPlansProcedure is the fully-qualified name of the AdminService's ListPlans RPC.
+	AdminServiceListPlansProcedure = "/quorate.v1.AdminService/ListPlans"
+	// AdminServiceCancelPlanProcedure is the fully-qualified name of the AdminService's CancelPlan RPC.
+	AdminServiceCancelPlanProcedure = "/quorate.v1.AdminService/CancelPlan"
+	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
+	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
+	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
+	// RPC.
+	PeerServiceApplyToGroupProcedure = "/quorate.v1.PeerService/ApplyToGroup"
 )
 
 // AdminServiceClient is a client for the quorate.v1.AdminService service.
@@ -103,6 +120,29 @@ type AdminServiceClient interface {
 	// survivors). FailedPrecondition when it still holds replicas without
 	// force, or when a node's binary is too old to apply the removal.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// MoveSlots starts a plan moving slots, with their state (buckets,
+	// windows, leases and their fencing counters, reservations, request IDs),
+	// from one data group to another: the source stops admitting them, their
+	// state is copied into the target through its log, the shard map gives
+	// them to the target at a new epoch, and the source deletes its copy.
+	// Requests for moving slots get a retryable answer meanwhile (the nodes
+	// retry them within the request's deadline). The answer comes once the
+	// plan is recorded; ListPlans follows it. FailedPrecondition while another
+	// plan runs.
+	MoveSlots(context.Context, *connect.Request[v1.MoveSlotsRequest]) (*connect.Response[v1.PlanResponse], error)
+	// AddGroup starts a plan adding an empty data group (no slots) whose
+	// replicas go to the nodes holding the fewest replicas.
+	AddGroup(context.Context, *connect.Request[v1.AddGroupRequest]) (*connect.Response[v1.PlanResponse], error)
+	// SplitGroup starts a plan adding a data group and moving the upper half
+	// of a group's slots to it.
+	SplitGroup(context.Context, *connect.Request[v1.SplitGroupRequest]) (*connect.Response[v1.PlanResponse], error)
+	// ListPlans lists the plans the meta group keeps (the running one and
+	// the last finished ones), oldest first, with their progress.
+	ListPlans(context.Context, *connect.Request[v1.ListPlansRequest]) (*connect.Response[v1.ListPlansResponse], error)
+	// CancelPlan rolls the running plan back: a slot move not yet flipped is
+	// undone (the source admits its slots again, the target drops its copy).
+	// FailedPrecondition once the current step changed the map: it completes.
+	CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -176,6 +216,36 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
 			connect.WithClientOptions(opts...),
 		),
+		moveSlots: connect.NewClient[v1.MoveSlotsRequest, v1.PlanResponse](
+			httpClient,
+			baseURL+AdminServiceMoveSlotsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("MoveSlots")),
+			connect.WithClientOptions(opts...),
+		),
+		addGroup: connect.NewClient[v1.AddGroupRequest, v1.PlanResponse](
+			httpClient,
+			baseURL+AdminServiceAddGroupProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AddGroup")),
+			connect.WithClientOptions(opts...),
+		),
+		splitGroup: connect.NewClient[v1.SplitGroupRequest, v1.PlanResponse](
+			httpClient,
+			baseURL+AdminServiceSplitGroupProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SplitGroup")),
+			connect.WithClientOptions(opts...),
+		),
+		listPlans: connect.NewClient[v1.ListPlansRequest, v1.ListPlansResponse](
+			httpClient,
+			baseURL+AdminServiceListPlansProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListPlans")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelPlan: connect.NewClient[v1.CancelPlanRequest, v1.PlanResponse](
+			httpClient,
+			baseURL+AdminServiceCancelPlanProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CancelPlan")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -191,6 +261,11 @@ type adminServiceClient struct {
 	moveReplica    *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
 	drainNode      *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
 	removeNode     *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
+	moveSlots      *connect.Client[v1.MoveSlotsRequest, v1.PlanResponse]
+	addGroup       *connect.Client[v1.AddGroupRequest, v1.PlanResponse]
+	splitGroup     *connect.Client[v1.SplitGroupRequest, v1.PlanResponse]
+	listPlans      *connect.Client[v1.ListPlansRequest, v1.ListPlansResponse]
+	cancelPlan     *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -243,6 +318,31 @@ func (c *adminServiceClient) RemoveNode(ctx context.Context, req *connect.Reques
 	return c.removeNode.CallUnary(ctx, req)
 }
 
+// MoveSlots calls quorate.v1.AdminService.MoveSlots.
+func (c *adminServiceClient) MoveSlots(ctx context.Context, req *connect.Request[v1.MoveSlotsRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return c.moveSlots.CallUnary(ctx, req)
+}
+
+// AddGroup calls quorate.v1.AdminService.AddGroup.
+func (c *adminServiceClient) AddGroup(ctx context.Context, req *connect.Request[v1.AddGroupRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return c.addGroup.CallUnary(ctx, req)
+}
+
+// SplitGroup calls quorate.v1.AdminService.SplitGroup.
+func (c *adminServiceClient) SplitGroup(ctx context.Context, req *connect.Request[v1.SplitGroupRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return c.splitGroup.CallUnary(ctx, req)
+}
+
+// ListPlans calls quorate.v1.AdminService.ListPlans.
+func (c *adminServiceClient) ListPlans(ctx context.Context, req *connect.Request[v1.ListPlansRequest]) (*connect.Response[v1.ListPlansResponse], error) {
+	return c.listPlans.CallUnary(ctx, req)
+}
+
+// CancelPlan calls quorate.v1.AdminService.CancelPlan.
+func (c *adminServiceClient) CancelPlan(ctx context.Context, req *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return c.cancelPlan.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -286,6 +386,29 @@ type AdminServiceHandler interface {
 	// survivors). FailedPrecondition when it still holds replicas without
 	// force, or when a node's binary is too old to apply the removal.
 	RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error)
+	// MoveSlots starts a plan moving slots, with their state (buckets,
+	// windows, leases and their fencing counters, reservations, request IDs),
+	// from one data group to another: the source stops admitting them, their
+	// state is copied into the target through its log, the shard map gives
+	// them to the target at a new epoch, and the source deletes its copy.
+	// Requests for moving slots get a retryable answer meanwhile (the nodes
+	// retry them within the request's deadline). The answer comes once the
+	// plan is recorded; ListPlans follows it. FailedPrecondition while another
+	// plan runs.
+	MoveSlots(context.Context, *connect.Request[v1.MoveSlotsRequest]) (*connect.Response[v1.PlanResponse], error)
+	// AddGroup starts a plan adding an empty data group (no slots) whose
+	// replicas go to the nodes holding the fewest replicas.
+	AddGroup(context.Context, *connect.Request[v1.AddGroupRequest]) (*connect.Response[v1.PlanResponse], error)
+	// SplitGroup starts a plan adding a data group and moving the upper half
+	// of a group's slots to it.
+	SplitGroup(context.Context, *connect.Request[v1.SplitGroupRequest]) (*connect.Response[v1.PlanResponse], error)
+	// ListPlans lists the plans the meta group keeps (the running one and
+	// the last finished ones), oldest first, with their progress.
+	ListPlans(context.Context, *connect.Request[v1.ListPlansRequest]) (*connect.Response[v1.ListPlansResponse], error)
+	// CancelPlan rolls the running plan back: a slot move not yet flipped is
+	// undone (the source admits its slots again, the target drops its copy).
+	// FailedPrecondition once the current step changed the map: it completes.
+	CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -355,6 +478,36 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RemoveNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceMoveSlotsHandler := connect.NewUnaryHandler(
+		AdminServiceMoveSlotsProcedure,
+		svc.MoveSlots,
+		connect.WithSchema(adminServiceMethods.ByName("MoveSlots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceAddGroupHandler := connect.NewUnaryHandler(
+		AdminServiceAddGroupProcedure,
+		svc.AddGroup,
+		connect.WithSchema(adminServiceMethods.ByName("AddGroup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceSplitGroupHandler := connect.NewUnaryHandler(
+		AdminServiceSplitGroupProcedure,
+		svc.SplitGroup,
+		connect.WithSchema(adminServiceMethods.ByName("SplitGroup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListPlansHandler := connect.NewUnaryHandler(
+		AdminServiceListPlansProcedure,
+		svc.ListPlans,
+		connect.WithSchema(adminServiceMethods.ByName("ListPlans")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceCancelPlanHandler := connect.NewUnaryHandler(
+		AdminServiceCancelPlanProcedure,
+		svc.CancelPlan,
+		connect.WithSchema(adminServiceMethods.ByName("CancelPlan")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -377,6 +530,16 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceDrainNodeHandler.ServeHTTP(w, r)
 		case AdminServiceRemoveNodeProcedure:
 			adminServiceRemoveNodeHandler.ServeHTTP(w, r)
+		case AdminServiceMoveSlotsProcedure:
+			adminServiceMoveSlotsHandler.ServeHTTP(w, r)
+		case AdminServiceAddGroupProcedure:
+			adminServiceAddGroupHandler.ServeHTTP(w, r)
+		case AdminServiceSplitGroupProcedure:
+			adminServiceSplitGroupHandler.ServeHTTP(w, r)
+		case AdminServiceListPlansProcedure:
+			adminServiceListPlansHandler.ServeHTTP(w, r)
+		case AdminServiceCancelPlanProcedure:
+			adminServiceCancelPlanHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -424,4 +587,130 @@ func (UnimplementedAdminServiceHandler) DrainNode(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) RemoveNode(context.Context, *connect.Request[v1.RemoveNodeRequest]) (*connect.Response[v1.RemoveNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.RemoveNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) MoveSlots(context.Context, *connect.Request[v1.MoveSlotsRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.MoveSlots is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AddGroup(context.Context, *connect.Request[v1.AddGroupRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.AddGroup is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SplitGroup(context.Context, *connect.Request[v1.SplitGroupRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.SplitGroup is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListPlans(context.Context, *connect.Request[v1.ListPlansRequest]) (*connect.Response[v1.ListPlansResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.ListPlans is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.CancelPlan is not implemented"))
+}
+
+// PeerServiceClient is a client for the quorate.v1.PeerService service.
+type PeerServiceClient interface {
+	// ExportSlots reads one page of a data group's state for slots frozen by
+	// a migration, from this node's replica of the group (which must have
+	// applied the freeze).
+	ExportSlots(context.Context, *connect.Request[v1.ExportSlotsRequest]) (*connect.Response[v1.ExportSlotsResponse], error)
+	// ApplyToGroup proposes a coordination entry (freeze, unfreeze, import,
+	// drop) to a data group this node leads.
+	ApplyToGroup(context.Context, *connect.Request[v1.ApplyToGroupRequest]) (*connect.Response[v1.ApplyToGroupResponse], error)
+}
+
+// NewPeerServiceClient constructs a client for the quorate.v1.PeerService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewPeerServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) PeerServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	peerServiceMethods := v1.File_quorate_v1_admin_proto.Services().ByName("PeerService").Methods()
+	return &peerServiceClient{
+		exportSlots: connect.NewClient[v1.ExportSlotsRequest, v1.ExportSlotsResponse](
+			httpClient,
+			baseURL+PeerServiceExportSlotsProcedure,
+			connect.WithSchema(peerServiceMethods.ByName("ExportSlots")),
+			connect.WithClientOptions(opts...),
+		),
+		applyToGroup: connect.NewClient[v1.ApplyToGroupRequest, v1.ApplyToGroupResponse](
+			httpClient,
+			baseURL+PeerServiceApplyToGroupProcedure,
+			connect.WithSchema(peerServiceMethods.ByName("ApplyToGroup")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// peerServiceClient implements PeerServiceClient.
+type peerServiceClient struct {
+	exportSlots  *connect.Client[v1.ExportSlotsRequest, v1.ExportSlotsResponse]
+	applyToGroup *connect.Client[v1.ApplyToGroupRequest, v1.ApplyToGroupResponse]
+}
+
+// ExportSlots calls quorate.v1.PeerService.ExportSlots.
+func (c *peerServiceClient) ExportSlots(ctx context.Context, req *connect.Request[v1.ExportSlotsRequest]) (*connect.Response[v1.ExportSlotsResponse], error) {
+	return c.exportSlots.CallUnary(ctx, req)
+}
+
+// ApplyToGroup calls quorate.v1.PeerService.ApplyToGroup.
+func (c *peerServiceClient) ApplyToGroup(ctx context.Context, req *connect.Request[v1.ApplyToGroupRequest]) (*connect.Response[v1.ApplyToGroupResponse], error) {
+	return c.applyToGroup.CallUnary(ctx, req)
+}
+
+// PeerServiceHandler is an implementation of the quorate.v1.PeerService service.
+type PeerServiceHandler interface {
+	// ExportSlots reads one page of a data group's state for slots frozen by
+	// a migration, from this node's replica of the group (which must have
+	// applied the freeze).
+	ExportSlots(context.Context, *connect.Request[v1.ExportSlotsRequest]) (*connect.Response[v1.ExportSlotsResponse], error)
+	// ApplyToGroup proposes a coordination entry (freeze, unfreeze, import,
+	// drop) to a data group this node leads.
+	ApplyToGroup(context.Context, *connect.Request[v1.ApplyToGroupRequest]) (*connect.Response[v1.ApplyToGroupResponse], error)
+}
+
+// NewPeerServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewPeerServiceHandler(svc PeerServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	peerServiceMethods := v1.File_quorate_v1_admin_proto.Services().ByName("PeerService").Methods()
+	peerServiceExportSlotsHandler := connect.NewUnaryHandler(
+		PeerServiceExportSlotsProcedure,
+		svc.ExportSlots,
+		connect.WithSchema(peerServiceMethods.ByName("ExportSlots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	peerServiceApplyToGroupHandler := connect.NewUnaryHandler(
+		PeerServiceApplyToGroupProcedure,
+		svc.ApplyToGroup,
+		connect.WithSchema(peerServiceMethods.ByName("ApplyToGroup")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/quorate.v1.PeerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case PeerServiceExportSlotsProcedure:
+			peerServiceExportSlotsHandler.ServeHTTP(w, r)
+		case PeerServiceApplyToGroupProcedure:
+			peerServiceApplyToGroupHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedPeerServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedPeerServiceHandler struct{}
+
+func (UnimplementedPeerServiceHandler) ExportSlots(context.Context, *connect.Request[v1.ExportSlotsRequest]) (*connect.Response[v1.ExportSlotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.PeerService.ExportSlots is not implemented"))
+}
+
+func (UnimplementedPeerServiceHandler) ApplyToGroup(context.Context, *connect.Request[v1.ApplyToGroupRequest]) (*connect.Response[v1.ApplyToGroupResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.PeerService.ApplyToGroup is not implemented"))
 }
