@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +24,9 @@ const (
 	MaxCallerBytes    = 128
 	MaxRequestIDBytes = 128
 )
+
+// NoSlot is Entry.Slot when the entry's slot is unknown.
+const NoSlot = 0xFFFF
 
 // Key identifies a request: the caller's namespace and its request ID.
 type Key struct {
@@ -44,7 +48,10 @@ type Entry struct {
 	Key Key
 	// Kind says which operation recorded the entry, for its owner to read
 	// Result (the FSM: admit, lease, reserve, commit).
-	Kind        uint8
+	Kind uint8
+	// Slot is the shard slot of the key the request was for, so that the
+	// entry can move with its slot to another group; NoSlot when unknown.
+	Slot        uint16
 	Fingerprint [16]byte
 	Result      []byte
 	ExpiresAt   int64
@@ -223,4 +230,41 @@ func (t *Table) Update(k Key, result []byte) bool {
 	t.bytes += int64(len(result) - len(it.Result))
 	it.Result = result
 	return true
+}
+
+// Select returns a copy of every entry keep accepts (Result shared, not
+// copied), unsorted.
+func (t *Table) Select(keep func(*Entry) bool) []Entry {
+	var out []Entry
+	for _, it := range t.byKey {
+		if keep(&it.Entry) {
+			out = append(out, it.Entry)
+		}
+	}
+	return out
+}
+
+// DeleteFunc removes every entry del accepts, expired or not, and returns
+// how many it removed. What remains does not depend on the order of the
+// calls to del.
+func (t *Table) DeleteFunc(del func(*Entry) bool) int {
+	var doomed []*item
+	for _, it := range t.byKey {
+		if del(&it.Entry) {
+			doomed = append(doomed, it)
+		}
+	}
+	// Removed in key order, so the heap's layout is the same on every
+	// replica too.
+	slices.SortFunc(doomed, func(a, b *item) int { return a.Key.compare(b.Key) })
+	for _, it := range doomed {
+		t.remove(it)
+	}
+	return len(doomed)
+}
+
+// Has reports whether an entry (expired or not) is held under k.
+func (t *Table) Has(k Key) bool {
+	_, ok := t.byKey[k]
+	return ok
 }

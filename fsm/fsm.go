@@ -214,6 +214,18 @@ type FSM struct {
 	shardMap          *shard.Map
 	owned             *ownership
 	policiesMetaIndex uint64
+
+	// Slot migrations: a data group's slots frozen by migrations out of
+	// it, and its record of migrations into it (migrate.go); the meta
+	// group's plans (plans.go).
+	frozen  map[uint64]shard.SlotRange
+	imports map[uint64]*importState
+	plans   []*raftcmdv1.Plan
+
+	// opSlot is the slot of the data command being applied (a data group
+	// with ownership only; dedupe.NoSlot otherwise), recorded with its
+	// request ID.
+	opSlot uint16
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -235,6 +247,9 @@ func New(opts Options) *FSM {
 		sems:     newStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 		callers:  callerNames{},
+		frozen:   map[uint64]shard.SlotRange{},
+		imports:  map[uint64]*importState{},
+		opSlot:   dedupe.NoSlot,
 	}
 	f.reservations = f.newReservationTable()
 	return f
@@ -352,6 +367,21 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 		return f.applyReserve(body.Reserve, l.Index, now)
 	case *raftcmdv1.Envelope_Commit:
 		return f.applyCommit(body.Commit, now)
+	case *raftcmdv1.Envelope_FreezeSlots:
+		return f.applyFreeze(body.FreezeSlots)
+	case *raftcmdv1.Envelope_UnfreezeSlots:
+		delete(f.frozen, body.UnfreezeSlots.GetMigration())
+		return nil
+	case *raftcmdv1.Envelope_ImportSlots:
+		return f.applyImport(body.ImportSlots, now)
+	case *raftcmdv1.Envelope_DropImport:
+		return f.applyDropImport(body.DropImport)
+	case *raftcmdv1.Envelope_CreatePlan:
+		return f.applyCreatePlan(body.CreatePlan, l.Index, now)
+	case *raftcmdv1.Envelope_UpdatePlan:
+		return f.applyUpdatePlan(body.UpdatePlan, now)
+	case *raftcmdv1.Envelope_CancelPlan:
+		return f.applyCancelPlan(body.CancelPlan, now)
 	case *raftcmdv1.Envelope_Expire:
 		f.reservations.sweep(now, ExpireBatch, noPolicy)
 		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
@@ -581,7 +611,7 @@ func (f *FSM) State(policy, key string) admission.State {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &snapshot{
+	s := &snapshot{
 		lastNow:  f.lastNow,
 		policies: sortedPolicies(f.policies),
 		nodes:    sortedNodes(f.nodes),
@@ -591,7 +621,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
 		route:    f.routeSnapshot(),
-	}, nil
+	}
+	s.frozen, s.imports = f.migrateSnapshot()
+	s.plans = clonePlans(f.plans)
+	return s, nil
 }
 
 // Restore replaces the state with a snapshot written by Persist.
@@ -633,5 +666,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
 	f.buckets, f.sems, f.reservations, f.dedupe, f.callers = buckets, sems, reserved, dd, callers
 	f.restoreRoute(s.route)
+	f.restoreMigrate(s.frozen, s.imports)
+	f.plans = s.plans
 	return nil
 }

@@ -26,7 +26,7 @@ const (
 // full table refuses with ErrDedupeFull and the operation changes nothing.
 func (f *FSM) record(k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention, now int64) error {
 	k.Caller = f.callers.intern(k.Caller)
-	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Fingerprint: fp, Result: result,
+	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Slot: f.opSlot, Fingerprint: fp, Result: result,
 		ExpiresAt: addSaturating(now, retention)}, now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrDedupeFull, err)

@@ -65,6 +65,12 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 		ttl = DefaultReservationTTL
 	}
 	id := ReservationID(c.GetPolicy(), c.GetKey(), index)
+	// A reservation that moved here with its slot was named by another
+	// group's log index, which may be this one's.
+	for k := 1; f.reservations.has(id); k++ {
+		id = base64.RawURLEncoding.EncodeToString([]byte(c.GetPolicy() + "\x00" + c.GetKey() + "\x00" +
+			strconv.FormatUint(index, 10) + "." + strconv.Itoa(k)))
+	}
 	hold, err := f.prepareReservation(id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
 	if err != nil {
 		return err

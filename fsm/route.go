@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
 )
@@ -36,6 +37,9 @@ type RouteError struct {
 }
 
 func (e *RouteError) Error() string {
+	if errors.Is(e.Err, ErrSlotMoving) {
+		return fmt.Sprintf("%v: slot %d is leaving group %d (retry)", e.Err, e.Slot, e.Group)
+	}
 	if errors.Is(e.Err, ErrStaleEpoch) {
 		return fmt.Sprintf("%v: slot %d moved to group %d at epoch %d, command routed at epoch %d", e.Err, e.Slot, e.Group, e.OwnerEpoch, e.Epoch)
 	}
@@ -96,6 +100,7 @@ func parseReservationID(id string) (policy, key string, ok bool) {
 // group without ownership (a single-group cluster) applies everything; a
 // data group applies nothing before its first SetOwnership.
 func (f *FSM) checkRoute(env *raftcmdv1.Envelope) error {
+	f.opSlot = dedupe.NoSlot
 	if f.owned == nil && !f.opts.DataGroup {
 		return nil
 	}
@@ -114,6 +119,12 @@ func (f *FSM) checkRoute(env *raftcmdv1.Envelope) error {
 	if env.GetMapEpoch() < a.Epoch {
 		return &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), OwnerEpoch: a.Epoch, Err: ErrStaleEpoch}
 	}
+	if len(f.frozen) > 0 {
+		if _, frozen := f.frozenAt(slot); frozen {
+			return &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrSlotMoving}
+		}
+	}
+	f.opSlot = uint16(slot)
 	return nil
 }
 
@@ -152,7 +163,9 @@ func (f *FSM) applySetOwnership(c *raftcmdv1.SetOwnership) interface{} {
 		}
 		o.ranges = append(o.ranges, a)
 	}
+	old := f.owned
 	f.owned = o
+	f.ownershipChanged(old)
 	return nil
 }
 

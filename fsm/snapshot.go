@@ -44,6 +44,9 @@ type snapshot struct {
 	dedupe   []dedupe.Entry
 	lastTerm uint64
 	route    routeState
+	frozen   []*raftcmdv1.FreezeSlots
+	imports  []*raftcmdv1.ImportProgress
+	plans    []*raftcmdv1.Plan
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -82,6 +85,9 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		ShardMap:          s.route.shardMap,
 		Ownership:         s.route.ownership,
 		PoliciesMetaIndex: s.route.policiesMetaIndex,
+		Frozen:            s.frozen,
+		Imports:           s.imports,
+		Plans:             s.plans,
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -98,6 +104,10 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, e := range s.dedupe {
 		drec.Caller, drec.RequestId, drec.Fingerprint = e.Key.Caller, e.Key.RequestID, e.Fingerprint[:]
 		drec.Result, drec.ExpiresAtUnixNano, drec.Kind = e.Result, e.ExpiresAt, uint32(e.Kind)
+		drec.SlotPlusOne = 0
+		if e.Slot != dedupe.NoSlot {
+			drec.SlotPlusOne = uint32(e.Slot) + 1
+		}
 		enc.write(&drec)
 	}
 	var srec raftcmdv1.SemaphoreRecord
@@ -153,7 +163,8 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		return nil, fmt.Errorf("%w: format version %d, this binary reads %d", ErrBadSnapshot, h.GetVersion(), SnapshotVersion)
 	}
 	s := &snapshot{lastNow: h.GetLastNowUnixNano(), lastTerm: h.GetLastTerm(), route: routeState{
-		shardMap: h.GetShardMap(), ownership: h.GetOwnership(), policiesMetaIndex: h.GetPoliciesMetaIndex()}}
+		shardMap: h.GetShardMap(), ownership: h.GetOwnership(), policiesMetaIndex: h.GetPoliciesMetaIndex()},
+		frozen: h.GetFrozen(), imports: h.GetImports(), plans: h.GetPlans()}
 	for range h.GetPolicyCount() {
 		var p raftcmdv1.PolicyRecord
 		if err := dec.read(&p); err != nil {
@@ -180,19 +191,14 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		if err := dec.read(&d); err != nil {
 			return nil, err
 		}
-		if len(d.GetFingerprint()) != 16 {
-			return nil, fmt.Errorf("%w: dedupe record with a %d-byte fingerprint", ErrBadSnapshot, len(d.GetFingerprint()))
+		e, err := dedupeFromRecord(&d)
+		if err != nil {
+			return nil, err
 		}
 		if err := proto.Unmarshal(d.GetResult(), &raftcmdv1.AdmitRecord{}); err != nil {
 			return nil, fmt.Errorf("%w: dedupe record %q/%q: result: %v", ErrBadSnapshot, d.GetCaller(), d.GetRequestId(), err)
 		}
-		s.dedupe = append(s.dedupe, dedupe.Entry{
-			Key:         dedupe.Key{Caller: d.GetCaller(), RequestID: d.GetRequestId()},
-			Kind:        uint8(d.GetKind()),
-			Fingerprint: [16]byte(d.GetFingerprint()),
-			Result:      d.GetResult(),
-			ExpiresAt:   d.GetExpiresAtUnixNano(),
-		})
+		s.dedupe = append(s.dedupe, e)
 	}
 	for range h.GetSemaphoreCount() {
 		var r raftcmdv1.SemaphoreRecord

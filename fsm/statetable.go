@@ -76,6 +76,12 @@ func (t *stateTable[V]) get(key string) (V, bool) {
 	return t.slots[ref].state, true
 }
 
+// has reports whether key has a state.
+func (t *stateTable[V]) has(key string) bool {
+	_, ok := t.index.find(key, t.keyOf)
+	return ok
+}
+
 // put stores key's state and its recorded expiry.
 func (t *stateTable[V]) put(key string, s V, expiresAt int64) {
 	if ref, ok := t.index.find(key, t.keyOf); ok {

@@ -1,0 +1,488 @@
+package fsm
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/lease"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// Slot migration errors. Each is an Apply result: nothing was applied.
+var (
+	// ErrSlotMoving is returned (inside a *RouteError) for a data command
+	// whose slot is frozen by a migration out of this group: retry, the
+	// slot soon belongs to the target.
+	ErrSlotMoving = errors.New("fsm: slot is moving to another group")
+	// ErrNotOwnedYet is returned by FreezeSlots for slots this group does
+	// not own (yet: its ownership may lag the map), and by ImportSlots
+	// before the group applied ownership at the import's map epoch.
+	ErrNotOwnedYet = errors.New("fsm: group ownership not at the migration's map epoch yet")
+	// ErrImportRefused is returned by ImportSlots for a chunk of an older
+	// attempt, of a dropped migration, out of order, or into slots the
+	// group owns; and by DropImport for slots it owns.
+	ErrImportRefused = errors.New("fsm: import refused")
+	// ErrNotFrozen is returned by ExportSlots when this replica has not
+	// applied the migration's freeze.
+	ErrNotFrozen = errors.New("fsm: slots not frozen by that migration here")
+)
+
+// importState is a target group's record of one migration into it.
+type importState struct {
+	r        shard.SlotRange
+	attempt  uint64
+	nextSeq  uint32
+	complete bool
+	dropped  bool
+	records  uint64
+}
+
+// slotSet is a set of slots.
+type slotSet [shard.SlotCount / 64]uint64
+
+func (s *slotSet) add(r shard.SlotRange) {
+	for x := r.Start; x < r.End; x++ {
+		s[x/64] |= 1 << (x % 64)
+	}
+}
+
+func (s *slotSet) has(x shard.Slot) bool { return x < shard.SlotCount && s[x/64]&(1<<(x%64)) != 0 }
+
+func (s *slotSet) empty() bool { return *s == slotSet{} }
+
+// bucketSlot is the slot of a bucket or semaphore key ("policy/key").
+func bucketSlot(bucketKey string) shard.Slot {
+	_, key, _ := strings.Cut(bucketKey, "/")
+	return shard.SlotOf(key)
+}
+
+// owns reports whether the group owns every slot of r.
+func (o *ownership) owns(r shard.SlotRange) bool {
+	for x := r.Start; x < r.End; {
+		a, ok := o.lookup(x)
+		if !ok {
+			return false
+		}
+		x = a.Range.End
+	}
+	return true
+}
+
+// ownsAny reports whether the group owns some slot of r.
+func (o *ownership) ownsAny(r shard.SlotRange) bool {
+	for _, a := range o.ranges {
+		if a.Range.Start < r.End && r.Start < a.Range.End {
+			return true
+		}
+	}
+	return false
+}
+
+// frozenAt returns the migration freezing slot s, if any.
+func (f *FSM) frozenAt(s shard.Slot) (uint64, bool) {
+	for m, r := range f.frozen {
+		if r.Contains(s) {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+func rangeOf(start, end uint32) (shard.SlotRange, error) {
+	r := shard.SlotRange{Start: 1, End: 0}
+	if start <= shard.SlotCount && end <= shard.SlotCount {
+		r = shard.SlotRange{Start: shard.Slot(start), End: shard.Slot(end)}
+	}
+	if err := r.Validate(); err != nil {
+		return r, &admission.FieldError{Field: "start", Reason: fmt.Sprintf("[%d,%d) is not a valid slot range", start, end), Err: admission.ErrInvalidRequest}
+	}
+	return r, nil
+}
+
+func (f *FSM) applyFreeze(c *raftcmdv1.FreezeSlots) interface{} {
+	r, err := rangeOf(c.GetStart(), c.GetEnd())
+	if err != nil {
+		return err
+	}
+	if old, ok := f.frozen[c.GetMigration()]; ok {
+		if old == r {
+			return nil
+		}
+		return fmt.Errorf("%w: migration %d already froze %v", ErrImportRefused, c.GetMigration(), old)
+	}
+	if f.owned == nil || !f.owned.owns(r) {
+		return fmt.Errorf("%w: cannot freeze %v, not all owned here", ErrNotOwnedYet, r)
+	}
+	f.frozen[c.GetMigration()] = r
+	return nil
+}
+
+func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
+	r, err := rangeOf(c.GetStart(), c.GetEnd())
+	if err != nil {
+		return err
+	}
+	if f.owned == nil || f.owned.mapEpoch < c.GetMapEpoch() {
+		return fmt.Errorf("%w: import of migration %d wants epoch %d", ErrNotOwnedYet, c.GetMigration(), c.GetMapEpoch())
+	}
+	if f.owned.ownsAny(r) {
+		return fmt.Errorf("%w: group %d owns slots of %v", ErrImportRefused, f.owned.group, r)
+	}
+	st := f.imports[c.GetMigration()]
+	switch {
+	case st != nil && st.dropped:
+		return fmt.Errorf("%w: migration %d was dropped", ErrImportRefused, c.GetMigration())
+	case st != nil && c.GetAttempt() < st.attempt:
+		return fmt.Errorf("%w: attempt %d of migration %d is older than %d", ErrImportRefused, c.GetAttempt(), c.GetMigration(), st.attempt)
+	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() < st.nextSeq:
+		return nil // a chunk applied already (a retried proposal)
+	case (st == nil || c.GetAttempt() > st.attempt) && c.GetSeq() == 0:
+		var set slotSet
+		set.add(r)
+		f.deleteSlots(&set) // what an older attempt left
+		st = &importState{r: r, attempt: c.GetAttempt()}
+		f.imports[c.GetMigration()] = st
+	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() == st.nextSeq && !st.complete && st.r == r:
+	default:
+		return fmt.Errorf("%w: chunk %d of attempt %d of migration %d out of order", ErrImportRefused, c.GetSeq(), c.GetAttempt(), c.GetMigration())
+	}
+	// Time: the group's time becomes at least the source's, so tokens
+	// issued here stay above the source's. Leases keep the time they have
+	// left, on either side.
+	src := c.GetSourceNowUnixNano()
+	if src > f.lastNow {
+		f.shiftLeases(src - f.lastNow)
+		f.lastNow = src
+	}
+	shift := f.lastNow - max(src, 0)
+	s := c.GetState()
+	for _, rec := range s.GetBuckets() {
+		b := bucketFromRecord(rec)
+		if r.Contains(bucketSlot(b.key)) {
+			f.buckets.put(b.key, b.state, b.expiresAt)
+		}
+	}
+	for _, rec := range s.GetSemaphores() {
+		sr := semFromRecord(rec)
+		if r.Contains(bucketSlot(sr.key)) {
+			sem := lease.Shift(sr.state, shift)
+			f.sems.put(sr.key, sem, max(sr.expiresAt, lease.ExpiresAt(sem)))
+		}
+	}
+	for _, rec := range s.GetReservations() {
+		rr := reservationFromRecord(rec)
+		if r.Contains(shard.SlotOf(rr.state.key)) {
+			rr.state.expiresAt = addSaturating(rr.state.expiresAt, shift)
+			f.reservations.put(rr.key, rr.state, rr.state.expiresAt)
+		}
+	}
+	for _, rec := range s.GetDedupe() {
+		e, err := dedupeFromRecord(rec)
+		if err != nil {
+			return err
+		}
+		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !f.dedupe.Has(e.Key) {
+			e.Key.Caller = f.callers.intern(e.Key.Caller)
+			f.dedupe.Restore(e)
+		}
+	}
+	st.records += uint64(len(s.GetBuckets()) + len(s.GetSemaphores()) + len(s.GetReservations()) + len(s.GetDedupe()))
+	st.nextSeq++
+	st.complete = c.GetLast()
+	return nil
+}
+
+func (f *FSM) applyDropImport(c *raftcmdv1.DropImport) interface{} {
+	r, err := rangeOf(c.GetStart(), c.GetEnd())
+	if err != nil {
+		return err
+	}
+	if f.owned != nil && f.owned.ownsAny(r) {
+		return fmt.Errorf("%w: group %d owns slots of %v: the migration completed", ErrImportRefused, f.owned.group, r)
+	}
+	st := f.imports[c.GetMigration()]
+	if st == nil {
+		st = &importState{r: r}
+		f.imports[c.GetMigration()] = st
+	}
+	if !st.dropped {
+		var set slotSet
+		set.add(r)
+		f.deleteSlots(&set)
+		st.dropped = true
+	}
+	return nil
+}
+
+// ownershipChanged runs after SetOwnership replaced old (nil: none) by
+// f.owned: the state of slots the group no longer owns goes, and freezes
+// and finished imports that no longer matter are forgotten.
+func (f *FSM) ownershipChanged(old *ownership) {
+	var lost slotSet
+	if old != nil {
+		for _, a := range old.ranges {
+			for x := a.Range.Start; x < a.Range.End; x++ {
+				if _, ok := f.owned.lookup(x); !ok {
+					lost[x/64] |= 1 << (x % 64)
+				}
+			}
+		}
+	}
+	if !lost.empty() {
+		f.deleteSlots(&lost)
+	}
+	for m, r := range f.frozen {
+		if !f.owned.owns(r) {
+			delete(f.frozen, m)
+		}
+	}
+	for m, st := range f.imports {
+		if st.complete && f.owned.owns(st.r) {
+			delete(f.imports, m)
+		}
+	}
+}
+
+// deleteSlots deletes every state of the slots in set. Request-ID entries
+// of unknown slot stay.
+func (f *FSM) deleteSlots(set *slotSet) {
+	var keys []string
+	for _, b := range f.buckets.entries() {
+		if set.has(bucketSlot(b.key)) {
+			keys = append(keys, b.key)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if ref, ok := f.buckets.index.find(k, f.buckets.keyOf); ok {
+			f.buckets.delete(ref)
+		}
+	}
+	keys = keys[:0]
+	for _, s := range f.sems.entries() {
+		if set.has(bucketSlot(s.key)) {
+			keys = append(keys, s.key)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f.sems.remove(k)
+	}
+	keys = keys[:0]
+	for _, r := range f.reservations.entries() {
+		if set.has(shard.SlotOf(r.state.key)) {
+			keys = append(keys, r.key)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f.reservations.remove(k)
+	}
+	f.dedupe.DeleteFunc(func(e *dedupe.Entry) bool { return e.Slot != dedupe.NoSlot && set.has(shard.Slot(e.Slot)) })
+}
+
+// ExportPage is one page of a migration's state.
+type ExportPage struct {
+	State     *raftcmdv1.SlotState
+	Records   int
+	Next      []byte // cursor of the next page
+	Done      bool
+	SourceNow int64
+}
+
+// The tables of an export, in the order pages walk them.
+const (
+	exportBuckets byte = iota
+	exportSems
+	exportReservations
+	exportDedupe
+	exportTables
+)
+
+// ExportSlots reads the state of migration's frozen slots r after cursor
+// (nil: from the start), up to about maxBytes of records: buckets, then
+// semaphores, reservations and request-ID entries (those of unknown slot
+// too), each table in key order. The frozen slots change only by expiry, so
+// pages read one after the other, from any replica that applied the
+// freeze, add up to the state at some point after it.
+func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, maxBytes int) (ExportPage, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if fr, ok := f.frozen[migration]; !ok || fr != r {
+		return ExportPage{}, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
+	}
+	table, after := exportBuckets, ""
+	if len(cursor) > 0 {
+		table, after = cursor[0], string(cursor[1:])
+	}
+	page := ExportPage{State: &raftcmdv1.SlotState{}, SourceNow: f.lastNow}
+	size := 0
+	for ; table < exportTables; table, after = table+1, "" {
+		recs := f.exportTable(table, r, after)
+		for i, rec := range recs {
+			if size >= maxBytes && page.Records > 0 {
+				page.Next = append([]byte{table}, recs[i-1].key...)
+				return page, nil
+			}
+			size += proto.Size(rec.msg)
+			page.Records++
+			switch m := rec.msg.(type) {
+			case *raftcmdv1.BucketRecord:
+				page.State.Buckets = append(page.State.Buckets, m)
+			case *raftcmdv1.SemaphoreRecord:
+				page.State.Semaphores = append(page.State.Semaphores, m)
+			case *raftcmdv1.ReservationRecord:
+				page.State.Reservations = append(page.State.Reservations, m)
+			case *raftcmdv1.DedupeRecord:
+				page.State.Dedupe = append(page.State.Dedupe, m)
+			}
+		}
+	}
+	page.Done = true
+	return page, nil
+}
+
+type exportRecord struct {
+	key string
+	msg proto.Message
+}
+
+// exportTable returns the records of one table in r with keys after after,
+// sorted by key.
+func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportRecord {
+	var out []exportRecord
+	switch table {
+	case exportBuckets:
+		for _, b := range f.buckets.entries() {
+			if b.key > after && r.Contains(bucketSlot(b.key)) {
+				rec := new(raftcmdv1.BucketRecord)
+				bucketToRecord(rec, b)
+				out = append(out, exportRecord{b.key, rec})
+			}
+		}
+	case exportSems:
+		for _, s := range f.sems.entries() {
+			if s.key > after && r.Contains(bucketSlot(s.key)) {
+				rec := new(raftcmdv1.SemaphoreRecord)
+				semToRecord(rec, s)
+				out = append(out, exportRecord{s.key, rec})
+			}
+		}
+	case exportReservations:
+		for _, v := range f.reservations.entries() {
+			if v.key > after && r.Contains(shard.SlotOf(v.state.key)) {
+				rec := new(raftcmdv1.ReservationRecord)
+				reservationToRecord(rec, v)
+				out = append(out, exportRecord{v.key, rec})
+			}
+		}
+	case exportDedupe:
+		for _, e := range f.dedupe.Select(func(e *dedupe.Entry) bool {
+			return e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))
+		}) {
+			if k := dedupeCursorKey(e.Key); k > after {
+				out = append(out, exportRecord{k, dedupeToRecord(e)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b exportRecord) int { return cmp.Compare(a.key, b.key) })
+	return out
+}
+
+// dedupeCursorKey orders request-ID entries as snapshots do (caller, then
+// request ID; neither holds a NUL byte... and if one did, the order is
+// still total and stable).
+func dedupeCursorKey(k dedupe.Key) string { return k.Caller + "\x00" + k.RequestID }
+
+func dedupeToRecord(e dedupe.Entry) *raftcmdv1.DedupeRecord {
+	rec := &raftcmdv1.DedupeRecord{Caller: e.Key.Caller, RequestId: e.Key.RequestID, Fingerprint: bytes.Clone(e.Fingerprint[:]),
+		Result: e.Result, ExpiresAtUnixNano: e.ExpiresAt, Kind: uint32(e.Kind)}
+	if e.Slot != dedupe.NoSlot {
+		rec.SlotPlusOne = uint32(e.Slot) + 1
+	}
+	return rec
+}
+
+func dedupeFromRecord(d *raftcmdv1.DedupeRecord) (dedupe.Entry, error) {
+	if len(d.GetFingerprint()) != 16 {
+		return dedupe.Entry{}, fmt.Errorf("%w: dedupe record with a %d-byte fingerprint", ErrBadSnapshot, len(d.GetFingerprint()))
+	}
+	slot := uint16(dedupe.NoSlot)
+	if s := d.GetSlotPlusOne(); s > 0 && s <= shard.SlotCount {
+		slot = uint16(s - 1)
+	}
+	return dedupe.Entry{
+		Key:         dedupe.Key{Caller: d.GetCaller(), RequestID: d.GetRequestId()},
+		Kind:        uint8(d.GetKind()),
+		Slot:        slot,
+		Fingerprint: [16]byte(d.GetFingerprint()),
+		Result:      d.GetResult(),
+		ExpiresAt:   d.GetExpiresAtUnixNano(),
+	}, nil
+}
+
+// Frozen returns the migrations freezing slots of this group.
+func (f *FSM) Frozen() map[uint64]shard.SlotRange {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[uint64]shard.SlotRange, len(f.frozen))
+	for m, r := range f.frozen {
+		out[m] = r
+	}
+	return out
+}
+
+// ImportStatus is a target group's view of one migration into it.
+type ImportStatus struct {
+	Range                      shard.SlotRange
+	Attempt                    uint64
+	NextSeq                    uint32
+	Complete, Dropped          bool
+	Records                    uint64
+}
+
+// Import returns this replica's record of migration into it.
+func (f *FSM) Import(migration uint64) (ImportStatus, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, ok := f.imports[migration]
+	if !ok {
+		return ImportStatus{}, false
+	}
+	return ImportStatus{Range: st.r, Attempt: st.attempt, NextSeq: st.nextSeq, Complete: st.complete, Dropped: st.dropped, Records: st.records}, true
+}
+
+// migrateSnapshot is the migration state in stored form, sorted.
+func (f *FSM) migrateSnapshot() (frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
+	for m, r := range f.frozen {
+		frozen = append(frozen, &raftcmdv1.FreezeSlots{Migration: m, Start: uint32(r.Start), End: uint32(r.End)})
+	}
+	slices.SortFunc(frozen, func(a, b *raftcmdv1.FreezeSlots) int { return cmp.Compare(a.GetMigration(), b.GetMigration()) })
+	for m, st := range f.imports {
+		imports = append(imports, &raftcmdv1.ImportProgress{Migration: m, Attempt: st.attempt, Start: uint32(st.r.Start), End: uint32(st.r.End),
+			NextSeq: st.nextSeq, Complete: st.complete, Dropped: st.dropped, Records: st.records})
+	}
+	slices.SortFunc(imports, func(a, b *raftcmdv1.ImportProgress) int { return cmp.Compare(a.GetMigration(), b.GetMigration()) })
+	return frozen, imports
+}
+
+// restoreMigrate installs a snapshot's migration state (f.mu held).
+func (f *FSM) restoreMigrate(frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
+	f.frozen, f.imports = map[uint64]shard.SlotRange{}, map[uint64]*importState{}
+	for _, fr := range frozen {
+		f.frozen[fr.GetMigration()] = shard.SlotRange{Start: shard.Slot(fr.GetStart()), End: shard.Slot(fr.GetEnd())}
+	}
+	for _, im := range imports {
+		f.imports[im.GetMigration()] = &importState{r: shard.SlotRange{Start: shard.Slot(im.GetStart()), End: shard.Slot(im.GetEnd())},
+			attempt: im.GetAttempt(), nextSeq: im.GetNextSeq(), complete: im.GetComplete(), dropped: im.GetDropped(), records: im.GetRecords()}
+	}
+}
