@@ -443,11 +443,11 @@ func (f *FSM) Frozen() map[uint64]shard.SlotRange {
 
 // ImportStatus is a target group's view of one migration into it.
 type ImportStatus struct {
-	Range                      shard.SlotRange
-	Attempt                    uint64
-	NextSeq                    uint32
-	Complete, Dropped          bool
-	Records                    uint64
+	Range             shard.SlotRange
+	Attempt           uint64
+	NextSeq           uint32
+	Complete, Dropped bool
+	Records           uint64
 }
 
 // Import returns this replica's record of migration into it.

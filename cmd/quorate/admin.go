@@ -20,7 +20,8 @@ func newAdminCmd() *cobra.Command {
 		Short: "Operate the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd(), newAdminNodeCmd())
+	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd(), newAdminNodeCmd(),
+		newAdminSlotsCmd(), newAdminGroupCmd(), newAdminPlanCmd())
 	return cmd
 }
 
@@ -33,7 +34,8 @@ func newAdminStatusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show every member's role, term and log indexes",
 		Long: "Status asks one node (--server) for the cluster's status; that node asks every\n" +
-			"member for its own view. An unreachable member is listed with the error.",
+			"member for its own view. An unreachable member is listed with the error. Running\n" +
+			"plans (slot moves, group additions) follow, with their current step's progress.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base, ctx, cancel, err := client.begin(cmd.Context())
@@ -41,14 +43,26 @@ func newAdminStatusCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+			ac := newAdminClient(base)
+			resp, err := ac.ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
 			if err != nil {
 				return wrapRPC("ClusterStatus", base, "", err)
 			}
 			if output == outputJSON {
 				return writeJSON(cmd.OutOrStdout(), resp.Msg)
 			}
-			return writeClusterStatus(cmd.OutOrStdout(), resp.Msg)
+			if err := writeClusterStatus(cmd.OutOrStdout(), resp.Msg); err != nil {
+				return err
+			}
+			plans, err := ac.ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
+			switch {
+			case connect.CodeOf(err) == connect.CodeUnimplemented:
+				return nil // a node without plans
+			case err != nil:
+				fmt.Fprintf(cmd.ErrOrStderr(), "quorate: not listing plans: %v\n", wrapRPC("ListPlans", base, "", err))
+				return nil
+			}
+			return writeRunningPlans(cmd.OutOrStdout(), plans.Msg.GetPlans())
 		},
 	}
 	addClientFlags(cmd, &client)

@@ -439,11 +439,15 @@ func (p pollStopped) Error() string { return fmt.Sprintf("stopped: %v", p.proble
 // pollEvery calls try (each call bounded by perTry) every interval until it
 // reports done (then it returns try's error), ctx ends, stop is closed
 // (pollStopped) or the deadline passes (pollDeadline); both carry try's
-// last problem.
+// last problem. A zero deadline is none; a nil stop is never closed.
 func pollEvery(ctx context.Context, interval, perTry time.Duration, deadline time.Time, stop <-chan struct{},
 	try func(context.Context) (done bool, problem error)) error {
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -458,7 +462,7 @@ func pollEvery(ctx context.Context, interval, perTry time.Duration, deadline tim
 			return ctx.Err()
 		case <-stop:
 			return pollStopped{problem}
-		case <-timer.C:
+		case <-expired:
 			return pollDeadline{problem}
 		case <-tick.C:
 		}
