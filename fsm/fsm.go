@@ -161,16 +161,19 @@ type Node struct {
 
 // FeatureLevel is the highest log feature level this binary applies: the
 // kinds of entries it may be asked to apply. 1: Batch entries; 2:
-// RemoveNode. A node
+// RemoveNode; 3: slot migrations and plans. A node
 // proposes an entry kind of level L only when every registered node is at
 // L or above (MinFeatureLevel), so no replica meets an entry it cannot
 // decode (DESIGN.md §2 rule 3).
-const FeatureLevel = 2
+const FeatureLevel = 3
 
 // Feature levels of entry kinds.
 const (
 	FeatureBatch      = 1
 	FeatureRemoveNode = 2
+	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
+	// CreatePlan, UpdatePlan, CancelPlan.
+	FeatureMigrate = 3
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0

@@ -129,6 +129,9 @@ type Config struct {
 	featureLevel *uint32
 	// removeGrace, when positive, replaces the removeGrace constant (tests).
 	removeGrace time.Duration
+	// exportPageBytes, when positive, replaces exportPageBytes (tests: many
+	// small import chunks).
+	exportPageBytes int
 
 	_ struct{}
 }

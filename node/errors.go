@@ -34,9 +34,16 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, fsm.ErrUnknownPolicy), errors.Is(err, fsm.ErrNothingToRefund), errors.Is(err, fsm.ErrNoReservation):
 		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, fsm.ErrNoPlan):
+		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
-		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported):
+		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported),
+		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, fsm.ErrSlotMoving):
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):

@@ -80,3 +80,16 @@ func GroupVoters(n *Node, gid uint32) []string {
 	slices.Sort(out)
 	return out
 }
+
+// SetExportPageBytes makes slot migrations read pages of about b bytes.
+func SetExportPageBytes(cfg *Config, b int) { cfg.exportPageBytes = b }
+
+// GroupStateCounts returns the buckets, semaphores and request-ID entries
+// n's replica of data group gid holds (ok false when it hosts none).
+func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return 0, 0, 0, false
+	}
+	return g.fsm.BucketCount(), g.fsm.SemaphoreCount(), g.fsm.DedupeLen(), true
+}

@@ -37,6 +37,7 @@ type Node struct {
 	groups     dataGroups
 	hadState   bool
 	server     *http.Server
+	fwdServer  *http.Server // the forwarding channel's, with PeerService
 	peers      *peers       // to other nodes' API ports
 	fwd        *peers       // to other nodes over the peer mux: forwarded requests
 	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
@@ -134,6 +135,14 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.waiters = newWaiters()
 
+	n.server = n.newServer(false)
+	n.fwdServer = n.newServer(true)
+	return n, nil
+}
+
+// newServer returns the HTTP server of the API; with peer, that of the
+// peer port's forwarding channel, which also serves PeerService.
+func (n *Node) newServer(peer bool) *http.Server {
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
 	handlerOpts := connect.WithHandlerOptions(connect.WithCompressMinBytes(4 << 10))
@@ -142,17 +151,19 @@ func New(cfg Config) (_ *Node, err error) {
 	mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
 		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName)))
+	if peer {
+		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
+	}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	n.server = &http.Server{
+	return &http.Server{
 		Handler:           mux,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
-	return n, nil
 }
 
 // ID is the node's ID.
@@ -189,11 +200,11 @@ func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 func (n *Node) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- n.server.Serve(n.apiLn) }()
-	go func() { _ = n.server.Serve(n.fwdLn) }() // ends with the server
+	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{}, 3)
+	regDone := make(chan struct{}, 4)
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.register(regCtx)
@@ -206,6 +217,10 @@ func (n *Node) Run(ctx context.Context) error {
 		defer func() { regDone <- struct{}{} }()
 		n.groupLoop(regCtx)
 	}()
+	go func() {
+		defer func() { regDone <- struct{}{} }()
+		n.planLoop(regCtx)
+	}()
 
 	var err error
 	select {
@@ -214,9 +229,9 @@ func (n *Node) Run(ctx context.Context) error {
 		err = fmt.Errorf("node: serving API: %w", err)
 	}
 	stopReg()
-	<-regDone
-	<-regDone
-	<-regDone
+	for range cap(regDone) {
+		<-regDone
+	}
 	n.log.Info("stopping")
 	if shutErr := n.shutdown(); err == nil {
 		err = shutErr
@@ -230,6 +245,9 @@ func (n *Node) shutdown() error {
 	defer cancel()
 	if err := n.server.Shutdown(ctx); err != nil {
 		n.log.Warn("API shutdown", "err", err)
+	}
+	if err := n.fwdServer.Shutdown(ctx); err != nil {
+		n.log.Warn("peer API shutdown", "err", err)
 	}
 	// Hand every group led here to another voter, all at once.
 	transfers := map[*group]raft.Future{}
@@ -259,6 +277,9 @@ func (n *Node) closeResources() error {
 	var errs []error
 	if n.server != nil {
 		errs = append(errs, ignoreClosed(n.server.Close()))
+	}
+	if n.fwdServer != nil {
+		errs = append(errs, ignoreClosed(n.fwdServer.Close()))
 	}
 	if n.apiLn != nil { // not tracked by server when Run never started
 		errs = append(errs, ignoreClosed(n.apiLn.Close()))

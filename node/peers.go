@@ -31,6 +31,7 @@ type peerClient struct {
 	admission quoratev1connect.AdmissionServiceClient
 	admin     quoratev1connect.AdminServiceClient
 	lease     quoratev1connect.LeaseServiceClient
+	peer      quoratev1connect.PeerServiceClient // forwarding channel only
 	// admits queues Admits forwarded to this peer as a group's leader.
 	admits *batchQueue[*fwdItem]
 }
@@ -61,6 +62,7 @@ func (p *peers) get(baseURL string) *peerClient {
 			admission: quoratev1connect.NewAdmissionServiceClient(p.httpClient, baseURL, opts...),
 			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
 			lease:     quoratev1connect.NewLeaseServiceClient(p.httpClient, baseURL, opts...),
+			peer:      quoratev1connect.NewPeerServiceClient(p.httpClient, baseURL, opts...),
 		}
 		c.admits = p.forwardQueue(c)
 		p.clients[baseURL] = c

@@ -2,29 +2,287 @@ package node
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"slices"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 func (h *adminHandler) MoveSlots(ctx context.Context, req *connect.Request[quoratev1.MoveSlotsRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("not yet"))
+	r := req.Msg
+	return h.n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
+		return planMoveSlots(m, r)
+	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
+		c := connect.NewRequest(r)
+		fwd(c)
+		resp, err := p.admin.MoveSlots(ctx, c)
+		return msgOf(resp), err
+	})
 }
 
 func (h *adminHandler) AddGroup(ctx context.Context, req *connect.Request[quoratev1.AddGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("not yet"))
+	r, n := req.Msg, h.n
+	return n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
+		step, err := n.planAddGroup(m, r.GetReplicas())
+		if err != nil {
+			return nil, err
+		}
+		return &raftcmdv1.Plan{Kind: "group add", Summary: fmt.Sprintf("add group %d on %v", step.GetGroup(), step.GetReplicas()),
+			Steps: []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: step}}}}, nil
+	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
+		c := connect.NewRequest(r)
+		fwd(c)
+		resp, err := p.admin.AddGroup(ctx, c)
+		return msgOf(resp), err
+	})
 }
 
 func (h *adminHandler) SplitGroup(ctx context.Context, req *connect.Request[quoratev1.SplitGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("not yet"))
+	r, n := req.Msg, h.n
+	return n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
+		src := shard.GroupID(r.GetGroup())
+		if _, ok := m.Group(src); !ok {
+			return nil, badRequest("group", "group %d is not in the shard map", src)
+		}
+		owned := m.GroupSlots()[src]
+		if owned < 2 {
+			return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
+		}
+		add, err := n.planAddGroup(m, nil)
+		if err != nil {
+			return nil, err
+		}
+		ranges, _ := m.LastSlots(src, owned/2)
+		p := &raftcmdv1.Plan{Kind: "group split",
+			Summary: fmt.Sprintf("split group %d: new group %d on %v takes %d of its %d slots", src, add.GetGroup(), add.GetReplicas(), owned/2, owned),
+			Steps:   []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: add}}}}
+		for _, rg := range ranges {
+			p.Steps = append(p.Steps, moveStep(src, add.GetGroup(), rg))
+		}
+		return p, nil
+	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
+		c := connect.NewRequest(r)
+		fwd(c)
+		resp, err := p.admin.SplitGroup(ctx, c)
+		return msgOf(resp), err
+	})
 }
 
-func (h *adminHandler) ListPlans(ctx context.Context, req *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("not yet"))
+func (h *adminHandler) ListPlans(context.Context, *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
+	out := &quoratev1.ListPlansResponse{}
+	for _, p := range h.n.meta.fsm.Plans() {
+		out.Plans = append(out.Plans, planStatus(p, h.n.now()))
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (h *adminHandler) CancelPlan(ctx context.Context, req *connect.Request[quoratev1.CancelPlanRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("not yet"))
+	n := h.n
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	var out *quoratev1.PlanResponse
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
+		func(ctx context.Context) error {
+			res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
+				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: req.Msg.GetId()}}})
+			if r, ok := res.(*fsm.PlanResult); ok {
+				out = &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}
+			}
+			return err
+		},
+		func(ctx context.Context, p *peerClient) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			resp, err := p.admin.CancelPlan(ctx, fwd)
+			out = msgOf(resp)
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func msgOf(resp *connect.Response[quoratev1.PlanResponse]) *quoratev1.PlanResponse {
+	if resp == nil {
+		return nil
+	}
+	return resp.Msg
+}
+
+// startPlan plans on the meta leader's map (plan) and records the plan
+// there, forwarding the call (remote) when this node does not lead.
+func (n *Node) startPlan(ctx context.Context, forwarded bool, plan func(shard.Map) (*raftcmdv1.Plan, error),
+	remote func(context.Context, *peerClient, func(connect.AnyRequest)) (*quoratev1.PlanResponse, error)) (*connect.Response[quoratev1.PlanResponse], error) {
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	var out *quoratev1.PlanResponse
+	err := n.onLeader(ctx, routing{forwarded: forwarded},
+		func(ctx context.Context) error {
+			if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
+				return fmt.Errorf("%w: a registered node applies log feature level %d, slot migrations need %d: upgrade every node first",
+					ErrFeatureUnsupported, lvl, fsm.FeatureMigrate)
+			}
+			m, ok := n.meta.fsm.ShardMap()
+			if !ok {
+				return errNoShardMap
+			}
+			p, err := plan(m)
+			if err != nil {
+				return err
+			}
+			res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
+				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}})
+			if r, ok := res.(*fsm.PlanResult); ok {
+				out = &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}
+				n.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
+			}
+			return err
+		},
+		func(ctx context.Context, p *peerClient) error {
+			var err error
+			out, err = remote(ctx, p, func(r connect.AnyRequest) { r.Header().Set(forwardedHeader, n.cfg.ID) })
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// planMoveSlots turns a MoveSlots request into a plan: one step per
+// contiguous range.
+func planMoveSlots(m shard.Map, r *quoratev1.MoveSlotsRequest) (*raftcmdv1.Plan, error) {
+	from, to := shard.GroupID(r.GetFrom()), shard.GroupID(r.GetTo())
+	if _, ok := m.Group(from); !ok {
+		return nil, badRequest("from", "group %d is not in the shard map", from)
+	}
+	if _, ok := m.Group(to); !ok {
+		return nil, badRequest("to", "group %d is not in the shard map", to)
+	}
+	if from == to {
+		return nil, badRequest("to", "is group %d, the source", to)
+	}
+	var ranges []shard.SlotRange
+	switch {
+	case r.GetCount() > 0 && (r.GetStart() != 0 || r.GetEnd() != 0):
+		return nil, badRequest("count", "give either count or a range (start, end), not both")
+	case r.GetCount() > 0:
+		owned := m.GroupSlots()[from]
+		rs, ok := m.LastSlots(from, int(r.GetCount()))
+		if !ok {
+			return nil, badRequest("count", "is %d, but group %d owns %d slots", r.GetCount(), from, owned)
+		}
+		ranges = rs
+	default:
+		if r.GetEnd() > shard.SlotCount || r.GetStart() >= r.GetEnd() {
+			return nil, badRequest("end", "[%d,%d) is not a slot range within [0,%d)", r.GetStart(), r.GetEnd(), shard.SlotCount)
+		}
+		rg := shard.SlotRange{Start: shard.Slot(r.GetStart()), End: shard.Slot(r.GetEnd())}
+		for x := rg.Start; x < rg.End; x++ {
+			if g, _, _ := m.Lookup(x); g != from {
+				return nil, badRequest("start", "slot %d of [%d,%d) belongs to group %d, not %d", x, rg.Start, rg.End, g, from)
+			}
+		}
+		ranges = []shard.SlotRange{rg}
+	}
+	p := &raftcmdv1.Plan{Kind: "slots move"}
+	total := 0
+	for _, rg := range ranges {
+		p.Steps = append(p.Steps, moveStep(from, uint32(to), rg))
+		total += rg.Len()
+	}
+	p.Summary = fmt.Sprintf("move %d slots from group %d to group %d", total, from, to)
+	return p, nil
+}
+
+func moveStep(from shard.GroupID, to uint32, r shard.SlotRange) *raftcmdv1.PlanStep {
+	return &raftcmdv1.PlanStep{Action: &raftcmdv1.PlanStep_MoveSlots{MoveSlots: &raftcmdv1.MoveSlotsStep{
+		From: uint32(from), To: to, Start: uint32(r.Start), End: uint32(r.End)}}}
+}
+
+// planAddGroup names a new group (the next ID) and its replicas: those
+// given, or the DataReplicas registered nodes holding the fewest replicas.
+func (n *Node) planAddGroup(m shard.Map, replicas []string) (*raftcmdv1.AddGroupStep, error) {
+	id := shard.GroupID(1)
+	if len(m.Groups) > 0 {
+		id = m.Groups[len(m.Groups)-1].ID + 1
+	}
+	var nodes []string
+	for _, nd := range n.meta.fsm.Nodes() {
+		nodes = append(nodes, nd.ID)
+	}
+	for i, r := range replicas {
+		if !slices.Contains(nodes, r) {
+			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%q is not a registered node", r)
+		}
+		if slices.Contains(replicas[:i], r) {
+			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%q appears twice", r)
+		}
+	}
+	if len(replicas) == 0 {
+		replicas = m.LeastLoaded(nodes, DataReplicas)
+	}
+	return &raftcmdv1.AddGroupStep{Group: uint32(id), Replicas: replicas}, nil
+}
+
+// planStatus describes a plan for the admin API.
+func planStatus(p *raftcmdv1.Plan, now time.Time) *quoratev1.PlanStatus {
+	out := &quoratev1.PlanStatus{Id: p.GetId(), Kind: p.GetKind(), Summary: p.GetSummary(), State: planStateName(p.GetState()),
+		Error: p.GetError(), StepsDone: p.GetCurrent(),
+		Age: durationpb.New(max(0, now.Sub(time.Unix(0, p.GetCreatedUnixNano()))))}
+	for _, st := range p.GetSteps() {
+		s := &quoratev1.PlanStepStatus{Phase: phaseName(st.GetPhase()), Attempt: st.GetAttempt(), Records: st.GetRecords(),
+			Bytes: st.GetBytes(), Chunks: st.GetChunks(), MapEpoch: st.GetMapEpoch()}
+		switch a := st.GetAction().(type) {
+		case *raftcmdv1.PlanStep_AddGroup:
+			s.Action = fmt.Sprintf("add group %d on %v", a.AddGroup.GetGroup(), a.AddGroup.GetReplicas())
+		case *raftcmdv1.PlanStep_MoveSlots:
+			mv := a.MoveSlots
+			s.Action = fmt.Sprintf("move slots [%d,%d) %d→%d", mv.GetStart(), mv.GetEnd(), mv.GetFrom(), mv.GetTo())
+		}
+		out.Steps = append(out.Steps, s)
+	}
+	return out
+}
+
+func planStateName(s uint32) string {
+	switch s {
+	case fsm.PlanRunning:
+		return "running"
+	case fsm.PlanDone:
+		return "done"
+	case fsm.PlanCancelling:
+		return "cancelling"
+	case fsm.PlanCancelled:
+		return "cancelled"
+	case fsm.PlanFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("state %d", s)
+}
+
+func phaseName(p uint32) string {
+	switch p {
+	case fsm.PhasePending:
+		return "pending"
+	case fsm.PhaseCopying:
+		return "copying"
+	case fsm.PhaseFlipped:
+		return "flipped"
+	case fsm.PhaseDone:
+		return "done"
+	case fsm.PhaseRollingBack:
+		return "rolling back"
+	case fsm.PhaseRolledBack:
+		return "rolled back"
+	}
+	return fmt.Sprintf("phase %d", p)
 }

@@ -65,10 +65,11 @@ func (n *Node) forwardAddr(d dest, attempt int) (addr, leaderID string) {
 }
 
 // isRouteError reports a data command refused by a group that does not own
-// its slot (or saw a stale epoch): nothing was applied; the meta replica's
+// its slot (or saw a stale epoch, or the slot is moving to another group):
+// nothing was applied; the meta replica's
 // map catches up and the request is routed again.
 func isRouteError(err error) bool {
-	return errors.Is(err, fsm.ErrWrongGroup) || errors.Is(err, fsm.ErrStaleEpoch)
+	return errors.Is(err, fsm.ErrWrongGroup) || errors.Is(err, fsm.ErrStaleEpoch) || errors.Is(err, fsm.ErrSlotMoving)
 }
 
 type destKey struct{}

@@ -252,3 +252,44 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 	}
 	return out, nil
 }
+
+// LeastLoaded returns k of nodes (fewer when there are fewer), those
+// holding the fewest replicas in m first, ties to the smaller ID: where a
+// new group's replicas go.
+func (m *Map) LeastLoaded(nodes []string, k int) []string {
+	load := map[string]int{}
+	for _, g := range m.Groups {
+		for _, r := range g.Replicas {
+			load[r]++
+		}
+	}
+	c := sortedNodes(nodes)
+	slices.SortStableFunc(c, func(a, b string) int { return load[a] - load[b] })
+	return c[:min(k, len(c))]
+}
+
+// LastSlots returns the ranges of the last count slots group g owns, in
+// slot order, adjacent ones merged, and false when g owns fewer than count (or count is not
+// positive).
+func (m *Map) LastSlots(g GroupID, count int) ([]SlotRange, bool) {
+	if count <= 0 {
+		return nil, false
+	}
+	owned := m.Owned(g)
+	var out []SlotRange
+	for i := len(owned) - 1; i >= 0 && count > 0; i-- {
+		r := owned[i].Range
+		take := min(count, r.Len())
+		if k := len(out) - 1; k >= 0 && out[k].Start == r.End {
+			out[k].Start = r.End - Slot(take) // adjacent: one range
+		} else {
+			out = append(out, SlotRange{Start: r.End - Slot(take), End: r.End})
+		}
+		count -= take
+	}
+	if count > 0 {
+		return nil, false
+	}
+	slices.Reverse(out)
+	return out, true
+}

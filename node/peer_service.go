@@ -1,0 +1,167 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+	"github.com/quorate/quorate/shard"
+)
+
+// exportPageBytes is about how much state one import entry carries.
+const exportPageBytes = 256 << 10
+
+// peerHandler serves quorate.v1.PeerService (forwarding channel only).
+type peerHandler struct {
+	n *Node
+}
+
+var _ quoratev1connect.PeerServiceHandler = (*peerHandler)(nil)
+
+func (h *peerHandler) ExportSlots(_ context.Context, req *connect.Request[quoratev1.ExportSlotsRequest]) (*connect.Response[quoratev1.ExportSlotsResponse], error) {
+	m := req.Msg
+	g := h.n.dataGroup(shard.GroupID(m.GetGroup()))
+	if g == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s hosts no replica of group %d", h.n.cfg.ID, m.GetGroup()))
+	}
+	r := shard.SlotRange{Start: shard.Slot(m.GetStart()), End: shard.Slot(m.GetEnd())}
+	maxBytes := int(m.GetMaxBytes())
+	if maxBytes <= 0 || maxBytes > 4*exportPageBytes {
+		maxBytes = h.n.pageBytes()
+	}
+	page, err := g.fsm.ExportSlots(m.GetMigration(), r, m.GetCursor(), maxBytes)
+	if err != nil {
+		return nil, h.n.toConnectError(err)
+	}
+	state, err := proto.Marshal(page.State)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return connect.NewResponse(&quoratev1.ExportSlotsResponse{State: state, Records: uint32(page.Records),
+		NextCursor: page.Next, Done: page.Done, SourceNowUnixNano: page.SourceNow}), nil
+}
+
+func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quoratev1.ApplyToGroupRequest]) (*connect.Response[quoratev1.ApplyToGroupResponse], error) {
+	n := h.n
+	env := new(raftcmdv1.Envelope)
+	if err := proto.Unmarshal(req.Msg.GetEnvelope(), env); err != nil {
+		return nil, n.toConnectError(badRequest("envelope", "%v", err))
+	}
+	if !isCoordination(env) {
+		return nil, n.toConnectError(badRequest("envelope", "only slot-migration entries may be applied to a group this way"))
+	}
+	g := n.dataGroup(shard.GroupID(req.Msg.GetGroup()))
+	if g == nil || !g.isLeader() {
+		return nil, n.toConnectError(fmt.Errorf("%w: node %s does not lead group %d", ErrNotLeader, n.cfg.ID, req.Msg.GetGroup()))
+	}
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	if _, err := n.proposeTo(ctx, dest{g: g, id: g.id}, env); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(&quoratev1.ApplyToGroupResponse{}), nil
+}
+
+// pageBytes is the size of an export page here.
+func (n *Node) pageBytes() int {
+	if n.cfg.exportPageBytes > 0 {
+		return n.cfg.exportPageBytes
+	}
+	return exportPageBytes
+}
+
+// isCoordination reports whether env is a slot-migration entry.
+func isCoordination(env *raftcmdv1.Envelope) bool {
+	switch env.GetBody().(type) {
+	case *raftcmdv1.Envelope_FreezeSlots, *raftcmdv1.Envelope_UnfreezeSlots, *raftcmdv1.Envelope_ImportSlots, *raftcmdv1.Envelope_DropImport:
+		return true
+	}
+	return false
+}
+
+// applyToGroup proposes a slot-migration entry to data group id: here when
+// this node leads it, else through the replica that does (the map's
+// replicas in turn, until one answers as leader).
+func (n *Node) applyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
+	if g := n.dataGroup(id); g != nil && g.isLeader() {
+		_, err := n.proposeTo(ctx, dest{g: g, id: id}, env)
+		return err
+	}
+	body, err := proto.Marshal(env)
+	if err != nil {
+		return err
+	}
+	return n.onReplicas(ctx, id, func(ctx context.Context, p *peerClient) error {
+		_, err := p.peer.ApplyToGroup(ctx, connect.NewRequest(&quoratev1.ApplyToGroupRequest{Group: uint32(id), Envelope: body}))
+		return err
+	})
+}
+
+// onReplicas calls call on group id's leader as this node knows it, else on
+// its other replicas in turn, until one succeeds or answers something other
+// than "unavailable" (not the leader, no replica).
+func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(context.Context, *peerClient) error) error {
+	m, ok := n.meta.fsm.ShardMap()
+	if !ok {
+		return errNoShardMap
+	}
+	sg, ok := m.Group(id)
+	if !ok {
+		return fmt.Errorf("%w: group %d is not in the shard map", ErrNotProposed, id)
+	}
+	var last error = fmt.Errorf("%w: group %d has no replica to ask", ErrNotProposed, id)
+	d := dest{g: n.dataGroup(id), id: id, replicas: sg.Replicas}
+	if d.g != nil {
+		if addr, _ := n.forwardAddr(d, 0); addr != "" {
+			if last = call(ctx, n.fwd.get("http://"+addr)); connect.CodeOf(last) != connect.CodeUnavailable {
+				return last
+			}
+		}
+	}
+	d.g = nil
+	for i := range sg.Replicas {
+		addr, _ := n.forwardAddr(d, i)
+		if addr == "" {
+			continue
+		}
+		if last = call(ctx, n.fwd.get("http://"+addr)); last == nil || connect.CodeOf(last) != connect.CodeUnavailable {
+			return last
+		}
+	}
+	return last
+}
+
+// exportPage reads one page of migration's state from a replica of group
+// from: this node's when it applied the freeze, else another's.
+func (n *Node) exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (*quoratev1.ExportSlotsResponse, error) {
+	if g := n.dataGroup(from); g != nil {
+		page, err := g.fsm.ExportSlots(migration, r, cursor, n.pageBytes())
+		if err == nil {
+			state, err := proto.Marshal(page.State)
+			if err != nil {
+				return nil, err
+			}
+			return &quoratev1.ExportSlotsResponse{State: state, Records: uint32(page.Records), NextCursor: page.Next,
+				Done: page.Done, SourceNowUnixNano: page.SourceNow}, nil
+		}
+	}
+	var out *quoratev1.ExportSlotsResponse
+	err := n.onReplicas(ctx, from, func(ctx context.Context, p *peerClient) error {
+		resp, err := p.peer.ExportSlots(ctx, connect.NewRequest(&quoratev1.ExportSlotsRequest{Group: uint32(from), Migration: migration,
+			Start: uint32(r.Start), End: uint32(r.End), Cursor: cursor, MaxBytes: uint32(n.pageBytes())}))
+		if err == nil {
+			out = resp.Msg
+		}
+		return err
+	})
+	if err == nil && out == nil {
+		err = errors.New("no export page")
+	}
+	return out, err
+}
