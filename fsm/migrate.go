@@ -330,7 +330,10 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 		recs := f.exportTable(table, r, after)
 		for i, rec := range recs {
 			if size >= maxBytes && page.Records > 0 {
-				page.Next = append([]byte{table}, recs[i-1].key...)
+				page.Next = []byte{table} // from the table's start
+				if i > 0 {
+					page.Next = append(page.Next, recs[i-1].key...)
+				}
 				return page, nil
 			}
 			size += proto.Size(rec.msg)

@@ -243,10 +243,10 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 	case *raftcmdv1.PlanStep_MoveSlots:
 		switch {
 		case from == PhasePending && to == PhaseCopying && !cancelling:
-		case from == PhaseCopying && to == PhaseCopying && c.GetNewAttempt():
+		case from == PhaseCopying && to == PhaseCopying && c.GetNewAttempt() && !cancelling:
 			st.Attempt++
 			st.Records, st.Bytes, st.Chunks = 0, 0, 0
-		case from == PhaseCopying && to == PhaseCopying && c.GetAttempt() == st.GetAttempt():
+		case from == PhaseCopying && to == PhaseCopying && c.GetAttempt() == st.GetAttempt() && !cancelling:
 			st.Records, st.Bytes, st.Chunks = c.GetRecords(), c.GetBytes(), c.GetChunks()
 		case from == PhaseCopying && to == PhaseFlipped && c.GetAttempt() == st.GetAttempt() && !cancelling:
 			next, err := moveSlots(*f.shardMap, a.MoveSlots)

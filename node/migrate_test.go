@@ -278,3 +278,218 @@ func TestMoveSlotsBackAndForthUnderTraffic(t *testing.T) {
 		t.Fatal("a third lease was granted on a key with limit 2 after the moves: the moved semaphore lost its holders")
 	}
 }
+
+// planNow returns plan id as node via lists it.
+func planNow(ctx context.Context, c *nodetest.Cluster, via int, id uint64) (*quoratev1.PlanStatus, error) {
+	resp, err := c.Admin(via).ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range resp.Msg.GetPlans() {
+		if p.GetId() == id {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("plan %d not listed", id)
+}
+
+// fillKeys admits once, with a request ID, on each of keys (retrying
+// through the nodes while unavailable).
+func fillKeys(ctx context.Context, t *testing.T, c *nodetest.Cluster, policy string, keys []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(keys))
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += 8 {
+				if _, err := admit(ctx, c, i, policy, keys[i], 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// migrationCluster starts 3 nodes and 2 data groups whose migrations copy
+// in small chunks, with policy "p" applied, and returns the slots of group
+// 1's upper 128 slots and keys in them, admitted once each.
+func migrationCluster(t *testing.T, ctx context.Context, keys int) (*nodetest.Cluster, shard.SlotRange, []string) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 3
+		node.SetExportPageBytes(cfg, 1024)
+	}})
+	sm := waitGroups(t, c, 2)
+	applyLongBucket(t, c, "p", 1_000_000)
+	end := shard.Slot(sm.GetGroups()[0].GetSlots())
+	moving := shard.SlotRange{Start: end - 128, End: end}
+	ks := keysOf(moving, keys)
+	fillKeys(ctx, t, c, "p", ks)
+	return c, moving, ks
+}
+
+// The meta leader — the plan's coordinator — is killed while it copies a
+// slot move's state chunk by chunk: the next leader starts a new copy
+// attempt (the old attempt's chunks are refused from then on) and
+// completes the move; every unit acknowledged before and during it stays
+// spent.
+func TestMoveSlotsCoordinatorKilledMidCopy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, moving, keys := migrationCluster(t, ctx, 400)
+	tr := startTraffic(ctx, c, "p", keys[:8], 4)
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(0).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: uint32(moving.Start), End: uint32(moving.End)}))
+	})
+	leader := c.Leader(t)
+	c.Eventually(t, 30*time.Second, "copying under way", func() error {
+		st, err := planNow(ctx, c, leader, p.GetId())
+		if err != nil {
+			return err
+		}
+		if s := st.GetSteps()[0]; s.GetPhase() != "copying" || s.GetChunks() < 3 {
+			return fmt.Errorf("step %s, %d chunks", s.GetPhase(), s.GetChunks())
+		}
+		return nil
+	})
+	c.Kill(leader)
+	done := waitPlan(t, c, (leader+1)%c.Len(), p.GetId(), "done", 90*time.Second)
+	s := done.GetSteps()[0]
+	t.Logf("%s: attempt %d, %d records, %d bytes, %d chunks", s.GetAction(), s.GetAttempt(), s.GetRecords(), s.GetBytes(), s.GetChunks())
+	if s.GetAttempt() < 2 {
+		t.Fatalf("the move finished at attempt %d: the killed coordinator's copy was not restarted", s.GetAttempt())
+	}
+	if s.GetRecords() < uint64(len(keys)) {
+		t.Fatalf("%d records copied for %d keys", s.GetRecords(), len(keys))
+	}
+	before := tr.total()
+	c.Eventually(t, 20*time.Second, "traffic flows after the move", func() error {
+		if tr.total() < before+20 {
+			return fmt.Errorf("%d admits since", tr.total()-before)
+		}
+		return nil
+	})
+	tr.finish()
+	via := (leader + 1) % c.Len()
+	for i, k := range keys {
+		spent := int64(1)
+		if a, ok := tr.allowed[k]; ok {
+			spent += a.Load()
+		}
+		if i < 8 || i%40 == 0 {
+			wantRemaining(t, c, via, "p", k, 1_000_000-spent)
+		}
+	}
+}
+
+// A slot move cancelled while it copies rolls back: the source admits the
+// slots again with their state intact, and the target drops its copy.
+func TestCancelSlotMoveRollsBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, moving, keys := migrationCluster(t, ctx, 400)
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: uint32(moving.Start), End: uint32(moving.End)}))
+	})
+	c.Eventually(t, 30*time.Second, "copying under way", func() error {
+		st, err := planNow(ctx, c, 0, p.GetId())
+		if err != nil {
+			return err
+		}
+		if s := st.GetSteps()[0]; s.GetPhase() != "copying" || s.GetChunks() < 2 {
+			return fmt.Errorf("step %s, %d chunks", s.GetPhase(), s.GetChunks())
+		}
+		return nil
+	})
+	if _, err := c.Admin(2).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: p.GetId()})); err != nil {
+		t.Fatalf("CancelPlan: %v", err)
+	}
+	done := waitPlan(t, c, 0, p.GetId(), "cancelled", 60*time.Second)
+	if ph := done.GetSteps()[0].GetPhase(); ph != "rolled back" {
+		t.Fatalf("step phase %q after the cancel", ph)
+	}
+	for i := range c.Len() {
+		if g, _ := node.GroupOf(c.Node(i), keys[0]); g != 1 {
+			t.Fatalf("node %d routes the slots to group %d after the rollback", i, g)
+		}
+		c.Eventually(t, 10*time.Second, "the target drops the import", func() error {
+			if b, _, d, ok := node.GroupStateCounts(c.Node(i), 2); ok && (b > 0 || d > 0) {
+				return fmt.Errorf("node %d: the target still holds %d buckets, %d request IDs of the rolled-back import", i, b, d)
+			}
+			return nil
+		})
+	}
+	for _, k := range keys[:20] {
+		wantRemaining(t, c, 0, "p", k, 1_000_000-1)
+	}
+	if _, err := admit(ctx, c, 1, "p", keys[0], 0); err != nil {
+		t.Fatalf("admit on a rolled-back slot: %v", err)
+	}
+	wantRemaining(t, c, 2, "p", keys[0], 1_000_000-2)
+	// After the flip, cancelling is refused.
+	p2 := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(0).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Count: 4}))
+	})
+	waitPlan(t, c, 0, p2.GetId(), "done", 60*time.Second)
+	_, err := c.Admin(0).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: p2.GetId()}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("cancelling a finished plan: %v, want failed_precondition", err)
+	}
+}
+
+// A group splits under traffic: a new group on three nodes takes the upper
+// half of its slots with their state, and no acknowledged unit is lost.
+func TestSplitGroupUnderTraffic(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	waitGroups(t, c, 1)
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
+	keys := append(keysOf(shard.SlotRange{Start: 0, End: 2048}, 4), keysOf(shard.SlotRange{Start: 2048, End: shard.SlotCount}, 4)...)
+	tr := startTraffic(ctx, c, "p", keys, 6)
+	c.Eventually(t, 10*time.Second, "traffic flowing", func() error {
+		if tr.total() < 30 {
+			return fmt.Errorf("%d admitted", tr.total())
+		}
+		return nil
+	})
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(2).SplitGroup(ctx, connect.NewRequest(&quoratev1.SplitGroupRequest{Group: 1}))
+	})
+	done := waitPlan(t, c, 0, p.GetId(), "done", 90*time.Second)
+	t.Logf("%s: %v", done.GetSummary(), done.GetSteps())
+	sm := waitGroups(t, c, 2)
+	if s := sm.GetGroups()[1].GetSlots(); s != shard.SlotCount/2 {
+		t.Fatalf("the new group owns %d slots, want %d", s, shard.SlotCount/2)
+	}
+	for i := range c.Len() {
+		c.Eventually(t, 10*time.Second, "routes", func() error {
+			if g, _ := node.GroupOf(c.Node(i), keys[7]); g != 2 {
+				return fmt.Errorf("node %d routes %s to group %d", i, keys[7], g)
+			}
+			return nil
+		})
+	}
+	before := tr.total()
+	c.Eventually(t, 20*time.Second, "traffic flows after the split", func() error {
+		if tr.total() < before+30 {
+			return fmt.Errorf("%d admitted since", tr.total()-before)
+		}
+		return nil
+	})
+	tr.finish()
+	if tr.errs.Load() > 0 {
+		t.Errorf("%d admits failed", tr.errs.Load())
+	}
+	for _, k := range keys {
+		wantRemaining(t, c, 1, "p", k, capacity-tr.allowed[k].Load())
+	}
+}
