@@ -34,6 +34,10 @@ type group struct {
 	// unplacedSince is when the shard map stopped placing this replica here
 	// (zero while it does); only the group loop touches it.
 	unplacedSince time.Time
+	// leadingSince is when the group loop first saw this replica lead
+	// (zero while it does not), lastTransfer when it last handed
+	// leadership over; only the group loop touches them.
+	leadingSince, lastTransfer time.Time
 }
 
 // removeGroupDir deletes a closed data group replica's directory.

@@ -75,11 +75,16 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 	}
 	for _, g := range n.hosted()[1:] {
-		if g.isLeader() {
-			n.syncGroup(ctx, g, m)
-			if sg, ok := m.Group(g.id); ok {
-				n.syncMembers(ctx, g, sg)
-			}
+		if !g.isLeader() {
+			g.leadingSince = time.Time{}
+			continue
+		}
+		if g.leadingSince.IsZero() {
+			g.leadingSince = time.Now()
+		}
+		n.syncGroup(ctx, g, m)
+		if sg, ok := m.Group(g.id); ok {
+			n.syncMembers(ctx, g, sg)
 		}
 	}
 	n.closeUnplaced(m)

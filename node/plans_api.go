@@ -286,3 +286,43 @@ func phaseName(p uint32) string {
 	}
 	return fmt.Sprintf("phase %d", p)
 }
+
+func (h *adminHandler) Rebalance(ctx context.Context, req *connect.Request[quoratev1.RebalanceRequest]) (*connect.Response[quoratev1.RebalanceResponse], error) {
+	n := h.n
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	out := &quoratev1.RebalanceResponse{}
+	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
+		func(ctx context.Context) error {
+			var nodes []string
+			for _, nd := range n.meta.fsm.Nodes() {
+				nodes = append(nodes, nd.ID)
+			}
+			epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+				next, changes, err := m.Rebalance(nodes)
+				out.Changes = changes
+				if err != nil || req.Msg.GetDryRun() {
+					return m, 0, err
+				}
+				return next, uint32(len(changes)), nil
+			})
+			out.MapEpoch = epoch
+			if err == nil && len(out.Changes) > 0 && !req.Msg.GetDryRun() {
+				n.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
+			}
+			return err
+		},
+		func(ctx context.Context, p *peerClient) error {
+			fwd := connect.NewRequest(req.Msg)
+			fwd.Header().Set(forwardedHeader, n.cfg.ID)
+			resp, err := p.admin.Rebalance(ctx, fwd)
+			if err == nil {
+				out = resp.Msg
+			}
+			return err
+		})
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(out), nil
+}

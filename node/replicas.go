@@ -85,18 +85,63 @@ func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
 	if !allVoters {
 		return
 	}
-	// Every wanted replica votes: remove the others, this node last.
+	// Every wanted replica votes: remove the others, this node last — and
+	// rather than remove itself (which costs the group an election), the
+	// leader hands leadership to a wanted voter, which removes it.
 	for _, last := range []bool{false, true} {
 		for _, s := range servers {
 			id := string(s.ID)
 			if slices.Contains(want.Replicas, id) || (id == n.cfg.ID) != last {
 				continue
 			}
+			if last && n.transferLeadership(ctx, g, have, want.Replicas) {
+				return
+			}
 			err := waitFuture(ctx, g.raft.RemoveServer(s.ID, 0, timeout))
 			n.log.Info("removing a replica the map no longer lists", "group", g.id, "node", id, "err", err)
 			return
 		}
 	}
+	// The configuration is the map's: the preferred leader leads, once this
+	// leader has led for a while (not a transfer per election).
+	now := time.Now()
+	if want.Replicas[0] != n.cfg.ID && now.Sub(g.leadingSince) > leaderHold && now.Sub(g.lastTransfer) > transferEvery {
+		n.transferLeadership(ctx, g, have, want.Replicas[:1])
+	}
+}
+
+// Leadership transfers (to the preferred leader, or away from a leader
+// leaving its group) wait leaderHold after an election and are tried at
+// most once per transferEvery per group; the target must be a voter that
+// applied to within maxTransferLag of the commit index (raft's transfer
+// catches it up, but only for an election timeout).
+const (
+	leaderHold     = 2 * time.Second
+	transferEvery  = 10 * time.Second
+	maxTransferLag = 16
+)
+
+// transferLeadership hands g's leadership to the first of candidates that
+// is a caught-up voter (other than this node) and reports whether it did.
+func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string]raft.Server, candidates []string) bool {
+	for _, id := range candidates {
+		s, ok := have[id]
+		if id == n.cfg.ID || !ok || s.Suffrage != raft.Voter {
+			continue
+		}
+		m, registered := n.meta.fsm.Node(id)
+		if !registered || m.RaftAddr == "" {
+			continue
+		}
+		if lag, err := n.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxTransferLag {
+			continue
+		}
+		g.lastTransfer = time.Now()
+		err := waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
+		n.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
+		return err == nil
+	}
+	return false
 }
 
 // replicaLag asks the node at raftAddr (over the peer mux) how far its

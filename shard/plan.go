@@ -293,3 +293,104 @@ func (m *Map) LastSlots(g GroupID, count int) ([]SlotRange, bool) {
 	slices.Reverse(out)
 	return out, true
 }
+
+// Rebalance returns m with replicas and preferred leaders (Replicas[0])
+// evened across nodes (the cluster's nodes), at the next epoch, and the
+// changes it made, in order ("group 3: node1 → node4", "group 2: leader
+// node1 → node3"). Replicas move one at a time from the node holding the
+// most to the node holding the fewest that is not in the group, until the
+// counts differ by at most one; then, within each group's replicas,
+// preferred leaders move the same way. Nodes not in nodes keep their
+// replicas (drain them first). With nothing to change it returns m itself
+// and no changes. Errors: "m" when m does not Validate.
+func (m *Map) Rebalance(nodes []string) (Map, []string, error) {
+	if err := m.Validate(); err != nil {
+		fe := err.(*FieldError)
+		return Map{}, nil, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+	}
+	ns := sortedNodes(nodes)
+	if len(ns) == 0 {
+		return *m, nil, nil
+	}
+	out := m.Clone()
+	var changes []string
+	count := func(leaders bool) map[string]int {
+		c := make(map[string]int, len(ns))
+		for _, n := range ns {
+			c[n] = 0
+		}
+		for _, g := range out.Groups {
+			for j, r := range g.Replicas {
+				if _, ok := c[r]; ok && (!leaders || j == 0) {
+					c[r]++
+				}
+			}
+		}
+		return c
+	}
+	// extremes returns the nodes with the most and the fewest, ties to
+	// the smaller ID.
+	extremes := func(c map[string]int) (hi, lo string) {
+		for _, n := range ns {
+			if hi == "" || c[n] > c[hi] {
+				hi = n
+			}
+			if lo == "" || c[n] < c[lo] {
+				lo = n
+			}
+		}
+		return hi, lo
+	}
+	for range len(out.Groups) * len(ns) {
+		c := count(false)
+		hi, lo := extremes(c)
+		if c[hi]-c[lo] <= 1 {
+			break
+		}
+		moved := false
+		for i, g := range out.Groups {
+			j := slices.Index(g.Replicas, hi)
+			if j < 0 || slices.Contains(g.Replicas, lo) {
+				continue
+			}
+			out.Groups[i].Replicas[j] = lo
+			out.Groups[i].Founders = slices.DeleteFunc(out.Groups[i].Founders, func(n string) bool { return n == hi })
+			changes = append(changes, fmt.Sprintf("group %d: replica %s → %s", g.ID, hi, lo))
+			moved = true
+			break
+		}
+		if !moved {
+			break
+		}
+	}
+	for range len(out.Groups) * len(ns) {
+		c := count(true)
+		hi, lo := extremes(c)
+		if c[hi]-c[lo] <= 1 {
+			break
+		}
+		moved := false
+		for i, g := range out.Groups {
+			j := slices.Index(g.Replicas, lo)
+			if g.Replicas[0] != hi || j < 0 {
+				continue
+			}
+			r := out.Groups[i].Replicas
+			r[0], r[j] = r[j], r[0]
+			changes = append(changes, fmt.Sprintf("group %d: leader %s → %s", g.ID, hi, lo))
+			moved = true
+			break
+		}
+		if !moved {
+			break
+		}
+	}
+	if len(changes) == 0 {
+		return *m, nil, nil
+	}
+	if out.Epoch == math.MaxUint64 {
+		return Map{}, nil, fieldErr("m.Epoch", "is at its maximum, %d", m.Epoch)
+	}
+	out.Epoch++
+	return out, changes, nil
+}

@@ -21,7 +21,7 @@ func newAdminCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd(), newAdminNodeCmd(),
-		newAdminSlotsCmd(), newAdminGroupCmd(), newAdminPlanCmd())
+		newAdminSlotsCmd(), newAdminGroupCmd(), newAdminPlanCmd(), newAdminRebalanceCmd())
 	return cmd
 }
 

@@ -551,3 +551,18 @@ func TestPlanList(t *testing.T) {
 		t.Errorf("plan list of none: %q, %v", out, err)
 	}
 }
+
+func TestRebalanceText(t *testing.T) {
+	r := &quoratev1.RebalanceResponse{MapEpoch: 7, Changes: []string{"group 1: replica n1 → n4", "group 2: leader n2 → n5"}}
+	got := rebalanceText(r, true)
+	want := "would make 2 changes (dry run; shard map still at epoch 7):\n  group 1: replica n1 → n4\n  group 2: leader n2 → n5\n"
+	if got != want {
+		t.Fatalf("dry run:\n%s\nwant:\n%s", got, want)
+	}
+	if got := rebalanceText(&quoratev1.RebalanceResponse{MapEpoch: 3}, false); got != "balanced already: nothing to change (shard map epoch 3)\n" {
+		t.Fatalf("balanced: %q", got)
+	}
+	if got := rebalanceText(&quoratev1.RebalanceResponse{MapEpoch: 8, Changes: []string{"x"}}, false); got != "1 change (shard map epoch 8):\n  x\n" {
+		t.Fatalf("applied: %q", got)
+	}
+}

@@ -22,6 +22,106 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RebalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DryRun        bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceRequest) Reset() {
+	*x = RebalanceRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceRequest) ProtoMessage() {}
+
+func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RebalanceRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type RebalanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard map's epoch with the changes (the current one when nothing
+	// changed or on a dry run).
+	MapEpoch uint64 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	// What changed (or would), in order: "group 3: replica node1 → node4",
+	// "group 2: leader node1 → node3".
+	Changes       []string `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceResponse) Reset() {
+	*x = RebalanceResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceResponse) ProtoMessage() {}
+
+func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RebalanceResponse) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *RebalanceResponse) GetChanges() []string {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
 type ExportSlotsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Group     uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -37,7 +137,7 @@ type ExportSlotsRequest struct {
 
 func (x *ExportSlotsRequest) Reset() {
 	*x = ExportSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +149,7 @@ func (x *ExportSlotsRequest) String() string {
 func (*ExportSlotsRequest) ProtoMessage() {}
 
 func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +162,7 @@ func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExportSlotsRequest) GetGroup() uint32 {
@@ -121,7 +221,7 @@ type ExportSlotsResponse struct {
 
 func (x *ExportSlotsResponse) Reset() {
 	*x = ExportSlotsResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -133,7 +233,7 @@ func (x *ExportSlotsResponse) String() string {
 func (*ExportSlotsResponse) ProtoMessage() {}
 
 func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -146,7 +246,7 @@ func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExportSlotsResponse) GetState() []byte {
@@ -195,7 +295,7 @@ type ApplyToGroupRequest struct {
 
 func (x *ApplyToGroupRequest) Reset() {
 	*x = ApplyToGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +307,7 @@ func (x *ApplyToGroupRequest) String() string {
 func (*ApplyToGroupRequest) ProtoMessage() {}
 
 func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +320,7 @@ func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupRequest.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ApplyToGroupRequest) GetGroup() uint32 {
@@ -245,7 +345,7 @@ type ApplyToGroupResponse struct {
 
 func (x *ApplyToGroupResponse) Reset() {
 	*x = ApplyToGroupResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +357,7 @@ func (x *ApplyToGroupResponse) String() string {
 func (*ApplyToGroupResponse) ProtoMessage() {}
 
 func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +370,7 @@ func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupResponse.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type MoveSlotsRequest struct {
@@ -287,7 +387,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +399,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +412,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MoveSlotsRequest) GetFrom() uint32 {
@@ -360,7 +460,7 @@ type AddGroupRequest struct {
 
 func (x *AddGroupRequest) Reset() {
 	*x = AddGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +472,7 @@ func (x *AddGroupRequest) String() string {
 func (*AddGroupRequest) ProtoMessage() {}
 
 func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +485,7 @@ func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupRequest.ProtoReflect.Descriptor instead.
 func (*AddGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AddGroupRequest) GetReplicas() []string {
@@ -404,7 +504,7 @@ type SplitGroupRequest struct {
 
 func (x *SplitGroupRequest) Reset() {
 	*x = SplitGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +516,7 @@ func (x *SplitGroupRequest) String() string {
 func (*SplitGroupRequest) ProtoMessage() {}
 
 func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +529,7 @@ func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitGroupRequest.ProtoReflect.Descriptor instead.
 func (*SplitGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SplitGroupRequest) GetGroup() uint32 {
@@ -447,7 +547,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +559,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +572,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type ListPlansResponse struct {
@@ -484,7 +584,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +596,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +609,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListPlansResponse) GetPlans() []*PlanStatus {
@@ -528,7 +628,7 @@ type CancelPlanRequest struct {
 
 func (x *CancelPlanRequest) Reset() {
 	*x = CancelPlanRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +640,7 @@ func (x *CancelPlanRequest) String() string {
 func (*CancelPlanRequest) ProtoMessage() {}
 
 func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +653,7 @@ func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlanRequest.ProtoReflect.Descriptor instead.
 func (*CancelPlanRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelPlanRequest) GetId() uint64 {
@@ -572,7 +672,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +684,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +697,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanResponse) GetPlan() *PlanStatus {
@@ -625,7 +725,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +737,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +750,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanStatus) GetId() uint64 {
@@ -726,7 +826,7 @@ type PlanStepStatus struct {
 
 func (x *PlanStepStatus) Reset() {
 	*x = PlanStepStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +838,7 @@ func (x *PlanStepStatus) String() string {
 func (*PlanStepStatus) ProtoMessage() {}
 
 func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +851,7 @@ func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStepStatus.ProtoReflect.Descriptor instead.
 func (*PlanStepStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanStepStatus) GetAction() string {
@@ -813,7 +913,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +925,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +938,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -863,7 +963,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +975,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +988,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type DrainNodeRequest struct {
@@ -900,7 +1000,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1012,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1025,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -947,7 +1047,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1059,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1072,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainNodeResponse) GetMapEpoch() uint64 {
@@ -1000,7 +1100,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1112,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1125,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -1059,7 +1159,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1171,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1184,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -1102,7 +1202,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1214,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1227,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 type ClusterStatusResponse struct {
@@ -1147,7 +1247,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1259,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1272,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -1215,7 +1315,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1327,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1340,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -1268,7 +1368,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1380,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1393,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -1335,7 +1435,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1447,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1460,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -1413,7 +1513,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1525,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1538,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 type NodeStatusResponse struct {
@@ -1450,7 +1550,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1562,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1575,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -1516,7 +1616,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1628,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1641,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeState) GetId() string {
@@ -1665,7 +1765,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1777,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1790,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -1779,7 +1879,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1891,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1904,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -1843,7 +1943,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1955,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1968,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 // Policy is one admission policy.
@@ -1907,7 +2007,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2019,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2032,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Policy) GetName() string {
@@ -2028,7 +2128,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2140,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2153,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2073,7 +2173,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2185,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2198,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2116,7 +2216,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2228,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2241,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type ListPoliciesResponse struct {
@@ -2153,7 +2253,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2265,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2278,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2197,7 +2297,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2309,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2322,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -2241,7 +2341,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2353,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2366,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -2285,7 +2385,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2397,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2410,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -2330,7 +2430,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2442,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2455,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -2370,7 +2470,12 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa5\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"+\n" +
+	"\x10RebalanceRequest\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\"J\n" +
+	"\x11RebalanceResponse\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x18\n" +
+	"\achanges\x18\x02 \x03(\tR\achanges\"\xa5\x01\n" +
 	"\x12ExportSlotsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1c\n" +
 	"\tmigration\x18\x02 \x01(\x04R\tmigration\x12\x14\n" +
@@ -2527,7 +2632,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x9d\t\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xe9\t\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -2547,7 +2652,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"SplitGroup\x12\x1d.quorate.v1.SplitGroupRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12J\n" +
 	"\tListPlans\x12\x1c.quorate.v1.ListPlansRequest\x1a\x1d.quorate.v1.ListPlansResponse\"\x00\x12G\n" +
 	"\n" +
-	"CancelPlan\x12\x1d.quorate.v1.CancelPlanRequest\x1a\x18.quorate.v1.PlanResponse\"\x002\xb4\x01\n" +
+	"CancelPlan\x12\x1d.quorate.v1.CancelPlanRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12J\n" +
+	"\tRebalance\x12\x1c.quorate.v1.RebalanceRequest\x1a\x1d.quorate.v1.RebalanceResponse\"\x002\xb4\x01\n" +
 	"\vPeerService\x12P\n" +
 	"\vExportSlots\x12\x1e.quorate.v1.ExportSlotsRequest\x1a\x1f.quorate.v1.ExportSlotsResponse\"\x00\x12S\n" +
 	"\fApplyToGroup\x12\x1f.quorate.v1.ApplyToGroupRequest\x1a .quorate.v1.ApplyToGroupResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
@@ -2564,104 +2670,108 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*ExportSlotsRequest)(nil),     // 0: quorate.v1.ExportSlotsRequest
-	(*ExportSlotsResponse)(nil),    // 1: quorate.v1.ExportSlotsResponse
-	(*ApplyToGroupRequest)(nil),    // 2: quorate.v1.ApplyToGroupRequest
-	(*ApplyToGroupResponse)(nil),   // 3: quorate.v1.ApplyToGroupResponse
-	(*MoveSlotsRequest)(nil),       // 4: quorate.v1.MoveSlotsRequest
-	(*AddGroupRequest)(nil),        // 5: quorate.v1.AddGroupRequest
-	(*SplitGroupRequest)(nil),      // 6: quorate.v1.SplitGroupRequest
-	(*ListPlansRequest)(nil),       // 7: quorate.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),      // 8: quorate.v1.ListPlansResponse
-	(*CancelPlanRequest)(nil),      // 9: quorate.v1.CancelPlanRequest
-	(*PlanResponse)(nil),           // 10: quorate.v1.PlanResponse
-	(*PlanStatus)(nil),             // 11: quorate.v1.PlanStatus
-	(*PlanStepStatus)(nil),         // 12: quorate.v1.PlanStepStatus
-	(*RemoveNodeRequest)(nil),      // 13: quorate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 14: quorate.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 15: quorate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 16: quorate.v1.DrainNodeResponse
-	(*MoveReplicaRequest)(nil),     // 17: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 18: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 19: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 20: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 21: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 22: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 23: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 24: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 25: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 26: quorate.v1.NodeState
-	(*GroupState)(nil),             // 27: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 28: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 29: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 30: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 31: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 32: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 33: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 34: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 35: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 36: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 37: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 38: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 39: google.protobuf.Duration
+	(*RebalanceRequest)(nil),       // 0: quorate.v1.RebalanceRequest
+	(*RebalanceResponse)(nil),      // 1: quorate.v1.RebalanceResponse
+	(*ExportSlotsRequest)(nil),     // 2: quorate.v1.ExportSlotsRequest
+	(*ExportSlotsResponse)(nil),    // 3: quorate.v1.ExportSlotsResponse
+	(*ApplyToGroupRequest)(nil),    // 4: quorate.v1.ApplyToGroupRequest
+	(*ApplyToGroupResponse)(nil),   // 5: quorate.v1.ApplyToGroupResponse
+	(*MoveSlotsRequest)(nil),       // 6: quorate.v1.MoveSlotsRequest
+	(*AddGroupRequest)(nil),        // 7: quorate.v1.AddGroupRequest
+	(*SplitGroupRequest)(nil),      // 8: quorate.v1.SplitGroupRequest
+	(*ListPlansRequest)(nil),       // 9: quorate.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),      // 10: quorate.v1.ListPlansResponse
+	(*CancelPlanRequest)(nil),      // 11: quorate.v1.CancelPlanRequest
+	(*PlanResponse)(nil),           // 12: quorate.v1.PlanResponse
+	(*PlanStatus)(nil),             // 13: quorate.v1.PlanStatus
+	(*PlanStepStatus)(nil),         // 14: quorate.v1.PlanStepStatus
+	(*RemoveNodeRequest)(nil),      // 15: quorate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 16: quorate.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),       // 17: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 18: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),     // 19: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 20: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 21: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 22: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 23: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 24: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 25: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 26: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 27: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 28: quorate.v1.NodeState
+	(*GroupState)(nil),             // 29: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 30: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 31: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 32: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 33: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 34: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 35: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 36: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 37: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 38: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 39: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 40: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	11, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
-	11, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
-	12, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	39, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
-	23, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	21, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	22, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	26, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	26, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	27, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	39, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	39, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	39, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	30, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	30, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	30, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	30, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	30, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	19, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	24, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	28, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	31, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	33, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	35, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	37, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	17, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	15, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	13, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	4,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	5,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	6,  // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	7,  // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	9,  // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	0,  // 33: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	2,  // 34: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	20, // 35: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	25, // 36: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	29, // 37: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	32, // 38: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	34, // 39: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	36, // 40: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	38, // 41: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	18, // 42: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	16, // 43: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	14, // 44: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	10, // 45: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	10, // 46: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	10, // 47: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	8,  // 48: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	10, // 49: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	1,  // 50: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	3,  // 51: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	35, // [35:52] is the sub-list for method output_type
-	18, // [18:35] is the sub-list for method input_type
+	13, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
+	13, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
+	14, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
+	41, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	25, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	23, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	24, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	28, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	28, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	29, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	41, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	41, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	41, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	32, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	32, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	32, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	32, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	32, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	21, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	26, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	30, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	33, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	35, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	37, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	39, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	19, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	17, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	15, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	6,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	7,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	8,  // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	9,  // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	11, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	0,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	2,  // 34: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	4,  // 35: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	22, // 36: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	27, // 37: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	31, // 38: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	34, // 39: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	36, // 40: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	38, // 41: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	40, // 42: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	20, // 43: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	18, // 44: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	16, // 45: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	12, // 46: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	12, // 47: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	12, // 48: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	10, // 49: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	12, // 50: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	1,  // 51: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	3,  // 52: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	5,  // 53: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	36, // [36:54] is the sub-list for method output_type
+	18, // [18:36] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2678,7 +2788,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -70,6 +70,8 @@ const (
 	AdminServiceListPlansProcedure = "/quorate.v1.AdminService/ListPlans"
 	// AdminServiceCancelPlanProcedure is the fully-qualified name of the AdminService's CancelPlan RPC.
 	AdminServiceCancelPlanProcedure = "/quorate.v1.AdminService/CancelPlan"
+	// AdminServiceRebalanceProcedure is the fully-qualified name of the AdminService's Rebalance RPC.
+	AdminServiceRebalanceProcedure = "/quorate.v1.AdminService/Rebalance"
 	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
 	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
 	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
@@ -143,6 +145,13 @@ type AdminServiceClient interface {
 	// undone (the source admits its slots again, the target drops its copy).
 	// FailedPrecondition once the current step changed the map: it completes.
 	CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error)
+	// Rebalance evens data group replicas and preferred leaders (each
+	// group's first replica) across the registered nodes in one shard map
+	// change: the groups' leaders carry the replica moves out as for
+	// MoveReplica and hand leadership to their preferred leaders. With
+	// dry_run nothing changes: the answer lists what would. Remove dead
+	// nodes first: a registered node is a candidate.
+	Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -246,6 +255,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("CancelPlan")),
 			connect.WithClientOptions(opts...),
 		),
+		rebalance: connect.NewClient[v1.RebalanceRequest, v1.RebalanceResponse](
+			httpClient,
+			baseURL+AdminServiceRebalanceProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("Rebalance")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -266,6 +281,7 @@ type adminServiceClient struct {
 	splitGroup     *connect.Client[v1.SplitGroupRequest, v1.PlanResponse]
 	listPlans      *connect.Client[v1.ListPlansRequest, v1.ListPlansResponse]
 	cancelPlan     *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
+	rebalance      *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -343,6 +359,11 @@ func (c *adminServiceClient) CancelPlan(ctx context.Context, req *connect.Reques
 	return c.cancelPlan.CallUnary(ctx, req)
 }
 
+// Rebalance calls quorate.v1.AdminService.Rebalance.
+func (c *adminServiceClient) Rebalance(ctx context.Context, req *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error) {
+	return c.rebalance.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -409,6 +430,13 @@ type AdminServiceHandler interface {
 	// undone (the source admits its slots again, the target drops its copy).
 	// FailedPrecondition once the current step changed the map: it completes.
 	CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error)
+	// Rebalance evens data group replicas and preferred leaders (each
+	// group's first replica) across the registered nodes in one shard map
+	// change: the groups' leaders carry the replica moves out as for
+	// MoveReplica and hand leadership to their preferred leaders. With
+	// dry_run nothing changes: the answer lists what would. Remove dead
+	// nodes first: a registered node is a candidate.
+	Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -508,6 +536,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("CancelPlan")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceRebalanceHandler := connect.NewUnaryHandler(
+		AdminServiceRebalanceProcedure,
+		svc.Rebalance,
+		connect.WithSchema(adminServiceMethods.ByName("Rebalance")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -540,6 +574,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListPlansHandler.ServeHTTP(w, r)
 		case AdminServiceCancelPlanProcedure:
 			adminServiceCancelPlanHandler.ServeHTTP(w, r)
+		case AdminServiceRebalanceProcedure:
+			adminServiceRebalanceHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -607,6 +643,10 @@ func (UnimplementedAdminServiceHandler) ListPlans(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) CancelPlan(context.Context, *connect.Request[v1.CancelPlanRequest]) (*connect.Response[v1.PlanResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.CancelPlan is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.Rebalance is not implemented"))
 }
 
 // PeerServiceClient is a client for the quorate.v1.PeerService service.

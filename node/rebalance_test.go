@@ -1,0 +1,111 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Two nodes join a 3-node cluster whose 4 data groups sit on the first
+// three: a dry run lists the changes and changes nothing; Rebalance then
+// spreads replicas over all five (counts within one), each group's
+// configuration follows, and each group ends led by its preferred leader
+// (leadership handed over, not taken by elections) — under admit traffic,
+// with every acknowledged unit still spent.
+func TestRebalanceSpreadsReplicasAndLeaders(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 5, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 4, 3
+		node.SetRemoveGrace(cfg, 2*time.Second)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	waitGroups(t, c, 4)
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	tr := startTraffic(ctx, c, "p", keys, 4)
+
+	dry, err := c.Admin(0).Rebalance(ctx, connect.NewRequest(&quoratev1.RebalanceRequest{DryRun: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dry.Msg.GetChanges()) == 0 {
+		t.Fatal("a dry run on 4 groups over 3 of 5 nodes proposes no change")
+	}
+	st, err := c.Admin(1).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Msg.GetShardMap().GetEpoch() != dry.Msg.GetMapEpoch() {
+		t.Fatalf("the dry run changed the map: epoch %d, dry run said %d", st.Msg.GetShardMap().GetEpoch(), dry.Msg.GetMapEpoch())
+	}
+	resp, err := c.Admin(3).Rebalance(ctx, connect.NewRequest(&quoratev1.RebalanceRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rebalance at epoch %d: %v", resp.Msg.GetMapEpoch(), resp.Msg.GetChanges())
+	if !slices.Equal(resp.Msg.GetChanges(), dry.Msg.GetChanges()) {
+		t.Fatalf("rebalance made %v, the dry run said %v", resp.Msg.GetChanges(), dry.Msg.GetChanges())
+	}
+	c.Eventually(t, 90*time.Second, "every group configured and led as the map says", func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		st, err := c.Admin(0).ClusterStatus(cctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		if err != nil {
+			return err
+		}
+		count := map[string]int{}
+		for _, g := range st.Msg.GetShardMap().GetGroups() {
+			want := slices.Sorted(slices.Values(g.GetReplicas()))
+			for _, r := range g.GetReplicas() {
+				count[r]++
+			}
+			for i := range c.Len() {
+				if !slices.Contains(want, c.Node(i).ID()) {
+					continue
+				}
+				if got := slices.Sorted(slices.Values(node.GroupVoters(c.Node(i), g.GetId()))); !slices.Equal(got, want) {
+					return fmt.Errorf("group %d: %s sees voters %v, want %v", g.GetId(), c.Node(i).ID(), got, want)
+				}
+			}
+			leader := ""
+			for _, m := range st.Msg.GetMembers() {
+				for _, gs := range m.GetStatus().GetGroups() {
+					if gs.GetId() == g.GetId() && gs.GetRole() == "leader" {
+						leader = m.GetId()
+					}
+				}
+			}
+			if leader != g.GetReplicas()[0] {
+				return fmt.Errorf("group %d led by %q, preferred %q", g.GetId(), leader, g.GetReplicas()[0])
+			}
+		}
+		lo, hi := -1, 0
+		for i := range c.Len() {
+			n := count[c.Node(i).ID()]
+			if lo < 0 || n < lo {
+				lo = n
+			}
+			hi = max(hi, n)
+		}
+		if hi-lo > 1 {
+			return fmt.Errorf("replica counts %v", count)
+		}
+		return nil
+	})
+	tr.finish()
+	if tr.errs.Load() > 0 {
+		t.Errorf("%d admits failed", tr.errs.Load())
+	}
+	for _, k := range keys {
+		wantRemaining(t, c, 4, "p", k, capacity-tr.allowed[k].Load())
+	}
+}
