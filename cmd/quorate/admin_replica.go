@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -160,16 +161,19 @@ func newAdminNodeDrainCmd() *cobra.Command {
 	var (
 		client clientOptions
 		wait   bool
+		remove bool
 	)
 	cmd := &cobra.Command{
-		Use:   "drain ID [--wait]",
+		Use:   "drain ID [--wait] [--remove]",
 		Short: "Move every data group replica off a node",
 		Long: "Drain writes one shard map change that moves each of the node's data group\n" +
 			"replicas to the node outside that group holding the fewest; the groups' leaders\n" +
 			"carry the moves out as for `replica move`. Running it again is harmless (0 moves).\n" +
 			"With --wait it reports until the node hosts no data group replica; the node stays a\n" +
-			"member of the cluster (its meta group seat is not changed).",
-		Example: "  quorate admin node drain node3 --wait",
+			"member of the cluster (its meta group seat is not changed) unless --remove is given:\n" +
+			"then, once it hosts nothing, it is removed from the cluster as by `node remove`, and\n" +
+			"can be stopped.",
+		Example: "  quorate admin node drain node3 --wait\n  quorate admin node drain node3 --remove",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -186,7 +190,7 @@ func newAdminNodeDrainCmd() *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s: %d %s to move (shard map epoch %d)\n", id, resp.Msg.GetMoves(),
 				plural(int(resp.Msg.GetMoves()), "replica", "replicas"), resp.Msg.GetMapEpoch())
-			if !wait {
+			if !wait && !remove {
 				return nil
 			}
 			wctx := cmd.Context()
@@ -198,7 +202,17 @@ func newAdminNodeDrainCmd() *cobra.Command {
 						fmt.Fprintf(out, "%s  %s hosts %d data group %s\n", time.Now().Format("15:04:05"), id, left, plural(left, "replica", "replicas"))
 						last = left
 					}
+					if left == 0 && !remove {
+						return nil
+					}
 					if left == 0 {
+						rctx, rcancel := context.WithTimeout(wctx, client.timeout)
+						_, err := ac.RemoveNode(rctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: id}))
+						rcancel()
+						if err != nil {
+							return wrapRPC("RemoveNode", base, "", err)
+						}
+						fmt.Fprintf(out, "%s removed from the cluster: it can be stopped\n", id)
 						return nil
 					}
 				}
@@ -211,6 +225,7 @@ func newAdminNodeDrainCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "report progress until the node hosts no replica")
+	cmd.Flags().BoolVar(&remove, "remove", false, "once the node hosts no replica, remove it from the cluster (implies --wait)")
 	addClientFlags(cmd, &client)
 	return cmd
 }
