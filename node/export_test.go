@@ -93,3 +93,6 @@ func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) 
 	}
 	return g.fsm.BucketCount(), g.fsm.SemaphoreCount(), g.fsm.DedupeLen(), true
 }
+
+// SlotOf is key's slot.
+func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
