@@ -132,6 +132,8 @@ type Config struct {
 	// exportPageBytes, when positive, replaces exportPageBytes (tests: many
 	// small import chunks).
 	exportPageBytes int
+	// progressEvery, when positive, replaces progressEvery (tests).
+	progressEvery time.Duration
 
 	_ struct{}
 }

@@ -96,3 +96,6 @@ func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) 
 
 // SlotOf is key's slot.
 func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
+
+// SetPlanProgressEvery makes slot copies record their progress every d.
+func SetPlanProgressEvery(cfg *Config, d time.Duration) { cfg.progressEvery = d }

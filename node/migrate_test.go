@@ -323,6 +323,7 @@ func migrationCluster(t *testing.T, ctx context.Context, keys int) (*nodetest.Cl
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
 		node.SetExportPageBytes(cfg, 1024)
+		node.SetPlanProgressEvery(cfg, time.Nanosecond)
 	}})
 	sm := waitGroups(t, c, 2)
 	applyLongBucket(t, c, "p", 1_000_000)

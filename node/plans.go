@@ -26,6 +26,9 @@ const (
 	planRetryFor    = 30 * time.Second
 )
 
+// progressEvery is how often a copy records its progress in the plan.
+const progressEvery = 500 * time.Millisecond
+
 // planLoop drives the meta group's running plan while this node leads the
 // meta group, one step after the other, until ctx is done. Every step
 // resumes from the phase recorded in the meta group, so a new leader (or
@@ -132,13 +135,14 @@ func (n *Node) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 // copySlots copies migration's frozen state from group mv.from into group
 // mv.to as attempt attempt: export pages read from a source replica become
 // import chunks proposed to the target, in order; progress is recorded in
-// the plan after each chunk but the last. It returns the totals.
+// the plan every progressEvery (a cancel is seen then). It returns the totals.
 func (n *Node) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlotsStep, attempt uint64,
 	progress func(records, size, chunks uint64) error) (records, size, chunks uint64, err error) {
 	mapEpoch, _ := n.meta.fsm.ShardMapEpoch()
 	from, to := shard.GroupID(mv.GetFrom()), shard.GroupID(mv.GetTo())
 	r := shard.SlotRange{Start: shard.Slot(mv.GetStart()), End: shard.Slot(mv.GetEnd())}
 	var cursor []byte
+	reported := time.Now()
 	for seq := uint32(0); ; seq++ {
 		var page *raftcmdv1.SlotState
 		var resp struct {
@@ -173,8 +177,15 @@ func (n *Node) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlot
 		if resp.done {
 			return records, size, chunks, nil
 		}
-		if err := progress(records, size, chunks); err != nil {
-			return records, size, chunks, err
+		every := progressEvery
+		if n.cfg.progressEvery > 0 {
+			every = n.cfg.progressEvery
+		}
+		if time.Since(reported) >= every {
+			if err := progress(records, size, chunks); err != nil {
+				return records, size, chunks, err
+			}
+			reported = time.Now()
 		}
 		cursor = resp.next
 	}
