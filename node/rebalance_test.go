@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -108,4 +109,81 @@ func TestRebalanceSpreadsReplicasAndLeaders(t *testing.T) {
 	for _, k := range keys {
 		wantRemaining(t, c, 4, "p", k, capacity-tr.allowed[k].Load())
 	}
+}
+
+// A node whose binary applies log feature level 2 (before slot migrations)
+// makes plans fail with failed_precondition, and the request names what to
+// do; nothing is recorded. Bad plan requests name their field.
+func TestPlansRefusedBelowFeatureLevelAndBadRequests(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 3
+		if i == 2 {
+			node.SetFeatureLevel(cfg, 2)
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waitGroups(t, c, 2)
+	c.Eventually(t, 10*time.Second, "node 2's level recorded", func() error {
+		if l := node.MinFeatureLevel(c.Node(0)); l != 2 {
+			return fmt.Errorf("min level %d", l)
+		}
+		return nil
+	})
+	_, err := c.Admin(1).SplitGroup(ctx, connect.NewRequest(&quoratev1.SplitGroupRequest{Group: 1}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("SplitGroup with an old node: %v, want failed_precondition", err)
+	}
+	list, err := c.Admin(0).ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
+	if err != nil || len(list.Msg.GetPlans()) != 0 {
+		t.Fatalf("plans after a refused split: %v (%v)", list.Msg.GetPlans(), err)
+	}
+	node.ResetFeatureLevel(c.Config(2))
+	c.Stop(2)
+	c.Start(2)
+	c.Eventually(t, 20*time.Second, "node 2 at the current level", func() error {
+		if l := node.MinFeatureLevel(c.Node(0)); l < 3 {
+			return fmt.Errorf("min level %d", l)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		req   *quoratev1.MoveSlotsRequest
+		field string
+	}{
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 9, Count: 1}, "to"},
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 1, Count: 1}, "to"},
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 2, Count: 5000}, "count"},
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 2, Count: 3, Start: 1, End: 2}, "count"},
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: 2040, End: 2050}, "start"},
+		{&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: 5, End: 5}, "end"},
+	} {
+		_, err := c.Admin(0).MoveSlots(ctx, connect.NewRequest(tc.req))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Fatalf("MoveSlots(%v): %v, want invalid_argument", tc.req, err)
+		}
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			found := false
+			for _, d := range ce.Details() {
+				if v, derr := d.Value(); derr == nil {
+					if fv, ok := v.(*quoratev1.FieldViolation); ok && fv.GetField() == tc.field {
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Errorf("MoveSlots(%v): %v does not name field %q", tc.req, err, tc.field)
+			}
+		}
+	}
+	// One plan at a time.
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(0).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Count: 16}))
+	})
+	_, err = c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Count: 16}))
+	if err != nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("a second plan while one runs: %v, want failed_precondition (or success if the first had finished)", err)
+	}
+	waitPlan(t, c, 0, p.GetId(), "done", 30*time.Second)
 }
