@@ -18,6 +18,20 @@
 // owner (route.go). Without a shard map, the meta group applies data too: a
 // single-group cluster.
 //
+// # Slot migrations and plans
+//
+// A data group's slots move to another group without losing or
+// duplicating state (migrate.go): FreezeSlots makes the source refuse
+// commands for them (ErrSlotMoving, retryable, nothing applied); the state
+// of frozen slots — buckets, semaphores, reservations, request-ID entries,
+// which remember their slot — is read with ExportSlots and written into the
+// target with ImportSlots chunks, fenced by attempt and applied in order,
+// each raising the target's time to at least the source's so fencing
+// tokens never go back; when its ownership shrinks, a group deletes the
+// state of the slots it lost. The meta group keeps plans (plans.go): steps
+// with phases moved on by compare-and-set UpdatePlan entries; a slot move's
+// flip changes the shard map in the same entry.
+//
 // # Exactly-once
 //
 // An Admit that carries a request ID is looked up in the request-ID table

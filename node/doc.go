@@ -22,6 +22,22 @@
 // It owns the one table from errors to Connect codes (errors.go). Raft types
 // never leave this package.
 //
+// # Cluster administration
+//
+// Replica moves, drains and rebalancing are shard-map changes (changeMap);
+// each data group's leader makes the group's Raft configuration follow the
+// map one change at a time and hands leadership to the group's preferred
+// leader (replicas.go). Slot moves, group additions and splits are plans
+// recorded in the meta group and driven by the meta leader (plans.go): a
+// slot move freezes the slots at the source, copies their state page by
+// page (PeerService.ExportSlots from a source replica, ImportSlots entries
+// in the target's log, through PeerService.ApplyToGroup to the target's
+// leader), flips the map, and the source deletes its copy when its
+// ownership shrinks. Each phase is recorded, so a new meta leader resumes;
+// a copy restarted by a new leader is a new attempt, and the target refuses
+// an older attempt's chunks. PeerService is served only on the peer port's
+// forwarding channel (peer_service.go).
+//
 // # Request path
 //
 // A request is first checked for what needs no state (empty key, cost < 1).
