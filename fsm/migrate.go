@@ -137,6 +137,15 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
 	if f.owned.ownsAny(r) {
 		return fmt.Errorf("%w: group %d owns slots of %v", ErrImportRefused, f.owned.group, r)
 	}
+	// Decoded first: a chunk refused for a bad record changes nothing.
+	entries := make([]dedupe.Entry, 0, len(c.GetState().GetDedupe()))
+	for _, rec := range c.GetState().GetDedupe() {
+		e, err := dedupeFromRecord(rec)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, e)
+	}
 	st := f.imports[c.GetMigration()]
 	switch {
 	case st != nil && st.dropped:
@@ -185,11 +194,7 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
 			f.reservations.put(rr.key, rr.state, rr.state.expiresAt)
 		}
 	}
-	for _, rec := range s.GetDedupe() {
-		e, err := dedupeFromRecord(rec)
-		if err != nil {
-			return err
-		}
+	for _, e := range entries {
 		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !f.dedupe.Has(e.Key) {
 			e.Key.Caller = f.callers.intern(e.Key.Caller)
 			f.dedupe.Restore(e)
@@ -299,21 +304,24 @@ type ExportPage struct {
 	SourceNow int64
 }
 
-// The tables of an export, in the order pages walk them.
+// The tables of an export, in the order pages walk them. Reservations go
+// with their buckets.
 const (
 	exportBuckets byte = iota
 	exportSems
-	exportReservations
 	exportDedupe
 	exportTables
 )
 
 // ExportSlots reads the state of migration's frozen slots r after cursor
-// (nil: from the start), up to about maxBytes of records: buckets, then
-// semaphores, reservations and request-ID entries (those of unknown slot
-// too), each table in key order. The frozen slots change only by expiry, so
-// pages read one after the other, from any replica that applied the
-// freeze, add up to the state at some point after it.
+// (nil: from the start), up to about maxBytes of records: buckets with the
+// reservations that hold units of them, then semaphores and request-ID
+// entries (those of unknown slot too), each table in key order. The frozen
+// slots change only by expiry, so pages read one after the other, from any
+// replica that applied the freeze, add up to the state at some point after
+// it: the only expiry that changes another record, a reservation giving its
+// units back to its bucket, reads both on one page (records of one key are
+// never split between pages).
 func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, maxBytes int) (ExportPage, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -329,7 +337,7 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 	for ; table < exportTables; table, after = table+1, "" {
 		recs := f.exportTable(table, r, after)
 		for i, rec := range recs {
-			if size >= maxBytes && page.Records > 0 {
+			if size >= maxBytes && page.Records > 0 && (i == 0 || rec.key != recs[i-1].key) {
 				page.Next = []byte{table} // from the table's start
 				if i > 0 {
 					page.Next = append(page.Next, recs[i-1].key...)
@@ -355,12 +363,13 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 }
 
 type exportRecord struct {
-	key string
+	key string // the cursor key
+	sub string // orders records of one key
 	msg proto.Message
 }
 
 // exportTable returns the records of one table in r with keys after after,
-// sorted by key.
+// sorted by key. A reservation's key is its bucket's.
 func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportRecord {
 	var out []exportRecord
 	switch table {
@@ -369,7 +378,14 @@ func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportR
 			if b.key > after && r.Contains(bucketSlot(b.key)) {
 				rec := new(raftcmdv1.BucketRecord)
 				bucketToRecord(rec, b)
-				out = append(out, exportRecord{b.key, rec})
+				out = append(out, exportRecord{key: b.key, msg: rec})
+			}
+		}
+		for _, v := range f.reservations.entries() {
+			if k := BucketKey(v.state.policy, v.state.key); k > after && r.Contains(shard.SlotOf(v.state.key)) {
+				rec := new(raftcmdv1.ReservationRecord)
+				reservationToRecord(rec, v)
+				out = append(out, exportRecord{key: k, sub: v.key, msg: rec})
 			}
 		}
 	case exportSems:
@@ -377,15 +393,7 @@ func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportR
 			if s.key > after && r.Contains(bucketSlot(s.key)) {
 				rec := new(raftcmdv1.SemaphoreRecord)
 				semToRecord(rec, s)
-				out = append(out, exportRecord{s.key, rec})
-			}
-		}
-	case exportReservations:
-		for _, v := range f.reservations.entries() {
-			if v.key > after && r.Contains(shard.SlotOf(v.state.key)) {
-				rec := new(raftcmdv1.ReservationRecord)
-				reservationToRecord(rec, v)
-				out = append(out, exportRecord{v.key, rec})
+				out = append(out, exportRecord{key: s.key, msg: rec})
 			}
 		}
 	case exportDedupe:
@@ -393,17 +401,22 @@ func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportR
 			return e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))
 		}) {
 			if k := dedupeCursorKey(e.Key); k > after {
-				out = append(out, exportRecord{k, dedupeToRecord(e)})
+				out = append(out, exportRecord{key: k, sub: e.Key.Caller, msg: dedupeToRecord(e)})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b exportRecord) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(out, func(a, b exportRecord) int {
+		if c := cmp.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.sub, b.sub)
+	})
 	return out
 }
 
 // dedupeCursorKey orders request-ID entries as snapshots do (caller, then
-// request ID; neither holds a NUL byte... and if one did, the order is
-// still total and stable).
+// request ID). Two keys may share one (a NUL byte in a caller or request
+// ID): pages never split them.
 func dedupeCursorKey(k dedupe.Key) string { return k.Caller + "\x00" + k.RequestID }
 
 func dedupeToRecord(e dedupe.Entry) *raftcmdv1.DedupeRecord {

@@ -202,11 +202,21 @@ func (f *FSM) applyCreatePlan(c *raftcmdv1.CreatePlan, index uint64, now int64) 
 		p.Steps = append(p.Steps, s)
 	}
 	f.plans = append(f.plans, p)
-	// Keep the last KeptPlans finished plans.
-	if extra := len(f.plans) - KeptPlans - 1; extra > 0 {
+	f.trimPlans()
+	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
+}
+
+// trimPlans keeps the last KeptPlans finished plans, and the active one
+// (always the last: none is made while one is active). It runs whenever a
+// plan is made or ends.
+func (f *FSM) trimPlans() {
+	keep := KeptPlans
+	if f.activePlan() != nil {
+		keep++
+	}
+	if extra := len(f.plans) - keep; extra > 0 {
 		f.plans = slices.Clone(f.plans[extra:])
 	}
-	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 
 func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
@@ -222,6 +232,7 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 	if c.GetError() != "" {
 		failPlan(p, st, c.GetError())
 		p.UpdatedUnixNano = now
+		f.trimPlans()
 		return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 	}
 	cancelling := p.GetState() == PlanCancelling
@@ -276,6 +287,7 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 		p.State = PlanDone
 	}
 	p.UpdatedUnixNano = now
+	f.trimPlans()
 	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 
@@ -301,6 +313,7 @@ func (f *FSM) applyCancelPlan(c *raftcmdv1.CancelPlan, now int64) interface{} {
 			ErrPlanNotCancellable, p.GetCurrent(), p.GetId(), st.GetMapEpoch())
 	}
 	p.UpdatedUnixNano = now
+	f.trimPlans()
 	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 
