@@ -166,7 +166,9 @@ func (n *Node) replicaLag(ctx context.Context, g *group, raftAddr string) (uint6
 }
 
 // closeUnplaced closes (and deletes) this node's replicas of groups the map
-// no longer places here, once each stopped or removeGrace passed.
+// no longer places here, once each stopped or removeGrace passed, and
+// replicas whose raft stopped (removed from their group) that the map
+// places here again.
 func (n *Node) closeUnplaced(m shard.Map) {
 	now := time.Now()
 	grace := removeGrace
@@ -174,16 +176,22 @@ func (n *Node) closeUnplaced(m shard.Map) {
 		grace = n.cfg.removeGrace
 	}
 	for _, g := range n.hosted()[1:] {
+		stopped := g.raft.State() == raft.Shutdown
 		if sg, ok := m.Group(g.id); ok && slices.Contains(sg.Replicas, n.cfg.ID) {
 			g.unplacedSince = time.Time{}
-			continue
-		}
-		if g.unplacedSince.IsZero() {
-			g.unplacedSince = now
-		}
-		stopped := g.raft.State() == raft.Shutdown
-		if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) {
-			continue
+			if !stopped {
+				continue
+			}
+			// Removed from the group (its raft stopped) and placed here
+			// again since: close it; the next reconcile opens an empty
+			// replica, which the group's leader brings in as new.
+		} else {
+			if g.unplacedSince.IsZero() {
+				g.unplacedSince = now
+			}
+			if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) {
+				continue
+			}
 		}
 		n.groups.mu.Lock()
 		delete(n.groups.m, g.id)
