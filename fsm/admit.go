@@ -7,6 +7,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 // MaxChecks is the most checks one Admit may carry (its own and Also).
@@ -242,6 +243,12 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
 		if err := pv.Policy.CheckRequest(key, cost); err != nil {
 			return nil, admission.Nested(prefix, err)
 		}
+		if f.opSlot != dedupe.NoSlot && uint16(shard.SlotOf(key)) != f.opSlot {
+			// The API checks hash tags; a group must never touch another
+			// slot (it may be frozen, or not be this group's).
+			return nil, &admission.FieldError{Field: prefix + "key", Err: admission.ErrInvalidRequest,
+				Reason: fmt.Sprintf("%q is in slot %d, the request's first key in slot %d: the keys of one request must share a hash tag", key, shard.SlotOf(key), f.opSlot)}
+		}
 		out = append(out, check{policy: pv, key: BucketKey(policy, key), bareKey: key, cost: cost})
 	}
 	return out, nil
@@ -323,6 +330,14 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 	var cost int64
 	for _, ch := range rec.GetChecks() {
 		cost += ch.GetSpent()
+	}
+	if f.opSlot != dedupe.NoSlot {
+		for _, ch := range rec.GetChecks() {
+			if uint16(shard.SlotOf(ch.GetKey())) != f.opSlot {
+				return &admission.FieldError{Field: "key", Err: admission.ErrInvalidRequest,
+					Reason: fmt.Sprintf("request_id %q was recorded for key %q, which is not in this key's slot", k.RequestID, ch.GetKey())}
+			}
+		}
 	}
 	if rec.GetRefunded() {
 		return &RefundResult{Refunded: false, Cost: cost, RefundedAt: rec.GetRefundedAtUnixNano()}

@@ -172,7 +172,10 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
 		f.shiftLeases(src - f.lastNow)
 		f.lastNow = src
 	}
-	shift := f.lastNow - max(src, 0)
+	var shift int64 // how far the target's time is ahead of the source's
+	if src > 0 {
+		shift = f.lastNow - src
+	}
 	s := c.GetState()
 	for _, rec := range s.GetBuckets() {
 		b := bucketFromRecord(rec)
@@ -197,6 +200,7 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
 	for _, e := range entries {
 		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !f.dedupe.Has(e.Key) {
 			e.Key.Caller = f.callers.intern(e.Key.Caller)
+			e.ExpiresAt = addSaturating(e.ExpiresAt, shift) // the retention it had left
 			f.dedupe.Restore(e)
 		}
 	}

@@ -721,15 +721,16 @@ func TestImportKeepsTimeLeft(t *testing.T) {
 	}
 }
 
-// A reservation's ID holds the log index of its Reserve, in its source's
-// log: a Reserve of the same policy and key at that index of the target's
-// log gets another ID, and both commit on their own.
+// A reservation's ID holds the log index of its Reserve and, in a data
+// group, the group: a Reserve of the same policy and key at that index of
+// the target's log gets another ID (also when a moved ID looks like the
+// target's own), and all commit on their own.
 func TestImportedReservationIDDoesNotCollide(t *testing.T) {
 	src := dataGroup(t, 1, 1, g1Before()...)
 	k := keysIn(t, "r", 1, migR)[0]
 	src.index = 500
 	moved := resultAs[*fsm.ReserveResult](t, "reserve", src.apply(stamp(reserveEnv(t0+sec, "qu", k, 10, time.Hour, ""), 1)))
-	if moved.ReservationID != fsm.ReservationID("qu", k, 501) {
+	if moved.ReservationID != fsm.ReservationIDInGroup("qu", k, 501, 1) {
 		t.Fatalf("reservation ID %q, want the one of index 501", moved.ReservationID)
 	}
 	if res := src.apply(freezeEnv(t0+sec, mig, migR)); res != nil {

@@ -318,10 +318,11 @@ func (f *FSM) applyCancelPlan(c *raftcmdv1.CancelPlan, now int64) interface{} {
 }
 
 // failPlan ends p with msg: a slot move that may have frozen its source
-// rolls back first (the plan is cancelling, and failed once rolled back).
+// rolls back first, or goes on rolling back (the plan is cancelling, and
+// failed once rolled back).
 func failPlan(p *raftcmdv1.Plan, st *raftcmdv1.PlanStep, msg string) {
 	p.Error = msg
-	if st.GetMoveSlots() != nil && (st.GetPhase() == PhasePending || st.GetPhase() == PhaseCopying) {
+	if st.GetMoveSlots() != nil && (st.GetPhase() == PhasePending || st.GetPhase() == PhaseCopying || st.GetPhase() == PhaseRollingBack) {
 		p.State = PlanCancelling
 		return
 	}

@@ -51,6 +51,14 @@ func ReservationID(policy, key string, index uint64) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" + strconv.FormatUint(index, 10)))
 }
 
+// ReservationIDInGroup is ReservationID for a data group: the log index
+// and the group, since indexes repeat across groups and reservations move
+// between groups with their slots.
+func ReservationIDInGroup(policy, key string, index uint64, group uint32) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" +
+		strconv.FormatUint(index, 10) + "@" + strconv.FormatUint(uint64(group), 10)))
+}
+
 // applyReserve holds estimate units of a rate or quota policy's key: an
 // Admit of that cost that is remembered until Commit or expiry.
 func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interface{} {
@@ -65,6 +73,12 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 		ttl = DefaultReservationTTL
 	}
 	id := ReservationID(c.GetPolicy(), c.GetKey(), index)
+	if f.owned != nil {
+		// Log indexes repeat across groups, and reservations move between
+		// them with their slots: a data group's IDs name the group too, so
+		// an ID is never issued twice (groups are never reused).
+		id = ReservationIDInGroup(c.GetPolicy(), c.GetKey(), index, uint32(f.owned.group))
+	}
 	// A reservation that moved here with its slot was named by another
 	// group's log index, which may be this one's.
 	for k := 1; f.reservations.has(id); k++ {
