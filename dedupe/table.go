@@ -268,3 +268,12 @@ func (t *Table) Has(k Key) bool {
 	_, ok := t.byKey[k]
 	return ok
 }
+
+// Lookup returns the entry held under k, expired (not yet swept) or not.
+func (t *Table) Lookup(k Key) (Entry, bool) {
+	it, ok := t.byKey[k]
+	if !ok {
+		return Entry{}, false
+	}
+	return it.Entry, true
+}

@@ -178,6 +178,15 @@ func (t *bucketTable) get(key string) (admission.State, bool) {
 	return t.stateOf(ref), true
 }
 
+// record returns key's state with its recorded expiry, false when none.
+func (t *bucketTable) record(key string) (bucketRecord, bool) {
+	ref, ok := t.index.find(key, t.keyOf)
+	if !ok {
+		return bucketRecord{}, false
+	}
+	return bucketRecord{key: t.keyOf(ref), state: t.stateOf(ref), expiresAt: t.expOf(ref)}, true
+}
+
 // put stores key's state and its recorded expiry.
 func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
 	if ref, ok := t.index.find(key, t.keyOf); ok {

@@ -225,6 +225,11 @@ type FSM struct {
 	imports map[uint64]*importState
 	plans   []*raftcmdv1.Plan
 
+	// exportCache is the index of the last migration this replica
+	// exported (migrate.go): not replicated state, guarded by exportMu.
+	exportMu    sync.Mutex
+	exportCache *exportIndex
+
 	// opSlot is the slot of the data command being applied (a data group
 	// with ownership only; dedupe.NoSlot otherwise), recorded with its
 	// request ID.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -332,6 +333,7 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 	if fr, ok := f.frozen[migration]; !ok || fr != r {
 		return ExportPage{}, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
+	idx := f.exportIndexOf(migration, r)
 	table, after := exportBuckets, ""
 	if len(cursor) > 0 {
 		table, after = cursor[0], string(cursor[1:])
@@ -339,18 +341,24 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 	page := ExportPage{State: &raftcmdv1.SlotState{}, SourceNow: f.lastNow}
 	size := 0
 	for ; table < exportTables; table, after = table+1, "" {
-		recs := f.exportTable(table, r, after)
-		for i, rec := range recs {
-			if size >= maxBytes && page.Records > 0 && (i == 0 || rec.key != recs[i-1].key) {
+		refs := idx.tables[table]
+		first := sort.Search(len(refs), func(i int) bool { return refs[i].key > after })
+		for i := first; i < len(refs); i++ {
+			ref := &refs[i]
+			if size >= maxBytes && page.Records > 0 && (i == first || ref.key != refs[i-1].key) {
 				page.Next = []byte{table} // from the table's start
-				if i > 0 {
-					page.Next = append(page.Next, recs[i-1].key...)
+				if i > first {
+					page.Next = append(page.Next, refs[i-1].key...)
 				}
 				return page, nil
 			}
-			size += proto.Size(rec.msg)
+			msg, ok := f.exportRecord(ref)
+			if !ok {
+				continue // expired and reclaimed since the index was built
+			}
+			size += proto.Size(msg)
 			page.Records++
-			switch m := rec.msg.(type) {
+			switch m := msg.(type) {
 			case *raftcmdv1.BucketRecord:
 				page.State.Buckets = append(page.State.Buckets, m)
 			case *raftcmdv1.SemaphoreRecord:
@@ -366,56 +374,109 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 	return page, nil
 }
 
-type exportRecord struct {
-	key string // the cursor key
-	sub string // orders records of one key
-	msg proto.Message
+// exportIndex is the sorted list of what a migration exports: built once,
+// on its first page (frozen slots get no new state), and read again, record
+// by record, on each page.
+type exportIndex struct {
+	migration uint64
+	r         shard.SlotRange
+	tables    [exportTables][]exportRef
 }
 
-// exportTable returns the records of one table in r with keys after after,
-// sorted by key. A reservation's key is its bucket's.
-func (f *FSM) exportTable(table byte, r shard.SlotRange, after string) []exportRecord {
-	var out []exportRecord
-	switch table {
-	case exportBuckets:
-		for _, b := range f.buckets.entries() {
-			if b.key > after && r.Contains(bucketSlot(b.key)) {
-				rec := new(raftcmdv1.BucketRecord)
-				bucketToRecord(rec, b)
-				out = append(out, exportRecord{key: b.key, msg: rec})
-			}
-		}
-		for _, v := range f.reservations.entries() {
-			if k := BucketKey(v.state.policy, v.state.key); k > after && r.Contains(shard.SlotOf(v.state.key)) {
-				rec := new(raftcmdv1.ReservationRecord)
-				reservationToRecord(rec, v)
-				out = append(out, exportRecord{key: k, sub: v.key, msg: rec})
-			}
-		}
-	case exportSems:
-		for _, s := range f.sems.entries() {
-			if s.key > after && r.Contains(bucketSlot(s.key)) {
-				rec := new(raftcmdv1.SemaphoreRecord)
-				semToRecord(rec, s)
-				out = append(out, exportRecord{key: s.key, msg: rec})
-			}
-		}
-	case exportDedupe:
-		for _, e := range f.dedupe.Select(func(e *dedupe.Entry) bool {
-			return e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))
-		}) {
-			if k := dedupeCursorKey(e.Key); k > after {
-				out = append(out, exportRecord{key: k, sub: e.Key.Caller, msg: dedupeToRecord(e)})
-			}
+// exportRef names one record of an export.
+type exportRef struct {
+	key  string // the cursor key
+	sub  string // orders records of one key
+	kind byte   // refBucket, refReservation, refSem, refDedupe
+	id   string // the record's key in its table
+	dk   dedupe.Key
+}
+
+const (
+	refBucket byte = iota
+	refReservation
+	refSem
+	refDedupe
+)
+
+// exportIndexOf returns migration's export index, building it when this
+// replica has none (f.mu read-locked; exportMu guards the cache, which
+// decides nothing: it only remembers which keys to read).
+func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) *exportIndex {
+	f.exportMu.Lock()
+	defer f.exportMu.Unlock()
+	if x := f.exportCache; x != nil && x.migration == migration && x.r == r {
+		return x
+	}
+	x := &exportIndex{migration: migration, r: r}
+	for _, b := range f.buckets.entries() {
+		if r.Contains(bucketSlot(b.key)) {
+			x.tables[exportBuckets] = append(x.tables[exportBuckets], exportRef{key: b.key, kind: refBucket, id: b.key})
 		}
 	}
-	slices.SortFunc(out, func(a, b exportRecord) int {
-		if c := cmp.Compare(a.key, b.key); c != 0 {
-			return c
+	for _, v := range f.reservations.entries() {
+		if r.Contains(shard.SlotOf(v.state.key)) {
+			x.tables[exportBuckets] = append(x.tables[exportBuckets],
+				exportRef{key: BucketKey(v.state.policy, v.state.key), sub: v.key, kind: refReservation, id: v.key})
 		}
-		return cmp.Compare(a.sub, b.sub)
-	})
-	return out
+	}
+	for _, sm := range f.sems.entries() {
+		if r.Contains(bucketSlot(sm.key)) {
+			x.tables[exportSems] = append(x.tables[exportSems], exportRef{key: sm.key, kind: refSem, id: sm.key})
+		}
+	}
+	for _, e := range f.dedupe.Select(func(e *dedupe.Entry) bool {
+		return e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))
+	}) {
+		x.tables[exportDedupe] = append(x.tables[exportDedupe],
+			exportRef{key: dedupeCursorKey(e.Key), sub: e.Key.Caller, kind: refDedupe, dk: e.Key})
+	}
+	for t := range x.tables {
+		slices.SortFunc(x.tables[t], func(a, b exportRef) int {
+			if c := cmp.Compare(a.key, b.key); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.sub, b.sub)
+		})
+	}
+	f.exportCache = x
+	return x
+}
+
+// exportRecord reads ref's record as it is now; false when it is gone.
+func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
+	switch ref.kind {
+	case refBucket:
+		b, ok := f.buckets.record(ref.id)
+		if !ok {
+			return nil, false
+		}
+		rec := new(raftcmdv1.BucketRecord)
+		bucketToRecord(rec, b)
+		return rec, true
+	case refReservation:
+		v, ok := f.reservations.record(ref.id)
+		if !ok {
+			return nil, false
+		}
+		rec := new(raftcmdv1.ReservationRecord)
+		reservationToRecord(rec, v)
+		return rec, true
+	case refSem:
+		sm, ok := f.sems.record(ref.id)
+		if !ok {
+			return nil, false
+		}
+		rec := new(raftcmdv1.SemaphoreRecord)
+		semToRecord(rec, sm)
+		return rec, true
+	default:
+		e, ok := f.dedupe.Lookup(ref.dk)
+		if !ok {
+			return nil, false
+		}
+		return dedupeToRecord(e), true
+	}
 }
 
 // dedupeCursorKey orders request-ID entries as snapshots do (caller, then

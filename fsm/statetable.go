@@ -76,6 +76,16 @@ func (t *stateTable[V]) get(key string) (V, bool) {
 	return t.slots[ref].state, true
 }
 
+// record returns key's state with its recorded expiry, false when none.
+func (t *stateTable[V]) record(key string) (stateRecord[V], bool) {
+	ref, ok := t.index.find(key, t.keyOf)
+	if !ok {
+		return stateRecord[V]{}, false
+	}
+	e := &t.slots[ref]
+	return stateRecord[V]{key: e.key, state: e.state, expiresAt: e.exp}, true
+}
+
 // has reports whether key has a state.
 func (t *stateTable[V]) has(key string) bool {
 	_, ok := t.index.find(key, t.keyOf)
