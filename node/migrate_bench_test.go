@@ -72,7 +72,7 @@ func BenchmarkMoveSlots(b *testing.B) {
 					mu.Unlock()
 				}
 			})
-			var records, size uint64
+			var records, size, attempts uint64
 			var took time.Duration
 			b.ResetTimer()
 			for i := range b.N {
@@ -94,6 +94,7 @@ func BenchmarkMoveSlots(b *testing.B) {
 				}
 				took += time.Since(start)
 				records += done.GetSteps()[0].GetRecords()
+				attempts += done.GetSteps()[0].GetAttempt()
 				size += done.GetSteps()[0].GetBytes()
 			}
 			b.StopTimer()
@@ -103,6 +104,7 @@ func BenchmarkMoveSlots(b *testing.B) {
 			b.ReportMetric(float64(records)/took.Seconds(), "records/s")
 			b.ReportMetric(float64(size)/took.Seconds()/1e6, "MB/s")
 			b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/move")
+			b.ReportMetric(float64(attempts)/float64(b.N), "attempts/move")
 			b.ReportMetric(float64(worst.Milliseconds()), "worst-admit-ms")
 			if len(lats) > 0 {
 				b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50-admit-ms")
