@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,10 @@ type ClusterOptions struct {
 	// running as root and a namespace with nftables rules can be set up,
 	// else proxy (LogDir/network.log says why).
 	Net string
+	// Spare reserves addresses (and network paths) for this many more
+	// nodes, started later by AddNode; they are in Nodes from the start but
+	// not members until added.
+	Spare int
 }
 
 // Node is one quorate serve process.
@@ -51,6 +56,7 @@ type Node struct {
 	LogPath  string
 
 	mu        sync.Mutex
+	state     nodeState
 	cmd       *exec.Cmd
 	done      chan struct{}
 	paused    bool
@@ -60,10 +66,17 @@ type Node struct {
 
 // Cluster is a set of running node processes.
 type Cluster struct {
+	// Nodes is every node slot, spares (ClusterOptions.Spare) included; it
+	// never changes after StartCluster, so an index names one node for the
+	// cluster's life. Live says which are members.
 	Nodes  []*Node
 	binary string
 	opts   ClusterOptions
 	http   *http.Client
+
+	membersMu sync.Mutex            // serializes AddNode and Retire
+	live      atomic.Pointer[[]int] // indexes of the members, ascending
+	turn      atomic.Uint64         // nextMember's
 
 	net     network
 	netMode string
@@ -154,20 +167,27 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	for i := range opts.Nodes {
+	var members []int
+	for i := range opts.Nodes + opts.Spare {
 		api, raftAddr := c.net.addrs(i)
 		id := fmt.Sprintf("n%d", i+1)
-		c.Nodes = append(c.Nodes, &Node{ID: id, APIAddr: api, RaftAddr: raftAddr,
+		n := &Node{ID: id, APIAddr: api, RaftAddr: raftAddr,
 			DataDir: filepath.Join(opts.WorkDir, id), LogPath: filepath.Join(opts.LogDir, id+".log"),
-			clockFile: filepath.Join(opts.WorkDir, id+".clock")})
+			clockFile: filepath.Join(opts.WorkDir, id+".clock")}
+		if i < opts.Nodes {
+			n.state = nodeMember
+			members = append(members, i)
+		}
+		c.Nodes = append(c.Nodes, n)
 	}
-	for i := range c.Nodes {
+	c.live.Store(&members)
+	for _, i := range members {
 		if err := c.start(i); err != nil {
 			c.Stop()
 			return nil, err
 		}
 		if i == 0 { // the others join through node 0's API, so it must be serving first
-			if err := c.waitReady(ctx, 1, opts.ReadyWait); err != nil {
+			if err := c.waitReady(ctx, []int{0}, 1, opts.ReadyWait); err != nil {
 				c.Stop()
 				return nil, err
 			}
@@ -185,13 +205,19 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 func (c *Cluster) logTails(lines int) string {
 	var b strings.Builder
 	for _, n := range c.Nodes {
-		data, _ := os.ReadFile(n.LogPath)
+		data, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue // a spare never started
+		}
 		all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		fmt.Fprintf(&b, "\n--- %s log (last %d lines):\n%s", n.ID, lines, strings.Join(all[max(0, len(all)-lines):], "\n"))
 	}
 	return b.String()
 }
 
+// start starts node i's process: node 0 with --bootstrap, the others with
+// --join pointing at a member (both ignored by a node that has state). A
+// retired node is never started again.
 func (c *Cluster) start(i int) error {
 	n := c.Nodes[i]
 	args := []string{"serve", "--id", n.ID, "--data-dir", n.DataDir,
@@ -199,11 +225,15 @@ func (c *Cluster) start(i int) error {
 	if i == 0 {
 		args = append(args, "--bootstrap")
 	} else {
-		args = append(args, "--join", c.Nodes[0].APIAddr)
+		args = append(args, "--join", c.Nodes[c.joinVia(i)].APIAddr)
 	}
 	n.mu.Lock()
 	err := writeClockFile(n.clockFile, n.offset)
+	retired := n.state == nodeRetired
 	n.mu.Unlock()
+	if retired {
+		return fmt.Errorf("jepsen: %s was removed from the cluster: not restarting it", n.ID)
+	}
 	if err != nil {
 		return err
 	}
@@ -407,7 +437,8 @@ func (c *Cluster) Resume(i int) error {
 // Heal heals the network, resumes paused nodes and restarts dead ones.
 func (c *Cluster) Heal() error {
 	errs := []error{c.HealNetwork()}
-	for i, n := range c.Nodes {
+	for _, i := range c.Live() {
+		n := c.Nodes[i]
 		n.mu.Lock()
 		paused := n.paused
 		n.mu.Unlock()
@@ -483,10 +514,10 @@ func (c *Cluster) Status(ctx context.Context, i int) (*quoratev1.ClusterStatusRe
 	return resp.Msg, nil
 }
 
-// Leader returns the index of the leader as some running node sees it.
+// Leader returns the index of the leader as some member sees it.
 func (c *Cluster) Leader(ctx context.Context) (int, error) {
 	var lastErr error = errors.New("jepsen: no node knows a leader")
-	for i := range c.Nodes {
+	for _, i := range c.Live() {
 		st, err := c.Status(ctx, i)
 		if err != nil {
 			lastErr = err
@@ -501,16 +532,20 @@ func (c *Cluster) Leader(ctx context.Context) (int, error) {
 	return -1, lastErr
 }
 
-// WaitReady polls node 0 until it reports a leader and all N members answering.
+// WaitReady polls the members in turn until one reports a leader and every
+// member (Live) answering.
 func (c *Cluster) WaitReady(ctx context.Context) error {
-	return c.waitReady(ctx, len(c.Nodes), c.opts.ReadyWait)
+	live := c.Live()
+	return c.waitReady(ctx, live, len(live), c.opts.ReadyWait)
 }
 
-func (c *Cluster) waitReady(ctx context.Context, want int, d time.Duration) error {
+// waitReady polls the nodes via in turn until one reports a leader and
+// want members, all answering.
+func (c *Cluster) waitReady(ctx context.Context, via []int, want int, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	var last string
-	for {
-		st, err := c.Status(ctx, 0)
+	for poll := 0; ; poll++ {
+		st, err := c.Status(ctx, via[poll%len(via)])
 		if err != nil {
 			last = err.Error()
 		} else {

@@ -26,8 +26,33 @@
 // ±1..5 s while the node runs (--debug-clock-file) or across a restart;
 // network partitions between node pairs — isolate the leader,
 // majority/minority split, majorities ring, bridge, one-way loss — and
-// heal; rolling restarts; and, named only, replica moves of data groups
-// (FamilyMove).
+// heal; rolling restarts; and, named only (NamedFamilies, never in
+// "mixed"), replica moves of data groups (FamilyMove) and slot moves
+// (FamilySlots): a run of 8–256 slots of a random group — two times in
+// three one holding a workload key, so its state moves — goes to another
+// group through AdminService.MoveSlots (freeze, copy through the target's
+// log, flip the shard map, delete at the source); every fourth fault
+// cancels its move shortly after it starts, and every fourth splits a group
+// (SplitGroup) while there are fewer than 12; each fault waits for its
+// plan to end and records it (Fault.Plan: state, slots, records, bytes,
+// chunks, copy attempt); a failed plan is the fault's error. ClusterStatus
+// gives only each group's slot count, so the nemesis keeps the slot ranges
+// itself — the first map's even split plus every plan's moves — and falls
+// back to moving a group's last N slots (MoveSlots.count) when its copy
+// disagrees with the counts.
+//
+// The scale scenario (Options.Scale, Nemesis.Scale; quorate-jepsen
+// --scale) grows and shrinks the cluster under the workloads, beside any
+// faults: N → N+2 → N nodes. The cluster starts with two spare node slots
+// (ClusterOptions.Spare), whose addresses and network paths exist from the
+// start; Cluster.AddNode starts one with `quorate serve --join` and makes
+// it a member once the cluster lists it. A group splits onto the new nodes
+// and a replica moves to one; then n1 and another original node are each
+// drained (DrainNode), taken out of the members the clients use
+// (Cluster.Withdraw), removed (RemoveNode) while still running, and, once
+// they host no data group replica, stopped (Cluster.Retire). Clients,
+// faults and Heal use only the members (Cluster.Live). The workloads run
+// at least until 2 s after the scenario.
 //
 // Network faults (Cluster.Partition with a Grudge; ClusterOptions.Net): as
 // root, nodes run in a private network namespace on 127.0.0.11, .12, … and
@@ -46,7 +71,13 @@
 //   - CheckLeases: fencing tokens unique and increasing in real-time order,
 //     never more than limit certain holders, stale tokens refused;
 //   - CheckDurability: after healing, a final Peek per key lies within
-//     [acknowledged, acknowledged + unknown].
+//     [acknowledged, acknowledged + unknown];
+//   - CheckGroupReplicas (with data groups): after healing, every data
+//     group has three replicas in the shard map, all on members, each
+//     serving it under one leader among them;
+//   - the scale verdict (with Options.Scale): the scenario completed and
+//     the members are N nodes, exactly those running, all answering, with
+//     a full set of meta voters.
 //
 // Options.Groups runs the nodes with data groups (quorate serve --groups), so
 // the same faults hit the multi-Raft path: routing by slot, forwarding over

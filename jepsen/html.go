@@ -115,6 +115,10 @@ func faultColor(kind string) string {
 		return "#d8c8ff"
 	case strings.HasPrefix(kind, "partition"):
 		return "#efaefc"
+	case strings.HasPrefix(kind, "slots"), strings.HasPrefix(kind, "move"):
+		return "#b0d8ff"
+	case strings.HasPrefix(kind, "scale"):
+		return "#c0f0d0"
 	}
 	return "#d0d0d0"
 }

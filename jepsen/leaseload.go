@@ -117,13 +117,13 @@ func (w *leaseWorker) pause(ctx context.Context, lo, hi int) {
 // It returns the last attempt.
 func (w *leaseWorker) call(ctx context.Context, op Op) Op {
 	op.Policy, op.Client, op.Caller = w.opts.Policy, w.client, w.caller
-	node := w.rng.IntN(len(w.c.Nodes))
+	node := w.c.pick(w.rng)
 	out := w.attempt(ctx, op, node)
 	if out.Outcome.OK() || op.RequestID == "" || w.rng.Float64() >= w.opts.RetryFraction {
 		return out
 	}
 	for a := 1; a <= w.opts.MaxRetries && ctx.Err() == nil; a++ {
-		node = otherNode(w.rng, node, len(w.c.Nodes))
+		node = w.c.other(w.rng, node)
 		op.Attempt = a
 		if out = w.attempt(ctx, op, node); out.Outcome.OK() {
 			break

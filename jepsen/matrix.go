@@ -17,10 +17,13 @@ type MatrixRun struct {
 	Groups   int           // data groups (quorate serve --groups); 0: one group
 	Nodes    int           // 0: the matrix's default
 	Duration time.Duration // 0: the matrix's default
+	Scale    bool          // run the scale scenario too (Options.Scale)
+	Interval time.Duration // quiet time between faults (NemesisOptions.Interval); 0: the matrix's default
 }
 
 // FullMatrix is `make jepsen`: each fault family alone, then all mixed, on
-// one Raft group; then all mixed again on 8 data groups.
+// one Raft group; then all mixed again on 8 data groups; replica moves and
+// slot moves with kills; and the scale scenario (3 → 5 → 3 nodes).
 func FullMatrix() []MatrixRun {
 	var runs []MatrixRun
 	for _, f := range Families {
@@ -28,18 +31,22 @@ func FullMatrix() []MatrixRun {
 	}
 	return append(runs, MatrixRun{Name: "mixed", Families: Families},
 		MatrixRun{Name: "mixed-8-groups", Families: Families, Groups: 8},
-		MatrixRun{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5})
+		MatrixRun{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
+		MatrixRun{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3},
+		MatrixRun{Name: "scale-3-5-3-nodes-4-groups", Groups: 4, Nodes: 3, Scale: true})
 }
 
 // ShortMatrix is CI's: a few short runs that still cover partitions,
 // kills and pauses (and clock jumps and restarts), on one Raft group and on
-// 8 data groups, and replica moves with kills on 5 nodes.
+// 8 data groups, replica moves with kills on 5 nodes, and slot moves with
+// kills on 4 data groups. (The scale scenario has its own test.)
 func ShortMatrix() []MatrixRun {
 	return []MatrixRun{
 		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8},
 		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
 		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8},
 		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
+		{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3, Interval: time.Second},
 	}
 }
 
@@ -71,6 +78,10 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts.Seed = base.Seed + uint64(i)
 		opts.Nemesis.Families = row.Families
 		opts.Groups = row.Groups
+		opts.Scale = row.Scale
+		if row.Interval != 0 {
+			opts.Nemesis.Interval = row.Interval
+		}
 		if row.Duration != 0 {
 			opts.Duration = row.Duration
 		}
@@ -99,7 +110,11 @@ func FormatMatrix(results []MatrixResult) string {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tfaults\tgroups\tduration\tops\tok\tunknown\tfaults injected\tverdicts\tresult")
 	for _, m := range results {
-		row := []string{m.Run.Name, strings.Join(m.Run.Families, ","), fmt.Sprint(max(m.Run.Groups, 1)), m.Options.Duration.String()}
+		faults := familiesArg(m.Run.Families)
+		if m.Run.Scale {
+			faults += "+scale"
+		}
+		row := []string{m.Run.Name, faults, fmt.Sprint(max(m.Run.Groups, 1)), m.Options.Duration.String()}
 		if m.Report == nil {
 			row = append(row, "-", "-", "-", "-", "error: "+m.Err.Error(), "FAIL")
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
@@ -173,6 +188,12 @@ func ReproduceCommand(o Options) string {
 	}
 	if o.Groups != 0 {
 		args = append(args, "--groups", fmt.Sprint(o.Groups))
+	}
+	if o.Scale {
+		args = append(args, "--scale")
+	}
+	if o.Nemesis.Interval != 0 {
+		args = append(args, "--interval", o.Nemesis.Interval.String())
 	}
 	if o.BuildTags != "" {
 		args = append(args, "--planted-bug", plantedName(o.BuildTags))

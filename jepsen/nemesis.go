@@ -17,6 +17,8 @@ type Fault struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"` // when it was undone
 	Error string    `json:"error,omitempty"`
+	// Plan is how the plan a slots or scale fault started ended.
+	Plan *PlanOutcome `json:"plan,omitempty"`
 }
 
 // Fault families the nemesis draws from.
@@ -31,8 +33,12 @@ const (
 // Families lists every fault family; "mixed" means all of them.
 var Families = []string{FamilyKill, FamilyPause, FamilyClock, FamilyPartition, FamilyRestart}
 
+// NamedFamilies are the families only ever named, never part of "mixed":
+// they need data groups (and FamilyMove more nodes than replicas).
+var NamedFamilies = []string{FamilyMove, FamilySlots}
+
 // ParseFamilies parses a comma-separated list of families ("mixed" = all
-// of Families, "none" = no faults; FamilyMove only by name).
+// of Families, "none" = no faults; NamedFamilies only by name).
 func ParseFamilies(s string) ([]string, error) {
 	var parts []string
 	for _, f := range strings.Split(s, ",") {
@@ -42,7 +48,7 @@ func ParseFamilies(s string) ([]string, error) {
 			parts = append(parts, f)
 		}
 	}
-	return parseList(strings.Join(parts, ","), "fault family", append(slices.Clone(Families), FamilyMove), "mixed", "none")
+	return parseList(strings.Join(parts, ","), "fault family", append(slices.Clone(Families), NamedFamilies...), "mixed", "none")
 }
 
 // parseList parses a comma-separated subset of known, where all names every
@@ -75,12 +81,20 @@ type NemesisOptions struct {
 	Families []string      // none: no faults
 	Interval time.Duration // quiet time between faults; default 2s
 	Duration time.Duration // how long a fault lasts; default 1.5s (partitions 2×)
+	// Keys are the workloads' keys: FamilySlots aims two moves in three at
+	// a slot holding one of them, so their state moves.
+	Keys []string
 }
 
 // Nemesis records the faults it injected.
 type Nemesis struct {
 	mu     sync.Mutex
 	faults []Fault
+
+	// FamilySlots, on Run's goroutine only: the shard map's ranges, and
+	// the turn of the next fault (0: not drawn yet).
+	slotMap   slotModel
+	slotsTurn int
 }
 
 // Faults returns the faults injected so far.
@@ -116,13 +130,20 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 			f = n.rollingRestart(ctx, c)
 		case FamilyMove:
 			f = n.moveReplica(ctx, c, rng, opts.Duration)
+		case FamilySlots:
+			f = n.slots(ctx, c, rng, opts.Keys)
 		default:
 			f = n.nodeFault(ctx, c, rng, family, opts.Duration)
 		}
-		n.mu.Lock()
-		n.faults = append(n.faults, f)
-		n.mu.Unlock()
+		n.record(f)
 	}
+}
+
+// record appends a finished fault.
+func (n *Nemesis) record(f Fault) {
+	n.mu.Lock()
+	n.faults = append(n.faults, f)
+	n.mu.Unlock()
 }
 
 // nodeFault kills, pauses or shifts the clock of one node — the leader half
@@ -142,7 +163,7 @@ func (n *Nemesis) nodeFault(ctx context.Context, c *Cluster, rng *rand.Rand, fam
 			kind += "-restart"
 		}
 	}
-	target := rng.IntN(len(c.Nodes))
+	target := c.pick(rng)
 	if rng.IntN(2) == 0 {
 		if l, err := c.Leader(ctx); err == nil {
 			target, kind = l, kind+"-leader"
@@ -175,16 +196,18 @@ func (n *Nemesis) nodeFault(ctx context.Context, c *Cluster, rng *rand.Rand, fam
 }
 
 // partition cuts the network by one of the grudge shapes for d, then heals.
+// The shapes are drawn over the members (Live).
 func (n *Nemesis) partition(ctx context.Context, c *Cluster, rng *rand.Rand, d time.Duration) Fault {
-	nodes := len(c.Nodes)
+	live := c.Live()
+	nodes := len(live)
 	var g Grudge
 	var kind string
 	switch rng.IntN(5) {
 	case 0:
 		target := rng.IntN(nodes)
 		kind = "partition-isolate"
-		if l, err := c.Leader(ctx); err == nil {
-			target, kind = l, "partition-isolate-leader"
+		if l, err := c.Leader(ctx); err == nil && slices.Contains(live, l) {
+			target, kind = slices.Index(live, l), "partition-isolate-leader"
 		}
 		g = IsolateGrudge(nodes, target)
 	case 1:
@@ -196,11 +219,12 @@ func (n *Nemesis) partition(ctx context.Context, c *Cluster, rng *rand.Rand, d t
 	default:
 		from := rng.IntN(nodes)
 		kind = "partition-one-way"
-		if l, err := c.Leader(ctx); err == nil && rng.IntN(2) == 0 {
-			from, kind = l, "partition-one-way-from-leader"
+		if l, err := c.Leader(ctx); err == nil && rng.IntN(2) == 0 && slices.Contains(live, l) {
+			from, kind = slices.Index(live, l), "partition-one-way-from-leader"
 		}
 		g = OneWayGrudge(from, otherNode(rng, from, nodes))
 	}
+	g = onLive(g, live)
 	f := Fault{Kind: kind, Node: c.describe(g), Start: time.Now()}
 	err := c.Partition(g)
 	sleepCtx(ctx, d)
@@ -212,7 +236,7 @@ func (n *Nemesis) partition(ctx context.Context, c *Cluster, rng *rand.Rand, d t
 func (n *Nemesis) rollingRestart(ctx context.Context, c *Cluster) Fault {
 	f := Fault{Kind: "rolling-restart", Node: "all", Start: time.Now()}
 	var err error
-	for i := range c.Nodes {
+	for _, i := range c.Live() {
 		if err = c.Restart(i); err != nil {
 			break
 		}

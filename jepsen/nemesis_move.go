@@ -27,10 +27,11 @@ func (n *Nemesis) moveReplica(ctx context.Context, c *Cluster, rng *rand.Rand, d
 	f := Fault{Kind: "move-replica", Start: time.Now()}
 	var st *quoratev1.ClusterStatusResponse
 	var err error
-	for i := range len(c.Nodes) {
+	live := c.Live()
+	for i := range len(live) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		var resp *connect.Response[quoratev1.ClusterStatusResponse]
-		resp, err = c.Admin((rng.IntN(len(c.Nodes))+i)%len(c.Nodes)).ClusterStatus(cctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		resp, err = c.Admin(live[(rng.IntN(len(live))+i)%len(live)]).ClusterStatus(cctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
 		cancel()
 		if err == nil {
 			st = resp.Msg
@@ -46,9 +47,9 @@ func (n *Nemesis) moveReplica(ctx context.Context, c *Cluster, rng *rand.Rand, d
 	}
 	g := groups[rng.IntN(len(groups))]
 	var outside []string
-	for _, nd := range c.Nodes {
-		if !slices.Contains(g.GetReplicas(), nd.ID) {
-			outside = append(outside, nd.ID)
+	for _, id := range c.LiveIDs() {
+		if !slices.Contains(g.GetReplicas(), id) {
+			outside = append(outside, id)
 		}
 	}
 	if len(outside) == 0 {
@@ -70,7 +71,7 @@ func (n *Nemesis) moveReplica(ctx context.Context, c *Cluster, rng *rand.Rand, d
 	deadline := time.Now().Add(4 * d)
 	for i := 0; ; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err = c.Admin(i%len(c.Nodes)).MoveReplica(cctx, connect.NewRequest(req))
+		_, err = c.Admin(live[i%len(live)]).MoveReplica(cctx, connect.NewRequest(req))
 		cancel()
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
@@ -89,11 +90,11 @@ func (n *Nemesis) moveReplica(ctx context.Context, c *Cluster, rng *rand.Rand, d
 	return finish(f, nil)
 }
 
-// serving reports whether node id says it hosts group gid as leader or
+// serving reports whether member id says it hosts group gid as leader or
 // follower.
 func serving(ctx context.Context, c *Cluster, id string, gid uint32) bool {
-	for i, nd := range c.Nodes {
-		if nd.ID != id {
+	for _, i := range c.Live() {
+		if c.Nodes[i].ID != id {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)

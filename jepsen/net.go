@@ -216,16 +216,17 @@ func OneWayGrudge(from, to int) Grudge { return Grudge{from: {to}} }
 // setUpNetwork creates the network mechanism ClusterOptions.Net asks for.
 func (c *Cluster) setUpNetwork() error {
 	mode, why := c.opts.Net, ""
+	nodes := c.opts.Nodes + c.opts.Spare
 	switch mode {
 	case NetNftables:
-		n, err := newNftNet(c.opts.Nodes)
+		n, err := newNftNet(nodes)
 		if err != nil {
 			return err
 		}
 		c.net = n
 	case NetProxy:
 	case "", "auto":
-		n, err := newNftNet(c.opts.Nodes)
+		n, err := newNftNet(nodes)
 		if err == nil {
 			c.net, mode = n, NetNftables
 		} else {
@@ -235,7 +236,7 @@ func (c *Cluster) setUpNetwork() error {
 		return fmt.Errorf("jepsen: ClusterOptions.Net %q: want %q, %q or \"auto\"", mode, NetNftables, NetProxy)
 	}
 	if mode == NetProxy {
-		p, err := newProxyNet(c.opts.Nodes)
+		p, err := newProxyNet(nodes)
 		if err != nil {
 			return err
 		}

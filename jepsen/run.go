@@ -49,8 +49,16 @@ type Options struct {
 	Seed       uint64        // nemesis and client seed; 0 means time-based
 	Net        string        // network fault mechanism: "" (auto), "nftables" or "proxy"
 	Groups     int           // data groups (quorate serve --groups); 0: every key in the meta group
-	Nemesis    NemesisOptions
+	// Scale runs the scale scenario (Nemesis.Scale) beside the nemesis:
+	// Nodes → Nodes+ScaleNodes → Nodes members, on data groups (Groups;
+	// default 4). The workloads then run for Duration and at least until 2 s
+	// after the scenario ended.
+	Scale   bool
+	Nemesis NemesisOptions
 }
+
+// scaleTail is how long the workloads go on after the scale scenario.
+const scaleTail = 2 * time.Second
 
 func (o *Options) defaults() error {
 	if len(o.Workloads) == 0 {
@@ -70,6 +78,9 @@ func (o *Options) defaults() error {
 	setDefault(&o.LeaseTTL, 2*time.Second)
 	setDefault(&o.Duration, 20*time.Second)
 	setDefault(&o.Seed, uint64(time.Now().UnixNano()))
+	if o.Scale {
+		setDefault(&o.Groups, 4)
+	}
 	o.Nemesis.Seed = o.Seed
 	return nil
 }
@@ -95,6 +106,7 @@ type Report struct {
 	Verdicts       []Verdict
 	Counts         map[Outcome]int
 	Timelines      []string // porcupine HTML files, relative to Dir
+	Members        []string // the members at the end
 }
 
 // OK reports whether every checker passed.
@@ -132,9 +144,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	spare := 0
+	if opts.Scale {
+		spare = ScaleNodes
+	}
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
 		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net,
-		ExtraArgs: groupArgs(opts.Groups, opts.Nodes)})
+		ExtraArgs: groupArgs(opts.Groups, opts.Nodes), Spare: spare})
 	if err != nil {
 		return nil, err
 	}
@@ -158,13 +174,47 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	bucketKeys := keyNames("bucket", opts.Keys)
+	windowKeys, leaseKeys := keyNames("window", 3), keyNames("lease", 3)
+	nemOpts := opts.Nemesis
+	for _, w := range []struct {
+		w    string
+		keys []string
+	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}} {
+		if has(w.w) {
+			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
+		}
+	}
 
 	h := &History{}
 	nem := &Nemesis{}
-	wctx, cancel := context.WithTimeout(ctx, opts.Duration)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { nem.Run(wctx, c, opts.Nemesis) })
+	var scaleErr error
+	scaled := make(chan struct{})
+	if opts.Scale {
+		wg.Go(func() {
+			defer close(scaled)
+			scaleErr = nem.Scale(ctx, c, opts.Seed)
+		})
+	} else {
+		close(scaled)
+	}
+	began := time.Now()
+	go func() { // the workloads' end: Duration, and scaleTail after the scale scenario
+		defer cancel()
+		select {
+		case <-scaled:
+		case <-wctx.Done():
+			return
+		}
+		end := began.Add(opts.Duration)
+		if opts.Scale {
+			end = later(end, time.Now().Add(scaleTail))
+		}
+		sleepCtx(wctx, time.Until(end))
+	}()
+	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
 			RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
@@ -173,13 +223,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(WorkloadFixedWindow) {
 		wg.Go(func() {
-			RunWorkload(wctx, c, WorkloadOptions{Policy: policyFixedWindow, Keys: keyNames("window", 3), Clients: opts.Clients,
+			RunWorkload(wctx, c, WorkloadOptions{Policy: policyFixedWindow, Keys: windowKeys, Clients: opts.Clients,
 				Seed: opts.Seed ^ 0xf1, ClientBase: 100}, h)
 		})
 	}
 	if has(WorkloadLease) {
 		wg.Go(func() {
-			RunLeaseWorkload(wctx, c, LeaseWorkloadOptions{Policy: policyLease, Keys: keyNames("lease", 3), Clients: opts.Clients,
+			RunLeaseWorkload(wctx, c, LeaseWorkloadOptions{Policy: policyLease, Keys: leaseKeys, Clients: opts.Clients,
 				Seed: opts.Seed, TTL: opts.LeaseTTL, ClientBase: 200}, h)
 		})
 	}
@@ -187,6 +237,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	r := &Report{Options: opts, Dir: opts.ReportDir, Seed: opts.Seed, Workloads: opts.Workloads, Families: opts.Nemesis.Families,
 		NetMode: c.NetMode(), Ops: h.Ops(), Faults: nem.Faults(), Counts: map[Outcome]int{}}
+	// In start order (the scale scenario records beside the nemesis).
+	slices.SortStableFunc(r.Faults, func(a, b Fault) int { return a.Start.Compare(b.Start) })
 	for _, op := range r.Ops {
 		r.Counts[op.Outcome]++
 	}
@@ -218,6 +270,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if has(WorkloadLease) {
 		r.Verdicts = append(r.Verdicts, CheckLeases(opsOf(r.Ops, policyLease), opts.Holders))
 	}
+	if opts.Groups > 0 {
+		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))
+	}
+	if opts.Scale {
+		r.Verdicts = append(r.Verdicts, checkScale(ctx, c, opts.Nodes, scaleErr))
+	}
+	r.Members = c.LiveIDs()
 	var errs []error
 	for _, lin := range lins {
 		if lin == nil {
@@ -293,6 +352,15 @@ func (r *Report) Summary(healErr error) string {
 	fmt.Fprintf(&b, "faults: %d\n", len(r.Faults))
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "  %-30s %-16s %s until %s %s\n", f.Kind, f.Node, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Error)
+		if f.Plan != nil {
+			fmt.Fprintf(&b, "  %-30s %s\n", "", f.Plan)
+		}
+	}
+	if s := PlanTotals(r.Faults); s.Plans > 0 {
+		fmt.Fprintf(&b, "plans: %s\n", s)
+	}
+	if r.Options.Scale || len(r.Members) != max(r.Options.Nodes, 3) {
+		fmt.Fprintf(&b, "members at the end: %s\n", strings.Join(r.Members, " "))
 	}
 	if healErr != nil {
 		fmt.Fprintf(&b, "heal/final peek error: %v\n", healErr)

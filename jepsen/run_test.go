@@ -12,71 +12,124 @@ import (
 
 // TestShortMatrix is CI's fault-injection matrix: every workload at once
 // under partitions, then kills and pauses, then clock jumps and rolling
-// restarts, 20 s each on a real 3-node cluster. Every checker must pass.
+// restarts, replica moves and slot moves, 20 s each on a real cluster.
+// Every checker must pass. Each row is a subtest (-run
+// 'TestShortMatrix/slots' runs one), with the seed it has in the matrix.
 func TestShortMatrix(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts real 3-node clusters for ~1.5 min")
+		t.Skip("starts real 3-node clusters for ~2 min")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	var progress strings.Builder
-	results := RunMatrix(ctx, Options{ReportDir: dir, Duration: 20 * time.Second, Seed: 42}, ShortMatrix(), &progress)
-	t.Logf("%s\n%s", progress.String(), FormatMatrix(results))
-	if len(results) != len(ShortMatrix()) {
-		t.Fatalf("%d runs finished, want %d", len(results), len(ShortMatrix()))
+	for i, row := range ShortMatrix() {
+		t.Run(row.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			var progress strings.Builder
+			results := RunMatrix(ctx, Options{ReportDir: t.TempDir(), Duration: 20 * time.Second, Seed: 42 + uint64(i)}, []MatrixRun{row}, &progress)
+			t.Logf("%s\n%s", progress.String(), FormatMatrix(results))
+			if len(results) != 1 {
+				t.Fatalf("%d runs finished, want 1", len(results))
+			}
+			checkMatrixRun(t, results[0])
+		})
 	}
-	for _, m := range results {
-		if m.Err != nil {
-			t.Errorf("%s: %v", m.Run.Name, m.Err)
+}
+
+// checkMatrixRun checks one run of the short matrix.
+func checkMatrixRun(t *testing.T, m MatrixResult) {
+	t.Helper()
+	if m.Err != nil {
+		t.Errorf("%s: %v", m.Run.Name, m.Err)
+	}
+	if m.Report == nil {
+		return
+	}
+	r := m.Report
+	if !r.OK() {
+		t.Errorf("%s: a checker failed:\n%s", m.Run.Name, r.Summary(m.Err))
+	}
+	want := 7 // at-most-once + 3 token-bucket + 2 fixed-window + leases
+	if m.Run.Groups > 0 {
+		want++ // group-replicas
+	}
+	if len(r.Verdicts) != want {
+		t.Errorf("%s: %d verdicts, want %d", m.Run.Name, len(r.Verdicts), want)
+	}
+	if len(r.Faults) < 2 {
+		t.Errorf("%s: only %d faults injected, want ≥ 2", m.Run.Name, len(r.Faults))
+	}
+	for _, f := range r.Faults {
+		if !faultInFamilies(f, m.Run.Families) {
+			t.Errorf("%s: fault %s is not of families %v", m.Run.Name, f.Kind, m.Run.Families)
 		}
-		if m.Report == nil {
-			continue
+	}
+	moves := 0
+	for _, f := range r.Faults {
+		if strings.HasPrefix(f.Kind, "move-replica") && f.Error == "" {
+			moves++
 		}
-		r := m.Report
-		if !r.OK() {
-			t.Errorf("%s: a checker failed:\n%s", m.Run.Name, r.Summary(m.Err))
+	}
+	if slices.Contains(m.Run.Families, FamilyMove) && moves == 0 {
+		t.Errorf("%s: no replica was moved", m.Run.Name)
+	}
+	if slices.Contains(m.Run.Families, FamilySlots) {
+		checkSlotMoves(t, r)
+	}
+	perKind := map[OpKind]map[Outcome]int{}
+	for _, op := range r.Ops {
+		if perKind[op.Kind] == nil {
+			perKind[op.Kind] = map[Outcome]int{}
 		}
-		if len(r.Verdicts) != 7 { // at-most-once + 3 token-bucket + 2 fixed-window + leases
-			t.Errorf("%s: %d verdicts, want 7", m.Run.Name, len(r.Verdicts))
+		perKind[op.Kind][op.Outcome]++
+	}
+	for _, k := range []OpKind{KindAdmit, KindAcquire} {
+		if perKind[k][OutcomeAllowed] == 0 || perKind[k][OutcomeDenied] == 0 {
+			t.Errorf("%s: want both allowed and denied %s answers, got %v", m.Run.Name, k, perKind[k])
 		}
-		if len(r.Faults) < 2 {
-			t.Errorf("%s: only %d faults injected, want ≥ 2", m.Run.Name, len(r.Faults))
+	}
+	if perKind[KindRelease][OutcomeAllowed] == 0 || perKind[KindRenew][OutcomeAllowed] == 0 {
+		t.Errorf("%s: want acknowledged renews and releases, got %v", m.Run.Name, perKind)
+	}
+	for _, name := range []string{"summary.txt", "index.html", "history.jsonl", "seed", "logs/n1.log"} {
+		if _, err := os.Stat(filepath.Join(r.Dir, name)); err != nil {
+			t.Errorf("%s: report lacks %s: %v", m.Run.Name, name, err)
 		}
-		for _, f := range r.Faults {
-			if !faultInFamilies(f, m.Run.Families) {
-				t.Errorf("%s: fault %s is not of families %v", m.Run.Name, f.Kind, m.Run.Families)
-			}
+	}
+}
+
+// checkSlotMoves wants a run of the slots family to have moved slots: at
+// least two plans done, one of which carried state (records) with it.
+func checkSlotMoves(t *testing.T, r *Report) {
+	t.Helper()
+	s := PlanTotals(r.Faults)
+	t.Logf("slot plans: %s", s)
+	if s.Done < 2 {
+		t.Errorf("%d slot plans done, want ≥ 2 (%s)", s.Done, s)
+	}
+	if s.Records == 0 {
+		t.Errorf("no slot move carried state (%s)", s)
+	}
+	kinds := map[string]int{} // of the faults that got as far as choosing
+	for _, f := range r.Faults {
+		if strings.HasPrefix(f.Kind, "slots-") {
+			kinds[f.Kind]++
 		}
-		moves := 0
-		for _, f := range r.Faults {
-			if strings.HasPrefix(f.Kind, "move-replica") && f.Error == "" {
-				moves++
-			}
+		if strings.HasPrefix(f.Kind, "slots") {
+			t.Logf("%s %s: %v %s", f.Kind, f.Node, f.Plan, f.Error)
 		}
-		if slices.Contains(m.Run.Families, FamilyMove) && moves == 0 {
-			t.Errorf("%s: no replica was moved", m.Run.Name)
+	}
+	// Kinds come in turn: four faults see each.
+	if kinds["slots-move"]+kinds["slots-move-cancel"]+kinds["slots-split"] >= 4 &&
+		(kinds["slots-move"] == 0 || kinds["slots-move-cancel"] == 0 || kinds["slots-split"] == 0) {
+		t.Errorf("slot faults by kind %v: want moves, cancelled moves and splits", kinds)
+	}
+	cancels := 0
+	for _, f := range r.Faults {
+		if f.Kind == "slots-move-cancel" && f.Error == "" {
+			cancels++
 		}
-		perKind := map[OpKind]map[Outcome]int{}
-		for _, op := range r.Ops {
-			if perKind[op.Kind] == nil {
-				perKind[op.Kind] = map[Outcome]int{}
-			}
-			perKind[op.Kind][op.Outcome]++
-		}
-		for _, k := range []OpKind{KindAdmit, KindAcquire} {
-			if perKind[k][OutcomeAllowed] == 0 || perKind[k][OutcomeDenied] == 0 {
-				t.Errorf("%s: want both allowed and denied %s answers, got %v", m.Run.Name, k, perKind[k])
-			}
-		}
-		if perKind[KindRelease][OutcomeAllowed] == 0 || perKind[KindRenew][OutcomeAllowed] == 0 {
-			t.Errorf("%s: want acknowledged renews and releases, got %v", m.Run.Name, perKind)
-		}
-		for _, name := range []string{"summary.txt", "index.html", "history.jsonl", "seed", "logs/n1.log"} {
-			if _, err := os.Stat(filepath.Join(r.Dir, name)); err != nil {
-				t.Errorf("%s: report lacks %s: %v", m.Run.Name, name, err)
-			}
-		}
+	}
+	if s.Cancelled+s.CancelRefused != cancels {
+		t.Errorf("%d cancels asked, %d rolled back and %d refused (%s)", cancels, s.Cancelled, s.CancelRefused, s)
 	}
 }
 

@@ -47,7 +47,8 @@ func ApplyPolicy(ctx context.Context, c *Cluster, p *quoratev1.Policy) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err = c.Admin(attempt%len(c.Nodes)).ApplyPolicies(cctx, connect.NewRequest(req))
+		live := c.Live()
+		_, err = c.Admin(live[attempt%len(live)]).ApplyPolicies(cctx, connect.NewRequest(req))
 		cancel()
 		if err == nil {
 			return nil
@@ -102,7 +103,7 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 					key = opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
 				}
 				reqID := fmt.Sprintf("c%d-r%d", cl, seq)
-				node := rng.IntN(len(c.Nodes))
+				node := c.pick(rng)
 				attempt := func(reqID, key string, node, n int) Outcome {
 					if rng.Float64() >= opts.BatchFraction {
 						return attemptAdmit(ctx, c, opts, h, cl, caller, reqID, key, node, n)
@@ -118,7 +119,7 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 				out := attempt(reqID, key, node, 0)
 				if out.OK() {
 					if rng.Float64() < opts.RepeatOK { // re-send an answered request: must be a duplicate
-						attempt(reqID, key, otherNode(rng, node, len(c.Nodes)), 1)
+						attempt(reqID, key, c.other(rng, node), 1)
 					}
 					continue
 				}
@@ -126,7 +127,7 @@ func RunWorkload(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Histo
 					continue // leave this unknown outcome unresolved
 				}
 				for a := 1; a <= opts.MaxRetries && ctx.Err() == nil; a++ {
-					node = otherNode(rng, node, len(c.Nodes))
+					node = c.other(rng, node)
 					if attempt(reqID, key, node, a).OK() {
 						break
 					}
