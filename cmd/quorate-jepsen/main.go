@@ -2,18 +2,31 @@
 // real cluster of `quorate serve` processes on this machine: concurrent
 // clients drive token-bucket admits, fixed-window admits and fenced leases
 // through the public API while a seeded nemesis partitions the network,
-// kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes; checkers
-// then verify no over-admission, at-most-once answers per request ID,
-// linearizability per key (porcupine), lease fencing and durability. It
-// writes a report directory (summary.txt, index.html with porcupine
-// timelines, history.jsonl, node logs, seed) and exits 1 when a checker
-// fails.
+// kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes — and, named
+// only, moves data group replicas (move) or slots with their state between
+// data groups (slots); checkers then verify no over-admission, at-most-once
+// answers per request ID, linearizability per key (porcupine), lease
+// fencing and durability, and with data groups that every group ends with
+// its replicas serving on live nodes. It writes a report directory
+// (summary.txt, index.html with porcupine timelines, history.jsonl, node
+// logs, seed) and exits 1 when a checker fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
 //	               [--workload all|token-bucket,fixed-window,lease]
-//	               [--faults mixed|none|kill,pause,clock,partition,restart]
+//	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
+//	               [--groups N] [--scale] [--interval 2s]
 //	               [--net auto|nftables|proxy] [--planted-bug dedupe|local-read]
 //	quorate-jepsen --matrix full|short [--duration 60s] [--report DIR]
+//
+// Slot moves under kills, on 4 data groups:
+//
+//	quorate-jepsen --faults slots,kill --nodes 3 --groups 4 --duration 60s
+//
+// The scale scenario, 3 → 5 → 3 nodes under the workloads (two nodes join,
+// a group splits onto them, two original nodes are drained, stopped and
+// removed), alone or beside faults:
+//
+//	quorate-jepsen --scale --faults none --nodes 3 --groups 4 --duration 30s
 //
 // Re-running with the same --seed and options replays the same fault
 // schedule; every report ends with the command line that does so.
@@ -98,7 +111,10 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Duration, "duration", 60*time.Second, "how long the workload runs (each run of a matrix)")
 	fs.IntVar(&opts.Nodes, "nodes", 3, "cluster size (3 or 5)")
 	workloads := fs.String("workload", "all", "workloads, comma-separated: "+strings.Join(jepsen.Workloads, ", ")+", or all")
-	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all of those) or none; and move (needs --groups and more than 3 nodes)")
+	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all of those) or none; "+
+		"and, only by name, move (replica moves; needs --groups and more than 3 nodes) and slots (slot moves, cancels and splits; needs --groups 2 or more)")
+	fs.BoolVar(&opts.Scale, "scale", false, "also run the scale scenario: --nodes → --nodes+2 → --nodes members (two nodes join, a group splits onto them, two original nodes are drained, stopped and removed); the workloads run at least until it ends; --groups defaults to 4")
+	fs.DurationVar(&opts.Nemesis.Interval, "interval", 2*time.Second, "mean quiet time between faults (each drawn from half to 1.5 times it)")
 	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed) or short (CI's)")
 	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")
 	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket keys; key i opens after i×duration/keys")
@@ -126,6 +142,8 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 		return opts, "", fmt.Errorf("--nodes: must be 3 or 5 (got %d)", opts.Nodes)
 	case opts.Duration < time.Second:
 		return opts, "", fmt.Errorf("--duration: must be at least 1s (got %v)", opts.Duration)
+	case opts.Nemesis.Interval < 100*time.Millisecond:
+		return opts, "", fmt.Errorf("--interval: must be at least 100ms (got %v)", opts.Nemesis.Interval)
 	case opts.Clients < 1:
 		return opts, "", fmt.Errorf("--clients: must be at least 1 (got %d)", opts.Clients)
 	case opts.Keys < 1:
@@ -142,6 +160,8 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 		return opts, "", fmt.Errorf("--lease-ttl: must be at least 1s (got %v)", opts.LeaseTTL)
 	case opts.Groups < 0 || opts.Groups > 64:
 		return opts, "", fmt.Errorf("--groups: must be between 0 and 64 (got %d)", opts.Groups)
+	case slices.Contains(opts.Nemesis.Families, jepsen.FamilySlots) && opts.Groups < 2:
+		return opts, "", fmt.Errorf("--groups: the slots faults need at least 2 data groups (got %d)", opts.Groups)
 	case !slices.Contains([]string{"auto", "nftables", "proxy"}, opts.Net):
 		return opts, "", fmt.Errorf("--net: must be auto, nftables or proxy (got %q)", opts.Net)
 	case *matrix != "" && *matrix != "full" && *matrix != "short":
@@ -149,6 +169,9 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	}
 	if opts.Net == "auto" {
 		opts.Net = ""
+	}
+	if opts.Scale && opts.Groups == 0 {
+		opts.Groups = 4
 	}
 	if *planted != "" {
 		tag, ok := jepsen.PlantedBugs[*planted]
