@@ -156,9 +156,18 @@ func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
 	if len(unknownPolicy) == 0 {
 		return
 	}
-	if n.catchUpMeta(ctx) == nil && n.syncPolicies(ctx, d.g) == nil {
-		n.proposeItems(ctx, d, unknownPolicy)
+	serr := n.catchUpMeta(ctx)
+	if serr == nil {
+		serr = n.syncPolicies(ctx, d.g)
 	}
+	if serr != nil {
+		// Not applied, and the table could not be copied now: retry.
+		for _, it := range unknownPolicy {
+			it.err = fmt.Errorf("%w: %v; copying the policy table: %v", ErrNotProposed, it.err, serr)
+		}
+		return
+	}
+	n.proposeItems(ctx, d, unknownPolicy)
 }
 
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {

@@ -53,12 +53,17 @@ func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (
 	if errors.Is(err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
 		// The policy may be newer than this node's meta replica: catch up
 		// with the meta leader's commit index first (a read index).
-		if cerr := n.catchUpMeta(ctx); cerr != nil {
-			return res, err
+		serr := n.catchUpMeta(ctx)
+		if serr == nil {
+			serr = n.syncPolicies(ctx, d.g)
 		}
-		if serr := n.syncPolicies(ctx, d.g); serr == nil {
-			res, err = n.proposeOnce(ctx, d, env)
+		if serr != nil {
+			// Nothing was applied, and the group could not be brought up
+			// to date now (a leader change, a leadership transfer): retry
+			// rather than answer that the policy does not exist.
+			return nil, fmt.Errorf("%w: %v; copying the policy table: %v", ErrNotProposed, err, serr)
 		}
+		res, err = n.proposeOnce(ctx, d, env)
 	}
 	return res, err
 }

@@ -172,6 +172,8 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	if err := o.validate(); err != nil {
 		return err
 	}
+	// The children's log copiers write to stderr too: one lock for all.
+	stderr = &muteWriter{w: stderr}
 	redisBin, err := exec.LookPath(o.redisServer)
 	if err != nil {
 		return fmt.Errorf("--redis-server: %w (install it: apt-get install redis-server, or run make bench-compare)", err)
