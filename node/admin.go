@@ -153,20 +153,10 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	if err := checkJoinRequest(req.Msg); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) error { return n.joinAsLeader(ctx, req.Msg) },
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			_, err := p.admin.Join(ctx, fwd)
-			return err
-		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(&quoratev1.JoinResponse{}), nil
+	return onMetaLeader(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.JoinResponse, error) {
+			return &quoratev1.JoinResponse{}, n.joinAsLeader(ctx, req.Msg)
+		}, quoratev1connect.AdminServiceClient.Join)
 }
 
 func checkJoinRequest(r *quoratev1.JoinRequest) error {

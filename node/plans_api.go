@@ -12,67 +12,56 @@ import (
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
 func (h *adminHandler) MoveSlots(ctx context.Context, req *connect.Request[quoratev1.MoveSlotsRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	r := req.Msg
-	return h.n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
-		return planMoveSlots(m, r)
-	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
-		c := connect.NewRequest(r)
-		fwd(c)
-		resp, err := p.admin.MoveSlots(ctx, c)
-		return msgOf(resp), err
-	})
+	return onMetaLeader(ctx, h.n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return h.n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) { return planMoveSlots(m, req.Msg) })
+	}, quoratev1connect.AdminServiceClient.MoveSlots)
 }
 
 func (h *adminHandler) AddGroup(ctx context.Context, req *connect.Request[quoratev1.AddGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	r, n := req.Msg, h.n
-	return n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
-		step, err := n.planAddGroup(m, r.GetReplicas())
-		if err != nil {
-			return nil, err
-		}
-		return &raftcmdv1.Plan{Kind: "group add", Summary: fmt.Sprintf("add group %d on %v", step.GetGroup(), step.GetReplicas()),
-			Steps: []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: step}}}}, nil
-	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
-		c := connect.NewRequest(r)
-		fwd(c)
-		resp, err := p.admin.AddGroup(ctx, c)
-		return msgOf(resp), err
-	})
+	n := h.n
+	return onMetaLeader(ctx, n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
+			step, err := n.planAddGroup(m, req.Msg.GetReplicas())
+			if err != nil {
+				return nil, err
+			}
+			return &raftcmdv1.Plan{Kind: "group add", Summary: fmt.Sprintf("add group %d on %v", step.GetGroup(), step.GetReplicas()),
+				Steps: []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: step}}}}, nil
+		})
+	}, quoratev1connect.AdminServiceClient.AddGroup)
 }
 
 func (h *adminHandler) SplitGroup(ctx context.Context, req *connect.Request[quoratev1.SplitGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	r, n := req.Msg, h.n
-	return n.startPlan(ctx, req.Header().Get(forwardedHeader) != "", func(m shard.Map) (*raftcmdv1.Plan, error) {
-		src := shard.GroupID(r.GetGroup())
-		if _, ok := m.Group(src); !ok {
-			return nil, badRequest("group", "group %d is not in the shard map", src)
-		}
-		owned := m.GroupSlots()[src]
-		if owned < 2 {
-			return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
-		}
-		add, err := n.planAddGroup(m, nil)
-		if err != nil {
-			return nil, err
-		}
-		ranges, _ := m.LastSlots(src, owned/2)
-		p := &raftcmdv1.Plan{Kind: "group split",
-			Summary: fmt.Sprintf("split group %d: new group %d on %v takes %d of its %d slots", src, add.GetGroup(), add.GetReplicas(), owned/2, owned),
-			Steps:   []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: add}}}}
-		for _, rg := range ranges {
-			p.Steps = append(p.Steps, moveStep(src, add.GetGroup(), rg))
-		}
-		return p, nil
-	}, func(ctx context.Context, p *peerClient, fwd func(connect.AnyRequest)) (*quoratev1.PlanResponse, error) {
-		c := connect.NewRequest(r)
-		fwd(c)
-		resp, err := p.admin.SplitGroup(ctx, c)
-		return msgOf(resp), err
-	})
+	n := h.n
+	return onMetaLeader(ctx, n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
+			src := shard.GroupID(req.Msg.GetGroup())
+			if _, ok := m.Group(src); !ok {
+				return nil, badRequest("group", "group %d is not in the shard map", src)
+			}
+			owned := m.GroupSlots()[src]
+			if owned < 2 {
+				return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
+			}
+			add, err := n.planAddGroup(m, nil)
+			if err != nil {
+				return nil, err
+			}
+			ranges, _ := m.LastSlots(src, owned/2)
+			p := &raftcmdv1.Plan{Kind: "group split",
+				Summary: fmt.Sprintf("split group %d: new group %d on %v takes %d of its %d slots", src, add.GetGroup(), add.GetReplicas(), owned/2, owned),
+				Steps:   []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: add}}}}
+			for _, rg := range ranges {
+				p.Steps = append(p.Steps, moveStep(src, add.GetGroup(), rg))
+			}
+			return p, nil
+		})
+	}, quoratev1connect.AdminServiceClient.SplitGroup)
 }
 
 func (h *adminHandler) ListPlans(context.Context, *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
@@ -85,76 +74,39 @@ func (h *adminHandler) ListPlans(context.Context, *connect.Request[quoratev1.Lis
 
 func (h *adminHandler) CancelPlan(ctx context.Context, req *connect.Request[quoratev1.CancelPlanRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
 	n := h.n
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	var out *quoratev1.PlanResponse
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) error {
-			res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
-				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: req.Msg.GetId()}}})
-			if r, ok := res.(*fsm.PlanResult); ok {
-				out = &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}
-			}
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := p.admin.CancelPlan(ctx, fwd)
-			out = msgOf(resp)
-			return err
-		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(out), nil
+	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
+			&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: req.Msg.GetId()}}})
+		if r, ok := res.(*fsm.PlanResult); ok {
+			return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}, nil
+		}
+		return nil, err
+	}, quoratev1connect.AdminServiceClient.CancelPlan)
 }
 
-func msgOf(resp *connect.Response[quoratev1.PlanResponse]) *quoratev1.PlanResponse {
-	if resp == nil {
-		return nil
+// startPlan, on the meta leader, plans on its map (plan) and records the
+// plan.
+func (n *Node) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
+	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
+		return nil, fmt.Errorf("%w: a registered node applies log feature level %d, slot migrations need %d: upgrade every node first",
+			ErrFeatureUnsupported, lvl, fsm.FeatureMigrate)
 	}
-	return resp.Msg
-}
-
-// startPlan plans on the meta leader's map (plan) and records the plan
-// there, forwarding the call (remote) when this node does not lead.
-func (n *Node) startPlan(ctx context.Context, forwarded bool, plan func(shard.Map) (*raftcmdv1.Plan, error),
-	remote func(context.Context, *peerClient, func(connect.AnyRequest)) (*quoratev1.PlanResponse, error)) (*connect.Response[quoratev1.PlanResponse], error) {
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	var out *quoratev1.PlanResponse
-	err := n.onLeader(ctx, routing{forwarded: forwarded},
-		func(ctx context.Context) error {
-			if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
-				return fmt.Errorf("%w: a registered node applies log feature level %d, slot migrations need %d: upgrade every node first",
-					ErrFeatureUnsupported, lvl, fsm.FeatureMigrate)
-			}
-			m, ok := n.meta.fsm.ShardMap()
-			if !ok {
-				return errNoShardMap
-			}
-			p, err := plan(m)
-			if err != nil {
-				return err
-			}
-			res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
-				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}})
-			if r, ok := res.(*fsm.PlanResult); ok {
-				out = &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}
-				n.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
-			}
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			var err error
-			out, err = remote(ctx, p, func(r connect.AnyRequest) { r.Header().Set(forwardedHeader, n.cfg.ID) })
-			return err
-		})
+	m, ok := n.meta.fsm.ShardMap()
+	if !ok {
+		return nil, errNoShardMap
+	}
+	p, err := plan(m)
 	if err != nil {
-		return nil, n.toConnectError(err)
+		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}})
+	r, ok := res.(*fsm.PlanResult)
+	if !ok {
+		return nil, err
+	}
+	n.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
+	return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}, nil
 }
 
 // planMoveSlots turns a MoveSlots request into a plan: one step per
@@ -289,40 +241,24 @@ func phaseName(p uint32) string {
 
 func (h *adminHandler) Rebalance(ctx context.Context, req *connect.Request[quoratev1.RebalanceRequest]) (*connect.Response[quoratev1.RebalanceResponse], error) {
 	n := h.n
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	out := &quoratev1.RebalanceResponse{}
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) error {
-			var nodes []string
-			for _, nd := range n.meta.fsm.Nodes() {
-				nodes = append(nodes, nd.ID)
+	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.RebalanceResponse, error) {
+		out := &quoratev1.RebalanceResponse{}
+		var nodes []string
+		for _, nd := range n.meta.fsm.Nodes() {
+			nodes = append(nodes, nd.ID)
+		}
+		epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+			next, changes, err := m.Rebalance(nodes)
+			out.Changes = changes
+			if err != nil || req.Msg.GetDryRun() {
+				return m, 0, err
 			}
-			epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
-				next, changes, err := m.Rebalance(nodes)
-				out.Changes = changes
-				if err != nil || req.Msg.GetDryRun() {
-					return m, 0, err
-				}
-				return next, uint32(len(changes)), nil
-			})
-			out.MapEpoch = epoch
-			if err == nil && len(out.Changes) > 0 && !req.Msg.GetDryRun() {
-				n.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
-			}
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := p.admin.Rebalance(ctx, fwd)
-			if err == nil {
-				out = resp.Msg
-			}
-			return err
+			return next, uint32(len(changes)), nil
 		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(out), nil
+		out.MapEpoch = epoch
+		if err == nil && len(out.Changes) > 0 && !req.Msg.GetDryRun() {
+			n.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
+		}
+		return out, err
+	}, quoratev1connect.AdminServiceClient.Rebalance)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -30,20 +31,10 @@ func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quor
 	if req.Msg.GetId() == "" {
 		return nil, n.toConnectError(badRequest("id", "must not be empty"))
 	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) error { return n.removeNodeAsLeader(ctx, req.Msg.GetId(), req.Msg.GetForce()) },
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			_, err := p.admin.RemoveNode(ctx, fwd)
-			return err
-		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(&quoratev1.RemoveNodeResponse{}), nil
+	return onMetaLeader(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.RemoveNodeResponse, error) {
+			return &quoratev1.RemoveNodeResponse{}, n.removeNodeAsLeader(ctx, req.Msg.GetId(), req.Msg.GetForce())
+		}, quoratev1connect.AdminServiceClient.RemoveNode)
 }
 
 // removeNodeAsLeader removes node id, each step idempotent so a retry (or a

@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -209,27 +210,11 @@ func (n *Node) closeUnplaced(m shard.Map) {
 // node); the group's leader carries the move out (syncMembers).
 func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quoratev1.MoveReplicaRequest]) (*connect.Response[quoratev1.MoveReplicaResponse], error) {
 	n := h.n
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	var epoch uint64
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) (err error) {
-			epoch, err = n.moveReplicaAsLeader(ctx, req.Msg)
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := p.admin.MoveReplica(ctx, fwd)
-			if err == nil {
-				epoch = resp.Msg.GetMapEpoch()
-			}
-			return err
-		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(&quoratev1.MoveReplicaResponse{MapEpoch: epoch}), nil
+	return onMetaLeader(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.MoveReplicaResponse, error) {
+			epoch, err := n.moveReplicaAsLeader(ctx, req.Msg)
+			return &quoratev1.MoveReplicaResponse{MapEpoch: epoch}, err
+		}, quoratev1connect.AdminServiceClient.MoveReplica)
 }
 
 // moveReplicaAsLeader plans the move on the meta leader's map and writes
@@ -255,11 +240,9 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 	if req.Msg.GetId() == "" {
 		return nil, n.toConnectError(badRequest("id", "must not be empty"))
 	}
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
-	out := &quoratev1.DrainNodeResponse{}
-	err := n.onLeader(ctx, routing{forwarded: req.Header().Get(forwardedHeader) != "", idempotent: true},
-		func(ctx context.Context) (err error) {
+	return onMetaLeader(ctx, n, req, true,
+		func(ctx context.Context) (out *quoratev1.DrainNodeResponse, err error) {
+			out = &quoratev1.DrainNodeResponse{}
 			out.MapEpoch, out.Moves, err = n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 				if _, ok := n.meta.fsm.Node(req.Msg.GetId()); !ok {
 					return shard.Map{}, 0, badRequest("id", "node %q is not registered", req.Msg.GetId())
@@ -280,21 +263,8 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 				}
 				return next, moves, err
 			})
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := p.admin.DrainNode(ctx, fwd)
-			if err == nil {
-				out = resp.Msg
-			}
-			return err
-		})
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(out), nil
+			return out, err
+		}, quoratev1connect.AdminServiceClient.DrainNode)
 }
 
 // changeMap plans a change of the meta leader's shard map with plan and
