@@ -157,7 +157,7 @@ func addGroup(m shard.Map, a *raftcmdv1.AddGroupStep, registered func(string) bo
 	}
 	out := m.Clone()
 	out.Epoch++
-	out.Groups = append(out.Groups, shard.Group{ID: id, Replicas: slices.Clone(a.GetReplicas()), Founders: slices.Clone(a.GetReplicas())})
+	out.Groups = append(out.Groups, shard.Group{ID: id, Replicas: slices.Clone(a.GetReplicas()), Founders: slices.Clone(a.GetReplicas()), Forming: true})
 	slices.SortFunc(out.Groups, func(x, y shard.Group) int { return int(x.ID) - int(y.ID) })
 	if err := out.Validate(); err != nil {
 		return m, err

@@ -230,7 +230,7 @@ func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
 	out := &raftcmdv1.ShardMap{Epoch: m.Epoch}
 	for _, g := range m.Groups {
 		out.Groups = append(out.Groups, &raftcmdv1.ShardGroup{Id: uint32(g.ID), Replicas: append([]string(nil), g.Replicas...),
-			Founders: append([]string(nil), g.Founders...)})
+			Founders: append([]string(nil), g.Founders...), Forming: g.Forming})
 	}
 	for _, a := range m.Ranges {
 		out.Ranges = append(out.Ranges, AssignmentToProto(a))
@@ -243,7 +243,7 @@ func ShardMapFromProto(p *raftcmdv1.ShardMap) shard.Map {
 	m := shard.Map{Epoch: p.GetEpoch()}
 	for _, g := range p.GetGroups() {
 		m.Groups = append(m.Groups, shard.Group{ID: shard.GroupID(g.GetId()), Replicas: append([]string(nil), g.GetReplicas()...),
-			Founders: append([]string(nil), g.GetFounders()...)})
+			Founders: append([]string(nil), g.GetFounders()...), Forming: g.GetForming()})
 	}
 	for _, a := range p.GetRanges() {
 		m.Ranges = append(m.Ranges, assignmentFromProto(a))

@@ -30,13 +30,44 @@ type batchQueue[T any] struct {
 	mu       sync.Mutex
 	pending  []T
 	inflight int
+	// held: send nothing new (items wait) until release; idle is closed
+	// once nothing is in flight while held.
+	held bool
+	idle chan struct{}
 }
 
 // add queues items, sending them at once when the queue has room in flight.
 func (q *batchQueue[T]) add(items ...T) {
 	q.mu.Lock()
 	q.pending = append(q.pending, items...)
-	if q.inflight >= q.maxInflight {
+	if q.inflight >= q.maxInflight || q.held {
+		q.mu.Unlock()
+		return
+	}
+	b := q.takeLocked()
+	q.inflight++
+	q.mu.Unlock()
+	go q.run(b)
+}
+
+// hold stops sending (items queue up) and returns a channel closed once
+// nothing is in flight. release undoes it.
+func (q *batchQueue[T]) hold() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.held = true
+	q.idle = make(chan struct{})
+	if q.inflight == 0 {
+		close(q.idle)
+	}
+	return q.idle
+}
+
+// release sends again what queued while held.
+func (q *batchQueue[T]) release() {
+	q.mu.Lock()
+	q.held = false
+	if len(q.pending) == 0 || q.inflight >= q.maxInflight {
 		q.mu.Unlock()
 		return
 	}
@@ -62,8 +93,11 @@ func (q *batchQueue[T]) run(b []T) {
 	for {
 		q.send(b)
 		q.mu.Lock()
-		if len(q.pending) == 0 {
+		if len(q.pending) == 0 || q.held {
 			q.inflight--
+			if q.held && q.inflight == 0 {
+				close(q.idle)
+			}
 			q.mu.Unlock()
 			return
 		}

@@ -88,6 +88,73 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 	}
 	n.closeUnplaced(m)
+	if n.meta.isLeader() {
+		n.markFormed(ctx, m)
+	}
+}
+
+// markFormed, on the meta leader, clears Forming on the groups a replica
+// reports working (it applied the group's ownership): from then on their
+// replicas may move.
+func (n *Node) markFormed(ctx context.Context, m shard.Map) {
+	var formed []shard.GroupID
+	for _, g := range m.Groups {
+		if g.Forming && n.groupWorking(ctx, g) {
+			formed = append(formed, g.ID)
+		}
+	}
+	if len(formed) == 0 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	_, _, err := n.changeMap(pctx, func(m shard.Map) (shard.Map, uint32, error) {
+		out := m.Clone()
+		changed := uint32(0)
+		for i, g := range out.Groups {
+			if g.Forming && slices.Contains(formed, g.ID) {
+				out.Groups[i].Forming = false
+				changed++
+			}
+		}
+		if changed > 0 {
+			out.Epoch++
+		}
+		return out, changed, nil
+	})
+	if err != nil {
+		n.log.Debug("marking groups formed", "groups", formed, "err", err)
+		return
+	}
+	n.log.Info("groups formed", "groups", formed)
+}
+
+// groupWorking reports whether a replica of g (this node's, else one asked
+// over the peer port) has applied g's ownership.
+func (n *Node) groupWorking(ctx context.Context, g shard.Group) bool {
+	if dg := n.dataGroup(g.ID); dg != nil {
+		if _, _, _, ok := dg.fsm.Ownership(); ok {
+			return true
+		}
+	}
+	for _, id := range g.Replicas {
+		m, ok := n.meta.fsm.Node(id)
+		if id == n.cfg.ID || !ok || m.RaftAddr == "" {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := n.fwd.get("http://"+m.RaftAddr).admin.NodeStatus(cctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, gs := range resp.Msg.GetNode().GetGroups() {
+			if gs.GetId() == uint32(g.ID) && gs.GetMapEpoch() > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // createShardMap proposes the first shard map once ExpectNodes nodes have

@@ -122,6 +122,21 @@ const (
 	maxTransferLag = 16
 )
 
+// quiesce holds g's group commit and waits until every entry proposed
+// before is applied, so that a leadership transfer leaves no entry in
+// flight (an entry in flight when a leader steps down has an unknown
+// outcome for its callers). The caller releases g.batch.
+func (n *Node) quiesce(ctx context.Context, g *group) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	select {
+	case <-g.batch.hold():
+	case <-ctx.Done():
+		return fmt.Errorf("entries still in flight: %w", ctx.Err())
+	}
+	return waitFuture(ctx, g.raft.Barrier(time.Second))
+}
+
 // transferLeadership hands g's leadership to the first of candidates that
 // is a caught-up voter (other than this node) and reports whether it did.
 func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string]raft.Server, candidates []string) bool {
@@ -138,7 +153,11 @@ func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string
 			continue
 		}
 		g.lastTransfer = time.Now()
-		err := waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
+		err := n.quiesce(ctx, g)
+		if err == nil {
+			err = waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
+		}
+		g.batch.release()
 		n.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
 		return err == nil
 	}
@@ -255,6 +274,9 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 				if errors.Is(err, shard.ErrNoChange) {
 					return m, 0, nil
 				}
+				if err != nil {
+					return m, 0, err
+				}
 				moves := uint32(0)
 				for i, g := range m.Groups {
 					if !slices.Equal(g.Replicas, next.Groups[i].Replicas) {
@@ -278,6 +300,10 @@ func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, u
 			return 0, 0, errNoShardMap
 		}
 		next, count, err := plan(m)
+		if errors.Is(err, shard.ErrForming) {
+			// A group forms within moments of its creation: retry.
+			return 0, 0, fmt.Errorf("%w: %v", ErrNotProposed, err)
+		}
 		var fe *shard.FieldError
 		if errors.As(err, &fe) {
 			return 0, 0, badRequest(fe.Field, "%s", fe.Problem)

@@ -29,6 +29,10 @@ type Group struct {
 	// leaves Replicas, so a node that comes back later joins as new.
 	// Founders ⊆ Replicas; empty in maps written before founders existed.
 	Founders []string
+	// Forming is true from the group's creation until one of its replicas
+	// has been seen working: until then its replicas do not change (the
+	// plans refuse), so its founders all stay to bootstrap it.
+	Forming bool
 }
 
 // Assignment gives the slots of Range to Group.
@@ -58,6 +62,10 @@ type Map struct {
 // ErrNoChange is wrapped by plans that would change nothing, such as moving
 // slots to the group that already owns them.
 var ErrNoChange = errors.New("no change")
+
+// ErrForming is wrapped by plans that would change the replicas of a group
+// that is still forming (Group.Forming): retry once it formed.
+var ErrForming = errors.New("group still forming")
 
 // FieldError is the error of Validate and the plans: Field names what is at
 // fault (a struct field path such as "Ranges[3].Range.Start", or a parameter
@@ -225,7 +233,7 @@ func (m *Map) Clone() Map {
 	if m.Groups != nil {
 		c.Groups = make([]Group, len(m.Groups))
 		for i, g := range m.Groups {
-			c.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas), Founders: slices.Clone(g.Founders)}
+			c.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas), Founders: slices.Clone(g.Founders), Forming: g.Forming}
 		}
 	}
 	return c
@@ -239,7 +247,8 @@ func (m *Map) Equal(o Map) bool {
 		return false
 	}
 	for i, g := range m.Groups {
-		if g.ID != o.Groups[i].ID || !slices.Equal(g.Replicas, o.Groups[i].Replicas) || !slices.Equal(g.Founders, o.Groups[i].Founders) {
+		if g.ID != o.Groups[i].ID || !slices.Equal(g.Replicas, o.Groups[i].Replicas) || !slices.Equal(g.Founders, o.Groups[i].Founders) ||
+			g.Forming != o.Groups[i].Forming {
 			return false
 		}
 	}

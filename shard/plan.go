@@ -84,7 +84,7 @@ func InitialMap(nodes []string, groups, replicas int) (Map, error) {
 	m := Map{Epoch: 1, Groups: make([]Group, groups), Ranges: make([]Assignment, groups)}
 	for i := range groups {
 		id := GroupID(i + 1)
-		m.Groups[i] = Group{ID: id, Replicas: placed[i], Founders: slices.Clone(placed[i])}
+		m.Groups[i] = Group{ID: id, Replicas: placed[i], Founders: slices.Clone(placed[i]), Forming: true}
 		m.Ranges[i] = Assignment{
 			Range: SlotRange{Start: Slot(i * SlotCount / groups), End: Slot((i + 1) * SlotCount / groups)},
 			Group: id,
@@ -181,6 +181,8 @@ func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 	g := m.Groups[i]
 	j := slices.Index(g.Replicas, from)
 	switch {
+	case g.Forming:
+		return Map{}, &FieldError{Field: "group", Problem: fmt.Sprintf("group %d is still forming (no replica has been seen working yet): retry in a moment", group), Err: ErrForming}
 	case j < 0:
 		return Map{}, fieldErr("from", "node %q is not a replica of group %d (replicas %v)", from, group, g.Replicas)
 	case to == "":
@@ -232,6 +234,9 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 		j := slices.Index(g.Replicas, node)
 		if j < 0 {
 			continue
+		}
+		if g.Forming {
+			return Map{}, &FieldError{Field: "node", Problem: fmt.Sprintf("group %d, which has a replica on %q, is still forming: retry in a moment", g.ID, node), Err: ErrForming}
 		}
 		best := ""
 		for _, c := range candidates {
@@ -350,7 +355,7 @@ func (m *Map) Rebalance(nodes []string) (Map, []string, error) {
 		moved := false
 		for i, g := range out.Groups {
 			j := slices.Index(g.Replicas, hi)
-			if j < 0 || slices.Contains(g.Replicas, lo) {
+			if j < 0 || slices.Contains(g.Replicas, lo) || g.Forming {
 				continue
 			}
 			out.Groups[i].Replicas[j] = lo
@@ -372,7 +377,7 @@ func (m *Map) Rebalance(nodes []string) (Map, []string, error) {
 		moved := false
 		for i, g := range out.Groups {
 			j := slices.Index(g.Replicas, lo)
-			if g.Replicas[0] != hi || j < 0 {
+			if g.Replicas[0] != hi || j < 0 || g.Forming {
 				continue
 			}
 			r := out.Groups[i].Replicas

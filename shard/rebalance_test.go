@@ -41,7 +41,7 @@ func spread(c map[string]int) int {
 func TestRebalanceAfterGrowth(t *testing.T) {
 	for _, groups := range []int{1, 2, 4, 8, 13} {
 		t.Run(fmt.Sprint(groups), func(t *testing.T) {
-			m, err := InitialMap([]string{"n1", "n2", "n3"}, groups, 3)
+			m, err := formedMap([]string{"n1", "n2", "n3"}, groups, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestRebalanceRandom(t *testing.T) {
 		for k := range nn {
 			nodes = append(nodes, fmt.Sprintf("n%d", k))
 		}
-		m, err := InitialMap(nodes[:3+rng.IntN(nn-2)], 1+rng.IntN(12), 3)
+		m, err := formedMap(nodes[:3+rng.IntN(nn-2)], 1+rng.IntN(12), 3)
 		if err != nil {
 			t.Fatal(err)
 		}

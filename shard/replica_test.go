@@ -7,7 +7,7 @@ import (
 )
 
 func TestInitialMapFoundersAreTheReplicas(t *testing.T) {
-	m, err := InitialMap([]string{"a", "b", "c", "d"}, 6, 3)
+	m, err := formedMap([]string{"a", "b", "c", "d"}, 6, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestInitialMapFoundersAreTheReplicas(t *testing.T) {
 }
 
 func TestMoveReplica(t *testing.T) {
-	m, err := InitialMap([]string{"a", "b", "c", "d"}, 2, 3)
+	m, err := formedMap([]string{"a", "b", "c", "d"}, 2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestMoveReplica(t *testing.T) {
 }
 
 func TestValidateFounders(t *testing.T) {
-	m, _ := InitialMap([]string{"a", "b", "c"}, 1, 3)
+	m, _ := formedMap([]string{"a", "b", "c"}, 1, 3)
 	bad := m.Clone()
 	bad.Groups[0].Founders = []string{"a", "z"}
 	var fe *FieldError
@@ -92,7 +92,7 @@ func TestValidateFounders(t *testing.T) {
 
 func TestDrain(t *testing.T) {
 	nodes := []string{"a", "b", "c", "d", "e"}
-	m, err := InitialMap(nodes[:4], 8, 3)
+	m, err := formedMap(nodes[:4], 8, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +134,55 @@ func TestDrain(t *testing.T) {
 	if _, err := out.Drain("b", nodes); !errors.Is(err, ErrNoChange) || !errors.As(err, &fe) || fe.Field != "node" {
 		t.Fatalf("draining a node with no replicas: %v, want ErrNoChange on node", err)
 	}
-	small, _ := InitialMap([]string{"a", "b", "c"}, 2, 3)
+	small, _ := formedMap([]string{"a", "b", "c"}, 2, 3)
 	if _, err := small.Drain("a", []string{"a", "b", "c"}); !errors.As(err, &fe) || fe.Field != "node" || errors.Is(err, ErrNoChange) {
 		t.Fatalf("draining with nowhere to go: %v, want a FieldError on node", err)
+	}
+}
+
+// formedMap is InitialMap with every group formed (Forming cleared), as the
+// meta leader leaves it once the groups work.
+func formedMap(nodes []string, groups, replicas int) (Map, error) {
+	m, err := InitialMap(nodes, groups, replicas)
+	for i := range m.Groups {
+		m.Groups[i].Forming = false
+	}
+	return m, err
+}
+
+// A forming group's replicas do not change: MoveReplica and Drain refuse
+// with ErrForming, Rebalance leaves the group alone.
+func TestFormingGroupKeepsItsReplicas(t *testing.T) {
+	m, err := InitialMap([]string{"a", "b", "c", "d"}, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Groups {
+		if !g.Forming {
+			t.Fatalf("InitialMap's group %d is not forming", g.ID)
+		}
+	}
+	if _, err := m.MoveReplica(1, m.Groups[0].Replicas[0], "d"); !errors.Is(err, ErrForming) {
+		t.Fatalf("MoveReplica on a forming group: %v, want ErrForming", err)
+	}
+	if _, err := m.Drain(m.Groups[0].Replicas[0], []string{"a", "b", "c", "d"}); !errors.Is(err, ErrForming) {
+		t.Fatalf("Drain of a forming group's replica: %v, want ErrForming", err)
+	}
+	grown, err := InitialMap([]string{"a", "b", "c"}, 4, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown.Groups[0].Forming = false
+	out, changes, err := grown.Rebalance([]string{"a", "b", "c", "d", "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range out.Groups[1:] {
+		if !slices.Equal(g.Replicas, grown.Groups[i+1].Replicas) {
+			t.Fatalf("Rebalance changed forming group %d: %v → %v (%v)", g.ID, grown.Groups[i+1].Replicas, g.Replicas, changes)
+		}
+	}
+	if len(changes) == 0 {
+		t.Fatal("Rebalance changed nothing in the formed group")
 	}
 }

@@ -635,7 +635,12 @@ type ShardGroup struct {
 	Replicas []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// The replicas that bootstrap the group's log when it is created; a
 	// replica added later starts empty and is brought in by the leader.
-	Founders      []string `protobuf:"bytes,3,rep,name=founders,proto3" json:"founders,omitempty"`
+	Founders []string `protobuf:"bytes,3,rep,name=founders,proto3" json:"founders,omitempty"`
+	// The group has not been seen working yet (no replica applied its
+	// ownership): its replicas must not change, or a founder could be taken
+	// out before it bootstrapped and the others never reach a quorum. The
+	// meta leader clears it once a replica reports the group's ownership.
+	Forming       bool `protobuf:"varint,4,opt,name=forming,proto3" json:"forming,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +694,13 @@ func (x *ShardGroup) GetFounders() []string {
 		return x.Founders
 	}
 	return nil
+}
+
+func (x *ShardGroup) GetForming() bool {
+	if x != nil {
+		return x.Forming
+	}
+	return false
 }
 
 // SlotAssignment gives the half-open slot range [start, end) to a group;
@@ -4200,12 +4212,13 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bShardMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1e.quorate.raftcmd.v1.ShardGroupR\x06groups\x12:\n" +
-	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"T\n" +
+	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"n\n" +
 	"\n" +
 	"ShardGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x1a\n" +
-	"\bfounders\x18\x03 \x03(\tR\bfounders\"d\n" +
+	"\bfounders\x18\x03 \x03(\tR\bfounders\x12\x18\n" +
+	"\aforming\x18\x04 \x01(\bR\aforming\"d\n" +
 	"\x0eSlotAssignment\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x14\n" +
