@@ -32,10 +32,12 @@
 // three one holding a workload key, so its state moves — goes to another
 // group through AdminService.MoveSlots (freeze, copy through the target's
 // log, flip the shard map, delete at the source); every fourth fault
-// cancels its move shortly after it starts, and every fourth splits a group
-// (SplitGroup) while there are fewer than 12; each fault waits for its
-// plan to end and records it (Fault.Plan: state, slots, records, bytes,
-// chunks, copy attempt); a failed plan is the fault's error. ClusterStatus
+// cancels its move shortly after it starts, every fourth splits a group
+// (SplitGroup) while there are fewer than 12, and with FamilyKill every
+// fourth kills the meta leader (the plan's coordinator) while its move
+// runs; each fault waits for its plan to end and records it (Fault.Plan:
+// state, slots, records, bytes, chunks, copy attempt); a failed plan is
+// the fault's error. ClusterStatus
 // gives only each group's slot count, so the nemesis keeps the slot ranges
 // itself — the first map's even split plus every plan's moves — and falls
 // back to moving a group's last N slots (MoveSlots.count) when its copy

@@ -131,7 +131,7 @@ func (n *Nemesis) Run(ctx context.Context, c *Cluster, opts NemesisOptions) {
 		case FamilyMove:
 			f = n.moveReplica(ctx, c, rng, opts.Duration)
 		case FamilySlots:
-			f = n.slots(ctx, c, rng, opts.Keys)
+			f = n.slots(ctx, c, rng, opts)
 		default:
 			f = n.nodeFault(ctx, c, rng, family, opts.Duration)
 		}

@@ -21,9 +21,13 @@ import (
 // times in three one holding a workload key — to another random group and
 // waits for the plan to end. Every fourth fault (in turn from a random
 // start, so that a short run sees each kind) cancels its move shortly after
-// it starts (CancelPlan: rolled back, or refused once the map flipped), and
+// it starts (CancelPlan: rolled back, or refused once the map flipped);
 // every fourth splits a group instead (SplitGroup), while there are fewer
-// than 12. A plan that fails is the fault's error. It needs at least two
+// than 12; and, when FamilyKill is among the families too, every fourth
+// kills the meta leader — the plan's coordinator — shortly after its move
+// starts, restarting it after the fault duration (faults are otherwise one
+// at a time, so no kill would land during a plan). A plan that fails is the
+// fault's error. It needs at least two
 // data groups; it is not part of "mixed", name it (e.g. --faults slots,kill
 // --groups 4).
 const FamilySlots = "slots"
@@ -128,8 +132,8 @@ func (m *slotModel) runAround(rng *rand.Rand, s int, n int) (start, end int) {
 }
 
 // slots injects one FamilySlots fault.
-func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, keys []string) Fault {
-	f := Fault{Kind: "slots", Start: time.Now()} // slots-move, -move-cancel or -split once chosen
+func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, opts NemesisOptions) Fault {
+	f := Fault{Kind: "slots", Start: time.Now()} // slots-move, -move-cancel, -move-kill-leader or -split once chosen
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), slotsPlanWait)
 	defer cancel()
 	groups, plans, err := c.metaView(wctx, 10*time.Second)
@@ -147,8 +151,10 @@ func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, keys []
 		return finish(f, fmt.Errorf("slot moves need two data groups, the cluster has %d", len(groups)))
 	}
 
-	// One fault in four splits, one in four cancels its move: in turn,
-	// from a random start, so that a short run sees every kind.
+	// One fault in four splits, one in four cancels its move, and with
+	// FamilyKill one in four kills the coordinator (the meta leader) while
+	// its move runs: in turn, from a random start, so that a short run sees
+	// every kind.
 	if n.slotsTurn == 0 {
 		n.slotsTurn = 1 + rng.IntN(4)
 	}
@@ -172,10 +178,13 @@ func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, keys []
 		}
 	}
 	if f.Kind == "slots" {
-		req, desc := n.pickMove(rng, groups, withSlots, keys)
+		req, desc := n.pickMove(rng, groups, withSlots, opts.Keys)
 		f.Kind = "slots-move"
-		if turn == 2 {
+		switch {
+		case turn == 2:
 			f.Kind = "slots-move-cancel"
+		case turn == 3 && slices.Contains(opts.Families, FamilyKill):
+			f.Kind = "slots-move-kill-leader"
 		}
 		f.Node = desc
 		total := req.GetCount()
@@ -206,6 +215,18 @@ func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, keys []
 			return finish(f, fmt.Errorf("cancel plan %d: %w", p.GetId(), cerr))
 		}
 	}
+	var killErr error
+	if f.Kind == "slots-move-kill-leader" {
+		sleepCtx(wctx, time.Duration(rng.IntN(60))*time.Millisecond) // pacing: early in the copy, or after it
+		if l, err := c.Leader(wctx); err != nil {
+			killErr = fmt.Errorf("no meta leader to kill: %w", err)
+		} else {
+			f.Node += "; killed " + c.Nodes[l].ID
+			killErr = c.Kill(l)
+			sleepCtx(wctx, opts.Duration)
+			killErr = joinErr(killErr, c.Restart(l))
+		}
+	}
 	done, err := c.waitPlan(wctx, p.GetId(), slotsPlanWait)
 	if done != nil {
 		f.Plan = outcomeOf(done)
@@ -214,7 +235,7 @@ func (n *Nemesis) slots(ctx context.Context, c *Cluster, rng *rand.Rand, keys []
 	if err == nil && done.GetState() == "failed" {
 		err = fmt.Errorf("plan %d failed: %s", done.GetId(), done.GetError())
 	}
-	return finish(f, err)
+	return finish(f, joinErr(killErr, err))
 }
 
 // pickMove chooses a FamilySlots move: from a group with slots to another

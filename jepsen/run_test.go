@@ -118,9 +118,24 @@ func checkSlotMoves(t *testing.T, r *Report) {
 		}
 	}
 	// Kinds come in turn: four faults see each.
-	if kinds["slots-move"]+kinds["slots-move-cancel"]+kinds["slots-split"] >= 4 &&
-		(kinds["slots-move"] == 0 || kinds["slots-move-cancel"] == 0 || kinds["slots-split"] == 0) {
-		t.Errorf("slot faults by kind %v: want moves, cancelled moves and splits", kinds)
+	want := []string{"slots-move", "slots-move-cancel", "slots-split"}
+	if slices.Contains(r.Families, FamilyKill) {
+		want = append(want, "slots-move-kill-leader")
+	}
+	decided := 0
+	for _, k := range kinds {
+		decided += k
+	}
+	for _, k := range want {
+		if decided >= 4 && kinds[k] == 0 {
+			t.Errorf("slot faults by kind %v: want each of %v", kinds, want)
+			break
+		}
+	}
+	for _, f := range r.Faults {
+		if f.Kind == "slots-move-kill-leader" && f.Error == "" && f.Plan.State != "done" {
+			t.Errorf("%s %s: the move ended %s after its coordinator was killed", f.Kind, f.Node, f.Plan)
+		}
 	}
 	cancels := 0
 	for _, f := range r.Faults {
