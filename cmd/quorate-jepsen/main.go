@@ -23,8 +23,8 @@
 //	quorate-jepsen --faults slots,kill --nodes 3 --groups 4 --duration 60s
 //
 // The scale scenario, 3 → 5 → 3 nodes under the workloads (two nodes join,
-// a group splits onto them, two original nodes are drained, stopped and
-// removed), alone or beside faults:
+// a group splits onto them, two original nodes are drained, removed and
+// stopped), alone or beside faults:
 //
 //	quorate-jepsen --scale --faults none --nodes 3 --groups 4 --duration 30s
 //
@@ -112,10 +112,10 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.IntVar(&opts.Nodes, "nodes", 3, "cluster size (3 or 5)")
 	workloads := fs.String("workload", "all", "workloads, comma-separated: "+strings.Join(jepsen.Workloads, ", ")+", or all")
 	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all of those) or none; "+
-		"and, only by name, move (replica moves; needs --groups and more than 3 nodes) and slots (slot moves, cancels and splits; needs --groups 2 or more)")
-	fs.BoolVar(&opts.Scale, "scale", false, "also run the scale scenario: --nodes → --nodes+2 → --nodes members (two nodes join, a group splits onto them, two original nodes are drained, stopped and removed); the workloads run at least until it ends; --groups defaults to 4")
+		"and, only by name, move (replica moves; needs --groups and more than 3 nodes) and slots (slot moves, cancels and splits, and with kill coordinator kills mid-move; needs --groups 2 or more)")
+	fs.BoolVar(&opts.Scale, "scale", false, "also run the scale scenario: --nodes → --nodes+2 → --nodes members (two nodes join, a group splits onto them, two original nodes are drained, removed and stopped); the workloads run at least until it ends; --groups defaults to 4")
 	fs.DurationVar(&opts.Nemesis.Interval, "interval", 2*time.Second, "mean quiet time between faults (each drawn from half to 1.5 times it)")
-	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed) or short (CI's)")
+	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed, then move, slots and scale runs on data groups) or short (CI's)")
 	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")
 	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket keys; key i opens after i×duration/keys")
 	fs.Int64Var(&opts.Capacity, "capacity", 100, "token-bucket: tokens per key (no refill: the bound is exact)")
