@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
 )
 
 // Two nodes join a 3-node cluster whose 4 data groups sit on the first
@@ -190,4 +191,80 @@ func TestPlansRefusedBelowFeatureLevelAndBadRequests(t *testing.T) {
 		t.Fatalf("a second plan while one runs: %v, want failed_precondition (or success if the first had finished)", err)
 	}
 	waitPlan(t, c, 0, p.GetId(), "done", 30*time.Second)
+}
+
+// A node pre-registered before it runs (AddNode) can be given replicas: a
+// group added on two live nodes and it forms on those two, takes slots with
+// their state, and once the never-started node is removed with force the
+// group gets a third live replica. Pre-registering is idempotent; other
+// addresses for a registered ID are refused, naming the field.
+func TestPreRegisteredNodeTakesReplicas(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 4
+		node.SetRemoveGrace(cfg, 2*time.Second)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	waitGroups(t, c, 2)
+	const capacity = 100_000
+	applyLongBucket(t, c, "p", capacity)
+	add := &quoratev1.AddNodeRequest{Id: "node9", RaftAddr: "127.0.0.1:9", ApiAddr: "127.0.0.1:19"}
+	for i := range 2 {
+		if _, err := c.Admin(i).AddNode(ctx, connect.NewRequest(add)); err != nil {
+			t.Fatalf("AddNode (call %d): %v", i+1, err)
+		}
+	}
+	_, err := c.Admin(2).AddNode(ctx, connect.NewRequest(&quoratev1.AddNodeRequest{Id: "node9", RaftAddr: "127.0.0.1:8", ApiAddr: "127.0.0.1:19"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("AddNode with other addresses: %v, want invalid_argument", err)
+	}
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(0).AddGroup(ctx, connect.NewRequest(&quoratev1.AddGroupRequest{Replicas: []string{c.Node(0).ID(), c.Node(1).ID(), "node9"}}))
+	})
+	waitPlan(t, c, 0, p.GetId(), "done", 30*time.Second)
+	keys := keysOf(shard.SlotRange{Start: shard.SlotCount - 16, End: shard.SlotCount}, 3)
+	spent := map[string]int64{}
+	for _, k := range keys {
+		for range 3 {
+			r, err := admit(ctx, c, 2, "p", k, 0)
+			if err != nil || !r.GetAllowed() {
+				t.Fatalf("admit %s: %v %v", k, r, err)
+			}
+			spent[k]++
+		}
+	}
+	// The group forms on its two live founders and takes the slots.
+	mv := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 2, To: 3, Count: 16}))
+	})
+	waitPlan(t, c, 1, mv.GetId(), "done", 60*time.Second)
+	for _, k := range keys {
+		wantRemaining(t, c, 3, "p", k, capacity-spent[k])
+	}
+	if _, err := c.Admin(3).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: "node9", Force: true})); err != nil {
+		t.Fatalf("RemoveNode node9 --force: %v", err)
+	}
+	c.Eventually(t, 60*time.Second, "group 3 on three live voters", func() error {
+		sm := waitGroups(t, c, 3)
+		for _, g := range sm.GetGroups() {
+			if g.GetId() != 3 {
+				continue
+			}
+			if slices.Contains(g.GetReplicas(), "node9") {
+				return fmt.Errorf("group 3 replicas %v", g.GetReplicas())
+			}
+			want := slices.Sorted(slices.Values(g.GetReplicas()))
+			for i := range c.Len() {
+				if slices.Contains(want, c.Node(i).ID()) {
+					if got := slices.Sorted(slices.Values(node.GroupVoters(c.Node(i), 3))); !slices.Equal(got, want) {
+						return fmt.Errorf("%s sees voters %v, want %v", c.Node(i).ID(), got, want)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	for _, k := range keys {
+		wantRemaining(t, c, 0, "p", k, capacity-spent[k])
+	}
 }

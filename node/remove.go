@@ -109,3 +109,28 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 	n.log.Info("removed a node", "node", id)
 	return nil
 }
+
+// AddNode pre-registers a node on the meta leader: the registry learns its
+// addresses before it runs (see the proto).
+func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quoratev1.AddNodeRequest]) (*connect.Response[quoratev1.AddNodeResponse], error) {
+	n, r := h.n, req.Msg
+	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr()}); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.AddNodeResponse, error) {
+		if m, ok := n.meta.fsm.Node(r.GetId()); ok {
+			if m.RaftAddr != r.GetRaftAddr() || m.APIAddr != r.GetApiAddr() {
+				return nil, badRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
+			}
+			return &quoratev1.AddNodeResponse{}, nil
+		}
+		// Its binary's level is not known until it registers itself: take
+		// this one's, so that the cluster's level does not drop meanwhile.
+		_, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+			Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}})
+		if err == nil {
+			n.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())
+		}
+		return &quoratev1.AddNodeResponse{}, err
+	}, quoratev1connect.AdminServiceClient.AddNode)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -119,7 +120,48 @@ func newAdminNodeCmd() *cobra.Command {
 		Short: "Operate on one node of the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminNodeDrainCmd(), newAdminNodeRemoveCmd())
+	cmd.AddCommand(newAdminNodeAddCmd(), newAdminNodeDrainCmd(), newAdminNodeRemoveCmd())
+	return cmd
+}
+
+func newAdminNodeAddCmd() *cobra.Command {
+	var (
+		client            clientOptions
+		raftAddr, apiAddr string
+	)
+	cmd := &cobra.Command{
+		Use:   "add ID --raft-addr HOST:PORT --api-addr HOST:PORT",
+		Short: "Pre-register a node that will join later",
+		Long: "Add records a node's ID and addresses in the cluster's registry before it runs, so that\n" +
+			"`group add --replicas` and `rebalance` may place replicas on it; start it later with\n" +
+			"`quorate serve --id ID --join ...` and the same addresses. A node that starts with --join\n" +
+			"registers itself anyway: pre-registering is only needed to plan ahead. Running it again\n" +
+			"is harmless; other addresses for a registered ID are refused.",
+		Example: "  quorate admin node add node4 --raft-addr 10.0.0.4:7170 --api-addr 10.0.0.4:7070",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if raftAddr == "" {
+				return errors.New("--raft-addr: required (the address the node's Raft port will listen on)")
+			}
+			if apiAddr == "" {
+				return errors.New("--api-addr: required (the address the node's API will listen on)")
+			}
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			_, err = newAdminClient(base).AddNode(ctx, connect.NewRequest(&quoratev1.AddNodeRequest{Id: args[0], RaftAddr: raftAddr, ApiAddr: apiAddr}))
+			if err != nil {
+				return wrapRPC("AddNode", base, "", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s registered (raft %s, API %s): start it with --join\n", args[0], raftAddr, apiAddr)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&raftAddr, "raft-addr", "", "host:port the node's Raft (peer) port will listen on")
+	cmd.Flags().StringVar(&apiAddr, "api-addr", "", "host:port the node's API will listen on")
+	addClientFlags(cmd, &client)
 	return cmd
 }
 

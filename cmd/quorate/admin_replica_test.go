@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -62,6 +64,23 @@ func TestMovingReplicas(t *testing.T) {
 	} {
 		if got := movingReplicas(tc.want, tc.hosts, members); got != tc.out {
 			t.Errorf("want %v hosts %v: %q, want %q", tc.want, tc.hosts, got, tc.out)
+		}
+	}
+}
+
+func TestAdminNodeAddFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "node", "add", "n4", "--api-addr", "127.0.0.1:7073"}, "--raft-addr"},
+		{[]string{"admin", "node", "add", "n4", "--raft-addr", "127.0.0.1:7173"}, "--api-addr"},
+		{[]string{"admin", "node", "add", "--raft-addr", "a:1", "--api-addr", "a:2"}, "accepts 1 arg"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), append(tc.args, "--server", "127.0.0.1:1"), &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %q", tc.args, err, tc.want)
 		}
 	}
 }

@@ -22,6 +22,102 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type AddNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodeRequest) Reset() {
+	*x = AddNodeRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodeRequest) ProtoMessage() {}
+
+func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
+func (*AddNodeRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AddNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AddNodeRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *AddNodeRequest) GetApiAddr() string {
+	if x != nil {
+		return x.ApiAddr
+	}
+	return ""
+}
+
+type AddNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodeResponse) Reset() {
+	*x = AddNodeResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodeResponse) ProtoMessage() {}
+
+func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
+func (*AddNodeResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 type RebalanceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DryRun        bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
@@ -31,7 +127,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +139,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +152,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RebalanceRequest) GetDryRun() bool {
@@ -80,7 +176,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +188,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +201,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RebalanceResponse) GetMapEpoch() uint64 {
@@ -137,7 +233,7 @@ type ExportSlotsRequest struct {
 
 func (x *ExportSlotsRequest) Reset() {
 	*x = ExportSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +245,7 @@ func (x *ExportSlotsRequest) String() string {
 func (*ExportSlotsRequest) ProtoMessage() {}
 
 func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +258,7 @@ func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExportSlotsRequest) GetGroup() uint32 {
@@ -221,7 +317,7 @@ type ExportSlotsResponse struct {
 
 func (x *ExportSlotsResponse) Reset() {
 	*x = ExportSlotsResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +329,7 @@ func (x *ExportSlotsResponse) String() string {
 func (*ExportSlotsResponse) ProtoMessage() {}
 
 func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +342,7 @@ func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExportSlotsResponse) GetState() []byte {
@@ -295,7 +391,7 @@ type ApplyToGroupRequest struct {
 
 func (x *ApplyToGroupRequest) Reset() {
 	*x = ApplyToGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +403,7 @@ func (x *ApplyToGroupRequest) String() string {
 func (*ApplyToGroupRequest) ProtoMessage() {}
 
 func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +416,7 @@ func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupRequest.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ApplyToGroupRequest) GetGroup() uint32 {
@@ -345,7 +441,7 @@ type ApplyToGroupResponse struct {
 
 func (x *ApplyToGroupResponse) Reset() {
 	*x = ApplyToGroupResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +453,7 @@ func (x *ApplyToGroupResponse) String() string {
 func (*ApplyToGroupResponse) ProtoMessage() {}
 
 func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +466,7 @@ func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupResponse.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type MoveSlotsRequest struct {
@@ -387,7 +483,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +495,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +508,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MoveSlotsRequest) GetFrom() uint32 {
@@ -460,7 +556,7 @@ type AddGroupRequest struct {
 
 func (x *AddGroupRequest) Reset() {
 	*x = AddGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +568,7 @@ func (x *AddGroupRequest) String() string {
 func (*AddGroupRequest) ProtoMessage() {}
 
 func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +581,7 @@ func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupRequest.ProtoReflect.Descriptor instead.
 func (*AddGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddGroupRequest) GetReplicas() []string {
@@ -504,7 +600,7 @@ type SplitGroupRequest struct {
 
 func (x *SplitGroupRequest) Reset() {
 	*x = SplitGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +612,7 @@ func (x *SplitGroupRequest) String() string {
 func (*SplitGroupRequest) ProtoMessage() {}
 
 func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +625,7 @@ func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitGroupRequest.ProtoReflect.Descriptor instead.
 func (*SplitGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SplitGroupRequest) GetGroup() uint32 {
@@ -547,7 +643,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +655,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +668,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type ListPlansResponse struct {
@@ -584,7 +680,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +692,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +705,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPlansResponse) GetPlans() []*PlanStatus {
@@ -628,7 +724,7 @@ type CancelPlanRequest struct {
 
 func (x *CancelPlanRequest) Reset() {
 	*x = CancelPlanRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +736,7 @@ func (x *CancelPlanRequest) String() string {
 func (*CancelPlanRequest) ProtoMessage() {}
 
 func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +749,7 @@ func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlanRequest.ProtoReflect.Descriptor instead.
 func (*CancelPlanRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelPlanRequest) GetId() uint64 {
@@ -672,7 +768,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +780,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +793,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanResponse) GetPlan() *PlanStatus {
@@ -725,7 +821,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +833,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +846,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanStatus) GetId() uint64 {
@@ -826,7 +922,7 @@ type PlanStepStatus struct {
 
 func (x *PlanStepStatus) Reset() {
 	*x = PlanStepStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +934,7 @@ func (x *PlanStepStatus) String() string {
 func (*PlanStepStatus) ProtoMessage() {}
 
 func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +947,7 @@ func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStepStatus.ProtoReflect.Descriptor instead.
 func (*PlanStepStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanStepStatus) GetAction() string {
@@ -913,7 +1009,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1021,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1034,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -963,7 +1059,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1071,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1084,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 type DrainNodeRequest struct {
@@ -1000,7 +1096,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1108,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1121,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1047,7 +1143,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1155,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1168,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DrainNodeResponse) GetMapEpoch() uint64 {
@@ -1100,7 +1196,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1208,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1221,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -1159,7 +1255,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1267,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1280,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -1202,7 +1298,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1310,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1323,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type ClusterStatusResponse struct {
@@ -1247,7 +1343,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1355,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1368,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -1315,7 +1411,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1423,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1436,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -1368,7 +1464,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1476,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1489,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -1435,7 +1531,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1543,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1556,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -1513,7 +1609,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1621,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1634,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 type NodeStatusResponse struct {
@@ -1550,7 +1646,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1658,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1671,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -1616,7 +1712,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1724,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1737,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeState) GetId() string {
@@ -1765,7 +1861,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1873,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1886,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -1879,7 +1975,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1987,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2000,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -1943,7 +2039,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2051,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2064,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 // Policy is one admission policy.
@@ -2007,7 +2103,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2115,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2128,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Policy) GetName() string {
@@ -2128,7 +2224,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2236,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2249,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2173,7 +2269,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2281,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2294,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2216,7 +2312,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2324,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2337,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type ListPoliciesResponse struct {
@@ -2253,7 +2349,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2361,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2374,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2297,7 +2393,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2405,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2418,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -2341,7 +2437,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2449,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2462,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -2385,7 +2481,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2493,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2506,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -2430,7 +2526,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2538,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2551,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -2470,7 +2566,12 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"+\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"X\n" +
+	"\x0eAddNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x11\n" +
+	"\x0fAddNodeResponse\"+\n" +
 	"\x10RebalanceRequest\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\"J\n" +
 	"\x11RebalanceResponse\x12\x1b\n" +
@@ -2632,7 +2733,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xe9\t\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xaf\n" +
+	"\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -2653,7 +2755,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tListPlans\x12\x1c.quorate.v1.ListPlansRequest\x1a\x1d.quorate.v1.ListPlansResponse\"\x00\x12G\n" +
 	"\n" +
 	"CancelPlan\x12\x1d.quorate.v1.CancelPlanRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12J\n" +
-	"\tRebalance\x12\x1c.quorate.v1.RebalanceRequest\x1a\x1d.quorate.v1.RebalanceResponse\"\x002\xb4\x01\n" +
+	"\tRebalance\x12\x1c.quorate.v1.RebalanceRequest\x1a\x1d.quorate.v1.RebalanceResponse\"\x00\x12D\n" +
+	"\aAddNode\x12\x1a.quorate.v1.AddNodeRequest\x1a\x1b.quorate.v1.AddNodeResponse\"\x002\xb4\x01\n" +
 	"\vPeerService\x12P\n" +
 	"\vExportSlots\x12\x1e.quorate.v1.ExportSlotsRequest\x1a\x1f.quorate.v1.ExportSlotsResponse\"\x00\x12S\n" +
 	"\fApplyToGroup\x12\x1f.quorate.v1.ApplyToGroupRequest\x1a .quorate.v1.ApplyToGroupResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
@@ -2670,108 +2773,112 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*RebalanceRequest)(nil),       // 0: quorate.v1.RebalanceRequest
-	(*RebalanceResponse)(nil),      // 1: quorate.v1.RebalanceResponse
-	(*ExportSlotsRequest)(nil),     // 2: quorate.v1.ExportSlotsRequest
-	(*ExportSlotsResponse)(nil),    // 3: quorate.v1.ExportSlotsResponse
-	(*ApplyToGroupRequest)(nil),    // 4: quorate.v1.ApplyToGroupRequest
-	(*ApplyToGroupResponse)(nil),   // 5: quorate.v1.ApplyToGroupResponse
-	(*MoveSlotsRequest)(nil),       // 6: quorate.v1.MoveSlotsRequest
-	(*AddGroupRequest)(nil),        // 7: quorate.v1.AddGroupRequest
-	(*SplitGroupRequest)(nil),      // 8: quorate.v1.SplitGroupRequest
-	(*ListPlansRequest)(nil),       // 9: quorate.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),      // 10: quorate.v1.ListPlansResponse
-	(*CancelPlanRequest)(nil),      // 11: quorate.v1.CancelPlanRequest
-	(*PlanResponse)(nil),           // 12: quorate.v1.PlanResponse
-	(*PlanStatus)(nil),             // 13: quorate.v1.PlanStatus
-	(*PlanStepStatus)(nil),         // 14: quorate.v1.PlanStepStatus
-	(*RemoveNodeRequest)(nil),      // 15: quorate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 16: quorate.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 17: quorate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 18: quorate.v1.DrainNodeResponse
-	(*MoveReplicaRequest)(nil),     // 19: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 20: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 21: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 22: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 23: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 24: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 25: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 26: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 27: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 28: quorate.v1.NodeState
-	(*GroupState)(nil),             // 29: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 30: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 31: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 32: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 33: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 34: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 35: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 36: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 37: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 38: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 39: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 40: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*AddNodeRequest)(nil),         // 0: quorate.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 1: quorate.v1.AddNodeResponse
+	(*RebalanceRequest)(nil),       // 2: quorate.v1.RebalanceRequest
+	(*RebalanceResponse)(nil),      // 3: quorate.v1.RebalanceResponse
+	(*ExportSlotsRequest)(nil),     // 4: quorate.v1.ExportSlotsRequest
+	(*ExportSlotsResponse)(nil),    // 5: quorate.v1.ExportSlotsResponse
+	(*ApplyToGroupRequest)(nil),    // 6: quorate.v1.ApplyToGroupRequest
+	(*ApplyToGroupResponse)(nil),   // 7: quorate.v1.ApplyToGroupResponse
+	(*MoveSlotsRequest)(nil),       // 8: quorate.v1.MoveSlotsRequest
+	(*AddGroupRequest)(nil),        // 9: quorate.v1.AddGroupRequest
+	(*SplitGroupRequest)(nil),      // 10: quorate.v1.SplitGroupRequest
+	(*ListPlansRequest)(nil),       // 11: quorate.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),      // 12: quorate.v1.ListPlansResponse
+	(*CancelPlanRequest)(nil),      // 13: quorate.v1.CancelPlanRequest
+	(*PlanResponse)(nil),           // 14: quorate.v1.PlanResponse
+	(*PlanStatus)(nil),             // 15: quorate.v1.PlanStatus
+	(*PlanStepStatus)(nil),         // 16: quorate.v1.PlanStepStatus
+	(*RemoveNodeRequest)(nil),      // 17: quorate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 18: quorate.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),       // 19: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 20: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),     // 21: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 22: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 23: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 24: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 25: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 26: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 27: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 28: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 29: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 30: quorate.v1.NodeState
+	(*GroupState)(nil),             // 31: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 32: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 33: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 34: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 35: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 36: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 37: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 38: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 39: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 40: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 41: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 42: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	13, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
-	13, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
-	14, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	41, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
-	25, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	23, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	24, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	28, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	28, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	29, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	41, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	41, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	41, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	32, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	32, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	32, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	32, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	32, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	21, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	26, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	30, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	33, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	35, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	37, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	39, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	19, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	17, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	15, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	6,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	7,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	8,  // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	9,  // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	11, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	0,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	2,  // 34: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	4,  // 35: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	22, // 36: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	27, // 37: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	31, // 38: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	34, // 39: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	36, // 40: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	38, // 41: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	40, // 42: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	20, // 43: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	18, // 44: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	16, // 45: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	12, // 46: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	12, // 47: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	12, // 48: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	10, // 49: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	12, // 50: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	1,  // 51: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	3,  // 52: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	5,  // 53: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	36, // [36:54] is the sub-list for method output_type
-	18, // [18:36] is the sub-list for method input_type
+	15, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
+	15, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
+	16, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
+	43, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	27, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	25, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	26, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	30, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	30, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	31, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	43, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	43, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	43, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	34, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	34, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	34, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	34, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	34, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	23, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	28, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	32, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	35, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	37, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	39, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	41, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	21, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	19, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	17, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	8,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	9,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	10, // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	11, // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	13, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	2,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	0,  // 34: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	4,  // 35: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	6,  // 36: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	24, // 37: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	29, // 38: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	33, // 39: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	36, // 40: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	38, // 41: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	40, // 42: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	42, // 43: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	22, // 44: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	20, // 45: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	18, // 46: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	14, // 47: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	14, // 48: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	14, // 49: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	12, // 50: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	14, // 51: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	3,  // 52: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	1,  // 53: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	5,  // 54: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	7,  // 55: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	37, // [37:56] is the sub-list for method output_type
+	18, // [18:37] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2788,7 +2895,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -72,6 +72,8 @@ const (
 	AdminServiceCancelPlanProcedure = "/quorate.v1.AdminService/CancelPlan"
 	// AdminServiceRebalanceProcedure is the fully-qualified name of the AdminService's Rebalance RPC.
 	AdminServiceRebalanceProcedure = "/quorate.v1.AdminService/Rebalance"
+	// AdminServiceAddNodeProcedure is the fully-qualified name of the AdminService's AddNode RPC.
+	AdminServiceAddNodeProcedure = "/quorate.v1.AdminService/AddNode"
 	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
 	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
 	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
@@ -152,6 +154,12 @@ type AdminServiceClient interface {
 	// dry_run nothing changes: the answer lists what would. Remove dead
 	// nodes first: a registered node is a candidate.
 	Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error)
+	// AddNode pre-registers a node that will start later with `quorate serve
+	// --join`: its ID and addresses go into the registry, so that plans (group
+	// add --replicas, rebalance) may place replicas on it before it runs; it
+	// joins the meta group when it starts. Idempotent. InvalidArgument names
+	// the field at fault (an ID registered with other addresses).
+	AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -261,6 +269,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("Rebalance")),
 			connect.WithClientOptions(opts...),
 		),
+		addNode: connect.NewClient[v1.AddNodeRequest, v1.AddNodeResponse](
+			httpClient,
+			baseURL+AdminServiceAddNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AddNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -282,6 +296,7 @@ type adminServiceClient struct {
 	listPlans      *connect.Client[v1.ListPlansRequest, v1.ListPlansResponse]
 	cancelPlan     *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
 	rebalance      *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
+	addNode        *connect.Client[v1.AddNodeRequest, v1.AddNodeResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -364,6 +379,11 @@ func (c *adminServiceClient) Rebalance(ctx context.Context, req *connect.Request
 	return c.rebalance.CallUnary(ctx, req)
 }
 
+// AddNode calls quorate.v1.AdminService.AddNode.
+func (c *adminServiceClient) AddNode(ctx context.Context, req *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error) {
+	return c.addNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -437,6 +457,12 @@ type AdminServiceHandler interface {
 	// dry_run nothing changes: the answer lists what would. Remove dead
 	// nodes first: a registered node is a candidate.
 	Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error)
+	// AddNode pre-registers a node that will start later with `quorate serve
+	// --join`: its ID and addresses go into the registry, so that plans (group
+	// add --replicas, rebalance) may place replicas on it before it runs; it
+	// joins the meta group when it starts. Idempotent. InvalidArgument names
+	// the field at fault (an ID registered with other addresses).
+	AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -542,6 +568,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("Rebalance")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceAddNodeHandler := connect.NewUnaryHandler(
+		AdminServiceAddNodeProcedure,
+		svc.AddNode,
+		connect.WithSchema(adminServiceMethods.ByName("AddNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -576,6 +608,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceCancelPlanHandler.ServeHTTP(w, r)
 		case AdminServiceRebalanceProcedure:
 			adminServiceRebalanceHandler.ServeHTTP(w, r)
+		case AdminServiceAddNodeProcedure:
+			adminServiceAddNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -647,6 +681,10 @@ func (UnimplementedAdminServiceHandler) CancelPlan(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) Rebalance(context.Context, *connect.Request[v1.RebalanceRequest]) (*connect.Response[v1.RebalanceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.Rebalance is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.AddNode is not implemented"))
 }
 
 // PeerServiceClient is a client for the quorate.v1.PeerService service.
