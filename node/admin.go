@@ -59,6 +59,15 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 			Keys:             uint64(g.fsm.BucketCount() + g.fsm.SemaphoreCount()),
 			DedupeEntries:    uint64(g.fsm.DedupeLen()),
 		}
+		if f := g.raft.GetConfiguration(); f.Error() == nil {
+			for _, sv := range f.Configuration().Servers {
+				if sv.Suffrage == raft.Voter {
+					gs.Voters = append(gs.Voters, string(sv.ID))
+				} else {
+					gs.Nonvoters = append(gs.Nonvoters, string(sv.ID))
+				}
+			}
+		}
 		if _, epoch, ranges, ok := g.fsm.Ownership(); ok {
 			gs.MapEpoch = epoch
 			for _, a := range ranges {

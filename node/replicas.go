@@ -209,7 +209,7 @@ func (n *Node) closeUnplaced(m shard.Map) {
 			if g.unplacedSince.IsZero() {
 				g.unplacedSince = now
 			}
-			if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) {
+			if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) && !n.removedFrom(g, m) {
 				continue
 			}
 		}
@@ -222,6 +222,37 @@ func (n *Node) closeUnplaced(m shard.Map) {
 		}
 		n.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
 	}
+}
+
+// removedFrom reports whether the current leader of g (asked among the
+// group's replicas in the map) leads a configuration without this node: a
+// removed follower never hears of its removal from the leader itself.
+func (n *Node) removedFrom(g *group, m shard.Map) bool {
+	if g.isLeader() {
+		return false
+	}
+	sg, ok := m.Group(g.id)
+	if !ok {
+		return false
+	}
+	for _, id := range sg.Replicas {
+		nd, ok := n.meta.fsm.Node(id)
+		if id == n.cfg.ID || !ok || nd.RaftAddr == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		resp, err := n.fwd.get("http://"+nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, gs := range resp.Msg.GetNode().GetGroups() {
+			if gs.GetId() == uint32(g.id) && gs.GetRole() == "leader" {
+				return !slices.Contains(gs.GetVoters(), n.cfg.ID) && !slices.Contains(gs.GetNonvoters(), n.cfg.ID)
+			}
+		}
+	}
+	return false
 }
 
 // MoveReplica writes the shard map's next epoch with group's replica moved

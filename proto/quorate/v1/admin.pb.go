@@ -1854,7 +1854,11 @@ type GroupState struct {
 	// Slots the group owns as this replica last applied (data groups).
 	Slots uint32 `protobuf:"varint,9,opt,name=slots,proto3" json:"slots,omitempty"`
 	// Shard-map epoch of that ownership.
-	MapEpoch      uint64 `protobuf:"varint,10,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	MapEpoch uint64 `protobuf:"varint,10,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	// The group's Raft configuration as this replica knows it (the leader's
+	// is current): voters and non-voters, by node ID.
+	Voters        []string `protobuf:"bytes,11,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters     []string `protobuf:"bytes,12,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1957,6 +1961,20 @@ func (x *GroupState) GetMapEpoch() uint64 {
 		return x.MapEpoch
 	}
 	return 0
+}
+
+func (x *GroupState) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *GroupState) GetNonvoters() []string {
+	if x != nil {
+		return x.Nonvoters
+	}
+	return nil
 }
 
 type JoinRequest struct {
@@ -2685,7 +2703,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
 	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
-	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xa0\x02\n" +
+	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xd6\x02\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -2698,7 +2716,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\b \x01(\x04R\rdedupeEntries\x12\x14\n" +
 	"\x05slots\x18\t \x01(\rR\x05slots\x12\x1b\n" +
 	"\tmap_epoch\x18\n" +
-	" \x01(\x04R\bmapEpoch\"z\n" +
+	" \x01(\x04R\bmapEpoch\x12\x16\n" +
+	"\x06voters\x18\v \x03(\tR\x06voters\x12\x1c\n" +
+	"\tnonvoters\x18\f \x03(\tR\tnonvoters\"z\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
