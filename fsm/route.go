@@ -227,7 +227,7 @@ func (f *FSM) PoliciesMetaIndex() uint64 {
 
 // ShardMapToProto converts a shard map to its stored form.
 func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
-	out := &raftcmdv1.ShardMap{Epoch: m.Epoch}
+	out := &raftcmdv1.ShardMap{Epoch: m.Epoch, Cordoned: append([]string(nil), m.Cordoned...)}
 	for _, g := range m.Groups {
 		out.Groups = append(out.Groups, &raftcmdv1.ShardGroup{Id: uint32(g.ID), Replicas: append([]string(nil), g.Replicas...),
 			Founders: append([]string(nil), g.Founders...), Forming: g.Forming})
@@ -240,7 +240,7 @@ func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
 
 // ShardMapFromProto converts the stored form of a shard map.
 func ShardMapFromProto(p *raftcmdv1.ShardMap) shard.Map {
-	m := shard.Map{Epoch: p.GetEpoch()}
+	m := shard.Map{Epoch: p.GetEpoch(), Cordoned: append([]string(nil), p.GetCordoned()...)}
 	for _, g := range p.GetGroups() {
 		m.Groups = append(m.Groups, shard.Group{ID: shard.GroupID(g.GetId()), Replicas: append([]string(nil), g.GetReplicas()...),
 			Founders: append([]string(nil), g.GetFounders()...), Forming: g.GetForming()})

@@ -89,10 +89,10 @@ func (n *Node) shardMapStatus() *quoratev1.ShardMapStatus {
 	if !ok {
 		return nil
 	}
-	out := &quoratev1.ShardMapStatus{Epoch: m.Epoch}
+	out := &quoratev1.ShardMapStatus{Epoch: m.Epoch, Cordoned: m.Cordoned}
 	slots := m.GroupSlots()
 	for _, g := range m.Groups {
-		out.Groups = append(out.Groups, &quoratev1.ShardGroupStatus{Id: uint32(g.ID), Replicas: g.Replicas, Slots: uint32(slots[g.ID])})
+		out.Groups = append(out.Groups, &quoratev1.ShardGroupStatus{Id: uint32(g.ID), Replicas: g.Replicas, Slots: uint32(slots[g.ID]), Forming: g.Forming})
 	}
 	return out
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// waitGroups waits until every node's shard map has want data groups and
-// returns node 0's view of it.
+// waitGroups waits until node 0's shard map has want data groups, all
+// formed, and returns it.
 func waitGroups(t *testing.T, c *nodetest.Cluster, want int) *quoratev1.ShardMapStatus {
 	t.Helper()
 	var sm *quoratev1.ShardMapStatus
@@ -30,6 +30,11 @@ func waitGroups(t *testing.T, c *nodetest.Cluster, want int) *quoratev1.ShardMap
 		}
 		if got := len(resp.Msg.GetShardMap().GetGroups()); got != want {
 			return fmt.Errorf("%d groups", got)
+		}
+		for _, g := range resp.Msg.GetShardMap().GetGroups() {
+			if g.GetForming() {
+				return fmt.Errorf("group %d still forming", g.GetId())
+			}
 		}
 		sm = resp.Msg.GetShardMap()
 		return nil

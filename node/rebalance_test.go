@@ -36,9 +36,18 @@ func TestRebalanceSpreadsReplicasAndLeaders(t *testing.T) {
 	tr := startTraffic(ctx, c, "p", keys, 4)
 	// Wherever the map was placed (the last nodes may have registered in
 	// time), the last two nodes end up holding nothing.
+	// Draining cordons them: uncordoned, they take replicas again.
 	for _, i := range []int{3, 4} {
 		if _, err := c.Admin(0).DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: c.Node(i).ID()})); err != nil {
 			t.Fatalf("draining %s: %v", c.Node(i).ID(), err)
+		}
+	}
+	if dry, err := c.Admin(0).Rebalance(ctx, connect.NewRequest(&quoratev1.RebalanceRequest{DryRun: true})); err != nil || len(dry.Msg.GetChanges()) != 0 {
+		t.Fatalf("a dry run with the two empty nodes cordoned: %v (%v), want no change", dry.Msg.GetChanges(), err)
+	}
+	for _, i := range []int{3, 4} {
+		if _, err := c.Admin(1).UncordonNode(ctx, connect.NewRequest(&quoratev1.UncordonNodeRequest{Id: c.Node(i).ID()})); err != nil {
+			t.Fatalf("uncordoning %s: %v", c.Node(i).ID(), err)
 		}
 	}
 

@@ -74,6 +74,12 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 			}
 		}
 	}
+	if m, ok := n.meta.fsm.ShardMap(); ok && m.IsCordoned(id) {
+		// Out of the cluster, out of the cordon: an ID used again is a new node.
+		if _, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
+			return err
+		}
+	}
 	if _, ok := n.meta.fsm.Node(id); ok {
 		if _, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
 			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); err != nil {
@@ -133,4 +139,19 @@ func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quorate
 		}
 		return &quoratev1.AddNodeResponse{}, err
 	}, quoratev1connect.AdminServiceClient.AddNode)
+}
+
+// UncordonNode lets plans place replicas on a drained node again, on the
+// meta leader.
+func (h *adminHandler) UncordonNode(ctx context.Context, req *connect.Request[quoratev1.UncordonNodeRequest]) (*connect.Response[quoratev1.UncordonNodeResponse], error) {
+	n := h.n
+	if req.Msg.GetId() == "" {
+		return nil, n.toConnectError(badRequest("id", "must not be empty"))
+	}
+	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.UncordonNodeResponse, error) {
+		epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+			return m.Cordon(req.Msg.GetId(), false), 1, nil
+		})
+		return &quoratev1.UncordonNodeResponse{MapEpoch: epoch}, err
+	}, quoratev1connect.AdminServiceClient.UncordonNode)
 }

@@ -57,6 +57,10 @@ type Map struct {
 	Epoch  uint64       // bumped by every change; a valid map has Epoch ≥ 1
 	Groups []Group      // sorted by ID, no MetaGroup, no duplicates
 	Ranges []Assignment // sorted, contiguous, covering every slot exactly once
+	// Cordoned are nodes that get no new replica from the plans (Drain,
+	// Rebalance, LeastLoaded): drained nodes, until uncordoned. Sorted,
+	// distinct.
+	Cordoned []string
 }
 
 // ErrNoChange is wrapped by plans that would change nothing, such as moving
@@ -131,6 +135,11 @@ func (m *Map) Validate() error {
 			if k := slices.Index(g.Founders[:j], n); k >= 0 {
 				return fieldErr(at("Groups", i, fmt.Sprintf(".Founders[%d]", j)), "node %q is also Founders[%d] of group %d", n, k, g.ID)
 			}
+		}
+	}
+	for i, n := range m.Cordoned {
+		if n == "" || (i > 0 && n <= m.Cordoned[i-1]) {
+			return fieldErr(at("Cordoned", i, ""), "is %q, want non-empty node IDs, sorted and distinct", n)
 		}
 	}
 	if len(m.Ranges) == 0 {
@@ -227,9 +236,32 @@ func (m *Map) Owned(g GroupID) []Assignment {
 	return out
 }
 
+// IsCordoned reports whether node gets no new replica from the plans.
+func (m *Map) IsCordoned(node string) bool {
+	_, ok := slices.BinarySearch(m.Cordoned, node)
+	return ok
+}
+
+// Cordon returns m with node cordoned (or not), at the next epoch; m itself
+// when nothing changes.
+func (m *Map) Cordon(node string, on bool) Map {
+	if m.IsCordoned(node) == on || node == "" {
+		return *m
+	}
+	out := m.Clone()
+	out.Epoch++
+	if on {
+		out.Cordoned = append(out.Cordoned, node)
+		slices.Sort(out.Cordoned)
+	} else {
+		out.Cordoned = slices.DeleteFunc(out.Cordoned, func(n string) bool { return n == node })
+	}
+	return out
+}
+
 // Clone returns a deep copy of m, sharing no memory with it.
 func (m *Map) Clone() Map {
-	c := Map{Epoch: m.Epoch, Ranges: slices.Clone(m.Ranges)}
+	c := Map{Epoch: m.Epoch, Ranges: slices.Clone(m.Ranges), Cordoned: slices.Clone(m.Cordoned)}
 	if m.Groups != nil {
 		c.Groups = make([]Group, len(m.Groups))
 		for i, g := range m.Groups {
@@ -243,7 +275,7 @@ func (m *Map) Clone() Map {
 // the same replicas in the same order, and the same ranges. Nil and empty
 // slices are equal.
 func (m *Map) Equal(o Map) bool {
-	if m.Epoch != o.Epoch || len(m.Groups) != len(o.Groups) || !slices.Equal(m.Ranges, o.Ranges) {
+	if m.Epoch != o.Epoch || len(m.Groups) != len(o.Groups) || !slices.Equal(m.Ranges, o.Ranges) || !slices.Equal(m.Cordoned, o.Cordoned) {
 		return false
 	}
 	for i, g := range m.Groups {

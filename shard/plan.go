@@ -200,11 +200,13 @@ func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 }
 
 // Drain returns m with every replica on node moved to other nodes, at the
-// next epoch: each group's replica goes to the node of nodes (the cluster's
-// nodes) that is not already in that group and holds the fewest replicas
-// so far (ties to the smaller ID), and takes node's place in Replicas.
+// next epoch, and node cordoned: each group's replica goes to the node of
+// nodes (the cluster's nodes) that is not cordoned, not already in that
+// group and holds the fewest replicas so far (ties to the smaller ID), and
+// takes node's place in Replicas.
 // Errors are *FieldErrors: "m" if m does not Validate, "node" when node
-// holds no replica (ErrNoChange) or a group has no other node to go to.
+// holds no replica and is cordoned already (ErrNoChange) or a group has no
+// other node to go to.
 func (m *Map) Drain(node string, nodes []string) (Map, error) {
 	if err := m.Validate(); err != nil {
 		fe := err.(*FieldError)
@@ -215,7 +217,7 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 	}
 	load := map[string]int{}
 	for _, n := range nodes {
-		if n != node {
+		if n != node && !m.IsCordoned(n) {
 			load[n] = 0
 		}
 	}
@@ -252,13 +254,18 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 		load[best]++
 		moved++
 	}
-	if moved == 0 {
+	if moved == 0 && m.IsCordoned(node) {
 		return Map{}, &FieldError{Field: "node", Problem: fmt.Sprintf("%q holds no replica", node), Err: ErrNoChange}
+	}
+	if !out.IsCordoned(node) {
+		out.Cordoned = append(out.Cordoned, node)
+		slices.Sort(out.Cordoned)
 	}
 	return out, nil
 }
 
-// LeastLoaded returns k of nodes (fewer when there are fewer), those
+// LeastLoaded returns k of nodes that are not cordoned (fewer when there
+// are fewer), those
 // holding the fewest replicas in m first, ties to the smaller ID: where a
 // new group's replicas go.
 func (m *Map) LeastLoaded(nodes []string, k int) []string {
@@ -268,7 +275,7 @@ func (m *Map) LeastLoaded(nodes []string, k int) []string {
 			load[r]++
 		}
 	}
-	c := sortedNodes(nodes)
+	c := slices.DeleteFunc(sortedNodes(nodes), m.IsCordoned)
 	slices.SortStableFunc(c, func(a, b string) int { return load[a] - load[b] })
 	return c[:min(k, len(c))]
 }
@@ -306,14 +313,14 @@ func (m *Map) LastSlots(g GroupID, count int) ([]SlotRange, bool) {
 // most to the node holding the fewest that is not in the group, until the
 // counts differ by at most one; then, within each group's replicas,
 // preferred leaders move the same way. Nodes not in nodes keep their
-// replicas (drain them first). With nothing to change it returns m itself
+// replicas (drain them first), and so do cordoned nodes. With nothing to change it returns m itself
 // and no changes. Errors: "m" when m does not Validate.
 func (m *Map) Rebalance(nodes []string) (Map, []string, error) {
 	if err := m.Validate(); err != nil {
 		fe := err.(*FieldError)
 		return Map{}, nil, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
 	}
-	ns := sortedNodes(nodes)
+	ns := slices.DeleteFunc(sortedNodes(nodes), m.IsCordoned)
 	if len(ns) == 0 {
 		return *m, nil, nil
 	}

@@ -186,3 +186,54 @@ func TestFormingGroupKeepsItsReplicas(t *testing.T) {
 		t.Fatal("Rebalance changed nothing in the formed group")
 	}
 }
+
+// Draining cordons the node: a second drain does not put replicas back on
+// the first, nor do Rebalance and LeastLoaded, until it is uncordoned; a
+// drained node drained again is no change.
+func TestDrainCordons(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d", "e"}
+	m, err := formedMap(nodes, 5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err := m.Drain("a", nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d1.IsCordoned("a") {
+		t.Fatal("a drained but not cordoned")
+	}
+	d2, err := d1.Drain("b", nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range d2.Groups {
+		if slices.Contains(g.Replicas, "a") || slices.Contains(g.Replicas, "b") {
+			t.Fatalf("group %d on %v after draining a then b", g.ID, g.Replicas)
+		}
+	}
+	if _, err := d2.Drain("a", nodes); !errors.Is(err, ErrNoChange) {
+		t.Fatalf("draining a drained node again: %v, want ErrNoChange", err)
+	}
+	if got := d2.LeastLoaded(nodes, 3); slices.Contains(got, "a") || slices.Contains(got, "b") {
+		t.Fatalf("LeastLoaded = %v, includes a cordoned node", got)
+	}
+	if r, _, _ := d2.Rebalance(nodes); slices.ContainsFunc(r.Groups, func(g Group) bool { return slices.Contains(g.Replicas, "a") }) {
+		t.Fatal("Rebalance placed a replica on a cordoned node")
+	}
+	u := d2.Cordon("a", false)
+	if u.IsCordoned("a") || u.Epoch != d2.Epoch+1 || !u.IsCordoned("b") {
+		t.Fatalf("uncordoned a: cordoned %v at epoch %d (was %d)", u.Cordoned, u.Epoch, d2.Epoch)
+	}
+	if same := u.Cordon("a", false); same.Epoch != u.Epoch {
+		t.Fatal("uncordoning an uncordoned node changed the map")
+	}
+	if r, changes, _ := u.Rebalance(nodes); !slices.ContainsFunc(r.Groups, func(g Group) bool { return slices.Contains(g.Replicas, "a") }) {
+		t.Fatalf("Rebalance after uncordoning a gave it nothing: %v", changes)
+	}
+	bad := u.Clone()
+	bad.Cordoned = []string{"z", "b"}
+	if err := bad.Validate(); err == nil {
+		t.Fatal("an unsorted Cordoned validated")
+	}
+}

@@ -131,7 +131,11 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\nshard map epoch %d; %d data %s\n", sm.GetEpoch(), len(sm.GetGroups()), plural(len(sm.GetGroups()), "group", "groups"))
+	cordoned := ""
+	if len(sm.GetCordoned()) > 0 {
+		cordoned = "; cordoned (drained): " + strings.Join(sm.GetCordoned(), ",")
+	}
+	fmt.Fprintf(w, "\nshard map epoch %d; %d data %s%s\n", sm.GetEpoch(), len(sm.GetGroups()), plural(len(sm.GetGroups()), "group", "groups"), cordoned)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tLEADER\tREPLICAS\tSLOTS\tKEYS\tAPPLIED\tMOVING")
 	for _, g := range sm.GetGroups() {
@@ -143,8 +147,12 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 		if st.leader != "" {
 			keys, applied = strconv.FormatUint(st.keys, 10), strconv.FormatUint(st.applied, 10)
 		}
+		moving := movingReplicas(g.GetReplicas(), st.hosts, s.GetMembers())
+		if g.GetForming() {
+			moving = strings.TrimSpace("forming " + moving)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", g.GetId(), dash(st.leader), strings.Join(g.GetReplicas(), ","), g.GetSlots(), keys, applied,
-			dash(movingReplicas(g.GetReplicas(), st.hosts, s.GetMembers())))
+			dash(moving))
 	}
 	return tw.Flush()
 }

@@ -120,7 +120,34 @@ func newAdminNodeCmd() *cobra.Command {
 		Short: "Operate on one node of the cluster",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAdminNodeAddCmd(), newAdminNodeDrainCmd(), newAdminNodeRemoveCmd())
+	cmd.AddCommand(newAdminNodeAddCmd(), newAdminNodeDrainCmd(), newAdminNodeUncordonCmd(), newAdminNodeRemoveCmd())
+	return cmd
+}
+
+func newAdminNodeUncordonCmd() *cobra.Command {
+	var client clientOptions
+	cmd := &cobra.Command{
+		Use:   "uncordon ID",
+		Short: "Let plans place replicas on a drained node again",
+		Long: "Drain cordons the node it drains: no later drain, rebalance or new group puts a replica\n" +
+			"on it. Uncordon lifts that (remove lifts it too). Running it again is harmless.",
+		Example: "  quorate admin node uncordon node3 && quorate admin rebalance",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, ctx, cancel, err := client.begin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			resp, err := newAdminClient(base).UncordonNode(ctx, connect.NewRequest(&quoratev1.UncordonNodeRequest{Id: args[0]}))
+			if err != nil {
+				return wrapRPC("UncordonNode", base, "", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s may take replicas again (shard map epoch %d)\n", args[0], resp.Msg.GetMapEpoch())
+			return nil
+		},
+	}
+	addClientFlags(cmd, &client)
 	return cmd
 }
 
@@ -209,7 +236,8 @@ func newAdminNodeDrainCmd() *cobra.Command {
 		Use:   "drain ID [--wait] [--remove]",
 		Short: "Move every data group replica off a node",
 		Long: "Drain writes one shard map change that moves each of the node's data group\n" +
-			"replicas to the node outside that group holding the fewest; the groups' leaders\n" +
+			"replicas to the node outside that group holding the fewest, and cordons the node (no\n" +
+			"later plan places a replica on it until `node uncordon`); the groups' leaders\n" +
 			"carry the moves out as for `replica move`. Running it again is harmless (0 moves).\n" +
 			"With --wait it reports until the node hosts no data group replica; the node stays a\n" +
 			"member of the cluster (its meta group seat is not changed) unless --remove is given:\n" +

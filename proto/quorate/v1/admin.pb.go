@@ -22,6 +22,94 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type UncordonNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UncordonNodeRequest) Reset() {
+	*x = UncordonNodeRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UncordonNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UncordonNodeRequest) ProtoMessage() {}
+
+func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UncordonNodeRequest.ProtoReflect.Descriptor instead.
+func (*UncordonNodeRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UncordonNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type UncordonNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UncordonNodeResponse) Reset() {
+	*x = UncordonNodeResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UncordonNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UncordonNodeResponse) ProtoMessage() {}
+
+func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UncordonNodeResponse.ProtoReflect.Descriptor instead.
+func (*UncordonNodeResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UncordonNodeResponse) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
 type AddNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -33,7 +121,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +133,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +146,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -90,7 +178,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +190,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +203,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 type RebalanceRequest struct {
@@ -127,7 +215,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -139,7 +227,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -152,7 +240,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RebalanceRequest) GetDryRun() bool {
@@ -176,7 +264,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +276,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +289,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RebalanceResponse) GetMapEpoch() uint64 {
@@ -233,7 +321,7 @@ type ExportSlotsRequest struct {
 
 func (x *ExportSlotsRequest) Reset() {
 	*x = ExportSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +333,7 @@ func (x *ExportSlotsRequest) String() string {
 func (*ExportSlotsRequest) ProtoMessage() {}
 
 func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +346,7 @@ func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExportSlotsRequest) GetGroup() uint32 {
@@ -317,7 +405,7 @@ type ExportSlotsResponse struct {
 
 func (x *ExportSlotsResponse) Reset() {
 	*x = ExportSlotsResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +417,7 @@ func (x *ExportSlotsResponse) String() string {
 func (*ExportSlotsResponse) ProtoMessage() {}
 
 func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +430,7 @@ func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExportSlotsResponse) GetState() []byte {
@@ -391,7 +479,7 @@ type ApplyToGroupRequest struct {
 
 func (x *ApplyToGroupRequest) Reset() {
 	*x = ApplyToGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +491,7 @@ func (x *ApplyToGroupRequest) String() string {
 func (*ApplyToGroupRequest) ProtoMessage() {}
 
 func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +504,7 @@ func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupRequest.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyToGroupRequest) GetGroup() uint32 {
@@ -441,7 +529,7 @@ type ApplyToGroupResponse struct {
 
 func (x *ApplyToGroupResponse) Reset() {
 	*x = ApplyToGroupResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +541,7 @@ func (x *ApplyToGroupResponse) String() string {
 func (*ApplyToGroupResponse) ProtoMessage() {}
 
 func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +554,7 @@ func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupResponse.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type MoveSlotsRequest struct {
@@ -483,7 +571,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +583,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +596,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MoveSlotsRequest) GetFrom() uint32 {
@@ -556,7 +644,7 @@ type AddGroupRequest struct {
 
 func (x *AddGroupRequest) Reset() {
 	*x = AddGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +656,7 @@ func (x *AddGroupRequest) String() string {
 func (*AddGroupRequest) ProtoMessage() {}
 
 func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +669,7 @@ func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupRequest.ProtoReflect.Descriptor instead.
 func (*AddGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddGroupRequest) GetReplicas() []string {
@@ -600,7 +688,7 @@ type SplitGroupRequest struct {
 
 func (x *SplitGroupRequest) Reset() {
 	*x = SplitGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +700,7 @@ func (x *SplitGroupRequest) String() string {
 func (*SplitGroupRequest) ProtoMessage() {}
 
 func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +713,7 @@ func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitGroupRequest.ProtoReflect.Descriptor instead.
 func (*SplitGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SplitGroupRequest) GetGroup() uint32 {
@@ -643,7 +731,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +743,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +756,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type ListPlansResponse struct {
@@ -680,7 +768,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +780,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +793,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListPlansResponse) GetPlans() []*PlanStatus {
@@ -724,7 +812,7 @@ type CancelPlanRequest struct {
 
 func (x *CancelPlanRequest) Reset() {
 	*x = CancelPlanRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +824,7 @@ func (x *CancelPlanRequest) String() string {
 func (*CancelPlanRequest) ProtoMessage() {}
 
 func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +837,7 @@ func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlanRequest.ProtoReflect.Descriptor instead.
 func (*CancelPlanRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelPlanRequest) GetId() uint64 {
@@ -768,7 +856,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +868,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +881,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanResponse) GetPlan() *PlanStatus {
@@ -821,7 +909,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +921,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +934,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanStatus) GetId() uint64 {
@@ -922,7 +1010,7 @@ type PlanStepStatus struct {
 
 func (x *PlanStepStatus) Reset() {
 	*x = PlanStepStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1022,7 @@ func (x *PlanStepStatus) String() string {
 func (*PlanStepStatus) ProtoMessage() {}
 
 func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1035,7 @@ func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStepStatus.ProtoReflect.Descriptor instead.
 func (*PlanStepStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanStepStatus) GetAction() string {
@@ -1009,7 +1097,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1109,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1122,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1059,7 +1147,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1159,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1172,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 type DrainNodeRequest struct {
@@ -1096,7 +1184,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1196,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1209,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1143,7 +1231,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1243,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1256,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainNodeResponse) GetMapEpoch() uint64 {
@@ -1196,7 +1284,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1296,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1309,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -1255,7 +1343,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1355,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1368,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -1298,7 +1386,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1398,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1411,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 type ClusterStatusResponse struct {
@@ -1343,7 +1431,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1443,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1456,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -1402,16 +1490,18 @@ func (x *ClusterStatusResponse) GetShardMap() *ShardMapStatus {
 // ShardMapStatus describes the shard map: its epoch and, per data group,
 // its replicas (the first is the preferred leader) and slot count.
 type ShardMapStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Groups        []*ShardGroupStatus    `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Groups []*ShardGroupStatus    `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Drained nodes no plan places a replica on (until uncordoned).
+	Cordoned      []string `protobuf:"bytes,3,rep,name=cordoned,proto3" json:"cordoned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1513,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1526,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -1453,18 +1543,27 @@ func (x *ShardMapStatus) GetGroups() []*ShardGroupStatus {
 	return nil
 }
 
+func (x *ShardMapStatus) GetCordoned() []string {
+	if x != nil {
+		return x.Cordoned
+	}
+	return nil
+}
+
 type ShardGroupStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Replicas      []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	Slots         uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replicas []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Slots    uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	// No replica has been seen working yet: its replicas do not move.
+	Forming       bool `protobuf:"varint,4,opt,name=forming,proto3" json:"forming,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1575,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1588,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -1513,6 +1612,13 @@ func (x *ShardGroupStatus) GetSlots() uint32 {
 	return 0
 }
 
+func (x *ShardGroupStatus) GetForming() bool {
+	if x != nil {
+		return x.Forming
+	}
+	return false
+}
+
 type MemberStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1531,7 +1637,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1649,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1662,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -1609,7 +1715,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1727,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1740,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type NodeStatusResponse struct {
@@ -1646,7 +1752,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1764,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1777,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -1712,7 +1818,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1830,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1843,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeState) GetId() string {
@@ -1865,7 +1971,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1983,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1996,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -1993,7 +2099,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2111,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2124,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2057,7 +2163,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2175,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2188,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 // Policy is one admission policy.
@@ -2121,7 +2227,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2239,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2252,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Policy) GetName() string {
@@ -2242,7 +2348,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2360,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2373,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2287,7 +2393,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2405,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2418,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2330,7 +2436,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2448,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2461,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 type ListPoliciesResponse struct {
@@ -2367,7 +2473,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2485,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2498,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2411,7 +2517,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2529,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2542,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -2455,7 +2561,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2573,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2586,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -2499,7 +2605,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2617,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2630,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -2544,7 +2650,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2662,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2675,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -2584,7 +2690,11 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"X\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"%\n" +
+	"\x13UncordonNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
+	"\x14UncordonNodeResponse\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\"X\n" +
 	"\x0eAddNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2670,14 +2780,16 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"answeredBy\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
 	"\amembers\x18\x03 \x03(\v2\x18.quorate.v1.MemberStatusR\amembers\x127\n" +
-	"\tshard_map\x18\x04 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\"\\\n" +
+	"\tshard_map\x18\x04 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\"x\n" +
 	"\x0eShardMapStatus\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
-	"\x06groups\x18\x02 \x03(\v2\x1c.quorate.v1.ShardGroupStatusR\x06groups\"T\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1c.quorate.v1.ShardGroupStatusR\x06groups\x12\x1a\n" +
+	"\bcordoned\x18\x03 \x03(\tR\bcordoned\"n\n" +
 	"\x10ShardGroupStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x14\n" +
-	"\x05slots\x18\x03 \x01(\rR\x05slots\"\xb7\x01\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\x12\x18\n" +
+	"\aforming\x18\x04 \x01(\bR\aforming\"\xb7\x01\n" +
 	"\fMemberStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2753,8 +2865,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xaf\n" +
-	"\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x84\v\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -2776,7 +2887,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"CancelPlan\x12\x1d.quorate.v1.CancelPlanRequest\x1a\x18.quorate.v1.PlanResponse\"\x00\x12J\n" +
 	"\tRebalance\x12\x1c.quorate.v1.RebalanceRequest\x1a\x1d.quorate.v1.RebalanceResponse\"\x00\x12D\n" +
-	"\aAddNode\x12\x1a.quorate.v1.AddNodeRequest\x1a\x1b.quorate.v1.AddNodeResponse\"\x002\xb4\x01\n" +
+	"\aAddNode\x12\x1a.quorate.v1.AddNodeRequest\x1a\x1b.quorate.v1.AddNodeResponse\"\x00\x12S\n" +
+	"\fUncordonNode\x12\x1f.quorate.v1.UncordonNodeRequest\x1a .quorate.v1.UncordonNodeResponse\"\x002\xb4\x01\n" +
 	"\vPeerService\x12P\n" +
 	"\vExportSlots\x12\x1e.quorate.v1.ExportSlotsRequest\x1a\x1f.quorate.v1.ExportSlotsResponse\"\x00\x12S\n" +
 	"\fApplyToGroup\x12\x1f.quorate.v1.ApplyToGroupRequest\x1a .quorate.v1.ApplyToGroupResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
@@ -2793,112 +2905,116 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*AddNodeRequest)(nil),         // 0: quorate.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 1: quorate.v1.AddNodeResponse
-	(*RebalanceRequest)(nil),       // 2: quorate.v1.RebalanceRequest
-	(*RebalanceResponse)(nil),      // 3: quorate.v1.RebalanceResponse
-	(*ExportSlotsRequest)(nil),     // 4: quorate.v1.ExportSlotsRequest
-	(*ExportSlotsResponse)(nil),    // 5: quorate.v1.ExportSlotsResponse
-	(*ApplyToGroupRequest)(nil),    // 6: quorate.v1.ApplyToGroupRequest
-	(*ApplyToGroupResponse)(nil),   // 7: quorate.v1.ApplyToGroupResponse
-	(*MoveSlotsRequest)(nil),       // 8: quorate.v1.MoveSlotsRequest
-	(*AddGroupRequest)(nil),        // 9: quorate.v1.AddGroupRequest
-	(*SplitGroupRequest)(nil),      // 10: quorate.v1.SplitGroupRequest
-	(*ListPlansRequest)(nil),       // 11: quorate.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),      // 12: quorate.v1.ListPlansResponse
-	(*CancelPlanRequest)(nil),      // 13: quorate.v1.CancelPlanRequest
-	(*PlanResponse)(nil),           // 14: quorate.v1.PlanResponse
-	(*PlanStatus)(nil),             // 15: quorate.v1.PlanStatus
-	(*PlanStepStatus)(nil),         // 16: quorate.v1.PlanStepStatus
-	(*RemoveNodeRequest)(nil),      // 17: quorate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 18: quorate.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 19: quorate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 20: quorate.v1.DrainNodeResponse
-	(*MoveReplicaRequest)(nil),     // 21: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 22: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 23: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 24: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 25: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 26: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 27: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 28: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 29: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 30: quorate.v1.NodeState
-	(*GroupState)(nil),             // 31: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 32: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 33: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 34: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 35: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 36: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 37: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 38: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 39: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 40: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 41: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 42: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
+	(*UncordonNodeRequest)(nil),    // 0: quorate.v1.UncordonNodeRequest
+	(*UncordonNodeResponse)(nil),   // 1: quorate.v1.UncordonNodeResponse
+	(*AddNodeRequest)(nil),         // 2: quorate.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 3: quorate.v1.AddNodeResponse
+	(*RebalanceRequest)(nil),       // 4: quorate.v1.RebalanceRequest
+	(*RebalanceResponse)(nil),      // 5: quorate.v1.RebalanceResponse
+	(*ExportSlotsRequest)(nil),     // 6: quorate.v1.ExportSlotsRequest
+	(*ExportSlotsResponse)(nil),    // 7: quorate.v1.ExportSlotsResponse
+	(*ApplyToGroupRequest)(nil),    // 8: quorate.v1.ApplyToGroupRequest
+	(*ApplyToGroupResponse)(nil),   // 9: quorate.v1.ApplyToGroupResponse
+	(*MoveSlotsRequest)(nil),       // 10: quorate.v1.MoveSlotsRequest
+	(*AddGroupRequest)(nil),        // 11: quorate.v1.AddGroupRequest
+	(*SplitGroupRequest)(nil),      // 12: quorate.v1.SplitGroupRequest
+	(*ListPlansRequest)(nil),       // 13: quorate.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),      // 14: quorate.v1.ListPlansResponse
+	(*CancelPlanRequest)(nil),      // 15: quorate.v1.CancelPlanRequest
+	(*PlanResponse)(nil),           // 16: quorate.v1.PlanResponse
+	(*PlanStatus)(nil),             // 17: quorate.v1.PlanStatus
+	(*PlanStepStatus)(nil),         // 18: quorate.v1.PlanStepStatus
+	(*RemoveNodeRequest)(nil),      // 19: quorate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 20: quorate.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),       // 21: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 22: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),     // 23: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),    // 24: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),   // 25: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),  // 26: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),         // 27: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),       // 28: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),           // 29: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),      // 30: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),     // 31: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),              // 32: quorate.v1.NodeState
+	(*GroupState)(nil),             // 33: quorate.v1.GroupState
+	(*JoinRequest)(nil),            // 34: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 35: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 36: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 37: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 38: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 39: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 40: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 41: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 42: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 43: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 44: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	15, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
-	15, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
-	16, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	43, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
-	27, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	25, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	26, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	30, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	30, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	31, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	43, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	43, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	43, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	34, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	34, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	34, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	34, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	34, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	23, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	28, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	32, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	35, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	37, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	39, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	41, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	21, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	19, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	17, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	8,  // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	9,  // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	10, // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	11, // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	13, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	2,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	0,  // 34: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	4,  // 35: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	6,  // 36: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	24, // 37: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	29, // 38: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	33, // 39: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	36, // 40: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	38, // 41: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	40, // 42: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	42, // 43: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	22, // 44: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	20, // 45: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	18, // 46: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	14, // 47: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	14, // 48: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	14, // 49: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	12, // 50: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	14, // 51: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	3,  // 52: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	1,  // 53: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	5,  // 54: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	7,  // 55: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	37, // [37:56] is the sub-list for method output_type
-	18, // [18:37] is the sub-list for method input_type
+	17, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
+	17, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
+	18, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
+	45, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	29, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	27, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	28, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	32, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	32, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	33, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	45, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	45, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	45, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	36, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	36, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	36, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	36, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	36, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	25, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	30, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	34, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	37, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	39, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	41, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	43, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	23, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	21, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	19, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	10, // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	11, // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	12, // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	13, // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	15, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	4,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	2,  // 34: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	0,  // 35: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	6,  // 36: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	8,  // 37: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	26, // 38: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	31, // 39: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	35, // 40: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	38, // 41: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	40, // 42: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	42, // 43: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	44, // 44: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	24, // 45: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	22, // 46: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	20, // 47: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	16, // 48: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	16, // 49: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	16, // 50: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	14, // 51: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	16, // 52: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	5,  // 53: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	3,  // 54: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	1,  // 55: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	7,  // 56: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	9,  // 57: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	38, // [38:58] is the sub-list for method output_type
+	18, // [18:38] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2915,7 +3031,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

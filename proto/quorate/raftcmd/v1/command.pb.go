@@ -568,10 +568,13 @@ func (x *Batch) GetOps() []*Envelope {
 // ShardMap is the cluster's shard map (package shard's Map): slot ranges to
 // data groups and data groups to replica nodes, with epochs.
 type ShardMap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Groups        []*ShardGroup          `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
-	Ranges        []*SlotAssignment      `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Groups []*ShardGroup          `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	Ranges []*SlotAssignment      `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// Nodes drained (sorted): plans place no new replica on them until they
+	// are uncordoned or removed.
+	Cordoned      []string `protobuf:"bytes,4,rep,name=cordoned,proto3" json:"cordoned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -623,6 +626,13 @@ func (x *ShardMap) GetGroups() []*ShardGroup {
 func (x *ShardMap) GetRanges() []*SlotAssignment {
 	if x != nil {
 		return x.Ranges
+	}
+	return nil
+}
+
+func (x *ShardMap) GetCordoned() []string {
+	if x != nil {
+		return x.Cordoned
 	}
 	return nil
 }
@@ -4208,11 +4218,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
 	"\x04body\"7\n" +
 	"\x05Batch\x12.\n" +
-	"\x03ops\x18\x01 \x03(\v2\x1c.quorate.raftcmd.v1.EnvelopeR\x03ops\"\x94\x01\n" +
+	"\x03ops\x18\x01 \x03(\v2\x1c.quorate.raftcmd.v1.EnvelopeR\x03ops\"\xb0\x01\n" +
 	"\bShardMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1e.quorate.raftcmd.v1.ShardGroupR\x06groups\x12:\n" +
-	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\"n\n" +
+	"\x06ranges\x18\x03 \x03(\v2\".quorate.raftcmd.v1.SlotAssignmentR\x06ranges\x12\x1a\n" +
+	"\bcordoned\x18\x04 \x03(\tR\bcordoned\"n\n" +
 	"\n" +
 	"ShardGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +

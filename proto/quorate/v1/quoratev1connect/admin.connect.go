@@ -74,6 +74,9 @@ const (
 	AdminServiceRebalanceProcedure = "/quorate.v1.AdminService/Rebalance"
 	// AdminServiceAddNodeProcedure is the fully-qualified name of the AdminService's AddNode RPC.
 	AdminServiceAddNodeProcedure = "/quorate.v1.AdminService/AddNode"
+	// AdminServiceUncordonNodeProcedure is the fully-qualified name of the AdminService's UncordonNode
+	// RPC.
+	AdminServiceUncordonNodeProcedure = "/quorate.v1.AdminService/UncordonNode"
 	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
 	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
 	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
@@ -160,6 +163,9 @@ type AdminServiceClient interface {
 	// joins the meta group when it starts. Idempotent. InvalidArgument names
 	// the field at fault (an ID registered with other addresses).
 	AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error)
+	// UncordonNode lets plans place replicas on a drained node again
+	// (DrainNode cordons the node it drains). Idempotent.
+	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -275,6 +281,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("AddNode")),
 			connect.WithClientOptions(opts...),
 		),
+		uncordonNode: connect.NewClient[v1.UncordonNodeRequest, v1.UncordonNodeResponse](
+			httpClient,
+			baseURL+AdminServiceUncordonNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("UncordonNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -297,6 +309,7 @@ type adminServiceClient struct {
 	cancelPlan     *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
 	rebalance      *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
 	addNode        *connect.Client[v1.AddNodeRequest, v1.AddNodeResponse]
+	uncordonNode   *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -384,6 +397,11 @@ func (c *adminServiceClient) AddNode(ctx context.Context, req *connect.Request[v
 	return c.addNode.CallUnary(ctx, req)
 }
 
+// UncordonNode calls quorate.v1.AdminService.UncordonNode.
+func (c *adminServiceClient) UncordonNode(ctx context.Context, req *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
+	return c.uncordonNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -463,6 +481,9 @@ type AdminServiceHandler interface {
 	// joins the meta group when it starts. Idempotent. InvalidArgument names
 	// the field at fault (an ID registered with other addresses).
 	AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error)
+	// UncordonNode lets plans place replicas on a drained node again
+	// (DrainNode cordons the node it drains). Idempotent.
+	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -574,6 +595,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("AddNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceUncordonNodeHandler := connect.NewUnaryHandler(
+		AdminServiceUncordonNodeProcedure,
+		svc.UncordonNode,
+		connect.WithSchema(adminServiceMethods.ByName("UncordonNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -610,6 +637,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceRebalanceHandler.ServeHTTP(w, r)
 		case AdminServiceAddNodeProcedure:
 			adminServiceAddNodeHandler.ServeHTTP(w, r)
+		case AdminServiceUncordonNodeProcedure:
+			adminServiceUncordonNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -685,6 +714,10 @@ func (UnimplementedAdminServiceHandler) Rebalance(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) AddNode(context.Context, *connect.Request[v1.AddNodeRequest]) (*connect.Response[v1.AddNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.AddNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.UncordonNode is not implemented"))
 }
 
 // PeerServiceClient is a client for the quorate.v1.PeerService service.
