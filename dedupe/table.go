@@ -232,18 +232,6 @@ func (t *Table) Update(k Key, result []byte) bool {
 	return true
 }
 
-// Select returns a copy of every entry keep accepts (Result shared, not
-// copied), unsorted.
-func (t *Table) Select(keep func(*Entry) bool) []Entry {
-	var out []Entry
-	for _, it := range t.byKey {
-		if keep(&it.Entry) {
-			out = append(out, it.Entry)
-		}
-	}
-	return out
-}
-
 // DeleteFunc removes every entry del accepts, expired or not, and returns
 // how many it removed. What remains does not depend on the order of the
 // calls to del.
@@ -276,4 +264,12 @@ func (t *Table) Lookup(k Key) (Entry, bool) {
 		return Entry{}, false
 	}
 	return it.Entry, true
+}
+
+// EachKey calls fn with the key and slot of every entry held, expired or
+// not, in no particular order.
+func (t *Table) EachKey(fn func(k Key, slot uint16)) {
+	for k, it := range t.byKey {
+		fn(k, it.Slot)
+	}
 }

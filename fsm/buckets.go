@@ -178,6 +178,22 @@ func (t *bucketTable) get(key string) (admission.State, bool) {
 	return t.stateOf(ref), true
 }
 
+// eachKey calls fn with every key, in no particular order.
+func (t *bucketTable) eachKey(fn func(string)) {
+	for i := range t.gcra {
+		fn(t.gcra[i].key)
+	}
+	for i := range t.counter {
+		fn(t.counter[i].key)
+	}
+	for i := range t.log {
+		fn(t.log[i].key)
+	}
+	for i := range t.other {
+		fn(t.other[i].key)
+	}
+}
+
 // record returns key's state with its recorded expiry, false when none.
 func (t *bucketTable) record(key string) (bucketRecord, bool) {
 	ref, ok := t.index.find(key, t.keyOf)

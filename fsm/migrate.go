@@ -328,12 +328,15 @@ const (
 // units back to its bucket, reads both on one page (records of one key are
 // never split between pages).
 func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, maxBytes int) (ExportPage, error) {
+	idx, err := f.exportIndexOf(migration, r)
+	if err != nil {
+		return ExportPage{}, err
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if fr, ok := f.frozen[migration]; !ok || fr != r {
 		return ExportPage{}, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
-	idx := f.exportIndexOf(migration, r)
 	table, after := exportBuckets, ""
 	if len(cursor) > 0 {
 		table, after = cursor[0], string(cursor[1:])
@@ -400,37 +403,45 @@ const (
 )
 
 // exportIndexOf returns migration's export index, building it when this
-// replica has none (f.mu read-locked; exportMu guards the cache, which
-// decides nothing: it only remembers which keys to read).
-func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) *exportIndex {
+// replica has none: the keys in r are gathered under the read lock, sorted
+// after it (a large group's Applies wait only for the gathering).
+// exportMu guards the cache, which decides nothing: it only remembers which
+// keys to read.
+func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) (*exportIndex, error) {
 	f.exportMu.Lock()
 	defer f.exportMu.Unlock()
 	if x := f.exportCache; x != nil && x.migration == migration && x.r == r {
-		return x
+		return x, nil
 	}
 	x := &exportIndex{migration: migration, r: r}
-	for _, b := range f.buckets.entries() {
-		if r.Contains(bucketSlot(b.key)) {
-			x.tables[exportBuckets] = append(x.tables[exportBuckets], exportRef{key: b.key, kind: refBucket, id: b.key})
-		}
+	f.mu.RLock()
+	if fr, ok := f.frozen[migration]; !ok || fr != r {
+		f.mu.RUnlock()
+		return nil, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
-	for _, v := range f.reservations.entries() {
+	f.buckets.eachKey(func(key string) {
+		if r.Contains(bucketSlot(key)) {
+			x.tables[exportBuckets] = append(x.tables[exportBuckets], exportRef{key: key, kind: refBucket, id: key})
+		}
+	})
+	for i := range f.reservations.slots {
+		v := &f.reservations.slots[i]
 		if r.Contains(shard.SlotOf(v.state.key)) {
 			x.tables[exportBuckets] = append(x.tables[exportBuckets],
 				exportRef{key: BucketKey(v.state.policy, v.state.key), sub: v.key, kind: refReservation, id: v.key})
 		}
 	}
-	for _, sm := range f.sems.entries() {
-		if r.Contains(bucketSlot(sm.key)) {
-			x.tables[exportSems] = append(x.tables[exportSems], exportRef{key: sm.key, kind: refSem, id: sm.key})
+	for i := range f.sems.slots {
+		if key := f.sems.slots[i].key; r.Contains(bucketSlot(key)) {
+			x.tables[exportSems] = append(x.tables[exportSems], exportRef{key: key, kind: refSem, id: key})
 		}
 	}
-	for _, e := range f.dedupe.Select(func(e *dedupe.Entry) bool {
-		return e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))
-	}) {
-		x.tables[exportDedupe] = append(x.tables[exportDedupe],
-			exportRef{key: dedupeCursorKey(e.Key), sub: e.Key.Caller, kind: refDedupe, dk: e.Key})
-	}
+	f.dedupe.EachKey(func(k dedupe.Key, slot uint16) {
+		if slot == dedupe.NoSlot || r.Contains(shard.Slot(slot)) {
+			x.tables[exportDedupe] = append(x.tables[exportDedupe], exportRef{key: dedupeCursorKey(k), sub: k.Caller, kind: refDedupe, dk: k})
+		}
+	})
+	f.mu.RUnlock()
 	for t := range x.tables {
 		slices.SortFunc(x.tables[t], func(a, b exportRef) int {
 			if c := cmp.Compare(a.key, b.key); c != 0 {
@@ -440,7 +451,7 @@ func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) *exportIndex {
 		})
 	}
 	f.exportCache = x
-	return x
+	return x, nil
 }
 
 // exportRecord reads ref's record as it is now; false when it is gone.
