@@ -137,24 +137,7 @@ func (n *Node) groupWorking(ctx context.Context, g shard.Group) bool {
 			return true
 		}
 	}
-	for _, id := range g.Replicas {
-		m, ok := n.meta.fsm.Node(id)
-		if id == n.cfg.ID || !ok || m.RaftAddr == "" {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := n.fwd.get("http://"+m.RaftAddr).admin.NodeStatus(cctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
-		cancel()
-		if err != nil {
-			continue
-		}
-		for _, gs := range resp.Msg.GetNode().GetGroups() {
-			if gs.GetId() == uint32(g.ID) && gs.GetMapEpoch() > 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return n.askReplicas(ctx, g, time.Second, func(gs *quoratev1.GroupState) bool { return gs.GetMapEpoch() > 0 })
 }
 
 // createShardMap proposes the first shard map once ExpectNodes nodes have

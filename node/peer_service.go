@@ -2,12 +2,12 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -140,29 +140,23 @@ func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(conte
 
 // exportPage reads one page of migration's state from a replica of group
 // from: this node's when it applied the freeze, else another's.
-func (n *Node) exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (*quoratev1.ExportSlotsResponse, error) {
+func (n *Node) exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (fsm.ExportPage, error) {
 	if g := n.dataGroup(from); g != nil {
-		page, err := g.fsm.ExportSlots(migration, r, cursor, n.pageBytes())
-		if err == nil {
-			state, err := proto.Marshal(page.State)
-			if err != nil {
-				return nil, err
-			}
-			return &quoratev1.ExportSlotsResponse{State: state, Records: uint32(page.Records), NextCursor: page.Next,
-				Done: page.Done, SourceNowUnixNano: page.SourceNow}, nil
+		if page, err := g.fsm.ExportSlots(migration, r, cursor, n.pageBytes()); err == nil {
+			return page, nil
 		}
 	}
-	var out *quoratev1.ExportSlotsResponse
+	var page fsm.ExportPage
 	err := n.onReplicas(ctx, from, func(ctx context.Context, p *peerClient) error {
 		resp, err := p.peer.ExportSlots(ctx, connect.NewRequest(&quoratev1.ExportSlotsRequest{Group: uint32(from), Migration: migration,
 			Start: uint32(r.Start), End: uint32(r.End), Cursor: cursor, MaxBytes: uint32(n.pageBytes())}))
-		if err == nil {
-			out = resp.Msg
+		if err != nil {
+			return err
 		}
-		return err
+		m := resp.Msg
+		page = fsm.ExportPage{State: new(raftcmdv1.SlotState), Records: int(m.GetRecords()), Next: m.GetNextCursor(),
+			Done: m.GetDone(), SourceNow: m.GetSourceNowUnixNano()}
+		return proto.Unmarshal(m.GetState(), page.State)
 	})
-	if err == nil && out == nil {
-		err = errors.New("no export page")
-	}
-	return out, err
+	return page, err
 }

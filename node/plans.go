@@ -144,37 +144,22 @@ func (n *Node) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlot
 	var cursor []byte
 	reported := time.Now()
 	for seq := uint32(0); ; seq++ {
-		var page *raftcmdv1.SlotState
-		var resp struct {
-			done    bool
-			next    []byte
-			now     int64
-			records uint32
-			size    int
-		}
-		err := n.retryPlanCall(ctx, func(ctx context.Context) error {
-			p, err := n.exportPage(ctx, from, mig, r, cursor)
-			if err != nil {
-				return err
-			}
-			page = new(raftcmdv1.SlotState)
-			if err := proto.Unmarshal(p.GetState(), page); err != nil {
-				return err
-			}
-			resp.done, resp.next, resp.now, resp.records, resp.size = p.GetDone(), p.GetNextCursor(), p.GetSourceNowUnixNano(), p.GetRecords(), len(p.GetState())
-			return nil
+		var page fsm.ExportPage
+		err := n.retryPlanCall(ctx, func(ctx context.Context) (err error) {
+			page, err = n.exportPage(ctx, from, mig, r, cursor)
+			return err
 		})
 		if err != nil {
 			return records, size, chunks, fmt.Errorf("export: %w", err)
 		}
 		env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_ImportSlots{ImportSlots: &raftcmdv1.ImportSlots{
-			Migration: mig, Attempt: attempt, Start: mv.GetStart(), End: mv.GetEnd(), Seq: seq, Last: resp.done,
-			SourceNowUnixNano: resp.now, MapEpoch: mapEpoch, State: page}}}
+			Migration: mig, Attempt: attempt, Start: mv.GetStart(), End: mv.GetEnd(), Seq: seq, Last: page.Done,
+			SourceNowUnixNano: page.SourceNow, MapEpoch: mapEpoch, State: page.State}}}
 		if err := n.groupCall(ctx, to, env); err != nil {
 			return records, size, chunks, fmt.Errorf("import chunk %d: %w", seq, err)
 		}
-		records, size, chunks = records+uint64(resp.records), size+uint64(resp.size), chunks+1
-		if resp.done {
+		records, size, chunks = records+uint64(page.Records), size+uint64(proto.Size(page.State)), chunks+1
+		if page.Done {
 			return records, size, chunks, nil
 		}
 		every := progressEvery
@@ -187,7 +172,7 @@ func (n *Node) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlot
 			}
 			reported = time.Now()
 		}
-		cursor = resp.next
+		cursor = page.Next
 	}
 }
 

@@ -167,22 +167,50 @@ func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string
 // replicaLag asks the node at raftAddr (over the peer mux) how far its
 // replica of g trails this leader's commit index.
 func (n *Node) replicaLag(ctx context.Context, g *group, raftAddr string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := n.fwd.get("http://"+raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	gs, err := n.peerGroupState(ctx, raftAddr, g.id, n.cfg.RequestTimeout)
 	if err != nil {
 		return 0, err
 	}
-	commit := g.raft.CommitIndex()
+	if gs == nil {
+		return 0, fmt.Errorf("node at %s has no replica of group %d yet", raftAddr, g.id)
+	}
+	if commit, applied := g.raft.CommitIndex(), gs.GetLastAppliedIndex(); applied < commit {
+		return commit - applied, nil
+	}
+	return 0, nil
+}
+
+// peerGroupState asks the node at raftAddr (over the peer port, within
+// timeout) for the state of its replica of group gid: nil when it hosts
+// none.
+func (n *Node) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := n.fwd.get("http://"+raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
 	for _, gs := range resp.Msg.GetNode().GetGroups() {
-		if gs.GetId() == uint32(g.id) {
-			if applied := gs.GetLastAppliedIndex(); applied < commit {
-				return commit - applied, nil
-			}
-			return 0, nil
+		if gs.GetId() == uint32(gid) {
+			return gs, nil
 		}
 	}
-	return 0, fmt.Errorf("node at %s has no replica of group %d yet", raftAddr, g.id)
+	return nil, nil
+}
+
+// askReplicas asks g's replicas on the other nodes, in turn, for their
+// state of g until found accepts one, and reports whether it did.
+func (n *Node) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
+	for _, id := range g.Replicas {
+		m, ok := n.meta.fsm.Node(id)
+		if id == n.cfg.ID || !ok || m.RaftAddr == "" {
+			continue
+		}
+		if gs, err := n.peerGroupState(ctx, m.RaftAddr, g.ID, timeout); err == nil && gs != nil && found(gs) {
+			return true
+		}
+	}
+	return false
 }
 
 // closeUnplaced closes (and deletes) this node's replicas of groups the map
@@ -228,31 +256,19 @@ func (n *Node) closeUnplaced(m shard.Map) {
 // group's replicas in the map) leads a configuration without this node: a
 // removed follower never hears of its removal from the leader itself.
 func (n *Node) removedFrom(g *group, m shard.Map) bool {
-	if g.isLeader() {
-		return false
-	}
 	sg, ok := m.Group(g.id)
-	if !ok {
+	if g.isLeader() || !ok {
 		return false
 	}
-	for _, id := range sg.Replicas {
-		nd, ok := n.meta.fsm.Node(id)
-		if id == n.cfg.ID || !ok || nd.RaftAddr == "" {
-			continue
+	removed := false
+	n.askReplicas(context.Background(), sg, 500*time.Millisecond, func(gs *quoratev1.GroupState) bool {
+		if gs.GetRole() != "leader" {
+			return false
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		resp, err := n.fwd.get("http://"+nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
-		cancel()
-		if err != nil {
-			continue
-		}
-		for _, gs := range resp.Msg.GetNode().GetGroups() {
-			if gs.GetId() == uint32(g.id) && gs.GetRole() == "leader" {
-				return !slices.Contains(gs.GetVoters(), n.cfg.ID) && !slices.Contains(gs.GetNonvoters(), n.cfg.ID)
-			}
-		}
-	}
-	return false
+		removed = !slices.Contains(gs.GetVoters(), n.cfg.ID) && !slices.Contains(gs.GetNonvoters(), n.cfg.ID)
+		return true
+	})
+	return removed
 }
 
 // MoveReplica writes the shard map's next epoch with group's replica moved
