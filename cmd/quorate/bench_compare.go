@@ -81,8 +81,8 @@ func newBenchCompareCmd() *cobra.Command {
 	fs.IntVar(&o.load.batch, "batch", 100, "AdmitBatch size and Redis pipeline depth of the batch run")
 	fs.StringVar(&o.write, "write", "", "markdown file to write the table into (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary (looked up in PATH)")
-	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose `dev` runs the cluster (default: this one)")
-	fs.IntVar(&o.groups, "groups", -1, "data groups of the Quorate cluster (`quorate dev --groups`); -1: dev's default, 0: one group")
+	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose dev command runs the cluster (default: this one)")
+	fs.IntVar(&o.groups, "groups", -1, "data groups of the Quorate cluster (as quorate dev --groups); -1: dev's default, 0: one group")
 	fs.StringVar(&o.dir, "dir", "", "directory for the cluster's and Redis's files (default: a new temporary directory, removed afterwards)")
 	addOutputFlag(cmd, &o.output)
 	return cmd

@@ -52,6 +52,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -104,5 +105,35 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAdminCmd(),
 		newBenchCmd(),
 	)
+	failOnUnknownSubcommands(root)
 	return root
+}
+
+// failOnUnknownSubcommands makes every command group below root (a command
+// with subcommands and no action of its own, like "policy" or "admin node")
+// fail on an argument that names none of its subcommands, as the root does:
+// cobra would otherwise print the group's help and exit 0, so a typo or a
+// command this version lacks would look like success. A group given no
+// argument prints its help.
+func failOnUnknownSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		failOnUnknownSubcommands(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			return fmt.Errorf("unknown command %q for %q (its commands: %s; see %s --help)",
+				args[0], cmd.CommandPath(), strings.Join(names, ", "), cmd.CommandPath())
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }
