@@ -24,7 +24,8 @@ func newServeCmd() *cobra.Command {
 			"off leadership when it leads).\n\n" +
 			"The first node of a new cluster starts with --bootstrap; every other node starts\n" +
 			"with --join and the API address of any member. Both are ignored once the data\n" +
-			"directory holds state: a restarted node rejoins with what it has.",
+			"directory holds state: a restarted node rejoins with what it has. A node whose\n" +
+			"--data-dir is empty or absent is refused without one of them.",
 		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap\n" +
 			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070",
 		Args: cobra.NoArgs,
@@ -45,6 +46,12 @@ func newServeCmd() *cobra.Command {
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
+			}
+			if !cfg.Bootstrap && cfg.Join == "" && !dirHasEntries(cfg.DataDir) {
+				// Such a node would wait, forever, to be added by a cluster
+				// that does not know it.
+				return fmt.Errorf("serve: --data-dir %s holds no state, so this node needs either --bootstrap (to form a new "+
+					"cluster with it as the first member) or --join HOST:PORT (the API address of any member of an existing cluster)", cfg.DataDir)
 			}
 			n, err := node.New(cfg)
 			if err != nil {
