@@ -22,7 +22,7 @@
 //	    same request ID, rotating through the servers: exactly-once, a retry of
 //	    an applied request gets the recorded answer, marked "duplicate".
 //	quorate peek --policy P --key K  a key's state, spending nothing (retried)
-//	quorate refund --request-id ID [--caller NAME]
+//	quorate refund --key K --request-id ID [--caller NAME]
 //	    give back what an admitted request spent, at most once (retried with
 //	    the same request ID, like admit; a repeat says "already refunded")
 //	quorate lease acquire --policy P --key K [--ttl D] [--caller NAME] [--request-id ID]

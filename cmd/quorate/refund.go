@@ -20,14 +20,15 @@ func newRefundCmd() *cobra.Command {
 		output outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "refund --request-id ID --key KEY [--caller C]",
+		Use:   "refund --key KEY --request-id ID [--caller C]",
 		Short: "Give back what an admitted request spent",
 		Long: "Refund gives back what an earlier admitted request spent (every check of a\n" +
 			"multi-check request), e.g. because the work it guarded failed. The request is\n" +
-			"named by the --caller and --request-id it was admitted with, and its --key (which\n" +
-			"routes the refund to the key's group), and must still be\n" +
-			"remembered (within its policy's dedupe_retention); otherwise the answer is\n" +
-			"not_found.\n\n" +
+			"named by what it was admitted with: its --key, --request-id and --caller (all\n" +
+			"three, as given to admit; --caller may be empty). --key is required: it routes\n" +
+			"the refund to the key's data group and is part of the request's identity. The\n" +
+			"request must still be remembered (within its policy's dedupe_retention);\n" +
+			"otherwise the answer is not_found.\n\n" +
 			"A refund happens at most once: a repeat prints \"already refunded\" and changes\n" +
 			"nothing. So refund retries like admit, with the same request ID, on\n" +
 			"unavailable, a server's deadline_exceeded and connection failures, rotating\n" +
@@ -36,8 +37,8 @@ func newRefundCmd() *cobra.Command {
 			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... --key tenant-a -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "request-id"); err != nil {
-				return err
+			if err := requireFlags(cmd, "key", "request-id"); err != nil {
+				return fmt.Errorf("%w (a request is named by the --key, --request-id and --caller it was admitted with)", err)
 			}
 			servers, ctx, cancel, err := client.beginServers(cmd.Context())
 			if err != nil {
@@ -73,7 +74,7 @@ func newRefundCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.RequestId, "request-id", "", "the request ID of the admitted request to refund (required)")
 	fs.StringVar(&req.Caller, "caller", "", "the caller the request was admitted with (its request ID's namespace)")
-	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for (required in a cluster with data groups)")
+	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for (required: it routes the refund and is part of the request's identity)")
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
 	return cmd
