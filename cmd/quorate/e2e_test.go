@@ -24,8 +24,8 @@ func TestEndToEnd(t *testing.T) {
 
 	var applied quoratev1.ApplyPoliciesResponse
 	mustRunJSON(t, &applied, "policy", "apply", "-f", "../../examples/policies.yaml", "--server", c.APIURL(0), "-o", "json")
-	if len(applied.GetPolicies()) != 9 {
-		t.Fatalf("applied %d policies, want 9: %v", len(applied.GetPolicies()), &applied)
+	if len(applied.GetPolicies()) != 10 {
+		t.Fatalf("applied %d policies, want 10: %v", len(applied.GetPolicies()), &applied)
 	}
 	for _, p := range applied.GetPolicies() {
 		if p.GetVersion() != 1 {
@@ -34,7 +34,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// Applying the same file again keeps the versions; text output lists them.
 	out, _, err := runCLI(t, "policy", "apply", "-f", "../../examples/policies.yaml", "--server", strings.TrimPrefix(c.APIURL(1), "http://"))
-	if err != nil || !strings.Contains(out, "applied 9 policies") || !strings.Contains(out, "api-free") {
+	if err != nil || !strings.Contains(out, "applied 10 policies") || !strings.Contains(out, "api-free") {
 		t.Fatalf("second apply: %v\n%s", err, out)
 	}
 	var listed quoratev1.ListPoliciesResponse

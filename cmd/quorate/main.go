@@ -25,7 +25,12 @@
 //	quorate refund --key K --request-id ID [--caller NAME]
 //	    give back what an admitted request spent, at most once (retried with
 //	    the same request ID, like admit; a repeat says "already refunded")
-//	quorate lease acquire --policy P --key K [--ttl D] [--caller NAME] [--request-id ID]
+//	quorate reserve --policy P --key K --estimate N [--ttl D] [--caller NAME] [--request-id ID]
+//	    hold an estimate of a rate or quota policy for work whose cost is
+//	    known only afterwards; prints the reservation ID (retried like admit)
+//	quorate commit --reservation-id ID --actual N [--caller NAME] [--request-id ID]
+//	    charge a reservation's real cost and give back the rest of its estimate
+//	quorate lease acquire --policy P --key K [--ttl D] [--reserve-policy P --reserve-estimate N]
 //	    take a slot of a concurrency policy: prints the lease ID, the fencing
 //	    token (strictly increasing per key) and when the lease expires; when
 //	    every slot is held, "denied" with retry_after (exit 0). Retried with
@@ -100,6 +105,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAdmitCmd(),
 		newPeekCmd(),
 		newRefundCmd(),
+		newReserveCmd(),
+		newCommitCmd(),
 		newLeaseCmd(),
 		newPolicyCmd(),
 		newAdminCmd(),

@@ -174,6 +174,7 @@ func TestExamplePoliciesFile(t *testing.T) {
 		"search":            {Algorithm: "fixed_window", Limit: 100, Period: time.Minute, MaxCost: 10},
 		"search-smooth":     {Algorithm: "sliding_window", Limit: 100, Period: time.Minute, Shadow: true},
 		"reports-active":    {Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute},
+		"tokens":            {Algorithm: "token_bucket", Limit: 100000, Period: time.Minute, Burst: 20000, MaxCost: 8000},
 	}
 	if len(policies) != len(want) {
 		t.Fatalf("got %d policies, want %d", len(policies), len(want))
