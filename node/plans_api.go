@@ -26,7 +26,7 @@ func (h *adminHandler) AddGroup(ctx context.Context, req *connect.Request[quorat
 	n := h.n
 	return onMetaLeader(ctx, n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
 		return n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
-			step, err := n.planAddGroup(m, req.Msg.GetReplicas())
+			step, err := n.planAddGroup(ctx, m, req.Msg.GetReplicas())
 			if err != nil {
 				return nil, err
 			}
@@ -48,7 +48,7 @@ func (h *adminHandler) SplitGroup(ctx context.Context, req *connect.Request[quor
 			if owned < 2 {
 				return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
 			}
-			add, err := n.planAddGroup(m, nil)
+			add, err := n.planAddGroup(ctx, m, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -64,7 +64,16 @@ func (h *adminHandler) SplitGroup(ctx context.Context, req *connect.Request[quor
 	}, quoratev1connect.AdminServiceClient.SplitGroup)
 }
 
-func (h *adminHandler) ListPlans(context.Context, *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
+// ListPlans answers from this node's meta replica once it has applied
+// everything the meta leader had applied when asked (a read barrier), so a
+// plan another node just started, or a step it just finished, is listed
+// whichever node is asked.
+func (h *adminHandler) ListPlans(ctx context.Context, _ *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
+	ctx, cancel := h.n.requestContext(ctx)
+	defer cancel()
+	if err := h.n.catchUpMeta(ctx); err != nil {
+		return nil, h.n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing plans: %v", ErrNotProposed, err))
+	}
 	out := &quoratev1.ListPlansResponse{}
 	for _, p := range h.n.meta.fsm.Plans() {
 		out.Plans = append(out.Plans, planStatus(p, h.n.now()))
@@ -161,8 +170,9 @@ func moveStep(from shard.GroupID, to uint32, r shard.SlotRange) *raftcmdv1.PlanS
 }
 
 // planAddGroup names a new group (the next ID) and its replicas: those
-// given, or the DataReplicas registered nodes holding the fewest replicas.
-func (n *Node) planAddGroup(m shard.Map, replicas []string) (*raftcmdv1.AddGroupStep, error) {
+// given, or the DataReplicas nodes holding the fewest replicas among those
+// that joined and answer (placeableNodes).
+func (n *Node) planAddGroup(ctx context.Context, m shard.Map, replicas []string) (*raftcmdv1.AddGroupStep, error) {
 	id := shard.GroupID(1)
 	if len(m.Groups) > 0 {
 		id = m.Groups[len(m.Groups)-1].ID + 1
@@ -180,7 +190,15 @@ func (n *Node) planAddGroup(m shard.Map, replicas []string) (*raftcmdv1.AddGroup
 		}
 	}
 	if len(replicas) == 0 {
-		replicas = m.LeastLoaded(nodes, DataReplicas)
+		// Placed by the cluster: only on nodes that joined and answer.
+		live, left, err := n.placeableNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if replicas = m.LeastLoaded(live, DataReplicas); len(replicas) < DataReplicas && len(left) > 0 {
+			return nil, badRequest("replicas", "only %d nodes may take a new group's replicas (%v), %d are needed; not candidates: %s",
+				len(replicas), replicas, DataReplicas, describeLeftOut(left))
+		}
 	}
 	return &raftcmdv1.AddGroupStep{Group: uint32(id), Replicas: replicas}, nil
 }
@@ -243,9 +261,12 @@ func (h *adminHandler) Rebalance(ctx context.Context, req *connect.Request[quora
 	n := h.n
 	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.RebalanceResponse, error) {
 		out := &quoratev1.RebalanceResponse{}
-		var nodes []string
-		for _, nd := range n.meta.fsm.Nodes() {
-			nodes = append(nodes, nd.ID)
+		nodes, left, err := n.placeableNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(left) > 0 {
+			n.log.Warn("rebalance leaves nodes out", "nodes", describeLeftOut(left))
 		}
 		epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 			next, changes, err := m.Rebalance(nodes)

@@ -309,17 +309,21 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (out *quoratev1.DrainNodeResponse, err error) {
 			out = &quoratev1.DrainNodeResponse{}
+			ids, left, err := n.placeableNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
 			out.MapEpoch, out.Moves, err = n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 				if _, ok := n.meta.fsm.Node(req.Msg.GetId()); !ok {
 					return shard.Map{}, 0, badRequest("id", "node %q is not registered", req.Msg.GetId())
 				}
-				var ids []string
-				for _, nd := range n.meta.fsm.Nodes() {
-					ids = append(ids, nd.ID)
-				}
 				next, err := m.Drain(req.Msg.GetId(), ids)
 				if errors.Is(err, shard.ErrNoChange) {
 					return m, 0, nil
+				}
+				var fe *shard.FieldError
+				if errors.As(err, &fe) && len(left) > 0 {
+					return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Problem, describeLeftOut(left))
 				}
 				if err != nil {
 					return m, 0, err

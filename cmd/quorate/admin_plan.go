@@ -69,6 +69,7 @@ func newAdminSlotsMoveCmd() *cobra.Command {
 			if err := checkWaitOutput(wait, output); err != nil {
 				return err
 			}
+			applyWaitTimeout(cmd, &client, wait)
 			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
@@ -79,7 +80,7 @@ func newAdminSlotsMoveCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("MoveSlots", base, "", err)
 			}
-			return reportPlan(cmd, ac, base, client.timeout, output, wait, resp.Msg)
+			return reportPlan(ctx, cmd, ac, base, client.timeout, output, wait, resp.Msg)
 		},
 	}
 	fs := cmd.Flags()
@@ -87,8 +88,9 @@ func newAdminSlotsMoveCmd() *cobra.Command {
 	fs.Uint32Var(&to, "to", 0, "data group to own them instead")
 	fs.Uint32Var(&count, "count", 0, "move the last N slots --from owns")
 	fs.StringVar(&slotRange, "range", "", "move slots A to B-1: the half-open range [A,B), B at most 4096")
-	fs.BoolVar(&wait, "wait", false, "report the plan's progress until it ends")
+	fs.BoolVar(&wait, "wait", false, "report the plan's progress until it ends (within --timeout)")
 	addClientFlags(cmd, &client)
+	cmd.Flags().Lookup("timeout").Usage = timeoutUsageWithWait
 	addOutputFlag(cmd, &output)
 	return cmd
 }
@@ -230,6 +232,7 @@ func newAdminGroupAddCmd() *cobra.Command {
 			if err := checkWaitOutput(wait, output); err != nil {
 				return err
 			}
+			applyWaitTimeout(cmd, &client, wait)
 			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
@@ -240,12 +243,13 @@ func newAdminGroupAddCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("AddGroup", base, "", err)
 			}
-			return reportPlan(cmd, ac, base, client.timeout, output, wait, resp.Msg)
+			return reportPlan(ctx, cmd, ac, base, client.timeout, output, wait, resp.Msg)
 		},
 	}
 	cmd.Flags().StringSliceVar(&replicas, "replicas", nil, "node IDs for the group's replicas, comma-separated (default: the nodes holding the fewest)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "report the plan's progress until it ends")
+	cmd.Flags().BoolVar(&wait, "wait", false, "report the plan's progress until it ends (within --timeout)")
 	addClientFlags(cmd, &client)
+	cmd.Flags().Lookup("timeout").Usage = timeoutUsageWithWait
 	addOutputFlag(cmd, &output)
 	return cmd
 }
@@ -287,6 +291,7 @@ func newAdminGroupSplitCmd() *cobra.Command {
 			if err := checkWaitOutput(wait, output); err != nil {
 				return err
 			}
+			applyWaitTimeout(cmd, &client, wait)
 			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
@@ -297,11 +302,12 @@ func newAdminGroupSplitCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("SplitGroup", base, "", err)
 			}
-			return reportPlan(cmd, ac, base, client.timeout, output, wait, resp.Msg)
+			return reportPlan(ctx, cmd, ac, base, client.timeout, output, wait, resp.Msg)
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "report the plan's progress until it ends")
+	cmd.Flags().BoolVar(&wait, "wait", false, "report the plan's progress until it ends (within --timeout)")
 	addClientFlags(cmd, &client)
+	cmd.Flags().Lookup("timeout").Usage = timeoutUsageWithWait
 	addOutputFlag(cmd, &output)
 	return cmd
 }
@@ -328,8 +334,8 @@ func parsePlanArg(s string) (uint64, error) {
 }
 
 // reportPlan prints the plan a command started and, with wait, follows it
-// as plan watch does.
-func reportPlan(cmd *cobra.Command, ac quoratev1connect.AdminServiceClient, base string, perTry time.Duration,
+// as plan watch does until ctx's deadline (--timeout, which is budget).
+func reportPlan(ctx context.Context, cmd *cobra.Command, ac quoratev1connect.AdminServiceClient, base string, budget time.Duration,
 	output outputFormat, wait bool, resp *quoratev1.PlanResponse) error {
 	out := cmd.OutOrStdout()
 	if output == outputJSON {
@@ -341,7 +347,7 @@ func reportPlan(cmd *cobra.Command, ac quoratev1connect.AdminServiceClient, base
 		fmt.Fprintf(out, "follow it with: quorate admin plan watch %d\n", p.GetId())
 		return nil
 	}
-	return watchPlan(cmd.Context(), ac, base, out, cmd.ErrOrStderr(), &planWatcher{id: p.GetId(), chosen: true}, perTry)
+	return watchPlan(ctx, ac, base, out, cmd.ErrOrStderr(), &planWatcher{id: p.GetId(), chosen: true}, waitRequestTimeout, budget)
 }
 
 func newAdminPlanCmd() *cobra.Command {
@@ -416,7 +422,7 @@ func newAdminPlanWatchCmd() *cobra.Command {
 				return err
 			}
 			cancel() // each request gets its own --timeout
-			return watchPlan(cmd.Context(), newAdminClient(base), base, cmd.OutOrStdout(), cmd.ErrOrStderr(), w, client.timeout)
+			return watchPlan(cmd.Context(), newAdminClient(base), base, cmd.OutOrStdout(), cmd.ErrOrStderr(), w, client.timeout, 0)
 		},
 	}
 	addClientFlags(cmd, &client)
@@ -467,31 +473,26 @@ func newAdminPlanCancelCmd() *cobra.Command {
 // watchPlan asks for the plans every planPollInterval (each request bounded
 // by perTry) and prints a timestamped line each time w's plan's progress
 // changes. It returns nil once the plan is done, the plan's error when it
-// failed or was cancelled, ctx's error when ctx ends. A request that times
-// out or finds no server is retried (its error printed to errOut once); any
-// other error ends the watch.
+// failed or was cancelled, and an error naming the plan and its last
+// progress when ctx's deadline (--timeout of a command with --wait, whose
+// value budget is) passes. A request that times out or finds no server is
+// retried (its error printed to errOut once); any other error ends the
+// watch.
 func watchPlan(ctx context.Context, ac quoratev1connect.AdminServiceClient, base string, out, errOut io.Writer,
-	w *planWatcher, perTry time.Duration) error {
-	lastProblem := ""
-	return pollEvery(ctx, planPollInterval, perTry, time.Time{}, nil, func(attempt context.Context) (bool, error) {
+	w *planWatcher, perTry, budget time.Duration) error {
+	what := "the newest plan to end"
+	if w.chosen {
+		what = fmt.Sprintf("plan %d to end", w.id)
+	}
+	wt := &waiter{what: what, budget: budget, perTry: perTry, out: out, errOut: errOut, every: planPollInterval,
+		after: fmt.Sprintf("the plan goes on without this command: follow it with quorate admin plan watch %d --server %s", w.id, base)}
+	return wt.run(ctx, func(attempt context.Context) (string, bool, error) {
 		resp, err := ac.ListPlans(attempt, connect.NewRequest(&quoratev1.ListPlansRequest{}))
 		if err != nil {
-			err = wrapRPC("ListPlans", base, "", err)
-			if ctx.Err() == nil && !retryable(err) && !errors.Is(err, context.DeadlineExceeded) {
-				return true, err // an answer about the request: asking again would repeat it
-			}
-			if msg := err.Error(); msg != lastProblem {
-				fmt.Fprintf(errOut, "%s  %v (asking again)\n", time.Now().Format("15:04:05"), err)
-				lastProblem = msg
-			}
-			return false, err
+			return w.last, false, wrapRPC("ListPlans", base, "", err)
 		}
-		lastProblem = ""
-		line, done, err := w.observe(resp.Msg.GetPlans())
-		if line != "" {
-			fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05"), line)
-		}
-		return done, err
+		_, done, err := w.observe(resp.Msg.GetPlans())
+		return w.last, done, err
 	})
 }
 

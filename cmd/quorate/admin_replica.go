@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -43,6 +43,7 @@ func newAdminReplicaMoveCmd() *cobra.Command {
 			if err := requireFlags(cmd, "group", "from", "to"); err != nil {
 				return err
 			}
+			applyWaitTimeout(cmd, &client, wait)
 			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
@@ -58,38 +59,33 @@ func newAdminReplicaMoveCmd() *cobra.Command {
 			if !wait {
 				return nil
 			}
-			wctx := cmd.Context()
-			for last := ""; ; {
-				st, err := ac.ClusterStatus(wctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
-				if err == nil {
-					state := replicaMoveState(st.Msg, group, from, to)
-					if state != last {
-						fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05"), state)
-						last = state
-					}
-					if state == "done" {
-						return nil
-					}
+			w := &waiter{what: fmt.Sprintf("%s to vote in group %d and %s to close its replica", to, group, from),
+				budget: client.timeout, perTry: waitRequestTimeout, out: out, errOut: cmd.ErrOrStderr(),
+				after: "the move goes on without this command: follow it with quorate admin status --server " + base}
+			return w.run(ctx, func(attempt context.Context) (string, bool, error) {
+				st, err := ac.ClusterStatus(attempt, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+				if err != nil {
+					return "", false, wrapRPC("ClusterStatus", base, "", err)
 				}
-				select {
-				case <-wctx.Done():
-					return wctx.Err()
-				case <-time.After(500 * time.Millisecond):
-				}
-			}
+				state := replicaMoveState(st.Msg, group, from, to)
+				return state, state == "done", nil
+			})
 		},
 	}
 	fs := cmd.Flags()
 	fs.Uint32Var(&group, "group", 0, "data group ID (see quorate admin status)")
 	fs.StringVar(&from, "from", "", "node ID that holds the replica now")
 	fs.StringVar(&to, "to", "", "node ID to hold it instead")
-	fs.BoolVar(&wait, "wait", false, "report progress until the move is done")
+	fs.BoolVar(&wait, "wait", false, "report progress until the move is done (within --timeout)")
 	addClientFlags(cmd, &client)
+	cmd.Flags().Lookup("timeout").Usage = timeoutUsageWithWait
 	return cmd
 }
 
 // replicaMoveState describes how far a move has come by each member's view
 // of the group: "done" once --to leads or follows it and --from hosts none.
+// When --to cannot take part (it never joined, or does not answer), it says
+// so.
 func replicaMoveState(s *quoratev1.ClusterStatusResponse, group uint32, from, to string) string {
 	toRole, fromHosts := "", false
 	for _, m := range s.GetMembers() {
@@ -107,11 +103,30 @@ func replicaMoveState(s *quoratev1.ClusterStatusResponse, group uint32, from, to
 	}
 	switch {
 	case toRole == "":
+		if why := memberTrouble(s, to); why != "" {
+			return fmt.Sprintf("waiting for %s to open its replica, but %s", to, why)
+		}
 		return fmt.Sprintf("waiting for %s to open its replica", to)
 	case !slices.Contains([]string{"leader", "follower"}, toRole) || fromHosts:
 		return fmt.Sprintf("%s is %s; %s still hosts a replica", to, toRole, from)
 	}
 	return "done"
+}
+
+// memberTrouble says why node id cannot take part in a move: it is not a
+// member of the cluster (pre-registered, never started), or it does not
+// answer; "" when it answers.
+func memberTrouble(s *quoratev1.ClusterStatusResponse, id string) string {
+	for _, m := range s.GetMembers() {
+		if m.GetId() != id {
+			continue
+		}
+		if m.GetStatus() == nil {
+			return fmt.Sprintf("%s does not answer (%s)", id, dash(m.GetError()))
+		}
+		return ""
+	}
+	return fmt.Sprintf("%s has not joined the cluster (start it with quorate serve --id %s --join ADDR)", id, id)
 }
 
 func newAdminNodeCmd() *cobra.Command {
@@ -247,6 +262,7 @@ func newAdminNodeDrainCmd() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
+			applyWaitTimeout(cmd, &client, wait || remove)
 			base, ctx, cancel, err := client.begin(cmd.Context())
 			if err != nil {
 				return err
@@ -263,40 +279,33 @@ func newAdminNodeDrainCmd() *cobra.Command {
 			if !wait && !remove {
 				return nil
 			}
-			wctx := cmd.Context()
-			for last := -1; ; {
-				st, err := ac.ClusterStatus(wctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
-				if err == nil {
-					left := hostedReplicas(st.Msg, id)
-					if left != last {
-						fmt.Fprintf(out, "%s  %s hosts %d data group %s\n", time.Now().Format("15:04:05"), id, left, plural(left, "replica", "replicas"))
-						last = left
-					}
-					if left == 0 && !remove {
-						return nil
-					}
-					if left == 0 {
-						rctx, rcancel := context.WithTimeout(wctx, client.timeout)
-						_, err := ac.RemoveNode(rctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: id}))
-						rcancel()
-						if err != nil {
-							return wrapRPC("RemoveNode", base, "", err)
-						}
-						fmt.Fprintf(out, "%s removed from the cluster: it can be stopped\n", id)
-						return nil
-					}
+			w := &waiter{what: id + " to host no data group replica", budget: client.timeout, perTry: waitRequestTimeout,
+				out: out, errOut: cmd.ErrOrStderr(),
+				after: "the drain goes on without this command: follow it with quorate admin status --server " + base}
+			err = w.run(ctx, func(attempt context.Context) (string, bool, error) {
+				st, err := ac.ClusterStatus(attempt, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+				if err != nil {
+					return "", false, wrapRPC("ClusterStatus", base, "", err)
 				}
-				select {
-				case <-wctx.Done():
-					return wctx.Err()
-				case <-time.After(500 * time.Millisecond):
-				}
+				return drainState(st.Msg, id), hostedReplicas(st.Msg, id) == 0, nil
+			})
+			if err != nil || !remove {
+				return err
 			}
+			rctx, rcancel := context.WithTimeout(ctx, waitRequestTimeout)
+			_, err = ac.RemoveNode(rctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: id}))
+			rcancel()
+			if err != nil {
+				return wrapRPC("RemoveNode", base, "", err)
+			}
+			fmt.Fprintf(out, "%s removed from the cluster: it can be stopped\n", id)
+			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "report progress until the node hosts no replica")
+	cmd.Flags().BoolVar(&wait, "wait", false, "report progress until the node hosts no replica (within --timeout)")
 	cmd.Flags().BoolVar(&remove, "remove", false, "once the node hosts no replica, remove it from the cluster (implies --wait)")
 	addClientFlags(cmd, &client)
+	cmd.Flags().Lookup("timeout").Usage = timeoutUsageWithWait
 	return cmd
 }
 
@@ -319,4 +328,57 @@ func hostedReplicas(s *quoratev1.ClusterStatusResponse, id string) int {
 		return n
 	}
 	return -1
+}
+
+// drainState describes a drain's progress: how many data group replicas
+// node id still hosts and, for each of those groups, which node of the
+// shard map has yet to take its replica and, when that node cannot (never
+// joined, does not answer), why.
+func drainState(s *quoratev1.ClusterStatusResponse, id string) string {
+	left := hostedReplicas(s, id)
+	if left < 0 {
+		return fmt.Sprintf("cannot tell what %s hosts: %s (a dead node is taken out with: quorate admin node remove %s --force)",
+			id, memberTrouble(s, id), id)
+	}
+	head := fmt.Sprintf("%s hosts %d data group %s", id, left, plural(left, "replica", "replicas"))
+	if left == 0 {
+		return head
+	}
+	hosts := map[uint32][]string{} // group → members reporting a replica
+	var mine []uint32
+	for _, m := range s.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			if g.GetId() == 0 {
+				continue
+			}
+			hosts[g.GetId()] = append(hosts[g.GetId()], m.GetId())
+			if m.GetId() == id {
+				mine = append(mine, g.GetId())
+			}
+		}
+	}
+	slices.Sort(mine)
+	var parts []string
+	for _, gid := range mine {
+		part := fmt.Sprintf("group %d", gid)
+		for _, g := range s.GetShardMap().GetGroups() {
+			if g.GetId() != gid {
+				continue
+			}
+			for _, r := range g.GetReplicas() {
+				if slices.Contains(hosts[gid], r) {
+					continue
+				}
+				part += " → " + r
+				if why := memberTrouble(s, r); why != "" {
+					part += " (" + why + ")"
+				}
+			}
+			if slices.Contains(g.GetReplicas(), id) {
+				part += " (the shard map still places it on " + id + ")"
+			}
+		}
+		parts = append(parts, part)
+	}
+	return head + ": " + strings.Join(parts, "; ")
 }
