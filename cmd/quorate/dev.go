@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ type devOptions struct {
 	logLevel        string
 	readyTimeout    time.Duration
 	groups          int
+	groupsChanged   bool // --groups was given
 }
 
 func newDevCmd() *cobra.Command {
@@ -46,17 +48,25 @@ func newDevCmd() *cobra.Command {
 			"node1 bootstraps the cluster and the others join it. Once a leader is elected\n" +
 			"and every node has joined, dev loads the policy file and prints how to reach the\n" +
 			"cluster. Ctrl-C stops every node cleanly; running dev again on the same --dir\n" +
-			"resumes with the state intact (re-applying unchanged policies keeps their versions).",
+			"resumes with the state intact (re-applying unchanged policies keeps their versions).\n\n" +
+			"--groups shapes a new cluster only: keys are spread over 8 data groups by default\n" +
+			"(quorate serve defaults to 0, one group for everything, and takes --groups 8\n" +
+			"--expect-nodes 3 on every node to do the same). Dev records the value in\n" +
+			"DIR/dev.json; a restart keeps the cluster's groups (changed since only by `admin\n" +
+			"group add` and `split`) and refuses another --groups: use a new --dir for that.\n" +
+			"--nodes may grow a restarted cluster: the new nodes join it. Two dev clusters need\n" +
+			"their own ports: stop the other one, or give --api-port and --raft-port.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.policiesChanged = cmd.Flags().Changed("policies")
+			o.groupsChanged = cmd.Flags().Changed("groups")
 			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dir, "dir", "data/dev", "directory of the nodes' state (DIR/node1, DIR/node2, ...)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes, 1 to 9")
-	f.IntVar(&o.groups, "groups", 8, "data groups the keys are hashed to (0: every key in the meta group)")
+	f.IntVar(&o.groups, "groups", 8, "data groups the keys are hashed to, for a new cluster (0: every key in the meta group); a restart keeps the cluster's")
 	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
 	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
@@ -135,6 +145,18 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	restarted := dirHasEntries(filepath.Join(o.dir, "node1"))
+	rec, recorded, err := readDevRecord(o.dir)
+	if err != nil {
+		return err
+	}
+	if restarted && recorded {
+		if o.groupsChanged && o.groups != rec.Groups {
+			return fmt.Errorf("dev: --groups %d: the cluster in %s was created with --groups %d, and a restarted cluster keeps "+
+				"its data groups (see them with quorate admin status); restart it without --groups, or give another --dir "+
+				"for a new cluster with %d groups", o.groups, o.dir, rec.Groups, o.groups)
+		}
+		o.groups = rec.Groups // every node, new ones too, gets the cluster's value
+	}
 	logs := lockedWriter{mu: new(sync.Mutex), w: stderr}
 
 	c := newDevCluster(ctx)
@@ -172,6 +194,21 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return errors.Join(err, c.stop())
 	}
 
+	have := len(status.GetShardMap().GetGroups())
+	switch {
+	case !restarted:
+		err = writeDevRecord(o.dir, devRecord{Groups: o.groups})
+	case !recorded && status.GetShardMap() != nil:
+		// State from a dev that kept no record: the map says.
+		if o.groupsChanged && have != o.groups {
+			fmt.Fprintf(stderr, "quorate dev: warning: --groups %d is ignored: the cluster in %s has %d data groups, "+
+				"which a restart keeps (give another --dir for a new cluster)\n", o.groups, o.dir, have)
+		}
+		err = writeDevRecord(o.dir, devRecord{Groups: have})
+	}
+	if err != nil {
+		return errors.Join(err, c.stop())
+	}
 	writeDevSummary(stdout, o, nodes, status, policies, restarted)
 	fmt.Fprintf(stdout, "ready in %.1fs; press Ctrl-C to stop\n", time.Since(start).Seconds())
 
@@ -208,6 +245,11 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 		fmt.Fprintf(w, "  %-6s api http://%s  raft %s  %s\n", id, n.APIAddr(), n.RaftAddr(), role)
 	}
 	fmt.Fprintf(w, "leader: %s\n", status.GetLeaderId())
+	if sm := status.GetShardMap(); sm != nil {
+		fmt.Fprintf(w, "data groups: %d (shard map epoch %d; quorate admin status lists them)\n", len(sm.GetGroups()), sm.GetEpoch())
+	} else {
+		fmt.Fprintln(w, "data groups: none (every key in the meta group)")
+	}
 	// The examples use the first rate policy for admit and the first
 	// concurrency policy, if any, for lease acquire.
 	policy, leasePolicy := "POLICY", ""
@@ -254,4 +296,39 @@ func indent(s, prefix string) string {
 func dirHasEntries(dir string) bool {
 	entries, err := os.ReadDir(dir)
 	return err == nil && len(entries) > 0
+}
+
+// devRecordFile, in dev's --dir, records how dev created the cluster.
+const devRecordFile = "dev.json"
+
+// devRecord is what dev keeps in devRecordFile.
+type devRecord struct {
+	Groups int `json:"groups"` // --groups of the new cluster
+}
+
+// readDevRecord reads dir's devRecordFile; false when there is none.
+func readDevRecord(dir string) (devRecord, bool, error) {
+	var r devRecord
+	b, err := os.ReadFile(filepath.Join(dir, devRecordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, false, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("dev: %s: %w", filepath.Join(dir, devRecordFile), err)
+	}
+	return r, true, nil
+}
+
+func writeDevRecord(dir string, r devRecord) error {
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, devRecordFile), append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("dev: recording the cluster's --groups: %w", err)
+	}
+	return nil
 }

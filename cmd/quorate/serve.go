@@ -79,7 +79,8 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
 	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster with this node as its only voter (ignored when --data-dir has state)")
-	fs.IntVar(&cfg.DataGroups, "groups", cfg.DataGroups, "data groups the shard map spreads keys over (0: every key in the meta group); give every node the same value")
+	fs.IntVar(&cfg.DataGroups, "groups", cfg.DataGroups, "data groups the shard map spreads keys over when the cluster forms (0: every key in the meta group; quorate dev\n"+
+		"uses 8, with --expect-nodes 3); give every node the same value")
 	fs.IntVar(&cfg.ExpectNodes, "expect-nodes", cfg.ExpectNodes, "registered nodes the shard map waits for, so replicas spread over them from the start")
 	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port or http://host:port) of any member to join (ignored when --data-dir has state)")
 	addNodeTuningFlags(cmd, &cfg)
