@@ -2,6 +2,11 @@ module github.com/quorate/quorate
 
 go 1.26.0
 
+// hashicorp/raft v1.8.0 requires go-metrics v0.7.0, which removed the
+// github.com/hashicorp/go-metrics/compat package that raft-boltdb/v2 v2.3.1
+// imports (bolt_store.go, metrics.go): with v0.7.0 the build fails. v0.6.1 is
+// the last release with compat and has the API raft uses. Drop this replace
+// once a raft-boltdb release imports go-metrics without compat.
 replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1
 
 require (
@@ -15,6 +20,7 @@ require (
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.48.0
@@ -35,7 +41,6 @@ require (
 	github.com/mattn/go-isatty v0.0.14 // indirect
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.44.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
