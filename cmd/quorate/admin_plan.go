@@ -57,7 +57,7 @@ func newAdminSlotsMoveCmd() *cobra.Command {
 			"last N slots --from owns; --range A-B moves slots A to B-1, the half-open range\n" +
 			"[A,B) (0-4096 is every slot). Requests for moving slots are retried by the nodes\n" +
 			"meanwhile. The plan goes on without this command; with --wait it reports its\n" +
-			"progress like `plan watch` until it ends.",
+			"progress like `plan watch` until it ends or --timeout (10m by default) passes.",
 		Example: "  quorate admin slots move --from 1 --to 3 --count 512 --wait\n" +
 			"  quorate admin slots move --from 1 --to 3 --range 0-512   # slots 0 to 511",
 		Args: cobra.NoArgs,
@@ -221,7 +221,8 @@ func newAdminGroupAddCmd() *cobra.Command {
 		Long: "Add starts a plan adding a data group that owns no slots yet (move some to it\n" +
 			"with `slots move`). Its replicas go to the nodes of --replicas, the first being\n" +
 			"the preferred leader, or without it to the nodes holding the fewest replicas.\n" +
-			"With --wait it reports the plan's progress like `plan watch` until it ends.",
+			"With --wait it reports the plan's progress like `plan watch` until it ends or\n" +
+			"--timeout (10m by default) passes.",
 		Example: "  quorate admin group add --wait\n" +
 			"  quorate admin group add --replicas node2,node4,node5",
 		Args: cobra.NoArgs,
@@ -280,7 +281,8 @@ func newAdminGroupSplitCmd() *cobra.Command {
 		Short: "Add a data group and move the upper half of a group's slots to it",
 		Long: "Split starts a plan of two steps: add a data group (as `group add` does), then\n" +
 			"move the upper half of group ID's slots to it (as `slots move` does). With --wait\n" +
-			"it reports the plan's progress like `plan watch` until it ends.",
+			"it reports the plan's progress like `plan watch` until it ends or --timeout (10m by\n" +
+			"default) passes.",
 		Example: "  quorate admin group split 2 --wait",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

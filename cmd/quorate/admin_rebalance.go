@@ -22,8 +22,9 @@ func newAdminRebalanceCmd() *cobra.Command {
 			"most to those holding the fewest (until counts differ by at most one), then makes each\n" +
 			"group's preferred leader (its first replica) spread the same way. The groups' leaders carry\n" +
 			"the moves out as for `replica move` and hand leadership to their preferred leaders.\n" +
-			"--dry-run prints the plan and changes nothing. Every registered node is a candidate:\n" +
-			"remove dead nodes first (`node remove`).",
+			"--dry-run prints the plan and changes nothing. The candidates are the registered nodes\n" +
+			"that joined the cluster and answer: replicas on a dead node stay there (take it out with\n" +
+			"`node remove --force`), and a pre-registered node takes none until it has started.",
 		Example: "  quorate admin rebalance --dry-run\n  quorate admin rebalance",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -36,7 +36,8 @@ func newAdminReplicaMoveCmd() *cobra.Command {
 		Long: "Move writes the move into the shard map; the group's leader then adds --to as a\n" +
 			"non-voter, promotes it once it has caught up, and removes --from; --from closes its\n" +
 			"replica afterwards. The move goes on without this command (a new leader takes it\n" +
-			"up). With --wait it reports until --to votes in the group and --from is gone.",
+			"up). With --wait it reports until --to votes in the group and --from is gone, or\n" +
+			"--timeout (10m by default) passes.",
 		Example: "  quorate admin replica move --group 3 --from node1 --to node4 --wait",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -175,10 +176,11 @@ func newAdminNodeAddCmd() *cobra.Command {
 		Use:   "add ID --raft-addr HOST:PORT --api-addr HOST:PORT",
 		Short: "Pre-register a node that will join later",
 		Long: "Add records a node's ID and addresses in the cluster's registry before it runs, so that\n" +
-			"`group add --replicas` and `rebalance` may place replicas on it; start it later with\n" +
-			"`quorate serve --id ID --join ...` and the same addresses. A node that starts with --join\n" +
-			"registers itself anyway: pre-registering is only needed to plan ahead. Running it again\n" +
-			"is harmless; other addresses for a registered ID are refused.",
+			"`group add --replicas` and `replica move --to` may name it; start it later with\n" +
+			"`quorate serve --id ID --join ...` and the same addresses. Until it has joined and\n" +
+			"answers, drains, rebalances and groups placed by the cluster leave it out. A node that\n" +
+			"starts with --join registers itself anyway: pre-registering is only needed to plan\n" +
+			"ahead. Running it again is harmless; other addresses for a registered ID are refused.",
 		Example: "  quorate admin node add node4 --raft-addr 10.0.0.4:7170 --api-addr 10.0.0.4:7070",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -251,13 +253,15 @@ func newAdminNodeDrainCmd() *cobra.Command {
 		Use:   "drain ID [--wait] [--remove]",
 		Short: "Move every data group replica off a node",
 		Long: "Drain writes one shard map change that moves each of the node's data group\n" +
-			"replicas to the node outside that group holding the fewest, and cordons the node (no\n" +
-			"later plan places a replica on it until `node uncordon`); the groups' leaders\n" +
-			"carry the moves out as for `replica move`. Running it again is harmless (0 moves).\n" +
-			"With --wait it reports until the node hosts no data group replica; the node stays a\n" +
-			"member of the cluster (its meta group seat is not changed) unless --remove is given:\n" +
-			"then, once it hosts nothing, it is removed from the cluster as by `node remove`, and\n" +
-			"can be stopped.",
+			"replicas to the node outside that group holding the fewest (among the nodes that joined\n" +
+			"the cluster and answer: a pre-registered node that never started is left out), and\n" +
+			"cordons the node (no later plan places a replica on it until `node uncordon`); the\n" +
+			"groups' leaders carry the moves out as for `replica move`. Running it again is\n" +
+			"harmless (0 moves). With --wait it reports until the node hosts no data group replica,\n" +
+			"saying on stderr what it waits for, and gives up at --timeout (10m by default); the\n" +
+			"node stays a member of the cluster (its meta group seat is not changed) unless\n" +
+			"--remove is given: then, once it hosts nothing, it is removed from the cluster as by\n" +
+			"`node remove`, and can be stopped.",
 		Example: "  quorate admin node drain node3 --wait\n  quorate admin node drain node3 --remove",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -373,9 +377,6 @@ func drainState(s *quoratev1.ClusterStatusResponse, id string) string {
 				if why := memberTrouble(s, r); why != "" {
 					part += " (" + why + ")"
 				}
-			}
-			if slices.Contains(g.GetReplicas(), id) {
-				part += " (the shard map still places it on " + id + ")"
 			}
 		}
 		parts = append(parts, part)
