@@ -364,7 +364,7 @@ func drainState(s *quoratev1.ClusterStatusResponse, id string) string {
 	slices.Sort(mine)
 	var parts []string
 	for _, gid := range mine {
-		part := fmt.Sprintf("group %d", gid)
+		var to []string // replicas of the map not open yet
 		for _, g := range s.GetShardMap().GetGroups() {
 			if g.GetId() != gid {
 				continue
@@ -373,11 +373,15 @@ func drainState(s *quoratev1.ClusterStatusResponse, id string) string {
 				if slices.Contains(hosts[gid], r) {
 					continue
 				}
-				part += " → " + r
 				if why := memberTrouble(s, r); why != "" {
-					part += " (" + why + ")"
+					r += " (" + why + ")"
 				}
+				to = append(to, r)
 			}
+		}
+		part := fmt.Sprintf("group %d", gid)
+		if len(to) > 0 {
+			part += " → " + strings.Join(to, ", ")
 		}
 		parts = append(parts, part)
 	}
