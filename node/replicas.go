@@ -322,7 +322,7 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 					return m, 0, nil
 				}
 				var fe *shard.FieldError
-				if errors.As(err, &fe) && len(left) > 0 {
+				if errors.As(err, &fe) && len(left) > 0 && !errors.Is(err, shard.ErrForming) {
 					return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Problem, describeLeftOut(left))
 				}
 				if err != nil {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readmeBlock returns the command lines of the first ```sh block after the
+// README heading that starts with heading: each line without its comment,
+// split at ";", as arguments after "bin/quorate", optional [...] parts left
+// out.
+func readmeBlock(t *testing.T, heading string) [][]string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n"+heading)
+	if !ok {
+		t.Fatalf("README.md has no heading %q", heading)
+	}
+	_, rest, _ = strings.Cut(rest, "```sh\n")
+	block, _, _ := strings.Cut(rest, "```")
+	var cmds [][]string
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		for _, c := range strings.Split(line, ";") {
+			var args []string
+			optional := false
+			for _, f := range strings.Fields(c) {
+				switch {
+				case strings.HasPrefix(f, "["):
+					optional = !strings.HasSuffix(f, "]")
+				case optional:
+					optional = !strings.HasSuffix(f, "]")
+				default:
+					args = append(args, f)
+				}
+			}
+			if len(args) > 1 && args[0] == "bin/quorate" {
+				cmds = append(cmds, args[1:])
+			}
+		}
+	}
+	return cmds
+}
+
+// The README's "Scaling live" commands, run as written (with this test's
+// directory and ports) against the dev cluster they start: every one
+// succeeds, the waits included.
+func TestREADMEScalingCommands(t *testing.T) {
+	cmds := readmeBlock(t, "### Scaling live")
+	if len(cmds) < 12 || cmds[0][0] != "dev" {
+		t.Fatalf("unexpected commands in the README's scaling section: %q", cmds)
+	}
+	apiPort := freePortRange(t, 4)
+	raftPort := freePortRange(t, 4, apiPort, apiPort+1, apiPort+2, apiPort+3)
+	dev := cmds[0]
+	for i, a := range dev {
+		if a == "--dir" {
+			dev[i+1] = filepath.Join(t.TempDir(), "scale")
+		}
+	}
+	startDev(t, append(dev, "--policies", "", "--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort)))
+	server := fmt.Sprintf("127.0.0.1:%d", apiPort)
+	for _, args := range cmds[1:] {
+		if strings.Join(args, " ") == "admin plan cancel ID" {
+			continue // the README's placeholder for a running plan
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var stdout, stderr lockedBuffer
+		err := run(ctx, append(args, "--server", server), &stdout, &stderr)
+		cancel()
+		if err != nil {
+			t.Fatalf("quorate %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		t.Logf("quorate %s:\n%s", strings.Join(args, " "), stdout.String())
+	}
+}
