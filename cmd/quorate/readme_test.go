@@ -82,3 +82,37 @@ func TestREADMEScalingCommands(t *testing.T) {
 		t.Logf("quorate %s:\n%s", strings.Join(args, " "), stdout.String())
 	}
 }
+
+// The client commands of the README's "The command" section, run as written
+// (with this test's server) against a dev cluster like make run's (3 nodes,
+// 8 data groups, the example policies): every one succeeds. Refund names
+// the request an admit of the section's options made.
+func TestREADMEClientCommands(t *testing.T) {
+	apiPort := freePortRange(t, 3)
+	raftPort := freePortRange(t, 3, apiPort, apiPort+1, apiPort+2)
+	startDev(t, []string{"dev", "--dir", filepath.Join(t.TempDir(), "dev"), "--policies", "../../examples/policies.yaml",
+		"--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort)})
+	server := fmt.Sprintf("127.0.0.1:%d", apiPort)
+	cmds := append([][]string{{"admit", "--policy", "api-free", "--key", "tenant-a", "--cost", "3", "--caller", "svc", "--request-id", "ID"}},
+		readmeBlock(t, "## The command")...)
+	ran := 0
+	for _, args := range cmds {
+		line := " " + strings.Join(args, " ") + " "
+		if args[0] == "dev" || args[0] == "serve" || strings.Contains(line, " P ") || strings.Contains(line, " K ") {
+			continue // a server, or placeholders
+		}
+		for i, a := range args {
+			if a == "examples/policies.yaml" {
+				args[i] = "../../examples/policies.yaml"
+			}
+		}
+		out, errOut, err := runCLI(t, append(args, "--server", server)...)
+		if err != nil {
+			t.Fatalf("quorate %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
+		}
+		ran++
+	}
+	if ran < 9 {
+		t.Errorf("ran %d commands of the README, want at least 9: %q", ran, cmds)
+	}
+}
