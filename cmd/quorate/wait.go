@@ -22,7 +22,7 @@ const (
 )
 
 // timeoutUsageWithWait is the --timeout usage of a command with --wait.
-const timeoutUsageWithWait = "deadline of the whole command, its wait included (default 5s; with --wait: 10m)"
+const timeoutUsageWithWait = "deadline of the whole command, its wait included; with --wait (or drain --remove) unless given: 10m"
 
 // applyWaitTimeout gives --timeout its default for a waiting command: 10
 // minutes unless --timeout was given.
