@@ -381,3 +381,82 @@ func TestSlotMoveFailsOnClockSkew(t *testing.T) {
 		return nil
 	})
 }
+
+// The leader bounds an import's source time in the FSM (the entry's
+// bounded_source_time) only once every registered node applies that rule:
+// with a node at feature level 3 the chunks go unflagged, as an older
+// replica would decide them; at level 4 everywhere, flagged.
+func TestImportBoundFollowsFeatureLevel(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 3
+		node.SetExportPageBytes(cfg, 1024)
+		if i == 2 {
+			node.SetFeatureLevel(cfg, fsm.FeatureMigrate)
+		}
+	}})
+	sm := waitGroups(t, c, 2)
+	applyLongBucket(t, c, "p", 1_000_000)
+	end := shard.Slot(sm.GetGroups()[0].GetSlots())
+	moving := shard.SlotRange{Start: end - 64, End: end}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fillKeys(ctx, t, c, "p", keysOf(moving, 20))
+
+	var mu sync.Mutex
+	var flags []bool
+	record := func(env *raftcmdv1.Envelope) {
+		if imp := env.GetImportSlots(); imp != nil {
+			mu.Lock()
+			flags = append(flags, imp.GetBoundedSourceTime())
+			mu.Unlock()
+		}
+	}
+	hook := func() {
+		for i := range c.Len() {
+			node.SetAfterProposeHook(c.Node(i), record)
+		}
+	}
+	move := func(from, to uint32, want bool) {
+		t.Helper()
+		mu.Lock()
+		flags = nil
+		mu.Unlock()
+		p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+			return c.Admin(0).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: from, To: to, Start: uint32(moving.Start), End: uint32(moving.End)}))
+		})
+		waitPlan(t, c, 0, p.GetId(), "done", 60*time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(flags) == 0 {
+			t.Fatalf("move %d→%d: no import chunk proposed", from, to)
+		}
+		for i, f := range flags {
+			if f != want {
+				t.Fatalf("move %d→%d: chunk %d proposed with bounded_source_time %v, want %v", from, to, i, f, want)
+			}
+		}
+	}
+
+	c.Eventually(t, 10*time.Second, "node 2's level recorded", func() error {
+		if l := node.MinFeatureLevel(c.Node(0)); l != fsm.FeatureMigrate {
+			return fmt.Errorf("min level %d", l)
+		}
+		return nil
+	})
+	hook()
+	move(1, 2, false)
+
+	node.ResetFeatureLevel(c.Config(2))
+	c.Stop(2)
+	c.Start(2)
+	hook()
+	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {
+		for i := range c.Len() {
+			if l := node.MinFeatureLevel(c.Node(i)); l < fsm.FeatureBoundedImport {
+				return fmt.Errorf("node %d: min level %d", i, l)
+			}
+		}
+		return nil
+	})
+	move(2, 1, true)
+}
