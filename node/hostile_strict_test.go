@@ -201,7 +201,7 @@ func TestHostilePeerMigrationCommandsRefused(t *testing.T) {
 	cases := []struct {
 		name   string
 		group  uint32
-		env    *raftcmdv1.Envelope          // ApplyToGroup, or
+		env    *raftcmdv1.Envelope           // ApplyToGroup, or
 		export *quoratev1.ExportSlotsRequest // ExportSlots
 		code   connect.Code
 		field  string
