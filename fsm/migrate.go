@@ -151,7 +151,7 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, stamp int64) interface{} {
 	// the bound.
 	if src := c.GetSourceNowUnixNano(); c.GetBoundedSourceTime() && src > addSaturating(stamp, int64(MaxClockSkew)) {
 		return &admission.FieldError{Field: "source_now_unix_nano", Err: ErrClockSkew, Reason: fmt.Sprintf(
-			"clock skew: migration %d's source time %s is %v ahead of group's leader (at most %v)",
+			"clock skew: migration %d's source time %s is %v ahead of this group's leader (at most %v)",
 			c.GetMigration(), time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-stamp), MaxClockSkew)}
 	}
 	if f.owned == nil || f.owned.mapEpoch < c.GetMapEpoch() {
@@ -551,37 +551,6 @@ func dedupeFromRecord(d *raftcmdv1.DedupeRecord) (dedupe.Entry, error) {
 		Result:      d.GetResult(),
 		ExpiresAt:   d.GetExpiresAtUnixNano(),
 	}, nil
-}
-
-// Frozen returns the migrations freezing slots of this group.
-func (f *FSM) Frozen() map[uint64]shard.SlotRange {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make(map[uint64]shard.SlotRange, len(f.frozen))
-	for m, r := range f.frozen {
-		out[m] = r
-	}
-	return out
-}
-
-// ImportStatus is a target group's view of one migration into it.
-type ImportStatus struct {
-	Range             shard.SlotRange
-	Attempt           uint64
-	NextSeq           uint32
-	Complete, Dropped bool
-	Records           uint64
-}
-
-// Import returns this replica's record of migration into it.
-func (f *FSM) Import(migration uint64) (ImportStatus, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, ok := f.imports[migration]
-	if !ok {
-		return ImportStatus{}, false
-	}
-	return ImportStatus{Range: st.r, Attempt: st.attempt, NextSeq: st.nextSeq, Complete: st.complete, Dropped: st.dropped, Records: st.records}, true
 }
 
 // migrateSnapshot is the migration state in stored form, sorted.
