@@ -34,8 +34,10 @@ func newAdminStatusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show every member's role, term and log indexes",
 		Long: "Status asks one node (--server) for the cluster's status; that node asks every\n" +
-			"member for its own view. An unreachable member is listed with the error. Running\n" +
-			"plans (slot moves, group additions) follow, with their current step's progress.",
+			"member for its own view. An unreachable member is listed with the error. Slot\n" +
+			"ranges frozen by a slot move are listed with their plan, as each group's leader\n" +
+			"reports them. Running plans (slot moves, group additions) follow, with their\n" +
+			"current step's progress.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base, ctx, cancel, err := client.begin(cmd.Context())
