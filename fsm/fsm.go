@@ -164,8 +164,8 @@ type Node struct {
 // RemoveNode; 3: slot migrations and plans. A node
 // proposes an entry kind of level L only when every registered node is at
 // L or above (MinFeatureLevel), so no replica meets an entry it cannot
-// decode (DESIGN.md §2 rule 3).
-const FeatureLevel = 3
+// decode (DESIGN.md §2 rule 3). 4: imports bounded by MaxClockSkew.
+const FeatureLevel = 4
 
 // Feature levels of entry kinds.
 const (
@@ -174,6 +174,8 @@ const (
 	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
 	// CreatePlan, UpdatePlan, CancelPlan.
 	FeatureMigrate = 3
+	// FeatureBoundedImport: ImportSlots.bounded_source_time (MaxClockSkew).
+	FeatureBoundedImport = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
@@ -317,6 +319,13 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 }
 
 // applyLocked applies one decoded entry; f.mu is held.
+//
+// Time: the entry decides at max(lastNow, its leader's stamp). Only an
+// ImportSlots moves lastNow further, to its source's time, and by at most
+// MaxClockSkew past the stamp once every replica applies that bound
+// (FeatureBoundedImport, migrate.go): no command moves a group's time far
+// past its leaders' clocks, where no bucket would refill until they caught
+// up.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.appliedIndex = l.Index
 	prev := f.lastNow
@@ -381,7 +390,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 		delete(f.frozen, body.UnfreezeSlots.GetMigration())
 		return nil
 	case *raftcmdv1.Envelope_ImportSlots:
-		return f.applyImport(body.ImportSlots, now)
+		return f.applyImport(body.ImportSlots, env.GetNowUnixNano())
 	case *raftcmdv1.Envelope_DropImport:
 		return f.applyDropImport(body.DropImport)
 	case *raftcmdv1.Envelope_CreatePlan:

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -35,7 +36,20 @@ var (
 	// ErrNotFrozen is returned by ExportSlots when this replica has not
 	// applied the migration's freeze.
 	ErrNotFrozen = errors.New("fsm: slots not frozen by that migration here")
+	// ErrClockSkew is returned (inside an *admission.FieldError for field
+	// "source_now_unix_nano") by ImportSlots for a chunk whose source time
+	// is more than MaxClockSkew ahead of the entry's own: the group's time
+	// would jump past its leaders' clocks.
+	ErrClockSkew = fmt.Errorf("%w: clock skew", admission.ErrInvalidRequest)
 )
+
+// MaxClockSkew is how far ahead of the time its leader stamps an entry a
+// command may move a group's time: only an import does (its source's time
+// becomes the target's), and a chunk further ahead is refused rather than
+// clamped — a clamped time would let the target issue fencing tokens below
+// the source's. A slot move between groups whose clocks disagree by more
+// rolls back, with an error that names the skew.
+const MaxClockSkew = time.Minute
 
 // importState is a target group's record of one migration into it.
 type importState struct {
@@ -127,10 +141,18 @@ func (f *FSM) applyFreeze(c *raftcmdv1.FreezeSlots) interface{} {
 	return nil
 }
 
-func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
+func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, stamp int64) interface{} {
 	r, err := rangeOf(c.GetStart(), c.GetEnd())
 	if err != nil {
 		return err
+	}
+	// Entries from before feature level 4 do not carry the flag and are
+	// decided as they were; the leader sets it once every replica applies
+	// the bound.
+	if src := c.GetSourceNowUnixNano(); c.GetBoundedSourceTime() && src > addSaturating(stamp, int64(MaxClockSkew)) {
+		return &admission.FieldError{Field: "source_now_unix_nano", Err: ErrClockSkew, Reason: fmt.Sprintf(
+			"clock skew: migration %d's source time %s is %v ahead of this group's leader (at most %v)",
+			c.GetMigration(), time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-stamp), MaxClockSkew)}
 	}
 	if f.owned == nil || f.owned.mapEpoch < c.GetMapEpoch() {
 		return fmt.Errorf("%w: import of migration %d wants epoch %d", ErrNotOwnedYet, c.GetMigration(), c.GetMapEpoch())
@@ -149,6 +171,11 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, now int64) interface{} {
 	}
 	st := f.imports[c.GetMigration()]
 	switch {
+	case st != nil && st.r != r:
+		// A migration's range never changes (plans are immutable): only a
+		// hostile peer sends another, so refusing it changes no decision
+		// of a log written by Quorate.
+		return fmt.Errorf("%w: migration %d imports %v, not %v", ErrImportRefused, c.GetMigration(), st.r, r)
 	case st != nil && st.dropped:
 		return fmt.Errorf("%w: migration %d was dropped", ErrImportRefused, c.GetMigration())
 	case st != nil && c.GetAttempt() < st.attempt:
@@ -220,6 +247,10 @@ func (f *FSM) applyDropImport(c *raftcmdv1.DropImport) interface{} {
 		return fmt.Errorf("%w: group %d owns slots of %v: the migration completed", ErrImportRefused, f.owned.group, r)
 	}
 	st := f.imports[c.GetMigration()]
+	if st != nil && st.r != r {
+		// As in applyImport: only a hostile peer names another range.
+		return fmt.Errorf("%w: migration %d imports %v, not %v", ErrImportRefused, c.GetMigration(), st.r, r)
+	}
 	if st == nil {
 		st = &importState{r: r}
 		f.imports[c.GetMigration()] = st
@@ -520,37 +551,6 @@ func dedupeFromRecord(d *raftcmdv1.DedupeRecord) (dedupe.Entry, error) {
 		Result:      d.GetResult(),
 		ExpiresAt:   d.GetExpiresAtUnixNano(),
 	}, nil
-}
-
-// Frozen returns the migrations freezing slots of this group.
-func (f *FSM) Frozen() map[uint64]shard.SlotRange {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make(map[uint64]shard.SlotRange, len(f.frozen))
-	for m, r := range f.frozen {
-		out[m] = r
-	}
-	return out
-}
-
-// ImportStatus is a target group's view of one migration into it.
-type ImportStatus struct {
-	Range             shard.SlotRange
-	Attempt           uint64
-	NextSeq           uint32
-	Complete, Dropped bool
-	Records           uint64
-}
-
-// Import returns this replica's record of migration into it.
-func (f *FSM) Import(migration uint64) (ImportStatus, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, ok := f.imports[migration]
-	if !ok {
-		return ImportStatus{}, false
-	}
-	return ImportStatus{Range: st.r, Attempt: st.attempt, NextSeq: st.nextSeq, Complete: st.complete, Dropped: st.dropped, Records: st.records}, true
 }
 
 // migrateSnapshot is the migration state in stored form, sorted.

@@ -18,6 +18,7 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+	"github.com/quorate/quorate/shard"
 )
 
 // memberStatusTimeout bounds how long ClusterStatus waits for each member.
@@ -48,6 +49,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
 	}
+	plans := n.meta.fsm.Plans()
 	for _, g := range n.hosted() {
 		gs := &quoratev1.GroupState{
 			Id:               uint32(g.id),
@@ -74,11 +76,27 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 				gs.Slots += uint32(a.Range.Len())
 			}
 		}
+		gs.Frozen = frozenStatus(g.fsm.Frozen(), plans)
 		out.Groups = append(out.Groups, gs)
 		out.Buckets += gs.Keys
 		out.DedupeEntries += gs.DedupeEntries
 		out.DedupeBytes += uint64(max(0, g.fsm.DedupeBytes()))
 	}
+	return out
+}
+
+// frozenStatus lists a group's frozen slot ranges by migration, each with
+// its plan's state as plans (the meta replica's) keep it.
+func frozenStatus(frozen map[uint64]shard.SlotRange, plans []*raftcmdv1.Plan) []*quoratev1.FrozenSlots {
+	var out []*quoratev1.FrozenSlots
+	for m, r := range frozen {
+		fs := &quoratev1.FrozenSlots{Start: uint32(r.Start), End: uint32(r.End), Migration: m, Plan: m >> 16, Step: uint32(m & 0xffff), PlanState: "unknown"}
+		if i := slices.IndexFunc(plans, func(p *raftcmdv1.Plan) bool { return p.GetId() == fs.Plan }); i >= 0 {
+			fs.PlanState = planStateName(plans[i].GetState())
+		}
+		out = append(out, fs)
+	}
+	slices.SortFunc(out, func(a, b *quoratev1.FrozenSlots) int { return cmp.Compare(a.GetMigration(), b.GetMigration()) })
 	return out
 }
 

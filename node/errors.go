@@ -38,7 +38,7 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
 		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported),
-		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable):
+		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, ErrUnplanned):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict):
 		return connect.NewError(connect.CodeAborted, err)

@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -25,13 +27,18 @@ type peerHandler struct {
 
 var _ quoratev1connect.PeerServiceHandler = (*peerHandler)(nil)
 
-func (h *peerHandler) ExportSlots(_ context.Context, req *connect.Request[quoratev1.ExportSlotsRequest]) (*connect.Response[quoratev1.ExportSlotsResponse], error) {
+func (h *peerHandler) ExportSlots(ctx context.Context, req *connect.Request[quoratev1.ExportSlotsRequest]) (*connect.Response[quoratev1.ExportSlotsResponse], error) {
 	m := req.Msg
 	g := h.n.dataGroup(shard.GroupID(m.GetGroup()))
 	if g == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s hosts no replica of group %d", h.n.cfg.ID, m.GetGroup()))
 	}
-	r := shard.SlotRange{Start: shard.Slot(m.GetStart()), End: shard.Slot(m.GetEnd())}
+	r := shard.SlotRange{Start: shard.Slot(min(m.GetStart(), shard.SlotCount)), End: shard.Slot(min(m.GetEnd(), shard.SlotCount))}
+	// Frozen slots are read only for the step that froze them, while it
+	// copies.
+	if err := h.n.checkPlanned(ctx, migrationCall{kind: "export", group: g.id, migration: m.GetMigration(), r: r}); err != nil {
+		return nil, h.n.toConnectError(err)
+	}
 	maxBytes := int(m.GetMaxBytes())
 	if maxBytes <= 0 || maxBytes > 4*exportPageBytes {
 		maxBytes = h.n.pageBytes()
@@ -63,10 +70,37 @@ func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quo
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
+	if err := n.checkMigrationEntry(ctx, g.id, env); err != nil {
+		return nil, n.toConnectError(err)
+	}
 	if _, err := n.proposeTo(ctx, dest{g: g, id: g.id}, env); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return connect.NewResponse(&quoratev1.ApplyToGroupResponse{}), nil
+}
+
+// checkMigrationEntry refuses slot-migration entry env for group id, which
+// this node leads, unless it belongs to a plan step being driven now
+// (fitsPlan), and an import whose source time is more than
+// fsm.MaxClockSkew ahead of this leader's clock; it then sets what only
+// the leader decides: whether the group bounds the import's source time
+// (from feature level 4, when every replica does). Whoever sent env has no
+// say in that.
+func (n *Node) checkMigrationEntry(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
+	if err := n.checkPlanned(ctx, migrationCallOf(id, env)); err != nil {
+		return err
+	}
+	imp := env.GetImportSlots()
+	if imp == nil {
+		return nil
+	}
+	if src, now := imp.GetSourceNowUnixNano(), n.now(); src > now.Add(fsm.MaxClockSkew).UnixNano() {
+		return &admission.FieldError{Field: "source_now_unix_nano", Err: fsm.ErrClockSkew, Reason: fmt.Sprintf(
+			"clock skew: migration %d's source time %s is %v ahead of group %d's leader %s (at most %v)", imp.GetMigration(),
+			time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-now.UnixNano()), id, n.cfg.ID, fsm.MaxClockSkew)}
+	}
+	imp.BoundedSourceTime = n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBoundedImport
+	return nil
 }
 
 // pageBytes is the size of an export page here.
@@ -91,6 +125,9 @@ func isCoordination(env *raftcmdv1.Envelope) bool {
 // replicas in turn, until one answers as leader).
 func (n *Node) applyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
 	if g := n.dataGroup(id); g != nil && g.isLeader() {
+		if err := n.checkMigrationEntry(ctx, id, env); err != nil {
+			return err
+		}
 		_, err := n.proposeTo(ctx, dest{g: g, id: id}, env)
 		return err
 	}

@@ -34,8 +34,10 @@ func newAdminStatusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show every member's role, term and log indexes",
 		Long: "Status asks one node (--server) for the cluster's status; that node asks every\n" +
-			"member for its own view. An unreachable member is listed with the error. Running\n" +
-			"plans (slot moves, group additions) follow, with their current step's progress.",
+			"member for its own view. An unreachable member is listed with the error. Slot\n" +
+			"ranges frozen by a slot move are listed with their plan, as each group's leader\n" +
+			"reports them. Running plans (slot moves, group additions) follow, with their\n" +
+			"current step's progress.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			base, ctx, cancel, err := client.begin(cmd.Context())
@@ -153,6 +155,45 @@ func writeGroups(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", g.GetId(), dash(st.leader), strings.Join(g.GetReplicas(), ","), g.GetSlots(), keys, applied,
 			dash(moving))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeFrozen(w, s)
+}
+
+// writeFrozen prints the slot ranges frozen by slot moves, as each group's
+// leader reports them (another replica when no leader answered), by group
+// and migration; nothing when none is frozen.
+func writeFrozen(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
+	type row struct {
+		group uint32
+		f     *quoratev1.FrozenSlots
+	}
+	var rows []row
+	reported := map[uint32]bool{}
+	for _, leaders := range []bool{true, false} {
+		for _, m := range s.GetMembers() {
+			for _, g := range m.GetStatus().GetGroups() {
+				if (g.GetRole() == "leader") != leaders || reported[g.GetId()] {
+					continue
+				}
+				reported[g.GetId()] = true
+				for _, f := range g.GetFrozen() {
+					rows = append(rows, row{g.GetId(), f})
+				}
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(rows, func(a, b row) int { return int(a.group) - int(b.group) })
+	fmt.Fprintln(w, "\nfrozen slots (data commands on them answer unavailable until the move flips or rolls back)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tSLOTS\tPLAN\tSTEP\tMIGRATION\tPLAN STATE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t[%d,%d)\t%d\t%d\t%d\t%s\n", r.group, r.f.GetStart(), r.f.GetEnd(), r.f.GetPlan(), r.f.GetStep(), r.f.GetMigration(), r.f.GetPlanState())
 	}
 	return tw.Flush()
 }

@@ -1963,8 +1963,12 @@ type GroupState struct {
 	MapEpoch uint64 `protobuf:"varint,10,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	// The group's Raft configuration as this replica knows it (the leader's
 	// is current): voters and non-voters, by node ID.
-	Voters        []string `protobuf:"bytes,11,rep,name=voters,proto3" json:"voters,omitempty"`
-	Nonvoters     []string `protobuf:"bytes,12,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	Voters    []string `protobuf:"bytes,11,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters []string `protobuf:"bytes,12,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	// Slot ranges of this group frozen by slot moves out of it, as this
+	// replica applied them: data commands on them are answered Unavailable
+	// until the move flips or rolls back.
+	Frozen        []*FrozenSlots `protobuf:"bytes,60,rep,name=frozen,proto3" json:"frozen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2083,6 +2087,101 @@ func (x *GroupState) GetNonvoters() []string {
 	return nil
 }
 
+func (x *GroupState) GetFrozen() []*FrozenSlots {
+	if x != nil {
+		return x.Frozen
+	}
+	return nil
+}
+
+// FrozenSlots is one range of a data group's slots frozen by a slot move.
+type FrozenSlots struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start uint32                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End   uint32                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	// The move's migration ID: plan << 16 | step.
+	Migration uint64 `protobuf:"varint,3,opt,name=migration,proto3" json:"migration,omitempty"`
+	Plan      uint64 `protobuf:"varint,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	Step      uint32 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
+	// The plan's state as this node's meta replica keeps it ("running",
+	// "cancelling", ...), or "unknown" when it keeps no such plan.
+	PlanState     string `protobuf:"bytes,6,opt,name=plan_state,json=planState,proto3" json:"plan_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrozenSlots) Reset() {
+	*x = FrozenSlots{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrozenSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrozenSlots) ProtoMessage() {}
+
+func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrozenSlots.ProtoReflect.Descriptor instead.
+func (*FrozenSlots) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *FrozenSlots) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *FrozenSlots) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *FrozenSlots) GetMigration() uint64 {
+	if x != nil {
+		return x.Migration
+	}
+	return 0
+}
+
+func (x *FrozenSlots) GetPlan() uint64 {
+	if x != nil {
+		return x.Plan
+	}
+	return 0
+}
+
+func (x *FrozenSlots) GetStep() uint32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *FrozenSlots) GetPlanState() string {
+	if x != nil {
+		return x.PlanState
+	}
+	return ""
+}
+
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2099,7 +2198,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2210,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2223,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2163,7 +2262,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2274,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2287,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 // Policy is one admission policy.
@@ -2227,7 +2326,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2338,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2351,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Policy) GetName() string {
@@ -2348,7 +2447,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2459,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2472,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2393,7 +2492,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2504,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2517,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2436,7 +2535,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2547,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2560,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 type ListPoliciesResponse struct {
@@ -2473,7 +2572,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2584,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2597,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2517,7 +2616,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2628,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2641,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -2561,7 +2660,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2672,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2685,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -2605,7 +2704,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2716,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2729,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -2650,7 +2749,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2761,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2774,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -2815,7 +2914,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
 	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
-	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xd6\x02\n" +
+	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\x87\x03\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -2830,7 +2929,16 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tmap_epoch\x18\n" +
 	" \x01(\x04R\bmapEpoch\x12\x16\n" +
 	"\x06voters\x18\v \x03(\tR\x06voters\x12\x1c\n" +
-	"\tnonvoters\x18\f \x03(\tR\tnonvoters\"z\n" +
+	"\tnonvoters\x18\f \x03(\tR\tnonvoters\x12/\n" +
+	"\x06frozen\x18< \x03(\v2\x17.quorate.v1.FrozenSlotsR\x06frozen\"\x9a\x01\n" +
+	"\vFrozenSlots\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\x12\x1c\n" +
+	"\tmigration\x18\x03 \x01(\x04R\tmigration\x12\x12\n" +
+	"\x04plan\x18\x04 \x01(\x04R\x04plan\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\rR\x04step\x12\x1d\n" +
+	"\n" +
+	"plan_state\x18\x06 \x01(\tR\tplanState\"z\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2905,7 +3013,7 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_quorate_v1_admin_proto_goTypes = []any{
 	(*UncordonNodeRequest)(nil),    // 0: quorate.v1.UncordonNodeRequest
 	(*UncordonNodeResponse)(nil),   // 1: quorate.v1.UncordonNodeResponse
@@ -2941,83 +3049,85 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*NodeStatusResponse)(nil),     // 31: quorate.v1.NodeStatusResponse
 	(*NodeState)(nil),              // 32: quorate.v1.NodeState
 	(*GroupState)(nil),             // 33: quorate.v1.GroupState
-	(*JoinRequest)(nil),            // 34: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 35: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 36: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 37: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 38: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 39: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 40: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 41: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 42: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 43: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 44: quorate.v1.DeletePoliciesResponse
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*FrozenSlots)(nil),            // 34: quorate.v1.FrozenSlots
+	(*JoinRequest)(nil),            // 35: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 36: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 37: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 38: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 39: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 40: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 41: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 42: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 43: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 44: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 45: quorate.v1.DeletePoliciesResponse
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	17, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
 	17, // 1: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
 	18, // 2: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	45, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	46, // 3: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
 	29, // 4: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
 	27, // 5: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
 	28, // 6: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
 	32, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	32, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
 	33, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	45, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	45, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	45, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	36, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	36, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	36, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	36, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	36, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	25, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	30, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	34, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	37, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	39, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	41, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	43, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	23, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	21, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	19, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	10, // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	11, // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	12, // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	13, // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	15, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	4,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	2,  // 34: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	0,  // 35: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	6,  // 36: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	8,  // 37: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	26, // 38: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	31, // 39: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	35, // 40: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	38, // 41: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	40, // 42: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	42, // 43: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	44, // 44: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	24, // 45: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	22, // 46: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	20, // 47: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	16, // 48: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	16, // 49: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	16, // 50: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	14, // 51: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	16, // 52: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	5,  // 53: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	3,  // 54: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	1,  // 55: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	7,  // 56: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	9,  // 57: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	38, // [38:58] is the sub-list for method output_type
-	18, // [18:38] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	34, // 10: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
+	46, // 11: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	46, // 12: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	46, // 13: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	37, // 14: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	37, // 15: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	37, // 16: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	37, // 17: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	37, // 18: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	25, // 19: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	30, // 20: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	35, // 21: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	38, // 22: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	40, // 23: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	42, // 24: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	44, // 25: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	23, // 26: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	21, // 27: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	19, // 28: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	10, // 29: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	11, // 30: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	12, // 31: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	13, // 32: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	15, // 33: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	4,  // 34: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	2,  // 35: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	0,  // 36: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	6,  // 37: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	8,  // 38: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	26, // 39: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	31, // 40: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	36, // 41: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	39, // 42: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	41, // 43: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	43, // 44: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	45, // 45: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	24, // 46: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	22, // 47: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	20, // 48: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	16, // 49: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	16, // 50: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	16, // 51: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	14, // 52: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	16, // 53: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	5,  // 54: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	3,  // 55: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	1,  // 56: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	7,  // 57: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	9,  // 58: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	39, // [39:59] is the sub-list for method output_type
+	19, // [19:39] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -3031,7 +3141,7 @@ func file_quorate_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

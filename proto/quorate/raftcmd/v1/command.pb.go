@@ -3260,6 +3260,12 @@ type ImportSlots struct {
 	SourceNowUnixNano int64      `protobuf:"varint,7,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
 	MapEpoch          uint64     `protobuf:"varint,8,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	State             *SlotState `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
+	// Set by the target group's leader when it proposes the chunk, once every
+	// registered node applies feature level 4: the group then refuses a
+	// source_now_unix_nano more than fsm.MaxClockSkew ahead of the entry's
+	// own time, so no chunk moves the group's time far past its leaders'
+	// clocks. Whoever asked for the chunk has no say in it.
+	BoundedSourceTime bool `protobuf:"varint,60,opt,name=bounded_source_time,json=boundedSourceTime,proto3" json:"bounded_source_time,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -3355,6 +3361,13 @@ func (x *ImportSlots) GetState() *SlotState {
 		return x.State
 	}
 	return nil
+}
+
+func (x *ImportSlots) GetBoundedSourceTime() bool {
+	if x != nil {
+		return x.BoundedSourceTime
+	}
+	return false
 }
 
 // SlotState is the state of some slots, as a snapshot stores it.
@@ -4454,7 +4467,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x05start\x18\x02 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\rR\x03end\"-\n" +
 	"\rUnfreezeSlots\x12\x1c\n" +
-	"\tmigration\x18\x01 \x01(\x04R\tmigration\"\x96\x02\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\"\xc6\x02\n" +
 	"\vImportSlots\x12\x1c\n" +
 	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x12\x14\n" +
@@ -4464,7 +4477,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x01(\bR\x04last\x12/\n" +
 	"\x14source_now_unix_nano\x18\a \x01(\x03R\x11sourceNowUnixNano\x12\x1b\n" +
 	"\tmap_epoch\x18\b \x01(\x04R\bmapEpoch\x123\n" +
-	"\x05state\x18\t \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\"\x91\x02\n" +
+	"\x05state\x18\t \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\x12.\n" +
+	"\x13bounded_source_time\x18< \x01(\bR\x11boundedSourceTime\"\x91\x02\n" +
 	"\tSlotState\x12:\n" +
 	"\abuckets\x18\x01 \x03(\v2 .quorate.raftcmd.v1.BucketRecordR\abuckets\x12C\n" +
 	"\n" +

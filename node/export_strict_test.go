@@ -1,0 +1,35 @@
+package node
+
+import (
+	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/shard"
+)
+
+// GroupLastNow is the time of n's replica of data group gid as of its last
+// applied entry (ok false when n hosts none).
+func GroupLastNow(n *Node, gid uint32) (int64, bool) {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return 0, false
+	}
+	return g.fsm.LastNow(), true
+}
+
+// GroupImport is n's replica's record of migration into data group gid.
+func GroupImport(n *Node, gid uint32, migration uint64) (fsm.ImportStatus, bool) {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return fsm.ImportStatus{}, false
+	}
+	return g.fsm.Import(migration)
+}
+
+// GroupFrozen is the slots of data group gid that n's replica has frozen,
+// by migration.
+func GroupFrozen(n *Node, gid uint32) map[uint64]shard.SlotRange {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return nil
+	}
+	return g.fsm.Frozen()
+}
