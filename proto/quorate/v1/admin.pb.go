@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1963,10 +1964,16 @@ type GroupState struct {
 	MapEpoch uint64 `protobuf:"varint,10,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	// The group's Raft configuration as this replica knows it (the leader's
 	// is current): voters and non-voters, by node ID.
-	Voters        []string `protobuf:"bytes,11,rep,name=voters,proto3" json:"voters,omitempty"`
-	Nonvoters     []string `protobuf:"bytes,12,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Voters    []string `protobuf:"bytes,11,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters []string `protobuf:"bytes,12,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	// The last storage error of this replica (a failed write, a full disk, a
+	// damaged file), and when it happened; empty when there was none since
+	// the replica opened. Role "damaged": the replica is not running because
+	// its files are damaged, and storage_error says how to recover.
+	StorageError   string                 `protobuf:"bytes,80,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
+	StorageErrorAt *timestamppb.Timestamp `protobuf:"bytes,81,opt,name=storage_error_at,json=storageErrorAt,proto3" json:"storage_error_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GroupState) Reset() {
@@ -2079,6 +2086,20 @@ func (x *GroupState) GetVoters() []string {
 func (x *GroupState) GetNonvoters() []string {
 	if x != nil {
 		return x.Nonvoters
+	}
+	return nil
+}
+
+func (x *GroupState) GetStorageError() string {
+	if x != nil {
+		return x.StorageError
+	}
+	return ""
+}
+
+func (x *GroupState) GetStorageErrorAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StorageErrorAt
 	}
 	return nil
 }
@@ -2690,7 +2711,7 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"%\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"%\n" +
 	"\x13UncordonNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x14UncordonNodeResponse\x12\x1b\n" +
@@ -2815,7 +2836,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
 	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
-	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xd6\x02\n" +
+	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xc1\x03\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -2830,7 +2851,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tmap_epoch\x18\n" +
 	" \x01(\x04R\bmapEpoch\x12\x16\n" +
 	"\x06voters\x18\v \x03(\tR\x06voters\x12\x1c\n" +
-	"\tnonvoters\x18\f \x03(\tR\tnonvoters\"z\n" +
+	"\tnonvoters\x18\f \x03(\tR\tnonvoters\x12#\n" +
+	"\rstorage_error\x18P \x01(\tR\fstorageError\x12D\n" +
+	"\x10storage_error_at\x18Q \x01(\v2\x1a.google.protobuf.TimestampR\x0estorageErrorAt\"z\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2953,6 +2976,7 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*DeletePoliciesRequest)(nil),  // 43: quorate.v1.DeletePoliciesRequest
 	(*DeletePoliciesResponse)(nil), // 44: quorate.v1.DeletePoliciesResponse
 	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	17, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
@@ -2965,59 +2989,60 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	32, // 7: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	32, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
 	33, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	45, // 10: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	45, // 11: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	45, // 12: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	36, // 13: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	36, // 14: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	36, // 15: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	36, // 16: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	36, // 17: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	25, // 18: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	30, // 19: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	34, // 20: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	37, // 21: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	39, // 22: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	41, // 23: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	43, // 24: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	23, // 25: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	21, // 26: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	19, // 27: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	10, // 28: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	11, // 29: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	12, // 30: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	13, // 31: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	15, // 32: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	4,  // 33: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	2,  // 34: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	0,  // 35: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	6,  // 36: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	8,  // 37: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	26, // 38: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	31, // 39: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	35, // 40: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	38, // 41: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	40, // 42: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	42, // 43: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	44, // 44: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	24, // 45: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	22, // 46: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	20, // 47: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	16, // 48: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	16, // 49: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	16, // 50: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	14, // 51: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	16, // 52: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	5,  // 53: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	3,  // 54: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	1,  // 55: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	7,  // 56: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	9,  // 57: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	38, // [38:58] is the sub-list for method output_type
-	18, // [18:38] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	46, // 10: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	45, // 11: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	45, // 12: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	45, // 13: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	36, // 14: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	36, // 15: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	36, // 16: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	36, // 17: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	36, // 18: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	25, // 19: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	30, // 20: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	34, // 21: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	37, // 22: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	39, // 23: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	41, // 24: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	43, // 25: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	23, // 26: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	21, // 27: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	19, // 28: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	10, // 29: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	11, // 30: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	12, // 31: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	13, // 32: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	15, // 33: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	4,  // 34: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	2,  // 35: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	0,  // 36: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	6,  // 37: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	8,  // 38: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	26, // 39: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	31, // 40: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	35, // 41: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	38, // 42: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	40, // 43: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	42, // 44: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	44, // 45: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	24, // 46: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	22, // 47: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	20, // 48: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	16, // 49: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	16, // 50: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	16, // 51: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	14, // 52: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	16, // 53: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	5,  // 54: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	3,  // 55: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	1,  // 56: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	7,  // 57: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	9,  // 58: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	39, // [39:59] is the sub-list for method output_type
+	19, // [19:39] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
