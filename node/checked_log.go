@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"sync/atomic"
 
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/bbolt"
 )
@@ -148,32 +149,38 @@ func (c *checkedLog) DeleteRange(min, max uint64) error {
 	return nil
 }
 
-// verify reads every entry of the log and checks it, before raft replays
-// any: raft panics on an entry it cannot read while it starts. It returns
-// the first and last index of the log.
-func (c *checkedLog) verify() (first, last uint64, err error) {
-	if first, err = c.store.FirstIndex(); err != nil {
-		return 0, 0, c.damaged(fmt.Sprintf("reading the log's first index: %v", err))
+// verifyEntries reads every entry of the log in tx (a read transaction on
+// the bolt file of a raftboltdb store) and checks it, in one pass, before
+// raft replays any: raft panics on an entry it cannot read while it starts.
+// It returns the first and last index of the log (0, 0 when empty), or what
+// is wrong.
+func verifyEntries(tx *bbolt.Tx) (first, last uint64, detail string) {
+	b := tx.Bucket([]byte("logs"))
+	if b == nil {
+		return 0, 0, ""
 	}
-	if last, err = c.store.LastIndex(); err != nil {
-		return 0, 0, c.damaged(fmt.Sprintf("reading the log's last index: %v", err))
-	}
-	if last == 0 {
-		return 0, 0, nil
-	}
-	var l raft.Log
-	for i := first; i <= last; i++ {
-		l = raft.Log{}
-		err := c.store.GetLog(i, &l)
+	dec := codec.NewDecoderBytes(nil, &codec.MsgpackHandle{})
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			return 0, 0, fmt.Sprintf("the log holds a key of %d bytes after entry %d", len(k), last)
+		}
+		i := binary.BigEndian.Uint64(k)
 		switch {
-		case errors.Is(err, raft.ErrLogNotFound):
-			return 0, 0, c.damaged(fmt.Sprintf("log entry %d is missing (the log runs from %d to %d)", i, first, last))
-		case err != nil:
-			return 0, 0, c.damaged(fmt.Sprintf("log entry %d cannot be read: %v", i, err))
+		case first == 0:
+			first = i
+		case i != last+1:
+			return 0, 0, fmt.Sprintf("log entries %d to %d are missing", last+1, i-1)
 		}
-		if detail := unseal(i, &l); detail != "" {
-			return 0, 0, c.damaged(detail)
+		last = i
+		var l raft.Log
+		dec.ResetBytes(v)
+		if err := dec.Decode(&l); err != nil {
+			return 0, 0, fmt.Sprintf("log entry %d cannot be decoded: %v", i, err)
+		}
+		if d := unseal(i, &l); d != "" {
+			return 0, 0, d
 		}
 	}
-	return first, last, nil
+	return first, last, ""
 }

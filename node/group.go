@@ -85,7 +85,8 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	if err := g.checkBolt(); err != nil {
+	first, last, err := g.checkBolt()
+	if err != nil {
 		return nil, err
 	}
 	if g.store, err = g.openStore(n.cfg.DataDir); err != nil {
@@ -93,10 +94,6 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	}
 	g.log = &checkedLog{store: g.store, file: g.boltPath(), health: &g.health,
 		damaged: func(detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
-	first, last, err := g.verifyLog()
-	if err != nil {
-		return nil, err
-	}
 	logs, err := raft.NewLogCache(1024, g.log)
 	if err != nil {
 		return nil, err

@@ -54,14 +54,15 @@ func (g *group) damaged(file, detail string) *DamagedError {
 func (g *group) boltPath() string { return filepath.Join(g.dir, "raft.db") }
 
 // checkBolt reads every page of the replica's bolt file (bbolt's tx.Check)
-// before the store opens it for writing. bbolt meets some damage (a
-// truncated file, a page overwritten) with a panic, or with a fault reading
-// past the end of its mapping, instead of an error, and the panic names no
-// file: here both become a *DamagedError.
-func (g *group) checkBolt() (err error) {
+// and checks every log entry (verifyEntries), before the store opens the
+// file for writing; it returns the first and last index of the log. bbolt
+// meets some damage (a truncated file, a page overwritten) with a panic, or
+// with a fault reading past the end of its mapping, instead of an error,
+// and the panic names no file: here both become a *DamagedError.
+func (g *group) checkBolt() (first, last uint64, err error) {
 	path := g.boltPath()
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
+		return 0, 0, nil
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -72,9 +73,9 @@ func (g *group) checkBolt() (err error) {
 	db, err := bbolt.Open(path, 0o640, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	switch {
 	case errors.Is(err, bbolt.ErrTimeout):
-		return fmt.Errorf("node: --data-dir: opening %s (is another node using it?): %w", path, err)
+		return 0, 0, fmt.Errorf("node: --data-dir: opening %s (is another node using it?): %w", path, err)
 	case err != nil:
-		return g.damaged(path, fmt.Sprintf("opening it failed: %v", err))
+		return 0, 0, g.damaged(path, fmt.Sprintf("opening it failed: %v", err))
 	}
 	defer db.Close()
 	var problems []error
@@ -87,15 +88,19 @@ func (g *group) checkBolt() (err error) {
 				problems = append(problems, e)
 			}
 		}
+		if len(problems) > 0 {
+			return errors.Join(problems...)
+		}
+		var detail string
+		if first, last, detail = verifyEntries(tx); detail != "" {
+			return errors.New(detail)
+		}
 		return nil
 	})
-	if err == nil && len(problems) > 0 {
-		err = errors.Join(problems...)
-	}
 	if err != nil {
-		return g.damaged(path, err.Error())
+		return 0, 0, g.damaged(path, err.Error())
 	}
-	return nil
+	return first, last, nil
 }
 
 func fileSize(path string) int64 {
@@ -157,18 +162,6 @@ func (g *group) openStore(dataDir string) (_ *raftboltdb.BoltStore, err error) {
 		return nil, fmt.Errorf("node: --data-dir: opening %s (is another node using %s?): %w", path, dataDir, err)
 	}
 	return store, nil
-}
-
-// verifyLog checks every entry of the replica's log (checkedLog.verify),
-// turning a panic of bbolt into a *DamagedError.
-func (g *group) verifyLog() (first, last uint64, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = g.damaged(g.boltPath(), fmt.Sprintf("reading the log failed: %v", r))
-		}
-	}()
-	return g.log.verify()
 }
 
 // startRaft starts the replica's raft. raft panics, instead of failing, on
