@@ -117,3 +117,50 @@ func TestDamagedLogEntryIsRefusedAtStart(t *testing.T) {
 	c.WaitReady(t)
 	caughtUp(t, c, victim, c.Leader(t))
 }
+
+// A bolt file cut short or with a page overwritten makes bbolt panic, or
+// fault, on its first reads, with a message that names no file: the node
+// refuses to start with an error naming the file and the recovery instead.
+func TestDamagedBoltFileIsRefusedAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(tb testing.TB, b []byte, key string) []byte
+	}{
+		{"truncated", func(tb testing.TB, b []byte, _ string) []byte { return b[:len(b)/2] }},
+		{"page overwritten", func(tb testing.TB, b []byte, key string) []byte {
+			at := bytes.Index(b, []byte(key))
+			if at < 0 {
+				tb.Fatalf("no copy of %q", key)
+			}
+			const page = 4096
+			start := at / page * page
+			for i := start; i < start+page; i++ {
+				b[i] = 0xa5
+			}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := nodetest.NewCluster(t, 1)
+			applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			key := strings.Repeat("integrity-bolt-key-", 8)
+			for i := range 200 {
+				if _, err := admit(ctx, c, 0, "integrity", fmt.Sprintf("%s%d", key, i), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Stop(0)
+			path := filepath.Join(c.Config(0).DataDir, "raft", "raft.db")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, tc.damage(t, b, key+"150"), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			mustNotStart(t, c, 0, path)
+		})
+	}
+}

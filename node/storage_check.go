@@ -53,12 +53,16 @@ func (g *group) damaged(file, detail string) *DamagedError {
 // boltPath is the replica's bolt file: its Raft log and stable store.
 func (g *group) boltPath() string { return filepath.Join(g.dir, "raft.db") }
 
-// checkBolt reads every page of the replica's bolt file (bbolt's tx.Check)
-// and checks every log entry (verifyEntries), before the store opens the
-// file for writing; it returns the first and last index of the log. bbolt
-// meets some damage (a truncated file, a page overwritten) with a panic, or
-// with a fault reading past the end of its mapping, instead of an error,
-// and the panic names no file: here both become a *DamagedError.
+// checkBolt reads every page of the replica's bolt file and checks every
+// log entry (verifyEntries), before the store opens the file for writing;
+// it returns the first and last index of the log. bbolt meets some damage
+// (a truncated file, a page overwritten) with a panic, or with a fault
+// reading past the end of its mapping, instead of an error, and the panic
+// names no file: here both become a *DamagedError. The pages are read with
+// cursors on this goroutine, not with tx.Check: opening the file writable
+// rebuilds its freelist (the store does not write one) on a goroutine of
+// bbolt's, where a panic could not be recovered, so the pages must be known
+// good first.
 func (g *group) checkBolt() (first, last uint64, err error) {
 	path := g.boltPath()
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -78,29 +82,37 @@ func (g *group) checkBolt() (first, last uint64, err error) {
 		return 0, 0, g.damaged(path, fmt.Sprintf("opening it failed: %v", err))
 	}
 	defer db.Close()
-	var problems []error
 	err = db.View(func(tx *bbolt.Tx) error {
-		if tx.Size() > fileSize(path) {
-			return fmt.Errorf("it is %d bytes long, its pages need %d", fileSize(path), tx.Size())
-		}
-		for e := range tx.Check() {
-			if len(problems) < 3 {
-				problems = append(problems, e)
-			}
-		}
-		if len(problems) > 0 {
-			return errors.Join(problems...)
+		if size := fileSize(path); tx.Size() > size {
+			return fmt.Errorf("it is %d bytes long, its pages need %d", size, tx.Size())
 		}
 		var detail string
 		if first, last, detail = verifyEntries(tx); detail != "" {
 			return errors.New(detail)
 		}
-		return nil
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			if string(name) != "logs" {
+				readBucket(b)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return 0, 0, g.damaged(path, err.Error())
 	}
 	return first, last, nil
+}
+
+// readBucket reads every key and nested bucket of b: every page under it.
+func readBucket(b *bbolt.Bucket) {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				readBucket(nb)
+			}
+		}
+	}
 }
 
 func fileSize(path string) int64 {
