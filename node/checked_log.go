@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"sync/atomic"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
@@ -29,7 +28,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Quorate itself never sets Extensions, so an entry whose Extensions are
 // neither empty nor tagged is damaged too.
 //
-// A damaged entry makes GetLog return a *DamagedError and calls onDamage
+// A damaged entry makes GetLog return a *DamagedError, reported to health
 // (which stops the replica). Write errors are recorded in health. Methods
 // are safe for concurrent use, as the store's are.
 type checkedLog struct {
@@ -37,8 +36,6 @@ type checkedLog struct {
 	file    string
 	damaged func(detail string) *DamagedError
 	health  *storageHealth
-	// onDamage, once set (after raft started), stops the replica.
-	onDamage atomic.Pointer[func(error)]
 }
 
 var _ raft.LogStore = (*checkedLog)(nil)
@@ -115,10 +112,7 @@ func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
 // damage reports a damaged entry found while the replica runs.
 func (c *checkedLog) damage(detail string) error {
 	err := c.damaged(detail)
-	c.health.record(err)
-	if f := c.onDamage.Load(); f != nil {
-		(*f)(err)
-	}
+	c.health.damage(err)
 	return err
 }
 

@@ -105,7 +105,7 @@ func TestCheckedLogFindsDamageWhileRunning(t *testing.T) {
 	g, cl = testCheckedLog(t, g.dir)
 	var stopped error
 	stop := func(err error) { stopped = err }
-	cl.onDamage.Store(&stop)
+	g.health.onDamage.Store(&stop)
 
 	var l raft.Log
 	if err := cl.GetLog(11, &l); err != nil {

@@ -103,7 +103,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health}
+	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health, damaged: g.damaged}
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
 	}
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
-	g.log.onDamage.Store(&onDamage)
+	g.health.onDamage.Store(&onDamage)
 	return g, nil
 }
 

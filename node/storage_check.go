@@ -137,6 +137,10 @@ func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) err
 	if len(metas) > 0 {
 		m := metas[0]
 		_, rc, err := snaps.Open(m.ID)
+		var de *DamagedError
+		if errors.As(err, &de) {
+			return de
+		}
 		if err != nil {
 			return g.damaged(filepath.Join(dir, m.ID, "state.bin"),
 				fmt.Sprintf("snapshot %s (up to log entry %d) cannot be read: %v", m.ID, m.Index, err))

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -16,6 +19,17 @@ type storageHealth struct {
 	mu  sync.Mutex
 	err error
 	at  time.Time
+	// onDamage, once set (after raft started), stops the replica.
+	onDamage atomic.Pointer[func(error)]
+}
+
+// damage records err, a *DamagedError found while the replica runs, and
+// stops the replica.
+func (h *storageHealth) damage(err error) {
+	h.record(err)
+	if f := h.onDamage.Load(); f != nil {
+		(*f)(err)
+	}
 }
 
 func (h *storageHealth) record(err error) {
@@ -58,11 +72,14 @@ func (s *recordingStable) check(err error) error {
 }
 
 // recordingSnapshots is a raft.SnapshotStore that records the errors of
-// writing and opening snapshots.
+// writing snapshots. A snapshot that cannot be opened (one the leader was
+// to send to a follower) is damaged: Open reports it to health, which
+// stops the replica.
 type recordingSnapshots struct {
 	raft.SnapshotStore
-	dir    string
-	health *storageHealth
+	dir     string
+	health  *storageHealth
+	damaged func(file, detail string) *DamagedError
 }
 
 var _ raft.SnapshotStore = (*recordingSnapshots)(nil)
@@ -81,8 +98,12 @@ func (s *recordingSnapshots) Create(version raft.SnapshotVersion, index, term ui
 // Open implements raft.SnapshotStore.
 func (s *recordingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist): // reaped meanwhile
 		s.health.record(fmt.Errorf("opening snapshot %s: %w", filepath.Join(s.dir, id), err))
+	case err != nil:
+		err = s.damaged(filepath.Join(s.dir, id, "state.bin"), fmt.Sprintf("snapshot %s cannot be read: %v", id, err))
+		s.health.damage(err)
 	}
 	return meta, rc, err
 }
