@@ -60,7 +60,8 @@ func fill(t *testing.T, dir string) {
 
 // A follower whose disk fills up records the failed writes; its status
 // (and so `quorate admin status`) shows the last one, naming the file and
-// the cause, while the other nodes go on deciding without losing anything.
+// the cause, while the other nodes go on deciding without losing anything;
+// once space is freed it catches up.
 func TestFullDiskShowsInStatus(t *testing.T) {
 	const victim = 2
 	disk := tinyDisk(t, 4<<20)
@@ -103,4 +104,9 @@ func TestFullDiskShowsInStatus(t *testing.T) {
 			t.Fatalf("node %d: remaining %d, want %d", i, resp.GetRemaining(), 100_000-spent)
 		}
 	}
+
+	if err := os.Remove(filepath.Join(disk, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, c, victim, c.Leader(t))
 }
