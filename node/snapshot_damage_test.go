@@ -178,3 +178,103 @@ func TestDamagedSnapshotStopsReplica(t *testing.T) {
 		})
 	}
 }
+
+// flipInPlace flips one bit in every copy of needle in the file at path,
+// writing only those bytes (the file may be open and mapped by a running
+// node), and returns how many it changed.
+func flipInPlace(tb testing.TB, path string, needle []byte) int {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(b[i:], needle)
+		if j < 0 {
+			break
+		}
+		at := i + j + len(needle) - 1
+		if _, err := f.WriteAt([]byte{b[at] ^ 0x01}, int64(at)); err != nil {
+			tb.Fatal(err)
+		}
+		i += j + len(needle)
+		n++
+	}
+	return n
+}
+
+// A log entry damaged on the leader's disk while it runs, found when the
+// leader reads it to catch a follower up: the leader's replica stops and
+// shows as damaged, naming the file and the recovery, instead of sending
+// changed data or panicking; another replica takes over, the follower
+// catches up from it, and every answer stays right.
+func TestDamagedEntryFoundWhileRunning(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+	}})
+	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	spent := map[string]int64{}
+	admitSome := func(key string, n int, on ...int) {
+		t.Helper()
+		for k := range n {
+			resp, err := admit(ctx, c, on[k%len(on)], "integrity", key, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spent[key]++; resp.GetRemaining() != 100000-spent[key] {
+				t.Fatalf("%s: remaining %d, want %d", key, resp.GetRemaining(), 100000-spent[key])
+			}
+		}
+	}
+	admitSome("k", 1, 0)
+	leader := -1
+	c.Eventually(t, 30*time.Second, "a leader of group 1", func() error {
+		for i := range c.Len() {
+			if groupState(c, i, 1).GetRole() == "leader" {
+				leader = i
+				return nil
+			}
+		}
+		return fmt.Errorf("none")
+	})
+	follower, other := (leader+1)%3, (leader+2)%3
+	c.Stop(follower)
+	const key = "integrity-entry-damaged-while-running"
+	admitSome(key, 1, leader)
+	// Push the entry out of the leader's cache of recent entries, so that
+	// catching the follower up reads it from disk.
+	admitSome("k", 1100, leader, other)
+	path := filepath.Join(c.Config(leader).DataDir, "groups", "1", "raft.db")
+	if n := flipInPlace(t, path, []byte(key)); n == 0 {
+		t.Fatalf("%s holds no copy of %q", path, key)
+	}
+	c.Start(follower)
+
+	c.Eventually(t, 60*time.Second, "group 1 damaged on the old leader", func() error {
+		g := groupState(c, leader, 1)
+		if g.GetRole() != "damaged" || !strings.Contains(g.GetStorageError(), path+" is damaged: log entry") ||
+			!strings.Contains(g.GetStorageError(), "to recover, delete "+filepath.Dir(path)) {
+			return fmt.Errorf("group 1 on the old leader: %v", g)
+		}
+		return nil
+	})
+	c.Eventually(t, 60*time.Second, "the follower caught up from the other replica", func() error {
+		g, want := groupState(c, follower, 1), groupState(c, other, 1)
+		if want.GetRole() != "leader" && g.GetRole() != "leader" {
+			return fmt.Errorf("no new leader: %v / %v", g, want)
+		}
+		if g.GetLastAppliedIndex() < want.GetCommitIndex() || want.GetCommitIndex() == 0 {
+			return fmt.Errorf("follower applied %d of %d", g.GetLastAppliedIndex(), want.GetCommitIndex())
+		}
+		return nil
+	})
+	admitSome("k", 4, follower, other)
+}
