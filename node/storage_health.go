@@ -98,10 +98,7 @@ func (s *recordingSnapshots) Create(version raft.SnapshotVersion, index, term ui
 // Open implements raft.SnapshotStore.
 func (s *recordingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
-	switch {
-	case errors.Is(err, fs.ErrNotExist): // reaped meanwhile
-		s.health.record(fmt.Errorf("opening snapshot %s: %w", filepath.Join(s.dir, id), err))
-	case err != nil:
+	if err != nil && !errors.Is(err, fs.ErrNotExist) { // not reaped meanwhile
 		err = s.damaged(filepath.Join(s.dir, id, "state.bin"), fmt.Sprintf("snapshot %s cannot be read: %v", id, err))
 		s.health.damage(err)
 	}
