@@ -97,13 +97,13 @@ func (n *Node) openFailed(id shard.GroupID, err error) {
 }
 
 // forgetDamaged drops the damage records of data groups no longer placed on
-// this node, and of those whose replica runs again. placed reports whether
-// the shard map places group id here.
+// this node (openDataGroup drops those whose replica runs again). placed
+// reports whether the shard map places group id here.
 func (n *Node) forgetDamaged(placed func(shard.GroupID) bool) {
 	n.groups.mu.Lock()
 	defer n.groups.mu.Unlock()
 	for id := range n.groups.damaged {
-		if !placed(id) || n.groups.m[id] != nil {
+		if !placed(id) {
 			delete(n.groups.damaged, id)
 		}
 	}

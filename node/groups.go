@@ -201,6 +201,7 @@ func (n *Node) openDataGroup(g shard.Group) error {
 		return err
 	}
 	n.groups.m[g.ID] = rg
+	delete(n.groups.damaged, g.ID)
 	n.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
 	return nil
 }

@@ -113,6 +113,8 @@ func TestDamagedLogEntryIsRefusedAtStart(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(c.Config(victim).DataDir, "raft")); err != nil {
 		t.Fatal(err)
 	}
+	cfg := c.Config(victim)
+	cfg.Bootstrap, cfg.Join = false, c.Config(leader).APIAddr
 	c.Start(victim)
 	c.WaitReady(t)
 	caughtUp(t, c, victim, c.Leader(t))
