@@ -234,24 +234,30 @@ func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 			}
 		}
 	}
-	admitSome("k", 1, 0)
-	leader := -1
-	c.Eventually(t, 30*time.Second, "a leader of group 1", func() error {
-		for i := range c.Len() {
-			if groupState(c, i, 1).GetRole() == "leader" {
-				leader = i
-				return nil
+	leaderOf1 := func() int {
+		t.Helper()
+		leader := -1
+		c.Eventually(t, 30*time.Second, "a leader of group 1", func() error {
+			for i := range c.Len() {
+				if c.Running(i) && groupState(c, i, 1).GetRole() == "leader" {
+					leader = i
+					return nil
+				}
 			}
-		}
-		return fmt.Errorf("none")
-	})
-	follower, other := (leader+1)%3, (leader+2)%3
+			return fmt.Errorf("none")
+		})
+		return leader
+	}
+	admitSome("k", 1, 0)
+	follower := (leaderOf1() + 1) % 3
 	c.Stop(follower)
 	const key = "integrity-entry-damaged-while-running"
-	admitSome(key, 1, leader)
+	admitSome(key, 1, (follower+1)%3)
 	// Push the entry out of the leader's cache of recent entries, so that
 	// catching the follower up reads it from disk.
-	admitSome("k", 1100, leader, other)
+	admitSome("k", 1100, (follower+1)%3, (follower+2)%3)
+	leader := leaderOf1()
+	other := 3 - leader - follower
 	path := filepath.Join(c.Config(leader).DataDir, "groups", "1", "raft.db")
 	if n := flipInPlace(t, path, []byte(key)); n == 0 {
 		t.Fatalf("%s holds no copy of %q", path, key)
