@@ -146,3 +146,26 @@ func BenchmarkCheckBolt(b *testing.B) {
 		}
 	}
 }
+
+// A replica without a bolt file, or with an empty one (its process stopped
+// right after creating it), is new, not damaged: bbolt initializes it.
+func TestCheckBoltAcceptsNewFiles(t *testing.T) {
+	g := &group{id: 3, dir: t.TempDir()}
+	if first, last, err := g.checkBolt(); err != nil || first != 0 || last != 0 {
+		t.Fatalf("no file: %d..%d, %v", first, last, err)
+	}
+	if err := os.WriteFile(g.boltPath(), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.checkBolt(); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+	store, err := g.openStore(g.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	if _, _, err := g.checkBolt(); err != nil {
+		t.Fatalf("initialized file: %v", err)
+	}
+}

@@ -65,8 +65,8 @@ func (g *group) boltPath() string { return filepath.Join(g.dir, "raft.db") }
 // good first.
 func (g *group) checkBolt() (first, last uint64, err error) {
 	path := g.boltPath()
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return 0, 0, nil
+	if fi, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
+		return 0, 0, nil // new, or created by a process that stopped at once: bbolt initializes it
 	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
