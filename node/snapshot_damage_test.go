@@ -52,6 +52,22 @@ func groupState(c *nodetest.Cluster, i int, id uint32) *quoratev1.GroupState {
 	return nil
 }
 
+// groupLeader waits until a running node leads group id, and returns it.
+func groupLeader(tb testing.TB, c *nodetest.Cluster, id uint32) int {
+	tb.Helper()
+	leader := -1
+	c.Eventually(tb, 30*time.Second, fmt.Sprintf("a leader of group %d", id), func() error {
+		for i := range c.Len() {
+			if c.Running(i) && groupState(c, i, id).GetRole() == "leader" {
+				leader = i
+				return nil
+			}
+		}
+		return fmt.Errorf("none")
+	})
+	return leader
+}
+
 // snapshotDirs are the snapshots of data group 1's replica on node i.
 func snapshotDirs(tb testing.TB, c *nodetest.Cluster, i int) []string {
 	tb.Helper()
@@ -234,29 +250,15 @@ func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 			}
 		}
 	}
-	leaderOf1 := func() int {
-		t.Helper()
-		leader := -1
-		c.Eventually(t, 30*time.Second, "a leader of group 1", func() error {
-			for i := range c.Len() {
-				if c.Running(i) && groupState(c, i, 1).GetRole() == "leader" {
-					leader = i
-					return nil
-				}
-			}
-			return fmt.Errorf("none")
-		})
-		return leader
-	}
 	admitSome("k", 1, 0)
-	follower := (leaderOf1() + 1) % 3
+	follower := (groupLeader(t, c, 1) + 1) % 3
 	c.Stop(follower)
 	const key = "integrity-entry-damaged-while-running"
 	admitSome(key, 1, (follower+1)%3)
 	// Push the entry out of the leader's cache of recent entries, so that
 	// catching the follower up reads it from disk.
 	admitSome("k", 1100, (follower+1)%3, (follower+2)%3)
-	leader := leaderOf1()
+	leader := groupLeader(t, c, 1)
 	other := 3 - leader - follower
 	path := filepath.Join(c.Config(leader).DataDir, "groups", "1", "raft.db")
 	if n := flipInPlace(t, path, []byte(key)); n == 0 {
@@ -283,4 +285,73 @@ func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 		return nil
 	})
 	admitSome("k", 4, follower, other)
+}
+
+// A snapshot damaged on the leader's disk while it runs, found when the
+// leader opens it to install it on a follower that fell behind its log:
+// the leader's replica stops and shows as damaged instead of retrying the
+// install forever; another replica takes over and installs its own.
+func TestDamagedSnapshotFoundWhileRunning(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 4
+	}})
+	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	spent := int64(0)
+	admitSome := func(n int, on ...int) {
+		t.Helper()
+		for k := range n {
+			resp, err := admit(ctx, c, on[k%len(on)], "integrity", "snap-key", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spent++; resp.GetRemaining() != 100000-spent {
+				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 100000-spent)
+			}
+		}
+	}
+	admitSome(1, 0)
+	follower := (groupLeader(t, c, 1) + 1) % 3
+	c.Stop(follower)
+	admitSome(200, (follower+1)%3, (follower+2)%3)
+	leader := groupLeader(t, c, 1)
+	other := 3 - leader - follower
+	c.Eventually(t, 30*time.Second, "a snapshot on the leader", func() error {
+		if len(snapshotDirs(t, c, leader)) == 0 {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
+	for _, d := range snapshotDirs(t, c, leader) {
+		path := filepath.Join(d, "state.bin")
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte{0xff, 0x00, 0xff}, 8); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	}
+	c.Start(follower)
+
+	snaps := filepath.Join(c.Config(leader).DataDir, "groups", "1", "snapshots")
+	c.Eventually(t, 60*time.Second, "group 1 damaged on the leader", func() error {
+		g := groupState(c, leader, 1)
+		if g.GetRole() != "damaged" || !strings.Contains(g.GetStorageError(), snaps) ||
+			!strings.Contains(g.GetStorageError(), "state.bin is damaged") {
+			return fmt.Errorf("group 1 on the leader: %v", g)
+		}
+		return nil
+	})
+	c.Eventually(t, 60*time.Second, "the follower caught up from the other replica", func() error {
+		g, want := groupState(c, follower, 1), groupState(c, other, 1)
+		if g.GetLastAppliedIndex() < want.GetCommitIndex() || want.GetCommitIndex() == 0 {
+			return fmt.Errorf("follower applied %d of %d", g.GetLastAppliedIndex(), want.GetCommitIndex())
+		}
+		return nil
+	})
+	admitSome(4, follower, other)
 }
