@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
@@ -70,6 +71,9 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 				}
 			}
 		}
+		if err, at := g.health.last(); err != nil {
+			gs.StorageError, gs.StorageErrorAt = err.Error(), timestamppb.New(at)
+		}
 		if _, epoch, ranges, ok := g.fsm.Ownership(); ok {
 			gs.MapEpoch = epoch
 			for _, a := range ranges {
@@ -82,6 +86,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		out.DedupeEntries += gs.DedupeEntries
 		out.DedupeBytes += uint64(max(0, g.fsm.DedupeBytes()))
 	}
+	out.Groups = append(out.Groups, n.damagedStates()...)
 	return out
 }
 

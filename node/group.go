@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/shard"
@@ -28,7 +28,13 @@ type group struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
-	hadState  bool
+	// log is the checked log store over store; health the replica's last
+	// storage error.
+	log    *checkedLog
+	health storageHealth
+	// stopping is set once the replica is being stopped for damaged files.
+	stopping atomic.Bool
+	hadState bool
 	// batch is the group commit of this replica's commands while it leads.
 	batch *batchQueue[*raftOp]
 	// unplacedSince is when the shard map stopped placing this replica here
@@ -79,38 +85,43 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	g.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(g.dir, "raft.db"),
-		// The freelist is rebuilt on open instead of written by every
-		// commit: one page less per fsync'd log append.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: --data-dir: opening %s (is another node using %s?): %w",
-			filepath.Join(g.dir, "raft.db"), n.cfg.DataDir, err)
-	}
-	logs, err := raft.NewLogCache(1024, g.store)
+	first, last, err := g.checkBolt()
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
+	if g.store, err = g.openStore(n.cfg.DataDir); err != nil {
+		return nil, err
+	}
+	g.log = &checkedLog{store: g.store, file: g.boltPath(), health: &g.health,
+		damaged: func(detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
+	logs, err := raft.NewLogCache(1024, g.log)
+	if err != nil {
+		return nil, err
+	}
+	stable := &recordingStable{StableStore: g.store, file: g.boltPath(), health: &g.health}
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
+	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health, damaged: g.damaged}
+	if err := g.checkSnapshots(snaps, first, last); err != nil {
+		return nil, err
+	}
 	rc := n.raftConfig(hlog)
-	g.hadState, err = raft.HasExistingState(logs, g.store, snaps)
+	g.hadState, err = raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return nil, err
 	}
 	if !g.hadState && len(boot) > 0 {
-		if err := raft.BootstrapCluster(rc, logs, g.store, snaps, g.transport, raft.Configuration{Servers: boot}); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, g.transport, raft.Configuration{Servers: boot}); err != nil {
 			return nil, fmt.Errorf("node: bootstrap of group %d: %w", id, err)
 		}
 	}
-	g.raft, err = raft.NewRaft(rc, g.fsm, logs, g.store, snaps, g.transport)
-	if err != nil {
+	if g.raft, err = g.startRaft(rc, logs, stable, snaps); err != nil {
 		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
 	}
+	onDamage := func(err error) { n.replicaDamaged(g, err) }
+	g.health.onDamage.Store(&onDamage)
 	return g, nil
 }
 

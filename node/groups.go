@@ -27,6 +27,9 @@ type dataGroups struct {
 	mu   sync.RWMutex
 	m    map[shard.GroupID]*group
 	hlog hclog.Logger
+	// damaged are the replicas not running because their files are
+	// damaged (damaged.go).
+	damaged map[shard.GroupID]*damagedReplica
 }
 
 // dataGroup returns the replica of data group id hosted here, or nil.
@@ -67,13 +70,17 @@ func (n *Node) reconcile(ctx context.Context) {
 		return
 	}
 	for _, g := range m.Groups {
-		if !slices.Contains(g.Replicas, n.cfg.ID) || n.dataGroup(g.ID) != nil {
+		if !slices.Contains(g.Replicas, n.cfg.ID) || n.dataGroup(g.ID) != nil || !n.openDue(g.ID) {
 			continue
 		}
 		if err := n.openDataGroup(g); err != nil {
-			n.log.Warn("opening data group", "group", g.ID, "err", err)
+			n.openFailed(g.ID, err)
 		}
 	}
+	n.forgetDamaged(func(id shard.GroupID) bool {
+		sg, ok := m.Group(id)
+		return ok && slices.Contains(sg.Replicas, n.cfg.ID)
+	})
 	for _, g := range n.hosted()[1:] {
 		if !g.isLeader() {
 			g.leadingSince = time.Time{}
@@ -194,6 +201,7 @@ func (n *Node) openDataGroup(g shard.Group) error {
 		return err
 	}
 	n.groups.m[g.ID] = rg
+	delete(n.groups.damaged, g.ID)
 	n.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -104,7 +105,31 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeGroups(w, s)
+	if err := writeGroups(w, s); err != nil {
+		return err
+	}
+	writeStorageErrors(w, s)
+	return nil
+}
+
+// writeStorageErrors lists the replicas whose node reports a storage error
+// (a failed write, a full disk, damaged files) with when it happened; a
+// replica "damaged" is not running and its error says how to recover.
+func writeStorageErrors(w io.Writer, s *quoratev1.ClusterStatusResponse) {
+	header := false
+	for _, m := range s.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			if g.GetStorageError() == "" {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(w, "\nstorage errors:")
+				header = true
+			}
+			fmt.Fprintf(w, "  %s, group %d (%s), %s: %s\n", m.GetId(), g.GetId(), g.GetRole(),
+				g.GetStorageErrorAt().AsTime().UTC().Format(time.RFC3339), g.GetStorageError())
+		}
+	}
 }
 
 // writeGroups prints the shard map's data groups: replicas (the first is the

@@ -10,6 +10,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1968,9 +1969,15 @@ type GroupState struct {
 	// Slot ranges of this group frozen by slot moves out of it, as this
 	// replica applied them: data commands on them are answered Unavailable
 	// until the move flips or rolls back.
-	Frozen        []*FrozenSlots `protobuf:"bytes,60,rep,name=frozen,proto3" json:"frozen,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Frozen []*FrozenSlots `protobuf:"bytes,60,rep,name=frozen,proto3" json:"frozen,omitempty"`
+	// The last storage error of this replica (a failed write, a full disk, a
+	// damaged file), and when it happened; empty when there was none since
+	// the replica opened. Role "damaged": the replica is not running because
+	// its files are damaged, and storage_error says how to recover.
+	StorageError   string                 `protobuf:"bytes,80,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
+	StorageErrorAt *timestamppb.Timestamp `protobuf:"bytes,81,opt,name=storage_error_at,json=storageErrorAt,proto3" json:"storage_error_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GroupState) Reset() {
@@ -2090,6 +2097,20 @@ func (x *GroupState) GetNonvoters() []string {
 func (x *GroupState) GetFrozen() []*FrozenSlots {
 	if x != nil {
 		return x.Frozen
+	}
+	return nil
+}
+
+func (x *GroupState) GetStorageError() string {
+	if x != nil {
+		return x.StorageError
+	}
+	return ""
+}
+
+func (x *GroupState) GetStorageErrorAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StorageErrorAt
 	}
 	return nil
 }
@@ -2789,7 +2810,7 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\"%\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"%\n" +
 	"\x13UncordonNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x14UncordonNodeResponse\x12\x1b\n" +
@@ -2914,7 +2935,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
 	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
-	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\x87\x03\n" +
+	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xf2\x03\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -2930,7 +2951,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	" \x01(\x04R\bmapEpoch\x12\x16\n" +
 	"\x06voters\x18\v \x03(\tR\x06voters\x12\x1c\n" +
 	"\tnonvoters\x18\f \x03(\tR\tnonvoters\x12/\n" +
-	"\x06frozen\x18< \x03(\v2\x17.quorate.v1.FrozenSlotsR\x06frozen\"\x9a\x01\n" +
+	"\x06frozen\x18< \x03(\v2\x17.quorate.v1.FrozenSlotsR\x06frozen\x12#\n" +
+	"\rstorage_error\x18P \x01(\tR\fstorageError\x12D\n" +
+	"\x10storage_error_at\x18Q \x01(\v2\x1a.google.protobuf.TimestampR\x0estorageErrorAt\"\x9a\x01\n" +
 	"\vFrozenSlots\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x1c\n" +
@@ -3062,6 +3085,7 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*DeletePoliciesRequest)(nil),  // 44: quorate.v1.DeletePoliciesRequest
 	(*DeletePoliciesResponse)(nil), // 45: quorate.v1.DeletePoliciesResponse
 	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	17, // 0: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
@@ -3075,59 +3099,60 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	32, // 8: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
 	33, // 9: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
 	34, // 10: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
-	46, // 11: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	46, // 12: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	46, // 13: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	37, // 14: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	37, // 15: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	37, // 16: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	37, // 17: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	37, // 18: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	25, // 19: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	30, // 20: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	35, // 21: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	38, // 22: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	40, // 23: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	42, // 24: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	44, // 25: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	23, // 26: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	21, // 27: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	19, // 28: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	10, // 29: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	11, // 30: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	12, // 31: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	13, // 32: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	15, // 33: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	4,  // 34: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	2,  // 35: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	0,  // 36: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	6,  // 37: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	8,  // 38: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	26, // 39: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	31, // 40: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	36, // 41: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	39, // 42: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	41, // 43: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	43, // 44: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	45, // 45: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	24, // 46: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	22, // 47: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	20, // 48: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	16, // 49: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	16, // 50: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	16, // 51: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	14, // 52: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	16, // 53: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	5,  // 54: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	3,  // 55: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	1,  // 56: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	7,  // 57: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	9,  // 58: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	39, // [39:59] is the sub-list for method output_type
-	19, // [19:39] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	47, // 11: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	46, // 12: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	46, // 13: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	46, // 14: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	37, // 15: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	37, // 16: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	37, // 17: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	37, // 18: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	37, // 19: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	25, // 20: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	30, // 21: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	35, // 22: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	38, // 23: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	40, // 24: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	42, // 25: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	44, // 26: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	23, // 27: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	21, // 28: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	19, // 29: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	10, // 30: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	11, // 31: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	12, // 32: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	13, // 33: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	15, // 34: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	4,  // 35: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	2,  // 36: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	0,  // 37: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	6,  // 38: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	8,  // 39: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	26, // 40: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	31, // 41: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	36, // 42: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	39, // 43: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	41, // 44: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	43, // 45: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	45, // 46: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	24, // 47: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	22, // 48: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	20, // 49: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	16, // 50: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	16, // 51: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	16, // 52: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	14, // 53: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	16, // 54: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	5,  // 55: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	3,  // 56: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	1,  // 57: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	7,  // 58: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	9,  // 59: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	40, // [40:60] is the sub-list for method output_type
+	20, // [20:40] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// Reopening a damaged data group replica is retried after
+// damagedRetryMin, doubling up to damagedRetryMax: its directory may have
+// been deleted meanwhile (the recovery), and then it reopens empty.
+const (
+	damagedRetryMin = time.Second
+	damagedRetryMax = time.Minute
+)
+
+// damagedReplica is a data group replica of this node that is not running
+// because its files are damaged. dataGroups.mu guards it.
+type damagedReplica struct {
+	err   error
+	at    time.Time
+	tries int
+	next  time.Time
+}
+
+// replicaDamaged stops replica g, whose files were found damaged while it
+// ran (err is a *DamagedError). A data group replica is closed and its
+// reopening retried with backoff; the meta group replica is shut down.
+// Either way its status shows err.
+func (n *Node) replicaDamaged(g *group, err error) {
+	if !g.stopping.CompareAndSwap(false, true) {
+		return
+	}
+	n.log.Error("replica files damaged: stopping the replica", "group", g.id, "err", err)
+	go func() {
+		if g.id == shard.MetaGroup {
+			_ = g.raft.Shutdown().Error()
+			return
+		}
+		n.groups.mu.Lock()
+		owned := n.groups.m[g.id] == g
+		if owned {
+			delete(n.groups.m, g.id)
+			n.groups.noteDamaged(g.id, err)
+		}
+		n.groups.mu.Unlock()
+		if owned {
+			_ = g.close()
+		}
+	}()
+}
+
+// noteDamaged records that data group id's replica could not open, or was
+// stopped, because its files are damaged. Callers hold d.mu.
+func (d *dataGroups) noteDamaged(id shard.GroupID, err error) {
+	if d.damaged == nil {
+		d.damaged = make(map[shard.GroupID]*damagedReplica)
+	}
+	r := d.damaged[id]
+	if r == nil {
+		r = &damagedReplica{}
+		d.damaged[id] = r
+	}
+	now := time.Now()
+	r.err, r.at = err, now
+	r.next = now.Add(min(damagedRetryMax, damagedRetryMin<<min(r.tries, 10)))
+	r.tries++
+}
+
+// openDue reports whether reconcile may try to open data group id's replica
+// now: always, unless its files were found damaged and the next retry is
+// still to come.
+func (n *Node) openDue(id shard.GroupID) bool {
+	n.groups.mu.RLock()
+	defer n.groups.mu.RUnlock()
+	r := n.groups.damaged[id]
+	return r == nil || !time.Now().Before(r.next)
+}
+
+// openFailed handles reconcile's failure to open data group id's replica.
+func (n *Node) openFailed(id shard.GroupID, err error) {
+	if !errors.Is(err, ErrReplicaDamaged) {
+		n.log.Warn("opening data group", "group", id, "err", err)
+		return
+	}
+	n.groups.mu.Lock()
+	n.groups.noteDamaged(id, err)
+	next := n.groups.damaged[id].next
+	n.groups.mu.Unlock()
+	n.log.Error("data group replica not started: its files are damaged", "group", id,
+		"retry_in", time.Until(next).Round(time.Second), "err", err)
+}
+
+// forgetDamaged drops the damage records of data groups no longer placed on
+// this node (openDataGroup drops those whose replica runs again). placed
+// reports whether the shard map places group id here.
+func (n *Node) forgetDamaged(placed func(shard.GroupID) bool) {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	for id := range n.groups.damaged {
+		if !placed(id) {
+			delete(n.groups.damaged, id)
+		}
+	}
+}
+
+// damagedStates are the status rows of the data group replicas that are
+// not running because their files are damaged, by group ID.
+func (n *Node) damagedStates() []*quoratev1.GroupState {
+	n.groups.mu.RLock()
+	defer n.groups.mu.RUnlock()
+	var out []*quoratev1.GroupState
+	for id, r := range n.groups.damaged {
+		out = append(out, &quoratev1.GroupState{Id: uint32(id), Role: "damaged",
+			StorageError: r.err.Error(), StorageErrorAt: timestamppb.New(r.at)})
+	}
+	slices.SortFunc(out, func(a, b *quoratev1.GroupState) int { return int(a.GetId()) - int(b.GetId()) })
+	return out
+}
