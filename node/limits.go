@@ -22,14 +22,14 @@ import (
 // (bodyGuard).
 const (
 	// DefaultMaxRequestBytes is the default Config.MaxRequestBytes. The
-	// largest legitimate requests are about 6 MB in JSON: an AdmitBatch of
-	// MaxAdmitBatch requests, each with 8 more checks and every string at
-	// its longest (keys of 512 bytes), and an ApplyPolicies of 10,000
-	// policies of under 1 KiB each. Data and admin calls share the port
-	// and callers are not authenticated, so one bound serves both: a
-	// smaller one for data calls alone would not lower what one request
-	// may cost. 16 MiB leaves room for JSON whose strings are escaped
-	// (\uXXXX).
+	// largest legitimate requests (limits_test.go) are an AdmitBatch of
+	// MaxAdmitBatch requests, each with 8 more checks and every field at
+	// its longest: 5.6 MB in protobuf, 6.5 MB in JSON, 11 MB in JSON whose
+	// non-ASCII keys are escaped (\uXXXX); and an ApplyPolicies of 10,000
+	// policies: 4 MB in JSON, 10 MiB at 1 KiB each. Data and admin calls
+	// share the port and callers are not authenticated, so one bound
+	// serves both: a smaller one for data calls alone would not lower what
+	// one request may cost.
 	DefaultMaxRequestBytes = 16 << 20
 	// DefaultMaxPeerRequestBytes is the default Config.MaxPeerRequestBytes.
 	DefaultMaxPeerRequestBytes = 64 << 20
