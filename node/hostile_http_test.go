@@ -179,11 +179,12 @@ func (r slowReader) Read(p []byte) (int, error) {
 	return 1, nil
 }
 
-// slowH1 sends an Admit over its own HTTP/1.1 connection to node i whose
-// body arrives one byte each 100ms, and returns the answer. With reading
+// slowH1 POSTs to path of node i, over its own HTTP/1.1 connection, a body
+// that arrives one byte each 100ms, and returns the answer. With reading
 // set, it asks for 100 Continue, which the server sends once the handler
-// reads the body, and calls reading then.
-func (h *hostileEnv) slowH1(ctx context.Context, i int, reading func()) hostileReply {
+// reads the body, and calls reading then. With waitClose, it then waits for
+// the server to close the connection and sets the reply's closed.
+func (h *hostileEnv) slowH1(ctx context.Context, i int, path string, reading func(), waitClose bool) hostileReply {
 	start := time.Now()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(h.c.APIURL(i), "http://"))
@@ -198,7 +199,7 @@ func (h *hostileEnv) slowH1(ctx context.Context, i int, reading func()) hostileR
 		expect = "Expect: 100-continue\r\n"
 	}
 	if _, err := fmt.Fprintf(conn, "POST /%s HTTP/1.1\r\nHost: quorate\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 1000\r\n%s\r\n", admitPath, expect); err != nil {
+		"Content-Length: 1000\r\n%s\r\n", path, expect); err != nil {
 		return hostileReply{err: err}
 	}
 	writing, stopWriting := context.WithCancel(ctx)
@@ -227,6 +228,14 @@ func (h *hostileEnv) slowH1(ctx context.Context, i int, reading func()) hostileR
 			}
 			continue
 		}
-		return readReply(resp, start)
+		r := readReply(resp, start)
+		if waitClose {
+			_, err := io.Copy(io.Discard, br)
+			if ctx.Err() != nil {
+				r.err = fmt.Errorf("the server kept the connection open: %w", err)
+			}
+			r.closed = time.Since(start)
+		}
+		return r
 	}
 }

@@ -57,7 +57,8 @@ type hostileReply struct {
 	message string
 	body    []byte // the response message of an OK Connect unary answer
 	elapsed time.Duration
-	err     error // the request failed without an answer
+	err     error         // the request failed without an answer
+	closed  time.Duration // when the server closed the connection (slowH1)
 }
 
 const (
@@ -427,7 +428,18 @@ func bodyTimeRows() []hostileRow {
 	return []hostileRow{
 		{name: "slow body, HTTP/1.1", code: connect.CodeDeadlineExceeded, contains: []string{"--request-body-timeout"}, check: cutInTime,
 			send: func(ctx context.Context, t *testing.T, h *hostileEnv) hostileReply {
-				return h.slowH1(ctx, 0, nil)
+				return h.slowH1(ctx, 0, admitPath, nil, false)
+			}},
+		{name: "slow body to an unknown path, HTTP/1.1", code: connect.CodeUnknown, status: http.StatusNotFound,
+			send: func(ctx context.Context, t *testing.T, h *hostileEnv) hostileReply {
+				return h.slowH1(ctx, 0, "nowhere", nil, true)
+			},
+			check: func(_ context.Context, t *testing.T, _ *hostileEnv, r hostileReply) {
+				// After answering, the server reads what is left of the
+				// body (up to 256 KiB): within the bound too.
+				if r.closed > hostileBodyTimeout+5*time.Second {
+					t.Errorf("connection closed after %v, want about %v", r.closed, hostileBodyTimeout)
+				}
 			}},
 		{name: "slow body, HTTP/2", code: connect.CodeDeadlineExceeded, contains: []string{"--request-body-timeout"}, check: cutInTime,
 			send: func(ctx context.Context, _ *testing.T, h *hostileEnv) hostileReply {
@@ -442,13 +454,13 @@ func bodyTimeRows() []hostileRow {
 			send: func(ctx context.Context, t *testing.T, h *hostileEnv) hostileReply {
 				// Node 2's body bound is a minute: only the shutdown cuts.
 				stopped := make(chan time.Duration, 1)
-				r := h.slowH1(ctx, 2, func() {
+				r := h.slowH1(ctx, 2, admitPath, func() {
 					go func() {
 						start := time.Now()
 						h.c.Stop(2)
 						stopped <- time.Since(start)
 					}()
-				})
+				}, false)
 				select {
 				case d := <-stopped:
 					// Without the cut, shutdown waits RequestTimeout+1s (11s).

@@ -154,20 +154,21 @@ func (n *Node) newServer(peer bool) *http.Server {
 	// Decisions are small: compressing them costs more CPU than it saves.
 	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
 	handlerOpts := connect.WithHandlerOptions(opts...)
-	handle := func(path string, h http.Handler) { mux.Handle(path, guard.handler(h)) }
-	handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
-	handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
-	handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
-	handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
+	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
+	mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
 		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName), handlerOpts))
 	if peer {
-		handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
+		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:           mux,
+		// Every request, even to an unknown path: after the handler, the
+		// server may still read (and discard) what is left of the body.
+		Handler:           guard.handler(mux),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
