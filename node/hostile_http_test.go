@@ -24,11 +24,16 @@ import (
 // The raw HTTP of TestHostileClient's rows: requests of every protocol the
 // API port speaks, and their answers read without a Connect client.
 
-// post sends one request with client and reads the answer of any protocol.
+// post sends one request with client to node i and reads the answer of any
+// protocol. With h.peer, it goes to node i's peer port.
 func (h *hostileEnv) post(ctx context.Context, client *http.Client, i int, procedure string, header http.Header,
 	body io.Reader, size int64) hostileReply {
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.c.APIURL(i)+"/"+procedure, body)
+	base := h.c.APIURL(i)
+	if client == h.peer {
+		base = "http://" + h.c.Config(i).RaftAddr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+procedure, body)
 	if err != nil {
 		return hostileReply{err: err}
 	}
@@ -238,4 +243,19 @@ func (h *hostileEnv) slowH1(ctx context.Context, i int, path string, reading fun
 		}
 		return r
 	}
+}
+
+// dialForwarding dials addr's peer mux and names the forwarding channel,
+// as a node does before calling another's PeerService.
+func dialForwarding(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(binary.AppendUvarint([]byte{0xA7}, 1<<32)); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }

@@ -75,8 +75,10 @@ const (
 	// halve the work of the size rows; the largest legitimate AdmitBatch
 	// in JSON (6.5 MB unescaped) still fits.
 	hostileMaxBytes = 8 << 20
-	hostileRate     = "hostile-rate"
-	hostileLease    = "hostile-lease"
+	// hostilePeerMaxBytes is the peer port's request bound.
+	hostilePeerMaxBytes = 12 << 20
+	hostileRate         = "hostile-rate"
+	hostileLease        = "hostile-lease"
 )
 
 // hostileEnv is the cluster and the clients rows use.
@@ -84,6 +86,8 @@ type hostileEnv struct {
 	c  *nodetest.Cluster
 	h1 *http.Client // HTTP/1.1
 	h2 *http.Client // HTTP/2 over cleartext, with prior knowledge
+	// peer is h2 to the peer port's forwarding channel (see post).
+	peer *http.Client
 	// bomb is ~1 MiB of gzip inflating to 1 GiB of zeros.
 	bomb []byte
 }
@@ -93,6 +97,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 		cfg.RequestTimeout = 10 * time.Second
 		cfg.RequestBodyTimeout = hostileBodyTimeout
 		cfg.MaxRequestBytes = hostileMaxBytes
+		cfg.MaxPeerRequestBytes = hostilePeerMaxBytes
 		if i == 2 {
 			cfg.RequestBodyTimeout = time.Minute
 		}
@@ -103,10 +108,12 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	h := &hostileEnv{c: c,
 		h1:   &http.Client{Transport: &http.Transport{Protocols: &p1}},
 		h2:   &http.Client{Transport: &http.Transport{Protocols: &p2}},
+		peer: &http.Client{Transport: &http.Transport{Protocols: &p2, DialContext: dialForwarding}},
 		bomb: gzipBomb(t),
 	}
 	t.Cleanup(h.h1.CloseIdleConnections)
 	t.Cleanup(h.h2.CloseIdleConnections)
+	t.Cleanup(h.peer.CloseIdleConnections)
 	applyPolicy(t, c, hostileRate, 1000, time.Minute, 1000)
 	applyConcurrency(t, c, hostileLease, 1, time.Minute)
 	return h
@@ -247,6 +254,8 @@ func sizeRows() []hostileRow {
 			contains: append(tooLarge, "decompression")},
 		{name: "gzip bomb, gRPC", send: grpcBomb(h2, "application/grpc+proto"), code: connect.CodeResourceExhausted,
 			contains: append(tooLarge, "decompression")},
+		{name: "gzip bomb, peer port, gRPC", send: grpcBomb(func(h *hostileEnv) *http.Client { return h.peer }, "application/grpc+proto"),
+			code: connect.CodeResourceExhausted, contains: []string{"larger than", strconv.Itoa(hostilePeerMaxBytes), "--max-peer-request-bytes"}},
 		{name: "50 MB JSON body", code: connect.CodeResourceExhausted, contains: tooLarge,
 			send: func(ctx context.Context, _ *testing.T, h *hostileEnv) hostileReply {
 				const size = 50 << 20
@@ -441,6 +450,11 @@ func bodyTimeRows() []hostileRow {
 				if r.closed > hostileBodyTimeout+5*time.Second {
 					t.Errorf("connection closed after %v, want about %v", r.closed, hostileBodyTimeout)
 				}
+			}},
+		{name: "slow body, peer port", code: connect.CodeDeadlineExceeded, contains: []string{"--request-body-timeout"}, check: cutInTime,
+			send: func(ctx context.Context, _ *testing.T, h *hostileEnv) hostileReply {
+				return h.post(ctx, h.peer, 0, admitPath, headers("Content-Type", "application/proto"),
+					slowReader{ctx: ctx, interval: 100 * time.Millisecond}, -1)
 			}},
 		{name: "slow body, HTTP/2", code: connect.CodeDeadlineExceeded, contains: []string{"--request-body-timeout"}, check: cutInTime,
 			send: func(ctx context.Context, _ *testing.T, h *hostileEnv) hostileReply {
