@@ -44,7 +44,7 @@ const (
 	minPeerRequestBytes = 8 << 20
 	maxRequestBytes     = 1 << 30
 	// bytesPerMessage is how many bytes of the bound allow one decoded
-	// message (see messageBudget).
+	// message (see maxMessages).
 	bytesPerMessage = 128
 	// wireSlack is what a body as sent may hold beyond the message bound:
 	// gRPC framing, gzip's headers and its growth of incompressible data.
@@ -105,13 +105,13 @@ func (c Config) limits(maxBytes, def int, flag string) listenerLimits {
 	return listenerLimits{maxBytes: maxBytes, bodyTimeout: timeout, flag: flag}
 }
 
-// messageBudget is how many messages a request within the bound may hold
+// maxMessages is how many messages a request within the bound may hold
 // once decoded: a message costs about 100 to 300 bytes in memory however
 // few bytes it takes on the wire (2 in protobuf, "{}," in JSON), so a bound
 // on bytes alone lets 16 MiB decode to more than 1 GiB. The largest
 // legitimate requests hold about 40,000 (10,000 policies with their
 // durations).
-func (l listenerLimits) messageBudget() int { return l.maxBytes / bytesPerMessage }
+func (l listenerLimits) maxMessages() int { return l.maxBytes / bytesPerMessage }
 
 // handlerOptions are the Connect options that enforce l.
 func (n *Node) handlerOptions(l listenerLimits) []connect.HandlerOption {
@@ -119,7 +119,7 @@ func (n *Node) handlerOptions(l listenerLimits) []connect.HandlerOption {
 		return n.toConnectError(fmt.Errorf("%w: the message is larger than %d bytes after decompression (the server's --%s)",
 			ErrRequestTooLarge, l.maxBytes, l.flag))
 	}
-	budget := messageBudget{max: l.messageBudget(), flag: l.flag}
+	budget := messageBudget{max: l.maxMessages(), flag: l.flag}
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(l.maxBytes),
 		// Replace connect's gzip with one that stops inflating at the

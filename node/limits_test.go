@@ -54,13 +54,13 @@ func TestDefaultLimitsHoldLargestLegitimateRequests(t *testing.T) {
 			t.Errorf("%s: %d/%d bytes, over the default bound %d", name, len(bin), escaped, l.maxBytes)
 		}
 		n := 0
-		if !countProto(bin, m.ProtoReflect().Descriptor(), &n, l.messageBudget(), 0) {
-			t.Errorf("%s: over the message budget %d in protobuf", name, l.messageBudget())
+		if !countProto(bin, m.ProtoReflect().Descriptor(), &n, l.maxMessages(), 0) {
+			t.Errorf("%s: over the message budget %d in protobuf", name, l.maxMessages())
 		}
-		if got := countJSONObjects(js); got > l.messageBudget() {
-			t.Errorf("%s: %d objects, over the message budget %d in JSON", name, got, l.messageBudget())
+		if got := countJSONObjects(js); got > l.maxMessages() {
+			t.Errorf("%s: %d objects, over the message budget %d in JSON", name, got, l.maxMessages())
 		}
-		if err := (&strictJSONCodec{budget: messageBudget{max: l.messageBudget()}}).Unmarshal(js, m.ProtoReflect().New().Interface()); err != nil {
+		if err := (&strictJSONCodec{budget: messageBudget{max: l.maxMessages()}}).Unmarshal(js, m.ProtoReflect().New().Interface()); err != nil {
 			t.Errorf("%s: strict JSON codec: %v", name, err)
 		}
 	}
