@@ -225,7 +225,7 @@ func TestHostileClient(t *testing.T) {
 	var rows []hostileRow
 	rows = append(rows, sizeRows()...)
 	rows = append(rows, strictJSONRows()...)
-	rows = append(rows, bodyTimeRows()...) // last: it restarts node 2
+	rows = append(rows, bodyTimeRows()...) // its last row stops and restarts node 2
 	runHostileRows(t, h, rows)
 }
 
