@@ -80,6 +80,29 @@ type Config struct {
 	// (--request-timeout). A shorter client deadline wins.
 	RequestTimeout time.Duration
 
+	// MaxRequestBytes bounds one request to the API port
+	// (--max-request-bytes): its message after decompression, and its body
+	// as sent. A larger request is refused with resource_exhausted as soon
+	// as reading passes the bound, before it is held in memory. It also
+	// bounds how many messages a request may hold (one per 128 bytes), as
+	// a request of many tiny messages costs far more memory decoded than
+	// sent. 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int
+
+	// MaxPeerRequestBytes is MaxRequestBytes for the peer port's forwarding
+	// channel (--max-peer-request-bytes): requests other nodes forward and
+	// PeerService calls, whose slot-migration pages carry up to 4 MiB. 0
+	// means DefaultMaxPeerRequestBytes.
+	MaxPeerRequestBytes int
+
+	// RequestBodyTimeout bounds how long a request's body may take to arrive
+	// after its headers, on both ports (--request-body-timeout); a slower
+	// body is cut with deadline_exceeded. It does not bound the call: an
+	// acquire parked for its max_wait is not cut. Bodies still arriving when
+	// the node shuts down are cut at once. 0 means
+	// DefaultRequestBodyTimeout.
+	RequestBodyTimeout time.Duration
+
 	// SnapshotThreshold is how many log entries since the last snapshot
 	// trigger a new one (--snapshot-threshold).
 	SnapshotThreshold uint64
@@ -153,17 +176,20 @@ const MetaVoters = 3
 // timeouts. ID, DataDir and one of Bootstrap/Join are still to be set.
 func DefaultConfig() Config {
 	return Config{
-		APIAddr:            "127.0.0.1:7070",
-		RaftAddr:           "127.0.0.1:7170",
-		HeartbeatTimeout:   1000 * time.Millisecond,
-		ElectionTimeout:    1000 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
-		CommitTimeout:      500 * time.Millisecond,
-		RequestTimeout:     5 * time.Second,
-		SnapshotThreshold:  8192,
-		SnapshotInterval:   30 * time.Second,
-		TrailingLogs:       10240,
-		LogLevel:           "info",
+		APIAddr:             "127.0.0.1:7070",
+		RaftAddr:            "127.0.0.1:7170",
+		HeartbeatTimeout:    1000 * time.Millisecond,
+		ElectionTimeout:     1000 * time.Millisecond,
+		LeaderLeaseTimeout:  500 * time.Millisecond,
+		CommitTimeout:       500 * time.Millisecond,
+		RequestTimeout:      5 * time.Second,
+		MaxRequestBytes:     DefaultMaxRequestBytes,
+		MaxPeerRequestBytes: DefaultMaxPeerRequestBytes,
+		RequestBodyTimeout:  DefaultRequestBodyTimeout,
+		SnapshotThreshold:   8192,
+		SnapshotInterval:    30 * time.Second,
+		TrailingLogs:        10240,
+		LogLevel:            "info",
 	}
 }
 
@@ -234,6 +260,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout", "must be ≤ --heartbeat-timeout (%v > %v)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if err := c.checkLimits(bad); err != nil {
+		return err
 	}
 	if c.SnapshotThreshold < 1 {
 		return bad("snapshot-threshold", "must be at least 1")

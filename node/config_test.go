@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigValidateNamesTheFlag(t *testing.T) {
@@ -33,6 +34,11 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--request-timeout", func(c *Config) { c.RequestTimeout = 0 }},
 		{"--snapshot-threshold", func(c *Config) { c.SnapshotThreshold = 0 }},
 		{"--log-level", func(c *Config) { c.LogLevel = "loud" }},
+		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 1000 }},
+		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 2 << 30 }},
+		{"--max-peer-request-bytes", func(c *Config) { c.MaxPeerRequestBytes = 4 << 20 }},
+		{"--max-peer-request-bytes", func(c *Config) { c.MaxRequestBytes, c.MaxPeerRequestBytes = 256<<20, 128<<20 }},
+		{"--request-body-timeout", func(c *Config) { c.RequestBodyTimeout = time.Millisecond }},
 		{"--debug-dial-map", func(c *Config) { c.DebugDialMap = map[string]string{"127.0.0.1:7170": "127.0.0.1"} }},
 	}
 	for _, tc := range cases {

@@ -55,6 +55,16 @@
 // after proposing, deadline while committing, forwarded call failed midway),
 // the caller gets Unavailable with an OutcomeUnknown detail.
 //
+// # Limits
+//
+// Both HTTP servers (the API and the peer port's forwarding channel) bound
+// what they accept (limits.go, codec.go): a request's message after
+// decompression and its body as sent (Config.MaxRequestBytes,
+// MaxPeerRequestBytes), the messages it decodes to, and the time its body
+// takes to arrive (Config.RequestBodyTimeout; bodies still arriving are cut
+// when the server shuts down). JSON requests with fields their message does
+// not declare are refused; binary protobuf keeps unknown fields.
+//
 // # Addresses
 //
 // Each node listens on its API and Raft addresses and advertises them (or

@@ -44,7 +44,7 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, fsm.ErrSlotMoving):
 		return connect.NewError(connect.CodeUnavailable, err)
-	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull):
+	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull), errors.Is(err, ErrRequestTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):
 		return withDetail(connect.NewError(connect.CodeUnavailable, err),

@@ -141,29 +141,41 @@ func New(cfg Config) (_ *Node, err error) {
 }
 
 // newServer returns the HTTP server of the API; with peer, that of the
-// peer port's forwarding channel, which also serves PeerService.
+// peer port's forwarding channel, which also serves PeerService. Each
+// bounds what it accepts (limits.go): the size of a request's message and
+// body, the messages it holds, the time its body takes to arrive.
 func (n *Node) newServer(peer bool) *http.Server {
+	limits := n.cfg.apiLimits()
+	if peer {
+		limits = n.cfg.peerLimits()
+	}
+	guard := newBodyGuard(n, limits)
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
-	handlerOpts := connect.WithHandlerOptions(connect.WithCompressMinBytes(4 << 10))
+	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
+	handlerOpts := connect.WithHandlerOptions(opts...)
 	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
 	mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
-		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName)))
+		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName), handlerOpts))
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	return &http.Server{
-		Handler:           mux,
+	srv := &http.Server{
+		// Every request, even to an unknown path: after the handler, the
+		// server may still read (and discard) what is left of the body.
+		Handler:           guard.handler(mux),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(guard.shutdown)
+	return srv
 }
 
 // ID is the node's ID.

@@ -129,8 +129,8 @@ func reloadClockOffset(n *node.Node, path string, sig <-chan os.Signal, stop <-c
 	}
 }
 
-// addNodeTuningFlags registers the flags of cfg's timeouts, snapshots and
-// logging, with cfg's values as defaults.
+// addNodeTuningFlags registers the flags of cfg's timeouts, request limits,
+// snapshots and logging, with cfg's values as defaults.
 func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs := cmd.Flags()
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "how long a follower waits without hearing from the leader before an election")
@@ -138,6 +138,9 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", cfg.LeaderLeaseTimeout, "how long a leader stays leader without a quorum (≤ --heartbeat-timeout)")
 	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "longest wait before the leader sends an empty AppendEntries")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "server-side cap on one API request (a shorter client deadline wins)")
+	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest API request, after decompression; larger ones are refused while read (resource_exhausted)")
+	fs.IntVar(&cfg.MaxPeerRequestBytes, "max-peer-request-bytes", cfg.MaxPeerRequestBytes, "largest request on the peer port (forwarded calls, slot-migration pages); ≥ --max-request-bytes")
+	fs.DurationVar(&cfg.RequestBodyTimeout, "request-body-timeout", cfg.RequestBodyTimeout, "longest a request body may take to arrive after its headers (deadline_exceeded); the call itself may run longer")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether to snapshot")
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot, for lagging followers")
