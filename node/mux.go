@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -45,8 +46,22 @@ const (
 	muxChannelForward uint64 = 1 << 32
 
 	// muxHeaderTimeout is how long an accepted connection may take to send
-	// its header.
+	// its header and the first byte after it (Config.PeerHandshakeTimeout).
 	muxHeaderTimeout = 5 * time.Second
+
+	// muxIdleTimeout closes an accepted connection that has sent nothing
+	// for this long (Config.PeerIdleTimeout).
+	muxIdleTimeout = 2 * time.Minute
+
+	// muxMaxConns caps the connections the peer port holds open at once: a
+	// node hosting the most groups (MaxDataGroups, a few connections per
+	// group and peer) stays well under it.
+	muxMaxConns = 16384
+
+	// muxMaxHandshakesPerIP caps the connections from one IP that have not
+	// finished their handshake: a peer's connections finish it in a round
+	// trip, so only a flood reaches it.
+	muxMaxHandshakesPerIP = 1024
 
 	// muxMaxHeaderLen is the longest header: the magic byte and a 64-bit
 	// uvarint.
@@ -63,6 +78,15 @@ var (
 	errMuxClosed    = fmt.Errorf("node: peer mux closed: %w", net.ErrClosed)
 	errMuxInUse     = errors.New("node: peer mux: channel already has a listener")
 )
+
+// muxStats counts what the mux did with its connections.
+type muxStats struct {
+	accepted   atomic.Int64 // connections accepted
+	refused    atomic.Int64 // closed at once: a limit was reached
+	silent     atomic.Int64 // closed: nothing after the header in time
+	idleClosed atomic.Int64 // closed: idle for the idle timeout
+	redials    atomic.Int64 // dialed connections replaced before a write
+}
 
 // appendMuxHeader appends the header that opens a connection on channel ch.
 func appendMuxHeader(b []byte, ch uint64) []byte {
@@ -119,12 +143,18 @@ type peerMux struct {
 	dialer        *peerDialer
 	addr          net.Addr // advertised, or ln's
 	log           *slog.Logger
-	headerTimeout time.Duration
+	headerTimeout time.Duration // for the header and the first byte after it
+	idleTimeout   time.Duration // 0: none
+	limits        muxLimits
+	stats         muxStats
 
 	mu        sync.Mutex
 	closed    bool
 	listeners map[uint64]*muxListener
-	conns     *connSet // every open connection of the mux
+	conns     *connSet       // every open connection of the mux
+	open      int            // accepted connections not yet closed
+	shaking   map[string]int // accepted connections in their handshake, by remote IP
+	refusedAt time.Time      // when a refusal at a limit was last logged
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
 }
@@ -146,6 +176,9 @@ func newPeerMux(ln net.Listener, d *peerDialer, advertise net.Addr, log *slog.Lo
 		addr:          addr,
 		log:           log,
 		headerTimeout: muxHeaderTimeout,
+		idleTimeout:   muxIdleTimeout,
+		limits:        muxLimits{conns: muxMaxConns, handshakesPerIP: muxMaxHandshakesPerIP},
+		shaking:       make(map[string]int),
 		listeners:     make(map[uint64]*muxListener),
 		conns:         newConnSet(),
 		done:          make(chan struct{}),
@@ -193,12 +226,22 @@ func (m *peerMux) Serve() {
 			}
 		}
 		delay = 0
+		m.stats.accepted.Add(1)
+		ip, ok := m.admit(c)
+		if !ok {
+			c.Close()
+			continue
+		}
 		tc, ok := m.track(c, nil)
 		if !ok {
+			m.handshakeDone(ip)
+			m.release()
 			return // closed meanwhile; track closed c
 		}
+		tc.onClose = m.release
 		go func() {
 			defer m.wg.Done()
+			defer m.handshakeDone(ip)
 			m.handshake(tc)
 		}()
 	}
@@ -227,17 +270,16 @@ func (m *peerMux) track(c net.Conn, owner *connSet) (*trackedConn, bool) {
 	return tc, true
 }
 
-// handshake reads c's header and hands c to its channel's listener, or
-// closes it.
+// handshake reads c's header and waits for the first byte of the channel's
+// traffic, both within the handshake timeout, then hands c to its channel's
+// listener, or closes it. Until then c holds no channel's resources (a Raft
+// transport allocates large buffers for each connection it accepts).
 func (m *peerMux) handshake(c *trackedConn) {
-	if err := c.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
 		c.Close()
 		return
 	}
-	ch, err := readMuxHeader(c)
-	if err == nil {
-		err = c.SetReadDeadline(time.Time{})
-	}
+	ch, err := readMuxHeader(c.Conn)
 	if err != nil {
 		m.log.Debug("rejected a peer connection", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
@@ -251,6 +293,18 @@ func (m *peerMux) handshake(c *trackedConn) {
 		c.Close()
 		return
 	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c.Conn, first); err != nil {
+		m.stats.silent.Add(1)
+		m.log.Debug("closed a peer connection that sent nothing after its header", "remote", c.RemoteAddr(), "channel", ch, "err", err)
+		c.Close()
+		return
+	}
+	if err := c.Conn.SetReadDeadline(time.Time{}); err != nil {
+		c.Close()
+		return
+	}
+	c.accepted(first, m.idleTimeout, &m.stats.idleClosed)
 	if !c.join(l.conns) {
 		c.Close() // the listener closed meanwhile
 		return
@@ -427,11 +481,21 @@ type muxStreamLayer struct {
 	dialed *connSet
 }
 
-// Dial opens a connection to the group's replica at address.
+// Dial opens a connection to the group's replica at address. The
+// connection replaces itself with a new one when it is written to after
+// half the idle timeout without writes (see redialConn): the Raft transport
+// pools connections, and must not pick one the peer closed for idleness.
 func (s *muxStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return s.m.dial(ctx, string(address), s.ch, s.dialed)
+	dial := func() (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return s.m.dial(ctx, string(address), s.ch, s.dialed)
+	}
+	c, err := dial()
+	if err != nil || s.m.idleTimeout <= 0 {
+		return c, err
+	}
+	return newRedialConn(c, s.m.idleTimeout/2, dial, &s.m.stats.redials), nil
 }
 
 // Close closes the group's listener and the connections it accepted and
@@ -484,11 +548,16 @@ func (s *connSet) closeAll() {
 }
 
 // trackedConn is a connection that leaves its connSets when closed.
+// One the mux accepted also enforces the idle timeout (peerconn.go).
 type trackedConn struct {
 	net.Conn
-	mu     sync.Mutex
-	closed bool
-	sets   []*connSet
+	mu      sync.Mutex
+	closed  bool
+	sets    []*connSet
+	onClose func() // set before the conn is shared; run by the first Close
+
+	idle   idleReader // accepted connections, once handed to a channel
+	closeN sync.Once
 }
 
 // join adds c to s, and reports false when s or c is closed.
@@ -511,6 +580,9 @@ func (c *trackedConn) Close() error {
 	c.mu.Unlock()
 	for _, s := range sets {
 		s.remove(c)
+	}
+	if c.onClose != nil {
+		c.closeN.Do(c.onClose)
 	}
 	return err
 }

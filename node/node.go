@@ -108,6 +108,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: --raft-addr: %w", errRaftNotAdvertisable)
 	}
 	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
+	n.mux.headerTimeout, n.mux.idleTimeout = cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
@@ -127,6 +128,8 @@ func New(cfg Config) (_ *Node, err error) {
 		n.fwdDials.Add(1)
 		return n.mux.Dial(ctx, addr, muxChannelForward)
 	})
+	// Let go of an idle forwarding connection before the peer may close it.
+	n.fwd.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
 	for _, p := range []*peers{n.peers, n.fwd} {
 		p.from, p.timeout = cfg.ID, cfg.RequestTimeout
 	}
