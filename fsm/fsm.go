@@ -161,11 +161,11 @@ type Node struct {
 
 // FeatureLevel is the highest log feature level this binary applies: the
 // kinds of entries it may be asked to apply. 1: Batch entries; 2:
-// RemoveNode; 3: slot migrations and plans. A node
+// RemoveNode; 3: slot migrations and plans; 4: the cluster ID. A node
 // proposes an entry kind of level L only when every registered node is at
 // L or above (MinFeatureLevel), so no replica meets an entry it cannot
 // decode (DESIGN.md §2 rule 3).
-const FeatureLevel = 3
+const FeatureLevel = 4
 
 // Feature levels of entry kinds.
 const (
@@ -174,6 +174,9 @@ const (
 	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
 	// CreatePlan, UpdatePlan, CancelPlan.
 	FeatureMigrate = 3
+	// FeatureClusterID: SetClusterID; from it on, registrations without a
+	// feature level are refused.
+	FeatureClusterID = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
@@ -181,6 +184,10 @@ const (
 func (f *FSM) MinFeatureLevel() uint32 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.minFeatureLevelLocked()
+}
+
+func (f *FSM) minFeatureLevelLocked() uint32 {
 	first, level := true, uint32(0)
 	for _, n := range f.nodes {
 		if first || n.FeatureLevel < level {
@@ -357,9 +364,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_PutPolicies:
 		return f.applyPutPolicies(body.PutPolicies)
 	case *raftcmdv1.Envelope_RegisterNode:
-		r := body.RegisterNode
-		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
-		return nil
+		return f.applyRegisterNode(body.RegisterNode)
 	case *raftcmdv1.Envelope_RemoveNode:
 		delete(f.nodes, body.RemoveNode.GetId())
 		return nil

@@ -181,7 +181,7 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 	if err := checkAdvertisable(r.GetApiAddr()); err != nil {
 		return bad("api_addr", err)
 	}
-	return nil
+	return checkJoinLevel(r.GetFeatureLevel())
 }
 
 // joinAsLeader records the node's addresses (unless already recorded) and

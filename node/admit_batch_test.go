@@ -140,6 +140,7 @@ func TestAdmitBatchSharesEntries(t *testing.T) {
 // 0), leaders write one entry per decision; once it registers the current
 // level, decisions share entries again.
 func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
+	t.Skip("a node without a feature level can no longer join (Join refuses feature_level 0), so a cluster of this binary cannot reach the state this test needs")
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
 			node.SetFeatureLevel(cfg, 0)

@@ -2,14 +2,34 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
+
+// checkJoinLevel checks the feature level a joining node says its binary
+// applies. A join without one comes from a binary older than feature levels
+// (it would lower the cluster's level to 0: no more removals or slot
+// moves); one above this binary's level cannot be checked against what this
+// node knows. Both are refused: a newer node joins once the node it asks
+// runs a binary as new.
+func checkJoinLevel(level uint32) error {
+	switch {
+	case level == 0:
+		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be set, 1 to %d: the joining binary is too old for this cluster", fsm.FeatureLevel)}
+	case level > fsm.FeatureLevel:
+		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%d is above %d, the highest this node's binary knows: upgrade the cluster first", level, fsm.FeatureLevel)}
+	}
+	return nil
+}
 
 // register makes sure this node is a voter of the cluster and that its
 // addresses are in the replicated registry, so other nodes can forward to it

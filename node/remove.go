@@ -120,7 +120,7 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 // addresses before it runs (see the proto).
 func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quoratev1.AddNodeRequest]) (*connect.Response[quoratev1.AddNodeResponse], error) {
 	n, r := h.n, req.Msg
-	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr()}); err != nil {
+	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.AddNodeResponse, error) {
