@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
