@@ -232,6 +232,10 @@ type FSM struct {
 	imports map[uint64]*importState
 	plans   []*raftcmdv1.Plan
 
+	// clusterID is the meta group's record of the cluster's ID
+	// (clusterid.go); "" before SetClusterID.
+	clusterID string
+
 	// exportCache is the index of the last migration this replica
 	// exported (migrate.go): not replicated state, guarded by exportMu.
 	exportMu    sync.Mutex
@@ -365,6 +369,8 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 		return f.applyPutPolicies(body.PutPolicies)
 	case *raftcmdv1.Envelope_RegisterNode:
 		return f.applyRegisterNode(body.RegisterNode)
+	case *raftcmdv1.Envelope_SetClusterId:
+		return f.applySetClusterID(body.SetClusterId)
 	case *raftcmdv1.Envelope_RemoveNode:
 		delete(f.nodes, body.RemoveNode.GetId())
 		return nil
@@ -637,6 +643,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	s.frozen, s.imports = f.migrateSnapshot()
 	s.plans = clonePlans(f.plans)
+	s.clusterID = f.clusterID
 	return s, nil
 }
 
@@ -681,5 +688,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.restoreRoute(s.route)
 	f.restoreMigrate(s.frozen, s.imports)
 	f.plans = s.plans
+	f.clusterID = s.clusterID
 	return nil
 }

@@ -80,20 +80,47 @@ func (n *Node) register(ctx context.Context) {
 
 // joinOnce asks the leader (or, with no leader known, the --join address) to
 // add and register this node.
+// A node without state first learns the cluster's ID from the --join
+// address; every join carries the ID this node recorded, and records the
+// one the answer carries.
 func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	if leaderAddr, _ := n.leader(); leaderAddr == "" && n.cfg.Join != "" && !n.isLeader() {
 		base, _ := joinURL(n.cfg.Join)
-		_, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
-		return err
+		if n.mux.clusterWaiting() {
+			if err := n.learnClusterID(ctx, base); err != nil {
+				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)
+			}
+		}
+		req.ClusterId = n.mux.clusterID()
+		resp, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		return n.joined(resp.Msg, base)
 	}
+	req.ClusterId = n.mux.clusterID()
 	return n.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
-			_, err := p.admin.Join(ctx, connect.NewRequest(req))
-			return err
+			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			return n.joined(resp.Msg, "the meta leader")
 		})
+}
+
+// joined records the cluster ID a Join answer carries.
+func (n *Node) joined(resp *quoratev1.JoinResponse, from string) error {
+	if id := resp.GetClusterId(); id != "" {
+		if err := n.adoptClusterID(id, from); err != nil {
+			n.log.Error("joined a cluster whose ID is not this node's", "err", err)
+			return err
+		}
+	}
+	return nil
 }
 
 // Registered is closed once this node's addresses are in its own replica of

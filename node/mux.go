@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,12 @@ import (
 const (
 	muxMagic byte = 0xA7
 
+	// muxMagicCluster opens the header of a dialer that knows its cluster
+	// ID: the magic, the channel ID, then the 16 bytes of the cluster ID
+	// (clusterid.go). A dialer that knows none sends muxMagic's header.
+	muxMagicCluster byte = 0xA8
+	clusterIDLen         = 16
+
 	// muxChannelForward is reserved for follower→leader forwarding.
 	muxChannelForward uint64 = 1 << 32
 
@@ -65,7 +72,7 @@ const (
 
 	// muxMaxHeaderLen is the longest header: the magic byte and a 64-bit
 	// uvarint.
-	muxMaxHeaderLen = 1 + binary.MaxVarintLen64
+	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + clusterIDLen
 
 	// muxAcceptQueue is how many handshaken connections may wait for a
 	// channel's Accept.
@@ -86,6 +93,8 @@ type muxStats struct {
 	silent     atomic.Int64 // closed: nothing after the header in time
 	idleClosed atomic.Int64 // closed: idle for the idle timeout
 	redials    atomic.Int64 // dialed connections replaced before a write
+
+	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
 }
 
 // appendMuxHeader appends the header that opens a connection on channel ch.
@@ -93,25 +102,49 @@ func appendMuxHeader(b []byte, ch uint64) []byte {
 	return binary.AppendUvarint(append(b, muxMagic), ch)
 }
 
+// appendMuxHeaderFor appends the header that opens a connection on channel
+// ch from a node of cluster (a cluster ID, or "" when the node knows none).
+func appendMuxHeaderFor(b []byte, ch uint64, cluster string) []byte {
+	raw, err := hex.DecodeString(cluster)
+	if err != nil || len(raw) != clusterIDLen {
+		return appendMuxHeader(b, ch)
+	}
+	return append(binary.AppendUvarint(append(b, muxMagicCluster), ch), raw...)
+}
+
 // readMuxHeader reads a connection's header from r one byte at a time, so
 // that nothing past it is consumed, and returns the channel ID.
 func readMuxHeader(r io.Reader) (uint64, error) {
+	ch, _, err := readPeerHeader(r)
+	return ch, err
+}
+
+// readPeerHeader reads a connection's header like readMuxHeader and also
+// returns the dialer's cluster ID ("" when its header carries none).
+func readPeerHeader(r io.Reader) (uint64, string, error) {
 	br := byteReader{r: r}
 	magic, err := br.ReadByte()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	if magic != muxMagic {
-		return 0, fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
+	if magic != muxMagic && magic != muxMagicCluster {
+		return 0, "", fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
 	}
 	ch, err := binary.ReadUvarint(&br)
 	if err != nil {
 		if br.err != nil { // EOF, a deadline, a reset: not the varint's fault
-			return 0, err
+			return 0, "", err
 		}
-		return 0, fmt.Errorf("%w: %v", errMuxChannelID, err)
+		return 0, "", fmt.Errorf("%w: %v", errMuxChannelID, err)
 	}
-	return ch, nil
+	if magic == muxMagic {
+		return ch, "", nil
+	}
+	raw := make([]byte, clusterIDLen)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return 0, "", err
+	}
+	return ch, hex.EncodeToString(raw), nil
 }
 
 // byteReader is an io.ByteReader without read-ahead.
@@ -155,6 +188,7 @@ type peerMux struct {
 	open      int            // accepted connections not yet closed
 	shaking   map[string]int // accepted connections in their handshake, by remote IP
 	refusedAt time.Time      // when a refusal at a limit was last logged
+	cluster   clusterGate    // which dialers' cluster IDs to admit (clusterid.go)
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
 }
@@ -279,9 +313,13 @@ func (m *peerMux) handshake(c *trackedConn) {
 		c.Close()
 		return
 	}
-	ch, err := readMuxHeader(c.Conn)
+	ch, cluster, err := readPeerHeader(c.Conn)
 	if err != nil {
 		m.log.Debug("rejected a peer connection", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	if !m.clusterAdmits(c, ch, cluster) {
 		c.Close()
 		return
 	}
@@ -373,7 +411,7 @@ func (m *peerMux) dial(ctx context.Context, addr string, ch uint64, owner *connS
 	}
 	defer m.wg.Done() // the conn stays tracked; the mux need not wait for it
 	deadline, _ := ctx.Deadline()
-	hdr := appendMuxHeader(make([]byte, 0, muxMaxHeaderLen), ch)
+	hdr := appendMuxHeaderFor(make([]byte, 0, muxMaxHeaderLen), ch, m.clusterID())
 	if err := tc.SetWriteDeadline(deadline); err != nil {
 		tc.Close()
 		return nil, err

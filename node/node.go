@@ -45,6 +45,7 @@ type Node struct {
 	hooks      hooks
 	waiters    *waiters
 	joinMu     sync.Mutex // serializes meta membership changes (joinAsLeader)
+	clusterMu  sync.Mutex // serializes recording the cluster ID (clusterid.go)
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
@@ -109,6 +110,10 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
 	n.mux.headerTimeout, n.mux.idleTimeout = cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout
+	if err := n.initClusterID(); err != nil {
+		raftLn.Close()
+		return nil, err
+	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
@@ -207,7 +212,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{}, 4)
+	regDone := make(chan struct{}, 5)
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.register(regCtx)
@@ -223,6 +228,10 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.planLoop(regCtx)
+	}()
+	go func() {
+		defer func() { regDone <- struct{}{} }()
+		n.clusterIDLoop(regCtx)
 	}()
 
 	var err error
