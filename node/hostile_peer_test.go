@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"net"
 	"sync"
@@ -66,21 +67,28 @@ func TestHostilePeers(t *testing.T) {
 		cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout = handshake, idle
 	}})
 	applyPolicy(t, c, "p", 1_000_000, time.Second, 1_000_000)
-	const magic = 0xA7
-	fwd := []byte{magic, 0x80, 0x80, 0x80, 0x80, 0x10} // channel 1<<32
+	const magic, magicID = 0xA7, 0xA8
+	cluster := clusterIDOfNode(t, c, 0)
+	id, _ := hex.DecodeString(cluster)
+	other := bytes.Repeat([]byte{0x5a}, 16)
+	hdr := func(ch []byte, id []byte) []byte { return append(append([]byte{magicID}, ch...), id...) }
+	meta, fwd := []byte{0}, []byte{0x80, 0x80, 0x80, 0x80, 0x10} // channels 0 and 1<<32
 	runHostilePeers(t, c, []hostilePeer{
 		{name: "connects and sends nothing", within: handshake},
-		{name: "magic byte only", send: []byte{magic}, within: handshake},
-		{name: "half a channel ID", send: []byte{magic, 0x80}, within: handshake},
-		{name: "meta group header, then nothing", send: []byte{magic, 0}, within: handshake},
-		{name: "forwarding header, then nothing", send: fwd, within: handshake},
-		{name: "header of a group not hosted", send: []byte{magic, 9}, within: time.Second},
+		{name: "magic byte only", send: []byte{magicID}, within: handshake},
+		{name: "half a channel ID", send: []byte{magicID, 0x80}, within: handshake},
+		{name: "half a cluster ID", send: append([]byte{magicID, 0}, id[:8]...), within: handshake},
+		{name: "meta group header, then nothing", send: hdr(meta, id), within: handshake},
+		{name: "forwarding header, then nothing", send: hdr(fwd, id), within: handshake},
+		{name: "header of a group not hosted", send: hdr([]byte{9}, id), within: time.Second},
+		{name: "header without a cluster ID", send: []byte{magic, 0, 0}, within: time.Second},
+		{name: "header of another cluster", send: append(hdr(meta, other), 0), within: time.Second},
 		{name: "HTTP request", send: []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), within: time.Second},
 		{name: "TLS hello", send: []byte{0x16, 0x03, 0x01, 0x00, 0x05}, within: time.Second},
-		{name: "channel ID over 10 bytes", send: append([]byte{magic}, bytes.Repeat([]byte{0xff}, 11)...), within: time.Second},
+		{name: "channel ID over 10 bytes", send: append([]byte{magicID}, bytes.Repeat([]byte{0xff}, 11)...), within: time.Second},
 		// Past the handshake: Raft has the connection, the idle timeout
 		// closes it (a partial RPC type byte waits for the rest).
-		{name: "meta group header and a Raft RPC type, then nothing", send: []byte{magic, 0, 0}, within: handshake + idle},
-		{name: "forwarding header and half an HTTP/2 preface", send: append(fwd, "PRI * HTTP/2.0\r\n"...), within: handshake + idle},
+		{name: "meta group header and a Raft RPC type, then nothing", send: append(hdr(meta, id), 0), within: handshake + idle},
+		{name: "forwarding header and half an HTTP/2 preface", send: append(hdr(fwd, id), "PRI * HTTP/2.0\r\n"...), within: handshake + idle},
 	})
 }

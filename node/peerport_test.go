@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +17,29 @@ import (
 	"github.com/quorate/quorate/node/nodetest"
 )
 
-// peerHeader is the peer port's connection header for channel ch: the magic
-// byte and ch as an unsigned varint (ch < 128 here).
-func peerHeader(ch byte) []byte { return []byte{0xA7, ch} }
+// peerHeader is the peer port's connection header for channel ch from a
+// node of cluster: the magic byte, ch as an unsigned varint (ch < 128 here)
+// and the cluster ID's 16 bytes.
+func peerHeader(tb testing.TB, ch byte, cluster string) []byte {
+	raw, err := hex.DecodeString(cluster)
+	if err != nil || len(raw) != 16 {
+		tb.Fatalf("cluster ID %q: %v", cluster, err)
+	}
+	return append([]byte{0xA8, ch}, raw...)
+}
+
+// clusterIDOfNode waits until node i records a cluster ID and returns it.
+func clusterIDOfNode(tb testing.TB, c *nodetest.Cluster, i int) string {
+	tb.Helper()
+	var id string
+	c.Eventually(tb, 20*time.Second, "a cluster ID", func() error {
+		if id = c.Node(i).Status().GetClusterId(); id == "" {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	return id
+}
 
 // serving checks that a rate-limited admit through each running node gets an
 // answer.
@@ -56,6 +77,7 @@ func TestPeerPortHeaderOnlyConnectionsAreClosed(t *testing.T) {
 	applyPolicy(t, c, "p", 1_000_000, time.Second, 1_000_000)
 	serving(t, c, "p")
 	target := c.Node(0).RaftAddr()
+	cluster := clusterIDOfNode(t, c, 0) // not a secret: a header with it goes as far as any
 
 	before := heapInUse()
 	opened := make([]net.Conn, 0, conns)
@@ -75,7 +97,7 @@ func TestPeerPortHeaderOnlyConnectionsAreClosed(t *testing.T) {
 		if i%2 == 1 {
 			ch = 1 // a data group's channel, hosted or not
 		}
-		if _, err := cn.Write(peerHeader(ch)); err != nil {
+		if _, err := cn.Write(peerHeader(t, ch, cluster)); err != nil {
 			t.Fatalf("header %d: %v", i, err)
 		}
 	}

@@ -36,6 +36,14 @@ func TestForcedRemovalOfLiveNodeIsRefused(t *testing.T) {
 		}
 		return nil
 	})
+	c.Eventually(t, 30*time.Second, "every group on all three nodes", func() error {
+		for g := uint32(1); g <= groups; g++ {
+			if v := node.GroupVoters(c.Node(0), g); len(v) != 3 || !containsID(v, "node3") {
+				return fmt.Errorf("group %d voters %v", g, v)
+			}
+		}
+		return nil
+	})
 	// A node that never runs, to take node3's replicas.
 	if _, err := c.Admin(0).AddNode(ctx, connect.NewRequest(&quoratev1.AddNodeRequest{Id: "node9", RaftAddr: "127.0.0.1:8", ApiAddr: "127.0.0.1:19"})); err != nil {
 		t.Fatal(err)
