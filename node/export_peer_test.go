@@ -1,5 +1,7 @@
 package node
 
+import "github.com/quorate/quorate/fsm"
+
 // PeerConnsAccepted is how many connections n's peer port has accepted.
 func PeerConnsAccepted(n *Node) int64 { return n.mux.stats.accepted.Load() }
 
@@ -10,3 +12,9 @@ func PeerConnsIdleClosed(n *Node) int64 { return n.mux.stats.idleClosed.Load() }
 // PeerRedials is how many of n's Raft connections were replaced before a
 // write for having been idle.
 func PeerRedials(n *Node) int64 { return n.mux.stats.redials.Load() }
+
+// MetaClusterID is the cluster ID n's meta group replica holds.
+func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
+
+// FeatureLevel is the log feature level of this binary.
+func FeatureLevel() uint32 { return fsm.FeatureLevel }
