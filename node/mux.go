@@ -21,11 +21,18 @@ import (
 // one listener and one address. Each TCP connection carries one channel,
 // named once, by a header the dialer writes first:
 //
-//	+-------+--------------------------+----------------------------------+
-//	| magic | channel ID               | the channel's own bytes (for a   |
-//	| 0xA7  | unsigned varint, 1..10 B | Raft group: NetworkTransport's   |
-//	|       | (encoding/binary)        | RPC stream, unchanged)           |
-//	+-------+--------------------------+----------------------------------+
+//	+-------+--------------------------+------------+---------------------+
+//	| magic | channel ID               | cluster ID | the channel's own   |
+//	| 0xA8  | unsigned varint, 1..10 B | 16 bytes   | bytes (for a Raft   |
+//	|       | (encoding/binary)        |            | group: the Raft     |
+//	|       |                          |            | transport's RPCs)   |
+//	+-------+--------------------------+------------+---------------------+
+//
+// A dialer that knows no cluster ID yet (a cluster that predates them)
+// sends magic 0xA7 and no cluster ID. A listener that knows its cluster's
+// ID refuses a header with another ID or none (clusterid.go). The header
+// and the first byte after it must arrive within the handshake timeout;
+// only then is the connection handed to its channel (peerconn.go).
 //
 // The magic byte doubles as the header's version: a different layout gets a
 // different byte. It is far from Raft's own first bytes (RPC types 0–5), from
@@ -33,8 +40,8 @@ import (
 // scanner is turned away at the first byte, and a mux header sent to a
 // pre-mux Raft listener fails there as an unknown RPC type. The server sends
 // no reply: a connection it rejects (bad magic, a varint longer than 10 bytes
-// or over 64 bits, an unknown channel, no full header within
-// muxHeaderTimeout) is closed, which the dialer sees as a failed RPC — Raft
+// or over 64 bits, an unknown channel, another cluster, no full header and
+// first byte within the handshake timeout) is closed, which the dialer sees as a failed RPC — Raft
 // retries, so a group whose replica starts here a moment after its peers
 // does not need the dials to wait for it.
 //
