@@ -264,3 +264,84 @@ func (r *redialConn) SetWriteDeadline(t time.Time) error {
 	r.wdl = t
 	return r.c.SetWriteDeadline(t)
 }
+
+// connSet is a set of open connections that can all be closed at once; once
+// closed it takes no more. Safe for concurrent use.
+type connSet struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[*trackedConn]struct{}
+}
+
+func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
+
+// add adds c unless the set is closed, and reports whether it did.
+func (s *connSet) add(c *trackedConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *connSet) remove(c *trackedConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeAll closes the set and every connection in it.
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	cs := make([]*trackedConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// trackedConn is a connection that leaves its connSets when closed.
+// One the mux accepted also enforces the idle timeout (peerconn.go).
+type trackedConn struct {
+	net.Conn
+	mu      sync.Mutex
+	closed  bool
+	sets    []*connSet
+	onClose func() // set before the conn is shared; run by the first Close
+
+	idle   idleReader // accepted connections, once handed to a channel
+	closeN sync.Once
+}
+
+// join adds c to s, and reports false when s or c is closed.
+func (c *trackedConn) join(s *connSet) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !s.add(c) {
+		return false
+	}
+	c.sets = append(c.sets, s)
+	return true
+}
+
+// Close closes the connection and removes it from its sets.
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	sets := c.sets
+	c.sets, c.closed = nil, true
+	c.mu.Unlock()
+	for _, s := range sets {
+		s.remove(c)
+	}
+	if c.onClose != nil {
+		c.closeN.Do(c.onClose)
+	}
+	return err
+}
