@@ -273,13 +273,11 @@ func (m *peerMux) Serve() {
 			c.Close()
 			continue
 		}
-		tc, ok := m.track(c, nil)
+		tc, ok := m.track(c, nil, m.release)
 		if !ok {
 			m.handshakeDone(ip)
-			m.release()
-			return // closed meanwhile; track closed c
+			return // closed meanwhile; track closed c (and released it)
 		}
-		tc.onClose = m.release
 		go func() {
 			defer m.wg.Done()
 			defer m.handshakeDone(ip)
@@ -291,13 +289,13 @@ func (m *peerMux) Serve() {
 // track registers c with the mux and, when owner is not nil, with owner.
 // When it returns ok, the caller must call m.wg.Done once it no longer
 // needs the mux open (track did the Add). When the mux or owner is closed it
-// closes c and returns false.
-func (m *peerMux) track(c net.Conn, owner *connSet) (*trackedConn, bool) {
-	tc := &trackedConn{Conn: c}
+// closes c and returns false. onClose, when not nil, runs once c is closed.
+func (m *peerMux) track(c net.Conn, owner *connSet, onClose func()) (*trackedConn, bool) {
+	tc := &trackedConn{Conn: c, onClose: onClose}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		c.Close()
+		tc.Close()
 		return nil, false
 	}
 	m.wg.Add(1)
@@ -412,7 +410,7 @@ func (m *peerMux) dial(ctx context.Context, addr string, ch uint64, owner *connS
 	if err != nil {
 		return nil, err
 	}
-	tc, ok := m.track(c, owner)
+	tc, ok := m.track(c, owner, nil)
 	if !ok {
 		return nil, errMuxClosed
 	}
