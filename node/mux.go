@@ -41,8 +41,8 @@ import (
 // pre-mux Raft listener fails there as an unknown RPC type. The server sends
 // no reply: a connection it rejects (bad magic, a varint longer than 10 bytes
 // or over 64 bits, an unknown channel, another cluster, no full header and
-// first byte within the handshake timeout) is closed, which the dialer sees as a failed RPC — Raft
-// retries, so a group whose replica starts here a moment after its peers
+// first byte within the handshake timeout) is closed, which the dialer sees
+// as a failed RPC — Raft retries, so a group whose replica starts here a moment after its peers
 // does not need the dials to wait for it.
 //
 // Channel IDs: a Raft group's channel is its GroupID (a uint32; 0 is the
@@ -77,8 +77,8 @@ const (
 	// trip, so only a flood reaches it.
 	muxMaxHandshakesPerIP = 1024
 
-	// muxMaxHeaderLen is the longest header: the magic byte and a 64-bit
-	// uvarint.
+	// muxMaxHeaderLen is the longest header: the magic byte, a 64-bit
+	// uvarint and a cluster ID.
 	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + clusterIDLen
 
 	// muxAcceptQueue is how many handshaken connections may wait for a
