@@ -26,7 +26,7 @@ func checkJoinLevel(level uint32) error {
 			Reason: fmt.Sprintf("must be set, 1 to %d: the joining binary is too old for this cluster", fsm.FeatureLevel)}
 	case level > fsm.FeatureLevel:
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%d is above %d, the highest this node's binary knows: upgrade the cluster first", level, fsm.FeatureLevel)}
+			Reason: fmt.Sprintf("%d is above %d, the highest this node's binary knows: upgrade the cluster's nodes first", level, fsm.FeatureLevel)}
 	}
 	return nil
 }
@@ -79,10 +79,9 @@ func (n *Node) register(ctx context.Context) {
 }
 
 // joinOnce asks the leader (or, with no leader known, the --join address) to
-// add and register this node.
-// A node without state first learns the cluster's ID from the --join
-// address; every join carries the ID this node recorded, and records the
-// one the answer carries.
+// add and register this node. A node without state first learns the
+// cluster's ID from the --join address; every join carries the ID this node
+// recorded, and the node records the one the answer carries.
 func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
