@@ -130,9 +130,10 @@ type Config struct {
 	PeerHandshakeTimeout time.Duration
 
 	// PeerIdleTimeout closes a connection accepted on the peer port that
-	// has sent nothing for this long (--peer-idle-timeout). Connections
-	// this node dials to peers are replaced before half of it passes, so
-	// give every node the same value.
+	// has sent nothing for this long (--peer-idle-timeout); on the
+	// forwarding channel, at least twice RequestTimeout. Connections this
+	// node dials to peers are replaced before half of it passes, so give
+	// every node the same value.
 	PeerIdleTimeout time.Duration
 
 	// featureLevel, when set, is the log feature level this node registers

@@ -65,6 +65,7 @@ func TestHostilePeers(t *testing.T) {
 	const handshake, idle = 500 * time.Millisecond, time.Second
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout = handshake, idle
+		cfg.RequestTimeout = time.Second // the forwarding channel's idle timeout: 2 s
 	}})
 	applyPolicy(t, c, "p", 1_000_000, time.Second, 1_000_000)
 	const magic, magicID = 0xA7, 0xA8
@@ -89,6 +90,6 @@ func TestHostilePeers(t *testing.T) {
 		// Past the handshake: Raft has the connection, the idle timeout
 		// closes it (a partial RPC type byte waits for the rest).
 		{name: "meta group header and a Raft RPC type, then nothing", send: append(hdr(meta, id), 0), within: handshake + idle},
-		{name: "forwarding header and half an HTTP/2 preface", send: append(hdr(fwd, id), "PRI * HTTP/2.0\r\n"...), within: handshake + idle},
+		{name: "forwarding header and half an HTTP/2 preface", send: append(hdr(fwd, id), "PRI * HTTP/2.0\r\n"...), within: handshake + 2*time.Second},
 	})
 }

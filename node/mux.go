@@ -185,8 +185,12 @@ type peerMux struct {
 	log           *slog.Logger
 	headerTimeout time.Duration // for the header and the first byte after it
 	idleTimeout   time.Duration // 0: none
-	limits        muxLimits
-	stats         muxStats
+	// fwdIdleTimeout replaces idleTimeout on the forwarding channel, where
+	// a request's answer may take up to the request timeout while the
+	// caller sends nothing.
+	fwdIdleTimeout time.Duration
+	limits         muxLimits
+	stats          muxStats
 
 	mu        sync.Mutex
 	closed    bool
@@ -347,7 +351,11 @@ func (m *peerMux) handshake(c *trackedConn) {
 		c.Close()
 		return
 	}
-	c.accepted(first, m.idleTimeout, &m.stats.idleClosed)
+	idle := m.idleTimeout
+	if ch == muxChannelForward && idle > 0 {
+		idle = max(idle, m.fwdIdleTimeout)
+	}
+	c.accepted(first, idle, &m.stats.idleClosed)
 	if !c.join(l.conns) {
 		c.Close() // the listener closed meanwhile
 		return

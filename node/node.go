@@ -110,6 +110,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
 	n.mux.headerTimeout, n.mux.idleTimeout = cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout
+	n.mux.fwdIdleTimeout = 2 * cfg.RequestTimeout
 	if err := n.initClusterID(); err != nil {
 		raftLn.Close()
 		return nil, err
