@@ -1833,7 +1833,8 @@ type RegisterNode struct {
 	// The highest log feature level the node's binary applies (fsm.FeatureLevel;
 	// 0 before levels existed). A command kind of level L is proposed only
 	// when every registered node is at L or above (DESIGN.md §2 rule 3).
-	// 1: Batch entries; 2: RemoveNode.
+	// 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
+	// SetClusterID, and registrations without a level are refused.
 	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
