@@ -18,8 +18,8 @@ func TestMinFeatureLevel(t *testing.T) {
 		a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
 			Id: id, RaftAddr: id + ":1", ApiAddr: id + ":2", FeatureLevel: level}}})
 	}
+	reg("b", 0) // before levels: accepted while no registered node is at FeatureClusterID
 	reg("a", fsm.FeatureLevel)
-	reg("b", 0)
 	if got := a.f.MinFeatureLevel(); got != 0 {
 		t.Fatalf("one node at 0: level %d", got)
 	}
@@ -43,9 +43,12 @@ func TestMinFeatureLevel(t *testing.T) {
 // the lowest feature level no longer counts it.
 func TestRemoveNode(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
-	for id, level := range map[string]uint32{"a": fsm.FeatureLevel, "old": 0} {
+	for _, nd := range []struct {
+		id    string
+		level uint32
+	}{{"old", 0}, {"a", fsm.FeatureLevel}} {
 		a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-			Id: id, RaftAddr: id + ":1", ApiAddr: id + ":2", FeatureLevel: level}}})
+			Id: nd.id, RaftAddr: nd.id + ":1", ApiAddr: nd.id + ":2", FeatureLevel: nd.level}}})
 	}
 	remove := func(id string) {
 		if res := a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RemoveNode{RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); res != nil {

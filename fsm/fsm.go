@@ -161,10 +161,11 @@ type Node struct {
 
 // FeatureLevel is the highest log feature level this binary applies: the
 // kinds of entries it may be asked to apply. 1: Batch entries; 2:
-// RemoveNode; 3: slot migrations and plans. A node
+// RemoveNode; 3: slot migrations and plans; 4: the cluster ID and imports
+// bounded by MaxClockSkew. A node
 // proposes an entry kind of level L only when every registered node is at
 // L or above (MinFeatureLevel), so no replica meets an entry it cannot
-// decode (DESIGN.md §2 rule 3). 4: imports bounded by MaxClockSkew.
+// decode (DESIGN.md §2 rule 3).
 const FeatureLevel = 4
 
 // Feature levels of entry kinds.
@@ -176,6 +177,9 @@ const (
 	FeatureMigrate = 3
 	// FeatureBoundedImport: ImportSlots.bounded_source_time (MaxClockSkew).
 	FeatureBoundedImport = 4
+	// FeatureClusterID: SetClusterID; from it on, registrations without a
+	// feature level are refused.
+	FeatureClusterID = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
@@ -183,6 +187,10 @@ const (
 func (f *FSM) MinFeatureLevel() uint32 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.minFeatureLevelLocked()
+}
+
+func (f *FSM) minFeatureLevelLocked() uint32 {
 	first, level := true, uint32(0)
 	for _, n := range f.nodes {
 		if first || n.FeatureLevel < level {
@@ -226,6 +234,10 @@ type FSM struct {
 	frozen  map[uint64]shard.SlotRange
 	imports map[uint64]*importState
 	plans   []*raftcmdv1.Plan
+
+	// clusterID is the meta group's record of the cluster's ID
+	// (clusterid.go); "" before SetClusterID.
+	clusterID string
 
 	// exportCache is the index of the last migration this replica
 	// exported (migrate.go): not replicated state, guarded by exportMu.
@@ -366,9 +378,9 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_PutPolicies:
 		return f.applyPutPolicies(body.PutPolicies)
 	case *raftcmdv1.Envelope_RegisterNode:
-		r := body.RegisterNode
-		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
-		return nil
+		return f.applyRegisterNode(body.RegisterNode)
+	case *raftcmdv1.Envelope_SetClusterId:
+		return f.applySetClusterID(body.SetClusterId)
 	case *raftcmdv1.Envelope_RemoveNode:
 		delete(f.nodes, body.RemoveNode.GetId())
 		return nil
@@ -641,6 +653,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	s.frozen, s.imports = f.migrateSnapshot()
 	s.plans = clonePlans(f.plans)
+	s.clusterID = f.clusterID
 	return s, nil
 }
 
@@ -685,5 +698,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.restoreRoute(s.route)
 	f.restoreMigrate(s.frozen, s.imports)
 	f.plans = s.plans
+	f.clusterID = s.clusterID
 	return nil
 }

@@ -47,6 +47,8 @@ type snapshot struct {
 	frozen   []*raftcmdv1.FreezeSlots
 	imports  []*raftcmdv1.ImportProgress
 	plans    []*raftcmdv1.Plan
+	// clusterID is in the header: a reader that predates it skips it.
+	clusterID string
 }
 
 var _ raft.FSMSnapshot = (*snapshot)(nil)
@@ -88,6 +90,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		Frozen:            s.frozen,
 		Imports:           s.imports,
 		Plans:             s.plans,
+		ClusterId:         s.clusterID,
 	})
 	for _, p := range s.policies {
 		enc.write(&raftcmdv1.PolicyRecord{Policy: PolicyToProto(p.Policy), Version: p.Version})
@@ -164,7 +167,7 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 	}
 	s := &snapshot{lastNow: h.GetLastNowUnixNano(), lastTerm: h.GetLastTerm(), route: routeState{
 		shardMap: h.GetShardMap(), ownership: h.GetOwnership(), policiesMetaIndex: h.GetPoliciesMetaIndex()},
-		frozen: h.GetFrozen(), imports: h.GetImports(), plans: h.GetPlans()}
+		frozen: h.GetFrozen(), imports: h.GetImports(), plans: h.GetPlans(), clusterID: h.GetClusterId()}
 	for range h.GetPolicyCount() {
 		var p raftcmdv1.PolicyRecord
 		if err := dec.read(&p); err != nil {

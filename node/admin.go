@@ -49,6 +49,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:        n.meta.raft.LastIndex(),
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
+		ClusterId:           n.mux.clusterID(),
 	}
 	plans := n.meta.fsm.Plans()
 	for _, g := range n.hosted() {
@@ -146,7 +147,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		addrs[m.ID] = m.APIAddr
 	}
 	_, leaderID := n.meta.raft.LeaderWithID()
-	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus()}
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus(), ClusterId: n.knownClusterID()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
 		m := &quoratev1.MemberStatus{
@@ -187,7 +188,7 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	}
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.JoinResponse, error) {
-			return &quoratev1.JoinResponse{}, n.joinAsLeader(ctx, req.Msg)
+			return &quoratev1.JoinResponse{ClusterId: n.knownClusterID()}, n.joinAsLeader(ctx, req.Msg)
 		}, quoratev1connect.AdminServiceClient.Join)
 }
 
@@ -204,13 +205,16 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 	if err := checkAdvertisable(r.GetApiAddr()); err != nil {
 		return bad("api_addr", err)
 	}
-	return nil
+	return checkJoinLevel(r.GetFeatureLevel())
 }
 
 // joinAsLeader records the node's addresses (unless already recorded) and
 // makes it a member at its Raft address (unless it already is one): a voter,
 // or a non-voter once a cluster with data groups has MetaVoters voters.
 func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
+	if err := n.checkJoinCluster(r); err != nil {
+		return err
+	}
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	if !slices.Contains(n.meta.fsm.Nodes(), want) {
 		if _, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{

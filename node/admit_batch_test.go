@@ -140,13 +140,26 @@ func TestAdmitBatchSharesEntries(t *testing.T) {
 // 0), leaders write one entry per decision; once it registers the current
 // level, decisions share entries again.
 func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
+	// A node without a level can no longer join, and a cluster whose nodes
+	// are all current refuses a registration without one: node 2 plays a
+	// binary one level older, and the registry then gets the entry a leader
+	// that predates levels wrote for it.
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
-			node.SetFeatureLevel(cfg, 0)
+			node.SetFeatureLevel(cfg, node.FeatureLevel()-1)
 		}
 	}})
 	applyBucket(t, c, "p", 1_000)
 	leader := c.Leader(t) // may be node 2: a leader's own level matters alike
+	c.Eventually(t, 10*time.Second, "node 2 registered one level below", func() error {
+		if got := node.MinFeatureLevel(c.Node(leader)); got != node.FeatureLevel()-1 {
+			return fmt.Errorf("lowest feature level %d", got)
+		}
+		return nil
+	})
+	if err := node.RegisterAtLevel(c.Node(leader), c.Node(2).ID(), 0); err != nil {
+		t.Fatal(err)
+	}
 	c.Eventually(t, 10*time.Second, "node 2 registered at level 0", func() error {
 		if got := node.MinFeatureLevel(c.Node(leader)); got != 0 {
 			return fmt.Errorf("lowest feature level %d", got)

@@ -146,6 +146,19 @@ type Config struct {
 	// (--debug-dial-map); never set it in production.
 	DebugDialMap map[string]string
 
+	// PeerHandshakeTimeout bounds how long a connection to the peer port
+	// may take to send its header and the first byte of its channel's
+	// traffic (--peer-handshake-timeout). Until then the connection holds
+	// no Raft or forwarding resources; after it, it is closed.
+	PeerHandshakeTimeout time.Duration
+
+	// PeerIdleTimeout closes a connection accepted on the peer port that
+	// has sent nothing for this long (--peer-idle-timeout); on the
+	// forwarding channel, at least twice RequestTimeout. Connections this
+	// node dials to peers are replaced before half of it passes, so give
+	// every node the same value.
+	PeerIdleTimeout time.Duration
+
 	// featureLevel, when set, is the log feature level this node registers
 	// instead of fsm.FeatureLevel: tests play a node running an older
 	// binary (export_test.go).
@@ -190,6 +203,9 @@ func DefaultConfig() Config {
 		SnapshotInterval:    30 * time.Second,
 		TrailingLogs:        10240,
 		LogLevel:            "info",
+
+		PeerHandshakeTimeout: 5 * time.Second,
+		PeerIdleTimeout:      2 * time.Minute,
 	}
 }
 
@@ -250,6 +266,8 @@ func (c Config) Validate() error {
 		{"commit-timeout", c.CommitTimeout, time.Millisecond},
 		{"request-timeout", c.RequestTimeout, time.Millisecond},
 		{"snapshot-interval", c.SnapshotInterval, 5 * time.Millisecond},
+		{"peer-handshake-timeout", c.PeerHandshakeTimeout, 10 * time.Millisecond},
+		{"peer-idle-timeout", c.PeerIdleTimeout, 20 * time.Millisecond},
 	} {
 		if d.v < d.min {
 			return bad(d.flag, "must be at least %v (got %v)", d.min, d.v)

@@ -2,14 +2,34 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
+
+// checkJoinLevel checks the feature level a joining node says its binary
+// applies. A join without one comes from a binary older than feature levels
+// (it would lower the cluster's level to 0: no more removals or slot
+// moves); one above this binary's level cannot be checked against what this
+// node knows. Both are refused: a newer node joins once the node it asks
+// runs a binary as new.
+func checkJoinLevel(level uint32) error {
+	switch {
+	case level == 0:
+		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be set, 1 to %d: the joining binary is too old for this cluster", fsm.FeatureLevel)}
+	case level > fsm.FeatureLevel:
+		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%d is above %d, the highest this node's binary knows: upgrade the cluster's nodes first", level, fsm.FeatureLevel)}
+	}
+	return nil
+}
 
 // register makes sure this node is a voter of the cluster and that its
 // addresses are in the replicated registry, so other nodes can forward to it
@@ -59,21 +79,47 @@ func (n *Node) register(ctx context.Context) {
 }
 
 // joinOnce asks the leader (or, with no leader known, the --join address) to
-// add and register this node.
+// add and register this node. A node without state first learns the
+// cluster's ID from the --join address; every join carries the ID this node
+// recorded, and the node records the one the answer carries.
 func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	if leaderAddr, _ := n.leader(); leaderAddr == "" && n.cfg.Join != "" && !n.isLeader() {
 		base, _ := joinURL(n.cfg.Join)
-		_, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
-		return err
+		if n.mux.clusterWaiting() {
+			if err := n.learnClusterID(ctx, base); err != nil {
+				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)
+			}
+		}
+		req.ClusterId = n.mux.clusterID()
+		resp, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		return n.joined(resp.Msg, base)
 	}
+	req.ClusterId = n.mux.clusterID()
 	return n.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
-			_, err := p.admin.Join(ctx, connect.NewRequest(req))
-			return err
+			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			return n.joined(resp.Msg, "the meta leader")
 		})
+}
+
+// joined records the cluster ID a Join answer carries.
+func (n *Node) joined(resp *quoratev1.JoinResponse, from string) error {
+	if id := resp.GetClusterId(); id != "" {
+		if err := n.adoptClusterID(id, from); err != nil {
+			n.log.Error("joined a cluster whose ID is not this node's", "err", err)
+			return err
+		}
+	}
+	return nil
 }
 
 // Registered is closed once this node's addresses are in its own replica of

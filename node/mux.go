@@ -3,12 +3,14 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -19,11 +21,18 @@ import (
 // one listener and one address. Each TCP connection carries one channel,
 // named once, by a header the dialer writes first:
 //
-//	+-------+--------------------------+----------------------------------+
-//	| magic | channel ID               | the channel's own bytes (for a   |
-//	| 0xA7  | unsigned varint, 1..10 B | Raft group: NetworkTransport's   |
-//	|       | (encoding/binary)        | RPC stream, unchanged)           |
-//	+-------+--------------------------+----------------------------------+
+//	+-------+--------------------------+------------+---------------------+
+//	| magic | channel ID               | cluster ID | the channel's own   |
+//	| 0xA8  | unsigned varint, 1..10 B | 16 bytes   | bytes (for a Raft   |
+//	|       | (encoding/binary)        |            | group: the Raft     |
+//	|       |                          |            | transport's RPCs)   |
+//	+-------+--------------------------+------------+---------------------+
+//
+// A dialer that knows no cluster ID yet (a cluster that predates them)
+// sends magic 0xA7 and no cluster ID. A listener that knows its cluster's
+// ID refuses a header with another ID or none (clusterid.go). The header
+// and the first byte after it must arrive within the handshake timeout;
+// only then is the connection handed to its channel (peerconn.go).
 //
 // The magic byte doubles as the header's version: a different layout gets a
 // different byte. It is far from Raft's own first bytes (RPC types 0–5), from
@@ -31,9 +40,9 @@ import (
 // scanner is turned away at the first byte, and a mux header sent to a
 // pre-mux Raft listener fails there as an unknown RPC type. The server sends
 // no reply: a connection it rejects (bad magic, a varint longer than 10 bytes
-// or over 64 bits, an unknown channel, no full header within
-// muxHeaderTimeout) is closed, which the dialer sees as a failed RPC — Raft
-// retries, so a group whose replica starts here a moment after its peers
+// or over 64 bits, an unknown channel, another cluster, no full header and
+// first byte within the handshake timeout) is closed, which the dialer sees
+// as a failed RPC — Raft retries, so a group whose replica starts here a moment after its peers
 // does not need the dials to wait for it.
 //
 // Channel IDs: a Raft group's channel is its GroupID (a uint32; 0 is the
@@ -41,16 +50,36 @@ import (
 const (
 	muxMagic byte = 0xA7
 
+	// muxMagicCluster opens the header of a dialer that knows its cluster
+	// ID: the magic, the channel ID, then the 16 bytes of the cluster ID
+	// (clusterid.go). A dialer that knows none sends muxMagic's header.
+	muxMagicCluster byte = 0xA8
+	clusterIDLen         = 16
+
 	// muxChannelForward is reserved for follower→leader forwarding.
 	muxChannelForward uint64 = 1 << 32
 
 	// muxHeaderTimeout is how long an accepted connection may take to send
-	// its header.
+	// its header and the first byte after it (Config.PeerHandshakeTimeout).
 	muxHeaderTimeout = 5 * time.Second
 
-	// muxMaxHeaderLen is the longest header: the magic byte and a 64-bit
-	// uvarint.
-	muxMaxHeaderLen = 1 + binary.MaxVarintLen64
+	// muxIdleTimeout closes an accepted connection that has sent nothing
+	// for this long (Config.PeerIdleTimeout).
+	muxIdleTimeout = 2 * time.Minute
+
+	// muxMaxConns caps the connections the peer port holds open at once: a
+	// node hosting the most groups (MaxDataGroups, a few connections per
+	// group and peer) stays well under it.
+	muxMaxConns = 16384
+
+	// muxMaxHandshakesPerIP caps the connections from one IP that have not
+	// finished their handshake: a peer's connections finish it in a round
+	// trip, so only a flood reaches it.
+	muxMaxHandshakesPerIP = 1024
+
+	// muxMaxHeaderLen is the longest header: the magic byte, a 64-bit
+	// uvarint and a cluster ID.
+	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + clusterIDLen
 
 	// muxAcceptQueue is how many handshaken connections may wait for a
 	// channel's Accept.
@@ -64,30 +93,65 @@ var (
 	errMuxInUse     = errors.New("node: peer mux: channel already has a listener")
 )
 
+// muxStats counts what the mux did with its connections.
+type muxStats struct {
+	accepted   atomic.Int64 // connections accepted
+	refused    atomic.Int64 // closed at once: a limit was reached
+	silent     atomic.Int64 // closed: nothing after the header in time
+	idleClosed atomic.Int64 // closed: idle for the idle timeout
+	redials    atomic.Int64 // dialed connections replaced before a write
+
+	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
+}
+
 // appendMuxHeader appends the header that opens a connection on channel ch.
 func appendMuxHeader(b []byte, ch uint64) []byte {
 	return binary.AppendUvarint(append(b, muxMagic), ch)
 }
 
+// appendMuxHeaderFor appends the header that opens a connection on channel
+// ch from a node of cluster (a cluster ID, or "" when the node knows none).
+func appendMuxHeaderFor(b []byte, ch uint64, cluster string) []byte {
+	raw, err := hex.DecodeString(cluster)
+	if err != nil || len(raw) != clusterIDLen {
+		return appendMuxHeader(b, ch)
+	}
+	return append(binary.AppendUvarint(append(b, muxMagicCluster), ch), raw...)
+}
+
 // readMuxHeader reads a connection's header from r one byte at a time, so
 // that nothing past it is consumed, and returns the channel ID.
 func readMuxHeader(r io.Reader) (uint64, error) {
+	ch, _, err := readPeerHeader(r)
+	return ch, err
+}
+
+// readPeerHeader reads a connection's header like readMuxHeader and also
+// returns the dialer's cluster ID ("" when its header carries none).
+func readPeerHeader(r io.Reader) (uint64, string, error) {
 	br := byteReader{r: r}
 	magic, err := br.ReadByte()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	if magic != muxMagic {
-		return 0, fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
+	if magic != muxMagic && magic != muxMagicCluster {
+		return 0, "", fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
 	}
 	ch, err := binary.ReadUvarint(&br)
 	if err != nil {
 		if br.err != nil { // EOF, a deadline, a reset: not the varint's fault
-			return 0, err
+			return 0, "", err
 		}
-		return 0, fmt.Errorf("%w: %v", errMuxChannelID, err)
+		return 0, "", fmt.Errorf("%w: %v", errMuxChannelID, err)
 	}
-	return ch, nil
+	if magic == muxMagic {
+		return ch, "", nil
+	}
+	raw := make([]byte, clusterIDLen)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return 0, "", err
+	}
+	return ch, hex.EncodeToString(raw), nil
 }
 
 // byteReader is an io.ByteReader without read-ahead.
@@ -119,12 +183,23 @@ type peerMux struct {
 	dialer        *peerDialer
 	addr          net.Addr // advertised, or ln's
 	log           *slog.Logger
-	headerTimeout time.Duration
+	headerTimeout time.Duration // for the header and the first byte after it
+	idleTimeout   time.Duration // 0: none
+	// fwdIdleTimeout replaces idleTimeout on the forwarding channel, where
+	// a request's answer may take up to the request timeout while the
+	// caller sends nothing.
+	fwdIdleTimeout time.Duration
+	limits         muxLimits
+	stats          muxStats
 
 	mu        sync.Mutex
 	closed    bool
 	listeners map[uint64]*muxListener
-	conns     *connSet // every open connection of the mux
+	conns     *connSet       // every open connection of the mux
+	open      int            // accepted connections not yet closed
+	shaking   map[string]int // accepted connections in their handshake, by remote IP
+	refusedAt time.Time      // when a refusal at a limit was last logged
+	cluster   clusterGate    // which dialers' cluster IDs to admit (clusterid.go)
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
 }
@@ -146,6 +221,9 @@ func newPeerMux(ln net.Listener, d *peerDialer, advertise net.Addr, log *slog.Lo
 		addr:          addr,
 		log:           log,
 		headerTimeout: muxHeaderTimeout,
+		idleTimeout:   muxIdleTimeout,
+		limits:        muxLimits{conns: muxMaxConns, handshakesPerIP: muxMaxHandshakesPerIP},
+		shaking:       make(map[string]int),
 		listeners:     make(map[uint64]*muxListener),
 		conns:         newConnSet(),
 		done:          make(chan struct{}),
@@ -193,12 +271,20 @@ func (m *peerMux) Serve() {
 			}
 		}
 		delay = 0
-		tc, ok := m.track(c, nil)
+		m.stats.accepted.Add(1)
+		ip, ok := m.admit(c)
 		if !ok {
-			return // closed meanwhile; track closed c
+			c.Close()
+			continue
+		}
+		tc, ok := m.track(c, nil, m.release)
+		if !ok {
+			m.handshakeDone(ip)
+			return // closed meanwhile; track closed c (and released it)
 		}
 		go func() {
 			defer m.wg.Done()
+			defer m.handshakeDone(ip)
 			m.handshake(tc)
 		}()
 	}
@@ -207,13 +293,13 @@ func (m *peerMux) Serve() {
 // track registers c with the mux and, when owner is not nil, with owner.
 // When it returns ok, the caller must call m.wg.Done once it no longer
 // needs the mux open (track did the Add). When the mux or owner is closed it
-// closes c and returns false.
-func (m *peerMux) track(c net.Conn, owner *connSet) (*trackedConn, bool) {
-	tc := &trackedConn{Conn: c}
+// closes c and returns false. onClose, when not nil, runs once c is closed.
+func (m *peerMux) track(c net.Conn, owner *connSet, onClose func()) (*trackedConn, bool) {
+	tc := &trackedConn{Conn: c, onClose: onClose}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		c.Close()
+		tc.Close()
 		return nil, false
 	}
 	m.wg.Add(1)
@@ -227,19 +313,22 @@ func (m *peerMux) track(c net.Conn, owner *connSet) (*trackedConn, bool) {
 	return tc, true
 }
 
-// handshake reads c's header and hands c to its channel's listener, or
-// closes it.
+// handshake reads c's header and waits for the first byte of the channel's
+// traffic, both within the handshake timeout, then hands c to its channel's
+// listener, or closes it. Until then c holds no channel's resources (a Raft
+// transport allocates large buffers for each connection it accepts).
 func (m *peerMux) handshake(c *trackedConn) {
-	if err := c.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
 		c.Close()
 		return
 	}
-	ch, err := readMuxHeader(c)
-	if err == nil {
-		err = c.SetReadDeadline(time.Time{})
-	}
+	ch, cluster, err := readPeerHeader(c.Conn)
 	if err != nil {
 		m.log.Debug("rejected a peer connection", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	if !m.clusterAdmits(c, ch, cluster) {
 		c.Close()
 		return
 	}
@@ -251,6 +340,22 @@ func (m *peerMux) handshake(c *trackedConn) {
 		c.Close()
 		return
 	}
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c.Conn, first); err != nil {
+		m.stats.silent.Add(1)
+		m.log.Debug("closed a peer connection that sent nothing after its header", "remote", c.RemoteAddr(), "channel", ch, "err", err)
+		c.Close()
+		return
+	}
+	if err := c.Conn.SetReadDeadline(time.Time{}); err != nil {
+		c.Close()
+		return
+	}
+	idle := m.idleTimeout
+	if ch == muxChannelForward && idle > 0 {
+		idle = max(idle, m.fwdIdleTimeout)
+	}
+	c.accepted(first, idle, &m.stats.idleClosed)
 	if !c.join(l.conns) {
 		c.Close() // the listener closed meanwhile
 		return
@@ -313,13 +418,13 @@ func (m *peerMux) dial(ctx context.Context, addr string, ch uint64, owner *connS
 	if err != nil {
 		return nil, err
 	}
-	tc, ok := m.track(c, owner)
+	tc, ok := m.track(c, owner, nil)
 	if !ok {
 		return nil, errMuxClosed
 	}
 	defer m.wg.Done() // the conn stays tracked; the mux need not wait for it
 	deadline, _ := ctx.Deadline()
-	hdr := appendMuxHeader(make([]byte, 0, muxMaxHeaderLen), ch)
+	hdr := appendMuxHeaderFor(make([]byte, 0, muxMaxHeaderLen), ch, m.clusterID())
 	if err := tc.SetWriteDeadline(deadline); err != nil {
 		tc.Close()
 		return nil, err
@@ -427,11 +532,21 @@ type muxStreamLayer struct {
 	dialed *connSet
 }
 
-// Dial opens a connection to the group's replica at address.
+// Dial opens a connection to the group's replica at address. The
+// connection replaces itself with a new one when it is written to after
+// half the idle timeout without writes (see redialConn): the Raft transport
+// pools connections, and must not pick one the peer closed for idleness.
 func (s *muxStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return s.m.dial(ctx, string(address), s.ch, s.dialed)
+	dial := func() (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return s.m.dial(ctx, string(address), s.ch, s.dialed)
+	}
+	c, err := dial()
+	if err != nil || s.m.idleTimeout <= 0 {
+		return c, err
+	}
+	return newRedialConn(c, s.m.idleTimeout/2, dial, &s.m.stats.redials), nil
 }
 
 // Close closes the group's listener and the connections it accepted and
@@ -439,78 +554,5 @@ func (s *muxStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 func (s *muxStreamLayer) Close() error {
 	err := s.muxListener.Close()
 	s.dialed.closeAll()
-	return err
-}
-
-// connSet is a set of open connections that can all be closed at once; once
-// closed it takes no more. Safe for concurrent use.
-type connSet struct {
-	mu     sync.Mutex
-	closed bool
-	conns  map[*trackedConn]struct{}
-}
-
-func newConnSet() *connSet { return &connSet{conns: make(map[*trackedConn]struct{})} }
-
-// add adds c unless the set is closed, and reports whether it did.
-func (s *connSet) add(c *trackedConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *connSet) remove(c *trackedConn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
-
-// closeAll closes the set and every connection in it.
-func (s *connSet) closeAll() {
-	s.mu.Lock()
-	s.closed = true
-	cs := make([]*trackedConn, 0, len(s.conns))
-	for c := range s.conns {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
-}
-
-// trackedConn is a connection that leaves its connSets when closed.
-type trackedConn struct {
-	net.Conn
-	mu     sync.Mutex
-	closed bool
-	sets   []*connSet
-}
-
-// join adds c to s, and reports false when s or c is closed.
-func (c *trackedConn) join(s *connSet) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || !s.add(c) {
-		return false
-	}
-	c.sets = append(c.sets, s)
-	return true
-}
-
-// Close closes the connection and removes it from its sets.
-func (c *trackedConn) Close() error {
-	err := c.Conn.Close()
-	c.mu.Lock()
-	sets := c.sets
-	c.sets, c.closed = nil, true
-	c.mu.Unlock()
-	for _, s := range sets {
-		s.remove(c)
-	}
 	return err
 }

@@ -240,6 +240,9 @@ func TestMuxChannelRegisteredLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if _, err := c.Write([]byte{0}); err != nil { // a channel is handed a connection once it sends
+		t.Fatal(err)
+	}
 	s, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)

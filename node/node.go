@@ -45,6 +45,7 @@ type Node struct {
 	hooks      hooks
 	waiters    *waiters
 	joinMu     sync.Mutex // serializes meta membership changes (joinAsLeader)
+	clusterMu  sync.Mutex // serializes recording the cluster ID (clusterid.go)
 	closeOnce  sync.Once
 	closeErr   error
 	registered chan struct{} // closed once this node's addresses are in the FSM
@@ -108,6 +109,12 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: --raft-addr: %w", errRaftNotAdvertisable)
 	}
 	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
+	n.mux.headerTimeout, n.mux.idleTimeout = cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout
+	n.mux.fwdIdleTimeout = 2 * cfg.RequestTimeout
+	if err := n.initClusterID(); err != nil {
+		raftLn.Close()
+		return nil, err
+	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
@@ -127,6 +134,8 @@ func New(cfg Config) (_ *Node, err error) {
 		n.fwdDials.Add(1)
 		return n.mux.Dial(ctx, addr, muxChannelForward)
 	})
+	// Let go of an idle forwarding connection before the peer may close it.
+	n.fwd.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
 	for _, p := range []*peers{n.peers, n.fwd} {
 		p.from, p.timeout = cfg.ID, cfg.RequestTimeout
 	}
@@ -216,7 +225,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
 	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{}, 4)
+	regDone := make(chan struct{}, 5)
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.register(regCtx)
@@ -232,6 +241,10 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() {
 		defer func() { regDone <- struct{}{} }()
 		n.planLoop(regCtx)
+	}()
+	go func() {
+		defer func() { regDone <- struct{}{} }()
+		n.clusterIDLoop(regCtx)
 	}()
 
 	var err error

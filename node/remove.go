@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
@@ -20,6 +21,9 @@ var (
 	// ErrNodeHoldsReplicas refuses to remove a node that still holds data
 	// group replicas (drain it first, or force).
 	ErrNodeHoldsReplicas = errors.New("node: the node still holds data group replicas")
+	// ErrNodeLive refuses to force the removal of a node that still runs:
+	// its replicas would be replaced while it still leads or serves them.
+	ErrNodeLive = errors.New("node: the node is running")
 	// ErrFeatureUnsupported refuses a change some node's binary could not
 	// apply (its log feature level is too low): upgrade it first.
 	ErrFeatureUnsupported = errors.New("node: a node's binary is too old for this change")
@@ -46,6 +50,12 @@ func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quor
 func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) error {
 	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureRemoveNode {
 		return fmt.Errorf("%w: removing a node needs log feature level %d, the cluster is at %d", ErrFeatureUnsupported, fsm.FeatureRemoveNode, lvl)
+	}
+	if force {
+		if where, live := n.nodeLive(ctx, id); live {
+			return fmt.Errorf("%w: node %s answered a status call on its %s: --force is for a node that is gone; "+
+				"drain it (quorate admin node drain %s) and remove it without --force, or stop it first", ErrNodeLive, id, where, id)
+		}
 	}
 	if m, ok := n.meta.fsm.ShardMap(); ok {
 		held := 0
@@ -120,7 +130,7 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 // addresses before it runs (see the proto).
 func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quoratev1.AddNodeRequest]) (*connect.Response[quoratev1.AddNodeResponse], error) {
 	n, r := h.n, req.Msg
-	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr()}); err != nil {
+	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.AddNodeResponse, error) {
@@ -154,4 +164,37 @@ func (h *adminHandler) UncordonNode(ctx context.Context, req *connect.Request[qu
 		})
 		return &quoratev1.UncordonNodeResponse{MapEpoch: epoch}, err
 	}, quoratev1connect.AdminServiceClient.UncordonNode)
+}
+
+// liveCheckTimeout bounds how long a forced removal waits for the node to
+// answer a status call.
+const liveCheckTimeout = time.Second
+
+// nodeLive reports whether node id runs: it is this node, or it answers a
+// status call, as id, on its API port or its peer port (its forwarding
+// channel), each within liveCheckTimeout. It names where it answered.
+func (n *Node) nodeLive(ctx context.Context, id string) (string, bool) {
+	if id == n.cfg.ID {
+		return "own API (it is the meta leader)", true
+	}
+	m, ok := n.meta.fsm.Node(id)
+	if !ok {
+		return "", false
+	}
+	ask := func(p *peers, addr, where string) (string, bool) {
+		if addr == "" {
+			return "", false
+		}
+		ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
+		defer cancel()
+		resp, err := p.get("http://"+addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+		if err != nil || resp.Msg.GetNode().GetId() != id {
+			return "", false
+		}
+		return where + " " + addr, true
+	}
+	if where, ok := ask(n.peers, m.APIAddr, "API"); ok {
+		return where, true
+	}
+	return ask(n.fwd, m.RaftAddr, "peer port")
 }

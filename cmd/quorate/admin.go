@@ -80,8 +80,12 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	if leader == "" {
 		leader = "unknown (no leader)"
 	}
-	fmt.Fprintf(w, "answered by %s; leader %s; %d %s\n", s.GetAnsweredBy(), leader,
-		len(s.GetMembers()), plural(len(s.GetMembers()), "member", "members"))
+	cluster := ""
+	if id := s.GetClusterId(); id != "" {
+		cluster = "; cluster ID " + id
+	}
+	fmt.Fprintf(w, "answered by %s; leader %s; %d %s%s\n", s.GetAnsweredBy(), leader,
+		len(s.GetMembers()), plural(len(s.GetMembers()), "member", "members"), cluster)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROLE\tLEADER\tRAFT ADDR\tAPI ADDR\tTERM\tAPPLIED\tCOMMIT\tBUCKETS\tREQUEST IDS\tSUFFRAGE\tERROR")
 	for _, m := range s.GetMembers() {

@@ -109,7 +109,8 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 5 || !strings.Contains(out, "leader "+status.GetLeaderId()) {
+	if len(lines) != 5 || !strings.Contains(out, "leader "+status.GetLeaderId()) ||
+		status.GetClusterId() == "" || !strings.Contains(lines[0], "cluster ID "+status.GetClusterId()) {
 		t.Fatalf("status table: want a summary, a header and 3 rows:\n%s", out)
 	}
 	leaderRows := 0

@@ -1425,7 +1425,10 @@ type ClusterStatusResponse struct {
 	Members []*MemberStatus `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// The shard map as the answering node's meta replica has it; absent in a
 	// cluster without data groups.
-	ShardMap      *ShardMapStatus `protobuf:"bytes,4,opt,name=shard_map,json=shardMap,proto3" json:"shard_map,omitempty"`
+	ShardMap *ShardMapStatus `protobuf:"bytes,4,opt,name=shard_map,json=shardMap,proto3" json:"shard_map,omitempty"`
+	// The cluster's ID as the answering node has recorded it (empty until
+	// the cluster has one).
+	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1486,6 +1489,13 @@ func (x *ClusterStatusResponse) GetShardMap() *ShardMapStatus {
 		return x.ShardMap
 	}
 	return nil
+}
+
+func (x *ClusterStatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // ShardMapStatus describes the shard map: its epoch and, per data group,
@@ -1813,8 +1823,10 @@ type NodeState struct {
 	// Log index of the last command the meta group's state machine applied
 	// (last_applied_index counts entries handed to it, which may run ahead).
 	MetaFsmAppliedIndex uint64 `protobuf:"varint,14,opt,name=meta_fsm_applied_index,json=metaFsmAppliedIndex,proto3" json:"meta_fsm_applied_index,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The cluster ID this node has recorded (empty until it has one).
+	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
@@ -1943,6 +1955,13 @@ func (x *NodeState) GetMetaFsmAppliedIndex() uint64 {
 		return x.MetaFsmAppliedIndex
 	}
 	return 0
+}
+
+func (x *NodeState) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // GroupState is one node's replica of one Raft group.
@@ -2212,7 +2231,11 @@ type JoinRequest struct {
 	ApiAddr string `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
 	// The highest log feature level the joining node's binary applies; the
 	// cluster writes newer kinds of log entries only once every node has it.
-	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// Required, and at most the level of the answering node's binary.
+	FeatureLevel uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// The cluster ID the joining node has recorded, if any: a node that
+	// belongs to another cluster is refused.
+	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2275,8 +2298,18 @@ func (x *JoinRequest) GetFeatureLevel() uint32 {
 	return 0
 }
 
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type JoinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's ID (empty while the cluster has none): the joining node
+	// records it and refuses peers of any other cluster from then on.
+	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2309,6 +2342,13 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
 	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *JoinResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // Policy is one admission policy.
@@ -2894,13 +2934,15 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\"2\n" +
 	"\x13MoveReplicaResponse\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xc2\x01\n" +
+	"\x14ClusterStatusRequest\"\xe1\x01\n" +
 	"\x15ClusterStatusResponse\x12\x1f\n" +
 	"\vanswered_by\x18\x01 \x01(\tR\n" +
 	"answeredBy\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x122\n" +
 	"\amembers\x18\x03 \x03(\v2\x18.quorate.v1.MemberStatusR\amembers\x127\n" +
-	"\tshard_map\x18\x04 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\"x\n" +
+	"\tshard_map\x18\x04 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"x\n" +
 	"\x0eShardMapStatus\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x124\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1c.quorate.v1.ShardGroupStatusR\x06groups\x12\x1a\n" +
@@ -2919,7 +2961,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xd8\x03\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xf7\x03\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -2935,7 +2977,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x0ededupe_entries\x18\v \x01(\x04R\rdedupeEntries\x12!\n" +
 	"\fdedupe_bytes\x18\f \x01(\x04R\vdedupeBytes\x12.\n" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
-	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\"\xf2\x03\n" +
+	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"\xf2\x03\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -2961,13 +3005,17 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x04plan\x18\x04 \x01(\x04R\x04plan\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\rR\x04step\x12\x1d\n" +
 	"\n" +
-	"plan_state\x18\x06 \x01(\tR\tplanState\"z\n" +
+	"plan_state\x18\x06 \x01(\tR\tplanState\"\x99\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12#\n" +
-	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x0e\n" +
-	"\fJoinResponse\"\xa7\x03\n" +
+	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"-\n" +
+	"\fJoinResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"\xa7\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +

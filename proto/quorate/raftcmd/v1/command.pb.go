@@ -113,6 +113,7 @@ type Envelope struct {
 	//	*Envelope_CreatePlan
 	//	*Envelope_UpdatePlan
 	//	*Envelope_CancelPlan
+	//	*Envelope_SetClusterId
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -372,6 +373,15 @@ func (x *Envelope) GetCancelPlan() *CancelPlan {
 	return nil
 }
 
+func (x *Envelope) GetSetClusterId() *SetClusterID {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_SetClusterId); ok {
+			return x.SetClusterId
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -471,6 +481,10 @@ type Envelope_CancelPlan struct {
 	CancelPlan *CancelPlan `protobuf:"bytes,31,opt,name=cancel_plan,json=cancelPlan,proto3,oneof"`
 }
 
+type Envelope_SetClusterId struct {
+	SetClusterId *SetClusterID `protobuf:"bytes,40,opt,name=set_cluster_id,json=setClusterId,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -514,6 +528,8 @@ func (*Envelope_CreatePlan) isEnvelope_Body() {}
 func (*Envelope_UpdatePlan) isEnvelope_Body() {}
 
 func (*Envelope_CancelPlan) isEnvelope_Body() {}
+
+func (*Envelope_SetClusterId) isEnvelope_Body() {}
 
 // Batch is many commands of one group in one entry (the leader's group
 // commit). They are applied in order, each with the batch envelope's time,
@@ -1759,6 +1775,54 @@ func (x *Policy) GetLeaseTtlNanos() int64 {
 	return 0
 }
 
+// SetClusterID records the cluster's ID, made at bootstrap: nodes refuse
+// peer connections and joins from another cluster. Meta group only; applied
+// once (a second, different ID is refused). Feature level 4.
+type SetClusterID struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 32 lowercase hex digits.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClusterID) Reset() {
+	*x = SetClusterID{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterID) ProtoMessage() {}
+
+func (x *SetClusterID) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterID.ProtoReflect.Descriptor instead.
+func (*SetClusterID) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetClusterID) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 // RegisterNode records a node's addresses, so that followers can forward to
 // the leader and status can reach every member.
 type RegisterNode struct {
@@ -1769,7 +1833,8 @@ type RegisterNode struct {
 	// The highest log feature level the node's binary applies (fsm.FeatureLevel;
 	// 0 before levels existed). A command kind of level L is proposed only
 	// when every registered node is at L or above (DESIGN.md §2 rule 3).
-	// 1: Batch entries; 2: RemoveNode.
+	// 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
+	// SetClusterID, and registrations without a level are refused.
 	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1777,7 +1842,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1854,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1867,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -1844,7 +1909,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1921,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1934,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1904,14 +1969,16 @@ type SnapshotHeader struct {
 	// A data group's migrations into it, by migration ID.
 	Imports []*ImportProgress `protobuf:"bytes,14,rep,name=imports,proto3" json:"imports,omitempty"`
 	// The meta group's plans, oldest first.
-	Plans         []*Plan `protobuf:"bytes,15,rep,name=plans,proto3" json:"plans,omitempty"`
+	Plans []*Plan `protobuf:"bytes,15,rep,name=plans,proto3" json:"plans,omitempty"`
+	// The meta group's cluster ID, once set (SetClusterID).
+	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +1990,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2003,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2044,6 +2111,13 @@ func (x *SnapshotHeader) GetPlans() []*Plan {
 	return nil
 }
 
+func (x *SnapshotHeader) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2055,7 +2129,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2141,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2154,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -2124,7 +2198,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2210,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2223,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -2219,7 +2293,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2305,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2318,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -2283,7 +2357,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2369,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2382,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2390,7 +2464,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2476,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2489,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -2537,7 +2611,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2623,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2636,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -2656,7 +2730,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2742,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2755,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -2725,7 +2799,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2811,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2824,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -2802,7 +2876,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2888,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2901,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -2924,7 +2998,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3010,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3023,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -3023,7 +3097,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3109,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3122,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -3146,7 +3220,7 @@ type FreezeSlots struct {
 
 func (x *FreezeSlots) Reset() {
 	*x = FreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3232,7 @@ func (x *FreezeSlots) String() string {
 func (*FreezeSlots) ProtoMessage() {}
 
 func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3245,7 @@ func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSlots.ProtoReflect.Descriptor instead.
 func (*FreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FreezeSlots) GetMigration() uint64 {
@@ -3205,7 +3279,7 @@ type UnfreezeSlots struct {
 
 func (x *UnfreezeSlots) Reset() {
 	*x = UnfreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3291,7 @@ func (x *UnfreezeSlots) String() string {
 func (*UnfreezeSlots) ProtoMessage() {}
 
 func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3304,7 @@ func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeSlots.ProtoReflect.Descriptor instead.
 func (*UnfreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UnfreezeSlots) GetMigration() uint64 {
@@ -3272,7 +3346,7 @@ type ImportSlots struct {
 
 func (x *ImportSlots) Reset() {
 	*x = ImportSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3358,7 @@ func (x *ImportSlots) String() string {
 func (*ImportSlots) ProtoMessage() {}
 
 func (x *ImportSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3371,7 @@ func (x *ImportSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSlots.ProtoReflect.Descriptor instead.
 func (*ImportSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImportSlots) GetMigration() uint64 {
@@ -3383,7 +3457,7 @@ type SlotState struct {
 
 func (x *SlotState) Reset() {
 	*x = SlotState{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3469,7 @@ func (x *SlotState) String() string {
 func (*SlotState) ProtoMessage() {}
 
 func (x *SlotState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3482,7 @@ func (x *SlotState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
 func (*SlotState) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SlotState) GetBuckets() []*BucketRecord {
@@ -3453,7 +3527,7 @@ type DropImport struct {
 
 func (x *DropImport) Reset() {
 	*x = DropImport{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3539,7 @@ func (x *DropImport) String() string {
 func (*DropImport) ProtoMessage() {}
 
 func (x *DropImport) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3552,7 @@ func (x *DropImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
 func (*DropImport) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DropImport) GetMigration() uint64 {
@@ -3519,7 +3593,7 @@ type ImportProgress struct {
 
 func (x *ImportProgress) Reset() {
 	*x = ImportProgress{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3605,7 @@ func (x *ImportProgress) String() string {
 func (*ImportProgress) ProtoMessage() {}
 
 func (x *ImportProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3618,7 @@ func (x *ImportProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
 func (*ImportProgress) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImportProgress) GetMigration() uint64 {
@@ -3626,7 +3700,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3712,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3725,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Plan) GetId() uint64 {
@@ -3743,7 +3817,7 @@ type PlanStep struct {
 
 func (x *PlanStep) Reset() {
 	*x = PlanStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3829,7 @@ func (x *PlanStep) String() string {
 func (*PlanStep) ProtoMessage() {}
 
 func (x *PlanStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3842,7 @@ func (x *PlanStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
 func (*PlanStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PlanStep) GetAction() isPlanStep_Action {
@@ -3865,7 +3939,7 @@ type AddGroupStep struct {
 
 func (x *AddGroupStep) Reset() {
 	*x = AddGroupStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +3951,7 @@ func (x *AddGroupStep) String() string {
 func (*AddGroupStep) ProtoMessage() {}
 
 func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +3964,7 @@ func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
 func (*AddGroupStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddGroupStep) GetGroup() uint32 {
@@ -3921,7 +3995,7 @@ type MoveSlotsStep struct {
 
 func (x *MoveSlotsStep) Reset() {
 	*x = MoveSlotsStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4007,7 @@ func (x *MoveSlotsStep) String() string {
 func (*MoveSlotsStep) ProtoMessage() {}
 
 func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4020,7 @@ func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
 func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MoveSlotsStep) GetFrom() uint32 {
@@ -3988,7 +4062,7 @@ type CreatePlan struct {
 
 func (x *CreatePlan) Reset() {
 	*x = CreatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4074,7 @@ func (x *CreatePlan) String() string {
 func (*CreatePlan) ProtoMessage() {}
 
 func (x *CreatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4087,7 @@ func (x *CreatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
 func (*CreatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreatePlan) GetPlan() *Plan {
@@ -4048,7 +4122,7 @@ type UpdatePlan struct {
 
 func (x *UpdatePlan) Reset() {
 	*x = UpdatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4134,7 @@ func (x *UpdatePlan) String() string {
 func (*UpdatePlan) ProtoMessage() {}
 
 func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4147,7 @@ func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
 func (*UpdatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdatePlan) GetId() uint64 {
@@ -4157,7 +4231,7 @@ type CancelPlan struct {
 
 func (x *CancelPlan) Reset() {
 	*x = CancelPlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4243,7 @@ func (x *CancelPlan) String() string {
 func (*CancelPlan) ProtoMessage() {}
 
 func (x *CancelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4256,7 @@ func (x *CancelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
 func (*CancelPlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelPlan) GetId() uint64 {
@@ -4196,7 +4270,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xee\v\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xb8\f\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -4227,7 +4301,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\vupdate_plan\x18\x1e \x01(\v2\x1e.quorate.raftcmd.v1.UpdatePlanH\x00R\n" +
 	"updatePlan\x12A\n" +
 	"\vcancel_plan\x18\x1f \x01(\v2\x1e.quorate.raftcmd.v1.CancelPlanH\x00R\n" +
-	"cancelPlan\x12\x1b\n" +
+	"cancelPlan\x12H\n" +
+	"\x0eset_cluster_id\x18( \x01(\v2 .quorate.raftcmd.v1.SetClusterIDH\x00R\fsetClusterId\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
 	"\x04body\"7\n" +
 	"\x05Batch\x12.\n" +
@@ -4334,7 +4409,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bcalendar\x18\t \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12&\n" +
-	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"{\n" +
+	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"\x1e\n" +
+	"\fSetClusterID\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"{\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -4342,7 +4419,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x1c\n" +
 	"\n" +
 	"RemoveNode\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xa4\x05\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc3\x05\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -4360,7 +4437,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x13policies_meta_index\x18\f \x01(\x04R\x11policiesMetaIndex\x127\n" +
 	"\x06frozen\x18\r \x03(\v2\x1f.quorate.raftcmd.v1.FreezeSlotsR\x06frozen\x12<\n" +
 	"\aimports\x18\x0e \x03(\v2\".quorate.raftcmd.v1.ImportProgressR\aimports\x12.\n" +
-	"\x05plans\x18\x0f \x03(\v2\x18.quorate.raftcmd.v1.PlanR\x05plans\"\\\n" +
+	"\x05plans\x18\x0f \x03(\v2\x18.quorate.raftcmd.v1.PlanR\x05plans\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -4564,7 +4643,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -4586,38 +4665,39 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*Expire)(nil),            // 17: quorate.raftcmd.v1.Expire
 	(*PutPolicies)(nil),       // 18: quorate.raftcmd.v1.PutPolicies
 	(*Policy)(nil),            // 19: quorate.raftcmd.v1.Policy
-	(*RegisterNode)(nil),      // 20: quorate.raftcmd.v1.RegisterNode
-	(*RemoveNode)(nil),        // 21: quorate.raftcmd.v1.RemoveNode
-	(*SnapshotHeader)(nil),    // 22: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 23: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 24: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 25: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 26: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 27: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 28: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 29: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 30: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 31: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 32: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 33: quorate.raftcmd.v1.ReserveRecord
-	(*FreezeSlots)(nil),       // 34: quorate.raftcmd.v1.FreezeSlots
-	(*UnfreezeSlots)(nil),     // 35: quorate.raftcmd.v1.UnfreezeSlots
-	(*ImportSlots)(nil),       // 36: quorate.raftcmd.v1.ImportSlots
-	(*SlotState)(nil),         // 37: quorate.raftcmd.v1.SlotState
-	(*DropImport)(nil),        // 38: quorate.raftcmd.v1.DropImport
-	(*ImportProgress)(nil),    // 39: quorate.raftcmd.v1.ImportProgress
-	(*Plan)(nil),              // 40: quorate.raftcmd.v1.Plan
-	(*PlanStep)(nil),          // 41: quorate.raftcmd.v1.PlanStep
-	(*AddGroupStep)(nil),      // 42: quorate.raftcmd.v1.AddGroupStep
-	(*MoveSlotsStep)(nil),     // 43: quorate.raftcmd.v1.MoveSlotsStep
-	(*CreatePlan)(nil),        // 44: quorate.raftcmd.v1.CreatePlan
-	(*UpdatePlan)(nil),        // 45: quorate.raftcmd.v1.UpdatePlan
-	(*CancelPlan)(nil),        // 46: quorate.raftcmd.v1.CancelPlan
+	(*SetClusterID)(nil),      // 20: quorate.raftcmd.v1.SetClusterID
+	(*RegisterNode)(nil),      // 21: quorate.raftcmd.v1.RegisterNode
+	(*RemoveNode)(nil),        // 22: quorate.raftcmd.v1.RemoveNode
+	(*SnapshotHeader)(nil),    // 23: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 24: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 25: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 26: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 27: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 28: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 29: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 30: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 31: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 32: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 33: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 34: quorate.raftcmd.v1.ReserveRecord
+	(*FreezeSlots)(nil),       // 35: quorate.raftcmd.v1.FreezeSlots
+	(*UnfreezeSlots)(nil),     // 36: quorate.raftcmd.v1.UnfreezeSlots
+	(*ImportSlots)(nil),       // 37: quorate.raftcmd.v1.ImportSlots
+	(*SlotState)(nil),         // 38: quorate.raftcmd.v1.SlotState
+	(*DropImport)(nil),        // 39: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 40: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 41: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 42: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 43: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 44: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 45: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 46: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 47: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	9,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
 	18, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	20, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	21, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
 	17, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
 	11, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
 	15, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
@@ -4629,47 +4709,48 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	7,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
 	8,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
 	2,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
-	21, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
-	34, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
-	35, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
-	36, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
-	38, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
-	44, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
-	45, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
-	46, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
-	1,  // 22: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	4,  // 23: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	5,  // 24: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	3,  // 25: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	5,  // 26: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	23, // 27: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	10, // 28: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 29: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	19, // 30: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	3,  // 31: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 32: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	34, // 33: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
-	39, // 34: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
-	40, // 35: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
-	19, // 36: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	25, // 37: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	28, // 38: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	30, // 39: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	30, // 40: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	37, // 41: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
-	24, // 42: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
-	29, // 43: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
-	32, // 44: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
-	26, // 45: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
-	41, // 46: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
-	42, // 47: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
-	43, // 48: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
-	40, // 49: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	22, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
+	35, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
+	36, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
+	37, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
+	39, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	45, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	46, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	47, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	20, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
+	1,  // 23: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	4,  // 24: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	5,  // 25: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	3,  // 26: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	5,  // 27: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	24, // 28: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	10, // 29: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 30: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	19, // 31: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	3,  // 32: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 33: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	35, // 34: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	40, // 35: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	41, // 36: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	19, // 37: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	26, // 38: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	29, // 39: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	31, // 40: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	31, // 41: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	38, // 42: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	25, // 43: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	30, // 44: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	33, // 45: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	27, // 46: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	42, // 47: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	43, // 48: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	44, // 49: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	41, // 50: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -4700,9 +4781,10 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_CreatePlan)(nil),
 		(*Envelope_UpdatePlan)(nil),
 		(*Envelope_CancelPlan)(nil),
+		(*Envelope_SetClusterId)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[11].OneofWrappers = []any{}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[40].OneofWrappers = []any{
+	file_quorate_raftcmd_v1_command_proto_msgTypes[41].OneofWrappers = []any{
 		(*PlanStep_AddGroup)(nil),
 		(*PlanStep_MoveSlots)(nil),
 	}
@@ -4712,7 +4794,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

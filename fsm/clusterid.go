@@ -1,0 +1,49 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// ErrClusterID refuses a SetClusterID entry: not a cluster ID, in a data
+// group, or another ID than the one the cluster already has.
+var ErrClusterID = errors.New("fsm: cluster ID refused")
+
+// ValidClusterID reports whether id has the form of a cluster ID: 32
+// lowercase hex digits.
+func ValidClusterID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ClusterID is the cluster's ID as the meta group recorded it ("" before).
+func (f *FSM) ClusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.clusterID
+}
+
+// applySetClusterID records the cluster ID once; the same ID again is a
+// no-op (a retried proposal), another is refused.
+func (f *FSM) applySetClusterID(c *raftcmdv1.SetClusterID) interface{} {
+	id := c.GetId()
+	switch {
+	case f.opts.DataGroup:
+		return fmt.Errorf("%w: a data group has no cluster ID", ErrClusterID)
+	case !ValidClusterID(id):
+		return fmt.Errorf("%w: id: %q is not 32 lowercase hex digits", ErrClusterID, id)
+	case f.clusterID != "" && f.clusterID != id:
+		return fmt.Errorf("%w: the cluster's ID is %s, not %s", ErrClusterID, f.clusterID, id)
+	}
+	f.clusterID = id
+	return nil
+}

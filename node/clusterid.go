@@ -1,0 +1,263 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// A cluster has an ID, 16 random bytes in hex, made by the node that
+// bootstraps it. Each node records it in its data directory (the file
+// cluster-id, read before any Raft state is opened) and the meta group
+// records it in its state (SetClusterID, proposed by the meta leader once
+// every node's binary knows the entry: so a cluster that predates IDs gets
+// one too). A node that knows its cluster's ID
+//
+//   - writes it in the header of every peer connection it opens, and
+//     refuses a peer connection that carries another ID, or none, before
+//     any Raft or forwarding byte is read (the log names both IDs);
+//   - refuses a Join from a node that recorded another ID, and answers a
+//     Join with its ID, which the joining node records.
+//
+// A node without state that joins asks its --join address for the ID
+// before it joins, and refuses every peer connection until it has the
+// answer; a node that knows no ID (the cluster has none yet) admits any.
+// So a new cluster started on the addresses of an old one that still has a
+// node running neither takes the old node's state nor gives it its own.
+
+// clusterIDFile is the name of the file that records the cluster ID in a
+// node's data directory.
+const clusterIDFile = "cluster-id"
+
+// ErrOtherCluster refuses a node or a connection of another cluster.
+var ErrOtherCluster = errors.New("node: the node belongs to another cluster")
+
+// newClusterID returns a new random cluster ID.
+func newClusterID() string {
+	b := make([]byte, clusterIDLen)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// readClusterID returns the cluster ID recorded in dir ("" when none is).
+func readClusterID(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, clusterIDFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("node: --data-dir: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if !fsm.ValidClusterID(id) {
+		return "", fmt.Errorf("%w: --data-dir: %s holds %q, not a cluster ID", ErrInvalidConfig, filepath.Join(dir, clusterIDFile), id)
+	}
+	return id, nil
+}
+
+// writeClusterID records id in dir, atomically.
+func writeClusterID(dir, id string) error {
+	tmp := filepath.Join(dir, clusterIDFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o640); err != nil {
+		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, clusterIDFile)); err != nil {
+		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+	return nil
+}
+
+// freshMetaGroup reports whether dataDir holds no meta group store yet.
+func freshMetaGroup(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(groupDir(dataDir, shard.MetaGroup), "raft.db"))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// clusterGate is the mux's knowledge of its cluster ID; guarded by
+// peerMux.mu.
+type clusterGate struct {
+	id       string    // "" while unknown
+	waiting  bool      // unknown, and refuse every connection until learned
+	loggedAt time.Time // when a refusal was last logged
+}
+
+// clusterID is the cluster ID the mux writes in its headers ("" if none).
+func (m *peerMux) clusterID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cluster.id
+}
+
+// clusterWaiting reports whether the mux refuses every connection until
+// the node learns its cluster's ID.
+func (m *peerMux) clusterWaiting() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cluster.waiting
+}
+
+// setCluster sets what the mux knows of its cluster: an ID (or "" for
+// none: admit any dialer), or, with waiting, nothing yet.
+func (m *peerMux) setCluster(id string, waiting bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cluster.id, m.cluster.waiting = id, waiting && id == ""
+}
+
+// clusterAdmits reports whether a dialer of cluster (its header's ID, ""
+// for none) may use channel ch, and logs a refusal (at most once a second).
+func (m *peerMux) clusterAdmits(c net.Conn, ch uint64, cluster string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g := &m.cluster
+	var reason string
+	switch {
+	case g.waiting:
+		reason = "this node has not learned its cluster's ID yet"
+	case g.id == "" || cluster == g.id:
+		return true
+	case cluster == "":
+		reason = "the dialer sent no cluster ID"
+	default:
+		reason = "the dialer belongs to another cluster"
+	}
+	m.stats.otherCluster.Add(1)
+	if now := time.Now(); now.Sub(g.loggedAt) >= time.Second {
+		g.loggedAt = now
+		m.log.Warn("refused a peer connection: "+reason, "remote", c.RemoteAddr(), "channel", ch,
+			"cluster_id", g.id, "peer_cluster_id", cluster)
+	}
+	return false
+}
+
+// adoptClusterID records id as this node's cluster ID (file, then mux)
+// unless it already has one. It returns ErrOtherCluster when the node
+// recorded another.
+func (n *Node) adoptClusterID(id, from string) error {
+	if !fsm.ValidClusterID(id) {
+		return fmt.Errorf("node: cluster ID %q from %s is not 32 hex digits", id, from)
+	}
+	n.clusterMu.Lock()
+	defer n.clusterMu.Unlock()
+	switch cur := n.mux.clusterID(); cur {
+	case id:
+		n.mux.setCluster(id, false)
+		return nil
+	case "":
+	default:
+		return fmt.Errorf("%w: this node belongs to cluster %s, %s names cluster %s", ErrOtherCluster, cur, from, id)
+	}
+	if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+		return err
+	}
+	n.mux.setCluster(id, false)
+	n.log.Info("recorded the cluster ID", "cluster_id", id, "from", from)
+	return nil
+}
+
+// learnClusterID asks the --join address for the cluster's ID before a
+// node without state joins, and records it; a cluster without one lets the
+// node admit any peer.
+func (n *Node) learnClusterID(ctx context.Context, base string) error {
+	resp, err := n.peers.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	if err != nil {
+		return err
+	}
+	id := resp.Msg.GetNode().GetClusterId()
+	if id == "" {
+		n.mux.setCluster("", false)
+		return nil
+	}
+	return n.adoptClusterID(id, "--join "+base)
+}
+
+// checkJoinCluster refuses a joining node that recorded another cluster's
+// ID than this one's.
+func (n *Node) checkJoinCluster(r *quoratev1.JoinRequest) error {
+	mine := n.knownClusterID()
+	if theirs := r.GetClusterId(); theirs != "" && mine != "" && theirs != mine {
+		return fmt.Errorf("%w: node %s has recorded cluster %s; this is cluster %s (give it an empty --data-dir to join)",
+			ErrOtherCluster, r.GetId(), theirs, mine)
+	}
+	return nil
+}
+
+// knownClusterID is the cluster's ID as the meta group has it, or as this
+// node recorded it.
+func (n *Node) knownClusterID() string {
+	if id := n.meta.fsm.ClusterID(); id != "" {
+		return id
+	}
+	return n.mux.clusterID()
+}
+
+// clusterIDLoop keeps the node's record of its cluster ID in step with the
+// meta group's until ctx is done: a node records the ID the meta group
+// holds, and the meta leader proposes one (its own record, or a new one)
+// when the group holds none and every node can apply SetClusterID.
+func (n *Node) clusterIDLoop(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch id := n.meta.fsm.ClusterID(); {
+		case id != "":
+			if err := n.adoptClusterID(id, "the meta group"); err != nil && !warned {
+				warned = true
+				n.log.Error("the meta group's cluster ID is not this node's", "err", err)
+			}
+		case n.isLeader() && n.meta.fsm.MinFeatureLevel() >= fsm.FeatureClusterID:
+			id := n.mux.clusterID()
+			if id == "" {
+				id = newClusterID()
+			}
+			pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+			_, err := n.proposeTo(pctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetClusterId{
+				SetClusterId: &raftcmdv1.SetClusterID{Id: id}}})
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				n.log.Debug("proposing the cluster ID", "err", err)
+			}
+		}
+	}
+}
+
+// initClusterID tells the mux, before it serves, what the node knows of its
+// cluster: the ID recorded in the data directory; a new one when the node
+// bootstraps a new cluster; or, for a node without state that joins,
+// nothing yet (it refuses peers until it asks the --join address).
+func (n *Node) initClusterID() error {
+	id, err := readClusterID(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	fresh := freshMetaGroup(n.cfg.DataDir)
+	if id == "" && fresh && n.cfg.Bootstrap {
+		id = newClusterID()
+		if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+			return err
+		}
+		n.log.Info("bootstrapping a new cluster", "cluster_id", id)
+	}
+	n.mux.setCluster(id, id == "" && fresh && n.cfg.Join != "")
+	return nil
+}

@@ -1,0 +1,42 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// PeerConnsAccepted is how many connections n's peer port has accepted.
+func PeerConnsAccepted(n *Node) int64 { return n.mux.stats.accepted.Load() }
+
+// PeerConnsIdleClosed is how many connections n's peer port closed for
+// idleness.
+func PeerConnsIdleClosed(n *Node) int64 { return n.mux.stats.idleClosed.Load() }
+
+// PeerRedials is how many of n's Raft connections were replaced before a
+// write for having been idle.
+func PeerRedials(n *Node) int64 { return n.mux.stats.redials.Load() }
+
+// MetaClusterID is the cluster ID n's meta group replica holds.
+func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
+
+// FeatureLevel is the log feature level of this binary.
+func FeatureLevel() uint32 { return fsm.FeatureLevel }
+
+// RegisterAtLevel rewrites, through n (the meta leader), the registry entry
+// of node id with feature level level, as a leader whose binary predates
+// feature levels wrote them.
+func RegisterAtLevel(n *Node, id string, level uint32) error {
+	m, ok := n.meta.fsm.Node(id)
+	if !ok {
+		return fmt.Errorf("node %s is not registered", id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+		Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, FeatureLevel: level}}})
+	return err
+}
