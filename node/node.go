@@ -137,7 +137,7 @@ func New(cfg Config) (_ *Node, err error) {
 	// Let go of an idle forwarding connection before the peer may close it.
 	n.fwd.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
 	for _, p := range []*peers{n.peers, n.fwd} {
-		p.from, p.timeout = cfg.ID, cfg.RequestTimeout
+		p.from, p.timeout, p.maxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
 	}
 	if n.fwdLn, err = n.mux.Listener(muxChannelForward); err != nil {
 		return nil, err
@@ -355,11 +355,14 @@ func claimDataDir(dir, id string) error {
 	}
 }
 
-// connectClientOptions are the options of every node-to-node Connect client.
-func connectClientOptions() []connect.ClientOption {
+// connectClientOptions are the options of every node-to-node Connect
+// client: messages up to maxBytes each way, the bound of the peer port's
+// listener (Config.MaxPeerRequestBytes), so whatever a node's API accepts
+// can be forwarded.
+func connectClientOptions(maxBytes int) []connect.ClientOption {
 	// No gzip between nodes: a forwarded batch's answer is large enough to
 	// be compressed, and on a node's links CPU is dearer than bytes.
-	return []connect.ClientOption{connect.WithSendMaxBytes(4 << 20), connect.WithReadMaxBytes(4 << 20),
+	return []connect.ClientOption{connect.WithSendMaxBytes(maxBytes), connect.WithReadMaxBytes(maxBytes),
 		connect.WithAcceptCompression("gzip", nil, nil)}
 }
 

@@ -22,6 +22,8 @@ type peers struct {
 	// forwarded Admits (forward.go): this node's ID, its RequestTimeout.
 	from    string
 	timeout time.Duration
+	// maxBytes bounds each message sent and read (connectClientOptions).
+	maxBytes int
 
 	mu      sync.Mutex
 	clients map[string]*peerClient
@@ -57,7 +59,7 @@ func (p *peers) get(baseURL string) *peerClient {
 	defer p.mu.Unlock()
 	c, ok := p.clients[baseURL]
 	if !ok {
-		opts := connectClientOptions()
+		opts := connectClientOptions(p.maxBytes)
 		c = &peerClient{
 			admission: quoratev1connect.NewAdmissionServiceClient(p.httpClient, baseURL, opts...),
 			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
