@@ -40,3 +40,9 @@ func RegisterAtLevel(n *Node, id string, level uint32) error {
 		Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, FeatureLevel: level}}})
 	return err
 }
+
+// ForwardingHeader is the header that opens a connection on a peer port's
+// forwarding channel from a node of cluster (a cluster ID, or "").
+func ForwardingHeader(cluster string) []byte {
+	return appendMuxHeaderFor(nil, muxChannelForward, cluster)
+}

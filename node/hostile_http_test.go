@@ -18,6 +18,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -245,15 +247,22 @@ func (h *hostileEnv) slowH1(ctx context.Context, i int, path string, reading fun
 	}
 }
 
-// dialForwarding dials addr's peer mux and names the forwarding channel,
-// as a node does before calling another's PeerService.
-func dialForwarding(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialForwarding returns a dialer that dials addr's peer mux and names the
+// forwarding channel with the ID of c's cluster, as a node does before
+// calling another's PeerService.
+func dialForwarding(c *nodetest.Cluster) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialForwardingOf(ctx, network, addr, node.MetaClusterID(c.Node(0)))
+	}
+}
+
+func dialForwardingOf(ctx context.Context, network, addr, cluster string) (net.Conn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Write(binary.AppendUvarint([]byte{0xA7}, 1<<32)); err != nil {
+	if _, err := conn.Write(node.ForwardingHeader(cluster)); err != nil {
 		conn.Close()
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -26,9 +25,9 @@ import (
 
 // foreignPeer is a PeerService client as any process that reaches a node's
 // peer port can make one, with none of the node's code: a TCP connection,
-// the mux header naming the forwarding channel (magic 0xA7, then 1<<32 as
-// a uvarint), then cleartext HTTP/2.
-func foreignPeer(t *testing.T, peerAddr string) quoratev1connect.PeerServiceClient {
+// the mux header naming the forwarding channel with the cluster's ID (which
+// admin status shows to anyone), then cleartext HTTP/2.
+func foreignPeer(t *testing.T, peerAddr, cluster string) quoratev1connect.PeerServiceClient {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: &protocols, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -37,7 +36,7 @@ func foreignPeer(t *testing.T, peerAddr string) quoratev1connect.PeerServiceClie
 		if err != nil {
 			return nil, err
 		}
-		if _, err := c.Write(binary.AppendUvarint([]byte{0xA7}, 1<<32)); err != nil {
+		if _, err := c.Write(node.ForwardingHeader(cluster)); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -64,7 +63,7 @@ func foreignPeers(t *testing.T, c *nodetest.Cluster) []quoratev1connect.PeerServ
 			if m.GetRaftAddr() == "" {
 				return fmt.Errorf("member %s has no raft address", m.GetId())
 			}
-			out = append(out, foreignPeer(t, m.GetRaftAddr()))
+			out = append(out, foreignPeer(t, m.GetRaftAddr(), resp.Msg.GetClusterId()))
 		}
 		if len(out) != c.Len() {
 			return fmt.Errorf("%d members", len(out))

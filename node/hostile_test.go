@@ -108,7 +108,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	h := &hostileEnv{c: c,
 		h1:   &http.Client{Transport: &http.Transport{Protocols: &p1}},
 		h2:   &http.Client{Transport: &http.Transport{Protocols: &p2}},
-		peer: &http.Client{Transport: &http.Transport{Protocols: &p2, DialContext: dialForwarding}},
+		peer: &http.Client{Transport: &http.Transport{Protocols: &p2, DialContext: dialForwarding(c)}},
 		bomb: gzipBomb(t),
 	}
 	t.Cleanup(h.h1.CloseIdleConnections)
