@@ -411,7 +411,7 @@ func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 		}
 		if seen[in[i].Name] {
 			return fmt.Errorf("fsm: policies[%d]: %w", i, &admission.FieldError{
-				Field: "name", Reason: fmt.Sprintf("%q appears twice", in[i].Name), Err: admission.ErrInvalidPolicy})
+				Field: "name", Reason: fmt.Sprintf("%s appears twice", admission.Quote(in[i].Name)), Err: admission.ErrInvalidPolicy})
 		}
 		seen[in[i].Name] = true
 	}

@@ -283,7 +283,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 func (h *adminHandler) GetPolicy(_ context.Context, req *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
 	pv, ok := h.n.meta.fsm.Policy(req.Msg.GetName())
 	if !ok {
-		return nil, h.n.toConnectError(fmt.Errorf("%w %q", fsm.ErrUnknownPolicy, req.Msg.GetName()))
+		return nil, h.n.toConnectError(fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(req.Msg.GetName())))
 	}
 	return connect.NewResponse(&quoratev1.GetPolicyResponse{Policy: PolicyToAPI(pv.Policy, pv.Version)}), nil
 }
