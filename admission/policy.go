@@ -64,10 +64,10 @@ const MaxKeyBytes = 512
 // Bounds enforced by Validate. They are chosen so that every computation in
 // this package fits in an int64 (see Validate).
 const (
-	minPeriod    = time.Millisecond
-	maxPeriod    = 366 * 24 * time.Hour // 3.16224e16 ns
-	maxLimit     = 1_000_000_000
-	maxBurst     = 1_000_000_000
+	minPeriod = time.Millisecond
+	maxPeriod = 366 * 24 * time.Hour // 3.16224e16 ns
+	maxLimit  = 1_000_000_000
+	maxBurst  = 1_000_000_000
 	// maxBurstWindow bounds Burst × EmissionInterval, the time an empty
 	// bucket takes to refill (and the span of a bucket's state): 3660 days,
 	// 3.16224e17 ns, about 2^58.1.
