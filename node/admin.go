@@ -238,6 +238,9 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 	n := h.n
 	cmd := &raftcmdv1.PutPolicies{}
 	for i, p := range req.Msg.GetPolicies() {
+		if err := CheckExplicitZeros(p); err != nil {
+			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
+		}
 		ap := PolicyFromAPI(p)
 		if err := ap.Validate(); err != nil {
 			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
@@ -301,6 +304,29 @@ func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.
 	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.fsm.Policies())}), nil
 }
 
+// CheckExplicitZeros refuses a policy that sets burst, max_cost,
+// dedupe_retention or lease_ttl to zero: zero is how the stored form says
+// "the default", so an explicit zero would silently become the default
+// (burst: limit, max_cost: burst, dedupe_retention: 10m, lease_ttl: 1m).
+// Leave such a field unset for its default.
+func CheckExplicitZeros(p *quoratev1.Policy) error {
+	zero := func(field, def string) error {
+		return &admission.FieldError{Field: field, Err: admission.ErrInvalidPolicy,
+			Reason: "must not be 0: leave it unset for the default (" + def + ")"}
+	}
+	switch {
+	case p.Burst != nil && p.GetBurst() == 0:
+		return zero("burst", "limit")
+	case p.MaxCost != nil && p.GetMaxCost() == 0:
+		return zero("max_cost", "burst")
+	case p.DedupeRetention != nil && p.GetDedupeRetention().AsDuration() == 0:
+		return zero("dedupe_retention", admission.DefaultDedupeRetention.String())
+	case p.LeaseTtl != nil && p.GetLeaseTtl().AsDuration() == 0:
+		return zero("lease_ttl", admission.DefaultLeaseTTL.String())
+	}
+	return nil
+}
+
 // PolicyFromAPI converts a policy from the API's wire form. It does not
 // validate.
 func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
@@ -328,12 +354,16 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		Algorithm:     string(p.Algorithm),
 		Limit:         p.Limit,
 		Period:        durationpb.New(p.Period),
-		Burst:         p.Burst,
-		MaxCost:       p.MaxCost,
 		OnUnavailable: string(p.OnUnavailable),
 		Version:       version,
 		Calendar:      string(p.Calendar),
 		Shadow:        p.Shadow,
+	}
+	if p.Burst != 0 {
+		out.Burst = &p.Burst
+	}
+	if p.MaxCost != 0 {
+		out.MaxCost = &p.MaxCost
 	}
 	if p.LeaseTTL != 0 {
 		out.LeaseTtl = durationpb.New(p.LeaseTTL)

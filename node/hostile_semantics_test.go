@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -120,6 +121,14 @@ func TestHostileSemantics(t *testing.T) {
 			}},
 		{name: "apply huge policy name", code: connect.CodeInvalidArgument, field: "policies[0].name",
 			call: policy(&quoratev1.Policy{Name: huge, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second)})},
+		{name: "burst 0", code: connect.CodeInvalidArgument, field: "policies[0].burst",
+			call: policy(&quoratev1.Policy{Name: "z", Algorithm: "token_bucket", Limit: 5, Period: durationpb.New(time.Second), Burst: proto.Int64(0)})},
+		{name: "max_cost 0", code: connect.CodeInvalidArgument, field: "policies[0].max_cost",
+			call: policy(&quoratev1.Policy{Name: "z", Algorithm: "token_bucket", Limit: 5, Period: durationpb.New(time.Second), MaxCost: proto.Int64(0)})},
+		{name: "dedupe_retention 0s", code: connect.CodeInvalidArgument, field: "policies[0].dedupe_retention",
+			call: policy(&quoratev1.Policy{Name: "z", Algorithm: "token_bucket", Limit: 5, Period: durationpb.New(time.Second), DedupeRetention: durationpb.New(0)})},
+		{name: "lease_ttl 0s", code: connect.CodeInvalidArgument, field: "policies[0].lease_ttl",
+			call: policy(&quoratev1.Policy{Name: "z", Algorithm: "concurrency", Limit: 5, LeaseTtl: durationpb.New(0)})},
 		{name: "acquire huge policy name", code: connect.CodeInvalidArgument, field: "policy",
 			call: func(ctx context.Context, c *nodetest.Cluster) error {
 				_, err := c.Lease(1).AcquireLease(ctx, connect.NewRequest(&quoratev1.AcquireLeaseRequest{Policy: huge, Key: "k"}))
@@ -149,9 +158,21 @@ func TestHostileSemantics(t *testing.T) {
 				return err
 			}},
 	})
+	// Nothing refused was stored.
+	if _, err := c.Admin(0).GetPolicy(ctxLease, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "z"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("GetPolicy(z) = %v; want not_found: a refused policy was stored", err)
+	}
 	// The lease is still held: the refused calls changed nothing.
 	ok, err := checkFence(ctxLease, c, 0, "slots", "{h}job", held.GetFencingToken())
 	if err != nil || !ok {
 		t.Fatalf("CheckFence of the held lease = %v, %v; want held", ok, err)
 	}
+}
+
+// nonZero is v as an optional field: unset when 0.
+func nonZero(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
 }
