@@ -40,7 +40,20 @@ const DefaultMaxBuckets = 10_000_000
 // 3,300 decisions/s that all carry request IDs.
 const DefaultMaxDedupeEntries = 2_000_000
 
+// MaxPolicies is the most policies the registry (the meta group's table,
+// copied into every data group) holds, and the most one PutPolicies
+// carries. A policy costs each node a few kilobytes in every group's copy
+// and in each copy's refresh, so 10,000 policies take tens of megabytes
+// per node. Nodes refuse a larger apply before proposing it; the meta
+// group refuses it too (FeaturePolicyCap).
+const MaxPolicies = 10_000
+
 var (
+	// ErrTooManyPolicies is returned by PutPolicies when the command
+	// carries more than MaxPolicies policies or would leave the registry
+	// with more than MaxPolicies (Connect ResourceExhausted, naming
+	// "policies"). Nothing is stored.
+	ErrTooManyPolicies = errors.New("fsm: policies: too many policies")
 	// ErrUnknownPolicy is returned (as an Apply result) when a command names
 	// a policy the group does not have.
 	ErrUnknownPolicy = errors.New("fsm: unknown policy")
@@ -160,12 +173,15 @@ type Node struct {
 }
 
 // FeatureLevel is the highest log feature level this binary applies: the
-// kinds of entries it may be asked to apply. 1: Batch entries; 2:
-// RemoveNode; 3: slot migrations and plans. A node
-// proposes an entry kind of level L only when every registered node is at
-// L or above (MinFeatureLevel), so no replica meets an entry it cannot
-// decode (DESIGN.md §2 rule 3).
-const FeatureLevel = 3
+// kinds of entries it may be asked to apply, and the rules it applies them
+// by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
+// the policy cap. A node proposes an entry kind of level L only when every
+// registered node is at L or above (MinFeatureLevel), so no replica meets
+// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
+// applies to an entry only when every node registered at that point of
+// the log is at L or above: the registrations are in the log, so every
+// replica, and every replay of an older log, decides the entry alike.
+const FeatureLevel = 4
 
 // Feature levels of entry kinds.
 const (
@@ -174,6 +190,11 @@ const (
 	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
 	// CreatePlan, UpdatePlan, CancelPlan.
 	FeatureMigrate = 3
+	// FeaturePolicyCap: PutPolicies refuses more than MaxPolicies
+	// (ErrTooManyPolicies). Below it, an entry written before the cap
+	// existed (a registry that grew past MaxPolicies) replays as it was
+	// first applied.
+	FeaturePolicyCap = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
@@ -181,6 +202,12 @@ const (
 func (f *FSM) MinFeatureLevel() uint32 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.minFeatureLevelLocked()
+}
+
+// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
+// visited in map order, but the minimum does not depend on it.
+func (f *FSM) minFeatureLevelLocked() uint32 {
 	first, level := true, uint32(0)
 	for _, n := range f.nodes {
 		if first || n.FeatureLevel < level {
@@ -210,6 +237,14 @@ type FSM struct {
 	// restore until the next one). It decides nothing: it only dates reads
 	// such as PoliciesAt.
 	appliedIndex uint64
+
+	// policiesChangedAt is the log index of the last entry that changed
+	// the policy table (0: none yet); policiesChangeUnknown is true from a
+	// restore until the next entry, which then counts as the change. Like
+	// appliedIndex it decides nothing: nodes compare it with a data
+	// group's PoliciesMetaIndex instead of comparing whole tables.
+	policiesChangedAt     uint64
+	policiesChangeUnknown bool
 
 	// Multi-group state: the meta group's shard map; a data group's owned
 	// slots (nil: applies every data command) and the meta index of its
@@ -319,6 +354,9 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 // applyLocked applies one decoded entry; f.mu is held.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.appliedIndex = l.Index
+	if f.policiesChangeUnknown {
+		f.policiesChangedAt, f.policiesChangeUnknown = l.Index, false
+	}
 	prev := f.lastNow
 	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
@@ -355,7 +393,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_Admit:
 		return f.applyAdmit(body.Admit, now)
 	case *raftcmdv1.Envelope_PutPolicies:
-		return f.applyPutPolicies(body.PutPolicies)
+		return f.policiesChanged(l, f.applyPutPolicies(body.PutPolicies))
 	case *raftcmdv1.Envelope_RegisterNode:
 		r := body.RegisterNode
 		f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
@@ -366,7 +404,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_Peek:
 		return f.applyPeek(body.Peek, now)
 	case *raftcmdv1.Envelope_DeletePolicies:
-		return f.applyDeletePolicies(body.DeletePolicies)
+		return f.policiesChanged(l, f.applyDeletePolicies(body.DeletePolicies))
 	case *raftcmdv1.Envelope_Refund:
 		return f.applyRefund(body.Refund, now)
 	case *raftcmdv1.Envelope_Lease:
@@ -401,7 +439,20 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	}
 }
 
+// policiesChanged dates the policy table l's when res, the result of a
+// PutPolicies or DeletePolicies, is not a refusal, and returns res.
+func (f *FSM) policiesChanged(l *raft.Log, res interface{}) interface{} {
+	if _, refused := res.(error); !refused {
+		f.policiesChangedAt = l.Index
+	}
+	return res
+}
+
 func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
+	capped := f.minFeatureLevelLocked() >= FeaturePolicyCap
+	if n := len(c.GetPolicies()); capped && n > MaxPolicies {
+		return fmt.Errorf("%w: one apply carries at most %d (got %d)", ErrTooManyPolicies, MaxPolicies, n)
+	}
 	in := make([]admission.Policy, len(c.GetPolicies()))
 	seen := make(map[string]bool, len(in))
 	for i, p := range c.GetPolicies() {
@@ -414,6 +465,19 @@ func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 				Field: "name", Reason: fmt.Sprintf("%s appears twice", admission.Quote(in[i].Name)), Err: admission.ErrInvalidPolicy})
 		}
 		seen[in[i].Name] = true
+	}
+	if capped {
+		added := 0
+		for _, p := range in {
+			if _, ok := f.policies[p.Name]; !ok {
+				added++
+			}
+		}
+		// A registry already past the cap (grown before it) may still
+		// change its policies, not gain any.
+		if have := len(f.policies); added > 0 && have+added > MaxPolicies {
+			return fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", ErrTooManyPolicies, MaxPolicies, have, added)
+		}
 	}
 	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
 	for i, p := range in {
@@ -514,6 +578,51 @@ func (f *FSM) Policies() []PolicyVersion {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return sortedPolicies(f.policies)
+}
+
+// PoliciesChangedAt returns the log index of the last entry that changed
+// the policy table (0 when none has), and false when it is not known (after
+// a restore, until the next entry). A copy of the table dated at or after
+// it (SetPolicies.meta_index) is current.
+func (f *FSM) PoliciesChangedAt() (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.policiesChangedAt, !f.policiesChangeUnknown
+}
+
+// MissingPolicy returns the first of names the table does not hold, and
+// false when it holds them all.
+func (f *FSM) MissingPolicy(names []string) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, name := range names {
+		if _, ok := f.policies[name]; !ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// Recorded reports whether an unexpired request-ID record of any kind is
+// held under (caller, requestID) as of the last applied entry.
+func (f *FSM) Recorded(caller, requestID string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.dedupe.Get(dedupe.Key{Caller: caller, RequestID: requestID}, f.lastNow)
+	return ok
+}
+
+// PolicyCount returns how many policies the table holds and how many of
+// names (distinct) it does not hold, as of the last applied entry.
+func (f *FSM) PolicyCount(names []string) (have, missing int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, name := range names {
+		if _, ok := f.policies[name]; !ok {
+			missing++
+		}
+	}
+	return len(f.policies), missing
 }
 
 // Node returns a registered node by ID.
@@ -672,6 +781,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
+	f.policiesChangedAt, f.policiesChangeUnknown = 0, true
 	f.buckets, f.sems, f.reservations, f.dedupe, f.callers = buckets, sems, reserved, dd, callers
 	f.restoreRoute(s.route)
 	f.restoreMigrate(s.frozen, s.imports)

@@ -236,7 +236,11 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 // ApplyPolicies validates every policy, then stores them all through the log.
 func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
 	n := h.n
+	if k := len(req.Msg.GetPolicies()); k > fsm.MaxPolicies {
+		return nil, n.toConnectError(badRequest("policies", "one apply carries at most %d policies (got %d)", fsm.MaxPolicies, k))
+	}
 	cmd := &raftcmdv1.PutPolicies{}
+	names := make([]string, 0, len(req.Msg.GetPolicies()))
 	for i, p := range req.Msg.GetPolicies() {
 		if err := CheckExplicitZeros(p); err != nil {
 			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
@@ -246,9 +250,15 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
+		names = append(names, ap.Name)
 	}
 	return leaderCall(ctx, n, routing{idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.ApplyPoliciesResponse, error) {
+			// The leader's table is current but for entries still
+			// committing; the meta group checks again when it applies.
+			if have, added := n.meta.fsm.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
+				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
+			}
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
 			if err != nil {
 				return nil, err

@@ -142,32 +142,36 @@ func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bo
 }
 
 // proposeBatch proposes items to d's group, which this node leads, all at
-// once so they share entries, and waits for each. Items whose policy the
-// group does not know yet are proposed again after the group copied the
-// meta table, as proposeTo does for one command.
+// once so they share entries, and waits for each. As proposeTo does for one
+// command, an item naming a policy the cluster does not have is answered
+// without an entry, and items the group refused for want of a policy it
+// has since copied are proposed again.
 func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
-	n.proposeItems(ctx, d, items)
+	proposed := n.itemsWithPolicies(ctx, d, items)
+	n.proposeItems(ctx, d, proposed)
 	var unknownPolicy []*batchItem
-	for _, it := range items {
+	for _, it := range proposed {
 		if errors.Is(it.err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
+			it.err = nil
 			unknownPolicy = append(unknownPolicy, it)
 		}
 	}
 	if len(unknownPolicy) == 0 {
 		return
 	}
-	serr := n.catchUpMeta(ctx)
-	if serr == nil {
-		serr = n.syncPolicies(ctx, d.g)
-	}
-	if serr != nil {
-		// Not applied, and the table could not be copied now: retry.
-		for _, it := range unknownPolicy {
-			it.err = fmt.Errorf("%w: %v; copying the policy table: %v", ErrNotProposed, it.err, serr)
+	n.proposeItems(ctx, d, n.itemsWithPolicies(ctx, d, unknownPolicy))
+}
+
+// itemsWithPolicies returns the items whose policies d's group knows (or
+// now copied from the meta group); the others get their error.
+func (n *Node) itemsWithPolicies(ctx context.Context, d dest, items []*batchItem) []*batchItem {
+	out := items[:0:0]
+	for _, it := range items {
+		if it.err = n.knowPolicies(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}}); it.err == nil {
+			out = append(out, it)
 		}
-		return
 	}
-	n.proposeItems(ctx, d, unknownPolicy)
+	return out
 }
 
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {

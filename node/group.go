@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,9 @@ type group struct {
 	// (zero while it does not), lastTransfer when it last handed
 	// leadership over; only the group loop touches them.
 	leadingSince, lastTransfer time.Time
+	// caughtUpTerm is the Raft term in which a barrier last completed on
+	// this replica as leader (catchUpMeta).
+	caughtUpTerm atomic.Uint64
 }
 
 // removeGroupDir deletes a closed data group replica's directory.

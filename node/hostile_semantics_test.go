@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -157,8 +159,29 @@ func TestHostileSemantics(t *testing.T) {
 				_, err := c.Lease(1).ReleaseLease(ctx, connect.NewRequest(&quoratev1.ReleaseLeaseRequest{LeaseId: held.GetLeaseId()}))
 				return err
 			}},
+		{name: "too many policies in one apply", code: connect.CodeInvalidArgument, field: "policies",
+			call: func(ctx context.Context, c *nodetest.Cluster) error {
+				_, err := c.Admin(2).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: manyPolicies("big", fsm.MaxPolicies+1)}))
+				return err
+			}},
+		// Last: it fills the registry (which holds p and slots already).
+		{name: "too many policies in the registry", code: connect.CodeResourceExhausted, field: "policies",
+			call: func(ctx context.Context, c *nodetest.Cluster) error {
+				if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: manyPolicies("fill", fsm.MaxPolicies-2)})); err != nil {
+					return fmt.Errorf("filling the registry: %w", err)
+				}
+				_, err := c.Admin(1).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: manyPolicies("over", 1)}))
+				return err
+			}},
 	})
 	// Nothing refused was stored.
+	if n := len(c.Node(0).Status().GetGroups()); n == 0 {
+		t.Fatal("no groups")
+	}
+	resp, err := c.Admin(0).ListPolicies(ctxLease, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+	if err != nil || len(resp.Msg.GetPolicies()) != fsm.MaxPolicies {
+		t.Fatalf("ListPolicies: %d policies, %v; want %d", len(resp.Msg.GetPolicies()), err, fsm.MaxPolicies)
+	}
 	if _, err := c.Admin(0).GetPolicy(ctxLease, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "z"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("GetPolicy(z) = %v; want not_found: a refused policy was stored", err)
 	}
@@ -167,6 +190,15 @@ func TestHostileSemantics(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("CheckFence of the held lease = %v, %v; want held", ok, err)
 	}
+}
+
+// manyPolicies returns n token-bucket policies named prefix0, prefix1, ….
+func manyPolicies(prefix string, n int) []*quoratev1.Policy {
+	out := make([]*quoratev1.Policy, n)
+	for i := range out {
+		out[i] = &quoratev1.Policy{Name: fmt.Sprintf("%s%d", prefix, i), Algorithm: "token_bucket", Limit: 10, Period: durationpb.New(time.Second)}
+	}
+	return out
 }
 
 // nonZero is v as an optional field: unset when 0.
