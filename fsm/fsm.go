@@ -175,7 +175,7 @@ type Node struct {
 // FeatureLevel is the highest log feature level this binary applies: the
 // kinds of entries it may be asked to apply, and the rules it applies them
 // by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
-// the policy cap. A node proposes an entry kind of level L only when every
+// the policy cap and keyed request IDs. A node proposes an entry kind of level L only when every
 // registered node is at L or above (MinFeatureLevel), so no replica meets
 // an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
 // applies to an entry only when every node registered at that point of
@@ -195,6 +195,12 @@ const (
 	// existed (a registry that grew past MaxPolicies) replays as it was
 	// first applied.
 	FeaturePolicyCap = 4
+	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
+	// key folded in, so that a request is identified by (caller,
+	// request_id, key) in every group. The FSM reads request IDs as opaque
+	// strings either way; the level keeps every leader of a cluster
+	// writing them alike.
+	FeatureKeyedRequestIDs = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0

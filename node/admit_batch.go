@@ -23,6 +23,7 @@ type batchItem struct {
 	i       int // index in the call
 	m       *quoratev1.AdmitRequest
 	cmd     *raftcmdv1.Admit
+	env     *raftcmdv1.Envelope // cmd as proposed here (keyRequestID)
 	resp    *quoratev1.AdmitResponse
 	err     error // the last attempt's error
 	unknown error // the last attempt whose outcome is unknown, if any
@@ -147,7 +148,16 @@ func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bo
 // without an entry, and items the group refused for want of a policy it
 // has since copied are proposed again.
 func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
-	proposed := n.itemsWithPolicies(ctx, d, items)
+	keyed := items[:0:0]
+	for _, it := range items {
+		env, err := n.keyRequestID(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}})
+		if err != nil {
+			it.err = fmt.Errorf("%w: %v", ErrNotProposed, err)
+			continue
+		}
+		it.env, keyed = env, append(keyed, it)
+	}
+	proposed := n.itemsWithPolicies(ctx, d, keyed)
 	n.proposeItems(ctx, d, proposed)
 	var unknownPolicy []*batchItem
 	for _, it := range proposed {
@@ -167,7 +177,7 @@ func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
 func (n *Node) itemsWithPolicies(ctx context.Context, d dest, items []*batchItem) []*batchItem {
 	out := items[:0:0]
 	for _, it := range items {
-		if it.err = n.knowPolicies(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}}); it.err == nil {
+		if it.err = n.knowPolicies(ctx, d, it.env); it.err == nil {
 			out = append(out, it)
 		}
 	}
@@ -177,7 +187,8 @@ func (n *Node) itemsWithPolicies(ctx context.Context, d dest, items []*batchItem
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
 	ops := make([]*raftOp, len(items))
 	for i, it := range items {
-		ops[i] = newRaftOp(&raftcmdv1.Envelope{MapEpoch: d.epoch, Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}})
+		it.env.MapEpoch = d.epoch
+		ops[i] = newRaftOp(it.env)
 	}
 	d.g.batch.add(ops...)
 	for i, it := range items {

@@ -221,8 +221,11 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if m.GetKey() == "" && n.hasShardMap() {
-		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key in a cluster with data groups"))
+	if m.GetKey() == "" {
+		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key (its first check's): a request is its caller, request_id and key"))
+	}
+	if err := admission.CheckKeyCost(m.GetKey(), 1); err != nil {
+		return nil, n.toConnectError(err)
 	}
 	// A repeated refund answers refunded=false.
 	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,

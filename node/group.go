@@ -40,8 +40,9 @@ type group struct {
 	// leadership over; only the group loop touches them.
 	leadingSince, lastTransfer time.Time
 	// caughtUpTerm is the Raft term in which a barrier last completed on
-	// this replica as leader (catchUpMeta).
-	caughtUpTerm atomic.Uint64
+	// this replica as leader (caughtUp); keyedTerm the term in which one
+	// completed after the cluster wrote keyed request IDs (keyRequestID).
+	caughtUpTerm, keyedTerm atomic.Uint64
 }
 
 // removeGroupDir deletes a closed data group replica's directory.

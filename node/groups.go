@@ -299,12 +299,18 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 // that no newer leader acknowledged anything.
 func (n *Node) caughtUp(ctx context.Context, g *group) error {
 	if term := g.raft.CurrentTerm(); g.caughtUpTerm.Load() != term {
-		if err := waitFuture(ctx, g.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout)))); err != nil {
+		if err := n.barrier(ctx, g); err != nil {
 			return err
 		}
 		g.caughtUpTerm.Store(term)
 	}
 	return waitFuture(ctx, g.raft.VerifyLeader())
+}
+
+// barrier returns once every command g's log held when it was called is
+// applied to this replica, which leads g.
+func (n *Node) barrier(ctx context.Context, g *group) error {
+	return waitFuture(ctx, g.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
 }
 
 // deadlineOr is ctx's deadline, or d from now.

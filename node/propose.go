@@ -45,7 +45,8 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 	return n.proposeTo(ctx, n.destOf(ctx), env)
 }
 
-// proposeTo is propose to the group of d. A command naming a policy the
+// proposeTo is propose to the group of d, with the request's key folded
+// into its request ID (keyRequestID). A command naming a policy the
 // group does not have is not proposed when the meta group, caught up, does
 // not have it either: it is answered fsm.ErrUnknownPolicy without a log
 // entry (unless a request ID of it is recorded: the FSM answers a repeat
@@ -54,6 +55,10 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 // each change), and a command the group refused for want of it (a change
 // racing the check) is proposed again: the refused one changed nothing.
 func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
+	env, err := n.keyRequestID(ctx, d, env)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotProposed, err)
+	}
 	if err := n.knowPolicies(ctx, d, env); err != nil {
 		return nil, err
 	}

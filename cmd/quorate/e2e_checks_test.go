@@ -102,23 +102,23 @@ func TestEndToEndChecksPeekRefundPolicies(t *testing.T) {
 	}
 
 	// Refund the first admit: once.
-	out = run("refund", "--server", c.APIURL(2), "--request-id", "pre")
+	out = run("refund", "--server", c.APIURL(2), "--key", "{t}:ip", "--request-id", "pre")
 	if !strings.HasPrefix(out, "refunded  cost=1") || !strings.Contains(out, "request_id=pre") {
 		t.Errorf("refund: %q, want \"refunded  cost=1 ...\"", out)
 	}
-	out = run("refund", "--server", c.APIURL(0), "--request-id", "pre")
+	out = run("refund", "--server", c.APIURL(0), "--key", "{t}:ip", "--request-id", "pre")
 	if !strings.HasPrefix(out, "already refunded") {
 		t.Errorf("second refund: %q, want \"already refunded ...\"", out)
 	}
 	var again quoratev1.RefundResponse
-	mustRunJSON(t, &again, "refund", "--server", c.APIURL(1), "--request-id", "pre", "-o", "json")
+	mustRunJSON(t, &again, "refund", "--server", c.APIURL(1), "--key", "{t}:ip", "--request-id", "pre", "-o", "json")
 	if again.GetRefunded() || again.GetCost() != 1 {
 		t.Errorf("third refund: %v, want refunded=false, cost 1", &again)
 	}
 	if p := peek(2, "mc-login", "{t}:ip"); !p.GetWouldAllow() || p.GetRemaining() != 1 {
 		t.Errorf("peek after the refund: %v, want 1/1 left", p)
 	}
-	_, _, err = runCLI(t, "refund", "--server", c.APIURL(0), "--request-id", "no-such-request")
+	_, _, err = runCLI(t, "refund", "--server", c.APIURL(0), "--key", "{t}:ip", "--request-id", "no-such-request")
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("refund of an unknown request: %v, want not_found", err)
 	}

@@ -24,8 +24,8 @@ func newRefundCmd() *cobra.Command {
 		Short: "Give back what an admitted request spent",
 		Long: "Refund gives back what an earlier admitted request spent (every check of a\n" +
 			"multi-check request), e.g. because the work it guarded failed. The request is\n" +
-			"named by the --caller and --request-id it was admitted with, and its --key (which\n" +
-			"routes the refund to the key's group), and must still be\n" +
+			"named by the --caller, --request-id and --key it was admitted with (an admit's\n" +
+			"first key): the same request ID with another key is another request. It must still be\n" +
 			"remembered (within its policy's dedupe_retention); otherwise the answer is\n" +
 			"not_found.\n\n" +
 			"A refund happens at most once: a repeat prints \"already refunded\" and changes\n" +
@@ -36,7 +36,7 @@ func newRefundCmd() *cobra.Command {
 			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... --key tenant-a -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "request-id"); err != nil {
+			if err := requireFlags(cmd, "request-id", "key"); err != nil {
 				return err
 			}
 			servers, ctx, cancel, err := client.beginServers(cmd.Context())
@@ -73,7 +73,7 @@ func newRefundCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.RequestId, "request-id", "", "the request ID of the admitted request to refund (required)")
 	fs.StringVar(&req.Caller, "caller", "", "the caller the request was admitted with (its request ID's namespace)")
-	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for (required in a cluster with data groups)")
+	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for, its first check's (required)")
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
 	return cmd
