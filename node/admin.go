@@ -277,6 +277,14 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	if len(names) == 0 {
 		return nil, n.toConnectError(badRequest("names", "must name at least one policy"))
 	}
+	if len(names) > fsm.MaxPolicies {
+		return nil, n.toConnectError(badRequest("names", "at most %d in one call (got %d)", fsm.MaxPolicies, len(names)))
+	}
+	for i, name := range names {
+		if err := checkPolicyName(fmt.Sprintf("names[%d]", i), name); err != nil {
+			return nil, n.toConnectError(err)
+		}
+	}
 	// A repeat of a delete that applied answers NotFound.
 	return leaderCall(ctx, n, routing{}, req,
 		func(ctx context.Context) (*quoratev1.DeletePoliciesResponse, error) {

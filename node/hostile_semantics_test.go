@@ -123,6 +123,11 @@ func TestHostileSemantics(t *testing.T) {
 			}},
 		{name: "apply huge policy name", code: connect.CodeInvalidArgument, field: "policies[0].name",
 			call: policy(&quoratev1.Policy{Name: huge, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second)})},
+		{name: "delete a huge policy name", code: connect.CodeInvalidArgument, field: "names[1]",
+			call: func(ctx context.Context, c *nodetest.Cluster) error {
+				_, err := c.Admin(1).DeletePolicies(ctx, connect.NewRequest(&quoratev1.DeletePoliciesRequest{Names: []string{"p", huge}}))
+				return err
+			}},
 		{name: "burst 0", code: connect.CodeInvalidArgument, field: "policies[0].burst",
 			call: policy(&quoratev1.Policy{Name: "z", Algorithm: "token_bucket", Limit: 5, Period: durationpb.New(time.Second), Burst: proto.Int64(0)})},
 		{name: "max_cost 0", code: connect.CodeInvalidArgument, field: "policies[0].max_cost",
