@@ -86,3 +86,38 @@ func TestPutPoliciesCapWaitsForFeatureLevel(t *testing.T) {
 		t.Fatalf("changing a policy of an over-full registry: version %d, want 2", res.Policies[0].Version)
 	}
 }
+
+// PoliciesChangedAt dates the last entry that changed the policy table:
+// refused puts and other entries leave it; after a restore it is unknown
+// until the next entry, which then counts as the change.
+func TestPoliciesChangedAt(t *testing.T) {
+	a := newApplier(t, fsm.Options{})
+	if at, ok := a.f.PoliciesChangedAt(); at != 0 || !ok {
+		t.Fatalf("empty: %d, %v; want 0, known", at, ok)
+	}
+	a.putPolicies(t0, tokenBucket("a", 1, time.Second, 0, 0))
+	put := a.index
+	a.registerAt("n1", fsm.FeatureLevel)
+	a.putPoliciesErr(t0, tokenBucket("Bad Name", 1, time.Second, 0, 0))
+	a.mustAdmit(t0, "a", "k", 1)
+	if at, ok := a.f.PoliciesChangedAt(); at != put || !ok {
+		t.Fatalf("after other entries: %d, %v; want %d", at, ok, put)
+	}
+	a.apply(deletePoliciesEnv(t0, "a"))
+	if at, _ := a.f.PoliciesChangedAt(); at != a.index {
+		t.Fatalf("after a delete: %d, want %d", at, a.index)
+	}
+	restored := wrap(t, fsm.New(fsm.Options{}))
+	restoreFrom(t, restored.f, snapshotBytes(t, a.f))
+	if _, ok := restored.f.PoliciesChangedAt(); ok {
+		t.Fatal("after a restore: known, want unknown")
+	}
+	restored.registerAt("n2", fsm.FeatureLevel)
+	if at, ok := restored.f.PoliciesChangedAt(); at != restored.index || !ok {
+		t.Fatalf("after the entry following a restore: %d, %v; want %d", at, ok, restored.index)
+	}
+}
+
+func deletePoliciesEnv(now int64, names ...string) *raftcmdv1.Envelope {
+	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_DeletePolicies{DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}}
+}
