@@ -91,6 +91,7 @@ func (n *Node) keyRequestID(ctx context.Context, d dest, env *raftcmdv1.Envelope
 			return nil, err
 		}
 		d.g.keyedTerm.Store(term)
+		d.g.caughtUpTerm.Store(term) // a barrier of this term: caughtUp needs no other
 	}
 	if d.g.fsm.Recorded(caller, id) {
 		return env, nil
