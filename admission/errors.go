@@ -1,6 +1,10 @@
 package admission
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
 
 // Sentinel errors of this package. Field errors (*FieldError) wrap one of
 // them, so callers test with errors.Is and read the field with errors.As.
@@ -45,4 +49,25 @@ func Nested(prefix string, err error) error {
 		return err
 	}
 	return &FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
+}
+
+// MaxQuotedBytes is the longest prefix of a client-supplied string (a
+// policy name, key, caller, request or lease ID) that an error message
+// repeats; Quote says how long the rest was.
+const MaxQuotedBytes = 64
+
+// Quote quotes a client-supplied string s for an error message: all of it
+// when it is at most MaxQuotedBytes long, else its first MaxQuotedBytes
+// (cut at a UTF-8 boundary) followed by "…(N bytes)", N being len(s). Every
+// error of Quorate that repeats what a client sent goes through Quote, so
+// that a huge value never comes back whole.
+func Quote(s string) string {
+	if len(s) <= MaxQuotedBytes {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := MaxQuotedBytes
+	for cut > MaxQuotedBytes-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q…(%d bytes)", s[:cut], len(s))
 }

@@ -55,17 +55,19 @@ const (
 	OnUnavailableLocal OnUnavailable = "local" // decide from a local budget
 )
 
+// MaxNameBytes is the longest policy name, in bytes.
+const MaxNameBytes = 64
+
 // MaxKeyBytes is the largest key, in bytes, that CheckRequest accepts.
 const MaxKeyBytes = 512
 
 // Bounds enforced by Validate. They are chosen so that every computation in
 // this package fits in an int64 (see Validate).
 const (
-	maxNameBytes = 64
-	minPeriod    = time.Millisecond
-	maxPeriod    = 366 * 24 * time.Hour // 3.16224e16 ns
-	maxLimit     = 1_000_000_000
-	maxBurst     = 1_000_000_000
+	minPeriod = time.Millisecond
+	maxPeriod = 366 * 24 * time.Hour // 3.16224e16 ns
+	maxLimit  = 1_000_000_000
+	maxBurst  = 1_000_000_000
 	// maxBurstWindow bounds Burst × EmissionInterval, the time an empty
 	// bucket takes to refill (and the span of a bucket's state): 3660 days,
 	// 3.16224e17 ns, about 2^58.1.
@@ -205,7 +207,7 @@ func (p Policy) Validate() error {
 	switch p.OnUnavailable {
 	case OnUnavailableAllow, OnUnavailableDeny, OnUnavailableLocal:
 	default:
-		return policyError("on_unavailable", "must be one of allow, deny, local (got %s)", quote(string(p.OnUnavailable)))
+		return policyError("on_unavailable", "must be one of allow, deny, local (got %s)", Quote(string(p.OnUnavailable)))
 	}
 	if p.DedupeRetention < MinDedupeRetention || p.DedupeRetention > MaxDedupeRetention {
 		return policyError("dedupe_retention", "must be between %v and %v (got %v)", MinDedupeRetention, MaxDedupeRetention, p.DedupeRetention)
@@ -272,17 +274,17 @@ func checkName(name string) *FieldError {
 	switch {
 	case name == "":
 		return policyError("name", "is required")
-	case len(name) > maxNameBytes:
-		return policyError("name", "must be at most %d bytes (got %d)", maxNameBytes, len(name))
+	case len(name) > MaxNameBytes:
+		return policyError("name", "must be at most %d bytes (got %d)", MaxNameBytes, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 		if i == 0 && !alnum {
-			return policyError("name", "must start with a lowercase letter or digit (got %s)", quote(name))
+			return policyError("name", "must start with a lowercase letter or digit (got %s)", Quote(name))
 		}
 		if !alnum && c != '.' && c != '_' && c != '-' {
-			return policyError("name", "may contain only a-z, 0-9, '.', '_' and '-' (got %s)", quote(name))
+			return policyError("name", "may contain only a-z, 0-9, '.', '_' and '-' (got %s)", Quote(name))
 		}
 	}
 	return nil
@@ -295,7 +297,7 @@ func checkAlgorithm(a Algorithm) *FieldError {
 	case "":
 		return policyError("algorithm", "is required; supported: %s", supportedAlgorithms)
 	default:
-		return policyError("algorithm", "unknown algorithm %s; supported: %s", quote(string(a)), supportedAlgorithms)
+		return policyError("algorithm", "unknown algorithm %s; supported: %s", Quote(string(a)), supportedAlgorithms)
 	}
 }
 
@@ -357,13 +359,4 @@ func policyError(field, format string, args ...any) *FieldError {
 
 func requestError(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: ErrInvalidRequest}
-}
-
-// quote quotes s for an error message, shortening very long values.
-func quote(s string) string {
-	const maxQuoted = 80
-	if len(s) > maxQuoted {
-		return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
-	}
-	return fmt.Sprintf("%q", s)
 }

@@ -34,7 +34,7 @@ func checkQuota(p Policy) *FieldError {
 	case "":
 		return policyError("calendar", "is required for algorithm quota; one of %s", calendars)
 	default:
-		return policyError("calendar", "must be one of %s (got %s)", calendars, quote(string(p.Calendar)))
+		return policyError("calendar", "must be one of %s (got %s)", calendars, Quote(string(p.Calendar)))
 	}
 	if p.Limit < 1 || p.Limit > maxQuotaLimit {
 		return policyError("limit", "must be between 1 and %d for quota (got %d)", int64(maxQuotaLimit), p.Limit)

@@ -234,11 +234,11 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
 		}
 		pv, ok := f.policies[policy]
 		if !ok {
-			return nil, fmt.Errorf("%w %q (%spolicy)", ErrUnknownPolicy, policy, prefix)
+			return nil, fmt.Errorf("%w %s (%spolicy)", ErrUnknownPolicy, admission.Quote(policy), prefix)
 		}
 		if pv.Policy.Algorithm == admission.AlgorithmConcurrency {
 			return nil, &admission.FieldError{Field: prefix + "policy", Err: admission.ErrInvalidRequest,
-				Reason: fmt.Sprintf("%q is a concurrency policy: take its slots with AcquireLease", policy)}
+				Reason: fmt.Sprintf("%s is a concurrency policy: take its slots with AcquireLease", admission.Quote(policy))}
 		}
 		if err := pv.Policy.CheckRequest(key, cost); err != nil {
 			return nil, admission.Nested(prefix, err)
@@ -247,7 +247,7 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
 			// The API checks hash tags; a group must never touch another
 			// slot (it may be frozen, or not be this group's).
 			return nil, &admission.FieldError{Field: prefix + "key", Err: admission.ErrInvalidRequest,
-				Reason: fmt.Sprintf("%q is in slot %d, the request's first key in slot %d: the keys of one request must share a hash tag", key, shard.SlotOf(key), f.opSlot)}
+				Reason: fmt.Sprintf("%s is in slot %d, the request's first key in slot %d: the keys of one request must share a hash tag", admission.Quote(key), shard.SlotOf(key), f.opSlot)}
 		}
 		out = append(out, check{policy: pv, key: BucketKey(policy, key), bareKey: key, cost: cost})
 	}
@@ -281,14 +281,14 @@ func (f *FSM) makeRoom(states *pendingStates, now int64) error {
 func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
 	pv, ok := f.policies[c.GetPolicy()]
 	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
+		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(c.GetPolicy()))
 	}
 	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
 		return err
 	}
 	if pv.Policy.Algorithm == admission.AlgorithmConcurrency {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%q is a concurrency policy: check a lease with CheckFence", c.GetPolicy())}
+			Reason: fmt.Sprintf("%s is a concurrency policy: check a lease with CheckFence", admission.Quote(c.GetPolicy()))}
 	}
 	st, _ := f.buckets.get(BucketKey(c.GetPolicy(), c.GetKey()))
 	return &PeekResult{Decision: admission.Peek(pv.Policy, st, now), PolicyVersion: pv.Version, At: now}
@@ -302,7 +302,7 @@ func (f *FSM) applyDeletePolicies(c *raftcmdv1.DeletePolicies) interface{} {
 	for _, name := range c.GetNames() {
 		pv, ok := f.policies[name]
 		if !ok {
-			return fmt.Errorf("%w %q", ErrUnknownPolicy, name)
+			return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(name))
 		}
 		out.Policies = append(out.Policies, pv)
 	}
@@ -318,14 +318,14 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 	k := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}
 	e, ok := f.dedupe.Get(k, now)
 	if !ok {
-		return fmt.Errorf("%w (caller %q, request_id %q)", ErrNothingToRefund, k.Caller, k.RequestID)
+		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(k.RequestID))
 	}
 	if e.Kind != recordAdmit {
-		return fmt.Errorf("%w (caller %q, request_id %q names another kind of request)", ErrNothingToRefund, k.Caller, k.RequestID)
+		return fmt.Errorf("%w (caller %s, request_id %s names another kind of request)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(k.RequestID))
 	}
 	rec := decodeAdmitRecord(e)
 	if !rec.GetAllowed() {
-		return fmt.Errorf("%w (caller %q, request_id %q)", ErrNotAdmitted, k.Caller, k.RequestID)
+		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNotAdmitted, admission.Quote(k.Caller), admission.Quote(k.RequestID))
 	}
 	var cost int64
 	for _, ch := range rec.GetChecks() {
@@ -335,7 +335,7 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 		for _, ch := range rec.GetChecks() {
 			if uint16(shard.SlotOf(ch.GetKey())) != f.opSlot {
 				return &admission.FieldError{Field: "key", Err: admission.ErrInvalidRequest,
-					Reason: fmt.Sprintf("request_id %q was recorded for key %q, which is not in this key's slot", k.RequestID, ch.GetKey())}
+					Reason: fmt.Sprintf("request_id %s was recorded for key %s, which is not in this key's slot", admission.Quote(k.RequestID), admission.Quote(ch.GetKey()))}
 			}
 		}
 	}

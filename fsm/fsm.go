@@ -160,12 +160,15 @@ type Node struct {
 }
 
 // FeatureLevel is the highest log feature level this binary applies: the
-// kinds of entries it may be asked to apply. 1: Batch entries; 2:
-// RemoveNode; 3: slot migrations and plans; 4: the cluster ID and imports
-// bounded by MaxClockSkew. A node
-// proposes an entry kind of level L only when every registered node is at
-// L or above (MinFeatureLevel), so no replica meets an entry it cannot
-// decode (DESIGN.md §2 rule 3).
+// kinds of entries it may be asked to apply, and the rules it applies them
+// by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
+// the cluster ID, imports bounded by MaxClockSkew, the policy cap and
+// keyed request IDs. A node proposes an entry kind of level L only when
+// every registered node is at L or above (MinFeatureLevel), so no replica meets
+// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
+// applies to an entry only when every node registered at that point of
+// the log is at L or above: the registrations are in the log, so every
+// replica, and every replay of an older log, decides the entry alike.
 const FeatureLevel = 4
 
 // Feature levels of entry kinds.
@@ -180,6 +183,17 @@ const (
 	// FeatureClusterID: SetClusterID; from it on, registrations without a
 	// feature level are refused.
 	FeatureClusterID = 4
+	// FeaturePolicyCap: PutPolicies refuses more than MaxPolicies
+	// (ErrTooManyPolicies). Below it, an entry written before the cap
+	// existed (a registry that grew past MaxPolicies) replays as it was
+	// first applied.
+	FeaturePolicyCap = 4
+	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
+	// key folded in, so that a request is identified by (caller,
+	// request_id, key) in every group. The FSM reads request IDs as opaque
+	// strings either way; the level keeps every leader of a cluster
+	// writing them alike.
+	FeatureKeyedRequestIDs = 4
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0
@@ -190,6 +204,8 @@ func (f *FSM) MinFeatureLevel() uint32 {
 	return f.minFeatureLevelLocked()
 }
 
+// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
+// visited in map order, but the minimum does not depend on it.
 func (f *FSM) minFeatureLevelLocked() uint32 {
 	first, level := true, uint32(0)
 	for _, n := range f.nodes {
@@ -220,6 +236,14 @@ type FSM struct {
 	// restore until the next one). It decides nothing: it only dates reads
 	// such as PoliciesAt.
 	appliedIndex uint64
+
+	// policiesChangedAt is the log index of the last entry that changed
+	// the policy table (0: none yet); policiesChangeUnknown is true from a
+	// restore until the next entry, which then counts as the change. Like
+	// appliedIndex it decides nothing: nodes compare it with a data
+	// group's PoliciesMetaIndex instead of comparing whole tables.
+	policiesChangedAt     uint64
+	policiesChangeUnknown bool
 
 	// Multi-group state: the meta group's shard map; a data group's owned
 	// slots (nil: applies every data command) and the meta index of its
@@ -340,6 +364,9 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 // up.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.appliedIndex = l.Index
+	if f.policiesChangeUnknown {
+		f.policiesChangedAt, f.policiesChangeUnknown = l.Index, false
+	}
 	prev := f.lastNow
 	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
@@ -376,7 +403,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_Admit:
 		return f.applyAdmit(body.Admit, now)
 	case *raftcmdv1.Envelope_PutPolicies:
-		return f.applyPutPolicies(body.PutPolicies)
+		return f.policiesChanged(l, f.applyPutPolicies(body.PutPolicies))
 	case *raftcmdv1.Envelope_RegisterNode:
 		return f.applyRegisterNode(body.RegisterNode)
 	case *raftcmdv1.Envelope_SetClusterId:
@@ -387,7 +414,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_Peek:
 		return f.applyPeek(body.Peek, now)
 	case *raftcmdv1.Envelope_DeletePolicies:
-		return f.applyDeletePolicies(body.DeletePolicies)
+		return f.policiesChanged(l, f.applyDeletePolicies(body.DeletePolicies))
 	case *raftcmdv1.Envelope_Refund:
 		return f.applyRefund(body.Refund, now)
 	case *raftcmdv1.Envelope_Lease:
@@ -422,36 +449,6 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	}
 }
 
-func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
-	in := make([]admission.Policy, len(c.GetPolicies()))
-	seen := make(map[string]bool, len(in))
-	for i, p := range c.GetPolicies() {
-		in[i] = PolicyFromProto(p)
-		if err := in[i].Validate(); err != nil {
-			return fmt.Errorf("fsm: policies[%d]: %w", i, err)
-		}
-		if seen[in[i].Name] {
-			return fmt.Errorf("fsm: policies[%d]: %w", i, &admission.FieldError{
-				Field: "name", Reason: fmt.Sprintf("%q appears twice", in[i].Name), Err: admission.ErrInvalidPolicy})
-		}
-		seen[in[i].Name] = true
-	}
-	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
-	for i, p := range in {
-		p = p.WithDefaults()
-		old, ok := f.policies[p.Name]
-		switch {
-		case !ok:
-			old = PolicyVersion{Policy: p, Version: 1}
-		case old.Policy != p:
-			old = PolicyVersion{Policy: p, Version: old.Version + 1}
-		}
-		f.policies[p.Name] = old
-		out.Policies[i] = old
-	}
-	return out
-}
-
 // addSaturating returns a+b for b ≥ 0, capped at math.MaxInt64.
 func addSaturating(a, b int64) int64 {
 	if a > math.MaxInt64-b {
@@ -470,71 +467,12 @@ func (f *FSM) policyOfBucket(bucketKey string) (admission.Policy, bool) {
 	return pv.Policy, ok
 }
 
-// PolicyFromProto converts the stored form of a policy.
-func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
-	return admission.Policy{
-		Name:            p.GetName(),
-		Algorithm:       admission.Algorithm(p.GetAlgorithm()),
-		Limit:           p.GetLimit(),
-		Period:          time.Duration(p.GetPeriodNanos()),
-		Burst:           p.GetBurst(),
-		MaxCost:         p.GetMaxCost(),
-		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
-		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
-		Calendar:        admission.Calendar(p.GetCalendar()),
-		Shadow:          p.GetShadow(),
-		LeaseTTL:        time.Duration(p.GetLeaseTtlNanos()),
-	}
-}
-
-// PolicyToProto converts a policy to its stored form.
-func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
-	return &raftcmdv1.Policy{
-		Name:                 p.Name,
-		Algorithm:            string(p.Algorithm),
-		Limit:                p.Limit,
-		PeriodNanos:          int64(p.Period),
-		Burst:                p.Burst,
-		MaxCost:              p.MaxCost,
-		OnUnavailable:        string(p.OnUnavailable),
-		DedupeRetentionNanos: int64(p.DedupeRetention),
-		Calendar:             string(p.Calendar),
-		Shadow:               p.Shadow,
-		LeaseTtlNanos:        int64(p.LeaseTTL),
-	}
-}
-
-// Policy returns a policy by name as of the last applied entry.
-func (f *FSM) Policy(name string) (PolicyVersion, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	pv, ok := f.policies[name]
-	return pv, ok
-}
-
 // AppliedIndex is the log index of the last command applied (0 right
 // after a restore, until the next).
 func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.appliedIndex
-}
-
-// PoliciesAt returns every policy, sorted by name, with the log index of
-// the last command applied to that table (0 when unknown, right after a
-// restore): read together, so a copy dated index never holds a table older
-// than index.
-func (f *FSM) PoliciesAt() ([]PolicyVersion, uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return sortedPolicies(f.policies), f.appliedIndex
-}
-
-// Policies returns every policy, sorted by name.
-func (f *FSM) Policies() []PolicyVersion {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return sortedPolicies(f.policies)
 }
 
 // Node returns a registered node by ID.
@@ -694,6 +632,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
+	f.policiesChangedAt, f.policiesChangeUnknown = 0, true
 	f.buckets, f.sems, f.reservations, f.dedupe, f.callers = buckets, sems, reserved, dd, callers
 	f.restoreRoute(s.route)
 	f.restoreMigrate(s.frozen, s.imports)

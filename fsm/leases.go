@@ -62,12 +62,12 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	}
 	pv, ok := f.policies[c.GetPolicy()]
 	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, c.GetPolicy())
+		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(c.GetPolicy()))
 	}
 	p := pv.Policy.WithDefaults()
 	if p.Algorithm != admission.AlgorithmConcurrency {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%q is a %s policy, not concurrency: use Admit", c.GetPolicy(), p.Algorithm)}
+			Reason: fmt.Sprintf("%s is a %s policy, not concurrency: use Admit", admission.Quote(c.GetPolicy()), p.Algorithm)}
 	}
 	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		return res
 	}
 	if err != nil {
-		return fmt.Errorf("%w (policy %q, key %q, token %d)", err, c.GetPolicy(), c.GetKey(), c.GetToken())
+		return fmt.Errorf("%w (policy %s, key %s, token %d)", err, admission.Quote(c.GetPolicy()), admission.Quote(c.GetKey()), c.GetToken())
 	}
 	if kind != raftcmdv1.LeaseOp_KIND_ACQUIRE {
 		res.Allowed, res.Held = true, lease.Live(next, now)

@@ -152,7 +152,7 @@ func addGroup(m shard.Map, a *raftcmdv1.AddGroupStep, registered func(string) bo
 	}
 	for _, n := range a.GetReplicas() {
 		if !registered(n) {
-			return m, fmt.Errorf("replica %q is not a registered node", n)
+			return m, fmt.Errorf("replica %s is not a registered node", admission.Quote(n))
 		}
 	}
 	out := m.Clone()

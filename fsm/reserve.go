@@ -114,12 +114,12 @@ type pendingReservation struct {
 func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
 	pv, ok := f.policies[policy]
 	if !ok {
-		return nil, fmt.Errorf("%w %q", ErrUnknownPolicy, policy)
+		return nil, fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(policy))
 	}
 	p := pv.Policy
 	if p.Algorithm == admission.AlgorithmConcurrency {
 		return nil, &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%q is a concurrency policy: reservations hold units of rate and quota policies", policy)}
+			Reason: fmt.Sprintf("%s is a concurrency policy: reservations hold units of rate and quota policies", admission.Quote(policy))}
 	}
 	if err := p.CheckRequest(key, estimate); err != nil {
 		if fe, ok := err.(*admission.FieldError); ok && fe.Field == "cost" {
@@ -179,7 +179,7 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 	pv, ok := f.policies[r.policy]
 	if !ok {
 		f.reservations.remove(c.GetReservationId())
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, r.policy)
+		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(r.policy))
 	}
 	res := &ReserveResult{Allowed: true, ReservationID: c.GetReservationId(), PolicyVersion: pv.Version, DecidedAt: now}
 	if recorded {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -72,7 +73,7 @@ const netPolicy = "net-test"
 func applyTestPolicy(t *testing.T, c *Cluster) {
 	t.Helper()
 	req := &quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{Name: netPolicy, Algorithm: "token_bucket",
-		Limit: 1000, Burst: 1000, Period: durationpb.New(time.Hour), DedupeRetention: durationpb.New(time.Hour)}}}
+		Limit: 1000, Burst: proto.Int64(1000), Period: durationpb.New(time.Hour), DedupeRetention: durationpb.New(time.Hour)}}}
 	eventually(t, 20*time.Second, "policy applied", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -23,7 +24,7 @@ const refillNegligiblePeriod = 366 * 24 * time.Hour
 // TokenBucketPolicy is a token_bucket policy with limit = burst = capacity
 // over 366 days: over a run of minutes the bound on admits is exactly capacity.
 func TokenBucketPolicy(name string, capacity int64) *quoratev1.Policy {
-	return &quoratev1.Policy{Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: capacity,
+	return &quoratev1.Policy{Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: proto.Int64(capacity),
 		Period: durationpb.New(refillNegligiblePeriod), DedupeRetention: durationpb.New(time.Hour)}
 }
 

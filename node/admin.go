@@ -263,16 +263,29 @@ func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error
 // ApplyPolicies validates every policy, then stores them all through the log.
 func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
 	n := h.n
+	if k := len(req.Msg.GetPolicies()); k > fsm.MaxPolicies {
+		return nil, n.toConnectError(badRequest("policies", "one apply carries at most %d policies (got %d)", fsm.MaxPolicies, k))
+	}
 	cmd := &raftcmdv1.PutPolicies{}
+	names := make([]string, 0, len(req.Msg.GetPolicies()))
 	for i, p := range req.Msg.GetPolicies() {
+		if err := CheckExplicitZeros(p); err != nil {
+			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
+		}
 		ap := PolicyFromAPI(p)
 		if err := ap.Validate(); err != nil {
 			return nil, n.toConnectError(admission.Nested(fmt.Sprintf("policies[%d].", i), err))
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
+		names = append(names, ap.Name)
 	}
 	return leaderCall(ctx, n, routing{idempotent: true}, req,
 		func(ctx context.Context) (*quoratev1.ApplyPoliciesResponse, error) {
+			// The leader's table is current but for entries still
+			// committing; the meta group checks again when it applies.
+			if have, added := n.meta.fsm.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
+				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
+			}
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
 			if err != nil {
 				return nil, err
@@ -290,6 +303,14 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	names := req.Msg.GetNames()
 	if len(names) == 0 {
 		return nil, n.toConnectError(badRequest("names", "must name at least one policy"))
+	}
+	if len(names) > fsm.MaxPolicies {
+		return nil, n.toConnectError(badRequest("names", "at most %d in one call (got %d)", fsm.MaxPolicies, len(names)))
+	}
+	for i, name := range names {
+		if err := checkPolicyName(fmt.Sprintf("names[%d]", i), name); err != nil {
+			return nil, n.toConnectError(err)
+		}
 	}
 	// A repeat of a delete that applied answers NotFound.
 	return leaderCall(ctx, n, routing{}, req,
@@ -310,7 +331,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 func (h *adminHandler) GetPolicy(_ context.Context, req *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
 	pv, ok := h.n.meta.fsm.Policy(req.Msg.GetName())
 	if !ok {
-		return nil, h.n.toConnectError(fmt.Errorf("%w %q", fsm.ErrUnknownPolicy, req.Msg.GetName()))
+		return nil, h.n.toConnectError(fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(req.Msg.GetName())))
 	}
 	return connect.NewResponse(&quoratev1.GetPolicyResponse{Policy: PolicyToAPI(pv.Policy, pv.Version)}), nil
 }
@@ -326,6 +347,29 @@ func policiesToAPI(pvs []fsm.PolicyVersion) []*quoratev1.Policy {
 // ListPolicies answers from this node's replica, which may lag the leader.
 func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
 	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.fsm.Policies())}), nil
+}
+
+// CheckExplicitZeros refuses a policy that sets burst, max_cost,
+// dedupe_retention or lease_ttl to zero: zero is how the stored form says
+// "the default", so an explicit zero would silently become the default
+// (burst: limit, max_cost: burst, dedupe_retention: 10m, lease_ttl: 1m).
+// Leave such a field unset for its default.
+func CheckExplicitZeros(p *quoratev1.Policy) error {
+	zero := func(field, def string) error {
+		return &admission.FieldError{Field: field, Err: admission.ErrInvalidPolicy,
+			Reason: "must not be 0: leave it unset for the default (" + def + ")"}
+	}
+	switch {
+	case p.Burst != nil && p.GetBurst() == 0:
+		return zero("burst", "limit")
+	case p.MaxCost != nil && p.GetMaxCost() == 0:
+		return zero("max_cost", "burst")
+	case p.DedupeRetention != nil && p.GetDedupeRetention().AsDuration() == 0:
+		return zero("dedupe_retention", admission.DefaultDedupeRetention.String())
+	case p.LeaseTtl != nil && p.GetLeaseTtl().AsDuration() == 0:
+		return zero("lease_ttl", admission.DefaultLeaseTTL.String())
+	}
+	return nil
 }
 
 // PolicyFromAPI converts a policy from the API's wire form. It does not
@@ -355,12 +399,16 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		Algorithm:     string(p.Algorithm),
 		Limit:         p.Limit,
 		Period:        durationpb.New(p.Period),
-		Burst:         p.Burst,
-		MaxCost:       p.MaxCost,
 		OnUnavailable: string(p.OnUnavailable),
 		Version:       version,
 		Calendar:      string(p.Calendar),
 		Shadow:        p.Shadow,
+	}
+	if p.Burst != 0 {
+		out.Burst = &p.Burst
+	}
+	if p.MaxCost != 0 {
+		out.MaxCost = &p.MaxCost
 	}
 	if p.LeaseTTL != 0 {
 		out.LeaseTtl = durationpb.New(p.LeaseTTL)

@@ -23,6 +23,7 @@ type batchItem struct {
 	i       int // index in the call
 	m       *quoratev1.AdmitRequest
 	cmd     *raftcmdv1.Admit
+	env     *raftcmdv1.Envelope // cmd as proposed here (keyRequestID)
 	resp    *quoratev1.AdmitResponse
 	err     error // the last attempt's error
 	unknown error // the last attempt whose outcome is unknown, if any
@@ -142,38 +143,52 @@ func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bo
 }
 
 // proposeBatch proposes items to d's group, which this node leads, all at
-// once so they share entries, and waits for each. Items whose policy the
-// group does not know yet are proposed again after the group copied the
-// meta table, as proposeTo does for one command.
+// once so they share entries, and waits for each. As proposeTo does for one
+// command, an item naming a policy the cluster does not have is answered
+// without an entry, and items the group refused for want of a policy it
+// has since copied are proposed again.
 func (n *Node) proposeBatch(ctx context.Context, d dest, items []*batchItem) {
-	n.proposeItems(ctx, d, items)
-	var unknownPolicy []*batchItem
+	keyed := items[:0:0]
 	for _, it := range items {
+		env, err := n.keyRequestID(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}})
+		if err != nil {
+			it.err = fmt.Errorf("%w: %v", ErrNotProposed, err)
+			continue
+		}
+		it.env, keyed = env, append(keyed, it)
+	}
+	proposed := n.itemsWithPolicies(ctx, d, keyed)
+	n.proposeItems(ctx, d, proposed)
+	var unknownPolicy []*batchItem
+	for _, it := range proposed {
 		if errors.Is(it.err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
+			it.err = nil
 			unknownPolicy = append(unknownPolicy, it)
 		}
 	}
 	if len(unknownPolicy) == 0 {
 		return
 	}
-	serr := n.catchUpMeta(ctx)
-	if serr == nil {
-		serr = n.syncPolicies(ctx, d.g)
-	}
-	if serr != nil {
-		// Not applied, and the table could not be copied now: retry.
-		for _, it := range unknownPolicy {
-			it.err = fmt.Errorf("%w: %v; copying the policy table: %v", ErrNotProposed, it.err, serr)
+	n.proposeItems(ctx, d, n.itemsWithPolicies(ctx, d, unknownPolicy))
+}
+
+// itemsWithPolicies returns the items whose policies d's group knows (or
+// now copied from the meta group); the others get their error.
+func (n *Node) itemsWithPolicies(ctx context.Context, d dest, items []*batchItem) []*batchItem {
+	out := items[:0:0]
+	for _, it := range items {
+		if it.err = n.knowPolicies(ctx, d, it.env); it.err == nil {
+			out = append(out, it)
 		}
-		return
 	}
-	n.proposeItems(ctx, d, unknownPolicy)
+	return out
 }
 
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
 	ops := make([]*raftOp, len(items))
 	for i, it := range items {
-		ops[i] = newRaftOp(&raftcmdv1.Envelope{MapEpoch: d.epoch, Body: &raftcmdv1.Envelope_Admit{Admit: it.cmd}})
+		it.env.MapEpoch = d.epoch
+		ops[i] = newRaftOp(it.env)
 	}
 	d.g.batch.add(ops...)
 	for i, it := range items {

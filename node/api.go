@@ -127,8 +127,8 @@ func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
 			return nil, err
 		}
 		if t := shard.HashTag(ch.Key); t != tag {
-			return nil, badRequest(field+"key", "%q has hash tag %q but key %q has %q: the keys of one request must share a hash tag, "+
-				"so put the common part in braces in every key, e.g. {tenant:acme}:api and {tenant:acme}:ip:1.2.3.4", ch.Key, t, first.Key, tag)
+			return nil, badRequest(field+"key", "%s has hash tag %s but key %s has %s: the keys of one request must share a hash tag, "+
+				"so put the common part in braces in every key, e.g. {tenant:acme}:api and {tenant:acme}:ip:1.2.3.4", admission.Quote(ch.Key), admission.Quote(t), admission.Quote(first.Key), admission.Quote(tag))
 		}
 		cmd.Also = append(cmd.Also, ch)
 	}
@@ -147,8 +147,8 @@ func checkCommand(field string, c *quoratev1.Check) (*raftcmdv1.Check, error) {
 	if c.Cost != nil {
 		cost = c.GetCost()
 	}
-	if c.GetPolicy() == "" {
-		return nil, badRequest(field+"policy", "must not be empty")
+	if err := checkPolicyName(field+"policy", c.GetPolicy()); err != nil {
+		return nil, err
 	}
 	if err := admission.CheckKeyCost(c.GetKey(), cost); err != nil {
 		return nil, admission.Nested(field, err)
@@ -166,6 +166,19 @@ func durationField(field string, d *durationpb.Duration, lo, hi time.Duration) (
 		return 0, badRequest(field, "must be between %v and %v (got %v)", lo, hi, v)
 	}
 	return int64(d.AsDuration()), nil
+}
+
+// checkPolicyName refuses, naming field, a policy name that no policy can
+// have: empty or longer than admission.MaxNameBytes. Such a name never
+// reaches the log.
+func checkPolicyName(field, name string) error {
+	switch {
+	case name == "":
+		return badRequest(field, "must not be empty")
+	case len(name) > admission.MaxNameBytes:
+		return badRequest(field, "must be at most %d bytes (got %d)", admission.MaxNameBytes, len(name))
+	}
+	return nil
 }
 
 func badRequest(field, format string, args ...any) error {
@@ -208,8 +221,11 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if m.GetKey() == "" && n.hasShardMap() {
-		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key in a cluster with data groups"))
+	if m.GetKey() == "" {
+		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key (its first check's): a request is its caller, request_id and key"))
+	}
+	if err := admission.CheckKeyCost(m.GetKey(), 1); err != nil {
+		return nil, n.toConnectError(err)
 	}
 	// A repeated refund answers refunded=false.
 	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,
@@ -274,8 +290,8 @@ func checkRequestID(caller, requestID string) error {
 func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
 	n := h.n
 	m := req.Msg
-	if m.GetPolicy() == "" {
-		return nil, n.toConnectError(badRequest("policy", "must not be empty"))
+	if err := checkPolicyName("policy", m.GetPolicy()); err != nil {
+		return nil, n.toConnectError(err)
 	}
 	if err := admission.CheckKeyCost(m.GetKey(), max(1, m.GetEstimate())); err != nil {
 		return nil, n.toConnectError(err)

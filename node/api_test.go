@@ -166,9 +166,9 @@ func TestPolicyFieldsRoundTrip(t *testing.T) {
 	defer cancel()
 	sent := []*quoratev1.Policy{{
 		Name: "full", Algorithm: "token_bucket", Limit: 60, Period: durationpb.New(time.Minute),
-		Burst: 20, MaxCost: 10, OnUnavailable: "allow", DedupeRetention: durationpb.New(30 * time.Minute),
+		Burst: proto.Int64(20), MaxCost: proto.Int64(10), OnUnavailable: "allow", DedupeRetention: durationpb.New(30 * time.Minute),
 	}, {
-		Name: "monthly", Algorithm: "quota", Limit: 1000, Period: durationpb.New(0), Burst: 1000, MaxCost: 50,
+		Name: "monthly", Algorithm: "quota", Limit: 1000, Period: durationpb.New(0), Burst: proto.Int64(1000), MaxCost: proto.Int64(50),
 		Calendar: "month", Shadow: true, OnUnavailable: "deny", DedupeRetention: durationpb.New(time.Hour),
 	}}
 	applied, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: sent}))

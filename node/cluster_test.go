@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -22,7 +23,7 @@ func applyPolicy(tb testing.TB, c *nodetest.Cluster, name string, limit int64, p
 	defer cancel()
 	_, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{
 		Policies: []*quoratev1.Policy{{
-			Name: name, Algorithm: "token_bucket", Limit: limit, Period: durationpb.New(period), Burst: burst,
+			Name: name, Algorithm: "token_bucket", Limit: limit, Period: durationpb.New(period), Burst: nonZero(burst),
 		}},
 	}))
 	if err != nil {
@@ -63,7 +64,7 @@ func TestConcurrentAdmitsAcrossNodesAllowExactlyCapacity(t *testing.T) {
 	// inside the test (fixed windows align to the epoch: a 366-day window
 	// ends once a year; a calendar year once a year).
 	policies := []*quoratev1.Policy{
-		{Name: "tb", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour), Burst: 20},
+		{Name: "tb", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour), Burst: proto.Int64(20)},
 		{Name: "fw", Algorithm: "fixed_window", Limit: 20, Period: durationpb.New(366 * 24 * time.Hour)},
 		{Name: "sw", Algorithm: "sliding_window", Limit: 20, Period: durationpb.New(366 * 24 * time.Hour)},
 		{Name: "sl", Algorithm: "sliding_log", Limit: 20, Period: durationpb.New(24 * time.Hour)},

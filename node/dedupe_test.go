@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,7 +109,8 @@ func killOnce(c *nodetest.Cluster, i int, id string) (func(*raftcmdv1.Envelope),
 	var once sync.Once
 	killed := make(chan struct{})
 	return func(env *raftcmdv1.Envelope) {
-		if env.GetAdmit().GetRequestId() != id {
+		// The node writes the request's key into the request ID.
+		if rid := env.GetAdmit().GetRequestId(); rid != id && !strings.HasPrefix(rid, id+"\x00") {
 			return
 		}
 		once.Do(func() {

@@ -44,6 +44,9 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeAborted, err)
 	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, fsm.ErrSlotMoving):
 		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, fsm.ErrTooManyPolicies):
+		return withDetail(connect.NewError(connect.CodeResourceExhausted, err),
+			&quoratev1.FieldViolation{Field: "policies", Description: err.Error()})
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull), errors.Is(err, ErrRequestTooLarge):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):

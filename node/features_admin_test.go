@@ -25,7 +25,7 @@ func admitCost(tb testing.TB, ctx context.Context, c *nodetest.Cluster, i int, p
 }
 
 func refundOn(ctx context.Context, c *nodetest.Cluster, i int, caller, id string) (*quoratev1.RefundResponse, error) {
-	resp, err := c.Admission(i).Refund(ctx, connect.NewRequest(&quoratev1.RefundRequest{Caller: caller, RequestId: id}))
+	resp, err := c.Admission(i).Refund(ctx, connect.NewRequest(&quoratev1.RefundRequest{Caller: caller, RequestId: id, Key: "k"}))
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ const longPeriod = 366 * 24 * time.Hour
 
 // tbPolicy is a token-bucket policy in the API's form.
 func tbPolicy(name string, limit int64, period time.Duration, burst int64) *quoratev1.Policy {
-	return &quoratev1.Policy{Name: name, Algorithm: "token_bucket", Limit: limit, Period: durationpb.New(period), Burst: burst}
+	return &quoratev1.Policy{Name: name, Algorithm: "token_bucket", Limit: limit, Period: durationpb.New(period), Burst: nonZero(burst)}
 }
 
 // applyPolicies stores policies through node 0.

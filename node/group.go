@@ -44,6 +44,10 @@ type group struct {
 	// (zero while it does not), lastTransfer when it last handed
 	// leadership over; only the group loop touches them.
 	leadingSince, lastTransfer time.Time
+	// caughtUpTerm is the Raft term in which a barrier last completed on
+	// this replica as leader (caughtUp); keyedTerm the term in which one
+	// completed after the cluster wrote keyed request IDs (keyRequestID).
+	caughtUpTerm, keyedTerm atomic.Uint64
 }
 
 // removeGroupDir deletes a closed data group replica's directory.

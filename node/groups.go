@@ -226,14 +226,20 @@ func (n *Node) syncGroup(ctx context.Context, g *group, m shard.Map) {
 	}
 }
 
-// syncPolicies copies the meta group's policy table into data group g when
-// they differ (g led here).
+// syncPolicies copies the meta group's policy table into data group g (led
+// here) when g's copy is older than the table's last change. It compares
+// two indexes, not the tables, except right after a restore of the meta
+// replica, when the date of the last change is not known.
 func (n *Node) syncPolicies(ctx context.Context, g *group) error {
+	changed, known := n.meta.fsm.PoliciesChangedAt()
+	if known && g.fsm.PoliciesMetaIndex() >= changed {
+		return nil
+	}
 	// The table and its index are read together: a copy dated later than
 	// its content could shadow a newer copy dated the same (SetPolicies
 	// ignores a table not newer than the group's).
 	want, index := n.meta.fsm.PoliciesAt()
-	if slices.Equal(g.fsm.Policies(), want) || index == 0 {
+	if index == 0 || !known && slices.Equal(g.fsm.Policies(), want) {
 		return nil
 	}
 	set := &raftcmdv1.SetPolicies{MetaIndex: index}
@@ -262,10 +268,7 @@ func (n *Node) closeGroups() error {
 func (n *Node) catchUpMeta(ctx context.Context) error {
 	var commit uint64
 	if n.meta.isLeader() {
-		if err := waitFuture(ctx, n.meta.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout)))); err != nil {
-			return err
-		}
-		return nil
+		return n.caughtUp(ctx, n.meta)
 	}
 	addr, _ := n.leader()
 	if addr == "" {
@@ -294,6 +297,28 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// caughtUp returns once g's replica here, as leader, has applied every
+// command acknowledged before the call (a linearizable read of its FSM).
+// Commands acknowledged in this term were applied here before they were
+// acknowledged; those of earlier terms are once a barrier of this term is
+// (one barrier per term, not per call). Confirming leadership then shows
+// that no newer leader acknowledged anything.
+func (n *Node) caughtUp(ctx context.Context, g *group) error {
+	if term := g.raft.CurrentTerm(); g.caughtUpTerm.Load() != term {
+		if err := n.barrier(ctx, g); err != nil {
+			return err
+		}
+		g.caughtUpTerm.Store(term)
+	}
+	return waitFuture(ctx, g.raft.VerifyLeader())
+}
+
+// barrier returns once every command g's log held when it was called is
+// applied to this replica, which leads g.
+func (n *Node) barrier(ctx context.Context, g *group) error {
+	return waitFuture(ctx, g.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
 }
 
 // deadlineOr is ctx's deadline, or d from now.

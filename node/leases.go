@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -33,15 +35,24 @@ func leaseID(policy, key string, token int64) string {
 }
 
 // parseLeaseID reverses leaseID and checks that the request's fencing token
-// is the lease's.
+// is the lease's. A lease ID that AcquireLease cannot have made is
+// invalid_argument; a token that is not the lease's is not its holder's,
+// refused like a stale token (lease.ErrStale: failed_precondition).
 func parseLeaseID(id string, token int64) (policy, key string, err error) {
 	b, derr := base64.RawURLEncoding.DecodeString(id)
 	parts := strings.Split(string(b), "\x00")
 	if id == "" || derr != nil || len(parts) != 3 {
 		return "", "", badRequest("lease_id", "is not a lease ID from AcquireLease")
 	}
-	if t, perr := strconv.ParseInt(parts[2], 10, 64); perr != nil || t != token {
-		return "", "", badRequest("fencing_token", "%d is not the token of lease %s", token, id)
+	if token < 1 {
+		return "", "", badRequest("fencing_token", "must be a token from AcquireLease (got %d)", token)
+	}
+	t, perr := strconv.ParseInt(parts[2], 10, 64)
+	if perr != nil || t < 1 {
+		return "", "", badRequest("lease_id", "is not a lease ID from AcquireLease")
+	}
+	if t != token {
+		return "", "", fmt.Errorf("%w: fencing_token %d is not the token of lease %s", lease.ErrStale, token, admission.Quote(id))
 	}
 	return parts[0], parts[1], nil
 }
@@ -178,8 +189,13 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 
 // checkLeaseOp checks a lease operation without state; ttl may be nil.
 func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool) error {
-	if op.GetPolicy() == "" {
-		return badRequest("policy", "must not be empty")
+	if err := checkPolicyName("policy", op.GetPolicy()); err != nil {
+		return err
+	}
+	if rp := op.GetReservePolicy(); rp != "" {
+		if err := checkPolicyName("reserve_policy", rp); err != nil {
+			return err
+		}
 	}
 	if err := admission.CheckKeyCost(op.GetKey(), 1); err != nil {
 		return err

@@ -33,7 +33,7 @@ func TestDefaultLimitsHoldLargestLegitimateRequests(t *testing.T) {
 	policies := &quoratev1.ApplyPoliciesRequest{}
 	for i := range 10_000 {
 		policies.Policies = append(policies.Policies, &quoratev1.Policy{Name: fmt.Sprintf("%s-%05d", long("n", 58), i),
-			Algorithm: "sliding_window", Limit: 1e9, Period: durationpb.New(366 * 24 * 3600e9), Burst: 1e9, MaxCost: 1e9,
+			Algorithm: "sliding_window", Limit: 1e9, Period: durationpb.New(366 * 24 * 3600e9), Burst: proto.Int64(1e9), MaxCost: proto.Int64(1e9),
 			OnUnavailable: "local", DedupeRetention: durationpb.New(24 * 3600e9), Calendar: "month", Shadow: true,
 			LeaseTtl: durationpb.New(24 * 3600e9)})
 	}

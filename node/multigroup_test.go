@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node"
@@ -59,7 +60,7 @@ func applyBucket(t *testing.T, c *nodetest.Cluster, name string, capacity int64)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		_, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
-			Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: capacity, Period: durationpb.New(24 * time.Hour)}}}))
+			Name: name, Algorithm: "token_bucket", Limit: capacity, Burst: proto.Int64(capacity), Period: durationpb.New(24 * time.Hour)}}}))
 		return err
 	})
 }

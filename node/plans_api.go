@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -183,10 +184,10 @@ func (n *Node) planAddGroup(ctx context.Context, m shard.Map, replicas []string)
 	}
 	for i, r := range replicas {
 		if !slices.Contains(nodes, r) {
-			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%q is not a registered node", r)
+			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%s is not a registered node", admission.Quote(r))
 		}
 		if slices.Contains(replicas[:i], r) {
-			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%q appears twice", r)
+			return nil, badRequest(fmt.Sprintf("replicas[%d]", i), "%s appears twice", admission.Quote(r))
 		}
 	}
 	if len(replicas) == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -44,28 +45,90 @@ func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error
 	return n.proposeTo(ctx, n.destOf(ctx), env)
 }
 
-// proposeTo is propose to the group of d. A data group that does not know
-// the command's policy yet (its table is copied from the meta group shortly
-// after each change) first gets this node's meta replica's table, and the
-// command is proposed again: the refused one changed nothing.
+// proposeTo is propose to the group of d, with the request's key folded
+// into its request ID (keyRequestID). A command naming a policy the
+// group does not have is not proposed when the meta group, caught up, does
+// not have it either: it is answered fsm.ErrUnknownPolicy without a log
+// entry (unless a request ID of it is recorded: the FSM answers a repeat
+// from its record, whatever became of the policy). When the meta group has
+// it, a data group gets the meta table first (it is copied shortly after
+// each change), and a command the group refused for want of it (a change
+// racing the check) is proposed again: the refused one changed nothing.
 func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
+	env, err := n.keyRequestID(ctx, d, env)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotProposed, err)
+	}
+	if err := n.knowPolicies(ctx, d, env); err != nil {
+		return nil, err
+	}
 	res, err := n.proposeOnce(ctx, d, env)
 	if errors.Is(err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
-		// The policy may be newer than this node's meta replica: catch up
-		// with the meta leader's commit index first (a read index).
-		serr := n.catchUpMeta(ctx)
-		if serr == nil {
-			serr = n.syncPolicies(ctx, d.g)
-		}
-		if serr != nil {
-			// Nothing was applied, and the group could not be brought up
-			// to date now (a leader change, a leadership transfer): retry
-			// rather than answer that the policy does not exist.
-			return nil, fmt.Errorf("%w: %v; copying the policy table: %v", ErrNotProposed, err, serr)
+		if serr := n.knowPolicies(ctx, d, env); serr != nil {
+			return nil, serr
 		}
 		res, err = n.proposeOnce(ctx, d, env)
 	}
 	return res, err
+}
+
+// knowPolicies brings the group of d (led here) to know every policy env
+// names, or returns fsm.ErrUnknownPolicy when the cluster does not have
+// one, or ErrNotProposed when it could not tell now. It costs two map
+// lookups when the group has the policies.
+func (n *Node) knowPolicies(ctx context.Context, d dest, env *raftcmdv1.Envelope) error {
+	names, caller, requestID := policyNames(env)
+	if _, missing := d.g.fsm.MissingPolicy(names); !missing {
+		return nil
+	}
+	// The policy may be newer than this node's meta replica: catch up
+	// with the meta leader first (a read index), and with this group (a
+	// record of the request ID acknowledged by an earlier leader).
+	serr := n.catchUpMeta(ctx)
+	if serr == nil && requestID != "" {
+		serr = n.caughtUp(ctx, d.g)
+	}
+	if serr == nil {
+		if requestID != "" && d.g.fsm.Recorded(caller, requestID) {
+			return nil
+		}
+		if name, missing := n.meta.fsm.MissingPolicy(names); missing {
+			return fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(name))
+		}
+		if d.id != shard.MetaGroup {
+			serr = n.syncPolicies(ctx, d.g)
+		}
+	}
+	if serr != nil {
+		// Nothing was applied, and the group could not be brought up to
+		// date now (a leader change, a leadership transfer): retry rather
+		// than answer that the policy does not exist.
+		return fmt.Errorf("%w: copying the policy table: %v", ErrNotProposed, serr)
+	}
+	return nil
+}
+
+// policyNames returns the policies a command names, and its request ID.
+func policyNames(env *raftcmdv1.Envelope) (names []string, caller, requestID string) {
+	switch b := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_Admit:
+		names = append(make([]string, 0, 1+len(b.Admit.GetAlso())), b.Admit.GetPolicy())
+		for _, c := range b.Admit.GetAlso() {
+			names = append(names, c.GetPolicy())
+		}
+		return names, b.Admit.GetCaller(), b.Admit.GetRequestId()
+	case *raftcmdv1.Envelope_Peek:
+		return []string{b.Peek.GetPolicy()}, "", ""
+	case *raftcmdv1.Envelope_Reserve:
+		return []string{b.Reserve.GetPolicy()}, b.Reserve.GetCaller(), b.Reserve.GetRequestId()
+	case *raftcmdv1.Envelope_Lease:
+		names = []string{b.Lease.GetPolicy()}
+		if rp := b.Lease.GetReservePolicy(); rp != "" {
+			names = append(names, rp)
+		}
+		return names, b.Lease.GetCaller(), b.Lease.GetRequestId()
+	}
+	return nil, "", ""
 }
 
 func (n *Node) proposeOnce(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -291,7 +292,7 @@ func (n *Node) moveReplicaAsLeader(ctx context.Context, r *quoratev1.MoveReplica
 			return m, 0, nil // done already (a retry)
 		}
 		if _, ok := n.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
-			return shard.Map{}, 0, badRequest("to", "node %q is not registered", r.GetTo())
+			return shard.Map{}, 0, badRequest("to", "node %s is not registered", admission.Quote(r.GetTo()))
 		}
 		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
 		return next, 1, err
@@ -315,7 +316,7 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 			}
 			out.MapEpoch, out.Moves, err = n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 				if _, ok := n.meta.fsm.Node(req.Msg.GetId()); !ok {
-					return shard.Map{}, 0, badRequest("id", "node %q is not registered", req.Msg.GetId())
+					return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(req.Msg.GetId()))
 				}
 				next, err := m.Drain(req.Msg.GetId(), ids)
 				if errors.Is(err, shard.ErrNoChange) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -20,7 +21,7 @@ func TestReserveCommitAcrossNodesAndRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
-		Name: "llm-tokens", Algorithm: "quota", Limit: 1000, MaxCost: 500, Calendar: "year",
+		Name: "llm-tokens", Algorithm: "quota", Limit: 1000, MaxCost: proto.Int64(500), Calendar: "year",
 	}}})); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestLeaseWithReservationSettlesOnRelease(t *testing.T) {
 	defer cancel()
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
 		{Name: "inference", Algorithm: "concurrency", Limit: 2, LeaseTtl: durationpb.New(time.Minute)},
-		{Name: "tokens", Algorithm: "quota", Limit: 1000, MaxCost: 800, Calendar: "month"},
+		{Name: "tokens", Algorithm: "quota", Limit: 1000, MaxCost: proto.Int64(800), Calendar: "month"},
 	}})); err != nil {
 		t.Fatal(err)
 	}

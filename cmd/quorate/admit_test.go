@@ -181,7 +181,7 @@ func TestRefundRetriesWithTheSameRequestID(t *testing.T) {
 		return &quoratev1.RefundResponse{Refunded: false, Cost: 3}, nil
 	}}
 	srv := serveFake(t, f, true) // and the first connection drops
-	out, _, err := runCLI(t, "refund", "--server", srv.URL, "--caller", "billing", "--request-id", "inv-1", "--key", "tenant-a")
+	out, _, err := runCLI(t, "refund", "--server", srv.URL, "--caller", "billing", "--key", "k", "--request-id", "inv-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestRefundRetriesWithTheSameRequestID(t *testing.T) {
 		return nil, outcomeUnknownErr()
 	}}
 	srv = serveFake(t, f, false)
-	_, _, err = runCLI(t, "refund", "--server", srv.URL, "--request-id", "inv 2", "--key", "k", "--timeout", "100ms")
+	_, _, err = runCLI(t, "refund", "--server", srv.URL, "--key", "k", "--request-id", "inv 2", "--timeout", "100ms")
 	wantErrNaming(t, err, "outcome is unknown", "quorate refund --server "+srv.URL+" --key k --request-id 'inv 2'")
 
 	// NotFound is an answer: not retried.
@@ -212,7 +212,7 @@ func TestRefundRetriesWithTheSameRequestID(t *testing.T) {
 		return nil, connect.NewWireError(connect.CodeNotFound, errors.New("nothing to refund"))
 	}}
 	srv = serveFake(t, f, false)
-	_, _, err = runCLI(t, "refund", "--server", srv.URL, "--request-id", "x", "--key", "k")
+	_, _, err = runCLI(t, "refund", "--server", srv.URL, "--key", "k", "--request-id", "x")
 	if connect.CodeOf(err) != connect.CodeNotFound || len(f.refundRequests()) != 1 {
 		t.Errorf("got %v after %d attempts, want not_found after 1", err, len(f.refundRequests()))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -19,7 +20,7 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
-		Name: "b", Algorithm: "token_bucket", Limit: 5, Burst: 5, Period: durationpb.New(time.Hour)}}})); err != nil {
+		Name: "b", Algorithm: "token_bucket", Limit: 5, Burst: proto.Int64(5), Period: durationpb.New(time.Hour)}}})); err != nil {
 		t.Fatal(err)
 	}
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
@@ -96,7 +97,7 @@ func TestBenchBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
-		Name: "b", Algorithm: "token_bucket", Limit: 5, Burst: 5, Period: durationpb.New(time.Hour)}}})); err != nil {
+		Name: "b", Algorithm: "token_bucket", Limit: 5, Burst: proto.Int64(5), Period: durationpb.New(time.Hour)}}})); err != nil {
 		t.Fatal(err)
 	}
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)

@@ -25,10 +25,10 @@ import (
 //	    algorithm: token_bucket  # or fixed_window, sliding_window, sliding_log, quota, concurrency
 //	    limit: 60
 //	    period: 1m          # a Go duration: 500ms, 1s, 15m, 24h; unset for quota
-//	    burst: 20           # optional, default limit
-//	    max_cost: 10        # optional, default burst
+//	    burst: 20           # optional, default limit (0 is refused: leave it out)
+//	    max_cost: 10        # optional, default burst (0 is refused: leave it out)
 //	    on_unavailable: allow  # optional: allow, deny (default) or local
-//	    dedupe_retention: 30m  # optional, a Go duration, 1s..24h; default 10m
+//	    dedupe_retention: 30m  # optional, a Go duration, 1s..24h; default 10m (not 0s)
 //	    shadow: false       # optional: true decides and counts but never denies
 //	  - name: reports-monthly
 //	    algorithm: quota
@@ -262,6 +262,10 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 			e.Err = err
 			return nil, fail(v.Line, field, "expected an integer, got %q", v.Value)
 		}
+		if def, ok := zeroMeansDefault[field]; ok && isZero(field, p) {
+			e.Err = admission.ErrInvalidPolicy
+			return nil, fail(v.Line, field, "must not be 0: leave it out for the default (%s)", def)
+		}
 	}
 
 	if err := p.Validate(); err != nil {
@@ -277,6 +281,28 @@ func parsePolicy(file string, index int, n *yaml.Node) (*quoratev1.Policy, error
 		return nil, fail(line, fe.Field, "%s", fe.Reason)
 	}
 	return node.PolicyToAPI(p, 0), nil
+}
+
+// zeroMeansDefault are the fields whose zero is the default, and that
+// default: a file that writes 0 is refused rather than silently given it.
+var zeroMeansDefault = map[string]string{
+	"burst": "limit", "max_cost": "burst",
+	"dedupe_retention": admission.DefaultDedupeRetention.String(), "lease_ttl": admission.DefaultLeaseTTL.String(),
+}
+
+// isZero reports whether field of p, just decoded, is zero.
+func isZero(field string, p admission.Policy) bool {
+	switch field {
+	case "burst":
+		return p.Burst == 0
+	case "max_cost":
+		return p.MaxCost == 0
+	case "dedupe_retention":
+		return p.DedupeRetention == 0
+	case "lease_ttl":
+		return p.LeaseTTL == 0
+	}
+	return false
 }
 
 // parseDuration reads a Go duration string such as 1m or 500ms.

@@ -40,7 +40,7 @@ policies:
 		t.Fatal(err)
 	}
 	want := []*quoratev1.Policy{
-		{Name: "api-free", Algorithm: "token_bucket", Limit: 60, Period: durationpb.New(time.Minute), Burst: 20, MaxCost: 10, OnUnavailable: "allow",
+		{Name: "api-free", Algorithm: "token_bucket", Limit: 60, Period: durationpb.New(time.Minute), Burst: proto.Int64(20), MaxCost: proto.Int64(10), OnUnavailable: "allow",
 			DedupeRetention: durationpb.New(30 * time.Minute)},
 		{Name: "login", Algorithm: "token_bucket", Limit: 5, Period: durationpb.New(15 * time.Minute)},
 	}
@@ -102,6 +102,14 @@ func TestParsePolicyFileErrors(t *testing.T) {
 			"dedupe_retention", 10, 1, "login", admission.ErrInvalidPolicy},
 		{"dedupe_retention over 24h", head + "  - name: login\n    algorithm: token_bucket\n    dedupe_retention: 25h\n    limit: 5\n    period: 1m\n",
 			"dedupe_retention", 8, 1, "login", admission.ErrInvalidPolicy},
+		{"burst 0", head + "  - name: login\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    burst: 0\n",
+			"burst", 10, 1, "login", admission.ErrInvalidPolicy},
+		{"max_cost 0", head + "  - name: login\n    algorithm: token_bucket\n    limit: 5\n    max_cost: 0\n    period: 1m\n",
+			"max_cost", 9, 1, "login", admission.ErrInvalidPolicy},
+		{"dedupe_retention 0s", head + "  - name: login\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    dedupe_retention: 0s\n",
+			"dedupe_retention", 10, 1, "login", admission.ErrInvalidPolicy},
+		{"lease_ttl 0s", head + "  - name: jobs\n    algorithm: concurrency\n    limit: 5\n    lease_ttl: 0s\n",
+			"lease_ttl", 9, 1, "jobs", admission.ErrInvalidPolicy},
 		{"dedupe_retention a list", head + "  - name: login\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n    dedupe_retention: [1m]\n",
 			"dedupe_retention", 10, 1, "login", nil},
 	}

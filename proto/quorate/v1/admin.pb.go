@@ -2362,24 +2362,27 @@ type Policy struct {
 	// Units admitted per period, sustained.
 	Limit  int64                `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	Period *durationpb.Duration `protobuf:"bytes,4,opt,name=period,proto3" json:"period,omitempty"`
-	// Most units admitted at once; 0 means limit.
-	Burst int64 `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
-	// Largest cost of one request; 0 means burst.
-	MaxCost int64 `protobuf:"varint,6,opt,name=max_cost,json=maxCost,proto3" json:"max_cost,omitempty"`
+	// Most units admitted at once; unset means limit. An explicit 0 is
+	// refused (invalid_argument on burst).
+	Burst *int64 `protobuf:"varint,5,opt,name=burst,proto3,oneof" json:"burst,omitempty"`
+	// Largest cost of one request; unset means burst. An explicit 0 is
+	// refused (invalid_argument on max_cost).
+	MaxCost *int64 `protobuf:"varint,6,opt,name=max_cost,json=maxCost,proto3,oneof" json:"max_cost,omitempty"`
 	// What a client does when the cluster cannot decide: "allow", "deny" or
 	// "local"; empty means "deny".
 	OnUnavailable string `protobuf:"bytes,7,opt,name=on_unavailable,json=onUnavailable,proto3" json:"on_unavailable,omitempty"`
 	// Output only: bumped each time the definition changes.
 	Version uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
 	// How long a decision is remembered by request ID (logged time); unset
-	// means 10m. 1s to 24h.
+	// means 10m. 1s to 24h (an explicit 0s is refused).
 	DedupeRetention *durationpb.Duration `protobuf:"bytes,9,opt,name=dedupe_retention,json=dedupeRetention,proto3" json:"dedupe_retention,omitempty"`
 	// Quota only: "day", "week" (from Monday), "month" or "year", in UTC.
 	Calendar string `protobuf:"bytes,10,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	// Shadow mode: decide and count, but never deny; a would-be denial is
 	// answered allowed with shadow_denied set.
 	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	// Concurrency only: how long a lease lives unless renewed (1s to 24h).
+	// Concurrency only: how long a lease lives unless renewed (1s to 24h);
+	// unset means 1m (an explicit 0s is refused).
 	LeaseTtl      *durationpb.Duration `protobuf:"bytes,12,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2444,15 +2447,15 @@ func (x *Policy) GetPeriod() *durationpb.Duration {
 }
 
 func (x *Policy) GetBurst() int64 {
-	if x != nil {
-		return x.Burst
+	if x != nil && x.Burst != nil {
+		return *x.Burst
 	}
 	return 0
 }
 
 func (x *Policy) GetMaxCost() int64 {
-	if x != nil {
-		return x.MaxCost
+	if x != nil && x.MaxCost != nil {
+		return *x.MaxCost
 	}
 	return 0
 }
@@ -3015,21 +3018,23 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18( \x01(\tR\tclusterId\"-\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18( \x01(\tR\tclusterId\"\xa7\x03\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"\xc8\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x121\n" +
-	"\x06period\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
-	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x19\n" +
-	"\bmax_cost\x18\x06 \x01(\x03R\amaxCost\x12%\n" +
+	"\x06period\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x19\n" +
+	"\x05burst\x18\x05 \x01(\x03H\x00R\x05burst\x88\x01\x01\x12\x1e\n" +
+	"\bmax_cost\x18\x06 \x01(\x03H\x01R\amaxCost\x88\x01\x01\x12%\n" +
 	"\x0eon_unavailable\x18\a \x01(\tR\ronUnavailable\x12\x18\n" +
 	"\aversion\x18\b \x01(\x04R\aversion\x12D\n" +
 	"\x10dedupe_retention\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fdedupeRetention\x12\x1a\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x126\n" +
-	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"F\n" +
+	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtlB\b\n" +
+	"\x06_burstB\v\n" +
+	"\t_max_cost\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +
@@ -3208,6 +3213,7 @@ func file_quorate_v1_admin_proto_init() {
 	if File_quorate_v1_admin_proto != nil {
 		return
 	}
+	file_quorate_v1_admin_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

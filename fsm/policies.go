@@ -1,0 +1,192 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// MaxPolicies is the most policies the registry (the meta group's table,
+// copied into every data group) holds, and the most one PutPolicies
+// carries. A policy costs each node a few kilobytes in every group's copy
+// and in each copy's refresh, so 10,000 policies take tens of megabytes
+// per node. Nodes refuse a larger apply before proposing it; the meta
+// group refuses it too (FeaturePolicyCap).
+const MaxPolicies = 10_000
+
+// ErrTooManyPolicies is returned by PutPolicies when the command carries
+// more than MaxPolicies policies or would leave the registry with more than
+// MaxPolicies (Connect ResourceExhausted, naming "policies"). Nothing is
+// stored.
+var ErrTooManyPolicies = errors.New("fsm: policies: too many policies")
+
+// policiesChanged dates the policy table l's when res, the result of a
+// PutPolicies or DeletePolicies, is not a refusal, and returns res.
+func (f *FSM) policiesChanged(l *raft.Log, res interface{}) interface{} {
+	if _, refused := res.(error); !refused {
+		f.policiesChangedAt = l.Index
+	}
+	return res
+}
+
+// applyPutPolicies stores every policy of c or none: each must be valid and
+// named once; from FeaturePolicyCap on, c carries at most MaxPolicies and
+// may not take the table past MaxPolicies (a table already past it, grown
+// before the cap, may still change its policies). An unchanged definition
+// keeps its version, a changed one gets version+1, a new one version 1.
+func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
+	capped := f.minFeatureLevelLocked() >= FeaturePolicyCap
+	if n := len(c.GetPolicies()); capped && n > MaxPolicies {
+		return fmt.Errorf("%w: one apply carries at most %d (got %d)", ErrTooManyPolicies, MaxPolicies, n)
+	}
+	in := make([]admission.Policy, len(c.GetPolicies()))
+	seen := make(map[string]bool, len(in))
+	for i, p := range c.GetPolicies() {
+		in[i] = PolicyFromProto(p)
+		if err := in[i].Validate(); err != nil {
+			return fmt.Errorf("fsm: policies[%d]: %w", i, err)
+		}
+		if seen[in[i].Name] {
+			return fmt.Errorf("fsm: policies[%d]: %w", i, &admission.FieldError{
+				Field: "name", Reason: fmt.Sprintf("%s appears twice", admission.Quote(in[i].Name)), Err: admission.ErrInvalidPolicy})
+		}
+		seen[in[i].Name] = true
+	}
+	if capped {
+		added := 0
+		for _, p := range in {
+			if _, ok := f.policies[p.Name]; !ok {
+				added++
+			}
+		}
+		// A registry already past the cap (grown before it) may still
+		// change its policies, not gain any.
+		if have := len(f.policies); added > 0 && have+added > MaxPolicies {
+			return fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", ErrTooManyPolicies, MaxPolicies, have, added)
+		}
+	}
+	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
+	for i, p := range in {
+		p = p.WithDefaults()
+		old, ok := f.policies[p.Name]
+		switch {
+		case !ok:
+			old = PolicyVersion{Policy: p, Version: 1}
+		case old.Policy != p:
+			old = PolicyVersion{Policy: p, Version: old.Version + 1}
+		}
+		f.policies[p.Name] = old
+		out.Policies[i] = old
+	}
+	return out
+}
+
+// PolicyFromProto converts the stored form of a policy.
+func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
+	return admission.Policy{
+		Name:            p.GetName(),
+		Algorithm:       admission.Algorithm(p.GetAlgorithm()),
+		Limit:           p.GetLimit(),
+		Period:          time.Duration(p.GetPeriodNanos()),
+		Burst:           p.GetBurst(),
+		MaxCost:         p.GetMaxCost(),
+		OnUnavailable:   admission.OnUnavailable(p.GetOnUnavailable()),
+		DedupeRetention: time.Duration(p.GetDedupeRetentionNanos()),
+		Calendar:        admission.Calendar(p.GetCalendar()),
+		Shadow:          p.GetShadow(),
+		LeaseTTL:        time.Duration(p.GetLeaseTtlNanos()),
+	}
+}
+
+// PolicyToProto converts a policy to its stored form.
+func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
+	return &raftcmdv1.Policy{
+		Name:                 p.Name,
+		Algorithm:            string(p.Algorithm),
+		Limit:                p.Limit,
+		PeriodNanos:          int64(p.Period),
+		Burst:                p.Burst,
+		MaxCost:              p.MaxCost,
+		OnUnavailable:        string(p.OnUnavailable),
+		DedupeRetentionNanos: int64(p.DedupeRetention),
+		Calendar:             string(p.Calendar),
+		Shadow:               p.Shadow,
+		LeaseTtlNanos:        int64(p.LeaseTTL),
+	}
+}
+
+// Policy returns a policy by name as of the last applied entry.
+func (f *FSM) Policy(name string) (PolicyVersion, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	pv, ok := f.policies[name]
+	return pv, ok
+}
+
+// PoliciesAt returns every policy, sorted by name, with the log index of
+// the last command applied to that table (0 when unknown, right after a
+// restore): read together, so a copy dated index never holds a table older
+// than index.
+func (f *FSM) PoliciesAt() ([]PolicyVersion, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedPolicies(f.policies), f.appliedIndex
+}
+
+// Policies returns every policy, sorted by name.
+func (f *FSM) Policies() []PolicyVersion {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return sortedPolicies(f.policies)
+}
+
+// PoliciesChangedAt returns the log index of the last entry that changed
+// the policy table (0 when none has), and false when it is not known (after
+// a restore, until the next entry). A copy of the table dated at or after
+// it (SetPolicies.meta_index) is current.
+func (f *FSM) PoliciesChangedAt() (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.policiesChangedAt, !f.policiesChangeUnknown
+}
+
+// MissingPolicy returns the first of names the table does not hold, and
+// false when it holds them all.
+func (f *FSM) MissingPolicy(names []string) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, name := range names {
+		if _, ok := f.policies[name]; !ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// Recorded reports whether an unexpired request-ID record of any kind is
+// held under (caller, requestID) as of the last applied entry.
+func (f *FSM) Recorded(caller, requestID string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.dedupe.Get(dedupe.Key{Caller: caller, RequestID: requestID}, f.lastNow)
+	return ok
+}
+
+// PolicyCount returns how many policies the table holds and how many of
+// names (distinct) it does not hold, as of the last applied entry.
+func (f *FSM) PolicyCount(names []string) (have, missing int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, name := range names {
+		if _, ok := f.policies[name]; !ok {
+			missing++
+		}
+	}
+	return len(f.policies), missing
+}

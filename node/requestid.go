@@ -1,0 +1,102 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// A request is identified by its caller, its request_id and its key (an
+// Admit's first check's key; a Commit's reservation ID): the same
+// request_id with another key is another request, in whichever group the
+// keys live. The FSM deduplicates by (caller, request ID) only, so nodes
+// write the key into the request ID of each command they propose:
+// keyedRequestID(id, key). Refund names the request the same way.
+//
+// A cluster writes keyed IDs once every node registered
+// fsm.FeatureKeyedRequestIDs, so its leaders never disagree. A group may
+// then still hold records under plain IDs, written before: until they
+// expire (their policy's dedupe_retention), a request whose plain ID is
+// recorded in the group is proposed under it, so that a retry across the
+// change still gets its first answer.
+
+// keyedIDSeparator separates a request ID from its key's digest.
+const keyedIDSeparator = "\x00k"
+
+// keyedRequestID folds key into requestID: requestID, the separator, then
+// 16 hex digits of key's SHA-256. The digest has a fixed length, so two
+// different (requestID, key) pairs give different IDs unless their keys'
+// digests collide — and then the FSM's fingerprint, which holds the key
+// itself, refuses the second as a reused request ID rather than answer it
+// the first's decision.
+func keyedRequestID(requestID, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return requestID + keyedIDSeparator + hex.EncodeToString(sum[:8])
+}
+
+// requestKey returns the command's caller, request ID and the key its
+// identity includes, and whether it carries a request ID.
+func requestKey(env *raftcmdv1.Envelope) (caller, requestID, key string, ok bool) {
+	switch b := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_Admit:
+		caller, requestID, key = b.Admit.GetCaller(), b.Admit.GetRequestId(), b.Admit.GetKey()
+	case *raftcmdv1.Envelope_Reserve:
+		caller, requestID, key = b.Reserve.GetCaller(), b.Reserve.GetRequestId(), b.Reserve.GetKey()
+	case *raftcmdv1.Envelope_Commit:
+		caller, requestID, key = b.Commit.GetCaller(), b.Commit.GetRequestId(), b.Commit.GetReservationId()
+	case *raftcmdv1.Envelope_Lease:
+		caller, requestID, key = b.Lease.GetCaller(), b.Lease.GetRequestId(), b.Lease.GetKey()
+	case *raftcmdv1.Envelope_Refund:
+		caller, requestID, key = b.Refund.GetCaller(), b.Refund.GetRequestId(), b.Refund.GetKey()
+	}
+	return caller, requestID, key, requestID != ""
+}
+
+// setRequestID sets the request ID of env's command.
+func setRequestID(env *raftcmdv1.Envelope, id string) {
+	switch b := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_Admit:
+		b.Admit.RequestId = id
+	case *raftcmdv1.Envelope_Reserve:
+		b.Reserve.RequestId = id
+	case *raftcmdv1.Envelope_Commit:
+		b.Commit.RequestId = id
+	case *raftcmdv1.Envelope_Lease:
+		b.Lease.RequestId = id
+	case *raftcmdv1.Envelope_Refund:
+		b.Refund.RequestId = id
+	}
+}
+
+// keyRequestID returns env as it is proposed to the group of d (led here):
+// a copy with the key folded into its request ID, or env itself when it
+// carries none, when some node does not write keyed IDs yet, or when the
+// group holds a record under the plain ID (written before). env itself is
+// never changed: a caller may propose it again.
+func (n *Node) keyRequestID(ctx context.Context, d dest, env *raftcmdv1.Envelope) (*raftcmdv1.Envelope, error) {
+	caller, id, key, ok := requestKey(env)
+	if !ok || n.meta.fsm.MinFeatureLevel() < fsm.FeatureKeyedRequestIDs {
+		return env, nil
+	}
+	// A plain record is looked up in this replica: once a barrier proposed
+	// in this term after the cluster reached the level is applied, it
+	// holds every command with a plain ID (they all came before).
+	if term := d.g.raft.CurrentTerm(); d.g.keyedTerm.Load() != term {
+		if err := n.barrier(ctx, d.g); err != nil {
+			return nil, err
+		}
+		d.g.keyedTerm.Store(term)
+		d.g.caughtUpTerm.Store(term) // a barrier of this term: caughtUp needs no other
+	}
+	if d.g.fsm.Recorded(caller, id) {
+		return env, nil
+	}
+	out := proto.Clone(env).(*raftcmdv1.Envelope)
+	setRequestID(out, keyedRequestID(id, key))
+	return out, nil
+}
