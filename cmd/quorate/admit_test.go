@@ -181,7 +181,7 @@ func TestRefundRetriesWithTheSameRequestID(t *testing.T) {
 		return &quoratev1.RefundResponse{Refunded: false, Cost: 3}, nil
 	}}
 	srv := serveFake(t, f, true) // and the first connection drops
-	out, _, err := runCLI(t, "refund", "--server", srv.URL, "--caller", "billing", "--key", "k", "--request-id", "inv-1")
+	out, _, err := runCLI(t, "refund", "--server", srv.URL, "--caller", "billing", "--key", "tenant-a", "--request-id", "inv-1")
 	if err != nil {
 		t.Fatal(err)
 	}
