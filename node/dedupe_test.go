@@ -306,6 +306,14 @@ func TestLeaderThatLosesQuorumAfterProposingSaysOutcomeUnknown(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	applyPolicy(t, c, "q", 5, time.Hour, 5)
 	leader := c.Leader(t)
+	// A first request with an ID, while the quorum holds: the leader's
+	// once-a-term barrier before its first request ID (keyed IDs) is
+	// behind it, so the next one is proposed at once.
+	warm, cancelWarm := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWarm()
+	if _, err := admitID(warm, c, leader, "q", "k", "svc", "warm-up"); err != nil {
+		t.Fatal(err)
+	}
 	c.Kill((leader + 1) % c.Len())
 	c.Kill((leader + 2) % c.Len())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
