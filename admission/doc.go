@@ -13,8 +13,10 @@
 //   - The algorithms, all strict and in integer nanoseconds, behind one
 //     dispatch: Decide(policy, state, cost, now) (state, decision),
 //     ExpiresAt(policy, state), Peek(policy, state, now) and
-//     Refund(policy, state, cost, decidedAt, now). State is one value type
-//     for every algorithm, tagged with the Kind that wrote it:
+//     Refund(policy, state, spend, now), where a Spend records what one
+//     admitted request took (its cost, when it was decided, the state's
+//     expiry right after it). State is one value type for every
+//     algorithm, tagged with the Kind that wrote it:
 //   - token_bucket: GCRA, one theoretical arrival time per key; bursts up to
 //     burst, limit per period sustained, weighted costs, exact retry_after.
 //   - fixed_window: a counter per window of one period aligned to the Unix

@@ -17,8 +17,9 @@ import (
 )
 
 // The peer multiplexer lets every service between nodes — one Raft
-// transport per hosted group, and later follower→leader forwarding — share
-// one listener and one address. Each TCP connection carries one channel,
+// transport per hosted group, and the forwarding channel (requests
+// forwarded to a group's leader, and PeerService) — share one listener and
+// one address. Each TCP connection carries one channel,
 // named once, by a header the dialer writes first:
 //
 //	+-------+--------------------------+------------+---------------------+
@@ -56,7 +57,9 @@ const (
 	muxMagicCluster byte = 0xA8
 	clusterIDLen         = 16
 
-	// muxChannelForward is reserved for follower→leader forwarding.
+	// muxChannelForward is the forwarding channel: an HTTP/2 Connect
+	// server for requests forwarded to a group's leader and for
+	// PeerService (slot-migration exports and entries).
 	muxChannelForward uint64 = 1 << 32
 
 	// muxHeaderTimeout is how long an accepted connection may take to send

@@ -23,9 +23,10 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// Node is one Quorate process hosting one replica of the cluster's Raft
-// group and serving the API. Create it with New, serve with Run; Close stops
-// it at once.
+// Node is one Quorate process: it hosts a replica of the meta group and of
+// each data group the shard map places on it, serves the API, and serves the
+// peer port (every hosted group's Raft traffic and the forwarding channel).
+// Create it with New, serve with Run; Close stops it at once.
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
@@ -54,7 +55,8 @@ type Node struct {
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
-// its Raft replica. When DataDir holds no Raft state it bootstraps a new
+// its meta group replica (data group replicas open once Run follows the
+// shard map). When DataDir holds no Raft state it bootstraps a new
 // cluster (Config.Bootstrap) or waits to be added by Run's join. The node
 // serves no API requests until Run.
 func New(cfg Config) (_ *Node, err error) {

@@ -5,9 +5,10 @@
 //
 //	quorate serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR) [flags]
 //	    run one node of a cluster until SIGINT/SIGTERM.
-//	quorate dev [--dir data/dev] [--nodes 3] [--policies examples/policies.yaml]
+//	quorate dev [--dir data/dev] [--nodes 3] [--groups 8] [--policies examples/policies.yaml]
 //	    run a whole cluster on 127.0.0.1 in one process, load the example
-//	    policies and print how to reach it; state survives a restart.
+//	    policies and print how to reach it; state (and the data groups)
+//	    survive a restart.
 //
 // Client commands (each takes --server URL, default http://127.0.0.1:7070,
 // and --timeout, default 5s):
@@ -46,7 +47,30 @@
 //	quorate policy get NAME         show one stored policy
 //	quorate policy delete NAME...   delete policies, all or none
 //	quorate policy validate -f FILE check a policy file locally, without a server
-//	quorate admin status            every member's role, term and indexes
+//	quorate admin status            every member's role, term and indexes, the
+//	                                cluster ID, groups, frozen slots, storage errors
+//	quorate admin replica move --group G --from NODE --to NODE [--wait]
+//	quorate admin node add ID --raft-addr HOST:PORT --api-addr HOST:PORT
+//	quorate admin node drain ID [--wait] [--remove]
+//	quorate admin node uncordon ID
+//	quorate admin node remove ID [--force]
+//	quorate admin rebalance [--dry-run]
+//	    shard map changes that each data group's leader carries out
+//	quorate admin slots move --from G --to G (--count N | --range A-B) [--wait]
+//	quorate admin group add [--replicas n1,n2,n3] [--wait]
+//	quorate admin group split ID [--wait]
+//	    plans kept in the meta group and driven by its leader
+//	quorate admin plan list | watch [ID] | cancel ID
+//	    list, follow or roll back those plans
+//	(every --wait gives up at --timeout, 10m by default with --wait)
+//
+// Benchmarks:
+//
+//	quorate bench --policy P [--workers 64] [--duration 10s] [--rate N] [--batch N]
+//	quorate bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]
+//	    load a cluster (or a Redis) with admissions; report throughput and latency
+//	quorate bench compare [--write docs/BENCHMARKS.md]
+//	    Quorate and Redis side by side, same load, on this machine
 //
 // Errors are printed as "quorate: <error>" and exit with status 1.
 package main
