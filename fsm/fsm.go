@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -39,30 +38,6 @@ const DefaultMaxBuckets = 10_000_000
 // request ID), so a full table holds about 500 MB; it covers 10 minutes of
 // 3,300 decisions/s that all carry request IDs.
 const DefaultMaxDedupeEntries = 2_000_000
-
-var (
-	// ErrUnknownPolicy is returned (as an Apply result) when a command names
-	// a policy the group does not have.
-	ErrUnknownPolicy = errors.New("fsm: unknown policy")
-	// ErrGroupFull is returned when a command would create a bucket beyond
-	// Options.MaxBuckets. Nothing existing is evicted.
-	ErrGroupFull = errors.New("fsm: group bucket limit reached")
-	// ErrDedupeFull is returned when a command with a request ID would
-	// record one more unexpired entry than Options.MaxDedupeEntries. Nothing
-	// is spent and no entry is evicted.
-	ErrDedupeFull = errors.New("fsm: group request-ID table full")
-	// ErrRequestIDReused is returned for a request ID (of the same caller)
-	// already used, within its retention, by a request that asked something
-	// else. It wraps admission.ErrInvalidRequest and comes inside an
-	// *admission.FieldError for field "request_id".
-	ErrRequestIDReused = fmt.Errorf("%w: request_id reused", admission.ErrInvalidRequest)
-	// ErrNothingToRefund is returned by Refund when no admit is recorded
-	// under the caller and request ID (never seen, or past its retention).
-	ErrNothingToRefund = errors.New("fsm: no admitted request recorded under that request_id")
-	// ErrNotAdmitted is returned by Refund for a recorded admit that was
-	// denied: it spent nothing.
-	ErrNotAdmitted = errors.New("fsm: the recorded request was not admitted")
-)
 
 // Options configure an FSM. They must be identical on every replica of a
 // group, so nodes set them from constants, never from per-node flags.

@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -17,30 +16,6 @@ import (
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
-)
-
-// Slot migration errors. Each is an Apply result: nothing was applied.
-var (
-	// ErrSlotMoving is returned (inside a *RouteError) for a data command
-	// whose slot is frozen by a migration out of this group: retry, the
-	// slot soon belongs to the target.
-	ErrSlotMoving = errors.New("fsm: slot is moving to another group")
-	// ErrNotOwnedYet is returned by FreezeSlots for slots this group does
-	// not own (yet: its ownership may lag the map), and by ImportSlots
-	// before the group applied ownership at the import's map epoch.
-	ErrNotOwnedYet = errors.New("fsm: group ownership not at the migration's map epoch yet")
-	// ErrImportRefused is returned by ImportSlots for a chunk of an older
-	// attempt, of a dropped migration, out of order, or into slots the
-	// group owns; and by DropImport for slots it owns.
-	ErrImportRefused = errors.New("fsm: import refused")
-	// ErrNotFrozen is returned by ExportSlots when this replica has not
-	// applied the migration's freeze.
-	ErrNotFrozen = errors.New("fsm: slots not frozen by that migration here")
-	// ErrClockSkew is returned (inside an *admission.FieldError for field
-	// "source_now_unix_nano") by ImportSlots for a chunk whose source time
-	// is more than MaxClockSkew ahead of the entry's own: the group's time
-	// would jump past its leaders' clocks.
-	ErrClockSkew = fmt.Errorf("%w: clock skew", admission.ErrInvalidRequest)
 )
 
 // MaxClockSkew is how far ahead of the time its leader stamps an entry a

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,10 +16,6 @@ import (
 // DefaultReservationTTL is how long a reservation holds its units when the
 // request gives no ttl.
 const DefaultReservationTTL = 10 * time.Minute
-
-// ErrNoReservation is returned by Commit for a reservation that is unknown,
-// already committed or expired (an expired one has given its units back).
-var ErrNoReservation = errors.New("fsm: no such outstanding reservation")
 
 // reservation is estimate units of (policy, key) held until a Commit or
 // until expiresAt.

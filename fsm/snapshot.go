@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -30,9 +29,6 @@ const SnapshotVersion = 1
 // maxRecordBytes bounds one snapshot record, so a corrupt length cannot make
 // Restore allocate without limit.
 const maxRecordBytes = 1 << 20
-
-// ErrBadSnapshot is returned by Restore for a snapshot it cannot read.
-var ErrBadSnapshot = errors.New("fsm: bad snapshot")
 
 type snapshot struct {
 	lastNow  int64
