@@ -134,63 +134,6 @@ type Node struct {
 	FeatureLevel uint32
 }
 
-// FeatureLevel is the highest log feature level this binary applies: the
-// kinds of entries it may be asked to apply, and the rules it applies them
-// by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
-// the cluster ID, imports bounded by MaxClockSkew, the policy cap and
-// keyed request IDs. A node proposes an entry kind of level L only when
-// every registered node is at L or above (MinFeatureLevel), so no replica meets
-// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
-// applies to an entry only when every node registered at that point of
-// the log is at L or above: the registrations are in the log, so every
-// replica, and every replay of an older log, decides the entry alike.
-const FeatureLevel = 4
-
-// Feature levels of entry kinds.
-const (
-	FeatureBatch      = 1
-	FeatureRemoveNode = 2
-	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
-	// CreatePlan, UpdatePlan, CancelPlan.
-	FeatureMigrate = 3
-	// FeatureBoundedImport: ImportSlots.bounded_source_time (MaxClockSkew).
-	FeatureBoundedImport = 4
-	// FeatureClusterID: SetClusterID; from it on, registrations without a
-	// feature level are refused.
-	FeatureClusterID = 4
-	// FeaturePolicyCap: PutPolicies refuses more than MaxPolicies
-	// (ErrTooManyPolicies). Below it, an entry written before the cap
-	// existed (a registry that grew past MaxPolicies) replays as it was
-	// first applied.
-	FeaturePolicyCap = 4
-	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
-	// key folded in, so that a request is identified by (caller,
-	// request_id, key) in every group. The FSM reads request IDs as opaque
-	// strings either way; the level keeps every leader of a cluster
-	// writing them alike.
-	FeatureKeyedRequestIDs = 4
-)
-
-// MinFeatureLevel is the lowest feature level among registered nodes (0
-// when none is registered).
-func (f *FSM) MinFeatureLevel() uint32 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.minFeatureLevelLocked()
-}
-
-// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
-// visited in map order, but the minimum does not depend on it.
-func (f *FSM) minFeatureLevelLocked() uint32 {
-	first, level := true, uint32(0)
-	for _, n := range f.nodes {
-		if first || n.FeatureLevel < level {
-			level, first = n.FeatureLevel, false
-		}
-	}
-	return level
-}
-
 // FSM is the state machine of one Raft group. See the package doc for the
 // threading and determinism contract.
 type FSM struct {
@@ -274,6 +217,12 @@ func New(opts Options) *FSM {
 	}
 	f.reservations = f.newReservationTable()
 	return f
+}
+
+func (f *FSM) newReservationTable() *stateTable[reservation] {
+	t := newStateTable(reservationExpires)
+	t.onExpire = f.expireReservation
+	return t
 }
 
 // Encode marshals an envelope for raft.Apply, stamping the envelope version.
@@ -440,112 +389,6 @@ func (f *FSM) policyOfBucket(bucketKey string) (admission.Policy, bool) {
 	name, _, _ := strings.Cut(bucketKey, "/")
 	pv, ok := f.policies[name]
 	return pv.Policy, ok
-}
-
-// AppliedIndex is the log index of the last command applied (0 right
-// after a restore, until the next).
-func (f *FSM) AppliedIndex() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.appliedIndex
-}
-
-// Node returns a registered node by ID.
-func (f *FSM) Node(id string) (Node, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	m, ok := f.nodes[id]
-	return m, ok
-}
-
-// Nodes returns every registered node, sorted by ID.
-func (f *FSM) Nodes() []Node {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return sortedNodes(f.nodes)
-}
-
-// LastNow is the FSM's time as of the last applied entry, Unix nanoseconds.
-func (f *FSM) LastNow() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.lastNow
-}
-
-// ReservationCount is the number of outstanding reservations.
-func (f *FSM) ReservationCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.reservations.len()
-}
-
-func (f *FSM) newReservationTable() *stateTable[reservation] {
-	t := newStateTable(reservationExpires)
-	t.onExpire = f.expireReservation
-	return t
-}
-
-// SemaphoreCount is the number of concurrency keys holding (or having
-// held, until reclaimed) leases.
-func (f *FSM) SemaphoreCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.sems.len()
-}
-
-// BucketCount is the number of live (not yet reclaimed) buckets.
-func (f *FSM) BucketCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.buckets.len()
-}
-
-// DedupeLen is the number of request-ID entries held (expired ones not yet
-// reclaimed included), and DedupeBytes their estimated memory.
-func (f *FSM) DedupeLen() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.dedupe.Len()
-}
-
-// DedupeBytes is the estimated memory of the request-ID entries.
-func (f *FSM) DedupeBytes() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.dedupe.Bytes()
-}
-
-// NextExpiry is the earliest time at which some held state (a bucket or a
-// request-ID entry) expires, and false when nothing is held. The leader
-// proposes Expire once its now passes it.
-func (f *FSM) NextExpiry() (int64, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	next, ok := f.dedupe.NextExpiry()
-	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
-		next, ok = b, true
-	}
-	for _, t := range []interface{ nextExpiry() (int64, bool) }{f.sems, f.reservations} {
-		if b, bok := t.nextExpiry(); bok && (!ok || b < next) {
-			next, ok = b, true
-		}
-	}
-	return next, ok
-}
-
-// Bucket returns the token-bucket state of (policy, key); the zero Bucket
-// (full) when there is none.
-func (f *FSM) Bucket(policy, key string) admission.Bucket {
-	return admission.Bucket{TAT: f.State(policy, key).TAT}
-}
-
-// State returns the stored state of (policy, key), whatever the algorithm;
-// the zero State when there is none.
-func (f *FSM) State(policy, key string) admission.State {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	s, _ := f.buckets.get(BucketKey(policy, key))
-	return s
 }
 
 // Snapshot copies the state; Persist encodes the copy concurrently with later
