@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm/internal/table"
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
@@ -143,10 +144,10 @@ type FSM struct {
 	lastNow  int64
 	policies map[string]PolicyVersion
 	nodes    map[string]Node
-	buckets  *bucketTable
-	sems     *stateTable[lease.Semaphore]
+	buckets  *table.BucketTable
+	sems     *table.StateTable[lease.Semaphore]
 	// reservations are keyed by reservation ID.
-	reservations *stateTable[reservation]
+	reservations *table.StateTable[reservation]
 	dedupe       *dedupe.Table
 	callers      callerNames // one copy of each caller's name for dedupe
 	lastTerm     uint64      // Raft term of the last applied command
@@ -199,7 +200,7 @@ func New(opts Options) *FSM {
 	if opts.MaxBuckets <= 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
 	}
-	opts.MaxBuckets = min(opts.MaxBuckets, maxTableEntries)
+	opts.MaxBuckets = min(opts.MaxBuckets, table.MaxEntries)
 	if opts.MaxDedupeEntries <= 0 {
 		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
 	}
@@ -207,8 +208,8 @@ func New(opts Options) *FSM {
 		opts:     opts,
 		policies: make(map[string]PolicyVersion),
 		nodes:    make(map[string]Node),
-		buckets:  newBucketTable(),
-		sems:     newStateTable(semExpires),
+		buckets:  table.NewBucketTable(),
+		sems:     table.NewStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 		callers:  callerNames{},
 		frozen:   map[uint64]shard.SlotRange{},
@@ -219,9 +220,9 @@ func New(opts Options) *FSM {
 	return f
 }
 
-func (f *FSM) newReservationTable() *stateTable[reservation] {
-	t := newStateTable(reservationExpires)
-	t.onExpire = f.expireReservation
+func (f *FSM) newReservationTable() *table.StateTable[reservation] {
+	t := table.NewStateTable(reservationExpires)
+	t.OnExpire = f.expireReservation
 	return t
 }
 
@@ -301,9 +302,9 @@ func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 		f.lastTerm = l.Term
 	}
 	// Expired reservations first: their units are back before any decision.
-	f.reservations.sweep(now, SweepPerApply, noPolicy)
-	f.buckets.sweep(now, SweepPerApply, f.policyOfBucket)
-	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
+	f.reservations.Sweep(now, SweepPerApply, noPolicy)
+	f.buckets.Sweep(now, SweepPerApply, f.policyOfBucket)
+	f.sems.Sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
 	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Batch); ok {
@@ -363,9 +364,9 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_CancelPlan:
 		return f.applyCancelPlan(body.CancelPlan, now)
 	case *raftcmdv1.Envelope_Expire:
-		f.reservations.sweep(now, ExpireBatch, noPolicy)
-		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
-		f.sems.sweep(now, ExpireBatch, f.policyOfBucket)
+		f.reservations.Sweep(now, ExpireBatch, noPolicy)
+		f.buckets.Sweep(now, ExpireBatch, f.policyOfBucket)
+		f.sems.Sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
 		return nil
 	default:
@@ -400,9 +401,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		lastNow:  f.lastNow,
 		policies: sortedPolicies(f.policies),
 		nodes:    sortedNodes(f.nodes),
-		buckets:  f.buckets.entries(),
-		sems:     f.sems.entries(),
-		reserved: f.reservations.entries(),
+		buckets:  f.buckets.Entries(),
+		sems:     f.sems.Entries(),
+		reserved: f.reservations.Entries(),
 		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
 		route:    f.routeSnapshot(),
@@ -428,17 +429,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, n := range s.nodes {
 		nodes[n.ID] = n
 	}
-	buckets := newBucketTable()
+	buckets := table.NewBucketTable()
 	for _, e := range s.buckets {
-		buckets.put(e.key, e.state, e.expiresAt)
+		buckets.Put(e.Key, e.State, e.ExpiresAt)
 	}
-	sems := newStateTable(semExpires)
+	sems := table.NewStateTable(semExpires)
 	for _, e := range s.sems {
-		sems.put(e.key, e.state, e.expiresAt)
+		sems.Put(e.Key, e.State, e.ExpiresAt)
 	}
 	reserved := f.newReservationTable()
 	for _, e := range s.reserved {
-		reserved.put(e.key, e.state, e.expiresAt)
+		reserved.Put(e.Key, e.State, e.ExpiresAt)
 	}
 	dd, callers := dedupe.New(f.opts.MaxDedupeEntries), callerNames{}
 	for _, e := range s.dedupe {

@@ -36,7 +36,7 @@ func (f *FSM) LastNow() int64 {
 func (f *FSM) ReservationCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.reservations.len()
+	return f.reservations.Len()
 }
 
 // SemaphoreCount is the number of concurrency keys holding (or having
@@ -44,14 +44,14 @@ func (f *FSM) ReservationCount() int {
 func (f *FSM) SemaphoreCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.sems.len()
+	return f.sems.Len()
 }
 
 // BucketCount is the number of live (not yet reclaimed) buckets.
 func (f *FSM) BucketCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.buckets.len()
+	return f.buckets.Len()
 }
 
 // DedupeLen is the number of request-ID entries held (expired ones not yet
@@ -76,11 +76,11 @@ func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	next, ok := f.dedupe.NextExpiry()
-	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
+	if b, bok := f.buckets.NextExpiry(); bok && (!ok || b < next) {
 		next, ok = b, true
 	}
-	for _, t := range []interface{ nextExpiry() (int64, bool) }{f.sems, f.reservations} {
-		if b, bok := t.nextExpiry(); bok && (!ok || b < next) {
+	for _, t := range []interface{ NextExpiry() (int64, bool) }{f.sems, f.reservations} {
+		if b, bok := t.NextExpiry(); bok && (!ok || b < next) {
 			next, ok = b, true
 		}
 	}
@@ -98,6 +98,6 @@ func (f *FSM) Bucket(policy, key string) admission.Bucket {
 func (f *FSM) State(policy, key string) admission.State {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s, _ := f.buckets.get(BucketKey(policy, key))
+	s, _ := f.buckets.Get(BucketKey(policy, key))
 	return s
 }
