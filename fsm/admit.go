@@ -139,7 +139,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 	if res.DeniedCheck < 0 {
 		for _, ch := range checks {
 			if st, ok := scratch.take(ch.key); ok {
-				f.buckets.put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
+				f.buckets.Put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
 			}
 		}
 	}
@@ -159,7 +159,7 @@ func (f *FSM) decideChecks(checks []check, now, at int64, scratch *pendingStates
 	for i, ch := range checks {
 		st, ok := scratch.get(ch.key)
 		if !ok {
-			st, _ = f.buckets.get(ch.key)
+			st, _ = f.buckets.Get(ch.key)
 		}
 		p := ch.policy.Policy
 		next, d := admission.Decide(p, st, ch.cost, at)
@@ -259,19 +259,19 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
 func (f *FSM) makeRoom(states *pendingStates, now int64) error {
 	added := 0
 	for _, key := range states.keys[:states.n] {
-		if _, exists := f.buckets.get(key); !exists {
+		if _, exists := f.buckets.Get(key); !exists {
 			added++
 		}
 	}
 	if added == 0 {
 		return nil
 	}
-	if over := f.buckets.len() + added - f.opts.MaxBuckets; over > 0 {
+	if over := f.buckets.Len() + added - f.opts.MaxBuckets; over > 0 {
 		// Expired states are absent: make room from them first (more than
 		// needed now when a restore left the group above its bound).
-		f.buckets.sweep(now, over, f.policyOfBucket)
+		f.buckets.Sweep(now, over, f.policyOfBucket)
 	}
-	if f.buckets.len()+added > f.opts.MaxBuckets {
+	if f.buckets.Len()+added > f.opts.MaxBuckets {
 		return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
 	}
 	return nil
@@ -290,7 +290,7 @@ func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%s is a concurrency policy: check a lease with CheckFence", admission.Quote(c.GetPolicy()))}
 	}
-	st, _ := f.buckets.get(BucketKey(c.GetPolicy(), c.GetKey()))
+	st, _ := f.buckets.Get(BucketKey(c.GetPolicy(), c.GetKey()))
 	return &PeekResult{Decision: admission.Peek(pv.Policy, st, now), PolicyVersion: pv.Version, At: now}
 }
 
@@ -348,7 +348,7 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 			continue // policy deleted since: its state is going away
 		}
 		key := BucketKey(ch.GetPolicy(), ch.GetKey())
-		st, exists := f.buckets.get(key)
+		st, exists := f.buckets.Get(key)
 		if !exists {
 			continue // already expired: nothing left to give back
 		}
@@ -357,7 +357,7 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 			At:    rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
 			Until: rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
 		}, now)
-		f.buckets.put(key, next, admission.ExpiresAt(pv.Policy, next))
+		f.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	rec.Refunded, rec.RefundedAtUnixNano = true, now
 	f.dedupe.Update(k, marshalRecord(rec))

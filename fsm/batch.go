@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/raft"
@@ -12,11 +11,6 @@ import (
 // MaxBatchOps is the most ops one Batch entry may carry; a longer batch is
 // refused whole (nothing applied).
 const MaxBatchOps = 4096
-
-// ErrNotBatchable is the result of a batch op whose kind may not be batched
-// (anything but Admit, Peek, Refund, LeaseOp and Commit, a nested Batch
-// included). The other ops of the batch are applied.
-var ErrNotBatchable = errors.New("fsm: command kind may not be batched")
 
 // BatchResult is the Apply result of a Batch entry: each op's own result (an
 // Apply result or an error), in op order.

@@ -1,15 +1,10 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
-
-// ErrClusterID refuses a SetClusterID entry: not a cluster ID, in a data
-// group, or another ID than the one the cluster already has.
-var ErrClusterID = errors.New("fsm: cluster ID refused")
 
 // ValidClusterID reports whether id has the form of a cluster ID: 32
 // lowercase hex digits.

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm/internal/table"
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
@@ -39,30 +39,6 @@ const DefaultMaxBuckets = 10_000_000
 // request ID), so a full table holds about 500 MB; it covers 10 minutes of
 // 3,300 decisions/s that all carry request IDs.
 const DefaultMaxDedupeEntries = 2_000_000
-
-var (
-	// ErrUnknownPolicy is returned (as an Apply result) when a command names
-	// a policy the group does not have.
-	ErrUnknownPolicy = errors.New("fsm: unknown policy")
-	// ErrGroupFull is returned when a command would create a bucket beyond
-	// Options.MaxBuckets. Nothing existing is evicted.
-	ErrGroupFull = errors.New("fsm: group bucket limit reached")
-	// ErrDedupeFull is returned when a command with a request ID would
-	// record one more unexpired entry than Options.MaxDedupeEntries. Nothing
-	// is spent and no entry is evicted.
-	ErrDedupeFull = errors.New("fsm: group request-ID table full")
-	// ErrRequestIDReused is returned for a request ID (of the same caller)
-	// already used, within its retention, by a request that asked something
-	// else. It wraps admission.ErrInvalidRequest and comes inside an
-	// *admission.FieldError for field "request_id".
-	ErrRequestIDReused = fmt.Errorf("%w: request_id reused", admission.ErrInvalidRequest)
-	// ErrNothingToRefund is returned by Refund when no admit is recorded
-	// under the caller and request ID (never seen, or past its retention).
-	ErrNothingToRefund = errors.New("fsm: no admitted request recorded under that request_id")
-	// ErrNotAdmitted is returned by Refund for a recorded admit that was
-	// denied: it spent nothing.
-	ErrNotAdmitted = errors.New("fsm: the recorded request was not admitted")
-)
 
 // Options configure an FSM. They must be identical on every replica of a
 // group, so nodes set them from constants, never from per-node flags.
@@ -159,63 +135,6 @@ type Node struct {
 	FeatureLevel uint32
 }
 
-// FeatureLevel is the highest log feature level this binary applies: the
-// kinds of entries it may be asked to apply, and the rules it applies them
-// by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
-// the cluster ID, imports bounded by MaxClockSkew, the policy cap and
-// keyed request IDs. A node proposes an entry kind of level L only when
-// every registered node is at L or above (MinFeatureLevel), so no replica meets
-// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
-// applies to an entry only when every node registered at that point of
-// the log is at L or above: the registrations are in the log, so every
-// replica, and every replay of an older log, decides the entry alike.
-const FeatureLevel = 4
-
-// Feature levels of entry kinds.
-const (
-	FeatureBatch      = 1
-	FeatureRemoveNode = 2
-	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
-	// CreatePlan, UpdatePlan, CancelPlan.
-	FeatureMigrate = 3
-	// FeatureBoundedImport: ImportSlots.bounded_source_time (MaxClockSkew).
-	FeatureBoundedImport = 4
-	// FeatureClusterID: SetClusterID; from it on, registrations without a
-	// feature level are refused.
-	FeatureClusterID = 4
-	// FeaturePolicyCap: PutPolicies refuses more than MaxPolicies
-	// (ErrTooManyPolicies). Below it, an entry written before the cap
-	// existed (a registry that grew past MaxPolicies) replays as it was
-	// first applied.
-	FeaturePolicyCap = 4
-	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
-	// key folded in, so that a request is identified by (caller,
-	// request_id, key) in every group. The FSM reads request IDs as opaque
-	// strings either way; the level keeps every leader of a cluster
-	// writing them alike.
-	FeatureKeyedRequestIDs = 4
-)
-
-// MinFeatureLevel is the lowest feature level among registered nodes (0
-// when none is registered).
-func (f *FSM) MinFeatureLevel() uint32 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.minFeatureLevelLocked()
-}
-
-// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
-// visited in map order, but the minimum does not depend on it.
-func (f *FSM) minFeatureLevelLocked() uint32 {
-	first, level := true, uint32(0)
-	for _, n := range f.nodes {
-		if first || n.FeatureLevel < level {
-			level, first = n.FeatureLevel, false
-		}
-	}
-	return level
-}
-
 // FSM is the state machine of one Raft group. See the package doc for the
 // threading and determinism contract.
 type FSM struct {
@@ -225,10 +144,10 @@ type FSM struct {
 	lastNow  int64
 	policies map[string]PolicyVersion
 	nodes    map[string]Node
-	buckets  *bucketTable
-	sems     *stateTable[lease.Semaphore]
+	buckets  *table.BucketTable
+	sems     *table.StateTable[lease.Semaphore]
 	// reservations are keyed by reservation ID.
-	reservations *stateTable[reservation]
+	reservations *table.StateTable[reservation]
 	dedupe       *dedupe.Table
 	callers      callerNames // one copy of each caller's name for dedupe
 	lastTerm     uint64      // Raft term of the last applied command
@@ -281,7 +200,7 @@ func New(opts Options) *FSM {
 	if opts.MaxBuckets <= 0 {
 		opts.MaxBuckets = DefaultMaxBuckets
 	}
-	opts.MaxBuckets = min(opts.MaxBuckets, maxTableEntries)
+	opts.MaxBuckets = min(opts.MaxBuckets, table.MaxEntries)
 	if opts.MaxDedupeEntries <= 0 {
 		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
 	}
@@ -289,8 +208,8 @@ func New(opts Options) *FSM {
 		opts:     opts,
 		policies: make(map[string]PolicyVersion),
 		nodes:    make(map[string]Node),
-		buckets:  newBucketTable(),
-		sems:     newStateTable(semExpires),
+		buckets:  table.NewBucketTable(),
+		sems:     table.NewStateTable(semExpires),
 		dedupe:   dedupe.New(opts.MaxDedupeEntries),
 		callers:  callerNames{},
 		frozen:   map[uint64]shard.SlotRange{},
@@ -299,6 +218,12 @@ func New(opts Options) *FSM {
 	}
 	f.reservations = f.newReservationTable()
 	return f
+}
+
+func (f *FSM) newReservationTable() *table.StateTable[reservation] {
+	t := table.NewStateTable(reservationExpires)
+	t.OnExpire = f.expireReservation
+	return t
 }
 
 // Encode marshals an envelope for raft.Apply, stamping the envelope version.
@@ -377,9 +302,9 @@ func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 		f.lastTerm = l.Term
 	}
 	// Expired reservations first: their units are back before any decision.
-	f.reservations.sweep(now, SweepPerApply, noPolicy)
-	f.buckets.sweep(now, SweepPerApply, f.policyOfBucket)
-	f.sems.sweep(now, SweepPerApply, f.policyOfBucket)
+	f.reservations.Sweep(now, SweepPerApply, noPolicy)
+	f.buckets.Sweep(now, SweepPerApply, f.policyOfBucket)
+	f.sems.Sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
 	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Batch); ok {
@@ -439,9 +364,9 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_CancelPlan:
 		return f.applyCancelPlan(body.CancelPlan, now)
 	case *raftcmdv1.Envelope_Expire:
-		f.reservations.sweep(now, ExpireBatch, noPolicy)
-		f.buckets.sweep(now, ExpireBatch, f.policyOfBucket)
-		f.sems.sweep(now, ExpireBatch, f.policyOfBucket)
+		f.reservations.Sweep(now, ExpireBatch, noPolicy)
+		f.buckets.Sweep(now, ExpireBatch, f.policyOfBucket)
+		f.sems.Sweep(now, ExpireBatch, f.policyOfBucket)
 		f.dedupe.Sweep(now, ExpireBatch)
 		return nil
 	default:
@@ -467,112 +392,6 @@ func (f *FSM) policyOfBucket(bucketKey string) (admission.Policy, bool) {
 	return pv.Policy, ok
 }
 
-// AppliedIndex is the log index of the last command applied (0 right
-// after a restore, until the next).
-func (f *FSM) AppliedIndex() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.appliedIndex
-}
-
-// Node returns a registered node by ID.
-func (f *FSM) Node(id string) (Node, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	m, ok := f.nodes[id]
-	return m, ok
-}
-
-// Nodes returns every registered node, sorted by ID.
-func (f *FSM) Nodes() []Node {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return sortedNodes(f.nodes)
-}
-
-// LastNow is the FSM's time as of the last applied entry, Unix nanoseconds.
-func (f *FSM) LastNow() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.lastNow
-}
-
-// ReservationCount is the number of outstanding reservations.
-func (f *FSM) ReservationCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.reservations.len()
-}
-
-func (f *FSM) newReservationTable() *stateTable[reservation] {
-	t := newStateTable(reservationExpires)
-	t.onExpire = f.expireReservation
-	return t
-}
-
-// SemaphoreCount is the number of concurrency keys holding (or having
-// held, until reclaimed) leases.
-func (f *FSM) SemaphoreCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.sems.len()
-}
-
-// BucketCount is the number of live (not yet reclaimed) buckets.
-func (f *FSM) BucketCount() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.buckets.len()
-}
-
-// DedupeLen is the number of request-ID entries held (expired ones not yet
-// reclaimed included), and DedupeBytes their estimated memory.
-func (f *FSM) DedupeLen() int {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.dedupe.Len()
-}
-
-// DedupeBytes is the estimated memory of the request-ID entries.
-func (f *FSM) DedupeBytes() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.dedupe.Bytes()
-}
-
-// NextExpiry is the earliest time at which some held state (a bucket or a
-// request-ID entry) expires, and false when nothing is held. The leader
-// proposes Expire once its now passes it.
-func (f *FSM) NextExpiry() (int64, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	next, ok := f.dedupe.NextExpiry()
-	if b, bok := f.buckets.nextExpiry(); bok && (!ok || b < next) {
-		next, ok = b, true
-	}
-	for _, t := range []interface{ nextExpiry() (int64, bool) }{f.sems, f.reservations} {
-		if b, bok := t.nextExpiry(); bok && (!ok || b < next) {
-			next, ok = b, true
-		}
-	}
-	return next, ok
-}
-
-// Bucket returns the token-bucket state of (policy, key); the zero Bucket
-// (full) when there is none.
-func (f *FSM) Bucket(policy, key string) admission.Bucket {
-	return admission.Bucket{TAT: f.State(policy, key).TAT}
-}
-
-// State returns the stored state of (policy, key), whatever the algorithm;
-// the zero State when there is none.
-func (f *FSM) State(policy, key string) admission.State {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	s, _ := f.buckets.get(BucketKey(policy, key))
-	return s
-}
-
 // Snapshot copies the state; Persist encodes the copy concurrently with later
 // Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -582,9 +401,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		lastNow:  f.lastNow,
 		policies: sortedPolicies(f.policies),
 		nodes:    sortedNodes(f.nodes),
-		buckets:  f.buckets.entries(),
-		sems:     f.sems.entries(),
-		reserved: f.reservations.entries(),
+		buckets:  f.buckets.Entries(),
+		sems:     f.sems.Entries(),
+		reserved: f.reservations.Entries(),
 		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
 		route:    f.routeSnapshot(),
@@ -610,17 +429,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, n := range s.nodes {
 		nodes[n.ID] = n
 	}
-	buckets := newBucketTable()
+	buckets := table.NewBucketTable()
 	for _, e := range s.buckets {
-		buckets.put(e.key, e.state, e.expiresAt)
+		buckets.Put(e.Key, e.State, e.ExpiresAt)
 	}
-	sems := newStateTable(semExpires)
+	sems := table.NewStateTable(semExpires)
 	for _, e := range s.sems {
-		sems.put(e.key, e.state, e.expiresAt)
+		sems.Put(e.Key, e.State, e.ExpiresAt)
 	}
 	reserved := f.newReservationTable()
 	for _, e := range s.reserved {
-		reserved.put(e.key, e.state, e.expiresAt)
+		reserved.Put(e.Key, e.State, e.ExpiresAt)
 	}
 	dd, callers := dedupe.New(f.opts.MaxDedupeEntries), callerNames{}
 	for _, e := range s.dedupe {

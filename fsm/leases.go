@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm/internal/table"
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
@@ -79,7 +80,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		}
 	}
 	key := BucketKey(c.GetPolicy(), c.GetKey())
-	s, exists := f.sems.get(key)
+	s, exists := f.sems.Get(key)
 	res := &LeaseResult{Limit: p.Limit, PolicyVersion: pv.Version, DecidedAt: now}
 	next := s
 	var err error
@@ -107,9 +108,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 				res.ReservationID = hold.id
 			}
 		}
-		if res.Allowed && !exists && f.sems.len() >= f.opts.MaxBuckets {
-			f.sems.sweep(now, f.sems.len()-f.opts.MaxBuckets+1, f.policyOfBucket)
-			if f.sems.len() >= f.opts.MaxBuckets {
+		if res.Allowed && !exists && f.sems.Len() >= f.opts.MaxBuckets {
+			f.sems.Sweep(now, f.sems.Len()-f.opts.MaxBuckets+1, f.policyOfBucket)
+			if f.sems.Len() >= f.opts.MaxBuckets {
 				return fmt.Errorf("%w (%d semaphores)", ErrGroupFull, f.opts.MaxBuckets)
 			}
 		}
@@ -147,7 +148,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 		}
 	}
 	if res.Allowed {
-		f.sems.put(key, next, lease.ExpiresAt(next))
+		f.sems.Put(key, next, lease.ExpiresAt(next))
 	}
 	if hold != nil {
 		f.storeReservation(hold)
@@ -158,9 +159,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	if kind == raftcmdv1.LeaseOp_KIND_RENEW {
 		// A reservation held with the lease lives as long as the lease.
 		rid := leaseReservationID(key, c.GetToken())
-		if r, ok := f.reservations.get(rid); ok {
+		if r, ok := f.reservations.Get(rid); ok {
 			r.expiresAt = res.Lease.ExpiresAt
-			f.reservations.put(rid, r, r.expiresAt)
+			f.reservations.Put(rid, r, r.expiresAt)
 		}
 	}
 	return res
@@ -172,7 +173,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 // A release with actual_cost of a lease without a reservation is refused.
 func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, now int64) (func(), error) {
 	rid := leaseReservationID(key, c.GetToken())
-	r, ok := f.reservations.get(rid)
+	r, ok := f.reservations.Get(rid)
 	if ok && r.expiresAt <= now {
 		ok = false
 	}
@@ -192,7 +193,7 @@ func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, 
 	}
 	pv, ok := f.policies[r.policy]
 	if !ok {
-		return func() { f.reservations.remove(rid) }, nil
+		return func() { f.reservations.Remove(rid) }, nil
 	}
 	res.ReservationID = rid
 	res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, actual, now)
@@ -209,13 +210,13 @@ func (f *FSM) shiftLeases(d int64) {
 	if d <= 0 {
 		return
 	}
-	f.sems.each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
+	f.sems.Each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
 		s = lease.Shift(s, d)
 		return s, lease.ExpiresAt(s)
 	})
 	// Reservations keep their remaining time too (those held with a lease
 	// must not end before it).
-	f.reservations.each(func(_ string, r reservation, _ int64) (reservation, int64) {
+	f.reservations.Each(func(_ string, r reservation, _ int64) (reservation, int64) {
 		r.expiresAt = addSaturating(r.expiresAt, d)
 		return r, r.expiresAt
 	})
@@ -265,20 +266,20 @@ func decodeLeaseRecord(e dedupe.Entry) *LeaseResult {
 	}
 }
 
-func semToRecord(rec *raftcmdv1.SemaphoreRecord, r stateRecord[lease.Semaphore]) {
-	rec.Key, rec.LastToken, rec.ExpiresAtUnixNano = r.key, r.state.LastToken, r.expiresAt
+func semToRecord(rec *raftcmdv1.SemaphoreRecord, r table.Record[lease.Semaphore]) {
+	rec.Key, rec.LastToken, rec.ExpiresAtUnixNano = r.Key, r.State.LastToken, r.ExpiresAt
 	rec.Leases = rec.Leases[:0]
-	for _, l := range r.state.Leases {
+	for _, l := range r.State.Leases {
 		rec.Leases = append(rec.Leases, &raftcmdv1.LeaseRecord{Token: l.Token, AcquiredAtUnixNano: l.AcquiredAt,
 			ExpiresAtUnixNano: l.ExpiresAt, TtlNanos: l.TTL})
 	}
 }
 
-func semFromRecord(rec *raftcmdv1.SemaphoreRecord) stateRecord[lease.Semaphore] {
+func semFromRecord(rec *raftcmdv1.SemaphoreRecord) table.Record[lease.Semaphore] {
 	s := lease.Semaphore{LastToken: rec.GetLastToken()}
 	for _, l := range rec.GetLeases() {
 		s.Leases = append(s.Leases, lease.Lease{Token: l.GetToken(), AcquiredAt: l.GetAcquiredAtUnixNano(),
 			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()})
 	}
-	return stateRecord[lease.Semaphore]{key: rec.GetKey(), state: s, expiresAt: rec.GetExpiresAtUnixNano()}
+	return table.Record[lease.Semaphore]{Key: rec.GetKey(), State: s, ExpiresAt: rec.GetExpiresAtUnixNano()}
 }

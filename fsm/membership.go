@@ -1,16 +1,10 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
-
-// ErrBadRegistration refuses a RegisterNode entry that does not fit the
-// registry: no node ID, or no feature level once every registered node's
-// binary records one.
-var ErrBadRegistration = errors.New("fsm: node registration refused")
 
 // applyRegisterNode records a node's addresses and feature level. Nodes
 // always send their level; a registration without one comes from a binary

@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -17,30 +16,6 @@ import (
 	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
-)
-
-// Slot migration errors. Each is an Apply result: nothing was applied.
-var (
-	// ErrSlotMoving is returned (inside a *RouteError) for a data command
-	// whose slot is frozen by a migration out of this group: retry, the
-	// slot soon belongs to the target.
-	ErrSlotMoving = errors.New("fsm: slot is moving to another group")
-	// ErrNotOwnedYet is returned by FreezeSlots for slots this group does
-	// not own (yet: its ownership may lag the map), and by ImportSlots
-	// before the group applied ownership at the import's map epoch.
-	ErrNotOwnedYet = errors.New("fsm: group ownership not at the migration's map epoch yet")
-	// ErrImportRefused is returned by ImportSlots for a chunk of an older
-	// attempt, of a dropped migration, out of order, or into slots the
-	// group owns; and by DropImport for slots it owns.
-	ErrImportRefused = errors.New("fsm: import refused")
-	// ErrNotFrozen is returned by ExportSlots when this replica has not
-	// applied the migration's freeze.
-	ErrNotFrozen = errors.New("fsm: slots not frozen by that migration here")
-	// ErrClockSkew is returned (inside an *admission.FieldError for field
-	// "source_now_unix_nano") by ImportSlots for a chunk whose source time
-	// is more than MaxClockSkew ahead of the entry's own: the group's time
-	// would jump past its leaders' clocks.
-	ErrClockSkew = fmt.Errorf("%w: clock skew", admission.ErrInvalidRequest)
 )
 
 // MaxClockSkew is how far ahead of the time its leader stamps an entry a
@@ -207,22 +182,22 @@ func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, stamp int64) interface{} {
 	s := c.GetState()
 	for _, rec := range s.GetBuckets() {
 		b := bucketFromRecord(rec)
-		if r.Contains(bucketSlot(b.key)) {
-			f.buckets.put(b.key, b.state, b.expiresAt)
+		if r.Contains(bucketSlot(b.Key)) {
+			f.buckets.Put(b.Key, b.State, b.ExpiresAt)
 		}
 	}
 	for _, rec := range s.GetSemaphores() {
 		sr := semFromRecord(rec)
-		if r.Contains(bucketSlot(sr.key)) {
-			sem := lease.Shift(sr.state, shift)
-			f.sems.put(sr.key, sem, max(sr.expiresAt, lease.ExpiresAt(sem)))
+		if r.Contains(bucketSlot(sr.Key)) {
+			sem := lease.Shift(sr.State, shift)
+			f.sems.Put(sr.Key, sem, max(sr.ExpiresAt, lease.ExpiresAt(sem)))
 		}
 	}
 	for _, rec := range s.GetReservations() {
 		rr := reservationFromRecord(rec)
-		if r.Contains(shard.SlotOf(rr.state.key)) {
-			rr.state.expiresAt = addSaturating(rr.state.expiresAt, shift)
-			f.reservations.put(rr.key, rr.state, rr.state.expiresAt)
+		if r.Contains(shard.SlotOf(rr.State.key)) {
+			rr.State.expiresAt = addSaturating(rr.State.expiresAt, shift)
+			f.reservations.Put(rr.Key, rr.State, rr.State.expiresAt)
 		}
 	}
 	for _, e := range entries {
@@ -297,36 +272,34 @@ func (f *FSM) ownershipChanged(old *ownership) {
 // of unknown slot stay.
 func (f *FSM) deleteSlots(set *slotSet) {
 	var keys []string
-	for _, b := range f.buckets.entries() {
-		if set.has(bucketSlot(b.key)) {
-			keys = append(keys, b.key)
+	for _, b := range f.buckets.Entries() {
+		if set.has(bucketSlot(b.Key)) {
+			keys = append(keys, b.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if ref, ok := f.buckets.index.find(k, f.buckets.keyOf); ok {
-			f.buckets.delete(ref)
-		}
+		f.buckets.Remove(k)
 	}
 	keys = keys[:0]
-	for _, s := range f.sems.entries() {
-		if set.has(bucketSlot(s.key)) {
-			keys = append(keys, s.key)
+	for _, s := range f.sems.Entries() {
+		if set.has(bucketSlot(s.Key)) {
+			keys = append(keys, s.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f.sems.remove(k)
+		f.sems.Remove(k)
 	}
 	keys = keys[:0]
-	for _, r := range f.reservations.entries() {
-		if set.has(shard.SlotOf(r.state.key)) {
-			keys = append(keys, r.key)
+	for _, r := range f.reservations.Entries() {
+		if set.has(shard.SlotOf(r.State.key)) {
+			keys = append(keys, r.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f.reservations.remove(k)
+		f.reservations.Remove(k)
 	}
 	f.dedupe.DeleteFunc(func(e *dedupe.Entry) bool { return e.Slot != dedupe.NoSlot && set.has(shard.Slot(e.Slot)) })
 }
@@ -450,23 +423,22 @@ func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) (*exportIndex, 
 		f.mu.RUnlock()
 		return nil, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
-	f.buckets.eachKey(func(key string) {
+	f.buckets.EachKey(func(key string) {
 		if r.Contains(bucketSlot(key)) {
 			x.tables[exportBuckets] = append(x.tables[exportBuckets], exportRef{key: key, kind: refBucket, id: key})
 		}
 	})
-	for i := range f.reservations.slots {
-		v := &f.reservations.slots[i]
-		if r.Contains(shard.SlotOf(v.state.key)) {
+	f.reservations.Range(func(id string, v reservation) {
+		if r.Contains(shard.SlotOf(v.key)) {
 			x.tables[exportBuckets] = append(x.tables[exportBuckets],
-				exportRef{key: BucketKey(v.state.policy, v.state.key), sub: v.key, kind: refReservation, id: v.key})
+				exportRef{key: BucketKey(v.policy, v.key), sub: id, kind: refReservation, id: id})
 		}
-	}
-	for i := range f.sems.slots {
-		if key := f.sems.slots[i].key; r.Contains(bucketSlot(key)) {
+	})
+	f.sems.Range(func(key string, _ lease.Semaphore) {
+		if r.Contains(bucketSlot(key)) {
 			x.tables[exportSems] = append(x.tables[exportSems], exportRef{key: key, kind: refSem, id: key})
 		}
-	}
+	})
 	f.dedupe.EachKey(func(k dedupe.Key, slot uint16) {
 		if slot == dedupe.NoSlot || r.Contains(shard.Slot(slot)) {
 			x.tables[exportDedupe] = append(x.tables[exportDedupe], exportRef{key: dedupeCursorKey(k), sub: k.Caller, kind: refDedupe, dk: k})
@@ -489,7 +461,7 @@ func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) (*exportIndex, 
 func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 	switch ref.kind {
 	case refBucket:
-		b, ok := f.buckets.record(ref.id)
+		b, ok := f.buckets.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}
@@ -497,7 +469,7 @@ func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 		bucketToRecord(rec, b)
 		return rec, true
 	case refReservation:
-		v, ok := f.reservations.record(ref.id)
+		v, ok := f.reservations.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}
@@ -505,7 +477,7 @@ func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 		reservationToRecord(rec, v)
 		return rec, true
 	case refSem:
-		sm, ok := f.sems.record(ref.id)
+		sm, ok := f.sems.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}

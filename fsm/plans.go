@@ -37,19 +37,6 @@ const (
 // KeptPlans is how many finished plans the meta group keeps.
 const KeptPlans = 16
 
-var (
-	// ErrPlanRunning is returned by CreatePlan while another plan runs.
-	ErrPlanRunning = errors.New("fsm: another plan is running")
-	// ErrNoPlan is returned for a plan ID the meta group does not keep.
-	ErrNoPlan = errors.New("fsm: no such plan")
-	// ErrPlanConflict is returned by UpdatePlan when the plan is not where
-	// the update expects it (a stale coordinator, or a repeated update).
-	ErrPlanConflict = errors.New("fsm: plan changed concurrently")
-	// ErrPlanNotCancellable is returned by CancelPlan once the current
-	// step changed the map, or when the plan is not running.
-	ErrPlanNotCancellable = errors.New("fsm: plan cannot be cancelled now")
-)
-
 // PlanResult is the Apply result of the plan commands: the plan as it
 // stands after the entry.
 type PlanResult struct {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,12 +18,6 @@ import (
 // per node. Nodes refuse a larger apply before proposing it; the meta
 // group refuses it too (FeaturePolicyCap).
 const MaxPolicies = 10_000
-
-// ErrTooManyPolicies is returned by PutPolicies when the command carries
-// more than MaxPolicies policies or would leave the registry with more than
-// MaxPolicies (Connect ResourceExhausted, naming "policies"). Nothing is
-// stored.
-var ErrTooManyPolicies = errors.New("fsm: policies: too many policies")
 
 // policiesChanged dates the policy table l's when res, the result of a
 // PutPolicies or DeletePolicies, is not a refusal, and returns res.

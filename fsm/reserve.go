@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,16 +10,13 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm/internal/table"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
 // DefaultReservationTTL is how long a reservation holds its units when the
 // request gives no ttl.
 const DefaultReservationTTL = 10 * time.Minute
-
-// ErrNoReservation is returned by Commit for a reservation that is unknown,
-// already committed or expired (an expired one has given its units back).
-var ErrNoReservation = errors.New("fsm: no such outstanding reservation")
 
 // reservation is estimate units of (policy, key) held until a Commit or
 // until expiresAt.
@@ -81,7 +77,7 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 	}
 	// A reservation that moved here with its slot was named by another
 	// group's log index, which may be this one's.
-	for k := 1; f.reservations.has(id); k++ {
+	for k := 1; f.reservations.Has(id); k++ {
 		id = base64.RawURLEncoding.EncodeToString([]byte(c.GetPolicy() + "\x00" + c.GetKey() + "\x00" +
 			strconv.FormatUint(index, 10) + "." + strconv.Itoa(k)))
 	}
@@ -128,7 +124,7 @@ func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, no
 		return nil, err
 	}
 	bk := BucketKey(policy, key)
-	st, _ := f.buckets.get(bk)
+	st, _ := f.buckets.Get(bk)
 	next, d := admission.Decide(p, st, estimate, now)
 	hold := &pendingReservation{
 		res:       &ReserveResult{Allowed: d.Allowed, Decision: d, PolicyVersion: pv.Version, DecidedAt: now},
@@ -156,8 +152,8 @@ func (f *FSM) storeReservation(hold *pendingReservation) {
 	if !hold.res.Allowed {
 		return
 	}
-	f.buckets.put(hold.bucketKey, hold.next, hold.r.spentUntil)
-	f.reservations.put(hold.id, hold.r, hold.r.expiresAt)
+	f.buckets.Put(hold.bucketKey, hold.next, hold.r.spentUntil)
+	f.reservations.Put(hold.id, hold.r, hold.r.expiresAt)
 }
 
 // applyCommit settles a reservation at its actual cost.
@@ -172,13 +168,13 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 		return &admission.FieldError{Field: "actual", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("must be at least 0 (got %d)", c.GetActual())}
 	}
-	r, ok := f.reservations.get(c.GetReservationId())
+	r, ok := f.reservations.Get(c.GetReservationId())
 	if !ok || r.expiresAt <= now {
 		return fmt.Errorf("%w (%s)", ErrNoReservation, c.GetReservationId())
 	}
 	pv, ok := f.policies[r.policy]
 	if !ok {
-		f.reservations.remove(c.GetReservationId())
+		f.reservations.Remove(c.GetReservationId())
 		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(r.policy))
 	}
 	res := &ReserveResult{Allowed: true, ReservationID: c.GetReservationId(), PolicyVersion: pv.Version, DecidedAt: now}
@@ -198,14 +194,14 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 func (f *FSM) commitReservation(id string, p admission.Policy, r reservation, actual, now int64) (charged, released, over int64) {
 	charged, released, over, st := settle(p, f.stateOf(r), r, actual, now)
 	if st.Kind != admission.KindNone {
-		f.buckets.put(BucketKey(r.policy, r.key), st, admission.ExpiresAt(p, st))
+		f.buckets.Put(BucketKey(r.policy, r.key), st, admission.ExpiresAt(p, st))
 	}
-	f.reservations.remove(id)
+	f.reservations.Remove(id)
 	return charged, released, over
 }
 
 func (f *FSM) stateOf(r reservation) admission.State {
-	st, _ := f.buckets.get(BucketKey(r.policy, r.key))
+	st, _ := f.buckets.Get(BucketKey(r.policy, r.key))
 	return st
 }
 
@@ -239,12 +235,12 @@ func (f *FSM) expireReservation(_ string, r reservation, now int64) {
 		return
 	}
 	key := BucketKey(r.policy, r.key)
-	st, exists := f.buckets.get(key)
+	st, exists := f.buckets.Get(key)
 	if !exists {
 		return
 	}
 	st = admission.Refund(pv.Policy, st, admission.Spend{Cost: r.estimate, At: r.reservedAt, Until: r.spentUntil}, now)
-	f.buckets.put(key, st, admission.ExpiresAt(pv.Policy, st))
+	f.buckets.Put(key, st, admission.ExpiresAt(pv.Policy, st))
 }
 
 func reservationExpires(_ admission.Policy, r reservation) int64 { return r.expiresAt }
@@ -286,14 +282,14 @@ func recordedReserve(e dedupe.Entry, fp [16]byte) interface{} {
 	}
 }
 
-func reservationToRecord(rec *raftcmdv1.ReservationRecord, r stateRecord[reservation]) {
-	v := r.state
-	rec.Id, rec.Policy, rec.Key, rec.Estimate = r.key, v.policy, v.key, v.estimate
+func reservationToRecord(rec *raftcmdv1.ReservationRecord, r table.Record[reservation]) {
+	v := r.State
+	rec.Id, rec.Policy, rec.Key, rec.Estimate = r.Key, v.policy, v.key, v.estimate
 	rec.ReservedAtUnixNano, rec.SpentUntilUnixNano, rec.ExpiresAtUnixNano = v.reservedAt, v.spentUntil, v.expiresAt
 }
 
-func reservationFromRecord(rec *raftcmdv1.ReservationRecord) stateRecord[reservation] {
-	return stateRecord[reservation]{key: rec.GetId(), expiresAt: rec.GetExpiresAtUnixNano(), state: reservation{
+func reservationFromRecord(rec *raftcmdv1.ReservationRecord) table.Record[reservation] {
+	return table.Record[reservation]{Key: rec.GetId(), ExpiresAt: rec.GetExpiresAtUnixNano(), State: reservation{
 		policy: rec.GetPolicy(), key: rec.GetKey(), estimate: rec.GetEstimate(), reservedAt: rec.GetReservedAtUnixNano(),
 		spentUntil: rec.GetSpentUntilUnixNano(), expiresAt: rec.GetExpiresAtUnixNano()}}
 }

@@ -13,20 +13,6 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// Routing errors: a data command reached a group that must not apply it.
-// Nothing was applied; the router refreshes its shard map and retries.
-var (
-	// ErrWrongGroup is returned for a data command whose slot this group
-	// does not own (it moved away, or the router's map is wrong).
-	ErrWrongGroup = errors.New("fsm: slot not owned by this group")
-	// ErrStaleEpoch is returned for a data command stamped with a shard-map
-	// epoch older than the one at which its slot got its current owner.
-	ErrStaleEpoch = errors.New("fsm: command routed with a stale shard map")
-	// ErrMapConflict is returned by SetShardMap when the meta group's map
-	// is no longer at the expected epoch (someone else changed it).
-	ErrMapConflict = errors.New("fsm: shard map changed concurrently")
-)
-
 // RouteError says which slot a refused data command was for.
 type RouteError struct {
 	Slot       shard.Slot

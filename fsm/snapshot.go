@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm/internal/table"
 	"github.com/quorate/quorate/lease"
 
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -31,16 +31,13 @@ const SnapshotVersion = 1
 // Restore allocate without limit.
 const maxRecordBytes = 1 << 20
 
-// ErrBadSnapshot is returned by Restore for a snapshot it cannot read.
-var ErrBadSnapshot = errors.New("fsm: bad snapshot")
-
 type snapshot struct {
 	lastNow  int64
 	policies []PolicyVersion
 	nodes    []Node
-	buckets  []bucketRecord
-	sems     []stateRecord[lease.Semaphore]
-	reserved []stateRecord[reservation]
+	buckets  []table.BucketRecord
+	sems     []table.Record[lease.Semaphore]
+	reserved []table.Record[reservation]
 	dedupe   []dedupe.Entry
 	lastTerm uint64
 	route    routeState
@@ -65,10 +62,10 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *snapshot) writeTo(w io.Writer) error {
-	slices.SortFunc(s.buckets, func(a, b bucketRecord) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(s.buckets, func(a, b table.BucketRecord) int { return cmp.Compare(a.Key, b.Key) })
 	slices.SortFunc(s.dedupe, dedupe.Compare)
-	slices.SortFunc(s.sems, func(a, b stateRecord[lease.Semaphore]) int { return cmp.Compare(a.key, b.key) })
-	slices.SortFunc(s.reserved, func(a, b stateRecord[reservation]) int { return cmp.Compare(a.key, b.key) })
+	slices.SortFunc(s.sems, func(a, b table.Record[lease.Semaphore]) int { return cmp.Compare(a.Key, b.Key) })
+	slices.SortFunc(s.reserved, func(a, b table.Record[reservation]) int { return cmp.Compare(a.Key, b.Key) })
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := recordWriter{w: bw}
 	if _, err := bw.WriteString(snapshotMagic); err != nil {
@@ -263,18 +260,18 @@ func sortedNodes(m map[string]Node) []Node {
 }
 
 // bucketToRecord fills rec (reused between calls) from b.
-func bucketToRecord(rec *raftcmdv1.BucketRecord, b bucketRecord) {
-	st := b.state
-	rec.Key, rec.Kind, rec.TatUnixNano = b.key, uint32(st.Kind), st.TAT
+func bucketToRecord(rec *raftcmdv1.BucketRecord, b table.BucketRecord) {
+	st := b.State
+	rec.Key, rec.Kind, rec.TatUnixNano = b.Key, uint32(st.Kind), st.TAT
 	rec.WindowStartUnixNano, rec.Count, rec.PrevCount = st.Start, st.Count, st.Prev
-	rec.ExpiresAtUnixNano = b.expiresAt
+	rec.ExpiresAtUnixNano = b.ExpiresAt
 	rec.Log = rec.Log[:0]
 	for _, e := range st.Log {
 		rec.Log = append(rec.Log, &raftcmdv1.LogEntry{AtUnixNano: e.At, Cost: e.Cost})
 	}
 }
 
-func bucketFromRecord(rec *raftcmdv1.BucketRecord) bucketRecord {
+func bucketFromRecord(rec *raftcmdv1.BucketRecord) table.BucketRecord {
 	st := admission.State{
 		Kind:  admission.Kind(rec.GetKind()),
 		TAT:   rec.GetTatUnixNano(),
@@ -288,5 +285,5 @@ func bucketFromRecord(rec *raftcmdv1.BucketRecord) bucketRecord {
 			st.Log[i] = admission.LogEntry{At: e.GetAtUnixNano(), Cost: e.GetCost()}
 		}
 	}
-	return bucketRecord{key: rec.GetKey(), state: st, expiresAt: rec.GetExpiresAtUnixNano()}
+	return table.BucketRecord{Key: rec.GetKey(), State: st, ExpiresAt: rec.GetExpiresAtUnixNano()}
 }

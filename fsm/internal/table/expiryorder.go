@@ -1,4 +1,4 @@
-package fsm
+package table
 
 // expiryOrder is a binary min-heap of a table's refs by (expiry, key): a
 // total order, since keys are unique, so the minimum — and with it every

@@ -1,4 +1,4 @@
-package fsm
+package table
 
 import "hash/maphash"
 

@@ -1,4 +1,4 @@
-package fsm
+package table
 
 import (
 	"cmp"
@@ -153,7 +153,7 @@ func (m *tableModel[V]) remove(key string) {
 	delete(m.states, key)
 }
 
-// sweep is stateTable.sweep's contract, step by step; it returns the keys
+// sweep is StateTable.Sweep's contract, step by step; it returns the keys
 // deleted, in order.
 func (m *tableModel[V]) sweep(now int64, limit int, policyOf func(string) (admission.Policy, bool)) []string {
 	var gone []string
@@ -177,28 +177,28 @@ func (m *tableModel[V]) sweep(now int64, limit int, policyOf func(string) (admis
 
 // checkTable compares a table's contents with the model's.
 func checkTable[V any](t *testing.T, step int, tab interface {
-	len() int
-	get(string) (V, bool)
-	nextExpiry() (int64, bool)
-	entries() []stateRecord[V]
+	Len() int
+	Get(string) (V, bool)
+	NextExpiry() (int64, bool)
+	Entries() []Record[V]
 }, m *tableModel[V], probe string) {
 	t.Helper()
-	if tab.len() != len(m.states) {
-		t.Fatalf("step %d: len %d, want %d", step, tab.len(), len(m.states))
+	if tab.Len() != len(m.states) {
+		t.Fatalf("step %d: len %d, want %d", step, tab.Len(), len(m.states))
 	}
-	v, ok := tab.get(probe)
+	v, ok := tab.Get(probe)
 	e, wok := m.states[probe]
 	if ok != wok || !reflect.DeepEqual(v, e.v) {
 		t.Fatalf("step %d: get(%q) = %+v, %v; want %+v, %v", step, probe, v, ok, e.v, wok)
 	}
-	next, ok := tab.nextExpiry()
+	next, ok := tab.NextExpiry()
 	if ok != (len(m.states) > 0) || ok && next != m.order[0].exp {
 		t.Fatalf("step %d: nextExpiry %d, %v", step, next, ok)
 	}
 	if step%97 == 0 {
-		got := tab.entries()
-		slices.SortFunc(got, func(a, b stateRecord[V]) int { return cmp.Compare(a.key, b.key) })
-		var want []stateRecord[V]
+		got := tab.Entries()
+		slices.SortFunc(got, func(a, b Record[V]) int { return cmp.Compare(a.Key, b.Key) })
+		var want []Record[V]
 		for _, k := range slices.Sorted(func(yield func(string) bool) {
 			for k := range m.states {
 				if !yield(k) {
@@ -206,7 +206,7 @@ func checkTable[V any](t *testing.T, step int, tab interface {
 				}
 			}
 		}) {
-			want = append(want, stateRecord[V]{key: k, state: m.states[k].v, expiresAt: m.states[k].exp})
+			want = append(want, Record[V]{Key: k, State: m.states[k].v, ExpiresAt: m.states[k].exp})
 		}
 		if len(got) != len(want) || len(got) > 0 && !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: entries differ from the model's", step)
@@ -227,7 +227,7 @@ func modelPolicyOf(key string) (admission.Policy, bool) {
 }
 
 // TestStateTableAgainstModel applies random puts (new keys and updates,
-// expiries tied and not), removes, shifts (each) and sweeps to a stateTable and to the
+// expiries tied and not), removes, shifts (each) and sweeps to a StateTable and to the
 // model, through growth and shrinking, and checks that they hold the same
 // states and sweep the same keys in the same order.
 func TestStateTableAgainstModel(t *testing.T) {
@@ -238,9 +238,9 @@ func TestStateTableAgainstModel(t *testing.T) {
 		}
 		return 0
 	}
-	tab := newStateTable(expires)
+	tab := NewStateTable(expires)
 	var swept []string
-	tab.onExpire = func(key string, _ int64, _ int64) { swept = append(swept, key) }
+	tab.OnExpire = func(key string, _ int64, _ int64) { swept = append(swept, key) }
 	m := newTableModel(expires)
 	now := int64(0)
 	for step := range 60_000 {
@@ -257,14 +257,14 @@ func TestStateTableAgainstModel(t *testing.T) {
 			if r.IntN(4) == 0 {
 				exp = now + r.Int64N(10) // recorded expiry before the state's own
 			}
-			tab.put(key, v, exp)
+			tab.Put(key, v, exp)
 			m.put(key, v, exp)
 		case x < 70:
-			tab.remove(key)
+			tab.Remove(key)
 			m.remove(key)
 		case x < 71:
 			d := r.Int64N(5)
-			tab.each(func(_ string, v, exp int64) (int64, int64) { return v + d, exp + d })
+			tab.Each(func(_ string, v, exp int64) (int64, int64) { return v + d, exp + d })
 			for k, e := range m.states {
 				m.states[k] = modelEntry[int64]{e.v + d, e.exp + d}
 			}
@@ -275,7 +275,7 @@ func TestStateTableAgainstModel(t *testing.T) {
 			now += r.Int64N(tick)
 			limit := 1 + r.IntN(40)
 			swept = swept[:0]
-			tab.sweep(now, limit, modelPolicyOf)
+			tab.Sweep(now, limit, modelPolicyOf)
 			if want := m.sweep(now, limit, modelPolicyOf); !slices.Equal(swept, want) {
 				t.Fatalf("step %d: swept %q, want %q", step, swept, want)
 			}
@@ -287,7 +287,7 @@ func TestStateTableAgainstModel(t *testing.T) {
 // TestBucketTableAgainstModel applies random puts of states of every
 // algorithm (token buckets recorded with their TAT as expiry or not, windows,
 // logs nil, empty or not; a key's state changing shape), sweeps under
-// policies of every algorithm (or none) and checks that a bucketTable holds
+// policies of every algorithm (or none) and checks that a BucketTable holds
 // the same states and expiries as the model and sweeps the same keys in the
 // same order.
 func TestBucketTableAgainstModel(t *testing.T) {
@@ -302,7 +302,7 @@ func TestBucketTableAgainstModel(t *testing.T) {
 		p, ok := policies[key[0]]
 		return p, ok
 	}
-	tab := newBucketTable()
+	tab := NewBucketTable()
 	m := newTableModel(admission.ExpiresAt)
 	var swept []string
 	now := int64(1000)
@@ -340,22 +340,22 @@ func TestBucketTableAgainstModel(t *testing.T) {
 					s.Log = []admission.LogEntry{{At: exp, Cost: 1}}
 				}
 			}
-			tab.put(key, s, exp)
+			tab.Put(key, s, exp)
 			m.put(key, s, exp)
 		default:
 			now += r.Int64N(horizon / 20)
 			limit := 1 + r.IntN(40)
 			want := m.sweep(now, limit, policyOf)
 			swept = swept[:0]
-			before := tab.entries()
-			tab.sweep(now, limit, policyOf)
+			before := tab.Entries()
+			tab.Sweep(now, limit, policyOf)
 			gone := map[string]bool{}
-			for _, e := range tab.entries() {
-				gone[e.key] = true
+			for _, e := range tab.Entries() {
+				gone[e.Key] = true
 			}
 			for _, e := range before {
-				if !gone[e.key] {
-					swept = append(swept, e.key)
+				if !gone[e.Key] {
+					swept = append(swept, e.Key)
 				}
 			}
 			slices.Sort(swept)

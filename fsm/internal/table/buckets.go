@@ -1,4 +1,4 @@
-package fsm
+package table
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"github.com/quorate/quorate/admission"
 )
 
-// bucketTable holds the live state of each (policy, key) of a rate
+// BucketTable holds the live state of each (policy, key) of a rate
 // algorithm — a "bucket" — and an order by (expiry, key), so expired states
 // are reclaimed in a deterministic order. It behaves exactly like a
-// stateTable[admission.State] with admission.ExpiresAt, and holds the same
+// StateTable[admission.State] with admission.ExpiresAt, and holds the same
 // states and recorded expiries, but stores each in the smallest of four
 // slot shapes that holds it exactly:
 //
@@ -26,8 +26,8 @@ import (
 // plus the shape. A state that changes shape moves to the other slice and
 // keeps its place in the order. Which slice and position a state has
 // depends on history and never reaches a result or a snapshot. It is not
-// safe for concurrent use; FSM's lock guards it.
-type bucketTable struct {
+// safe for concurrent use; the FSM's lock guards it.
+type BucketTable struct {
 	gcra    []gcraSlot
 	counter []counterSlot
 	log     []logSlot
@@ -68,8 +68,11 @@ type logSlot struct {
 	kind admission.Kind
 }
 
-// newBucketTable returns an empty bucket table.
-func newBucketTable() *bucketTable { return &bucketTable{index: newKeyIndex()} }
+// BucketRecord is a bucket copied for a snapshot.
+type BucketRecord = Record[admission.State]
+
+// NewBucketTable returns an empty bucket table.
+func NewBucketTable() *BucketTable { return &BucketTable{index: newKeyIndex()} }
 
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
 func shapeFor(s admission.State, exp int64) uint32 {
@@ -87,11 +90,11 @@ func shapeFor(s admission.State, exp int64) uint32 {
 	}
 }
 
-// len is the number of states held.
-func (t *bucketTable) len() int { return len(t.gcra) + len(t.counter) + len(t.log) + len(t.other) }
+// Len is the number of states held.
+func (t *BucketTable) Len() int { return len(t.gcra) + len(t.counter) + len(t.log) + len(t.other) }
 
 // keyOf is the state key of the slot ref.
-func (t *bucketTable) keyOf(ref uint32) string {
+func (t *BucketTable) keyOf(ref uint32) string {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
 		return t.gcra[i].key
@@ -105,7 +108,7 @@ func (t *bucketTable) keyOf(ref uint32) string {
 }
 
 // expOf is the recorded expiry of the slot ref.
-func (t *bucketTable) expOf(ref uint32) int64 {
+func (t *BucketTable) expOf(ref uint32) int64 {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
 		return t.gcra[i].tat
@@ -119,7 +122,7 @@ func (t *bucketTable) expOf(ref uint32) int64 {
 }
 
 // posOf is the position of the slot ref in the expiry order.
-func (t *bucketTable) posOf(ref uint32) int {
+func (t *BucketTable) posOf(ref uint32) int {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
 		return int(t.gcra[i].pos)
@@ -133,7 +136,7 @@ func (t *bucketTable) posOf(ref uint32) int {
 }
 
 // setPos records the position of the slot ref in the expiry order.
-func (t *bucketTable) setPos(ref uint32, pos int) {
+func (t *BucketTable) setPos(ref uint32, pos int) {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
 		t.gcra[i].pos = int32(pos)
@@ -147,7 +150,7 @@ func (t *bucketTable) setPos(ref uint32, pos int) {
 }
 
 // before orders refs by (expiry, key) for the expiry order.
-func (t *bucketTable) before(a, b uint32) bool {
+func (t *BucketTable) before(a, b uint32) bool {
 	if x, y := t.expOf(a), t.expOf(b); x != y {
 		return x < y
 	}
@@ -155,7 +158,7 @@ func (t *bucketTable) before(a, b uint32) bool {
 }
 
 // stateOf is the state a slot holds.
-func (t *bucketTable) stateOf(ref uint32) admission.State {
+func (t *BucketTable) stateOf(ref uint32) admission.State {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
 		return admission.State{Kind: admission.KindTokenBucket, TAT: t.gcra[i].tat}
@@ -169,8 +172,8 @@ func (t *bucketTable) stateOf(ref uint32) admission.State {
 	}
 }
 
-// get returns key's state, and false when there is none.
-func (t *bucketTable) get(key string) (admission.State, bool) {
+// Get returns key's state, and false when there is none.
+func (t *BucketTable) Get(key string) (admission.State, bool) {
 	ref, ok := t.index.find(key, t.keyOf)
 	if !ok {
 		return admission.State{}, false
@@ -178,8 +181,8 @@ func (t *bucketTable) get(key string) (admission.State, bool) {
 	return t.stateOf(ref), true
 }
 
-// eachKey calls fn with every key, in no particular order.
-func (t *bucketTable) eachKey(fn func(string)) {
+// EachKey calls fn with every key, in no particular order.
+func (t *BucketTable) EachKey(fn func(string)) {
 	for i := range t.gcra {
 		fn(t.gcra[i].key)
 	}
@@ -194,17 +197,17 @@ func (t *bucketTable) eachKey(fn func(string)) {
 	}
 }
 
-// record returns key's state with its recorded expiry, false when none.
-func (t *bucketTable) record(key string) (bucketRecord, bool) {
+// Lookup returns key's state with its recorded expiry, false when none.
+func (t *BucketTable) Lookup(key string) (BucketRecord, bool) {
 	ref, ok := t.index.find(key, t.keyOf)
 	if !ok {
-		return bucketRecord{}, false
+		return BucketRecord{}, false
 	}
-	return bucketRecord{key: t.keyOf(ref), state: t.stateOf(ref), expiresAt: t.expOf(ref)}, true
+	return BucketRecord{Key: t.keyOf(ref), State: t.stateOf(ref), ExpiresAt: t.expOf(ref)}, true
 }
 
-// put stores key's state and its recorded expiry.
-func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
+// Put stores key's state and its recorded expiry.
+func (t *BucketTable) Put(key string, s admission.State, expiresAt int64) {
 	if ref, ok := t.index.find(key, t.keyOf); ok {
 		t.rewrite(ref, s, expiresAt)
 		return
@@ -216,7 +219,7 @@ func (t *bucketTable) put(key string, s admission.State, expiresAt int64) {
 
 // rewrite stores s and its expiry in the slot ref, or in a new slot of
 // another shape that takes ref's place, and repairs the order.
-func (t *bucketTable) rewrite(ref uint32, s admission.State, exp int64) {
+func (t *BucketTable) rewrite(ref uint32, s admission.State, exp int64) {
 	pos := t.posOf(ref)
 	switch i := ref >> 2; shapeFor(s, exp) {
 	case ref & 3:
@@ -245,9 +248,9 @@ func (t *bucketTable) rewrite(ref uint32, s admission.State, exp int64) {
 
 // add stores a new slot in the shape that fits s and returns its ref; the
 // caller indexes and orders it.
-func (t *bucketTable) add(key string, s admission.State, exp int64) uint32 {
-	if t.len() >= maxTableEntries {
-		panic(fmt.Sprintf("fsm: more than %d buckets in one group", maxTableEntries))
+func (t *BucketTable) add(key string, s admission.State, exp int64) uint32 {
+	if t.Len() >= MaxEntries {
+		panic(fmt.Sprintf("fsm: more than %d buckets in one group", MaxEntries))
 	}
 	var i int
 	shape := shapeFor(s, exp)
@@ -270,7 +273,7 @@ func (t *bucketTable) add(key string, s admission.State, exp int64) uint32 {
 
 // free removes the slot ref, already out of the index and the order, by
 // moving its shape's last slot into its place.
-func (t *bucketTable) free(ref uint32) {
+func (t *BucketTable) free(ref uint32) {
 	i, shape := int(ref>>2), ref&3
 	var moved bool
 	var last int
@@ -294,18 +297,25 @@ func (t *bucketTable) free(ref uint32) {
 	}
 }
 
+// Remove deletes key's state, if any.
+func (t *BucketTable) Remove(key string) {
+	if ref, ok := t.index.find(key, t.keyOf); ok {
+		t.delete(ref)
+	}
+}
+
 // delete removes the slot ref from the order, the index and its slice.
-func (t *bucketTable) delete(ref uint32) {
+func (t *BucketTable) delete(ref uint32) {
 	t.order.remove(t, t.posOf(ref))
 	t.index.remove(t.keyOf(ref), ref)
 	t.free(ref)
 }
 
-// sweep deletes expired states, smallest (expiry, key) first, looking at up
+// Sweep deletes expired states, smallest (expiry, key) first, looking at up
 // to limit entries. An entry whose recorded expiry has passed is checked
 // again under its policy's current definition (policyOf): if that keeps it
 // alive longer, its expiry moves instead. States of deleted policies go.
-func (t *bucketTable) sweep(now int64, limit int, policyOf func(bucketKey string) (admission.Policy, bool)) {
+func (t *BucketTable) Sweep(now int64, limit int, policyOf func(bucketKey string) (admission.Policy, bool)) {
 	for i := 0; i < limit && t.order.len() > 0; i++ {
 		ref := t.order.min()
 		if t.expOf(ref) > now {
@@ -322,34 +332,34 @@ func (t *bucketTable) sweep(now int64, limit int, policyOf func(bucketKey string
 	}
 }
 
-// nextExpiry is the smallest recorded expiry, and false when empty.
-func (t *bucketTable) nextExpiry() (int64, bool) {
+// NextExpiry is the smallest recorded expiry, and false when empty.
+func (t *BucketTable) NextExpiry() (int64, bool) {
 	if t.order.len() == 0 {
 		return 0, false
 	}
 	return t.expOf(t.order.min()), true
 }
 
-// entries copies every state, unsorted (Persist sorts). Slices inside
+// Entries copies every state, unsorted (Persist sorts). Slices inside
 // states are shared, not copied: states are values that their algorithms
 // never modify in place.
-func (t *bucketTable) entries() []bucketRecord {
-	out := make([]bucketRecord, 0, t.len())
+func (t *BucketTable) Entries() []BucketRecord {
+	out := make([]BucketRecord, 0, t.Len())
 	for i := range t.gcra {
 		e := &t.gcra[i]
-		out = append(out, bucketRecord{key: e.key, state: admission.State{Kind: admission.KindTokenBucket, TAT: e.tat}, expiresAt: e.tat})
+		out = append(out, BucketRecord{Key: e.key, State: admission.State{Kind: admission.KindTokenBucket, TAT: e.tat}, ExpiresAt: e.tat})
 	}
 	for i := range t.counter {
 		ref := uint32(i)<<2 | shapeCounter
-		out = append(out, bucketRecord{key: t.counter[i].key, state: t.stateOf(ref), expiresAt: t.counter[i].exp})
+		out = append(out, BucketRecord{Key: t.counter[i].key, State: t.stateOf(ref), ExpiresAt: t.counter[i].exp})
 	}
 	for i := range t.log {
 		e := &t.log[i]
-		out = append(out, bucketRecord{key: e.key, state: admission.State{Kind: e.kind, Log: e.log}, expiresAt: e.exp})
+		out = append(out, BucketRecord{Key: e.key, State: admission.State{Kind: e.kind, Log: e.log}, ExpiresAt: e.exp})
 	}
 	for i := range t.other {
 		e := &t.other[i]
-		out = append(out, bucketRecord{key: e.key, state: e.state, expiresAt: e.exp})
+		out = append(out, BucketRecord{Key: e.key, State: e.state, ExpiresAt: e.exp})
 	}
 	return out
 }

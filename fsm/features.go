@@ -1,0 +1,58 @@
+package fsm
+
+// FeatureLevel is the highest log feature level this binary applies: the
+// kinds of entries it may be asked to apply, and the rules it applies them
+// by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
+// the cluster ID, imports bounded by MaxClockSkew, the policy cap and
+// keyed request IDs. A node proposes an entry kind of level L only when
+// every registered node is at L or above (MinFeatureLevel), so no replica meets
+// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
+// applies to an entry only when every node registered at that point of
+// the log is at L or above: the registrations are in the log, so every
+// replica, and every replay of an older log, decides the entry alike.
+const FeatureLevel = 4
+
+// Feature levels of entry kinds.
+const (
+	FeatureBatch      = 1
+	FeatureRemoveNode = 2
+	// FeatureMigrate: FreezeSlots, UnfreezeSlots, ImportSlots, DropImport,
+	// CreatePlan, UpdatePlan, CancelPlan.
+	FeatureMigrate = 3
+	// FeatureBoundedImport: ImportSlots.bounded_source_time (MaxClockSkew).
+	FeatureBoundedImport = 4
+	// FeatureClusterID: SetClusterID; from it on, registrations without a
+	// feature level are refused.
+	FeatureClusterID = 4
+	// FeaturePolicyCap: PutPolicies refuses more than MaxPolicies
+	// (ErrTooManyPolicies). Below it, an entry written before the cap
+	// existed (a registry that grew past MaxPolicies) replays as it was
+	// first applied.
+	FeaturePolicyCap = 4
+	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
+	// key folded in, so that a request is identified by (caller,
+	// request_id, key) in every group. The FSM reads request IDs as opaque
+	// strings either way; the level keeps every leader of a cluster
+	// writing them alike.
+	FeatureKeyedRequestIDs = 4
+)
+
+// MinFeatureLevel is the lowest feature level among registered nodes (0
+// when none is registered).
+func (f *FSM) MinFeatureLevel() uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.minFeatureLevelLocked()
+}
+
+// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
+// visited in map order, but the minimum does not depend on it.
+func (f *FSM) minFeatureLevelLocked() uint32 {
+	first, level := true, uint32(0)
+	for _, n := range f.nodes {
+		if first || n.FeatureLevel < level {
+			level, first = n.FeatureLevel, false
+		}
+	}
+	return level
+}
