@@ -190,7 +190,7 @@ func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
 		it.env.MapEpoch = d.epoch
 		ops[i] = newRaftOp(it.env)
 	}
-	d.g.batch.add(ops...)
+	d.g.batch.Add(ops...)
 	for i, it := range items {
 		res, err := ops[i].wait(ctx)
 		switch {

@@ -5,138 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/groupcommit"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
-// Group commit (DESIGN.md §4). Strict decisions are cheap only many to a
-// Raft entry, and an RPC between nodes is cheap only many to a call. Both
-// use batchQueue: an item is sent at once when fewer than maxInflight
-// batches are in flight (so a lone caller never waits for a timer), and
-// otherwise waits with the others that arrive meanwhile until a batch in
-// flight completes, then all go together (up to maxBatch).
+// Group commit (DESIGN.md §4) runs on package groupcommit's Queue: commands
+// bound for a group's log share entries (below), forwarded Admits share
+// calls (forward.go).
 
-// batchQueue sends items in batches with at most maxInflight batches in
-// flight. send is called on a goroutine of the queue and returns when the
-// batch is done (committed, answered); it must answer every item itself.
-type batchQueue[T any] struct {
-	maxBatch, maxInflight int
-	send                  func([]T)
-
-	mu       sync.Mutex
-	pending  []T
-	inflight int
-	// held: send nothing new (items wait) until release; idle is closed
-	// once nothing is in flight while held.
-	held bool
-	idle chan struct{}
-}
-
-// add queues items, sending them at once when the queue has room in flight.
-func (q *batchQueue[T]) add(items ...T) {
-	q.mu.Lock()
-	q.pending = append(q.pending, items...)
-	if q.inflight >= q.maxInflight || q.held {
-		q.mu.Unlock()
-		return
-	}
-	b := q.takeLocked()
-	q.inflight++
-	q.mu.Unlock()
-	go q.run(b)
-}
-
-// hold stops sending (items queue up) and returns a channel closed once
-// nothing is in flight. release undoes it.
-func (q *batchQueue[T]) hold() <-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.held = true
-	q.idle = make(chan struct{})
-	if q.inflight == 0 {
-		close(q.idle)
-	}
-	return q.idle
-}
-
-// release sends again what queued while held.
-func (q *batchQueue[T]) release() {
-	q.mu.Lock()
-	q.held = false
-	if len(q.pending) == 0 || q.inflight >= q.maxInflight {
-		q.mu.Unlock()
-		return
-	}
-	b := q.takeLocked()
-	q.inflight++
-	q.mu.Unlock()
-	go q.run(b)
-}
-
-// takeLocked removes and returns the next batch; q.mu is held.
-func (q *batchQueue[T]) takeLocked() []T {
-	n := min(len(q.pending), q.maxBatch)
-	b := make([]T, n)
-	copy(b, q.pending)
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
-	return b
-}
-
-// run sends b, then whatever queued meanwhile, until nothing is pending.
-func (q *batchQueue[T]) run(b []T) {
-	for {
-		q.send(b)
-		q.mu.Lock()
-		if len(q.pending) == 0 || q.held {
-			q.inflight--
-			if q.held && q.inflight == 0 {
-				close(q.idle)
-			}
-			q.mu.Unlock()
-			return
-		}
-		b = q.takeLocked()
-		q.mu.Unlock()
-	}
-}
-
-// Item states: waiting in a queue, sent (its outcome is the batch's), or
-// abandoned by its caller before it was sent (it is skipped).
-const (
-	itemWaiting int32 = iota
-	itemSent
-	itemAbandoned
-)
-
-// queued is what the caller of an item put in a batchQueue waits on.
-type queued[R any] struct {
-	state atomic.Int32
-	done  chan R // buffered: the sender never blocks
-}
-
-func newQueued[R any]() queued[R] { return queued[R]{done: make(chan R, 1)} }
-
-// claim marks the item sent, unless its caller gave up on it first.
-func (q *queued[R]) claim() bool { return q.state.CompareAndSwap(itemWaiting, itemSent) }
-
-// await returns the item's result or, when ctx ends first, "not proposed"
-// if the item was never sent (it never will be), else "outcome unknown".
-func (q *queued[R]) await(ctx context.Context, what string) (R, error) {
-	select {
-	case r := <-q.done:
+// await returns the result of it or, when ctx ends first, "not proposed" if it
+// was never sent (it never will be), else "outcome unknown". what names the
+// item in the error.
+func await[R any](ctx context.Context, it *groupcommit.Item[R], what string) (R, error) {
+	r, sent, err := it.Wait(ctx)
+	switch {
+	case err == nil:
 		return r, nil
-	case <-ctx.Done():
-		var zero R
-		if q.state.CompareAndSwap(itemWaiting, itemAbandoned) {
-			return zero, fmt.Errorf("%w: %v before the %s was sent", ErrNotProposed, ctx.Err(), what)
-		}
-		return zero, fmt.Errorf("%w: %v after the %s was sent", ErrOutcomeUnknown, ctx.Err(), what)
+	case !sent:
+		return r, fmt.Errorf("%w: %v before the %s was sent", ErrNotProposed, err, what)
+	default:
+		return r, fmt.Errorf("%w: %v after the %s was sent", ErrOutcomeUnknown, err, what)
 	}
 }
 
@@ -148,12 +40,12 @@ type opResult struct {
 
 // raftOp is one command waiting for its group's next entry.
 type raftOp struct {
-	queued[opResult]
+	groupcommit.Item[opResult]
 	env *raftcmdv1.Envelope
 }
 
 func newRaftOp(env *raftcmdv1.Envelope) *raftOp {
-	return &raftOp{queued: newQueued[opResult](), env: env}
+	return &raftOp{Item: groupcommit.NewItem[opResult](), env: env}
 }
 
 // Group commit settings: ops per entry and entries in flight per group.
@@ -168,22 +60,22 @@ const (
 )
 
 // newRaftBatcher returns g's group-commit queue on this node.
-func (n *Node) newRaftBatcher(g *group) *batchQueue[*raftOp] {
-	return &batchQueue[*raftOp]{maxBatch: maxOpsPerEntry, maxInflight: maxEntriesInFlight,
-		send: func(ops []*raftOp) { n.sendEntry(g, ops) }}
+func (n *Node) newRaftBatcher(g *group) *groupcommit.Queue[*raftOp] {
+	return groupcommit.NewQueue(maxOpsPerEntry, maxEntriesInFlight,
+		func(ops []*raftOp) { n.sendEntry(g, ops) })
 }
 
 // submit proposes env to g through its group commit and waits for its own
 // result. Errors as proposeOnce's.
 func (n *Node) submit(ctx context.Context, g *group, env *raftcmdv1.Envelope) (any, error) {
 	op := newRaftOp(env)
-	g.batch.add(op)
+	g.batch.Add(op)
 	return op.wait(ctx)
 }
 
-// wait returns op's result (see queued.await).
+// wait returns op's result (see await).
 func (op *raftOp) wait(ctx context.Context) (any, error) {
-	r, err := op.await(ctx, "command")
+	r, err := await(ctx, &op.Item, "command")
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +88,7 @@ func (op *raftOp) wait(ctx context.Context) (any, error) {
 func (n *Node) sendEntry(g *group, ops []*raftOp) {
 	live := ops[:0]
 	for _, op := range ops {
-		if op.claim() {
+		if op.Claim() {
 			live = append(live, op)
 		}
 	}
@@ -244,7 +136,7 @@ func (n *Node) writeEntry(g *group, live []*raftOp) {
 		if r.err == nil {
 			n.hooks.run(&n.hooks.afterApply, op.env)
 		}
-		op.done <- r
+		op.Answer(r)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -36,7 +37,7 @@ type group struct {
 	stopping atomic.Bool
 	hadState bool
 	// batch is the group commit of this replica's commands while it leads.
-	batch *batchQueue[*raftOp]
+	batch *groupcommit.Queue[*raftOp]
 	// unplacedSince is when the shard map stopped placing this replica here
 	// (zero while it does); only the group loop touches it.
 	unplacedSince time.Time
