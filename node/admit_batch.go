@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/groupcommit"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -185,14 +186,14 @@ func (n *Node) itemsWithPolicies(ctx context.Context, d dest, items []*batchItem
 }
 
 func (n *Node) proposeItems(ctx context.Context, d dest, items []*batchItem) {
-	ops := make([]*raftOp, len(items))
+	ops := make([]*groupcommit.Op, len(items))
 	for i, it := range items {
 		it.env.MapEpoch = d.epoch
-		ops[i] = newRaftOp(it.env)
+		ops[i] = groupcommit.NewOp(it.env)
 	}
-	d.g.batch.add(ops...)
+	d.g.batch.Add(ops...)
 	for i, it := range items {
-		res, err := ops[i].wait(ctx)
+		res, err := waitOp(ctx, ops[i])
 		switch {
 		case isRouteError(err):
 			it.err = fmt.Errorf("%w: %v", ErrNotProposed, err)

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/groupcommit"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -21,7 +22,7 @@ const maxForwardsInFlight = 4
 
 // fwdItem is one forwarded Admit waiting for a call.
 type fwdItem struct {
-	queued[fwdResult]
+	groupcommit.Item[fwdResult]
 	m *quoratev1.AdmitRequest
 }
 
@@ -31,18 +32,18 @@ type fwdResult struct {
 }
 
 // forwardQueue returns the Admit forwarding queue of a peer client.
-func (p *peers) forwardQueue(c *peerClient) *batchQueue[*fwdItem] {
-	return &batchQueue[*fwdItem]{maxBatch: MaxAdmitBatch, maxInflight: maxForwardsInFlight,
-		send: func(items []*fwdItem) { p.sendForwards(c, items) }}
+func (p *peers) forwardQueue(c *peerClient) *groupcommit.Queue[*fwdItem] {
+	return groupcommit.NewQueue(MaxAdmitBatch, maxForwardsInFlight,
+		func(items []*fwdItem) { p.sendForwards(c, items) })
 }
 
 // admit forwards one Admit to the peer (a group leader) through its queue.
 // Errors: ErrNotProposed (certainly not applied), ErrOutcomeUnknown, or the
 // leader's own answer (*leaderAnswer).
 func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
-	it := &fwdItem{queued: newQueued[fwdResult](), m: m}
-	c.admits.add(it)
-	r, err := it.await(ctx, "forwarded request")
+	it := &fwdItem{Item: groupcommit.NewItem[fwdResult](), m: m}
+	c.admits.Add(it)
+	r, err := await(ctx, &it.Item, "forwarded request")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quo
 func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 	live := items[:0]
 	for _, it := range items {
-		if it.claim() {
+		if it.Claim() {
 			live = append(live, it)
 		}
 	}
@@ -80,6 +81,6 @@ func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 		} else {
 			r.resp, r.err = batchResultAnswer(resp.Msg.GetResults()[i])
 		}
-		it.done <- r
+		it.Answer(r)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -36,7 +37,7 @@ type group struct {
 	stopping atomic.Bool
 	hadState bool
 	// batch is the group commit of this replica's commands while it leads.
-	batch *batchQueue[*raftOp]
+	batch *groupcommit.Committer
 	// unplacedSince is when the shard map stopped placing this replica here
 	// (zero while it does); only the group loop touches it.
 	unplacedSince time.Time
@@ -73,7 +74,7 @@ func groupDir(dataDir string, id shard.GroupID) string {
 // boot as its configuration (every replica may bootstrap with the same one).
 func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *group, err error) {
 	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{DataGroup: id != shard.MetaGroup})}
-	g.batch = n.newRaftBatcher(g)
+	g.batch = groupcommit.New(groupLog{n, g})
 	defer func() {
 		if err != nil {
 			_ = g.close()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
@@ -35,7 +36,7 @@ type peerClient struct {
 	lease     quoratev1connect.LeaseServiceClient
 	peer      quoratev1connect.PeerServiceClient // forwarding channel only
 	// admits queues Admits forwarded to this peer as a group's leader.
-	admits *batchQueue[*fwdItem]
+	admits *groupcommit.Queue[*fwdItem]
 }
 
 // newPeers returns clients whose connections dial opens.

@@ -131,7 +131,7 @@ func (n *Node) quiesce(ctx context.Context, g *group) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	select {
-	case <-g.batch.hold():
+	case <-g.batch.Hold():
 	case <-ctx.Done():
 		return fmt.Errorf("entries still in flight: %w", ctx.Err())
 	}
@@ -158,7 +158,7 @@ func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string
 		if err == nil {
 			err = waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
 		}
-		g.batch.release()
+		g.batch.Release()
 		n.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
 		return err == nil
 	}

@@ -1,4 +1,4 @@
-package node
+package groupcommit
 
 import (
 	"slices"
@@ -17,7 +17,7 @@ func TestBatchQueueSendsAtOnceWhenIdleAndAccumulatesWhenBusy(t *testing.T) {
 	}
 	sent := make(chan batch, 100)
 	var inflight, peak atomic.Int32
-	q := &batchQueue[int]{maxBatch: 4, maxInflight: 2, send: func(items []int) {
+	q := NewQueue(4, 2, func(items []int) {
 		cur := inflight.Add(1)
 		for {
 			p := peak.Load()
@@ -29,7 +29,7 @@ func TestBatchQueueSendsAtOnceWhenIdleAndAccumulatesWhenBusy(t *testing.T) {
 		sent <- b
 		<-b.release
 		inflight.Add(-1)
-	}}
+	})
 	next := func() batch {
 		t.Helper()
 		select {
@@ -41,18 +41,18 @@ func TestBatchQueueSendsAtOnceWhenIdleAndAccumulatesWhenBusy(t *testing.T) {
 		}
 	}
 
-	q.add(1)
+	q.Add(1)
 	b1 := next() // idle: sent without waiting for anything else
 	if !slices.Equal(b1.items, []int{1}) {
 		t.Fatalf("first batch %v, want [1]", b1.items)
 	}
-	q.add(2)
+	q.Add(2)
 	b2 := next() // one in flight, room for a second
 	if !slices.Equal(b2.items, []int{2}) {
 		t.Fatalf("second batch %v, want [2]", b2.items)
 	}
 	for i := 3; i <= 9; i++ { // both slots busy: these wait
-		q.add(i)
+		q.Add(i)
 	}
 	select {
 	case b := <-sent:
@@ -85,7 +85,7 @@ func TestBatchQueueSendsEveryItemOnce(t *testing.T) {
 		inflight atomic.Int32
 		over     atomic.Bool
 	)
-	q := &batchQueue[int]{maxBatch: 7, maxInflight: 3, send: func(items []int) {
+	q := NewQueue(7, 3, func(items []int) {
 		if inflight.Add(1) > 3 {
 			over.Store(true)
 		}
@@ -98,12 +98,12 @@ func TestBatchQueueSendsEveryItemOnce(t *testing.T) {
 		}
 		mu.Unlock()
 		inflight.Add(-1)
-	}}
+	})
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
 			for i := range 500 {
-				q.add(w*1000 + i)
+				q.Add(w*1000 + i)
 			}
 		})
 	}

@@ -1,0 +1,101 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/groupcommit"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// Group commit (DESIGN.md §4) is package groupcommit's: commands bound for a
+// group's log share entries, forwarded Admits share calls. What is here is
+// how an entry goes into a group's log on this node and what its callers'
+// errors mean.
+
+// await returns the result of it or, when ctx ends first, "not proposed" if it
+// was never sent (it never will be), else "outcome unknown". what names the
+// item in the error.
+func await[R any](ctx context.Context, it *groupcommit.Item[R], what string) (R, error) {
+	r, sent, err := it.Wait(ctx)
+	switch {
+	case err == nil:
+		return r, nil
+	case !sent:
+		return r, fmt.Errorf("%w: %v before the %s was sent", ErrNotProposed, err, what)
+	default:
+		return r, fmt.Errorf("%w: %v after the %s was sent", ErrOutcomeUnknown, err, what)
+	}
+}
+
+// groupLog is g's log as its leader on this node writes group-commit
+// entries to it.
+type groupLog struct {
+	n *Node
+	g *group
+}
+
+var _ groupcommit.Log = groupLog{}
+
+// Append stamps env with the leader's time and applies it (applyEntry),
+// running the afterPropose hook for each of cmds once raft has it.
+func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (any, error) {
+	env.NowUnixNano = l.n.now().UnixNano()
+	return l.n.applyEntry(l.g, env, func() {
+		for _, cmd := range cmds {
+			l.n.hooks.run(&l.n.hooks.afterPropose, cmd)
+		}
+	})
+}
+
+// Applied runs the afterApply hook.
+func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.hooks.run(&l.n.hooks.afterApply, cmd) }
+
+// BatchEntries reports whether every registered node reads Batch entries.
+func (l groupLog) BatchEntries() bool { return l.n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBatch }
+
+// submit proposes env to g through its group commit and waits for its own
+// result. Errors as proposeOnce's.
+func (n *Node) submit(ctx context.Context, g *group, env *raftcmdv1.Envelope) (any, error) {
+	op := groupcommit.NewOp(env)
+	g.batch.Add(op)
+	return waitOp(ctx, op)
+}
+
+// waitOp returns op's result (see await).
+func waitOp(ctx context.Context, op *groupcommit.Op) (any, error) {
+	r, err := await(ctx, &op.Item, "command")
+	if err != nil {
+		return nil, err
+	}
+	return r.Res, r.Err
+}
+
+// applyEntry appends env to g's log and waits until it is applied here,
+// returning the FSM's result; proposed runs once raft has the entry.
+// Errors: ErrNotLeader and other ErrNotProposed (certainly not applied),
+// ErrOutcomeUnknown.
+func (n *Node) applyEntry(g *group, env *raftcmdv1.Envelope, proposed func()) (any, error) {
+	data, err := fsm.Encode(env)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
+	}
+	future := g.raft.Apply(data, n.cfg.RequestTimeout)
+	proposed()
+	switch err := future.Error(); {
+	case err == nil:
+		return future.Response(), nil
+	case errors.Is(err, raft.ErrNotLeader):
+		return nil, ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return nil, fmt.Errorf("%w: leadership is being handed over", ErrNotProposed)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, fmt.Errorf("%w: raft queue full until the deadline", ErrNotProposed)
+	default: // ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+}
