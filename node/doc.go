@@ -13,8 +13,10 @@
 // meta leader creates the shard map (package shard) once ExpectNodes nodes
 // registered, and each node opens the data group replicas the map places on
 // it (groups.go). All groups' Raft traffic shares the node's one Raft
-// listener, a peer mux that reads a magic byte and a uvarint channel ID — the
-// group ID — from each connection (mux.go). The leader of each data group
+// listener, a peer mux that reads a header from each connection — a magic
+// byte, a uvarint channel ID (the group ID, or the forwarding channel) and
+// the dialer's cluster ID — and refuses another cluster's, a silent or an
+// idle connection (mux.go, peerconn.go, clusterid.go). The leader of each data group
 // copies the group's ownership (its slots, at a map epoch) and the meta
 // group's policy table into the group's log. Without data groups, the meta
 // group holds the data too (a single-group cluster).
@@ -47,8 +49,9 @@
 // request is routed again. If this node leads the group, it stamps the entry with its clock and appends it to
 // the log (propose); the FSM decides when the entry is applied, and the
 // result goes back to the caller. Otherwise the request is forwarded, as a
-// Connect call marked with the Quorate-Forwarded-By header, to the leader's
-// API address from the replicated node registry; a forwarded request is never
+// Connect call marked with the Quorate-Forwarded-By header, over the peer
+// port's forwarding channel to the leader's Raft address from the replicated
+// node registry; a forwarded request is never
 // forwarded again. Requests that were certainly not applied (no leader, the
 // node asked is not the leader, the leader was unreachable) are retried
 // within the request deadline. When the outcome is unknown (leadership lost

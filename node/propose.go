@@ -175,8 +175,8 @@ type routing struct {
 	idempotent bool
 }
 
-// onLeader runs local when this node leads, or remote against the leader's
-// API address otherwise, and retries while the request was certainly not
+// onLeader runs local when this node leads, or remote against the leader
+// (over the peer port's forwarding channel) otherwise, and retries while the request was certainly not
 // applied (ErrNotProposed) and ctx allows; an idempotent request is also
 // retried after an unknown outcome. A forwarded request is never forwarded
 // again: if this node does not lead, it answers ErrNotLeader so the
