@@ -13,9 +13,9 @@
 // meta leader creates the shard map (package shard) once ExpectNodes nodes
 // registered, and each node opens the data group replicas the map places on
 // it (groups.go). All groups' Raft traffic shares the node's one Raft
-// listener, a peer mux that reads a magic byte and a uvarint channel ID — the
-// group ID — from each connection (mux.go). The leader of each data group
-// copies the group's ownership (its slots, at a map epoch) and the meta
+// listener, a peer mux that reads a magic byte and a uvarint channel ID —
+// the group ID — from each connection (package peermux). The leader of each
+// data group copies the group's ownership (its slots, at a map epoch) and the meta
 // group's policy table into the group's log. Without data groups, the meta
 // group holds the data too (a single-group cluster).
 //
