@@ -49,7 +49,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:        n.meta.raft.LastIndex(),
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
-		ClusterId:           n.mux.clusterID(),
+		ClusterId:           n.mux.ClusterID(),
 	}
 	plans := n.meta.fsm.Plans()
 	for _, g := range n.hosted() {

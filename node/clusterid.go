@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -48,7 +48,7 @@ var ErrOtherCluster = errors.New("node: the node belongs to another cluster")
 
 // newClusterID returns a new random cluster ID.
 func newClusterID() string {
-	b := make([]byte, clusterIDLen)
+	b := make([]byte, peermux.ClusterIDLen)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	return hex.EncodeToString(b)
 }
@@ -87,63 +87,6 @@ func freshMetaGroup(dataDir string) bool {
 	return errors.Is(err, os.ErrNotExist)
 }
 
-// clusterGate is the mux's knowledge of its cluster ID; guarded by
-// peerMux.mu.
-type clusterGate struct {
-	id       string    // "" while unknown
-	waiting  bool      // unknown, and refuse every connection until learned
-	loggedAt time.Time // when a refusal was last logged
-}
-
-// clusterID is the cluster ID the mux writes in its headers ("" if none).
-func (m *peerMux) clusterID() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cluster.id
-}
-
-// clusterWaiting reports whether the mux refuses every connection until
-// the node learns its cluster's ID.
-func (m *peerMux) clusterWaiting() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cluster.waiting
-}
-
-// setCluster sets what the mux knows of its cluster: an ID (or "" for
-// none: admit any dialer), or, with waiting, nothing yet.
-func (m *peerMux) setCluster(id string, waiting bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cluster.id, m.cluster.waiting = id, waiting && id == ""
-}
-
-// clusterAdmits reports whether a dialer of cluster (its header's ID, ""
-// for none) may use channel ch, and logs a refusal (at most once a second).
-func (m *peerMux) clusterAdmits(c net.Conn, ch uint64, cluster string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	g := &m.cluster
-	var reason string
-	switch {
-	case g.waiting:
-		reason = "this node has not learned its cluster's ID yet"
-	case g.id == "" || cluster == g.id:
-		return true
-	case cluster == "":
-		reason = "the dialer sent no cluster ID"
-	default:
-		reason = "the dialer belongs to another cluster"
-	}
-	m.stats.otherCluster.Add(1)
-	if now := time.Now(); now.Sub(g.loggedAt) >= time.Second {
-		g.loggedAt = now
-		m.log.Warn("refused a peer connection: "+reason, "remote", c.RemoteAddr(), "channel", ch,
-			"cluster_id", g.id, "peer_cluster_id", cluster)
-	}
-	return false
-}
-
 // adoptClusterID records id as this node's cluster ID (file, then mux)
 // unless it already has one. It returns ErrOtherCluster when the node
 // recorded another.
@@ -153,9 +96,9 @@ func (n *Node) adoptClusterID(id, from string) error {
 	}
 	n.clusterMu.Lock()
 	defer n.clusterMu.Unlock()
-	switch cur := n.mux.clusterID(); cur {
+	switch cur := n.mux.ClusterID(); cur {
 	case id:
-		n.mux.setCluster(id, false)
+		n.mux.SetClusterID(id, false)
 		return nil
 	case "":
 	default:
@@ -164,7 +107,7 @@ func (n *Node) adoptClusterID(id, from string) error {
 	if err := writeClusterID(n.cfg.DataDir, id); err != nil {
 		return err
 	}
-	n.mux.setCluster(id, false)
+	n.mux.SetClusterID(id, false)
 	n.log.Info("recorded the cluster ID", "cluster_id", id, "from", from)
 	return nil
 }
@@ -179,7 +122,7 @@ func (n *Node) learnClusterID(ctx context.Context, base string) error {
 	}
 	id := resp.Msg.GetNode().GetClusterId()
 	if id == "" {
-		n.mux.setCluster("", false)
+		n.mux.SetClusterID("", false)
 		return nil
 	}
 	return n.adoptClusterID(id, "--join "+base)
@@ -202,7 +145,7 @@ func (n *Node) knownClusterID() string {
 	if id := n.meta.fsm.ClusterID(); id != "" {
 		return id
 	}
-	return n.mux.clusterID()
+	return n.mux.ClusterID()
 }
 
 // clusterIDLoop keeps the node's record of its cluster ID in step with the
@@ -226,7 +169,7 @@ func (n *Node) clusterIDLoop(ctx context.Context) {
 				n.log.Error("the meta group's cluster ID is not this node's", "err", err)
 			}
 		case n.isLeader() && n.meta.fsm.MinFeatureLevel() >= fsm.FeatureClusterID:
-			id := n.mux.clusterID()
+			id := n.mux.ClusterID()
 			if id == "" {
 				id = newClusterID()
 			}
@@ -258,6 +201,6 @@ func (n *Node) initClusterID() error {
 		}
 		n.log.Info("bootstrapping a new cluster", "cluster_id", id)
 	}
-	n.mux.setCluster(id, id == "" && fresh && n.cfg.Join != "")
+	n.mux.SetClusterID(id, id == "" && fresh && n.cfg.Join != "")
 	return nil
 }

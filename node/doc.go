@@ -13,10 +13,10 @@
 // meta leader creates the shard map (package shard) once ExpectNodes nodes
 // registered, and each node opens the data group replicas the map places on
 // it (groups.go). All groups' Raft traffic shares the node's one Raft
-// listener, a peer mux that reads a header from each connection — a magic
-// byte, a uvarint channel ID (the group ID, or the forwarding channel) and
-// the dialer's cluster ID — and refuses another cluster's, a silent or an
-// idle connection (mux.go, peerconn.go, clusterid.go). The leader of each data group
+// listener, a peer mux (package peermux) that reads a header from each
+// connection — a magic byte, a uvarint channel ID (the group ID, or the
+// forwarding channel) and the dialer's cluster ID — and refuses another
+// cluster's, a silent or an idle connection. The leader of each data group
 // copies the group's ownership (its slots, at a map epoch) and the meta
 // group's policy table into the group's log. Without data groups, the meta
 // group holds the data too (a single-group cluster).

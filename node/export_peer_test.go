@@ -6,19 +6,20 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
 // PeerConnsAccepted is how many connections n's peer port has accepted.
-func PeerConnsAccepted(n *Node) int64 { return n.mux.stats.accepted.Load() }
+func PeerConnsAccepted(n *Node) int64 { return n.mux.Stats().Accepted }
 
 // PeerConnsIdleClosed is how many connections n's peer port closed for
 // idleness.
-func PeerConnsIdleClosed(n *Node) int64 { return n.mux.stats.idleClosed.Load() }
+func PeerConnsIdleClosed(n *Node) int64 { return n.mux.Stats().IdleClosed }
 
 // PeerRedials is how many of n's Raft connections were replaced before a
 // write for having been idle.
-func PeerRedials(n *Node) int64 { return n.mux.stats.redials.Load() }
+func PeerRedials(n *Node) int64 { return n.mux.Stats().Redials }
 
 // MetaClusterID is the cluster ID n's meta group replica holds.
 func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
@@ -44,5 +45,5 @@ func RegisterAtLevel(n *Node, id string, level uint32) error {
 // ForwardingHeader is the header that opens a connection on a peer port's
 // forwarding channel from a node of cluster (a cluster ID, or "").
 func ForwardingHeader(cluster string) []byte {
-	return appendMuxHeaderFor(nil, muxChannelForward, cluster)
+	return peermux.AppendHeader(nil, peermux.ChannelForward, cluster)
 }

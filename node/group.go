@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -86,7 +87,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		return nil, err
 	}
 	g.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: raftMaxPool, Timeout: raftTimeout, Logger: hlog})
+		Stream: stream, MaxPool: peermux.RaftMaxPool, Timeout: peermux.RaftTimeout, Logger: hlog})
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}

@@ -87,19 +87,19 @@ func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	defer cancel()
 	if leaderAddr, _ := n.leader(); leaderAddr == "" && n.cfg.Join != "" && !n.isLeader() {
 		base, _ := joinURL(n.cfg.Join)
-		if n.mux.clusterWaiting() {
+		if n.mux.WaitingForClusterID() {
 			if err := n.learnClusterID(ctx, base); err != nil {
 				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)
 			}
 		}
-		req.ClusterId = n.mux.clusterID()
+		req.ClusterId = n.mux.ClusterID()
 		resp, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
 		return n.joined(resp.Msg, base)
 	}
-	req.ClusterId = n.mux.clusterID()
+	req.ClusterId = n.mux.ClusterID()
 	return n.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
@@ -33,8 +34,8 @@ type Node struct {
 	apiAddr    string // advertised
 	raftAddr   string // advertised
 	apiLn      net.Listener
-	mux        *peerMux // the peer listener: every group's Raft traffic
-	meta       *group   // the meta group (with no data groups, it holds the data too)
+	mux        *peermux.Mux // the peer listener: every group's Raft traffic
+	meta       *group       // the meta group (with no data groups, it holds the data too)
 	groups     dataGroups
 	hadState   bool
 	server     *http.Server
@@ -110,9 +111,11 @@ func New(cfg Config) (_ *Node, err error) {
 		raftLn.Close()
 		return nil, fmt.Errorf("node: --raft-addr: %w", errRaftNotAdvertisable)
 	}
-	n.mux = newPeerMux(raftLn, newPeerDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log)
-	n.mux.headerTimeout, n.mux.idleTimeout = cfg.PeerHandshakeTimeout, cfg.PeerIdleTimeout
-	n.mux.fwdIdleTimeout = 2 * cfg.RequestTimeout
+	n.mux = peermux.New(raftLn, peermux.NewDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log, peermux.Options{
+		HandshakeTimeout:   cfg.PeerHandshakeTimeout,
+		IdleTimeout:        cfg.PeerIdleTimeout,
+		ForwardIdleTimeout: 2 * cfg.RequestTimeout,
+	})
 	if err := n.initClusterID(); err != nil {
 		raftLn.Close()
 		return nil, err
@@ -131,17 +134,17 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.hadState = n.meta.hadState
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
-	n.peers = newPeers(newPeerDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext)
+	n.peers = newPeers(peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext)
 	n.fwd = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
 		n.fwdDials.Add(1)
-		return n.mux.Dial(ctx, addr, muxChannelForward)
+		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
 	})
 	// Let go of an idle forwarding connection before the peer may close it.
 	n.fwd.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
 	for _, p := range []*peers{n.peers, n.fwd} {
 		p.from, p.timeout, p.maxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
 	}
-	if n.fwdLn, err = n.mux.Listener(muxChannelForward); err != nil {
+	if n.fwdLn, err = n.mux.Listener(peermux.ChannelForward); err != nil {
 		return nil, err
 	}
 	n.waiters = newWaiters()
@@ -328,6 +331,8 @@ func (n *Node) closeResources() error {
 	}
 	return errors.Join(errs...)
 }
+
+var errRaftNotAdvertisable = errors.New("bound to an unspecified address; set --advertise-raft-addr")
 
 func ignoreClosed(err error) error {
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {

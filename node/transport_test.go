@@ -8,87 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/quorate/quorate/peermux"
 )
 
-// acceptOne accepts one connection on ln and returns the IP it came from.
-func acceptOne(t *testing.T, ln net.Listener) <-chan net.IP {
-	t.Helper()
-	from := make(chan net.IP, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			from <- nil
-			return
-		}
-		from <- c.RemoteAddr().(*net.TCPAddr).IP
-		c.Close()
-	}()
-	return from
-}
-
-// muxOn starts a peer mux listening on bind (its Raft listener).
-func muxOn(t *testing.T, bind string, dialMap map[string]string, advertise net.Addr) *peerMux {
-	t.Helper()
-	ln, err := net.Listen("tcp", bind)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newPeerMux(ln, newPeerDialer(ln.Addr(), dialMap), advertise, nil)
-	go m.Serve()
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
-func TestRaftStreamDialsFromListenerIP(t *testing.T) {
-	peer, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	m := muxOn(t, "127.0.0.2:0", nil, nil)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if got := s.Addr().(*net.TCPAddr).IP.String(); got != "127.0.0.2" {
-		t.Fatalf("Addr %v, want the bound 127.0.0.2", s.Addr())
-	}
-	from := acceptOne(t, peer)
-	c, err := s.Dial(raft.ServerAddress(peer.Addr().String()), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if ip := <-from; !ip.Equal(net.ParseIP("127.0.0.2")) {
-		t.Fatalf("peer saw the connection from %v, want 127.0.0.2", ip)
-	}
-}
-
-func TestRaftStreamFollowsDialMap(t *testing.T) {
-	via, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer via.Close()
-	m := muxOn(t, "127.0.0.3:0", map[string]string{"127.0.0.9:7100": via.Addr().String()}, nil)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	from := acceptOne(t, via)
-	c, err := s.Dial("127.0.0.9:7100", 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if ip := <-from; !ip.Equal(net.ParseIP("127.0.0.3")) {
-		t.Fatalf("the mapped address saw the connection from %v, want 127.0.0.3", ip)
-	}
-}
-
+// A Raft listener on an unspecified address needs an address to advertise
+// (the mux's side of it is tested in package peermux).
 func TestRaftListenerAdvertise(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.ID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
@@ -98,43 +22,6 @@ func TestRaftListenerAdvertise(t *testing.T) {
 		t.Fatal("a Raft listener on 0.0.0.0 without an advertise address was accepted")
 	} else if !errors.Is(err, errRaftNotAdvertisable) {
 		t.Fatalf("New with --raft-addr 0.0.0.0:0: %v, want errRaftNotAdvertisable", err)
-	}
-	adv := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 7170}
-	m := muxOn(t, "0.0.0.0:0", nil, adv)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if s.Addr() != adv {
-		t.Fatalf("Addr %v, want the advertised %v", s.Addr(), adv)
-	}
-	if m.dialer.local != nil {
-		t.Fatalf("a listener on 0.0.0.0 binds outgoing connections to %v", m.dialer.local)
-	}
-}
-
-func TestPeerDialerLocalFor(t *testing.T) {
-	tcp := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 1} }
-	tests := []struct {
-		listen, target, want string // want "" means the kernel's choice
-	}{
-		{"127.0.0.2", "127.0.0.1:7170", "127.0.0.2"},
-		{"127.0.0.2", "localhost:7170", "127.0.0.2"},
-		{"127.0.0.2", "10.0.0.2:7170", ""},        // a loopback source cannot reach another host
-		{"127.0.0.2", "node2.example:7170", ""},   // nor, probably, a name
-		{"127.0.0.2", "[::1]:7170", ""},           // another family
-		{"10.0.0.1", "10.0.0.2:7170", "10.0.0.1"}, // multi-homed host: the listen address
-		{"10.0.0.1", "node2.example:7170", "10.0.0.1"},
-		{"0.0.0.0", "10.0.0.2:7170", ""},
-		{"::", "[::1]:7170", ""},
-		{"::1", "[::1]:7170", "::1"},
-	}
-	for _, tt := range tests {
-		got := newPeerDialer(tcp(tt.listen), nil).localFor(tt.target)
-		if (got == nil) != (tt.want == "") || got != nil && !got.Equal(net.ParseIP(tt.want)) {
-			t.Errorf("listening on %s, dialing %s from %v, want %q", tt.listen, tt.target, got, tt.want)
-		}
 	}
 }
 
@@ -155,7 +42,7 @@ func TestPeersDialFromAPIIP(t *testing.T) {
 	defer srv.Close()
 
 	apiLn := &net.TCPAddr{IP: net.ParseIP("127.0.0.4"), Port: 7070}
-	p := newPeers(newPeerDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}).DialContext)
+	p := newPeers(peermux.NewDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}).DialContext)
 	defer p.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

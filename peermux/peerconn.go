@@ -1,4 +1,4 @@
-package node
+package peermux
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ type muxLimits struct {
 // reports false when a limit is reached. When it returns ok, the caller
 // calls handshakeDone(ip) when c's handshake ends and release once c is
 // closed (trackedConn.onClose).
-func (m *peerMux) admit(c net.Conn) (ip string, ok bool) {
+func (m *Mux) admit(c net.Conn) (ip string, ok bool) {
 	ip = c.RemoteAddr().String()
 	if a, isTCP := c.RemoteAddr().(*net.TCPAddr); isTCP {
 		ip = a.IP.String()
@@ -65,7 +65,7 @@ func (m *peerMux) admit(c net.Conn) (ip string, ok bool) {
 }
 
 // handshakeDone ends the handshake of a connection from ip.
-func (m *peerMux) handshakeDone(ip string) {
+func (m *Mux) handshakeDone(ip string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.shaking[ip]--; m.shaking[ip] <= 0 {
@@ -74,7 +74,7 @@ func (m *peerMux) handshakeDone(ip string) {
 }
 
 // release frees an accepted connection's place under the limits.
-func (m *peerMux) release() {
+func (m *Mux) release() {
 	m.mu.Lock()
 	m.open--
 	m.mu.Unlock()

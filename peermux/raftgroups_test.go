@@ -1,13 +1,9 @@
-package node
+package peermux
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,348 +20,6 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 )
-
-// waitFor polls cond every few milliseconds until it holds, and fails the
-// test when it does not within timeout.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("after %v: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// checkNoGoroutineLeak fails the test when, at its end, more goroutines run
-// than at the call, once those on their way out have had time to exit.
-func checkNoGoroutineLeak(tb testing.TB) {
-	tb.Helper()
-	base := runtime.NumGoroutine()
-	tb.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				tb.Errorf("%d goroutines, %d before the test:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-func TestMuxHeaderRoundTrip(t *testing.T) {
-	for _, ch := range []uint64{0, 1, 127, 128, 300, math.MaxUint32, muxChannelForward, math.MaxUint64} {
-		hdr := appendMuxHeader(nil, ch)
-		if hdr[0] != muxMagic || len(hdr) > muxMaxHeaderLen {
-			t.Fatalf("channel %d: header % x", ch, hdr)
-		}
-		r := bytes.NewReader(append(hdr, "payload"...))
-		got, err := readMuxHeader(r)
-		if err != nil || got != ch {
-			t.Fatalf("channel %d: read %d, %v", ch, got, err)
-		}
-		if rest, _ := io.ReadAll(r); string(rest) != "payload" {
-			t.Fatalf("channel %d: reading the header consumed the payload: left %q", ch, rest)
-		}
-	}
-	if got := appendMuxHeader(nil, 300); !bytes.Equal(got, []byte{muxMagic, 0xac, 0x02}) {
-		t.Fatalf("header of channel 300 is % x, want a7 ac 02", got)
-	}
-}
-
-func TestMuxHeaderRejectsGarbage(t *testing.T) {
-	tooLong := append([]byte{muxMagic}, bytes.Repeat([]byte{0xff}, 11)...)
-	over64 := append(append([]byte{muxMagic}, bytes.Repeat([]byte{0xff}, 9)...), 0x02)
-	tests := []struct {
-		name string
-		in   []byte
-		want error
-	}{
-		{"empty", nil, io.EOF},
-		{"raft RPC byte", []byte{0x00, 0x01}, errMuxBadMagic},
-		{"HTTP", []byte("GET / HTTP/1.1\r\n"), errMuxBadMagic},
-		{"TLS", []byte{0x16, 0x03, 0x01}, errMuxBadMagic},
-		{"varint over 10 bytes", tooLong, errMuxChannelID},
-		{"varint over 64 bits", over64, errMuxChannelID},
-		{"magic only", []byte{muxMagic}, io.EOF},
-		{"truncated varint", []byte{muxMagic, 0x80, 0x80}, io.ErrUnexpectedEOF},
-	}
-	for _, tt := range tests {
-		if ch, err := readMuxHeader(bytes.NewReader(tt.in)); !errors.Is(err, tt.want) {
-			t.Errorf("%s: got channel %d, err %v; want %v", tt.name, ch, err, tt.want)
-		}
-	}
-}
-
-// newTestMux serves a mux on a fresh loopback listener.
-func newTestMux(tb testing.TB) *peerMux {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m := newPeerMux(ln, newPeerDialer(ln.Addr(), nil), nil, nil)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.Serve()
-	}()
-	tb.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			tb.Error(err)
-		}
-		<-done
-	})
-	return m
-}
-
-func mustListen(tb testing.TB, m *peerMux, ch uint64) net.Listener {
-	tb.Helper()
-	l, err := m.Listener(ch)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return l
-}
-
-// waitClosedByPeer reads c until the peer closes it, failing on data or
-// when that takes longer than timeout.
-func waitClosedByPeer(tb testing.TB, c net.Conn, timeout time.Duration) {
-	tb.Helper()
-	c.SetReadDeadline(time.Now().Add(timeout))
-	n, err := c.Read(make([]byte, 1))
-	if n != 0 || err == nil {
-		tb.Fatalf("read %d bytes, err %v; want the connection closed", n, err)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		tb.Fatalf("connection still open after %v", timeout)
-	}
-}
-
-func TestMuxDispatchesByChannel(t *testing.T) {
-	checkNoGoroutineLeak(t)
-	a, b := newTestMux(t), newTestMux(t)
-	chans := []uint64{0, 1, 300, muxChannelForward}
-	for _, ch := range chans {
-		l := mustListen(t, b, ch)
-		if l.Addr().String() != b.ln.Addr().String() {
-			t.Fatalf("channel %d listens on %v, want the mux's %v", ch, l.Addr(), b.ln.Addr())
-		}
-		c, err := a.Dial(context.Background(), b.Addr().String(), ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := fmt.Sprintf("hello on %d", ch)
-		if _, err := c.Write([]byte(msg)); err != nil {
-			t.Fatal(err)
-		}
-		s, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(msg))
-		if _, err := io.ReadFull(s, got); err != nil || string(got) != msg {
-			t.Fatalf("channel %d got %q, %v; want %q", ch, got, err, msg)
-		}
-		// Closing the channel's listener closes what it accepted.
-		l.Close()
-		waitClosedByPeer(t, c, 5*time.Second)
-		c.Close()
-	}
-}
-
-func TestMuxRejectsBadConnections(t *testing.T) {
-	checkNoGoroutineLeak(t)
-	m := newTestMux(t)
-	m.headerTimeout = 200 * time.Millisecond
-	mustListen(t, m, 1)
-	addr := m.Addr().String()
-
-	send := func(t *testing.T, b []byte) net.Conn {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	t.Run("bad magic", func(t *testing.T) {
-		waitClosedByPeer(t, send(t, []byte("GET / HTTP/1.1\r\n\r\n")), 5*time.Second)
-	})
-	t.Run("huge varint", func(t *testing.T) {
-		waitClosedByPeer(t, send(t, append([]byte{muxMagic}, bytes.Repeat([]byte{0xff}, 11)...)), 5*time.Second)
-	})
-	t.Run("unknown channel", func(t *testing.T) {
-		c, err := m.Dial(context.Background(), addr, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitClosedByPeer(t, c, 5*time.Second)
-	})
-	t.Run("no header", func(t *testing.T) {
-		start := time.Now()
-		waitClosedByPeer(t, send(t, nil), 5*time.Second)
-		if d := time.Since(start); d < m.headerTimeout/2 {
-			t.Fatalf("closed after %v, before the header timeout %v", d, m.headerTimeout)
-		}
-	})
-	t.Run("half a header", func(t *testing.T) {
-		waitClosedByPeer(t, send(t, []byte{muxMagic, 0x80}), 5*time.Second)
-	})
-}
-
-// A connection for a channel nobody listens on yet is refused; once the
-// channel is registered the next dial gets through — what Raft does when a
-// peer's group replica is not started yet.
-func TestMuxChannelRegisteredLater(t *testing.T) {
-	checkNoGoroutineLeak(t)
-	m := newTestMux(t)
-	c, err := m.Dial(context.Background(), m.Addr().String(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitClosedByPeer(t, c, 5*time.Second)
-	c.Close()
-
-	l := mustListen(t, m, 7)
-	c, err = m.Dial(context.Background(), m.Addr().String(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte{0}); err != nil { // a channel is handed a connection once it sends
-		t.Fatal(err)
-	}
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-}
-
-func TestMuxListenerLifecycle(t *testing.T) {
-	checkNoGoroutineLeak(t)
-	m := newTestMux(t)
-	l := mustListen(t, m, 3)
-	if _, err := m.Listener(3); !errors.Is(err, errMuxInUse) {
-		t.Fatalf("a second listener on channel 3: %v, want errMuxInUse", err)
-	}
-	if _, err := m.StreamLayer(3); !errors.Is(err, errMuxInUse) {
-		t.Fatalf("a stream layer on channel 3: %v, want errMuxInUse", err)
-	}
-
-	// Close while Accept blocks.
-	accepted := make(chan error, 1)
-	go func() {
-		_, err := l.Accept()
-		accepted <- err
-	}()
-	l.Close()
-	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-
-	// The channel can be registered again; closing the mux unblocks it.
-	l2 := mustListen(t, m, 3)
-	go func() {
-		_, err := l2.Accept()
-		accepted <- err
-	}()
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Accept after the mux closed: %v, want net.ErrClosed", err)
-	}
-	if _, err := m.Listener(4); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Listener on a closed mux: %v", err)
-	}
-	if _, err := m.Dial(context.Background(), m.Addr().String(), 3); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Dial on a closed mux: %v", err)
-	}
-}
-
-// Many connections on several channels at once each reach their channel,
-// and closing the mux closes every one of them, both ends.
-func TestMuxManyConcurrentConnections(t *testing.T) {
-	checkNoGoroutineLeak(t)
-	a, b := newTestMux(t), newTestMux(t)
-	const chans, perChan = 4, 50
-	var servers sync.WaitGroup
-	for ch := range uint64(chans) {
-		l := mustListen(t, b, ch)
-		servers.Add(1)
-		go func() { // echo each connection's first 9 bytes back, then keep it open
-			defer servers.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					var buf [9]byte
-					if _, err := io.ReadFull(c, buf[:]); err == nil && uint64(buf[0]) == ch {
-						c.Write(buf[:])
-					}
-					io.Copy(io.Discard, c)
-				}()
-			}
-		}()
-	}
-	var clients sync.WaitGroup
-	errs := make(chan error, chans*perChan)
-	conns := make(chan net.Conn, chans*perChan)
-	for i := range chans * perChan {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			ch := uint64(i % chans)
-			c, err := a.Dial(context.Background(), b.Addr().String(), ch)
-			if err != nil {
-				errs <- err
-				return
-			}
-			conns <- c
-			var msg [9]byte
-			msg[0] = byte(ch)
-			binary.BigEndian.PutUint64(msg[1:], uint64(i))
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.Write(msg[:]); err != nil {
-				errs <- err
-				return
-			}
-			var got [9]byte
-			if _, err := io.ReadFull(c, got[:]); err != nil || got != msg {
-				errs <- fmt.Errorf("conn %d: echo % x, %v", i, got, err)
-			}
-		}()
-	}
-	clients.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if t.Failed() {
-		return
-	}
-	b.Close()
-	servers.Wait()
-	close(conns)
-	for c := range conns {
-		waitClosedByPeer(t, c, 5*time.Second)
-	}
-	a.Close()
-}
 
 // idFSM is the test groups' state machine: the set of entry IDs (8-byte
 // big-endian) it applied, so that an entry retried after an unknown outcome
@@ -430,7 +84,7 @@ func (s idSnapshot) Persist(sink raft.SnapshotSink) error {
 func (idSnapshot) Release() {}
 
 // muxCluster is in-process nodes, each with one loopback listener and one
-// peerMux hosting a replica of every group, over raft-boltdb files.
+// Mux hosting a replica of every group, over raft-boltdb files.
 type muxCluster struct {
 	tb     testing.TB
 	groups []uint32
@@ -446,7 +100,7 @@ type muxCluster struct {
 
 type muxNode struct {
 	id, addr, dir string
-	mux           *peerMux
+	mux           *Mux
 	served        chan struct{}
 	replicas      map[uint32]*muxReplica
 }
@@ -487,7 +141,7 @@ func newMuxCluster(tb testing.TB, n int, groups []uint32, conf func() *raft.Conf
 func (c *muxCluster) start(i int, ln net.Listener) {
 	c.tb.Helper()
 	nd := c.nodes[i]
-	nd.mux = newPeerMux(ln, newPeerDialer(ln.Addr(), nil), nil, nil)
+	nd.mux = New(ln, NewDialer(ln.Addr(), nil), nil, nil, Options{})
 	nd.served = make(chan struct{})
 	go func() {
 		defer close(nd.served)
@@ -510,8 +164,8 @@ func (c *muxCluster) start(i int, ln net.Listener) {
 		}
 		trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 			Stream:  &countingStream{StreamLayer: stream, writes: &c.writes, bytes: &c.bytes},
-			MaxPool: raftMaxPool,
-			Timeout: raftTimeout,
+			MaxPool: RaftMaxPool,
+			Timeout: RaftTimeout,
 			Logger:  logger,
 		})
 		dir := filepath.Join(nd.dir, fmt.Sprintf("g%d", g))
@@ -720,7 +374,7 @@ var idleSettings = []struct {
 // the Raft RPC requests sent (see muxCluster.writes). It asserts nothing.
 // Run it with:
 //
-//	QUORATE_MEASURE=1 go test -run TestMuxIdleCost -v ./node/
+//	QUORATE_MEASURE=1 go test -run TestMuxIdleCost -v ./peermux/
 func TestMuxIdleCost(t *testing.T) {
 	if testing.Short() || os.Getenv("QUORATE_MEASURE") == "" {
 		t.Skip("a measurement: set QUORATE_MEASURE=1 to run it")

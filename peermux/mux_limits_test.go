@@ -1,8 +1,6 @@
-package node
+package peermux
 
 import (
-	"bytes"
-	"errors"
 	"io"
 	"net"
 	"testing"
@@ -79,13 +77,13 @@ func TestMuxPooledConnectionOutlivesPeerIdleTimeout(t *testing.T) {
 	const idle = 200 * time.Millisecond
 	a, b := newTestMux(t), newTestMux(t)
 	a.idleTimeout, b.idleTimeout = idle, idle
-	transport := func(m *peerMux) *raft.NetworkTransport {
+	transport := func(m *Mux) *raft.NetworkTransport {
 		s, err := m.StreamLayer(5)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: s, MaxPool: raftMaxPool, Timeout: raftTimeout,
+			Stream: s, MaxPool: RaftMaxPool, Timeout: RaftTimeout,
 			Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard})})
 		t.Cleanup(func() { tr.Close() })
 		return tr
@@ -118,30 +116,5 @@ func TestMuxPooledConnectionOutlivesPeerIdleTimeout(t *testing.T) {
 	vote("vote on the pooled connection after b closed it")
 	if a.stats.redials.Load() < 1 {
 		t.Fatalf("no redial counted")
-	}
-}
-
-func TestMuxHeaderCarriesClusterID(t *testing.T) {
-	id := newClusterID()
-	for _, ch := range []uint64{0, 300, muxChannelForward} {
-		hdr := appendMuxHeaderFor(nil, ch, id)
-		if hdr[0] != muxMagicCluster || len(hdr) > muxMaxHeaderLen {
-			t.Fatalf("channel %d: header % x", ch, hdr)
-		}
-		r := bytes.NewReader(append(hdr, "payload"...))
-		got, cluster, err := readPeerHeader(r)
-		if err != nil || got != ch || cluster != id {
-			t.Fatalf("channel %d: read %d, %q, %v", ch, got, cluster, err)
-		}
-		if rest, _ := io.ReadAll(r); string(rest) != "payload" {
-			t.Fatalf("reading the header consumed the payload: left %q", rest)
-		}
-	}
-	// Without an ID the header is the older layout.
-	if hdr := appendMuxHeaderFor(nil, 5, ""); !bytes.Equal(hdr, []byte{muxMagic, 5}) {
-		t.Fatalf("header without a cluster ID: % x", hdr)
-	}
-	if _, _, err := readPeerHeader(bytes.NewReader([]byte{muxMagicCluster, 5, 1, 2})); !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Fatalf("truncated cluster ID: %v", err)
 	}
 }

@@ -1,0 +1,158 @@
+package peermux
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The peer multiplexer lets every service between nodes — one Raft
+// transport per hosted group, and the forwarding channel (requests
+// forwarded to a group's leader, and PeerService) — share one listener and
+// one address. Each TCP connection carries one channel,
+// named once, by a header the dialer writes first:
+//
+//	+-------+--------------------------+------------+---------------------+
+//	| magic | channel ID               | cluster ID | the channel's own   |
+//	| 0xA8  | unsigned varint, 1..10 B | 16 bytes   | bytes (for a Raft   |
+//	|       | (encoding/binary)        |            | group: the Raft     |
+//	|       |                          |            | transport's RPCs)   |
+//	+-------+--------------------------+------------+---------------------+
+//
+// A dialer that knows no cluster ID yet (a cluster that predates them)
+// sends magic 0xA7 and no cluster ID. A listener that knows its cluster's
+// ID refuses a header with another ID or none (cluster.go). The header
+// and the first byte after it must arrive within the handshake timeout;
+// only then is the connection handed to its channel (peerconn.go).
+//
+// The magic byte doubles as the header's version: a different layout gets a
+// different byte. It is far from Raft's own first bytes (RPC types 0–5), from
+// TLS (0x16) and from ASCII, so a pre-mux Raft peer, an HTTP client or a port
+// scanner is turned away at the first byte, and a mux header sent to a
+// pre-mux Raft listener fails there as an unknown RPC type. The server sends
+// no reply: a connection it rejects (bad magic, a varint longer than 10 bytes
+// or over 64 bits, an unknown channel, another cluster, no full header and
+// first byte within the handshake timeout) is closed, which the dialer sees
+// as a failed RPC — Raft retries, so a group whose replica starts here a moment after its peers
+// does not need the dials to wait for it.
+//
+// Channel IDs: a Raft group's channel is its GroupID (a uint32; 0 is the
+// meta group). IDs from 1<<32 up are the node's own services, never groups.
+const (
+	muxMagic byte = 0xA7
+
+	// muxMagicCluster opens the header of a dialer that knows its cluster
+	// ID: the magic, the channel ID, then the 16 bytes of the cluster ID
+	// (cluster.go). A dialer that knows none sends muxMagic's header.
+	muxMagicCluster byte = 0xA8
+
+	// ClusterIDLen is the length of a cluster ID in bytes (its hex form,
+	// which the mux's methods take, has twice as many digits).
+	ClusterIDLen = 16
+
+	// ChannelForward is the channel of follower→leader forwarding.
+	ChannelForward uint64 = 1 << 32
+
+	// muxHeaderTimeout is how long an accepted connection may take to send
+	// its header and the first byte after it (Options.HandshakeTimeout).
+	muxHeaderTimeout = 5 * time.Second
+
+	// muxIdleTimeout closes an accepted connection that has sent nothing
+	// for this long (Options.IdleTimeout).
+	muxIdleTimeout = 2 * time.Minute
+
+	// muxMaxConns caps the connections the peer port holds open at once: a
+	// node hosting the most groups (node.MaxDataGroups, a few connections per
+	// group and peer) stays well under it.
+	muxMaxConns = 16384
+
+	// muxMaxHandshakesPerIP caps the connections from one IP that have not
+	// finished their handshake: a peer's connections finish it in a round
+	// trip, so only a flood reaches it.
+	muxMaxHandshakesPerIP = 1024
+
+	// muxMaxHeaderLen is the longest header: the magic byte, a 64-bit
+	// uvarint and a cluster ID.
+	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + ClusterIDLen
+
+	// muxAcceptQueue is how many handshaken connections may wait for a
+	// channel's Accept.
+	muxAcceptQueue = 16
+)
+
+var (
+	errMuxBadMagic  = errors.New("peermux: peer connection: not a Quorate peer header")
+	errMuxChannelID = errors.New("peermux: peer connection: channel ID is not a 64-bit uvarint")
+	errMuxClosed    = fmt.Errorf("peermux: peer mux closed: %w", net.ErrClosed)
+	errMuxInUse     = errors.New("peermux: peer mux: channel already has a listener")
+)
+
+// appendMuxHeader appends the header that opens a connection on channel ch.
+func appendMuxHeader(b []byte, ch uint64) []byte {
+	return binary.AppendUvarint(append(b, muxMagic), ch)
+}
+
+// AppendHeader appends the header that opens a connection on channel ch
+// from a node of cluster (a cluster ID in hex, or "" when the node knows
+// none), as Dial writes it.
+func AppendHeader(b []byte, ch uint64, cluster string) []byte {
+	raw, err := hex.DecodeString(cluster)
+	if err != nil || len(raw) != ClusterIDLen {
+		return appendMuxHeader(b, ch)
+	}
+	return append(binary.AppendUvarint(append(b, muxMagicCluster), ch), raw...)
+}
+
+// readMuxHeader reads a connection's header from r one byte at a time, so
+// that nothing past it is consumed, and returns the channel ID.
+func readMuxHeader(r io.Reader) (uint64, error) {
+	ch, _, err := readPeerHeader(r)
+	return ch, err
+}
+
+// readPeerHeader reads a connection's header like readMuxHeader and also
+// returns the dialer's cluster ID ("" when its header carries none).
+func readPeerHeader(r io.Reader) (uint64, string, error) {
+	br := byteReader{r: r}
+	magic, err := br.ReadByte()
+	if err != nil {
+		return 0, "", err
+	}
+	if magic != muxMagic && magic != muxMagicCluster {
+		return 0, "", fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
+	}
+	ch, err := binary.ReadUvarint(&br)
+	if err != nil {
+		if br.err != nil { // EOF, a deadline, a reset: not the varint's fault
+			return 0, "", err
+		}
+		return 0, "", fmt.Errorf("%w: %v", errMuxChannelID, err)
+	}
+	if magic == muxMagic {
+		return ch, "", nil
+	}
+	raw := make([]byte, ClusterIDLen)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return 0, "", err
+	}
+	return ch, hex.EncodeToString(raw), nil
+}
+
+// byteReader is an io.ByteReader without read-ahead.
+type byteReader struct {
+	r   io.Reader
+	buf [1]byte
+	err error // the underlying reader's error, if any
+}
+
+func (b *byteReader) ReadByte() (byte, error) {
+	if _, err := io.ReadFull(b.r, b.buf[:]); err != nil {
+		b.err = err
+		return 0, err
+	}
+	return b.buf[0], nil
+}
