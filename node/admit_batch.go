@@ -69,9 +69,10 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 // decideBatch decides items (onLeader for many requests at once): each ends
 // with resp or err set.
 func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bool) {
-	wait := 5 * time.Millisecond
 	pending := items
-	for attempt := 0; ; attempt++ {
+	attempt := -1
+	_, stopped := retry(ctx, doubling(5*time.Millisecond, 100*time.Millisecond), func() error {
+		attempt++
 		local := map[*group][]*batchItem{}
 		localDest := map[*group]dest{}
 		remote := map[string][]*batchItem{}
@@ -102,7 +103,7 @@ func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bo
 		}
 		wg.Wait()
 
-		var retry []*batchItem
+		var again []*batchItem
 		for _, it := range pending {
 			if it.err == nil {
 				continue
@@ -119,29 +120,28 @@ func (n *Node) decideBatch(ctx context.Context, items []*batchItem, forwarded bo
 				continue
 			}
 			if errors.Is(it.err, ErrNotProposed) || (unknown && it.cmd.GetRequestId() != "") {
-				retry = append(retry, it)
+				again = append(again, it)
 			}
 		}
-		if len(retry) == 0 {
-			return
+		pending = again
+		if len(again) == 0 {
+			return nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			for _, it := range retry {
-				if it.unknown != nil {
-					it.err = it.unknown
-				}
-				it.err = fmt.Errorf("%w (%v)", it.err, ctx.Err())
+		return errBatchPending
+	})
+	if stopped != nil {
+		for _, it := range pending {
+			if it.unknown != nil {
+				it.err = it.unknown
 			}
-			return
-		case <-t.C:
+			it.err = fmt.Errorf("%w (%v)", it.err, stopped)
 		}
-		pending = retry
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
+
+// errBatchPending tells decideBatch's retry that some items are to be
+// tried again.
+var errBatchPending = errors.New("batch items pending")
 
 // proposeBatch proposes items to d's group, which this node leads, all at
 // once so they share entries, and waits for each. As proposeTo does for one

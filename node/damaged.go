@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -22,10 +23,10 @@ const (
 // damagedReplica is a data group replica of this node that is not running
 // because its files are damaged. dataGroups.mu guards it.
 type damagedReplica struct {
-	err   error
-	at    time.Time
-	tries int
-	next  time.Time
+	err  error
+	at   time.Time
+	wait *backoff.ExponentialBackOff // the waits before the next reopenings
+	next time.Time
 }
 
 // replicaDamaged stops replica g, whose files were found damaged while it
@@ -63,13 +64,12 @@ func (d *dataGroups) noteDamaged(id shard.GroupID, err error) {
 	}
 	r := d.damaged[id]
 	if r == nil {
-		r = &damagedReplica{}
+		r = &damagedReplica{wait: doubling(damagedRetryMin, damagedRetryMax)}
 		d.damaged[id] = r
 	}
 	now := time.Now()
 	r.err, r.at = err, now
-	r.next = now.Add(min(damagedRetryMax, damagedRetryMin<<min(r.tries, 10)))
-	r.tries++
+	r.next = now.Add(r.wait.NextBackOff())
 }
 
 // openDue reports whether reconcile may try to open data group id's replica

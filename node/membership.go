@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -41,9 +42,9 @@ func (n *Node) register(ctx context.Context) {
 		self.FeatureLevel = *n.cfg.featureLevel
 	}
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
-	wait := 20 * time.Millisecond
+	b := doubling(20*time.Millisecond, time.Second)
 	registered := false
-	for {
+	_, _ = retry(ctx, b, func() error {
 		nodes := n.meta.fsm.Nodes()
 		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
 			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
@@ -54,29 +55,23 @@ func (n *Node) register(ctx context.Context) {
 			registered = true
 			close(n.registered)
 			n.log.Debug("registered")
-			wait = time.Second
+			b.InitialInterval, b.MaxInterval = time.Second, time.Minute
+			b.Reset()
 		}
 		if slices.Contains(nodes, self) {
-			return
+			return nil
 		}
 		err := n.joinOnce(ctx, req)
 		if err != nil && ctx.Err() == nil {
 			n.log.Debug("joining", "err", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !registered {
-			wait = min(2*wait, time.Second)
-		} else {
-			wait = min(2*wait, time.Minute)
-		}
-	}
+		return errNotRecorded
+	})
 }
+
+// errNotRecorded tells the join loop's retry that this node is not yet
+// recorded as it is.
+var errNotRecorded = errors.New("not yet recorded as a member")
 
 // joinOnce asks the leader (or, with no leader known, the --join address) to
 // add and register this node. A node without state first learns the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/fsm"
@@ -200,23 +201,19 @@ func (n *Node) groupCall(ctx context.Context, id shard.GroupID, env *raftcmdv1.E
 // moved on without this coordinator), or planRetryFor has passed.
 func (n *Node) retryPlanCall(ctx context.Context, call func(context.Context) error) error {
 	deadline := time.Now().Add(planRetryFor)
-	wait := 20 * time.Millisecond
-	for {
+	err, stopped := retry(ctx, doubling(20*time.Millisecond, 500*time.Millisecond), func() error {
 		cctx, cancel := context.WithTimeout(ctx, planCallTimeout)
 		err := call(cctx)
 		cancel()
 		if err == nil || !retryablePlanError(err) || time.Now().After(deadline) || !n.meta.isLeader() {
-			return err
+			return backoff.Permanent(err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
+		return err
+	})
+	if stopped != nil {
+		return stopped
 	}
+	return err
 }
 
 // retryablePlanError reports whether a plan call may succeed if tried

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
@@ -183,9 +184,10 @@ type routing struct {
 // forwarding node retries.
 func (n *Node) onLeader(ctx context.Context, r routing,
 	local func(context.Context) error, remote func(ctx context.Context, p *peerClient) error) error {
-	wait := 5 * time.Millisecond
 	var unknown error // the last attempt whose outcome is unknown, if any
-	for attempt := 0; ; attempt++ {
+	attempt := -1
+	err, stopped := retry(ctx, doubling(5*time.Millisecond, 100*time.Millisecond), func() error {
+		attempt++
 		d, err := n.destFor(r)
 		switch {
 		case err != nil:
@@ -197,9 +199,9 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 			if unknown != nil {
 				// An earlier attempt here may have applied: say so, or the
 				// forwarding node would report "not proposed".
-				return unknown
+				return backoff.Permanent(unknown)
 			}
-			return ErrNotLeader
+			return backoff.Permanent(ErrNotLeader)
 		default:
 			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
 				err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
@@ -212,22 +214,19 @@ func (n *Node) onLeader(ctx context.Context, r routing,
 			unknown = err
 		}
 		if !errors.Is(err, ErrNotProposed) && !(r.idempotent && wasUnknown) {
-			return err
+			return backoff.Permanent(err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if unknown != nil {
-				// A later "not proposed" does not undo an earlier attempt
-				// that may have been applied.
-				err = unknown
-			}
-			return fmt.Errorf("%w (%v)", err, ctx.Err())
-		case <-t.C:
+		return err
+	})
+	if stopped != nil {
+		if unknown != nil {
+			// A later "not proposed" does not undo an earlier attempt
+			// that may have been applied.
+			err = unknown
 		}
-		wait = min(2*wait, 100*time.Millisecond)
+		return fmt.Errorf("%w (%v)", err, stopped)
 	}
+	return err
 }
 
 // isOutcomeUnknown reports whether err is an Unavailable Connect error

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/quorate/quorate/node"
 )
@@ -23,26 +24,23 @@ import (
 // carries the same request ID and payload, and a retry of a request that was
 // applied gets the recorded answer (duplicate=true) instead of spending again.
 
-// backoff is the wait between attempts: initial after the first failure,
-// doubling up to max, each wait drawn uniformly from [d/2, d] (equal jitter,
-// so that clients that failed together do not retry together, yet never
-// retry at once).
-type backoff struct {
-	initial time.Duration
-	max     time.Duration
+// jitteredBackoff is the wait between attempts: InitialInterval after the
+// first failure, doubling up to MaxInterval, each wait drawn uniformly from
+// [d/2, d] (equal jitter, so that clients that failed together do not retry
+// together, yet never retry at once). A retrier's is a copy, so each
+// request's waits start again from the first.
+type jitteredBackoff struct{ backoff.ExponentialBackOff }
+
+func newJitteredBackoff(initial, max time.Duration) jitteredBackoff {
+	return jitteredBackoff{backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: max}}
 }
 
 // defaultBackoff is the CLI's: 20ms, 40ms, ... capped at 500ms.
-var defaultBackoff = backoff{initial: 20 * time.Millisecond, max: 500 * time.Millisecond}
+var defaultBackoff = newJitteredBackoff(20*time.Millisecond, 500*time.Millisecond)
 
-// wait returns the jittered wait before retry number n (1 for the wait after
-// the first failed attempt).
-func (b backoff) wait(n int) time.Duration {
-	d := b.initial
-	for i := 1; i < n && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
+// NextBackOff returns the jittered wait before the next retry.
+func (b *jitteredBackoff) NextBackOff() time.Duration {
+	d := b.ExponentialBackOff.NextBackOff()
 	if d <= 1 {
 		return d
 	}
@@ -132,7 +130,7 @@ type retrier struct {
 	// servers are tried in turn: attempt i goes to servers[i % len(servers)],
 	// so a dead node does not stop the retries.
 	servers []string
-	backoff backoff
+	backoff jitteredBackoff
 	// retryHint is appended to the error when the context ends after an
 	// attempt whose outcome is unknown, e.g. the command line to retry with
 	// the same request ID. It is text only: the request is the attempt
@@ -187,39 +185,45 @@ func (r retrier) do(ctx context.Context, attempt func(ctx context.Context, serve
 	}
 	started := time.Now()
 	unknown := false
-	for {
-		server := r.servers[attempts%len(r.servers)]
+	var server string
+	var last error // the last attempt's error
+	final := false // the answer is decided: no wait was cut short
+	fail := func(stopped error) error {
+		if attempts == 1 && stopped == nil {
+			return last
+		}
+		return &retryError{Attempts: attempts, Elapsed: time.Since(started), Unknown: unknown,
+			Last: last, Stopped: stopped, hint: r.retryHint, readOnly: r.readOnly}
+	}
+	waits := r.backoff
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		server = r.servers[attempts%len(r.servers)]
 		attempts++
-		err := attempt(ctx, server)
-		if err == nil {
-			return attempts, nil
+		last = attempt(ctx, server)
+		if last == nil {
+			final = true
+			return struct{}{}, nil
 		}
-		unknown = unknown || !r.readOnly && outcomeUnknown(err)
-		fail := func(stopped error) error {
-			if attempts == 1 && stopped == nil {
-				return err
-			}
-			return &retryError{Attempts: attempts, Elapsed: time.Since(started), Unknown: unknown,
-				Last: err, Stopped: stopped, hint: r.retryHint, readOnly: r.readOnly}
-		}
+		unknown = unknown || !r.readOnly && outcomeUnknown(last)
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return attempts, fail(ctxErr)
+			final = true
+			return struct{}{}, backoff.Permanent(fail(ctxErr))
 		}
-		if !retryable(err) {
-			return attempts, fail(nil)
+		if !retryable(last) {
+			final = true
+			return struct{}{}, backoff.Permanent(fail(nil))
 		}
-		wait := r.backoff.wait(attempts)
+		return struct{}{}, last
+	}, backoff.WithBackOff(&waits), backoff.WithMaxElapsedTime(0), backoff.WithNotify(func(err error, wait time.Duration) {
 		if r.onRetry != nil {
 			r.onRetry(attempts, server, err, wait)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return attempts, fail(ctx.Err())
-		case <-t.C:
-		}
+	}))
+	if !final {
+		// ctx ended before the next attempt.
+		return attempts, fail(ctx.Err())
 	}
+	return attempts, err
 }
 
 // retryError is the failure of a request that was attempted more than once,

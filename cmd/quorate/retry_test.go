@@ -137,29 +137,39 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestBackoffWait(t *testing.T) {
-	b := backoff{initial: 20 * time.Millisecond, max: 500 * time.Millisecond}
+	// wait returns the jittered wait before retry number n (1 for the wait
+	// after the first failed attempt) of a request's fresh copy of b.
+	wait := func(b jitteredBackoff, n int) time.Duration {
+		b.Reset()
+		var d time.Duration
+		for range n {
+			d = b.NextBackOff()
+		}
+		return d
+	}
+	b := newJitteredBackoff(20*time.Millisecond, 500*time.Millisecond)
 	for i, ms := range []time.Duration{20, 40, 80, 160, 320, 500, 500, 500} {
 		n, want := i+1, ms*time.Millisecond
 		seen := make(map[time.Duration]bool)
 		for range 100 {
-			got := b.wait(n)
+			got := wait(b, n)
 			if got < want/2 || got > want {
 				t.Fatalf("wait(%d) = %v, want within [%v, %v]", n, got, want/2, want)
 			}
 			seen[got] = true
 		}
 		if len(seen) < 2 {
-			t.Errorf("wait(%d) has no jitter: always %v", n, b.wait(n))
+			t.Errorf("wait(%d) has no jitter: always %v", n, wait(b, n))
 		}
 	}
-	if got := b.wait(1000); got > b.max {
-		t.Errorf("wait(1000) = %v, want at most %v", got, b.max)
+	if got := wait(b, 1000); got > b.MaxInterval {
+		t.Errorf("wait(1000) = %v, want at most %v", got, b.MaxInterval)
 	}
 }
 
 // fastRetrier retries quickly, for tests of the loop.
 func fastRetrier(servers ...string) retrier {
-	return retrier{servers: servers, backoff: backoff{initial: time.Millisecond, max: 4 * time.Millisecond},
+	return retrier{servers: servers, backoff: newJitteredBackoff(time.Millisecond, 4*time.Millisecond),
 		retryHint: "retry with: quorate admit --request-id r-42"}
 }
 
