@@ -72,12 +72,13 @@ func (p *pendingStates) take(key string) (admission.State, bool) {
 	return s, true
 }
 
-// applyAdmit decides every check of c at now, all or none: either every
+// applyAdmit decides every check of c at o.now, all or none: either every
 // check is admitted (or shadow-denied) and charged, or nothing changes and
 // the result names the first check that denied. With a request ID, a repeat
 // gets the recorded result and the decision is recorded before anything is
 // spent.
-func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
+func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
+	now := o.now
 	var dk dedupe.Key
 	var fp [16]byte
 	recorded := c.GetRequestId() != "" && !plantedBug
@@ -88,7 +89,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		}
 	}
 	var buf [MaxChecks]check
-	checks, err := f.resolveChecks(c, buf[:0])
+	checks, err := f.resolveChecks(c, o.slot, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, now int64) interface{} {
 		for _, ch := range checks {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
 		}
-		if err := f.record(dk, recordAdmit, fp, encodeAdmitRecord(res), retention, now); err != nil {
+		if err := f.record(o, dk, recordAdmit, fp, encodeAdmitRecord(res), retention); err != nil {
 			return err
 		}
 	}
@@ -219,8 +220,9 @@ func paceTo(res *AdmitResult, checks []check) (time.Duration, bool) {
 
 // resolveChecks appends to out the checks of c, first its own, with their
 // policies, or returns the first problem: an unknown policy or a bad key or
-// cost, naming the field ("key", "also[1].cost", …).
-func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
+// cost, or a key outside slot (unless dedupe.NoSlot), naming the field
+// ("key", "also[1].cost", …).
+func (f *FSM) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]check, error) {
 	also := c.GetAlso()
 	if n := 1 + len(also); n > MaxChecks {
 		return nil, &admission.FieldError{Field: "also", Err: admission.ErrInvalidRequest,
@@ -243,11 +245,11 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, out []check) ([]check, error) {
 		if err := pv.Policy.CheckRequest(key, cost); err != nil {
 			return nil, admission.Nested(prefix, err)
 		}
-		if f.opSlot != dedupe.NoSlot && uint16(shard.SlotOf(key)) != f.opSlot {
+		if slot != dedupe.NoSlot && uint16(shard.SlotOf(key)) != slot {
 			// The API checks hash tags; a group must never touch another
 			// slot (it may be frozen, or not be this group's).
 			return nil, &admission.FieldError{Field: prefix + "key", Err: admission.ErrInvalidRequest,
-				Reason: fmt.Sprintf("%s is in slot %d, the request's first key in slot %d: the keys of one request must share a hash tag", admission.Quote(key), shard.SlotOf(key), f.opSlot)}
+				Reason: fmt.Sprintf("%s is in slot %d, the request's first key in slot %d: the keys of one request must share a hash tag", admission.Quote(key), shard.SlotOf(key), slot)}
 		}
 		out = append(out, check{policy: pv, key: BucketKey(policy, key), bareKey: key, cost: cost})
 	}
@@ -314,7 +316,8 @@ func (f *FSM) applyDeletePolicies(c *raftcmdv1.DeletePolicies) interface{} {
 
 // applyRefund gives back, once, what the admit recorded under (caller,
 // request ID) spent.
-func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
+func (f *FSM) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
+	now := o.now
 	k := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}
 	e, ok := f.dedupe.Get(k, now)
 	if !ok {
@@ -331,9 +334,9 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, now int64) interface{} {
 	for _, ch := range rec.GetChecks() {
 		cost += ch.GetSpent()
 	}
-	if f.opSlot != dedupe.NoSlot {
+	if o.slot != dedupe.NoSlot {
 		for _, ch := range rec.GetChecks() {
-			if uint16(shard.SlotOf(ch.GetKey())) != f.opSlot {
+			if uint16(shard.SlotOf(ch.GetKey())) != o.slot {
 				return &admission.FieldError{Field: "key", Err: admission.ErrInvalidRequest,
 					Reason: fmt.Sprintf("request_id %s was recorded for key %s, which is not in this key's slot", admission.Quote(k.RequestID), admission.Quote(ch.GetKey()))}
 			}

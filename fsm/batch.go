@@ -3,8 +3,6 @@ package fsm
 import (
 	"fmt"
 
-	"github.com/hashicorp/raft"
-
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -28,20 +26,23 @@ func Batchable(env *raftcmdv1.Envelope) bool {
 	return false
 }
 
-// applyBatch applies a batch's ops in order, all at the entry's time; f.mu
-// is held. Each op is routed (slot ownership, epoch) on its own.
-func (f *FSM) applyBatch(l *raft.Log, b *raftcmdv1.Batch, now int64) interface{} {
+// applyBatch applies a batch's ops in order, each at the index and time of
+// entry (the Batch command itself); f.mu is held. Each op is routed (slot
+// ownership, epoch) on its own.
+func (f *FSM) applyBatch(entry op, b *raftcmdv1.Batch) interface{} {
 	ops := b.GetOps()
 	if len(ops) > MaxBatchOps {
 		return fmt.Errorf("fsm: batch of %d ops, more than %d", len(ops), MaxBatchOps)
 	}
 	out := &BatchResult{Results: make([]any, len(ops))}
-	for i, op := range ops {
-		if !Batchable(op) {
+	for i, env := range ops {
+		if !Batchable(env) {
 			out.Results[i] = fmt.Errorf("%w: op %d", ErrNotBatchable, i)
 			continue
 		}
-		out.Results[i] = f.applyOp(l, op, now)
+		o := entry
+		o.env = env
+		out.Results[i] = f.applyOp(o)
 	}
 	return out
 }

@@ -186,11 +186,6 @@ type FSM struct {
 	// exported (migrate.go): not replicated state, guarded by exportMu.
 	exportMu    sync.Mutex
 	exportCache *exportIndex
-
-	// opSlot is the slot of the data command being applied (a data group
-	// with ownership only; dedupe.NoSlot otherwise), recorded with its
-	// request ID.
-	opSlot uint16
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -214,7 +209,6 @@ func New(opts Options) *FSM {
 		callers:  callerNames{},
 		frozen:   map[uint64]shard.SlotRange{},
 		imports:  map[uint64]*importState{},
-		opSlot:   dedupe.NoSlot,
 	}
 	f.reservations = f.newReservationTable()
 	return f
@@ -307,17 +301,34 @@ func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.sems.Sweep(now, SweepPerApply, f.policyOfBucket)
 	f.dedupe.Sweep(now, SweepPerApply)
 
+	o := op{env: env, index: l.Index, now: now, slot: dedupe.NoSlot}
 	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Batch); ok {
-		return f.applyBatch(l, b.Batch, now)
+		return f.applyBatch(o, b.Batch)
 	}
-	return f.applyOp(l, env, now)
+	return f.applyOp(o)
 }
 
-// applyOp applies one command at now: an entry's own, or one op of a batch.
-func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface{} {
-	if err := f.checkRoute(env); err != nil {
+// op is one command being applied: an entry's own, or one op of a batch
+// (which shares its entry's index and time). It lives for one command
+// only; nothing of it stays in the FSM.
+type op struct {
+	env   *raftcmdv1.Envelope
+	index uint64 // the entry's log index
+	now   int64  // the time the command decides at
+	// slot is the slot of a data command in a data group with ownership
+	// (checkRoute), dedupe.NoSlot otherwise: the command touches only
+	// keys of that slot, and its request ID is recorded with it.
+	slot uint16
+}
+
+// applyOp applies one command at o.now.
+func (f *FSM) applyOp(o op) interface{} {
+	env, now := o.env, o.now
+	slot, err := f.checkRoute(env)
+	if err != nil {
 		return err
 	}
+	o.slot = slot
 	switch body := env.GetBody().(type) {
 	case *raftcmdv1.Envelope_SetShardMap:
 		return f.applySetShardMap(body.SetShardMap)
@@ -326,9 +337,9 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_SetPolicies:
 		return f.applySetPolicies(body.SetPolicies)
 	case *raftcmdv1.Envelope_Admit:
-		return f.applyAdmit(body.Admit, now)
+		return f.applyAdmit(body.Admit, o)
 	case *raftcmdv1.Envelope_PutPolicies:
-		return f.policiesChanged(l, f.applyPutPolicies(body.PutPolicies))
+		return f.policiesChanged(o.index, f.applyPutPolicies(body.PutPolicies))
 	case *raftcmdv1.Envelope_RegisterNode:
 		return f.applyRegisterNode(body.RegisterNode)
 	case *raftcmdv1.Envelope_SetClusterId:
@@ -339,15 +350,15 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_Peek:
 		return f.applyPeek(body.Peek, now)
 	case *raftcmdv1.Envelope_DeletePolicies:
-		return f.policiesChanged(l, f.applyDeletePolicies(body.DeletePolicies))
+		return f.policiesChanged(o.index, f.applyDeletePolicies(body.DeletePolicies))
 	case *raftcmdv1.Envelope_Refund:
-		return f.applyRefund(body.Refund, now)
+		return f.applyRefund(body.Refund, o)
 	case *raftcmdv1.Envelope_Lease:
-		return f.applyLease(body.Lease, now)
+		return f.applyLease(body.Lease, o)
 	case *raftcmdv1.Envelope_Reserve:
-		return f.applyReserve(body.Reserve, l.Index, now)
+		return f.applyReserve(body.Reserve, o)
 	case *raftcmdv1.Envelope_Commit:
-		return f.applyCommit(body.Commit, now)
+		return f.applyCommit(body.Commit, o)
 	case *raftcmdv1.Envelope_FreezeSlots:
 		return f.applyFreeze(body.FreezeSlots)
 	case *raftcmdv1.Envelope_UnfreezeSlots:
@@ -358,7 +369,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 	case *raftcmdv1.Envelope_DropImport:
 		return f.applyDropImport(body.DropImport)
 	case *raftcmdv1.Envelope_CreatePlan:
-		return f.applyCreatePlan(body.CreatePlan, l.Index, now)
+		return f.applyCreatePlan(body.CreatePlan, o.index, now)
 	case *raftcmdv1.Envelope_UpdatePlan:
 		return f.applyUpdatePlan(body.UpdatePlan, now)
 	case *raftcmdv1.Envelope_CancelPlan:
@@ -370,7 +381,7 @@ func (f *FSM) applyOp(l *raft.Log, env *raftcmdv1.Envelope, now int64) interface
 		f.dedupe.Sweep(now, ExpireBatch)
 		return nil
 	default:
-		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", l.Index))
+		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", o.index))
 	}
 }
 

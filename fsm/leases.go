@@ -44,7 +44,8 @@ func semExpires(_ admission.Policy, s lease.Semaphore) int64 { return lease.Expi
 // policy's key. Acquire, renew and release with a request ID are recorded:
 // a repeat gets the first answer and changes nothing. A token that holds no
 // live lease is refused with lease.ErrStale.
-func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
+func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
+	now := o.now
 	kind := c.GetKind()
 	if kind < raftcmdv1.LeaseOp_KIND_ACQUIRE || kind > raftcmdv1.LeaseOp_KIND_CHECK {
 		panic(fmt.Sprintf("fsm: lease operation of unknown kind %d: upgrade this binary", kind))
@@ -143,7 +144,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, now int64) interface{} {
 	// A denied acquire is not recorded: it took nothing, and a request
 	// waiting for a slot asks again under the same ID.
 	if recorded && res.Allowed {
-		if err := f.record(dk, recordLease, fp, encodeLeaseRecord(res), int64(p.DedupeRetention), now); err != nil {
+		if err := f.record(o, dk, recordLease, fp, encodeLeaseRecord(res), int64(p.DedupeRetention)); err != nil {
 			return err
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -19,11 +17,11 @@ import (
 // group refuses it too (FeaturePolicyCap).
 const MaxPolicies = 10_000
 
-// policiesChanged dates the policy table l's when res, the result of a
+// policiesChanged dates the policy table at index when res, the result of a
 // PutPolicies or DeletePolicies, is not a refusal, and returns res.
-func (f *FSM) policiesChanged(l *raft.Log, res interface{}) interface{} {
+func (f *FSM) policiesChanged(index uint64, res interface{}) interface{} {
 	if _, refused := res.(error); !refused {
-		f.policiesChangedAt = l.Index
+		f.policiesChangedAt = index
 	}
 	return res
 }

@@ -21,13 +21,14 @@ const (
 	recordCommit
 )
 
-// record remembers an operation's answer under its request ID for
-// retention (ns of log time). Callers record before changing any state: a
-// full table refuses with ErrDedupeFull and the operation changes nothing.
-func (f *FSM) record(k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention, now int64) error {
+// record remembers the answer of o under its request ID, with o's slot, for
+// retention (ns of log time) from o.now. Callers record before changing any
+// state: a full table refuses with ErrDedupeFull and the operation changes
+// nothing.
+func (f *FSM) record(o op, k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention int64) error {
 	k.Caller = f.callers.intern(k.Caller)
-	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Slot: f.opSlot, Fingerprint: fp, Result: result,
-		ExpiresAt: addSaturating(now, retention)}, now)
+	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Slot: o.slot, Fingerprint: fp, Result: result,
+		ExpiresAt: addSaturating(o.now, retention)}, o.now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrDedupeFull, err)
 	}

@@ -57,7 +57,8 @@ func ReservationIDInGroup(policy, key string, index uint64, group uint32) string
 
 // applyReserve holds estimate units of a rate or quota policy's key: an
 // Admit of that cost that is remembered until Commit or expiry.
-func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interface{} {
+func (f *FSM) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
+	index, now := o.index, o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, reserveFingerprint(c), c.GetRequestId() != ""
 	if recorded {
 		if e, ok := f.dedupe.Get(dk, now); ok {
@@ -86,7 +87,7 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, index uint64, now int64) interf
 		return err
 	}
 	if recorded {
-		if err := f.record(dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention), now); err != nil {
+		if err := f.record(o, dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention)); err != nil {
 			return err
 		}
 	}
@@ -157,7 +158,8 @@ func (f *FSM) storeReservation(hold *pendingReservation) {
 }
 
 // applyCommit settles a reservation at its actual cost.
-func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
+func (f *FSM) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
+	now := o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, commitFingerprint(c), c.GetRequestId() != ""
 	if recorded {
 		if e, ok := f.dedupe.Get(dk, now); ok {
@@ -182,7 +184,7 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, now int64) interface{} {
 		// Settle on a copy first: the record must be stored before anything
 		// changes, and needs the amounts.
 		res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, c.GetActual(), now)
-		if err := f.record(dk, recordCommit, fp, encodeReserveRecord(res), int64(pv.Policy.WithDefaults().DedupeRetention), now); err != nil {
+		if err := f.record(o, dk, recordCommit, fp, encodeReserveRecord(res), int64(pv.Policy.WithDefaults().DedupeRetention)); err != nil {
 			return err
 		}
 	}

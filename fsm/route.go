@@ -82,36 +82,36 @@ func parseReservationID(id string) (policy, key string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// checkRoute refuses a data command this group must not apply. The meta
-// group without ownership (a single-group cluster) applies everything; a
-// data group applies nothing before its first SetOwnership.
-func (f *FSM) checkRoute(env *raftcmdv1.Envelope) error {
-	f.opSlot = dedupe.NoSlot
+// checkRoute refuses a data command this group must not apply, and returns
+// the slot of one it applies (dedupe.NoSlot for a command that is not a
+// data command, or in a group without ownership). The meta group without
+// ownership (a single-group cluster) applies everything; a data group
+// applies nothing before its first SetOwnership.
+func (f *FSM) checkRoute(env *raftcmdv1.Envelope) (uint16, error) {
 	if f.owned == nil && !f.opts.DataGroup {
-		return nil
+		return dedupe.NoSlot, nil
 	}
 	key, data := routeKey(env)
 	if !data {
-		return nil
+		return dedupe.NoSlot, nil
 	}
 	if f.owned == nil {
-		return &RouteError{Slot: shard.SlotOf(key), Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
+		return dedupe.NoSlot, &RouteError{Slot: shard.SlotOf(key), Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
 	}
 	slot := shard.SlotOf(key)
 	a, ok := f.owned.lookup(slot)
 	if !ok {
-		return &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
+		return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
 	}
 	if env.GetMapEpoch() < a.Epoch {
-		return &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), OwnerEpoch: a.Epoch, Err: ErrStaleEpoch}
+		return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), OwnerEpoch: a.Epoch, Err: ErrStaleEpoch}
 	}
 	if len(f.frozen) > 0 {
 		if _, frozen := f.frozenAt(slot); frozen {
-			return &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrSlotMoving}
+			return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrSlotMoving}
 		}
 	}
-	f.opSlot = uint16(slot)
-	return nil
+	return uint16(slot), nil
 }
 
 func (f *FSM) applySetShardMap(c *raftcmdv1.SetShardMap) interface{} {
