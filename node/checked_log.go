@@ -146,8 +146,12 @@ func (c *checkedLog) DeleteRange(min, max uint64) error {
 // verifyEntries reads every entry of the log in tx (a read transaction on
 // the bolt file of a raftboltdb store) and checks it, in one pass, before
 // raft replays any: raft panics on an entry it cannot read while it starts.
-// It returns the first and last index of the log (0, 0 when empty), or what
-// is wrong.
+// It returns where the log's last run of consecutive entries starts and
+// its last index (0, 0 when empty), or what is wrong. The log may have
+// gaps below that run: a follower that installed a snapshot keeps the
+// entries raft's compaction left below it (TrailingLogs) and appends after
+// the snapshot's index, so whether a gap is damage depends on the snapshot
+// (checkSnapshots).
 func verifyEntries(tx *bbolt.Tx) (first, last uint64, detail string) {
 	b := tx.Bucket([]byte("logs"))
 	if b == nil {
@@ -160,11 +164,8 @@ func verifyEntries(tx *bbolt.Tx) (first, last uint64, detail string) {
 			return 0, 0, fmt.Sprintf("the log holds a key of %d bytes after entry %d", len(k), last)
 		}
 		i := binary.BigEndian.Uint64(k)
-		switch {
-		case first == 0:
-			first = i
-		case i != last+1:
-			return 0, 0, fmt.Sprintf("log entries %d to %d are missing", last+1, i-1)
+		if first == 0 || i != last+1 {
+			first = i // the first entry, or the first after a gap
 		}
 		last = i
 		var l raft.Log

@@ -169,3 +169,45 @@ func TestCheckBoltAcceptsNewFiles(t *testing.T) {
 		t.Fatalf("initialized file: %v", err)
 	}
 }
+
+// A follower that installed a snapshot keeps the entries compaction left
+// below it and appends after the snapshot's index, so its log has a gap the
+// snapshot covers: the replica opens. A gap above the newest snapshot is
+// damage.
+func TestCheckedLogGapCoveredBySnapshot(t *testing.T) {
+	g, cl := testCheckedLog(t, "")
+	if err := cl.StoreLogs(append(testEntries(5, 8, 40), testEntries(11, 14, 40)...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = g.store.Close()
+	first, last, err := g.checkBolt()
+	if err != nil || first != 11 || last != 14 {
+		t.Fatalf("checkBolt: run %d..%d, %v; want 11..14", first, last, err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.checkSnapshots(snaps, first, last); !errors.Is(err, ErrReplicaDamaged) ||
+		!strings.Contains(err.Error(), "a snapshot is missing or unreadable") {
+		t.Fatalf("no snapshot under a log from 11: %v, want damaged", err)
+	}
+	for _, tc := range []struct {
+		index   uint64
+		damaged bool
+	}{{9, true}, {10, false}, {12, false}} {
+		sink, err := snaps.Create(raft.SnapshotVersionMax, tc.index, 3, raft.Configuration{}, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write([]byte("state")); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.checkSnapshots(snaps, first, last); errors.Is(err, ErrReplicaDamaged) != tc.damaged {
+			t.Fatalf("snapshot up to %d under a log from 11: %v, want damaged=%v", tc.index, err, tc.damaged)
+		}
+	}
+}

@@ -325,7 +325,9 @@ func TestLeaderThatLosesQuorumAfterProposingSaysOutcomeUnknown(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel2()
 	_, err = admitID(ctx2, c, leader, "q", "k", "", "")
-	if connect.CodeOf(err) != connect.CodeUnavailable || outcomeUnknown(err) {
+	// The node's answer at its deadline, or (on a loaded machine) the
+	// client's own deadline first; never OutcomeUnknown.
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded || outcomeUnknown(err) {
 		t.Fatalf("no leader any more: %v, want Unavailable without OutcomeUnknown", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -84,7 +85,13 @@ func clip(s string) string {
 // 3-node cluster with data groups: each answered with the documented code,
 // naming the field, without echoing huge values back.
 func TestHostileSemantics(t *testing.T) {
-	c := newMultiGroupCluster(t)
+	// Filling the registry copies 10,000 policies into every data group's
+	// log: a generous request deadline, for a loaded machine.
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = multiGroups, 3
+		cfg.RequestTimeout = 30 * time.Second
+	}})
+	waitGroupsLed(t, c)
 	applyBucket(t, c, "p", 100)
 	applyConcurrency(t, c, "slots", 2, time.Hour)
 	huge := strings.Repeat("x", 1<<20)
@@ -180,18 +187,20 @@ func TestHostileSemantics(t *testing.T) {
 			}},
 	})
 	// Nothing refused was stored.
+	ctxEnd, cancelEnd := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelEnd()
 	if n := len(c.Node(0).Status().GetGroups()); n == 0 {
 		t.Fatal("no groups")
 	}
-	resp, err := c.Admin(0).ListPolicies(ctxLease, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+	resp, err := c.Admin(0).ListPolicies(ctxEnd, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
 	if err != nil || len(resp.Msg.GetPolicies()) != fsm.MaxPolicies {
 		t.Fatalf("ListPolicies: %d policies, %v; want %d", len(resp.Msg.GetPolicies()), err, fsm.MaxPolicies)
 	}
-	if _, err := c.Admin(0).GetPolicy(ctxLease, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "z"})); connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := c.Admin(0).GetPolicy(ctxEnd, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "z"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("GetPolicy(z) = %v; want not_found: a refused policy was stored", err)
 	}
 	// The lease is still held: the refused calls changed nothing.
-	ok, err := checkFence(ctxLease, c, 0, "slots", "{h}job", held.GetFencingToken())
+	ok, err := checkFence(ctxEnd, c, 0, "slots", "{h}job", held.GetFencingToken())
 	if err != nil || !ok {
 		t.Fatalf("CheckFence of the held lease = %v, %v; want held", ok, err)
 	}

@@ -55,7 +55,8 @@ func (g *group) boltPath() string { return filepath.Join(g.dir, "raft.db") }
 
 // checkBolt reads every page of the replica's bolt file and checks every
 // log entry (verifyEntries), before the store opens the file for writing;
-// it returns the first and last index of the log. bbolt meets some damage
+// it returns where the log's last run of consecutive entries starts, and
+// its last index. bbolt meets some damage
 // (a truncated file, a page overwritten) with a panic, or with a fault
 // reading past the end of its mapping, instead of an error, and the panic
 // names no file: here both become a *DamagedError. The pages are read with
@@ -124,9 +125,11 @@ func fileSize(path string) int64 {
 }
 
 // checkSnapshots checks that the snapshot raft will restore (the newest)
-// matches its checksum, and that the log (first..last, 0 when empty)
-// continues it: raft retries a snapshot that fails to open and panics on a
-// log that starts after the state it restored.
+// matches its checksum, and that the log continues it: the log's last run
+// of consecutive entries (first..last, 0 when empty) starts at or before
+// the entry after the snapshot, so any gap below it is covered. Raft
+// retries a snapshot that fails to open, and panics on a log that starts
+// after the state it restored.
 func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) error {
 	dir := filepath.Join(g.dir, "snapshots")
 	metas, err := snaps.List()
@@ -153,7 +156,7 @@ func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) err
 		if covered > 0 {
 			what = fmt.Sprintf("the newest snapshot, up to entry %d,", covered)
 		}
-		return g.damaged(dir, fmt.Sprintf("the log starts at entry %d but %s covers the entries before it "+
+		return g.damaged(dir, fmt.Sprintf("the log runs on from entry %d but %s covers the entries before it "+
 			"(a snapshot is missing or unreadable)", first, what))
 	}
 	return nil
