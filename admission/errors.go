@@ -25,16 +25,28 @@ var (
 // "cost" for a request). Reason is a human-readable explanation that
 // includes the offending value where that is useful. Err is the sentinel
 // (ErrInvalidPolicy or ErrInvalidRequest) returned by Unwrap.
+//
+// Package shard reports invalid maps and refused plans with the same type:
+// Source "shard", Field a struct field path such as "Ranges[3].Range.Start"
+// or a plan's parameter such as "to", and Err, if set, a sentinel of shard
+// (shard.ErrNoChange, shard.ErrForming).
 type FieldError struct {
 	Field  string
 	Reason string
 	Err    error
+	// Source is the package whose check failed, the message's prefix;
+	// empty means "admission".
+	Source string
 }
 
-// Error returns "admission: <field>: <reason>", e.g.
+// Error returns "<source>: <field>: <reason>", e.g.
 // "admission: burst: must be between 1 and 1000000000 (got -1)".
 func (e *FieldError) Error() string {
-	return "admission: " + e.Field + ": " + e.Reason
+	src := e.Source
+	if src == "" {
+		src = "admission"
+	}
+	return src + ": " + e.Field + ": " + e.Reason
 }
 
 // Unwrap returns the sentinel error e wraps.
@@ -48,7 +60,7 @@ func Nested(prefix string, err error) error {
 	if prefix == "" || !errors.As(err, &fe) {
 		return err
 	}
-	return &FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err}
+	return &FieldError{Field: prefix + fe.Field, Reason: fe.Reason, Err: fe.Err, Source: fe.Source}
 }
 
 // MaxQuotedBytes is the longest prefix of a client-supplied string (a

@@ -294,22 +294,32 @@ func (f *FSM) restoreRoute(r routeState) {
 	}
 }
 
-// Route looks key up in the meta group's shard map: its data group, the
-// epoch at which its slot got that owner, and the group's replicas
-// (read-only: maps are replaced, never changed in place). ok is false when
-// there is no map.
-func (f *FSM) Route(key string) (g shard.GroupID, slotEpoch, mapEpoch uint64, replicas []string, ok bool) {
+// KeyRoute is where a key goes by the meta group's shard map.
+type KeyRoute struct {
+	Group shard.GroupID // the data group owning the key's slot
+	// SlotEpoch is the map epoch at which the slot got that owner.
+	SlotEpoch uint64
+	// MapEpoch is the epoch of the map looked up.
+	MapEpoch uint64
+	// Replicas are the group's replicas, read-only: maps are replaced,
+	// never changed in place.
+	Replicas []string
+}
+
+// Route looks key up in the meta group's shard map. ok is false when there
+// is no map.
+func (f *FSM) Route(key string) (r KeyRoute, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.shardMap == nil {
-		return 0, 0, 0, nil, false
+		return KeyRoute{}, false
 	}
-	g, slotEpoch, ok = f.shardMap.Lookup(shard.SlotOf(key))
+	g, slotEpoch, ok := f.shardMap.Lookup(shard.SlotOf(key))
 	if !ok {
-		return 0, 0, 0, nil, false
+		return KeyRoute{}, false
 	}
 	grp, _ := f.shardMap.Group(g)
-	return g, slotEpoch, f.shardMap.Epoch, grp.Replicas, true
+	return KeyRoute{Group: g, SlotEpoch: slotEpoch, MapEpoch: f.shardMap.Epoch, Replicas: grp.Replicas}, true
 }
 
 // ReservationKey returns the key a reservation ID names ("" when id is not

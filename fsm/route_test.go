@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -231,5 +232,34 @@ func TestRouteStateSnapshotRoundTrip(t *testing.T) {
 	}
 	if again := snapshotBytes(t, b.f); string(again) != string(snap) {
 		t.Fatal("snapshot of the restored FSM differs from the original")
+	}
+}
+
+// Route answers a key's group, the epoch its slot got that owner, the map's
+// epoch and the group's replicas; nothing without a map.
+func TestRouteByShardMap(t *testing.T) {
+	a := newApplier(t, fsm.Options{})
+	if r, ok := a.f.Route("k"); ok {
+		t.Fatalf("Route without a map = %+v, true", r)
+	}
+	m, err := shard.InitialMap([]string{"n1", "n2", "n3"}, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := m.MoveSlots(shard.SlotRange{Start: 0, End: 100}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_SetShardMap{
+		SetShardMap: &raftcmdv1.SetShardMap{Map: fsm.ShardMapToProto(moved)}}}); res != nil {
+		t.Fatalf("SetShardMap: %v", res)
+	}
+	for _, key := range []string{keyInSlotRange(t, shard.SlotRange{Start: 0, End: 100}), keyInSlotRange(t, shard.SlotRange{Start: 100, End: 200})} {
+		g, slotEpoch, ok := moved.Lookup(shard.SlotOf(key))
+		grp, _ := moved.Group(g)
+		r, rok := a.f.Route(key)
+		if !ok || !rok || r.Group != g || r.SlotEpoch != slotEpoch || r.MapEpoch != moved.Epoch || !slices.Equal(r.Replicas, grp.Replicas) {
+			t.Errorf("Route(%q) = %+v, %v; want group %d, slot epoch %d, map epoch %d, replicas %v", key, r, rok, g, slotEpoch, moved.Epoch, grp.Replicas)
+		}
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -223,12 +223,12 @@ func attemptAdmit(ctx context.Context, c *Cluster, opts WorkloadOptions, h *Hist
 
 // classify tells errors that prove the request never reached a server (fail)
 // from those that leave the outcome unknown. Checkers treat both as unknown.
+// It reads the Connect code and the error chain, never the message: a refused
+// dial of the client's own connection (ECONNREFUSED in the chain; a node's
+// answer carries no chain, only its code, even when its forwarding dial was
+// refused) and an InvalidArgument answer are failures.
 func classify(err error) Outcome {
-	if strings.Contains(err.Error(), "connection refused") && !strings.Contains(err.Error(), "forward") {
-		return OutcomeFail
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
+	if errors.Is(err, syscall.ECONNREFUSED) || connect.CodeOf(err) == connect.CodeInvalidArgument {
 		return OutcomeFail
 	}
 	return OutcomeUnknown

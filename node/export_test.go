@@ -31,8 +31,8 @@ func setHook(p interface {
 // GroupOf returns the data group key routes to by n's replica of the shard
 // map; ok is false without a map.
 func GroupOf(n *Node, key string) (group uint32, ok bool) {
-	g, _, _, _, ok := n.meta.fsm.Route(key)
-	return uint32(g), ok
+	r, ok := n.meta.fsm.Route(key)
+	return uint32(r.Group), ok
 }
 
 // ForwardDials is how many connections n opened over the peer mux's

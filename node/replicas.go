@@ -322,9 +322,9 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 				if errors.Is(err, shard.ErrNoChange) {
 					return m, 0, nil
 				}
-				var fe *shard.FieldError
+				var fe *admission.FieldError
 				if errors.As(err, &fe) && len(left) > 0 && !errors.Is(err, shard.ErrForming) {
-					return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Problem, describeLeftOut(left))
+					return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Reason, describeLeftOut(left))
 				}
 				if err != nil {
 					return m, 0, err
@@ -344,7 +344,8 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 // changeMap plans a change of the meta leader's shard map with plan and
 // writes it with a compare-and-set on the epoch, planning again when the map
 // changed meanwhile. A plan that returns the map unchanged writes nothing.
-// Plan errors that are shard.FieldErrors become request field errors.
+// Plan errors that are shard's field errors (an *admission.FieldError not
+// wrapping admission.ErrInvalidRequest) become request field errors.
 func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
 		m, ok := n.meta.fsm.ShardMap()
@@ -356,9 +357,9 @@ func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, u
 			// A group forms within moments of its creation: retry.
 			return 0, 0, fmt.Errorf("%w: %v", ErrNotProposed, err)
 		}
-		var fe *shard.FieldError
-		if errors.As(err, &fe) {
-			return 0, 0, badRequest(fe.Field, "%s", fe.Problem)
+		var fe *admission.FieldError
+		if errors.As(err, &fe) && !errors.Is(err, admission.ErrInvalidRequest) {
+			return 0, 0, badRequest(fe.Field, "%s", fe.Reason)
 		}
 		if err != nil {
 			return 0, 0, err

@@ -29,14 +29,14 @@ func (n *Node) destFor(r routing) (dest, error) {
 	if !r.data {
 		return dest{g: n.meta, id: shard.MetaGroup}, nil
 	}
-	gid, _, mapEpoch, replicas, ok := n.meta.fsm.Route(r.key)
+	rt, ok := n.meta.fsm.Route(r.key)
 	if !ok {
 		if n.cfg.DataGroups > 0 {
 			return dest{}, errNoShardMap
 		}
 		return dest{g: n.meta, id: shard.MetaGroup}, nil
 	}
-	return dest{g: n.dataGroup(gid), id: gid, epoch: mapEpoch, replicas: replicas}, nil
+	return dest{g: n.dataGroup(rt.Group), id: rt.Group, epoch: rt.MapEpoch, replicas: rt.Replicas}, nil
 }
 
 // forwardAddr is the peer-mux (Raft) address to forward a request for d to

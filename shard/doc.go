@@ -23,7 +23,8 @@
 // removal, group splits and rebalancing are to join them here as plans.
 //
 // The package does no I/O, reads no clock and uses no randomness: the same
-// inputs give the same map on every replica. Errors are *FieldError values
-// naming the field or parameter at fault. Maps are values: methods never
+// inputs give the same map on every replica. Errors are
+// *admission.FieldError values (Source "shard") naming the field or
+// parameter at fault. Maps are values: methods never
 // modify their receiver, so concurrent reads are safe.
 package shard

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+
+	"github.com/quorate/quorate/admission"
 )
 
 // GroupID names a Raft group. MetaGroup (0) holds the shard map itself and
@@ -71,28 +73,20 @@ var ErrNoChange = errors.New("no change")
 // that is still forming (Group.Forming): retry once it formed.
 var ErrForming = errors.New("group still forming")
 
-// FieldError is the error of Validate and the plans: Field names what is at
-// fault (a struct field path such as "Ranges[3].Range.Start", or a parameter
-// such as "to"), Problem says what. Err, if set, is a sentinel it wraps.
-type FieldError struct {
-	Field   string
-	Problem string
-	Err     error
-}
-
-func (e *FieldError) Error() string {
-	return "shard: " + e.Field + ": " + e.Problem
-}
-
-func (e *FieldError) Unwrap() error { return e.Err }
+// errSource is the Source of this package's *admission.FieldErrors: their
+// messages start "shard: ".
+const errSource = "shard"
 
 // at names element i of slice field name, then sub: at("Ranges", 3, ".Group").
 func at(name string, i int, sub string) string {
 	return name + "[" + strconv.Itoa(i) + "]" + sub
 }
 
-func fieldErr(field, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+// fieldErr returns the error of Validate and the plans: field names what is
+// at fault (a struct field path such as "Ranges[3].Range.Start", or a
+// parameter such as "to"), the rest says what.
+func fieldErr(field, format string, args ...any) *admission.FieldError {
+	return &admission.FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Source: errSource}
 }
 
 // Validate reports the first way in which m is not a valid map:
@@ -104,8 +98,8 @@ func fieldErr(field, format string, args ...any) *FieldError {
 //     epoch in 1..Epoch, and no two adjacent ranges share both group and
 //     epoch (they would be one range).
 //
-// Groups that own no slots are allowed. The error is a *FieldError naming
-// the field at fault.
+// Groups that own no slots are allowed. The error is an
+// *admission.FieldError naming the field at fault.
 func (m *Map) Validate() error {
 	if m.Epoch == 0 {
 		return fieldErr("Epoch", "is 0, want at least 1")
@@ -148,7 +142,7 @@ func (m *Map) Validate() error {
 	next := Slot(0) // the slot the next range must start at
 	for i, a := range m.Ranges {
 		if err := a.Range.Validate(); err != nil {
-			fe := err.(*FieldError)
+			fe := err.(*admission.FieldError)
 			fe.Field = at("Ranges", i, ".Range."+fe.Field)
 			return fe
 		}

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/quorate/quorate/admission"
 )
 
 // PlaceReplicas places the replicas of groups data groups on nodes and
@@ -106,17 +108,17 @@ func InitialMap(nodes []string, groups, replicas int) (Map, error) {
 // moved, sending routers that hold an older map to refresh for nothing, and
 // would blur which migration a slot arrived by.)
 //
-// Errors are *FieldErrors naming the parameter at fault: "m" if m does not
+// Errors are *admission.FieldErrors naming the parameter at fault: "m" if m does not
 // Validate (the field path follows), "r.Start"/"r.End" for an empty range or
 // one beyond the last slot, "to" for MetaGroup or a group not in m.Groups,
 // "r" wrapping ErrNoChange when to already owns every slot of r.
 func (m *Map) MoveSlots(r SlotRange, to GroupID) (Map, error) {
 	if err := m.Validate(); err != nil {
-		fe := err.(*FieldError)
-		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+		fe := err.(*admission.FieldError)
+		return Map{}, &admission.FieldError{Source: errSource, Field: "m." + fe.Field, Reason: fe.Reason, Err: fe.Err}
 	}
 	if err := r.Validate(); err != nil {
-		fe := err.(*FieldError)
+		fe := err.(*admission.FieldError)
 		fe.Field = "r." + fe.Field
 		return Map{}, fe
 	}
@@ -154,7 +156,7 @@ func (m *Map) MoveSlots(r SlotRange, to GroupID) (Map, error) {
 		add(Assignment{Range: SlotRange{hi, a.Range.End}, Group: a.Group, Epoch: a.Epoch})
 	}
 	if !moved {
-		return Map{}, &FieldError{Field: "r", Problem: fmt.Sprintf("every slot of %v already belongs to group %d", r, to), Err: ErrNoChange}
+		return Map{}, &admission.FieldError{Source: errSource, Field: "r", Reason: fmt.Sprintf("every slot of %v already belongs to group %d", r, to), Err: ErrNoChange}
 	}
 	out := m.Clone()
 	out.Epoch = epoch
@@ -165,14 +167,14 @@ func (m *Map) MoveSlots(r SlotRange, to GroupID) (Map, error) {
 // MoveReplica returns m with group's replica on node from replaced by node
 // to, at the next epoch: to takes from's place in Replicas (so a preferred
 // leader's successor is preferred in turn) and from leaves Founders. Slot
-// ranges are unchanged. Errors are *FieldErrors naming the parameter at
+// ranges are unchanged. Errors are *admission.FieldErrors naming the parameter at
 // fault: "m" if m does not Validate, "group" for a group not in the map,
 // "from" for a node that is not its replica, "to" for an empty ID or a node
 // that already is one.
 func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 	if err := m.Validate(); err != nil {
-		fe := err.(*FieldError)
-		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+		fe := err.(*admission.FieldError)
+		return Map{}, &admission.FieldError{Source: errSource, Field: "m." + fe.Field, Reason: fe.Reason, Err: fe.Err}
 	}
 	i := slices.IndexFunc(m.Groups, func(g Group) bool { return g.ID == group })
 	if i < 0 {
@@ -182,7 +184,7 @@ func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 	j := slices.Index(g.Replicas, from)
 	switch {
 	case g.Forming:
-		return Map{}, &FieldError{Field: "group", Problem: fmt.Sprintf("group %d is still forming (no replica has been seen working yet): retry in a moment", group), Err: ErrForming}
+		return Map{}, &admission.FieldError{Source: errSource, Field: "group", Reason: fmt.Sprintf("group %d is still forming (no replica has been seen working yet): retry in a moment", group), Err: ErrForming}
 	case j < 0:
 		return Map{}, fieldErr("from", "node %q is not a replica of group %d (replicas %v)", from, group, g.Replicas)
 	case to == "":
@@ -204,13 +206,13 @@ func (m *Map) MoveReplica(group GroupID, from, to string) (Map, error) {
 // nodes (the cluster's nodes) that is not cordoned, not already in that
 // group and holds the fewest replicas so far (ties to the smaller ID), and
 // takes node's place in Replicas.
-// Errors are *FieldErrors: "m" if m does not Validate, "node" when node
+// Errors are *admission.FieldErrors: "m" if m does not Validate, "node" when node
 // holds no replica and is cordoned already (ErrNoChange) or a group has no
 // other node to go to.
 func (m *Map) Drain(node string, nodes []string) (Map, error) {
 	if err := m.Validate(); err != nil {
-		fe := err.(*FieldError)
-		return Map{}, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+		fe := err.(*admission.FieldError)
+		return Map{}, &admission.FieldError{Source: errSource, Field: "m." + fe.Field, Reason: fe.Reason, Err: fe.Err}
 	}
 	if m.Epoch == math.MaxUint64 {
 		return Map{}, fieldErr("m.Epoch", "is at its maximum, %d", m.Epoch)
@@ -238,7 +240,7 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 			continue
 		}
 		if g.Forming {
-			return Map{}, &FieldError{Field: "node", Problem: fmt.Sprintf("group %d, which has a replica on %q, is still forming: retry in a moment", g.ID, node), Err: ErrForming}
+			return Map{}, &admission.FieldError{Source: errSource, Field: "node", Reason: fmt.Sprintf("group %d, which has a replica on %q, is still forming: retry in a moment", g.ID, node), Err: ErrForming}
 		}
 		best := ""
 		for _, c := range candidates {
@@ -255,7 +257,7 @@ func (m *Map) Drain(node string, nodes []string) (Map, error) {
 		moved++
 	}
 	if moved == 0 && m.IsCordoned(node) {
-		return Map{}, &FieldError{Field: "node", Problem: fmt.Sprintf("%q holds no replica", node), Err: ErrNoChange}
+		return Map{}, &admission.FieldError{Source: errSource, Field: "node", Reason: fmt.Sprintf("%q holds no replica", node), Err: ErrNoChange}
 	}
 	if !out.IsCordoned(node) {
 		out.Cordoned = append(out.Cordoned, node)
@@ -317,8 +319,8 @@ func (m *Map) LastSlots(g GroupID, count int) ([]SlotRange, bool) {
 // and no changes. Errors: "m" when m does not Validate.
 func (m *Map) Rebalance(nodes []string) (Map, []string, error) {
 	if err := m.Validate(); err != nil {
-		fe := err.(*FieldError)
-		return Map{}, nil, &FieldError{Field: "m." + fe.Field, Problem: fe.Problem, Err: fe.Err}
+		fe := err.(*admission.FieldError)
+		return Map{}, nil, &admission.FieldError{Source: errSource, Field: "m." + fe.Field, Reason: fe.Reason, Err: fe.Err}
 	}
 	ns := slices.DeleteFunc(sortedNodes(nodes), m.IsCordoned)
 	if len(ns) == 0 {

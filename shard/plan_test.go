@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/quorate/quorate/admission"
 )
 
 // checkPlacement fails tb unless placed holds groups groups of
@@ -336,7 +338,7 @@ func FuzzMoveSlots(f *testing.F) {
 				t.Fatalf("MoveSlots(%v, %d) on %d groups: error %v, model says valid=%v", r, to, groups, err, valid)
 			}
 			if err != nil {
-				if _, ok := err.(*FieldError); !ok {
+				if _, ok := err.(*admission.FieldError); !ok {
 					t.Fatalf("error %v is a %T", err, err)
 				}
 				continue

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/quorate/quorate/admission"
 )
 
 func TestInitialMapFoundersAreTheReplicas(t *testing.T) {
@@ -66,7 +68,7 @@ func TestMoveReplica(t *testing.T) {
 		{g.ID, from, g.Replicas[1], "to"},
 	} {
 		_, err := m.MoveReplica(tc.group, tc.from, tc.to)
-		var fe *FieldError
+		var fe *admission.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("MoveReplica(%d, %q, %q): %v, want a FieldError on %s", tc.group, tc.from, tc.to, err, tc.field)
 		}
@@ -77,7 +79,7 @@ func TestValidateFounders(t *testing.T) {
 	m, _ := formedMap([]string{"a", "b", "c"}, 1, 3)
 	bad := m.Clone()
 	bad.Groups[0].Founders = []string{"a", "z"}
-	var fe *FieldError
+	var fe *admission.FieldError
 	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "Groups[0].Founders[1]" {
 		t.Fatalf("a founder that is no replica: %v", err)
 	}
@@ -130,7 +132,7 @@ func TestDrain(t *testing.T) {
 	if hi-lo > 1 {
 		t.Fatalf("replicas per node after the drain %v: spread %d, want ≤ 1", load, hi-lo)
 	}
-	var fe *FieldError
+	var fe *admission.FieldError
 	if _, err := out.Drain("b", nodes); !errors.Is(err, ErrNoChange) || !errors.As(err, &fe) || fe.Field != "node" {
 		t.Fatalf("draining a node with no replicas: %v, want ErrNoChange on node", err)
 	}

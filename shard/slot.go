@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/quorate/quorate/admission"
 )
 
 // SlotCount is the number of slots keys hash to.
@@ -59,10 +61,10 @@ func (r SlotRange) Contains(s Slot) bool { return r.Start <= s && s < r.End }
 // error names the field at fault, "Start" or "End".
 func (r SlotRange) Validate() error {
 	if r.End > SlotCount {
-		return &FieldError{Field: "End", Problem: fmt.Sprintf("is %d, beyond the last slot (at most %d)", r.End, SlotCount)}
+		return &admission.FieldError{Source: errSource, Field: "End", Reason: fmt.Sprintf("is %d, beyond the last slot (at most %d)", r.End, SlotCount)}
 	}
 	if r.Start >= r.End {
-		return &FieldError{Field: "Start", Problem: fmt.Sprintf("is %d, want less than End %d (ranges are half-open and non-empty)", r.Start, r.End)}
+		return &admission.FieldError{Source: errSource, Field: "Start", Reason: fmt.Sprintf("is %d, want less than End %d (ranges are half-open and non-empty)", r.Start, r.End)}
 	}
 	return nil
 }

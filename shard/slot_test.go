@@ -3,6 +3,8 @@ package shard
 import (
 	"fmt"
 	"testing"
+
+	"github.com/quorate/quorate/admission"
 )
 
 func TestHashTag(t *testing.T) {
@@ -189,18 +191,32 @@ func TestSlotRange(t *testing.T) {
 	}
 }
 
-// wantField fails t unless err is a *FieldError naming field.
-func wantField(tb testing.TB, err error, field string) *FieldError {
+// wantField fails t unless err is an *admission.FieldError naming field.
+func wantField(tb testing.TB, err error, field string) *admission.FieldError {
 	tb.Helper()
-	fe, ok := err.(*FieldError)
+	fe, ok := err.(*admission.FieldError)
 	if !ok {
-		tb.Errorf("error %v (%T), want a *FieldError naming %s", err, err, field)
+		tb.Errorf("error %v (%T), want an *admission.FieldError naming %s", err, err, field)
 		return nil
 	}
 	if fe.Field != field {
 		tb.Errorf("error %q names %s, want %s", err, fe.Field, field)
 	}
 	return fe
+}
+
+// TestErrorText checks that shard's errors read "shard: <field>: <problem>"
+// and keep their prefix when a plan places them under "m.".
+func TestErrorText(t *testing.T) {
+	err := SlotRange{Start: 5, End: 5}.Validate()
+	if want := "shard: Start: is 5, want less than End 5 (ranges are half-open and non-empty)"; err == nil || err.Error() != want {
+		t.Errorf("Validate: %v, want %s", err, want)
+	}
+	var m Map
+	_, err = m.MoveSlots(SlotRange{Start: 0, End: 1}, 1)
+	if want := "shard: m.Epoch: is 0, want at least 1"; err == nil || err.Error() != want {
+		t.Errorf("MoveSlots on an empty map: %v, want %s", err, want)
+	}
 }
 
 func BenchmarkSlotOf(b *testing.B) {
