@@ -1,0 +1,310 @@
+package main
+
+// The report of quorate bench compare: the text table, the notes, the
+// machine it ran on and the section of docs/BENCHMARKS.md it writes.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// writeCompareText prints the table, the runs' errors and the machine.
+func writeCompareText(w io.Writer, r CompareResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tQUORATE/S\tREDIS/S\tQUORATE/REDIS\tQUORATE P50/P99 MS\tREDIS P50/P99 MS")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
+			s.Ratio, fmtP50P99(s.Quorate), fmtP50P99(s.Redis))
+	}
+	tw.Flush()
+	for _, line := range compareNotes(r) {
+		fmt.Fprintln(w, line)
+	}
+	m := r.Machine
+	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; build %s; load average before %s; data in %s\n",
+		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.Build, m.LoadAvg, m.DataDir)
+	fmt.Fprintf(w, "quorate: %s\nload: %s\nbucket: %s\n", m.Quorate, m.Load, m.Bucket)
+}
+
+func fmtP50P99(s BenchSummary) string {
+	return fmt.Sprintf("%.2f / %.2f", s.LatencyMs["p50"], s.LatencyMs["p99"])
+}
+
+// compareNotes lists what went wrong in the runs: errors, and denials
+// (which mean the two sides did not do the same work).
+func compareNotes(r CompareResult) []string {
+	var notes []string
+	seen := map[string]bool{}
+	for _, s := range r.Scenarios {
+		for _, side := range []struct {
+			name string
+			sum  BenchSummary
+		}{{"Quorate", s.Quorate}, {"Redis", s.Redis}} {
+			key := fmt.Sprintf("%s %d %d %s", side.name, side.sum.Workers, side.sum.Batch, s.Scenario)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if len(side.sum.Errors) > 0 || len(side.sum.ItemErrors) > 0 || side.sum.Denied > 0 {
+				notes = append(notes, fmt.Sprintf("note: %s: %s side: failed calls %s; failed requests %s; denied %d",
+					s.Scenario, side.name, fmtCounts(side.sum.Errors), fmtCounts(side.sum.ItemErrors), side.sum.Denied))
+			}
+		}
+	}
+	return notes
+}
+
+// machineInfo describes where and how a comparison ran.
+type machineInfo struct {
+	CPU        string `json:"cpu"`
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Memory     string `json:"memory"`
+	Kernel     string `json:"kernel"`
+	Go         string `json:"go"`
+	Redis      string `json:"redis"`
+	Build      string `json:"build"`    // this binary's VCS revision, "(modified)" when built from a dirty tree
+	Quorate    string `json:"quorate"`  // the cluster: nodes, data groups, how it runs
+	LoadAvg    string `json:"load_avg"` // /proc/loadavg before the runs: other work on the machine
+	Date       string `json:"date"`
+	Command    string `json:"command"`
+	DataDir    string `json:"data_dir"`
+	Load       string `json:"load"`
+	Bucket     string `json:"bucket"`
+}
+
+// describeMachine reads the CPU, memory and kernel from /proc (falling back
+// to what Go knows), and asks redisBin its version.
+func describeMachine(ctx context.Context, redisBin string) machineInfo {
+	m := machineInfo{CPU: "unknown CPU", CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Memory: "unknown",
+		Kernel: runtime.GOOS, Go: runtime.Version(), Build: buildRevision(ctx), LoadAvg: "unknown",
+		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Command: shellJoin(os.Args)}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch strings.TrimSpace(k) {
+			case "processor":
+				n++
+			case "model name":
+				if m.CPU == "unknown CPU" {
+					m.CPU = strings.TrimSpace(v)
+				}
+			}
+		}
+		if n > 0 {
+			m.CPUs = n
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					m.Memory = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if b, err := exec.CommandContext(vctx, redisBin, "--version").Output(); err == nil {
+		m.Redis = strings.TrimSpace(string(b))
+	} else {
+		m.Redis = fmt.Sprintf("%s --version: %v", redisBin, err)
+	}
+	return m
+}
+
+// buildRevision returns the VCS revision this binary was built from, with
+// "(modified)" when the tree had uncommitted changes. A binary built without
+// VCS information (-buildvcs=false, go test) gets the git revision of the
+// current directory's tree at run time instead, said so, or "unknown".
+func buildRevision(ctx context.Context) string {
+	rev, modified := "", false
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	suffix := ""
+	if rev == "" {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(gctx, "git", "rev-parse", "HEAD").Output()
+		if err != nil {
+			return "unknown"
+		}
+		rev, suffix = strings.TrimSpace(string(out)), " (no VCS stamp in the binary: the git tree at run time)"
+		status, err := exec.CommandContext(gctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+		modified = err != nil || len(bytes.TrimSpace(status)) > 0
+	}
+	rev = rev[:min(12, len(rev))]
+	if modified {
+		rev += " (modified)"
+	}
+	return rev + suffix
+}
+
+// describeDir names dir with the file system it is on (from /proc/mounts),
+// since fsync costs depend on it.
+func describeDir(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return abs
+	}
+	best, desc := "", ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mp := f[1]
+		if (abs == mp || strings.HasPrefix(abs, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
+			best, desc = mp, fmt.Sprintf("%s on %s", f[2], f[0])
+		}
+	}
+	if desc == "" {
+		return abs
+	}
+	return fmt.Sprintf("%s (%s)", abs, desc)
+}
+
+// shellJoin quotes args for a shell where needed.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,@+", r))
+		}) < 0 {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// benchmarksSection renders r as the generated markdown section, markers
+// included.
+func benchmarksSection(r CompareResult) string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintln(&b, benchSectionBegin)
+	fmt.Fprintf(&b, "## Quorate vs Redis, %s\n\n", m.Date)
+	fmt.Fprintf(&b, "`%s`\n\n", m.Command)
+	fmt.Fprintln(&b, "| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Quorate p50 / p99 ms | Redis p50 / p99 ms |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
+			s.Ratio, fmtP50P99(s.Quorate), fmtP50P99(s.Redis))
+	}
+	if notes := compareNotes(r); len(notes) > 0 {
+		fmt.Fprintln(&b)
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", strings.TrimPrefix(n, "note: "))
+		}
+	}
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "| machine | |")
+	fmt.Fprintln(&b, "|---|---|")
+	for _, kv := range [][2]string{
+		{"CPU", fmt.Sprintf("%s × %d (GOMAXPROCS %d)", m.CPU, m.CPUs, m.GOMAXPROCS)},
+		{"memory", m.Memory},
+		{"kernel", m.Kernel},
+		{"Go", m.Go},
+		{"Redis", m.Redis},
+		{"Quorate build", m.Build},
+		{"Quorate cluster", m.Quorate},
+		{"load average before", m.LoadAvg},
+		{"data", m.DataDir},
+		{"load", m.Load},
+		{"bucket", m.Bucket},
+	} {
+		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", `\|`))
+	}
+	fmt.Fprintln(&b)
+	fmt.Fprint(&b, `How each side runs, one after the other (only one of them is up at a time):
+
+- **Redis**: one `+"`redis-server`"+` on loopback with `+"`--save \"\" --appendonly no`"+` (nothing
+  survives a crash), then a fresh one with `+"`--appendonly yes --appendfsync always`"+` ("durable":
+  one fsync per write, on one machine, no replica). Each request is an EVALSHA of the seed's
+  token-bucket Lua script (SCRIPT LOAD once); "pipelined N deep" sends N of them per round trip.
+- **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
+  groups; every decision is committed to a majority of the three fsynced Raft logs before it is
+  answered. Calls rotate over the three nodes, which forward to the key's group leader.
+  "AdmitBatch N" is one call of N independent decisions.
+- Same generator for both (`+"`quorate bench`"+`, in the bench process): closed loop, keys drawn
+  independently for every request, fresh keys for every run. Decisions/s counts answered requests;
+  latency is per call (a batch or a pipeline is one call). No warm-up.
+`)
+	fmt.Fprintln(&b, benchSectionEnd)
+	return b.String()
+}
+
+// benchmarksHeader starts a new docs/BENCHMARKS.md.
+const benchmarksHeader = `# Benchmarks
+
+Quorate's strict, replicated decisions beside the usual alternative: Redis running a token-bucket
+Lua script. The section below is generated by ` + "`make bench-compare`" + ` (` + "`quorate bench compare\n--write docs/BENCHMARKS.md`" + `), which rewrites it between its markers; it records the machine and
+the exact command. The numbers are measurements of that machine at that moment, not promises:
+rerun it on yours.
+
+`
+
+// writeBenchmarksFile writes section into path: between the markers when
+// the file has them, appended when it has not, or as a new file with a
+// header.
+func writeBenchmarksFile(path, section string) error {
+	old, err := os.ReadFile(path)
+	var content string
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		content = benchmarksHeader + section
+	case err != nil:
+		return err
+	default:
+		s := string(old)
+		begin, end := strings.Index(s, benchSectionBegin), strings.Index(s, benchSectionEnd)
+		if begin >= 0 && end > begin {
+			content = s[:begin] + section + strings.TrimPrefix(s[end+len(benchSectionEnd):], "\n")
+		} else {
+			content = strings.TrimRight(s, "\n") + "\n\n" + section
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
