@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -40,35 +39,14 @@ func newRefundCmd() *cobra.Command {
 			if err := requireFlags(cmd, "key", "request-id"); err != nil {
 				return fmt.Errorf("%w (a request is named by the --key, --request-id and --caller it was admitted with)", err)
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := retrier{
-				servers:   servers,
-				backoff:   defaultBackoff,
-				retryHint: "retry with the same request ID: " + refundCommandLine(client.server, &req),
-				onRetry: func(attempt int, _ string, err error, wait time.Duration) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
+			return runAdmissionCall(cmd, &client, output, "Refund", req.GetRequestId(),
+				"retry with the same request ID: "+refundCommandLine(client.server, &req),
+				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.RefundResponse], error) {
+					return c.Refund(ctx, connect.NewRequest(&req))
 				},
-			}
-			resp, attempts, err := callWithRetries(ctx, r, newAdmissionClient,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.RefundResponse, error) {
-					res, err := c.Refund(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("Refund", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+				func(resp *quoratev1.RefundResponse, attempts int) string {
+					return formatRefund(resp, req.GetRequestId(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatRefund(resp, req.GetRequestId(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()

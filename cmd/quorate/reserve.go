@@ -64,28 +64,14 @@ func newReserveCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+reserveCommandLine(client.server, &req), false)
-			resp, attempts, err := callWithRetries(ctx, r, newAdmissionClient,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.ReserveResponse, error) {
-					res, err := c.Reserve(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("Reserve", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+			return runAdmissionCall(cmd, &client, output, "Reserve", req.GetRequestId(),
+				"retry with the same request ID: "+reserveCommandLine(client.server, &req),
+				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.ReserveResponse], error) {
+					return c.Reserve(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.ReserveResponse, attempts int) string {
+					return formatReserve(resp, req.GetRequestId(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatReserve(resp, req.GetRequestId(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()
@@ -131,28 +117,14 @@ func newCommitCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+commitCommandLine(client.server, &req), false)
-			resp, attempts, err := callWithRetries(ctx, r, newAdmissionClient,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.CommitResponse, error) {
-					res, err := c.Commit(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("Commit", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+			return runAdmissionCall(cmd, &client, output, "Commit", req.GetRequestId(),
+				"retry with the same request ID: "+commitCommandLine(client.server, &req),
+				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.CommitResponse], error) {
+					return c.Commit(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.CommitResponse, attempts int) string {
+					return formatCommit(resp, req.GetRequestId(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatCommit(resp, req.GetRequestId(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()

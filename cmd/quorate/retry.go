@@ -14,8 +14,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/cenkalti/backoff/v5"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 // Retries with the same request ID (DESIGN.md §3). The request is built once
@@ -273,4 +276,36 @@ func (e *retryError) Error() string {
 		b.WriteString("; the request was not applied")
 	}
 	return b.String()
+}
+
+// runAdmissionCall runs one AdmissionService call that carries a request ID
+// (refund, reserve, commit) as every such command does: over the servers
+// of client, retried with the same request ID (hint says how to retry by
+// hand once out of time), then printed as JSON or by format, which gets
+// the answer and the number of attempts.
+func runAdmissionCall[R any](cmd *cobra.Command, client *clientOptions, output outputFormat, procedure, requestID, hint string,
+	call func(context.Context, quoratev1connect.AdmissionServiceClient) (*connect.Response[R], error),
+	format func(resp *R, attempts int) string,
+) error {
+	servers, ctx, cancel, err := client.beginServers(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	resp, attempts, err := callWithRetries(ctx, cliRetrier(cmd, servers, hint, false), newAdmissionClient,
+		func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*R, error) {
+			res, err := call(ctx, c)
+			if err != nil {
+				return nil, wrapRPC(procedure, server, requestID, err)
+			}
+			return res.Msg, nil
+		})
+	if err != nil {
+		return err
+	}
+	if output == outputJSON {
+		return writeJSON(cmd.OutOrStdout(), any(resp).(proto.Message))
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), format(resp, attempts))
+	return err
 }
