@@ -92,28 +92,14 @@ func newLeaseAcquireCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+leaseAcquireCommandLine(client.server, &req), false)
-			resp, attempts, err := callWithRetries(ctx, r, newLeaseClient,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient, server string) (*quoratev1.AcquireLeaseResponse, error) {
-					res, err := c.AcquireLease(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("AcquireLease", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+			return runCall(cmd, &client, output, newLeaseClient, "AcquireLease", req.GetRequestId(),
+				"retry with the same request ID: "+leaseAcquireCommandLine(client.server, &req), false,
+				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+					return c.AcquireLease(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.AcquireLeaseResponse, attempts int) string {
+					return formatAcquire(resp, req.GetRequestId(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatAcquire(resp, req.GetRequestId(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()
@@ -163,28 +149,14 @@ func newLeaseRenewCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+leaseRenewCommandLine(client.server, &req), false)
-			resp, attempts, err := callWithRetries(ctx, r, newLeaseClient,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient, server string) (*quoratev1.RenewLeaseResponse, error) {
-					res, err := c.RenewLease(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("RenewLease", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+			return runCall(cmd, &client, output, newLeaseClient, "RenewLease", req.GetRequestId(),
+				"retry with the same request ID: "+leaseRenewCommandLine(client.server, &req), false,
+				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
+					return c.RenewLease(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.RenewLeaseResponse, attempts int) string {
+					return formatRenew(resp, req.GetRequestId(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatRenew(resp, req.GetRequestId(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()
@@ -231,28 +203,14 @@ func newLeaseReleaseCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+leaseReleaseCommandLine(client.server, &req), false)
-			resp, attempts, err := callWithRetries(ctx, r, newLeaseClient,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient, server string) (*quoratev1.ReleaseLeaseResponse, error) {
-					res, err := c.ReleaseLease(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("ReleaseLease", server, req.GetRequestId(), err)
-					}
-					return res.Msg, nil
+			return runCall(cmd, &client, output, newLeaseClient, "ReleaseLease", req.GetRequestId(),
+				"retry with the same request ID: "+leaseReleaseCommandLine(client.server, &req), false,
+				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
+					return c.ReleaseLease(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.ReleaseLeaseResponse, attempts int) string {
+					return formatRelease(resp, &req, attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatRelease(resp, &req, attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()
@@ -291,28 +249,14 @@ func newLeaseCheckCmd() *cobra.Command {
 				return err
 			}
 			req.FencingToken = token.v
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "", true)
-			resp, attempts, err := callWithRetries(ctx, r, newLeaseClient,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient, server string) (*quoratev1.CheckFenceResponse, error) {
-					res, err := c.CheckFence(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("CheckFence", server, "", err)
-					}
-					return res.Msg, nil
+			return runCall(cmd, &client, output, newLeaseClient, "CheckFence", "",
+				"", true,
+				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.CheckFenceResponse], error) {
+					return c.CheckFence(ctx, connect.NewRequest(&req))
+				},
+				func(resp *quoratev1.CheckFenceResponse, attempts int) string {
+					return formatCheckFence(resp, req.GetFencingToken(), attempts)
 				})
-			if err != nil {
-				return err
-			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatCheckFence(resp, req.GetFencingToken(), attempts))
-			return err
 		},
 	}
 	fs := cmd.Flags()

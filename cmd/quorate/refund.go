@@ -39,8 +39,8 @@ func newRefundCmd() *cobra.Command {
 			if err := requireFlags(cmd, "key", "request-id"); err != nil {
 				return fmt.Errorf("%w (a request is named by the --key, --request-id and --caller it was admitted with)", err)
 			}
-			return runAdmissionCall(cmd, &client, output, "Refund", req.GetRequestId(),
-				"retry with the same request ID: "+refundCommandLine(client.server, &req),
+			return runCall(cmd, &client, output, newAdmissionClient, "Refund", req.GetRequestId(),
+				"retry with the same request ID: "+refundCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.RefundResponse], error) {
 					return c.Refund(ctx, connect.NewRequest(&req))
 				},

@@ -64,8 +64,8 @@ func newReserveCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runAdmissionCall(cmd, &client, output, "Reserve", req.GetRequestId(),
-				"retry with the same request ID: "+reserveCommandLine(client.server, &req),
+			return runCall(cmd, &client, output, newAdmissionClient, "Reserve", req.GetRequestId(),
+				"retry with the same request ID: "+reserveCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.ReserveResponse], error) {
 					return c.Reserve(ctx, connect.NewRequest(&req))
 				},
@@ -117,8 +117,8 @@ func newCommitCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runAdmissionCall(cmd, &client, output, "Commit", req.GetRequestId(),
-				"retry with the same request ID: "+commitCommandLine(client.server, &req),
+			return runCall(cmd, &client, output, newAdmissionClient, "Commit", req.GetRequestId(),
+				"retry with the same request ID: "+commitCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.CommitResponse], error) {
 					return c.Commit(ctx, connect.NewRequest(&req))
 				},

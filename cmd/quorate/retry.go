@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/node"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 // Retries with the same request ID (DESIGN.md §3). The request is built once
@@ -278,13 +277,15 @@ func (e *retryError) Error() string {
 	return b.String()
 }
 
-// runAdmissionCall runs one AdmissionService call that carries a request ID
-// (refund, reserve, commit) as every such command does: over the servers
-// of client, retried with the same request ID (hint says how to retry by
-// hand once out of time), then printed as JSON or by format, which gets
-// the answer and the number of attempts.
-func runAdmissionCall[R any](cmd *cobra.Command, client *clientOptions, output outputFormat, procedure, requestID, hint string,
-	call func(context.Context, quoratev1connect.AdmissionServiceClient) (*connect.Response[R], error),
+// runCall runs one call of a client command as each of them does: over the
+// servers of client, retried through cliRetrier (with the same request ID
+// when the call carries one; hint says how to retry by hand once out of
+// time; readOnly calls are also retried after an unknown outcome), then
+// printed as JSON or by format, which gets the answer and the number of
+// attempts.
+func runCall[C, R any](cmd *cobra.Command, client *clientOptions, output outputFormat, newClient func(baseURL string) C,
+	procedure, requestID, hint string, readOnly bool,
+	call func(context.Context, C) (*connect.Response[R], error),
 	format func(resp *R, attempts int) string,
 ) error {
 	servers, ctx, cancel, err := client.beginServers(cmd.Context())
@@ -292,8 +293,8 @@ func runAdmissionCall[R any](cmd *cobra.Command, client *clientOptions, output o
 		return err
 	}
 	defer cancel()
-	resp, attempts, err := callWithRetries(ctx, cliRetrier(cmd, servers, hint, false), newAdmissionClient,
-		func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*R, error) {
+	resp, attempts, err := callWithRetries(ctx, cliRetrier(cmd, servers, hint, readOnly), newClient,
+		func(ctx context.Context, c C, server string) (*R, error) {
 			res, err := call(ctx, c)
 			if err != nil {
 				return nil, wrapRPC(procedure, server, requestID, err)
