@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -56,8 +55,8 @@ func newReserveCmd() *cobra.Command {
 				return fmt.Errorf("reserve: --estimate: must be at least 1 (got %d)", req.Estimate)
 			}
 			if cmd.Flags().Changed("ttl") {
-				if fe := admission.CheckLeaseTTL("--ttl", ttl); fe != nil {
-					return fmt.Errorf("reserve: %s: %s", fe.Field, fe.Reason)
+				if err := checkTTLFlag("reserve", ttl); err != nil {
+					return err
 				}
 				req.Ttl = durationpb.New(ttl)
 			}
