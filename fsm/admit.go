@@ -77,19 +77,19 @@ func (p *pendingStates) take(key string) (admission.State, bool) {
 // the result names the first check that denied. With a request ID, a repeat
 // gets the recorded result and the decision is recorded before anything is
 // spent.
-func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
+func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 	now := o.now
 	var dk dedupe.Key
 	var fp [16]byte
 	recorded := c.GetRequestId() != "" && !plantedBug
 	if recorded {
 		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
-		if e, ok := f.dedupe.Get(dk, now); ok {
+		if e, ok := d.dedupe.Get(dk, now); ok {
 			return recordedAdmit(e, fp)
 		}
 	}
 	var buf [MaxChecks]check
-	checks, err := f.resolveChecks(c, o.slot, buf[:0])
+	checks, err := d.resolveChecks(c, o.slot, buf[:0])
 	if err != nil {
 		return err
 	}
@@ -101,14 +101,14 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 	// between).
 	at := now
 	var scratch pendingStates // states as this request leaves them
-	res := f.decideChecks(checks, now, at, &scratch)
+	res := d.decideChecks(checks, now, at, &scratch)
 	for range checks {
 		slot, ok := paceTo(res, checks)
 		if !ok || int64(slot) > c.GetMaxWaitNanos() || now+int64(slot) <= at {
 			break
 		}
 		at = now + int64(slot)
-		res = f.decideChecks(checks, now, at, &scratch)
+		res = d.decideChecks(checks, now, at, &scratch)
 	}
 	if res.DeniedCheck < 0 {
 		res.Wait = time.Duration(at - now)
@@ -123,7 +123,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 	res.Decision, res.PolicyVersion, res.ShadowDenied = res.Checks[top].Decision, res.Checks[top].PolicyVersion, res.Checks[top].ShadowDenied
 
 	if res.DeniedCheck < 0 {
-		if err := f.makeRoom(&scratch, now); err != nil {
+		if err := d.makeRoom(&scratch, now); err != nil {
 			return err
 		}
 	}
@@ -133,14 +133,14 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 		for _, ch := range checks {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
 		}
-		if err := f.record(o, dk, recordAdmit, fp, encodeAdmitRecord(res), retention); err != nil {
+		if err := d.record(o, dk, recordAdmit, fp, encodeAdmitRecord(res), retention); err != nil {
 			return err
 		}
 	}
 	if res.DeniedCheck < 0 {
 		for _, ch := range checks {
 			if st, ok := scratch.take(ch.key); ok {
-				f.buckets.Put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
+				d.buckets.Put(ch.key, st, admission.ExpiresAt(ch.policy.Policy, st))
 			}
 		}
 	}
@@ -152,7 +152,7 @@ func (f *FSM) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 // the decisions are relative to now. Nothing is stored: the new states are
 // left in scratch (emptied first) for the caller to store if the request is
 // admitted.
-func (f *FSM) decideChecks(checks []check, now, at int64, scratch *pendingStates) *AdmitResult {
+func (d *dataState) decideChecks(checks []check, now, at int64, scratch *pendingStates) *AdmitResult {
 	res := newAdmitResult(len(checks))
 	res.DecidedAt, res.Multi, res.DeniedCheck = now, len(checks) > 1, -1
 	*scratch = pendingStates{}
@@ -160,17 +160,17 @@ func (f *FSM) decideChecks(checks []check, now, at int64, scratch *pendingStates
 	for i, ch := range checks {
 		st, ok := scratch.get(ch.key)
 		if !ok {
-			st, _ = f.buckets.Get(ch.key)
+			st, _ = d.buckets.Get(ch.key)
 		}
 		p := ch.policy.Policy
-		next, d := admission.Decide(p, st, ch.cost, at)
-		d.ResetAfter += shift
-		if !d.Allowed && d.RetryAfter != admission.NeverRetry {
-			d.RetryAfter += shift
+		next, dec := admission.Decide(p, st, ch.cost, at)
+		dec.ResetAfter += shift
+		if !dec.Allowed && dec.RetryAfter != admission.NeverRetry {
+			dec.RetryAfter += shift
 		}
-		cr := CheckResult{Policy: p.Name, Key: ch.bareKey, Cost: ch.cost, Decision: d, PolicyVersion: ch.policy.Version}
+		cr := CheckResult{Policy: p.Name, Key: ch.bareKey, Cost: ch.cost, Decision: dec, PolicyVersion: ch.policy.Version}
 		switch {
-		case d.Allowed:
+		case dec.Allowed:
 			scratch.set(ch.key, next)
 			cr.Spent = cr.Cost
 		case p.Shadow:
@@ -222,7 +222,7 @@ func paceTo(res *AdmitResult, checks []check) (time.Duration, bool) {
 // policies, or returns the first problem: an unknown policy or a bad key or
 // cost, or a key outside slot (unless dedupe.NoSlot), naming the field
 // ("key", "also[1].cost", …).
-func (f *FSM) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]check, error) {
+func (d *dataState) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]check, error) {
 	also := c.GetAlso()
 	if n := 1 + len(also); n > MaxChecks {
 		return nil, &admission.FieldError{Field: "also", Err: admission.ErrInvalidRequest,
@@ -234,7 +234,7 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]che
 			policy, key, cost = also[i-1].GetPolicy(), also[i-1].GetKey(), also[i-1].GetCost()
 			prefix = fmt.Sprintf("also[%d].", i-1)
 		}
-		pv, ok := f.policies[policy]
+		pv, ok := d.policies.byName[policy]
 		if !ok {
 			return nil, fmt.Errorf("%w %s (%spolicy)", ErrUnknownPolicy, admission.Quote(policy), prefix)
 		}
@@ -258,30 +258,30 @@ func (f *FSM) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]che
 
 // makeRoom checks that the new states of a request fit under MaxBuckets,
 // reclaiming expired states first.
-func (f *FSM) makeRoom(states *pendingStates, now int64) error {
+func (d *dataState) makeRoom(states *pendingStates, now int64) error {
 	added := 0
 	for _, key := range states.keys[:states.n] {
-		if _, exists := f.buckets.Get(key); !exists {
+		if _, exists := d.buckets.Get(key); !exists {
 			added++
 		}
 	}
 	if added == 0 {
 		return nil
 	}
-	if over := f.buckets.Len() + added - f.opts.MaxBuckets; over > 0 {
+	if over := d.buckets.Len() + added - d.maxStates; over > 0 {
 		// Expired states are absent: make room from them first (more than
 		// needed now when a restore left the group above its bound).
-		f.buckets.Sweep(now, over, f.policyOfBucket)
+		d.buckets.Sweep(now, over, d.policies.ofStateKey)
 	}
-	if f.buckets.Len()+added > f.opts.MaxBuckets {
-		return fmt.Errorf("%w (%d buckets)", ErrGroupFull, f.opts.MaxBuckets)
+	if d.buckets.Len()+added > d.maxStates {
+		return fmt.Errorf("%w (%d buckets)", ErrGroupFull, d.maxStates)
 	}
 	return nil
 }
 
 // applyPeek describes a key's state at now without changing anything.
-func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
-	pv, ok := f.policies[c.GetPolicy()]
+func (d *dataState) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
+	pv, ok := d.policies.byName[c.GetPolicy()]
 	if !ok {
 		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(c.GetPolicy()))
 	}
@@ -292,34 +292,16 @@ func (f *FSM) applyPeek(c *raftcmdv1.Peek, now int64) interface{} {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%s is a concurrency policy: check a lease with CheckFence", admission.Quote(c.GetPolicy()))}
 	}
-	st, _ := f.buckets.Get(BucketKey(c.GetPolicy(), c.GetKey()))
+	st, _ := d.buckets.Get(BucketKey(c.GetPolicy(), c.GetKey()))
 	return &PeekResult{Decision: admission.Peek(pv.Policy, st, now), PolicyVersion: pv.Version, At: now}
-}
-
-// applyDeletePolicies deletes every named policy, or none when one is
-// missing. Their keys' states stay until they expire (the sweep drops states
-// whose policy is gone).
-func (f *FSM) applyDeletePolicies(c *raftcmdv1.DeletePolicies) interface{} {
-	out := &PoliciesResult{}
-	for _, name := range c.GetNames() {
-		pv, ok := f.policies[name]
-		if !ok {
-			return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(name))
-		}
-		out.Policies = append(out.Policies, pv)
-	}
-	for _, name := range c.GetNames() {
-		delete(f.policies, name)
-	}
-	return out
 }
 
 // applyRefund gives back, once, what the admit recorded under (caller,
 // request ID) spent.
-func (f *FSM) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
+func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 	now := o.now
 	k := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}
-	e, ok := f.dedupe.Get(k, now)
+	e, ok := d.dedupe.Get(k, now)
 	if !ok {
 		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(k.RequestID))
 	}
@@ -346,12 +328,12 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 		return &RefundResult{Refunded: false, Cost: cost, RefundedAt: rec.GetRefundedAtUnixNano()}
 	}
 	for _, ch := range rec.GetChecks() {
-		pv, ok := f.policies[ch.GetPolicy()]
+		pv, ok := d.policies.byName[ch.GetPolicy()]
 		if !ok || ch.GetSpent() == 0 {
 			continue // policy deleted since: its state is going away
 		}
 		key := BucketKey(ch.GetPolicy(), ch.GetKey())
-		st, exists := f.buckets.Get(key)
+		st, exists := d.buckets.Get(key)
 		if !exists {
 			continue // already expired: nothing left to give back
 		}
@@ -360,9 +342,9 @@ func (f *FSM) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 			At:    rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
 			Until: rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
 		}, now)
-		f.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
+		d.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	rec.Refunded, rec.RefundedAtUnixNano = true, now
-	f.dedupe.Update(k, marshalRecord(rec))
+	d.dedupe.Update(k, marshalRecord(rec))
 	return &RefundResult{Refunded: true, Cost: cost, RefundedAt: now}
 }

@@ -24,21 +24,22 @@ func ValidClusterID(id string) bool {
 func (f *FSM) ClusterID() string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.clusterID
+	return f.meta.clusterID
 }
 
 // applySetClusterID records the cluster ID once; the same ID again is a
-// no-op (a retried proposal), another is refused.
-func (f *FSM) applySetClusterID(c *raftcmdv1.SetClusterID) interface{} {
+// no-op (a retried proposal), another is refused, and so is any in a data
+// group (dataGroup: Options.DataGroup).
+func (m *metaState) applySetClusterID(c *raftcmdv1.SetClusterID, dataGroup bool) interface{} {
 	id := c.GetId()
 	switch {
-	case f.opts.DataGroup:
+	case dataGroup:
 		return fmt.Errorf("%w: a data group has no cluster ID", ErrClusterID)
 	case !ValidClusterID(id):
 		return fmt.Errorf("%w: id: %q is not 32 lowercase hex digits", ErrClusterID, id)
-	case f.clusterID != "" && f.clusterID != id:
-		return fmt.Errorf("%w: the cluster's ID is %s, not %s", ErrClusterID, f.clusterID, id)
+	case m.clusterID != "" && m.clusterID != id:
+		return fmt.Errorf("%w: the cluster's ID is %s, not %s", ErrClusterID, m.clusterID, id)
 	}
-	f.clusterID = id
+	m.clusterID = id
 	return nil
 }

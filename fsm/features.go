@@ -42,14 +42,14 @@ const (
 func (f *FSM) MinFeatureLevel() uint32 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.minFeatureLevelLocked()
+	return f.meta.minFeatureLevel()
 }
 
-// minFeatureLevelLocked is MinFeatureLevel with f.mu held. The nodes are
-// visited in map order, but the minimum does not depend on it.
-func (f *FSM) minFeatureLevelLocked() uint32 {
+// minFeatureLevel is MinFeatureLevel with the FSM's lock held. The nodes
+// are visited in map order, but the minimum does not depend on it.
+func (m *metaState) minFeatureLevel() uint32 {
 	first, level := true, uint32(0)
-	for _, n := range f.nodes {
+	for _, n := range m.nodes {
 		if first || n.FeatureLevel < level {
 			level, first = n.FeatureLevel, false
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/fsm/internal/table"
-	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
-	"github.com/quorate/quorate/shard"
 )
 
 // EnvelopeVersion is the only raftcmdv1.Envelope version this binary writes
@@ -137,55 +134,28 @@ type Node struct {
 
 // FSM is the state machine of one Raft group. See the package doc for the
 // threading and determinism contract.
+//
+// Its state is in two parts by what it serves (DESIGN.md, "State
+// ownership"): meta, the meta group's registry of nodes, shard map, plans
+// and cluster ID; data, the keys' state and a data group's ownership and
+// slot migrations. A single-group cluster's meta group holds both; a data
+// group's meta part stays empty, as does a sharded cluster's meta group's
+// data part. What both parts read stays here: the time, the term, the
+// applied index and the policy table.
 type FSM struct {
 	opts Options
 
 	mu       sync.RWMutex
 	lastNow  int64
-	policies map[string]PolicyVersion
-	nodes    map[string]Node
-	buckets  *table.BucketTable
-	sems     *table.StateTable[lease.Semaphore]
-	// reservations are keyed by reservation ID.
-	reservations *table.StateTable[reservation]
-	dedupe       *dedupe.Table
-	callers      callerNames // one copy of each caller's name for dedupe
-	lastTerm     uint64      // Raft term of the last applied command
+	lastTerm uint64 // Raft term of the last applied command
 	// appliedIndex is the log index of the last applied command (0 after a
 	// restore until the next one). It decides nothing: it only dates reads
 	// such as PoliciesAt.
 	appliedIndex uint64
+	policies     policyTable
 
-	// policiesChangedAt is the log index of the last entry that changed
-	// the policy table (0: none yet); policiesChangeUnknown is true from a
-	// restore until the next entry, which then counts as the change. Like
-	// appliedIndex it decides nothing: nodes compare it with a data
-	// group's PoliciesMetaIndex instead of comparing whole tables.
-	policiesChangedAt     uint64
-	policiesChangeUnknown bool
-
-	// Multi-group state: the meta group's shard map; a data group's owned
-	// slots (nil: applies every data command) and the meta index of its
-	// policy table.
-	shardMap          *shard.Map
-	owned             *ownership
-	policiesMetaIndex uint64
-
-	// Slot migrations: a data group's slots frozen by migrations out of
-	// it, and its record of migrations into it (migrate.go); the meta
-	// group's plans (plans.go).
-	frozen  map[uint64]shard.SlotRange
-	imports map[uint64]*importState
-	plans   []*raftcmdv1.Plan
-
-	// clusterID is the meta group's record of the cluster's ID
-	// (clusterid.go); "" before SetClusterID.
-	clusterID string
-
-	// exportCache is the index of the last migration this replica
-	// exported (migrate.go): not replicated state, guarded by exportMu.
-	exportMu    sync.Mutex
-	exportCache *exportIndex
+	meta metaState
+	data dataState
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -199,25 +169,10 @@ func New(opts Options) *FSM {
 	if opts.MaxDedupeEntries <= 0 {
 		opts.MaxDedupeEntries = DefaultMaxDedupeEntries
 	}
-	f := &FSM{
-		opts:     opts,
-		policies: make(map[string]PolicyVersion),
-		nodes:    make(map[string]Node),
-		buckets:  table.NewBucketTable(),
-		sems:     table.NewStateTable(semExpires),
-		dedupe:   dedupe.New(opts.MaxDedupeEntries),
-		callers:  callerNames{},
-		frozen:   map[uint64]shard.SlotRange{},
-		imports:  map[uint64]*importState{},
-	}
-	f.reservations = f.newReservationTable()
+	f := &FSM{opts: opts, policies: policyTable{byName: make(map[string]PolicyVersion)}}
+	f.meta = newMetaState(&f.policies)
+	f.data.init(&f.policies, opts)
 	return f
-}
-
-func (f *FSM) newReservationTable() *table.StateTable[reservation] {
-	t := table.NewStateTable(reservationExpires)
-	t.OnExpire = f.expireReservation
-	return t
 }
 
 // Encode marshals an envelope for raft.Apply, stamping the envelope version.
@@ -283,23 +238,19 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 // up.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.appliedIndex = l.Index
-	if f.policiesChangeUnknown {
-		f.policiesChangedAt, f.policiesChangeUnknown = l.Index, false
+	if f.meta.policiesChangeUnknown {
+		f.meta.policiesChangedAt, f.meta.policiesChangeUnknown = l.Index, false
 	}
 	prev := f.lastNow
 	now := max(prev, env.GetNowUnixNano())
 	f.lastNow = now
 	if l.Term > f.lastTerm {
 		if f.lastTerm != 0 {
-			f.shiftLeases(now - prev)
+			f.data.shiftLeases(now - prev)
 		}
 		f.lastTerm = l.Term
 	}
-	// Expired reservations first: their units are back before any decision.
-	f.reservations.Sweep(now, SweepPerApply, noPolicy)
-	f.buckets.Sweep(now, SweepPerApply, f.policyOfBucket)
-	f.sems.Sweep(now, SweepPerApply, f.policyOfBucket)
-	f.dedupe.Sweep(now, SweepPerApply)
+	f.data.sweep(now, SweepPerApply)
 
 	o := op{env: env, index: l.Index, now: now, slot: dedupe.NoSlot}
 	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Batch); ok {
@@ -321,64 +272,61 @@ type op struct {
 	slot uint16
 }
 
-// applyOp applies one command at o.now.
+// applyOp applies one command at o.now: the meta group's commands to
+// f.meta, the keys' and slots' to f.data.
 func (f *FSM) applyOp(o op) interface{} {
 	env, now := o.env, o.now
-	slot, err := f.checkRoute(env)
+	slot, err := f.data.checkRoute(env, f.opts.DataGroup)
 	if err != nil {
 		return err
 	}
 	o.slot = slot
+	m, d := &f.meta, &f.data
 	switch body := env.GetBody().(type) {
 	case *raftcmdv1.Envelope_SetShardMap:
-		return f.applySetShardMap(body.SetShardMap)
+		return m.applySetShardMap(body.SetShardMap)
 	case *raftcmdv1.Envelope_SetOwnership:
-		return f.applySetOwnership(body.SetOwnership)
+		return d.applySetOwnership(body.SetOwnership)
 	case *raftcmdv1.Envelope_SetPolicies:
-		return f.applySetPolicies(body.SetPolicies)
+		return d.applySetPolicies(body.SetPolicies)
 	case *raftcmdv1.Envelope_Admit:
-		return f.applyAdmit(body.Admit, o)
+		return d.applyAdmit(body.Admit, o)
 	case *raftcmdv1.Envelope_PutPolicies:
-		return f.policiesChanged(o.index, f.applyPutPolicies(body.PutPolicies))
+		return m.policiesChanged(o.index, m.applyPutPolicies(body.PutPolicies))
 	case *raftcmdv1.Envelope_RegisterNode:
-		return f.applyRegisterNode(body.RegisterNode)
+		return m.applyRegisterNode(body.RegisterNode)
 	case *raftcmdv1.Envelope_SetClusterId:
-		return f.applySetClusterID(body.SetClusterId)
+		return m.applySetClusterID(body.SetClusterId, f.opts.DataGroup)
 	case *raftcmdv1.Envelope_RemoveNode:
-		delete(f.nodes, body.RemoveNode.GetId())
-		return nil
+		return m.applyRemoveNode(body.RemoveNode)
 	case *raftcmdv1.Envelope_Peek:
-		return f.applyPeek(body.Peek, now)
+		return d.applyPeek(body.Peek, now)
 	case *raftcmdv1.Envelope_DeletePolicies:
-		return f.policiesChanged(o.index, f.applyDeletePolicies(body.DeletePolicies))
+		return m.policiesChanged(o.index, m.applyDeletePolicies(body.DeletePolicies))
 	case *raftcmdv1.Envelope_Refund:
-		return f.applyRefund(body.Refund, o)
+		return d.applyRefund(body.Refund, o)
 	case *raftcmdv1.Envelope_Lease:
-		return f.applyLease(body.Lease, o)
+		return d.applyLease(body.Lease, o)
 	case *raftcmdv1.Envelope_Reserve:
-		return f.applyReserve(body.Reserve, o)
+		return d.applyReserve(body.Reserve, o)
 	case *raftcmdv1.Envelope_Commit:
-		return f.applyCommit(body.Commit, o)
+		return d.applyCommit(body.Commit, o)
 	case *raftcmdv1.Envelope_FreezeSlots:
-		return f.applyFreeze(body.FreezeSlots)
+		return d.applyFreeze(body.FreezeSlots)
 	case *raftcmdv1.Envelope_UnfreezeSlots:
-		delete(f.frozen, body.UnfreezeSlots.GetMigration())
-		return nil
+		return d.applyUnfreeze(body.UnfreezeSlots)
 	case *raftcmdv1.Envelope_ImportSlots:
 		return f.applyImport(body.ImportSlots, env.GetNowUnixNano())
 	case *raftcmdv1.Envelope_DropImport:
-		return f.applyDropImport(body.DropImport)
+		return d.applyDropImport(body.DropImport)
 	case *raftcmdv1.Envelope_CreatePlan:
-		return f.applyCreatePlan(body.CreatePlan, o.index, now)
+		return m.applyCreatePlan(body.CreatePlan, o.index, now)
 	case *raftcmdv1.Envelope_UpdatePlan:
-		return f.applyUpdatePlan(body.UpdatePlan, now)
+		return m.applyUpdatePlan(body.UpdatePlan, now)
 	case *raftcmdv1.Envelope_CancelPlan:
-		return f.applyCancelPlan(body.CancelPlan, now)
+		return m.applyCancelPlan(body.CancelPlan, now)
 	case *raftcmdv1.Envelope_Expire:
-		f.reservations.Sweep(now, ExpireBatch, noPolicy)
-		f.buckets.Sweep(now, ExpireBatch, f.policyOfBucket)
-		f.sems.Sweep(now, ExpireBatch, f.policyOfBucket)
-		f.dedupe.Sweep(now, ExpireBatch)
+		d.sweep(now, ExpireBatch)
 		return nil
 	default:
 		panic(fmt.Sprintf("fsm: entry %d has an empty or unknown body (written by a newer binary?): upgrade this one", o.index))
@@ -396,36 +344,22 @@ func addSaturating(a, b int64) int64 {
 // BucketKey is the state key of (policy, key).
 func BucketKey(policy, key string) string { return policy + "/" + key }
 
-// policyOfBucket returns the current policy of a state key.
-func (f *FSM) policyOfBucket(bucketKey string) (admission.Policy, bool) {
-	name, _, _ := strings.Cut(bucketKey, "/")
-	pv, ok := f.policies[name]
-	return pv.Policy, ok
-}
-
 // Snapshot copies the state; Persist encodes the copy concurrently with later
 // Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := &snapshot{
+	return &snapshot{
 		lastNow:  f.lastNow,
-		policies: sortedPolicies(f.policies),
-		nodes:    sortedNodes(f.nodes),
-		buckets:  f.buckets.Entries(),
-		sems:     f.sems.Entries(),
-		reserved: f.reservations.Entries(),
-		dedupe:   f.dedupe.Entries(),
 		lastTerm: f.lastTerm,
-		route:    f.routeSnapshot(),
-	}
-	s.frozen, s.imports = f.migrateSnapshot()
-	s.plans = clonePlans(f.plans)
-	s.clusterID = f.clusterID
-	return s, nil
+		policies: sortedPolicies(f.policies.byName),
+		meta:     f.meta.snapshot(),
+		data:     f.data.snapshot(),
+	}, nil
 }
 
-// Restore replaces the state with a snapshot written by Persist.
+// Restore replaces the state with a snapshot written by Persist. The new
+// state is built before the lock is taken, so reads wait only for the swap.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	s, err := readSnapshot(rc)
@@ -436,37 +370,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, p := range s.policies {
 		policies[p.Policy.Name] = p
 	}
-	nodes := make(map[string]Node, len(s.nodes))
-	for _, n := range s.nodes {
-		nodes[n.ID] = n
-	}
-	buckets := table.NewBucketTable()
-	for _, e := range s.buckets {
-		buckets.Put(e.Key, e.State, e.ExpiresAt)
-	}
-	sems := table.NewStateTable(semExpires)
-	for _, e := range s.sems {
-		sems.Put(e.Key, e.State, e.ExpiresAt)
-	}
-	reserved := f.newReservationTable()
-	for _, e := range s.reserved {
-		reserved.Put(e.Key, e.State, e.ExpiresAt)
-	}
-	dd, callers := dedupe.New(f.opts.MaxDedupeEntries), callerNames{}
-	for _, e := range s.dedupe {
-		// Restored entries are put at the snapshot's time and may exceed a
-		// smaller bound of this binary: keep them all, never lose one.
-		e.Key.Caller = callers.intern(e.Key.Caller)
-		dd.Restore(e)
-	}
+	meta := restoredMeta(&f.policies, s.meta)
+	data := f.data.restored(&s.data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lastNow, f.lastTerm, f.policies, f.nodes = s.lastNow, s.lastTerm, policies, nodes
-	f.policiesChangedAt, f.policiesChangeUnknown = 0, true
-	f.buckets, f.sems, f.reservations, f.dedupe, f.callers = buckets, sems, reserved, dd, callers
-	f.restoreRoute(s.route)
-	f.restoreMigrate(s.frozen, s.imports)
-	f.plans = s.plans
-	f.clusterID = s.clusterID
+	f.lastNow, f.lastTerm, f.policies.byName = s.lastNow, s.lastTerm, policies
+	f.meta = meta
+	f.data.install(data)
 	return nil
 }

@@ -44,7 +44,7 @@ func semExpires(_ admission.Policy, s lease.Semaphore) int64 { return lease.Expi
 // policy's key. Acquire, renew and release with a request ID are recorded:
 // a repeat gets the first answer and changes nothing. A token that holds no
 // live lease is refused with lease.ErrStale.
-func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
+func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	now := o.now
 	kind := c.GetKind()
 	if kind < raftcmdv1.LeaseOp_KIND_ACQUIRE || kind > raftcmdv1.LeaseOp_KIND_CHECK {
@@ -55,14 +55,14 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	recorded := c.GetRequestId() != "" && kind != raftcmdv1.LeaseOp_KIND_CHECK
 	if recorded {
 		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, leaseFingerprint(c)
-		if e, ok := f.dedupe.Get(dk, now); ok {
+		if e, ok := d.dedupe.Get(dk, now); ok {
 			if e.Fingerprint != fp {
 				return reusedRequestID(e)
 			}
 			return decodeLeaseRecord(e)
 		}
 	}
-	pv, ok := f.policies[c.GetPolicy()]
+	pv, ok := d.policies.byName[c.GetPolicy()]
 	if !ok {
 		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(c.GetPolicy()))
 	}
@@ -81,7 +81,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 		}
 	}
 	key := BucketKey(c.GetPolicy(), c.GetKey())
-	s, exists := f.sems.Get(key)
+	s, exists := d.sems.Get(key)
 	res := &LeaseResult{Limit: p.Limit, PolicyVersion: pv.Version, DecidedAt: now}
 	next := s
 	var err error
@@ -92,13 +92,13 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 		if ttl == 0 {
 			ttl = p.LeaseTTL
 		}
-		var d lease.Decision
-		next, d = lease.Acquire(s, p.Limit, int64(ttl), now)
-		res.Allowed, res.Lease, res.Held, res.RetryAfter = d.Allowed, d.Lease, d.Held, d.RetryAfter
-		if d.Allowed && c.GetReservePolicy() != "" {
+		var dec lease.Decision
+		next, dec = lease.Acquire(s, p.Limit, int64(ttl), now)
+		res.Allowed, res.Lease, res.Held, res.RetryAfter = dec.Allowed, dec.Lease, dec.Held, dec.RetryAfter
+		if dec.Allowed && c.GetReservePolicy() != "" {
 			// Lease and reservation together or not at all.
-			hold, err = f.prepareReservation(leaseReservationID(key, d.Lease.Token), c.GetReservePolicy(), c.GetKey(),
-				c.GetReserveEstimate(), d.Lease.ExpiresAt, now)
+			hold, err = d.prepareReservation(leaseReservationID(key, dec.Lease.Token), c.GetReservePolicy(), c.GetKey(),
+				c.GetReserveEstimate(), dec.Lease.ExpiresAt, now)
 			if err != nil {
 				return err
 			}
@@ -109,10 +109,10 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 				res.ReservationID = hold.id
 			}
 		}
-		if res.Allowed && !exists && f.sems.Len() >= f.opts.MaxBuckets {
-			f.sems.Sweep(now, f.sems.Len()-f.opts.MaxBuckets+1, f.policyOfBucket)
-			if f.sems.Len() >= f.opts.MaxBuckets {
-				return fmt.Errorf("%w (%d semaphores)", ErrGroupFull, f.opts.MaxBuckets)
+		if res.Allowed && !exists && d.sems.Len() >= d.maxStates {
+			d.sems.Sweep(now, d.sems.Len()-d.maxStates+1, d.policies.ofStateKey)
+			if d.sems.Len() >= d.maxStates {
+				return fmt.Errorf("%w (%d semaphores)", ErrGroupFull, d.maxStates)
 			}
 		}
 	case raftcmdv1.LeaseOp_KIND_RENEW:
@@ -120,7 +120,7 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	case raftcmdv1.LeaseOp_KIND_RELEASE:
 		next, res.Lease, err = lease.Release(s, c.GetToken(), now)
 		if err == nil {
-			settleRes, err = f.prepareSettle(key, c, res, now)
+			settleRes, err = d.prepareSettle(key, c, res, now)
 		}
 	case raftcmdv1.LeaseOp_KIND_CHECK:
 		res.Allowed = lease.Holds(s, c.GetToken(), now)
@@ -144,15 +144,15 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	// A denied acquire is not recorded: it took nothing, and a request
 	// waiting for a slot asks again under the same ID.
 	if recorded && res.Allowed {
-		if err := f.record(o, dk, recordLease, fp, encodeLeaseRecord(res), int64(p.DedupeRetention)); err != nil {
+		if err := d.record(o, dk, recordLease, fp, encodeLeaseRecord(res), int64(p.DedupeRetention)); err != nil {
 			return err
 		}
 	}
 	if res.Allowed {
-		f.sems.Put(key, next, lease.ExpiresAt(next))
+		d.sems.Put(key, next, lease.ExpiresAt(next))
 	}
 	if hold != nil {
-		f.storeReservation(hold)
+		d.storeReservation(hold)
 	}
 	if settleRes != nil {
 		settleRes()
@@ -160,9 +160,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	if kind == raftcmdv1.LeaseOp_KIND_RENEW {
 		// A reservation held with the lease lives as long as the lease.
 		rid := leaseReservationID(key, c.GetToken())
-		if r, ok := f.reservations.Get(rid); ok {
+		if r, ok := d.reservations.Get(rid); ok {
 			r.expiresAt = res.Lease.ExpiresAt
-			f.reservations.Put(rid, r, r.expiresAt)
+			d.reservations.Put(rid, r, r.expiresAt)
 		}
 	}
 	return res
@@ -172,9 +172,9 @@ func (f *FSM) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 // reservation, how its reservation is settled (at actual_cost, or the whole
 // estimate when unset), fills res, and returns the step that applies it.
 // A release with actual_cost of a lease without a reservation is refused.
-func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, now int64) (func(), error) {
+func (d *dataState) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, now int64) (func(), error) {
 	rid := leaseReservationID(key, c.GetToken())
-	r, ok := f.reservations.Get(rid)
+	r, ok := d.reservations.Get(rid)
 	if ok && r.expiresAt <= now {
 		ok = false
 	}
@@ -192,13 +192,13 @@ func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, 
 				Reason: fmt.Sprintf("must be at least 0 (got %d)", actual)}
 		}
 	}
-	pv, ok := f.policies[r.policy]
+	pv, ok := d.policies.byName[r.policy]
 	if !ok {
-		return func() { f.reservations.Remove(rid) }, nil
+		return func() { d.reservations.Remove(rid) }, nil
 	}
 	res.ReservationID = rid
-	res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, actual, now)
-	return func() { f.commitReservation(rid, pv.Policy, r, actual, now) }, nil
+	res.Charged, res.Released, res.Over, _ = settle(pv.Policy, d.stateOf(r), r, actual, now)
+	return func() { d.commitReservation(rid, pv.Policy, r, actual, now) }, nil
 }
 
 // shiftLeases runs on the first entry of a new Raft term: every lease's end
@@ -207,18 +207,18 @@ func (f *FSM) prepareSettle(key string, c *raftcmdv1.LeaseOp, res *LeaseResult, 
 // leader whose clock is ahead never expires a lease earlier than the old one
 // would have; leases may outlive their TTL by the election gap, which
 // fencing tokens make safe.
-func (f *FSM) shiftLeases(d int64) {
-	if d <= 0 {
+func (d *dataState) shiftLeases(by int64) {
+	if by <= 0 {
 		return
 	}
-	f.sems.Each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
-		s = lease.Shift(s, d)
+	d.sems.Each(func(_ string, s lease.Semaphore, _ int64) (lease.Semaphore, int64) {
+		s = lease.Shift(s, by)
 		return s, lease.ExpiresAt(s)
 	})
 	// Reservations keep their remaining time too (those held with a lease
 	// must not end before it).
-	f.reservations.Each(func(_ string, r reservation, _ int64) (reservation, int64) {
-		r.expiresAt = addSaturating(r.expiresAt, d)
+	d.reservations.Each(func(_ string, r reservation, _ int64) (reservation, int64) {
+		r.expiresAt = addSaturating(r.expiresAt, by)
 		return r, r.expiresAt
 	})
 }

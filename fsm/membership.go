@@ -12,14 +12,14 @@ import (
 // FeatureClusterID or later no longer lets join. Such a cluster refuses it
 // (the gate keeps older logs applying as they did); a nameless one is
 // refused always, as no node proposes it.
-func (f *FSM) applyRegisterNode(r *raftcmdv1.RegisterNode) interface{} {
+func (m *metaState) applyRegisterNode(r *raftcmdv1.RegisterNode) interface{} {
 	if r.GetId() == "" {
 		return fmt.Errorf("%w: id: must not be empty", ErrBadRegistration)
 	}
-	if r.GetFeatureLevel() == 0 && len(f.nodes) > 0 && f.minFeatureLevelLocked() >= FeatureClusterID {
+	if r.GetFeatureLevel() == 0 && len(m.nodes) > 0 && m.minFeatureLevel() >= FeatureClusterID {
 		return fmt.Errorf("%w: node %q: feature_level: must be set (the cluster's nodes are all at level %d or above)",
 			ErrBadRegistration, r.GetId(), FeatureClusterID)
 	}
-	f.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
+	m.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	return nil
 }

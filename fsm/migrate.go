@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -49,12 +48,6 @@ func (s *slotSet) has(x shard.Slot) bool { return x < shard.SlotCount && s[x/64]
 
 func (s *slotSet) empty() bool { return *s == slotSet{} }
 
-// bucketSlot is the slot of a bucket or semaphore key ("policy/key").
-func bucketSlot(bucketKey string) shard.Slot {
-	_, key, _ := strings.Cut(bucketKey, "/")
-	return shard.SlotOf(key)
-}
-
 // owns reports whether the group owns every slot of r.
 func (o *ownership) owns(r shard.SlotRange) bool {
 	for x := r.Start; x < r.End; {
@@ -78,8 +71,8 @@ func (o *ownership) ownsAny(r shard.SlotRange) bool {
 }
 
 // frozenAt returns the migration freezing slot s, if any.
-func (f *FSM) frozenAt(s shard.Slot) (uint64, bool) {
-	for m, r := range f.frozen {
+func (d *dataState) frozenAt(s shard.Slot) (uint64, bool) {
+	for m, r := range d.frozen {
 		if r.Contains(s) {
 			return m, true
 		}
@@ -98,142 +91,179 @@ func rangeOf(start, end uint32) (shard.SlotRange, error) {
 	return r, nil
 }
 
-func (f *FSM) applyFreeze(c *raftcmdv1.FreezeSlots) interface{} {
+func (d *dataState) applyFreeze(c *raftcmdv1.FreezeSlots) interface{} {
 	r, err := rangeOf(c.GetStart(), c.GetEnd())
 	if err != nil {
 		return err
 	}
-	if old, ok := f.frozen[c.GetMigration()]; ok {
+	if old, ok := d.frozen[c.GetMigration()]; ok {
 		if old == r {
 			return nil
 		}
 		return fmt.Errorf("%w: migration %d already froze %v", ErrImportRefused, c.GetMigration(), old)
 	}
-	if f.owned == nil || !f.owned.owns(r) {
+	if d.owned == nil || !d.owned.owns(r) {
 		return fmt.Errorf("%w: cannot freeze %v, not all owned here", ErrNotOwnedYet, r)
 	}
-	f.frozen[c.GetMigration()] = r
+	d.frozen[c.GetMigration()] = r
 	return nil
 }
 
+// importChunk is an ImportSlots chunk acceptImport let through.
+type importChunk struct {
+	st      *importState
+	r       shard.SlotRange
+	entries []dedupe.Entry // decoded request-ID entries
+}
+
+// applyImport applies an ImportSlots chunk: the data part accepts it, the
+// group's time moves to its source's, and the data part stores its state.
 func (f *FSM) applyImport(c *raftcmdv1.ImportSlots, stamp int64) interface{} {
-	r, err := rangeOf(c.GetStart(), c.GetEnd())
+	ch, err := f.data.acceptImport(c, stamp)
 	if err != nil {
 		return err
 	}
-	// Entries from before feature level 4 do not carry the flag and are
-	// decided as they were; the leader sets it once every replica applies
-	// the bound.
-	if src := c.GetSourceNowUnixNano(); c.GetBoundedSourceTime() && src > addSaturating(stamp, int64(MaxClockSkew)) {
-		return &admission.FieldError{Field: "source_now_unix_nano", Err: ErrClockSkew, Reason: fmt.Sprintf(
-			"clock skew: migration %d's source time %s is %v ahead of this group's leader (at most %v)",
-			c.GetMigration(), time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-stamp), MaxClockSkew)}
-	}
-	if f.owned == nil || f.owned.mapEpoch < c.GetMapEpoch() {
-		return fmt.Errorf("%w: import of migration %d wants epoch %d", ErrNotOwnedYet, c.GetMigration(), c.GetMapEpoch())
-	}
-	if f.owned.ownsAny(r) {
-		return fmt.Errorf("%w: group %d owns slots of %v", ErrImportRefused, f.owned.group, r)
-	}
-	// Decoded first: a chunk refused for a bad record changes nothing.
-	entries := make([]dedupe.Entry, 0, len(c.GetState().GetDedupe()))
-	for _, rec := range c.GetState().GetDedupe() {
-		e, err := dedupeFromRecord(rec)
-		if err != nil {
-			return err
-		}
-		entries = append(entries, e)
-	}
-	st := f.imports[c.GetMigration()]
-	switch {
-	case st != nil && st.r != r:
-		// A migration's range never changes (plans are immutable): only a
-		// hostile peer sends another, so refusing it changes no decision
-		// of a log written by Quorate.
-		return fmt.Errorf("%w: migration %d imports %v, not %v", ErrImportRefused, c.GetMigration(), st.r, r)
-	case st != nil && st.dropped:
-		return fmt.Errorf("%w: migration %d was dropped", ErrImportRefused, c.GetMigration())
-	case st != nil && c.GetAttempt() < st.attempt:
-		return fmt.Errorf("%w: attempt %d of migration %d is older than %d", ErrImportRefused, c.GetAttempt(), c.GetMigration(), st.attempt)
-	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() < st.nextSeq:
+	if ch == nil {
 		return nil // a chunk applied already (a retried proposal)
-	case (st == nil || c.GetAttempt() > st.attempt) && c.GetSeq() == 0:
-		var set slotSet
-		set.add(r)
-		f.deleteSlots(&set) // what an older attempt left
-		st = &importState{r: r, attempt: c.GetAttempt()}
-		f.imports[c.GetMigration()] = st
-	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() == st.nextSeq && !st.complete && st.r == r:
-	default:
-		return fmt.Errorf("%w: chunk %d of attempt %d of migration %d out of order", ErrImportRefused, c.GetSeq(), c.GetAttempt(), c.GetMigration())
 	}
 	// Time: the group's time becomes at least the source's, so tokens
 	// issued here stay above the source's. Leases keep the time they have
 	// left, on either side.
 	src := c.GetSourceNowUnixNano()
 	if src > f.lastNow {
-		f.shiftLeases(src - f.lastNow)
+		f.data.shiftLeases(src - f.lastNow)
 		f.lastNow = src
 	}
 	var shift int64 // how far the target's time is ahead of the source's
 	if src > 0 {
 		shift = f.lastNow - src
 	}
-	s := c.GetState()
+	f.data.storeImport(ch, c, shift)
+	return nil
+}
+
+// acceptImport decides whether an ImportSlots chunk applies: it refuses
+// one whose source time is too far ahead, one the group cannot take yet
+// or any more, and one out of order (error, nothing changed), returns nil
+// for one applied already, and else the chunk to store (the first chunk
+// of an attempt has deleted what an older attempt left).
+func (d *dataState) acceptImport(c *raftcmdv1.ImportSlots, stamp int64) (*importChunk, error) {
+	r, err := rangeOf(c.GetStart(), c.GetEnd())
+	if err != nil {
+		return nil, err
+	}
+	// Entries from before feature level 4 do not carry the flag and are
+	// decided as they were; the leader sets it once every replica applies
+	// the bound.
+	if src := c.GetSourceNowUnixNano(); c.GetBoundedSourceTime() && src > addSaturating(stamp, int64(MaxClockSkew)) {
+		return nil, &admission.FieldError{Field: "source_now_unix_nano", Err: ErrClockSkew, Reason: fmt.Sprintf(
+			"clock skew: migration %d's source time %s is %v ahead of this group's leader (at most %v)",
+			c.GetMigration(), time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-stamp), MaxClockSkew)}
+	}
+	if d.owned == nil || d.owned.mapEpoch < c.GetMapEpoch() {
+		return nil, fmt.Errorf("%w: import of migration %d wants epoch %d", ErrNotOwnedYet, c.GetMigration(), c.GetMapEpoch())
+	}
+	if d.owned.ownsAny(r) {
+		return nil, fmt.Errorf("%w: group %d owns slots of %v", ErrImportRefused, d.owned.group, r)
+	}
+	// Decoded first: a chunk refused for a bad record changes nothing.
+	entries := make([]dedupe.Entry, 0, len(c.GetState().GetDedupe()))
+	for _, rec := range c.GetState().GetDedupe() {
+		e, err := dedupeFromRecord(rec)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, e)
+	}
+	st := d.imports[c.GetMigration()]
+	switch {
+	case st != nil && st.r != r:
+		// A migration's range never changes (plans are immutable): only a
+		// hostile peer sends another, so refusing it changes no decision
+		// of a log written by Quorate.
+		return nil, fmt.Errorf("%w: migration %d imports %v, not %v", ErrImportRefused, c.GetMigration(), st.r, r)
+	case st != nil && st.dropped:
+		return nil, fmt.Errorf("%w: migration %d was dropped", ErrImportRefused, c.GetMigration())
+	case st != nil && c.GetAttempt() < st.attempt:
+		return nil, fmt.Errorf("%w: attempt %d of migration %d is older than %d", ErrImportRefused, c.GetAttempt(), c.GetMigration(), st.attempt)
+	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() < st.nextSeq:
+		return nil, nil // a chunk applied already (a retried proposal)
+	case (st == nil || c.GetAttempt() > st.attempt) && c.GetSeq() == 0:
+		var set slotSet
+		set.add(r)
+		d.deleteSlots(&set) // what an older attempt left
+		st = &importState{r: r, attempt: c.GetAttempt()}
+		d.imports[c.GetMigration()] = st
+	case st != nil && c.GetAttempt() == st.attempt && c.GetSeq() == st.nextSeq && !st.complete && st.r == r:
+	default:
+		return nil, fmt.Errorf("%w: chunk %d of attempt %d of migration %d out of order", ErrImportRefused, c.GetSeq(), c.GetAttempt(), c.GetMigration())
+	}
+	return &importChunk{st: st, r: r, entries: entries}, nil
+}
+
+// storeImport stores an accepted chunk's state, whose times are shift
+// behind the group's (0: the source sent no time).
+func (d *dataState) storeImport(ch *importChunk, c *raftcmdv1.ImportSlots, shift int64) {
+	st, r, s := ch.st, ch.r, c.GetState()
 	for _, rec := range s.GetBuckets() {
 		b := bucketFromRecord(rec)
-		if r.Contains(bucketSlot(b.Key)) {
-			f.buckets.Put(b.Key, b.State, b.ExpiresAt)
+		if r.Contains(stateKeySlot(b.Key)) {
+			d.buckets.Put(b.Key, b.State, b.ExpiresAt)
 		}
 	}
 	for _, rec := range s.GetSemaphores() {
 		sr := semFromRecord(rec)
-		if r.Contains(bucketSlot(sr.Key)) {
+		if r.Contains(stateKeySlot(sr.Key)) {
 			sem := lease.Shift(sr.State, shift)
-			f.sems.Put(sr.Key, sem, max(sr.ExpiresAt, lease.ExpiresAt(sem)))
+			d.sems.Put(sr.Key, sem, max(sr.ExpiresAt, lease.ExpiresAt(sem)))
 		}
 	}
 	for _, rec := range s.GetReservations() {
 		rr := reservationFromRecord(rec)
 		if r.Contains(shard.SlotOf(rr.State.key)) {
 			rr.State.expiresAt = addSaturating(rr.State.expiresAt, shift)
-			f.reservations.Put(rr.Key, rr.State, rr.State.expiresAt)
+			d.reservations.Put(rr.Key, rr.State, rr.State.expiresAt)
 		}
 	}
-	for _, e := range entries {
-		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !f.dedupe.Has(e.Key) {
-			e.Key.Caller = f.callers.intern(e.Key.Caller)
+	for _, e := range ch.entries {
+		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !d.dedupe.Has(e.Key) {
+			e.Key.Caller = d.callers.intern(e.Key.Caller)
 			e.ExpiresAt = addSaturating(e.ExpiresAt, shift) // the retention it had left
-			f.dedupe.Restore(e)
+			d.dedupe.Restore(e)
 		}
 	}
 	st.records += uint64(len(s.GetBuckets()) + len(s.GetSemaphores()) + len(s.GetReservations()) + len(s.GetDedupe()))
 	st.nextSeq++
 	st.complete = c.GetLast()
+}
+
+// applyUnfreeze forgets a migration's freeze: its slots serve again.
+func (d *dataState) applyUnfreeze(c *raftcmdv1.UnfreezeSlots) interface{} {
+	delete(d.frozen, c.GetMigration())
 	return nil
 }
 
-func (f *FSM) applyDropImport(c *raftcmdv1.DropImport) interface{} {
+func (d *dataState) applyDropImport(c *raftcmdv1.DropImport) interface{} {
 	r, err := rangeOf(c.GetStart(), c.GetEnd())
 	if err != nil {
 		return err
 	}
-	if f.owned != nil && f.owned.ownsAny(r) {
-		return fmt.Errorf("%w: group %d owns slots of %v: the migration completed", ErrImportRefused, f.owned.group, r)
+	if d.owned != nil && d.owned.ownsAny(r) {
+		return fmt.Errorf("%w: group %d owns slots of %v: the migration completed", ErrImportRefused, d.owned.group, r)
 	}
-	st := f.imports[c.GetMigration()]
+	st := d.imports[c.GetMigration()]
 	if st != nil && st.r != r {
 		// As in applyImport: only a hostile peer names another range.
 		return fmt.Errorf("%w: migration %d imports %v, not %v", ErrImportRefused, c.GetMigration(), st.r, r)
 	}
 	if st == nil {
 		st = &importState{r: r}
-		f.imports[c.GetMigration()] = st
+		d.imports[c.GetMigration()] = st
 	}
 	if !st.dropped {
 		var set slotSet
 		set.add(r)
-		f.deleteSlots(&set)
+		d.deleteSlots(&set)
 		st.dropped = true
 	}
 	return nil
@@ -242,66 +272,66 @@ func (f *FSM) applyDropImport(c *raftcmdv1.DropImport) interface{} {
 // ownershipChanged runs after SetOwnership replaced old (nil: none) by
 // f.owned: the state of slots the group no longer owns goes, and freezes
 // and finished imports that no longer matter are forgotten.
-func (f *FSM) ownershipChanged(old *ownership) {
+func (d *dataState) ownershipChanged(old *ownership) {
 	var lost slotSet
 	if old != nil {
 		for _, a := range old.ranges {
 			for x := a.Range.Start; x < a.Range.End; x++ {
-				if _, ok := f.owned.lookup(x); !ok {
+				if _, ok := d.owned.lookup(x); !ok {
 					lost[x/64] |= 1 << (x % 64)
 				}
 			}
 		}
 	}
 	if !lost.empty() {
-		f.deleteSlots(&lost)
+		d.deleteSlots(&lost)
 	}
-	for m, r := range f.frozen {
-		if !f.owned.owns(r) {
-			delete(f.frozen, m)
+	for m, r := range d.frozen {
+		if !d.owned.owns(r) {
+			delete(d.frozen, m)
 		}
 	}
-	for m, st := range f.imports {
-		if st.complete && f.owned.owns(st.r) {
-			delete(f.imports, m)
+	for m, st := range d.imports {
+		if st.complete && d.owned.owns(st.r) {
+			delete(d.imports, m)
 		}
 	}
 }
 
 // deleteSlots deletes every state of the slots in set. Request-ID entries
 // of unknown slot stay.
-func (f *FSM) deleteSlots(set *slotSet) {
+func (d *dataState) deleteSlots(set *slotSet) {
 	var keys []string
-	for _, b := range f.buckets.Entries() {
-		if set.has(bucketSlot(b.Key)) {
+	for _, b := range d.buckets.Entries() {
+		if set.has(stateKeySlot(b.Key)) {
 			keys = append(keys, b.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f.buckets.Remove(k)
+		d.buckets.Remove(k)
 	}
 	keys = keys[:0]
-	for _, s := range f.sems.Entries() {
-		if set.has(bucketSlot(s.Key)) {
+	for _, s := range d.sems.Entries() {
+		if set.has(stateKeySlot(s.Key)) {
 			keys = append(keys, s.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f.sems.Remove(k)
+		d.sems.Remove(k)
 	}
 	keys = keys[:0]
-	for _, r := range f.reservations.Entries() {
+	for _, r := range d.reservations.Entries() {
 		if set.has(shard.SlotOf(r.State.key)) {
 			keys = append(keys, r.Key)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		f.reservations.Remove(k)
+		d.reservations.Remove(k)
 	}
-	f.dedupe.DeleteFunc(func(e *dedupe.Entry) bool { return e.Slot != dedupe.NoSlot && set.has(shard.Slot(e.Slot)) })
+	d.dedupe.DeleteFunc(func(e *dedupe.Entry) bool { return e.Slot != dedupe.NoSlot && set.has(shard.Slot(e.Slot)) })
 }
 
 // ExportPage is one page of a migration's state.
@@ -338,7 +368,7 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if fr, ok := f.frozen[migration]; !ok || fr != r {
+	if fr, ok := f.data.frozen[migration]; !ok || fr != r {
 		return ExportPage{}, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
 	table, after := exportBuckets, ""
@@ -359,7 +389,7 @@ func (f *FSM) ExportSlots(migration uint64, r shard.SlotRange, cursor []byte, ma
 				}
 				return page, nil
 			}
-			msg, ok := f.exportRecord(ref)
+			msg, ok := f.data.exportRecord(ref)
 			if !ok {
 				continue // expired and reclaimed since the index was built
 			}
@@ -412,34 +442,34 @@ const (
 // exportMu guards the cache, which decides nothing: it only remembers which
 // keys to read.
 func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) (*exportIndex, error) {
-	f.exportMu.Lock()
-	defer f.exportMu.Unlock()
-	if x := f.exportCache; x != nil && x.migration == migration && x.r == r {
+	f.data.exportMu.Lock()
+	defer f.data.exportMu.Unlock()
+	if x := f.data.exportCache; x != nil && x.migration == migration && x.r == r {
 		return x, nil
 	}
 	x := &exportIndex{migration: migration, r: r}
 	f.mu.RLock()
-	if fr, ok := f.frozen[migration]; !ok || fr != r {
+	if fr, ok := f.data.frozen[migration]; !ok || fr != r {
 		f.mu.RUnlock()
 		return nil, fmt.Errorf("%w: migration %d, slots %v", ErrNotFrozen, migration, r)
 	}
-	f.buckets.EachKey(func(key string) {
-		if r.Contains(bucketSlot(key)) {
+	f.data.buckets.EachKey(func(key string) {
+		if r.Contains(stateKeySlot(key)) {
 			x.tables[exportBuckets] = append(x.tables[exportBuckets], exportRef{key: key, kind: refBucket, id: key})
 		}
 	})
-	f.reservations.Range(func(id string, v reservation) {
+	f.data.reservations.Range(func(id string, v reservation) {
 		if r.Contains(shard.SlotOf(v.key)) {
 			x.tables[exportBuckets] = append(x.tables[exportBuckets],
 				exportRef{key: BucketKey(v.policy, v.key), sub: id, kind: refReservation, id: id})
 		}
 	})
-	f.sems.Range(func(key string, _ lease.Semaphore) {
-		if r.Contains(bucketSlot(key)) {
+	f.data.sems.Range(func(key string, _ lease.Semaphore) {
+		if r.Contains(stateKeySlot(key)) {
 			x.tables[exportSems] = append(x.tables[exportSems], exportRef{key: key, kind: refSem, id: key})
 		}
 	})
-	f.dedupe.EachKey(func(k dedupe.Key, slot uint16) {
+	f.data.dedupe.EachKey(func(k dedupe.Key, slot uint16) {
 		if slot == dedupe.NoSlot || r.Contains(shard.Slot(slot)) {
 			x.tables[exportDedupe] = append(x.tables[exportDedupe], exportRef{key: dedupeCursorKey(k), sub: k.Caller, kind: refDedupe, dk: k})
 		}
@@ -453,15 +483,15 @@ func (f *FSM) exportIndexOf(migration uint64, r shard.SlotRange) (*exportIndex, 
 			return cmp.Compare(a.sub, b.sub)
 		})
 	}
-	f.exportCache = x
+	f.data.exportCache = x
 	return x, nil
 }
 
 // exportRecord reads ref's record as it is now; false when it is gone.
-func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
+func (d *dataState) exportRecord(ref *exportRef) (proto.Message, bool) {
 	switch ref.kind {
 	case refBucket:
-		b, ok := f.buckets.Lookup(ref.id)
+		b, ok := d.buckets.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}
@@ -469,7 +499,7 @@ func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 		bucketToRecord(rec, b)
 		return rec, true
 	case refReservation:
-		v, ok := f.reservations.Lookup(ref.id)
+		v, ok := d.reservations.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}
@@ -477,7 +507,7 @@ func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 		reservationToRecord(rec, v)
 		return rec, true
 	case refSem:
-		sm, ok := f.sems.Lookup(ref.id)
+		sm, ok := d.sems.Lookup(ref.id)
 		if !ok {
 			return nil, false
 		}
@@ -485,7 +515,7 @@ func (f *FSM) exportRecord(ref *exportRef) (proto.Message, bool) {
 		semToRecord(rec, sm)
 		return rec, true
 	default:
-		e, ok := f.dedupe.Lookup(ref.dk)
+		e, ok := d.dedupe.Lookup(ref.dk)
 		if !ok {
 			return nil, false
 		}
@@ -526,12 +556,12 @@ func dedupeFromRecord(d *raftcmdv1.DedupeRecord) (dedupe.Entry, error) {
 }
 
 // migrateSnapshot is the migration state in stored form, sorted.
-func (f *FSM) migrateSnapshot() (frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
-	for m, r := range f.frozen {
+func (d *dataState) migrateSnapshot() (frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
+	for m, r := range d.frozen {
 		frozen = append(frozen, &raftcmdv1.FreezeSlots{Migration: m, Start: uint32(r.Start), End: uint32(r.End)})
 	}
 	slices.SortFunc(frozen, func(a, b *raftcmdv1.FreezeSlots) int { return cmp.Compare(a.GetMigration(), b.GetMigration()) })
-	for m, st := range f.imports {
+	for m, st := range d.imports {
 		imports = append(imports, &raftcmdv1.ImportProgress{Migration: m, Attempt: st.attempt, Start: uint32(st.r.Start), End: uint32(st.r.End),
 			NextSeq: st.nextSeq, Complete: st.complete, Dropped: st.dropped, Records: st.records})
 	}
@@ -540,13 +570,13 @@ func (f *FSM) migrateSnapshot() (frozen []*raftcmdv1.FreezeSlots, imports []*raf
 }
 
 // restoreMigrate installs a snapshot's migration state (f.mu held).
-func (f *FSM) restoreMigrate(frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
-	f.frozen, f.imports = map[uint64]shard.SlotRange{}, map[uint64]*importState{}
+func (d *dataState) restoreMigrate(frozen []*raftcmdv1.FreezeSlots, imports []*raftcmdv1.ImportProgress) {
+	d.frozen, d.imports = map[uint64]shard.SlotRange{}, map[uint64]*importState{}
 	for _, fr := range frozen {
-		f.frozen[fr.GetMigration()] = shard.SlotRange{Start: shard.Slot(fr.GetStart()), End: shard.Slot(fr.GetEnd())}
+		d.frozen[fr.GetMigration()] = shard.SlotRange{Start: shard.Slot(fr.GetStart()), End: shard.Slot(fr.GetEnd())}
 	}
 	for _, im := range imports {
-		f.imports[im.GetMigration()] = &importState{r: shard.SlotRange{Start: shard.Slot(im.GetStart()), End: shard.Slot(im.GetEnd())},
+		d.imports[im.GetMigration()] = &importState{r: shard.SlotRange{Start: shard.Slot(im.GetStart()), End: shard.Slot(im.GetEnd())},
 			attempt: im.GetAttempt(), nextSeq: im.GetNextSeq(), complete: im.GetComplete(), dropped: im.GetDropped(), records: im.GetRecords()}
 	}
 }

@@ -8,8 +8,8 @@ import "github.com/quorate/quorate/shard"
 func (f *FSM) Frozen() map[uint64]shard.SlotRange {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := make(map[uint64]shard.SlotRange, len(f.frozen))
-	for m, r := range f.frozen {
+	out := make(map[uint64]shard.SlotRange, len(f.data.frozen))
+	for m, r := range f.data.frozen {
 		out[m] = r
 	}
 	return out
@@ -28,7 +28,7 @@ type ImportStatus struct {
 func (f *FSM) Import(migration uint64) (ImportStatus, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st, ok := f.imports[migration]
+	st, ok := f.data.imports[migration]
 	if !ok {
 		return ImportStatus{}, false
 	}

@@ -59,21 +59,21 @@ func clonePlans(ps []*raftcmdv1.Plan) []*raftcmdv1.Plan {
 func (f *FSM) Plans() []*raftcmdv1.Plan {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return clonePlans(f.plans)
+	return clonePlans(f.meta.plans)
 }
 
 // ActivePlan returns the running (or cancelling) plan, if any (a copy).
 func (f *FSM) ActivePlan() (*raftcmdv1.Plan, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if p := f.activePlan(); p != nil {
+	if p := f.meta.activePlan(); p != nil {
 		return proto.Clone(p).(*raftcmdv1.Plan), true
 	}
 	return nil, false
 }
 
-func (f *FSM) activePlan() *raftcmdv1.Plan {
-	for _, p := range f.plans {
+func (m *metaState) activePlan() *raftcmdv1.Plan {
+	for _, p := range m.plans {
 		if p.GetState() == PlanRunning || p.GetState() == PlanCancelling {
 			return p
 		}
@@ -81,8 +81,8 @@ func (f *FSM) activePlan() *raftcmdv1.Plan {
 	return nil
 }
 
-func (f *FSM) plan(id uint64) *raftcmdv1.Plan {
-	for _, p := range f.plans {
+func (m *metaState) plan(id uint64) *raftcmdv1.Plan {
+	for _, p := range m.plans {
 		if p.GetId() == id {
 			return p
 		}
@@ -170,15 +170,15 @@ func moveSlots(m shard.Map, a *raftcmdv1.MoveSlotsStep) (shard.Map, error) {
 	return m.MoveSlots(r, to)
 }
 
-func (f *FSM) applyCreatePlan(c *raftcmdv1.CreatePlan, index uint64, now int64) interface{} {
-	if f.shardMap == nil {
+func (m *metaState) applyCreatePlan(c *raftcmdv1.CreatePlan, index uint64, now int64) interface{} {
+	if m.shardMap == nil {
 		return planError("plan", "the cluster has no shard map (no data groups)")
 	}
-	if p := f.activePlan(); p != nil {
+	if p := m.activePlan(); p != nil {
 		return fmt.Errorf("%w: plan %d (%s)", ErrPlanRunning, p.GetId(), p.GetSummary())
 	}
 	in := c.GetPlan()
-	if err := CheckPlan(*f.shardMap, in.GetSteps(), func(id string) bool { _, ok := f.nodes[id]; return ok }); err != nil {
+	if err := CheckPlan(*m.shardMap, in.GetSteps(), func(id string) bool { _, ok := m.nodes[id]; return ok }); err != nil {
 		return err
 	}
 	p := &raftcmdv1.Plan{Id: index, Kind: in.GetKind(), Summary: in.GetSummary(), State: PlanRunning,
@@ -188,26 +188,26 @@ func (f *FSM) applyCreatePlan(c *raftcmdv1.CreatePlan, index uint64, now int64) 
 		s.Phase, s.Attempt, s.Records, s.Bytes, s.Chunks, s.MapEpoch = PhasePending, 0, 0, 0, 0, 0
 		p.Steps = append(p.Steps, s)
 	}
-	f.plans = append(f.plans, p)
-	f.trimPlans()
+	m.plans = append(m.plans, p)
+	m.trimPlans()
 	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 
 // trimPlans keeps the last KeptPlans finished plans, and the active one
 // (always the last: none is made while one is active). It runs whenever a
 // plan is made or ends.
-func (f *FSM) trimPlans() {
+func (m *metaState) trimPlans() {
 	keep := KeptPlans
-	if f.activePlan() != nil {
+	if m.activePlan() != nil {
 		keep++
 	}
-	if extra := len(f.plans) - keep; extra > 0 {
-		f.plans = slices.Clone(f.plans[extra:])
+	if extra := len(m.plans) - keep; extra > 0 {
+		m.plans = slices.Clone(m.plans[extra:])
 	}
 }
 
-func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
-	p := f.plan(c.GetId())
+func (m *metaState) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
+	p := m.plan(c.GetId())
 	if p == nil {
 		return fmt.Errorf("%w: %d", ErrNoPlan, c.GetId())
 	}
@@ -219,7 +219,7 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 	if c.GetError() != "" {
 		failPlan(p, st, c.GetError())
 		p.UpdatedUnixNano = now
-		f.trimPlans()
+		m.trimPlans()
 		return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 	}
 	cancelling := p.GetState() == PlanCancelling
@@ -229,12 +229,12 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 		if from != PhasePending || to != PhaseDone || cancelling {
 			return fmt.Errorf("%w: add-group step from phase %d to %d", ErrPlanConflict, from, to)
 		}
-		next, err := addGroup(*f.shardMap, a.AddGroup, func(id string) bool { _, ok := f.nodes[id]; return ok })
+		next, err := addGroup(*m.shardMap, a.AddGroup, func(id string) bool { _, ok := m.nodes[id]; return ok })
 		if err != nil {
 			failPlan(p, st, err.Error())
 			break
 		}
-		f.shardMap = &next
+		m.shardMap = &next
 		st.MapEpoch = next.Epoch
 		st.Phase = PhaseDone
 		p.Current++
@@ -247,13 +247,13 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 		case from == PhaseCopying && to == PhaseCopying && c.GetAttempt() == st.GetAttempt() && !cancelling:
 			st.Records, st.Bytes, st.Chunks = c.GetRecords(), c.GetBytes(), c.GetChunks()
 		case from == PhaseCopying && to == PhaseFlipped && c.GetAttempt() == st.GetAttempt() && !cancelling:
-			next, err := moveSlots(*f.shardMap, a.MoveSlots)
+			next, err := moveSlots(*m.shardMap, a.MoveSlots)
 			if err != nil {
 				failPlan(p, st, err.Error())
 				to = st.GetPhase()
 				break
 			}
-			f.shardMap = &next
+			m.shardMap = &next
 			st.MapEpoch = next.Epoch
 			st.Records, st.Bytes, st.Chunks = c.GetRecords(), c.GetBytes(), c.GetChunks()
 		case from == PhaseFlipped && to == PhaseDone:
@@ -274,12 +274,12 @@ func (f *FSM) applyUpdatePlan(c *raftcmdv1.UpdatePlan, now int64) interface{} {
 		p.State = PlanDone
 	}
 	p.UpdatedUnixNano = now
-	f.trimPlans()
+	m.trimPlans()
 	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 
-func (f *FSM) applyCancelPlan(c *raftcmdv1.CancelPlan, now int64) interface{} {
-	p := f.plan(c.GetId())
+func (m *metaState) applyCancelPlan(c *raftcmdv1.CancelPlan, now int64) interface{} {
+	p := m.plan(c.GetId())
 	if p == nil {
 		return fmt.Errorf("%w: %d", ErrNoPlan, c.GetId())
 	}
@@ -300,7 +300,7 @@ func (f *FSM) applyCancelPlan(c *raftcmdv1.CancelPlan, now int64) interface{} {
 			ErrPlanNotCancellable, p.GetCurrent(), p.GetId(), st.GetMapEpoch())
 	}
 	p.UpdatedUnixNano = now
-	f.trimPlans()
+	m.trimPlans()
 	return &PlanResult{Plan: proto.Clone(p).(*raftcmdv1.Plan)}
 }
 

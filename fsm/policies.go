@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/quorate/quorate/admission"
@@ -17,11 +18,27 @@ import (
 // group refuses it too (FeaturePolicyCap).
 const MaxPolicies = 10_000
 
+// policyTable is a group's policies by name: the meta group's own, which
+// PutPolicies and DeletePolicies change (metaState), or a data group's
+// copy of it, which SetPolicies replaces (dataState). The FSM owns it and
+// its two parts reach it through a pointer: a single-group cluster's meta
+// group decides with the table it keeps.
+type policyTable struct {
+	byName map[string]PolicyVersion
+}
+
+// ofStateKey returns the current policy of a state key ("policy/key").
+func (t *policyTable) ofStateKey(stateKey string) (admission.Policy, bool) {
+	name, _, _ := strings.Cut(stateKey, "/")
+	pv, ok := t.byName[name]
+	return pv.Policy, ok
+}
+
 // policiesChanged dates the policy table at index when res, the result of a
 // PutPolicies or DeletePolicies, is not a refusal, and returns res.
-func (f *FSM) policiesChanged(index uint64, res interface{}) interface{} {
+func (m *metaState) policiesChanged(index uint64, res interface{}) interface{} {
 	if _, refused := res.(error); !refused {
-		f.policiesChangedAt = index
+		m.policiesChangedAt = index
 	}
 	return res
 }
@@ -31,8 +48,8 @@ func (f *FSM) policiesChanged(index uint64, res interface{}) interface{} {
 // may not take the table past MaxPolicies (a table already past it, grown
 // before the cap, may still change its policies). An unchanged definition
 // keeps its version, a changed one gets version+1, a new one version 1.
-func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
-	capped := f.minFeatureLevelLocked() >= FeaturePolicyCap
+func (m *metaState) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
+	capped := m.minFeatureLevel() >= FeaturePolicyCap
 	if n := len(c.GetPolicies()); capped && n > MaxPolicies {
 		return fmt.Errorf("%w: one apply carries at most %d (got %d)", ErrTooManyPolicies, MaxPolicies, n)
 	}
@@ -52,28 +69,46 @@ func (f *FSM) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 	if capped {
 		added := 0
 		for _, p := range in {
-			if _, ok := f.policies[p.Name]; !ok {
+			if _, ok := m.policies.byName[p.Name]; !ok {
 				added++
 			}
 		}
 		// A registry already past the cap (grown before it) may still
 		// change its policies, not gain any.
-		if have := len(f.policies); added > 0 && have+added > MaxPolicies {
+		if have := len(m.policies.byName); added > 0 && have+added > MaxPolicies {
 			return fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", ErrTooManyPolicies, MaxPolicies, have, added)
 		}
 	}
 	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
 	for i, p := range in {
 		p = p.WithDefaults()
-		old, ok := f.policies[p.Name]
+		old, ok := m.policies.byName[p.Name]
 		switch {
 		case !ok:
 			old = PolicyVersion{Policy: p, Version: 1}
 		case old.Policy != p:
 			old = PolicyVersion{Policy: p, Version: old.Version + 1}
 		}
-		f.policies[p.Name] = old
+		m.policies.byName[p.Name] = old
 		out.Policies[i] = old
+	}
+	return out
+}
+
+// applyDeletePolicies deletes every named policy, or none when one is
+// missing. Their keys' states stay until they expire (the sweep drops states
+// whose policy is gone).
+func (m *metaState) applyDeletePolicies(c *raftcmdv1.DeletePolicies) interface{} {
+	out := &PoliciesResult{}
+	for _, name := range c.GetNames() {
+		pv, ok := m.policies.byName[name]
+		if !ok {
+			return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(name))
+		}
+		out.Policies = append(out.Policies, pv)
+	}
+	for _, name := range c.GetNames() {
+		delete(m.policies.byName, name)
 	}
 	return out
 }
@@ -116,7 +151,7 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 func (f *FSM) Policy(name string) (PolicyVersion, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	pv, ok := f.policies[name]
+	pv, ok := f.policies.byName[name]
 	return pv, ok
 }
 
@@ -127,14 +162,14 @@ func (f *FSM) Policy(name string) (PolicyVersion, bool) {
 func (f *FSM) PoliciesAt() ([]PolicyVersion, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedPolicies(f.policies), f.appliedIndex
+	return sortedPolicies(f.policies.byName), f.appliedIndex
 }
 
 // Policies returns every policy, sorted by name.
 func (f *FSM) Policies() []PolicyVersion {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedPolicies(f.policies)
+	return sortedPolicies(f.policies.byName)
 }
 
 // PoliciesChangedAt returns the log index of the last entry that changed
@@ -144,7 +179,7 @@ func (f *FSM) Policies() []PolicyVersion {
 func (f *FSM) PoliciesChangedAt() (uint64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.policiesChangedAt, !f.policiesChangeUnknown
+	return f.meta.policiesChangedAt, !f.meta.policiesChangeUnknown
 }
 
 // MissingPolicy returns the first of names the table does not hold, and
@@ -153,7 +188,7 @@ func (f *FSM) MissingPolicy(names []string) (string, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	for _, name := range names {
-		if _, ok := f.policies[name]; !ok {
+		if _, ok := f.policies.byName[name]; !ok {
 			return name, true
 		}
 	}
@@ -165,7 +200,7 @@ func (f *FSM) MissingPolicy(names []string) (string, bool) {
 func (f *FSM) Recorded(caller, requestID string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	_, ok := f.dedupe.Get(dedupe.Key{Caller: caller, RequestID: requestID}, f.lastNow)
+	_, ok := f.data.dedupe.Get(dedupe.Key{Caller: caller, RequestID: requestID}, f.lastNow)
 	return ok
 }
 
@@ -175,9 +210,9 @@ func (f *FSM) PolicyCount(names []string) (have, missing int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	for _, name := range names {
-		if _, ok := f.policies[name]; !ok {
+		if _, ok := f.policies.byName[name]; !ok {
 			missing++
 		}
 	}
-	return len(f.policies), missing
+	return len(f.policies.byName), missing
 }

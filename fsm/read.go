@@ -14,7 +14,7 @@ func (f *FSM) AppliedIndex() uint64 {
 func (f *FSM) Node(id string) (Node, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	m, ok := f.nodes[id]
+	m, ok := f.meta.nodes[id]
 	return m, ok
 }
 
@@ -22,7 +22,7 @@ func (f *FSM) Node(id string) (Node, bool) {
 func (f *FSM) Nodes() []Node {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return sortedNodes(f.nodes)
+	return sortedNodes(f.meta.nodes)
 }
 
 // LastNow is the FSM's time as of the last applied entry, Unix nanoseconds.
@@ -36,7 +36,7 @@ func (f *FSM) LastNow() int64 {
 func (f *FSM) ReservationCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.reservations.Len()
+	return f.data.reservations.Len()
 }
 
 // SemaphoreCount is the number of concurrency keys holding (or having
@@ -44,14 +44,14 @@ func (f *FSM) ReservationCount() int {
 func (f *FSM) SemaphoreCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.sems.Len()
+	return f.data.sems.Len()
 }
 
 // BucketCount is the number of live (not yet reclaimed) buckets.
 func (f *FSM) BucketCount() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.buckets.Len()
+	return f.data.buckets.Len()
 }
 
 // DedupeLen is the number of request-ID entries held (expired ones not yet
@@ -59,14 +59,14 @@ func (f *FSM) BucketCount() int {
 func (f *FSM) DedupeLen() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.dedupe.Len()
+	return f.data.dedupe.Len()
 }
 
 // DedupeBytes is the estimated memory of the request-ID entries.
 func (f *FSM) DedupeBytes() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.dedupe.Bytes()
+	return f.data.dedupe.Bytes()
 }
 
 // NextExpiry is the earliest time at which some held state (a bucket or a
@@ -75,11 +75,11 @@ func (f *FSM) DedupeBytes() int64 {
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	next, ok := f.dedupe.NextExpiry()
-	if b, bok := f.buckets.NextExpiry(); bok && (!ok || b < next) {
+	next, ok := f.data.dedupe.NextExpiry()
+	if b, bok := f.data.buckets.NextExpiry(); bok && (!ok || b < next) {
 		next, ok = b, true
 	}
-	for _, t := range []interface{ NextExpiry() (int64, bool) }{f.sems, f.reservations} {
+	for _, t := range []interface{ NextExpiry() (int64, bool) }{f.data.sems, f.data.reservations} {
 		if b, bok := t.NextExpiry(); bok && (!ok || b < next) {
 			next, ok = b, true
 		}
@@ -98,6 +98,6 @@ func (f *FSM) Bucket(policy, key string) admission.Bucket {
 func (f *FSM) State(policy, key string) admission.State {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s, _ := f.buckets.Get(BucketKey(policy, key))
+	s, _ := f.data.buckets.Get(BucketKey(policy, key))
 	return s
 }

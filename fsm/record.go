@@ -25,9 +25,9 @@ const (
 // retention (ns of log time) from o.now. Callers record before changing any
 // state: a full table refuses with ErrDedupeFull and the operation changes
 // nothing.
-func (f *FSM) record(o op, k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention int64) error {
-	k.Caller = f.callers.intern(k.Caller)
-	err := f.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Slot: o.slot, Fingerprint: fp, Result: result,
+func (d *dataState) record(o op, k dedupe.Key, kind uint8, fp [16]byte, result []byte, retention int64) error {
+	k.Caller = d.callers.intern(k.Caller)
+	err := d.dedupe.Put(dedupe.Entry{Key: k, Kind: kind, Slot: o.slot, Fingerprint: fp, Result: result,
 		ExpiresAt: addSaturating(o.now, retention)}, o.now)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrDedupeFull, err)

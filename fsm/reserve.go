@@ -57,11 +57,11 @@ func ReservationIDInGroup(policy, key string, index uint64, group uint32) string
 
 // applyReserve holds estimate units of a rate or quota policy's key: an
 // Admit of that cost that is remembered until Commit or expiry.
-func (f *FSM) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
+func (d *dataState) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
 	index, now := o.index, o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, reserveFingerprint(c), c.GetRequestId() != ""
 	if recorded {
-		if e, ok := f.dedupe.Get(dk, now); ok {
+		if e, ok := d.dedupe.Get(dk, now); ok {
 			return recordedReserve(e, fp)
 		}
 	}
@@ -70,28 +70,28 @@ func (f *FSM) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
 		ttl = DefaultReservationTTL
 	}
 	id := ReservationID(c.GetPolicy(), c.GetKey(), index)
-	if f.owned != nil {
+	if d.owned != nil {
 		// Log indexes repeat across groups, and reservations move between
 		// them with their slots: a data group's IDs name the group too, so
 		// an ID is never issued twice (groups are never reused).
-		id = ReservationIDInGroup(c.GetPolicy(), c.GetKey(), index, uint32(f.owned.group))
+		id = ReservationIDInGroup(c.GetPolicy(), c.GetKey(), index, uint32(d.owned.group))
 	}
 	// A reservation that moved here with its slot was named by another
 	// group's log index, which may be this one's.
-	for k := 1; f.reservations.Has(id); k++ {
+	for k := 1; d.reservations.Has(id); k++ {
 		id = base64.RawURLEncoding.EncodeToString([]byte(c.GetPolicy() + "\x00" + c.GetKey() + "\x00" +
 			strconv.FormatUint(index, 10) + "." + strconv.Itoa(k)))
 	}
-	hold, err := f.prepareReservation(id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
+	hold, err := d.prepareReservation(id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
 	if err != nil {
 		return err
 	}
 	if recorded {
-		if err := f.record(o, dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention)); err != nil {
+		if err := d.record(o, dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention)); err != nil {
 			return err
 		}
 	}
-	f.storeReservation(hold)
+	d.storeReservation(hold)
 	return hold.res
 }
 
@@ -108,8 +108,8 @@ type pendingReservation struct {
 // prepareReservation decides whether estimate units of (policy, key) can be
 // held until expiresAt, without changing anything: the caller stores the
 // result with storeReservation when the whole operation goes ahead.
-func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
-	pv, ok := f.policies[policy]
+func (d *dataState) prepareReservation(id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
+	pv, ok := d.policies.byName[policy]
 	if !ok {
 		return nil, fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(policy))
 	}
@@ -125,19 +125,19 @@ func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, no
 		return nil, err
 	}
 	bk := BucketKey(policy, key)
-	st, _ := f.buckets.Get(bk)
-	next, d := admission.Decide(p, st, estimate, now)
+	st, _ := d.buckets.Get(bk)
+	next, dec := admission.Decide(p, st, estimate, now)
 	hold := &pendingReservation{
-		res:       &ReserveResult{Allowed: d.Allowed, Decision: d, PolicyVersion: pv.Version, DecidedAt: now},
+		res:       &ReserveResult{Allowed: dec.Allowed, Decision: dec, PolicyVersion: pv.Version, DecidedAt: now},
 		id:        id,
 		bucketKey: bk,
 		next:      next,
 		retention: p.WithDefaults().DedupeRetention,
 	}
-	if d.Allowed {
+	if dec.Allowed {
 		var states pendingStates
 		states.set(bk, next)
-		if err := f.makeRoom(&states, now); err != nil {
+		if err := d.makeRoom(&states, now); err != nil {
 			return nil, err
 		}
 		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
@@ -149,20 +149,20 @@ func (f *FSM) prepareReservation(id, policy, key string, estimate, expiresAt, no
 
 // storeReservation spends a prepared, allowed reservation's estimate and
 // records it.
-func (f *FSM) storeReservation(hold *pendingReservation) {
+func (d *dataState) storeReservation(hold *pendingReservation) {
 	if !hold.res.Allowed {
 		return
 	}
-	f.buckets.Put(hold.bucketKey, hold.next, hold.r.spentUntil)
-	f.reservations.Put(hold.id, hold.r, hold.r.expiresAt)
+	d.buckets.Put(hold.bucketKey, hold.next, hold.r.spentUntil)
+	d.reservations.Put(hold.id, hold.r, hold.r.expiresAt)
 }
 
 // applyCommit settles a reservation at its actual cost.
-func (f *FSM) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
+func (d *dataState) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 	now := o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, commitFingerprint(c), c.GetRequestId() != ""
 	if recorded {
-		if e, ok := f.dedupe.Get(dk, now); ok {
+		if e, ok := d.dedupe.Get(dk, now); ok {
 			return recordedReserve(e, fp)
 		}
 	}
@@ -170,40 +170,40 @@ func (f *FSM) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 		return &admission.FieldError{Field: "actual", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("must be at least 0 (got %d)", c.GetActual())}
 	}
-	r, ok := f.reservations.Get(c.GetReservationId())
+	r, ok := d.reservations.Get(c.GetReservationId())
 	if !ok || r.expiresAt <= now {
 		return fmt.Errorf("%w (%s)", ErrNoReservation, c.GetReservationId())
 	}
-	pv, ok := f.policies[r.policy]
+	pv, ok := d.policies.byName[r.policy]
 	if !ok {
-		f.reservations.Remove(c.GetReservationId())
+		d.reservations.Remove(c.GetReservationId())
 		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(r.policy))
 	}
 	res := &ReserveResult{Allowed: true, ReservationID: c.GetReservationId(), PolicyVersion: pv.Version, DecidedAt: now}
 	if recorded {
 		// Settle on a copy first: the record must be stored before anything
 		// changes, and needs the amounts.
-		res.Charged, res.Released, res.Over, _ = settle(pv.Policy, f.stateOf(r), r, c.GetActual(), now)
-		if err := f.record(o, dk, recordCommit, fp, encodeReserveRecord(res), int64(pv.Policy.WithDefaults().DedupeRetention)); err != nil {
+		res.Charged, res.Released, res.Over, _ = settle(pv.Policy, d.stateOf(r), r, c.GetActual(), now)
+		if err := d.record(o, dk, recordCommit, fp, encodeReserveRecord(res), int64(pv.Policy.WithDefaults().DedupeRetention)); err != nil {
 			return err
 		}
 	}
-	res.Charged, res.Released, res.Over = f.commitReservation(c.GetReservationId(), pv.Policy, r, c.GetActual(), now)
+	res.Charged, res.Released, res.Over = d.commitReservation(c.GetReservationId(), pv.Policy, r, c.GetActual(), now)
 	return res
 }
 
 // commitReservation settles reservation id at actual and removes it.
-func (f *FSM) commitReservation(id string, p admission.Policy, r reservation, actual, now int64) (charged, released, over int64) {
-	charged, released, over, st := settle(p, f.stateOf(r), r, actual, now)
+func (d *dataState) commitReservation(id string, p admission.Policy, r reservation, actual, now int64) (charged, released, over int64) {
+	charged, released, over, st := settle(p, d.stateOf(r), r, actual, now)
 	if st.Kind != admission.KindNone {
-		f.buckets.Put(BucketKey(r.policy, r.key), st, admission.ExpiresAt(p, st))
+		d.buckets.Put(BucketKey(r.policy, r.key), st, admission.ExpiresAt(p, st))
 	}
-	f.reservations.Remove(id)
+	d.reservations.Remove(id)
 	return charged, released, over
 }
 
-func (f *FSM) stateOf(r reservation) admission.State {
-	st, _ := f.buckets.Get(BucketKey(r.policy, r.key))
+func (d *dataState) stateOf(r reservation) admission.State {
+	st, _ := d.buckets.Get(BucketKey(r.policy, r.key))
 	return st
 }
 
@@ -231,18 +231,18 @@ func settle(p admission.Policy, st admission.State, r reservation, actual, now i
 
 // expireReservation gives back the units of a reservation that was never
 // committed; the sweep calls it when the reservation expires.
-func (f *FSM) expireReservation(_ string, r reservation, now int64) {
-	pv, ok := f.policies[r.policy]
+func (d *dataState) expireReservation(_ string, r reservation, now int64) {
+	pv, ok := d.policies.byName[r.policy]
 	if !ok {
 		return
 	}
 	key := BucketKey(r.policy, r.key)
-	st, exists := f.buckets.Get(key)
+	st, exists := d.buckets.Get(key)
 	if !exists {
 		return
 	}
 	st = admission.Refund(pv.Policy, st, admission.Spend{Cost: r.estimate, At: r.reservedAt, Until: r.spentUntil}, now)
-	f.buckets.Put(key, st, admission.ExpiresAt(pv.Policy, st))
+	d.buckets.Put(key, st, admission.ExpiresAt(pv.Policy, st))
 }
 
 func reservationExpires(_ admission.Policy, r reservation) int64 { return r.expiresAt }

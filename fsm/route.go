@@ -86,56 +86,37 @@ func parseReservationID(id string) (policy, key string, ok bool) {
 // the slot of one it applies (dedupe.NoSlot for a command that is not a
 // data command, or in a group without ownership). The meta group without
 // ownership (a single-group cluster) applies everything; a data group
-// applies nothing before its first SetOwnership.
-func (f *FSM) checkRoute(env *raftcmdv1.Envelope) (uint16, error) {
-	if f.owned == nil && !f.opts.DataGroup {
+// applies nothing before its first SetOwnership (dataGroup:
+// Options.DataGroup).
+func (d *dataState) checkRoute(env *raftcmdv1.Envelope, dataGroup bool) (uint16, error) {
+	if d.owned == nil && !dataGroup {
 		return dedupe.NoSlot, nil
 	}
 	key, data := routeKey(env)
 	if !data {
 		return dedupe.NoSlot, nil
 	}
-	if f.owned == nil {
+	if d.owned == nil {
 		return dedupe.NoSlot, &RouteError{Slot: shard.SlotOf(key), Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
 	}
 	slot := shard.SlotOf(key)
-	a, ok := f.owned.lookup(slot)
+	a, ok := d.owned.lookup(slot)
 	if !ok {
-		return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
+		return dedupe.NoSlot, &RouteError{Slot: slot, Group: d.owned.group, Epoch: env.GetMapEpoch(), Err: ErrWrongGroup}
 	}
 	if env.GetMapEpoch() < a.Epoch {
-		return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), OwnerEpoch: a.Epoch, Err: ErrStaleEpoch}
+		return dedupe.NoSlot, &RouteError{Slot: slot, Group: d.owned.group, Epoch: env.GetMapEpoch(), OwnerEpoch: a.Epoch, Err: ErrStaleEpoch}
 	}
-	if len(f.frozen) > 0 {
-		if _, frozen := f.frozenAt(slot); frozen {
-			return dedupe.NoSlot, &RouteError{Slot: slot, Group: f.owned.group, Epoch: env.GetMapEpoch(), Err: ErrSlotMoving}
+	if len(d.frozen) > 0 {
+		if _, frozen := d.frozenAt(slot); frozen {
+			return dedupe.NoSlot, &RouteError{Slot: slot, Group: d.owned.group, Epoch: env.GetMapEpoch(), Err: ErrSlotMoving}
 		}
 	}
 	return uint16(slot), nil
 }
 
-func (f *FSM) applySetShardMap(c *raftcmdv1.SetShardMap) interface{} {
-	var cur uint64
-	if f.shardMap != nil {
-		cur = f.shardMap.Epoch
-	}
-	if c.GetExpectEpoch() != cur {
-		return fmt.Errorf("%w: expected epoch %d, the map is at %d", ErrMapConflict, c.GetExpectEpoch(), cur)
-	}
-	m := ShardMapFromProto(c.GetMap())
-	if err := m.Validate(); err != nil {
-		return &admission.FieldError{Field: "map", Reason: err.Error(), Err: admission.ErrInvalidRequest}
-	}
-	if m.Epoch <= cur {
-		return &admission.FieldError{Field: "map.epoch",
-			Reason: fmt.Sprintf("must be above the current epoch %d (got %d)", cur, m.Epoch), Err: admission.ErrInvalidRequest}
-	}
-	f.shardMap = &m
-	return nil
-}
-
-func (f *FSM) applySetOwnership(c *raftcmdv1.SetOwnership) interface{} {
-	if f.owned != nil && c.GetMapEpoch() <= f.owned.mapEpoch {
+func (d *dataState) applySetOwnership(c *raftcmdv1.SetOwnership) interface{} {
+	if d.owned != nil && c.GetMapEpoch() <= d.owned.mapEpoch {
 		return nil // an older or repeated update
 	}
 	o := &ownership{group: shard.GroupID(c.GetGroup()), mapEpoch: c.GetMapEpoch()}
@@ -149,14 +130,14 @@ func (f *FSM) applySetOwnership(c *raftcmdv1.SetOwnership) interface{} {
 		}
 		o.ranges = append(o.ranges, a)
 	}
-	old := f.owned
-	f.owned = o
-	f.ownershipChanged(old)
+	old := d.owned
+	d.owned = o
+	d.ownershipChanged(old)
 	return nil
 }
 
-func (f *FSM) applySetPolicies(c *raftcmdv1.SetPolicies) interface{} {
-	if c.GetMetaIndex() <= f.policiesMetaIndex && f.policiesMetaIndex != 0 {
+func (d *dataState) applySetPolicies(c *raftcmdv1.SetPolicies) interface{} {
+	if c.GetMetaIndex() <= d.policiesMetaIndex && d.policiesMetaIndex != 0 {
 		return nil // an older or repeated table
 	}
 	next := make(map[string]PolicyVersion, len(c.GetPolicies()))
@@ -167,30 +148,9 @@ func (f *FSM) applySetPolicies(c *raftcmdv1.SetPolicies) interface{} {
 		}
 		next[p.Name] = PolicyVersion{Policy: p.WithDefaults(), Version: r.GetVersion()}
 	}
-	f.policies = next
-	f.policiesMetaIndex = c.GetMetaIndex()
+	d.policies.byName = next
+	d.policiesMetaIndex = c.GetMetaIndex()
 	return nil
-}
-
-// ShardMap returns the meta group's shard map, false when there is none.
-func (f *FSM) ShardMap() (shard.Map, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.shardMap == nil {
-		return shard.Map{}, false
-	}
-	return f.shardMap.Clone(), true
-}
-
-// ShardMapEpoch returns the meta group's shard-map epoch, false when there
-// is no map (cheaper than ShardMap: nothing is copied).
-func (f *FSM) ShardMapEpoch() (uint64, bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.shardMap == nil {
-		return 0, false
-	}
-	return f.shardMap.Epoch, true
 }
 
 // Ownership returns the data group's owned ranges and the map epoch they
@@ -198,43 +158,17 @@ func (f *FSM) ShardMapEpoch() (uint64, bool) {
 func (f *FSM) Ownership() (group shard.GroupID, mapEpoch uint64, ranges []shard.Assignment, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if f.owned == nil {
+	if f.data.owned == nil {
 		return 0, 0, nil, false
 	}
-	return f.owned.group, f.owned.mapEpoch, append([]shard.Assignment(nil), f.owned.ranges...), true
+	return f.data.owned.group, f.data.owned.mapEpoch, append([]shard.Assignment(nil), f.data.owned.ranges...), true
 }
 
 // PoliciesMetaIndex is the meta index of the last SetPolicies applied.
 func (f *FSM) PoliciesMetaIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.policiesMetaIndex
-}
-
-// ShardMapToProto converts a shard map to its stored form.
-func ShardMapToProto(m shard.Map) *raftcmdv1.ShardMap {
-	out := &raftcmdv1.ShardMap{Epoch: m.Epoch, Cordoned: append([]string(nil), m.Cordoned...)}
-	for _, g := range m.Groups {
-		out.Groups = append(out.Groups, &raftcmdv1.ShardGroup{Id: uint32(g.ID), Replicas: append([]string(nil), g.Replicas...),
-			Founders: append([]string(nil), g.Founders...), Forming: g.Forming})
-	}
-	for _, a := range m.Ranges {
-		out.Ranges = append(out.Ranges, AssignmentToProto(a))
-	}
-	return out
-}
-
-// ShardMapFromProto converts the stored form of a shard map.
-func ShardMapFromProto(p *raftcmdv1.ShardMap) shard.Map {
-	m := shard.Map{Epoch: p.GetEpoch(), Cordoned: append([]string(nil), p.GetCordoned()...)}
-	for _, g := range p.GetGroups() {
-		m.Groups = append(m.Groups, shard.Group{ID: shard.GroupID(g.GetId()), Replicas: append([]string(nil), g.GetReplicas()...),
-			Founders: append([]string(nil), g.GetFounders()...), Forming: g.GetForming()})
-	}
-	for _, a := range p.GetRanges() {
-		m.Ranges = append(m.Ranges, assignmentFromProto(a))
-	}
-	return m
+	return f.data.policiesMetaIndex
 }
 
 // AssignmentToProto converts a slot assignment to its stored form.
@@ -264,62 +198,17 @@ func ownershipToProto(o *ownership) *raftcmdv1.SetOwnership {
 	return out
 }
 
-// routeState is the multi-group state in a snapshot, in stored form.
-type routeState struct {
-	shardMap          *raftcmdv1.ShardMap
-	ownership         *raftcmdv1.SetOwnership
-	policiesMetaIndex uint64
-}
-
-func (f *FSM) routeSnapshot() routeState {
-	r := routeState{ownership: ownershipToProto(f.owned), policiesMetaIndex: f.policiesMetaIndex}
-	if f.shardMap != nil {
-		r.shardMap = ShardMapToProto(*f.shardMap)
+// ownershipFromProto converts the stored form of a data group's ownership
+// (nil: none).
+func ownershipFromProto(o *raftcmdv1.SetOwnership) *ownership {
+	if o == nil {
+		return nil
 	}
-	return r
-}
-
-// restoreRoute installs a snapshot's multi-group state (f.mu held).
-func (f *FSM) restoreRoute(r routeState) {
-	f.shardMap, f.owned, f.policiesMetaIndex = nil, nil, r.policiesMetaIndex
-	if r.shardMap != nil {
-		m := ShardMapFromProto(r.shardMap)
-		f.shardMap = &m
+	out := &ownership{group: shard.GroupID(o.GetGroup()), mapEpoch: o.GetMapEpoch()}
+	for _, a := range o.GetRanges() {
+		out.ranges = append(out.ranges, assignmentFromProto(a))
 	}
-	if o := r.ownership; o != nil {
-		f.owned = &ownership{group: shard.GroupID(o.GetGroup()), mapEpoch: o.GetMapEpoch()}
-		for _, a := range o.GetRanges() {
-			f.owned.ranges = append(f.owned.ranges, assignmentFromProto(a))
-		}
-	}
-}
-
-// KeyRoute is where a key goes by the meta group's shard map.
-type KeyRoute struct {
-	Group shard.GroupID // the data group owning the key's slot
-	// SlotEpoch is the map epoch at which the slot got that owner.
-	SlotEpoch uint64
-	// MapEpoch is the epoch of the map looked up.
-	MapEpoch uint64
-	// Replicas are the group's replicas, read-only: maps are replaced,
-	// never changed in place.
-	Replicas []string
-}
-
-// Route looks key up in the meta group's shard map. ok is false when there
-// is no map.
-func (f *FSM) Route(key string) (r KeyRoute, ok bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.shardMap == nil {
-		return KeyRoute{}, false
-	}
-	g, slotEpoch, ok := f.shardMap.Lookup(shard.SlotOf(key))
-	if !ok {
-		return KeyRoute{}, false
-	}
-	grp, _ := f.shardMap.Group(g)
-	return KeyRoute{Group: g, SlotEpoch: slotEpoch, MapEpoch: f.shardMap.Epoch, Replicas: grp.Replicas}, true
+	return out
 }
 
 // ReservationKey returns the key a reservation ID names ("" when id is not

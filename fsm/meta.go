@@ -1,0 +1,117 @@
+package fsm
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/quorate/quorate/shard"
+
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// metaState is the state only the meta group serves: the registered
+// nodes, the shard map, the plans, the cluster ID, and the date of the
+// last change to its policy table. The table itself is the FSM's
+// (policyTable): PutPolicies and DeletePolicies, metaState's methods,
+// change it through policies. A data group applies none of the meta
+// group's commands, so its metaState stays empty.
+//
+// Its commands are its methods: RegisterNode and RemoveNode
+// (membership.go), SetClusterID (clusterid.go), SetShardMap (shardmap.go),
+// PutPolicies and DeletePolicies (policies.go), CreatePlan, UpdatePlan and
+// CancelPlan (plans.go). Its part of a snapshot is metaSnapshot.
+type metaState struct {
+	policies  *policyTable // the FSM's
+	nodes     map[string]Node
+	shardMap  *shard.Map // nil: no data groups (a single-group cluster)
+	plans     []*raftcmdv1.Plan
+	clusterID string // "" before SetClusterID
+
+	// policiesChangedAt is the log index of the last entry that changed
+	// the policy table (0: none yet); policiesChangeUnknown is true from a
+	// restore until the next entry, which then counts as the change. Like
+	// FSM.appliedIndex it decides nothing: nodes compare it with a data
+	// group's PoliciesMetaIndex instead of comparing whole tables.
+	policiesChangedAt     uint64
+	policiesChangeUnknown bool
+}
+
+func newMetaState(policies *policyTable) metaState {
+	return metaState{policies: policies, nodes: make(map[string]Node)}
+}
+
+// applyRemoveNode forgets a node (an unknown one is no error).
+func (m *metaState) applyRemoveNode(c *raftcmdv1.RemoveNode) interface{} {
+	delete(m.nodes, c.GetId())
+	return nil
+}
+
+// metaSnapshot is metaState's part of a snapshot: the header's shard_map,
+// plans and cluster_id, and the node records, which follow the policies.
+type metaSnapshot struct {
+	nodes    []Node // by ID
+	shardMap *raftcmdv1.ShardMap
+	plans    []*raftcmdv1.Plan
+	// clusterID is in the header: a reader that predates it skips it.
+	clusterID string
+}
+
+// snapshot copies m's part of a snapshot (the FSM's lock held).
+func (m *metaState) snapshot() metaSnapshot {
+	s := metaSnapshot{nodes: sortedNodes(m.nodes), plans: clonePlans(m.plans), clusterID: m.clusterID}
+	if m.shardMap != nil {
+		s.shardMap = ShardMapToProto(*m.shardMap)
+	}
+	return s
+}
+
+// header fills the header fields of the meta part.
+func (s *metaSnapshot) header(h *raftcmdv1.SnapshotHeader) {
+	h.NodeCount = uint64(len(s.nodes))
+	h.ShardMap, h.Plans, h.ClusterId = s.shardMap, s.plans, s.clusterID
+}
+
+// writeRecords writes the meta part's records: nodes by ID.
+func (s *metaSnapshot) writeRecords(enc *recordWriter) {
+	for _, n := range s.nodes {
+		enc.write(&raftcmdv1.RegisterNode{Id: n.ID, RaftAddr: n.RaftAddr, ApiAddr: n.APIAddr, FeatureLevel: n.FeatureLevel})
+	}
+}
+
+// readMetaSnapshot reads the meta part of a snapshot: from its header, and
+// the node records.
+func readMetaSnapshot(h *raftcmdv1.SnapshotHeader, dec *recordReader) (metaSnapshot, error) {
+	s := metaSnapshot{shardMap: h.GetShardMap(), plans: h.GetPlans(), clusterID: h.GetClusterId()}
+	for range h.GetNodeCount() {
+		var n raftcmdv1.RegisterNode
+		if err := dec.read(&n); err != nil {
+			return s, err
+		}
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), RaftAddr: n.GetRaftAddr(), APIAddr: n.GetApiAddr(), FeatureLevel: n.GetFeatureLevel()})
+	}
+	return s, nil
+}
+
+// restoredMeta returns the metaState of a snapshot's meta part. The date
+// of the policy table's last change is unknown until the next entry.
+func restoredMeta(policies *policyTable, s metaSnapshot) metaState {
+	m := newMetaState(policies)
+	for _, n := range s.nodes {
+		m.nodes[n.ID] = n
+	}
+	if s.shardMap != nil {
+		sm := ShardMapFromProto(s.shardMap)
+		m.shardMap = &sm
+	}
+	m.plans, m.clusterID = s.plans, s.clusterID
+	m.policiesChangedAt, m.policiesChangeUnknown = 0, true
+	return m
+}
+
+func sortedNodes(m map[string]Node) []Node {
+	out := make([]Node, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
+	}
+	return out
+}
