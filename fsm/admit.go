@@ -256,8 +256,8 @@ func (d *dataState) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) 
 	return out, nil
 }
 
-// makeRoom checks that the new states of a request fit under MaxBuckets,
-// reclaiming expired states first.
+// makeRoom checks that the new bucket states of a request fit under
+// Options.MaxBuckets (d.maxStates), reclaiming expired states first.
 func (d *dataState) makeRoom(states *pendingStates, now int64) error {
 	added := 0
 	for _, key := range states.keys[:states.n] {

@@ -16,8 +16,8 @@ var (
 	// ErrUnknownPolicy is returned (as an Apply result) when a command names
 	// a policy the group does not have.
 	ErrUnknownPolicy = errors.New("fsm: unknown policy")
-	// ErrGroupFull is returned when a command would create a bucket beyond
-	// Options.MaxBuckets. Nothing existing is evicted.
+	// ErrGroupFull is returned when a command would create a bucket, or a
+	// semaphore, beyond Options.MaxBuckets. Nothing existing is evicted.
 	ErrGroupFull = errors.New("fsm: group bucket limit reached")
 	// ErrDedupeFull is returned when a command with a request ID would
 	// record one more unexpired entry than Options.MaxDedupeEntries. Nothing

@@ -20,14 +20,18 @@ import (
 // and reads.
 const EnvelopeVersion = 1
 
-// SweepPerApply is the most expired buckets one Apply deletes.
+// SweepPerApply is the most expired states one Apply deletes from each of
+// the group's tables: buckets, semaphores, reservations and request-ID
+// entries.
 const SweepPerApply = 32
 
-// ExpireBatch is the most buckets and the most dedupe entries an Expire
-// entry deletes on top of the SweepPerApply every entry reclaims.
+// ExpireBatch is the most expired states an Expire entry deletes from each
+// table (buckets, semaphores, reservations, request-ID entries), on top of
+// the SweepPerApply every entry reclaims.
 const ExpireBatch = 4096
 
-// DefaultMaxBuckets is the default bound on live buckets per group.
+// DefaultMaxBuckets is the default bound on a group's live buckets and,
+// apart, on its live semaphores (Options.MaxBuckets).
 const DefaultMaxBuckets = 10_000_000
 
 // DefaultMaxDedupeEntries is the default bound on unexpired request-ID
@@ -40,8 +44,10 @@ const DefaultMaxDedupeEntries = 2_000_000
 // Options configure an FSM. They must be identical on every replica of a
 // group, so nodes set them from constants, never from per-node flags.
 type Options struct {
-	// MaxBuckets bounds the live buckets of the group (and, apart, its
-	// semaphores); 0 means DefaultMaxBuckets. It is at most 2^30−1.
+	// MaxBuckets bounds the live states of the group's rate and
+	// concurrency keys: its buckets and, apart, its semaphores (a
+	// reservation holds units of a bucket, which must fit). 0 means
+	// DefaultMaxBuckets. It is at most 2^30−1.
 	MaxBuckets int
 
 	// MaxDedupeEntries bounds the unexpired request-ID entries of the
@@ -341,7 +347,8 @@ func addSaturating(a, b int64) int64 {
 	return a + b
 }
 
-// BucketKey is the state key of (policy, key).
+// BucketKey is the state key of (policy, key): "policy/key", the key of
+// its bucket or its semaphore.
 func BucketKey(policy, key string) string { return policy + "/" + key }
 
 // Snapshot copies the state; Persist encodes the copy concurrently with later

@@ -32,8 +32,8 @@ type LeaseResult struct {
 
 // leaseReservationID names the reservation held with a lease. Its ':' keeps
 // it apart from ReservationID's base64 names.
-func leaseReservationID(bucketKey string, token int64) string {
-	return "lease:" + bucketKey + "#" + strconv.FormatInt(token, 10)
+func leaseReservationID(stateKey string, token int64) string {
+	return "lease:" + stateKey + "#" + strconv.FormatInt(token, 10)
 }
 
 // semExpires is when a semaphore is equivalent to none: its leases'

@@ -69,9 +69,9 @@ func (f *FSM) DedupeBytes() int64 {
 	return f.data.dedupe.Bytes()
 }
 
-// NextExpiry is the earliest time at which some held state (a bucket or a
-// request-ID entry) expires, and false when nothing is held. The leader
-// proposes Expire once its now passes it.
+// NextExpiry is the earliest time at which some held state (a bucket, a
+// semaphore, a reservation or a request-ID entry) expires, and false when
+// nothing is held. The leader proposes Expire once its now passes it.
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
