@@ -20,9 +20,8 @@ import (
 // dataState is the state a group holds for the keys it serves: the state
 // tables (buckets, semaphores, reservations), the request-ID table, and
 // for a data group its ownership of slots, the meta index of its copy of
-// the policy table and its slot migrations. A data group and a
-// single-group cluster's meta group hold it; a sharded cluster's meta
-// group serves no key, and its dataState stays empty.
+// the policy table and its slot migrations. A data group holds it, and so
+// does a single-group cluster's meta group, which serves every key.
 //
 // Its commands are its methods, deciding with the FSM's policy table
 // (policies) at the time the FSM passes in an op: Admit, Peek, Refund

@@ -1,12 +1,17 @@
 // Package fsm is the replicated state machine of one Quorate Raft group: it
 // decodes log entries (raftcmdv1.Envelope), applies them to the group's state
-// — policies, node addresses, token buckets and the request-ID table — and
-// writes and restores snapshots.
+// — policies, node addresses, the states of keys (buckets, semaphores,
+// reservations) and the request-ID table — and writes and restores
+// snapshots.
 //
 // # Meta and data groups
 //
-// One FSM type serves both kinds of group. The meta group holds nodes,
-// policies and the shard map (SetShardMap, compare-and-set on its epoch).
+// One FSM type serves both kinds of group, its state split by what it
+// serves (DESIGN.md, "State ownership"): metaState, the meta group's nodes,
+// shard map (SetShardMap, compare-and-set on its epoch), plans and cluster
+// ID; dataState, the keys' state, ownership and slot migrations; the policy
+// table, time and term are shared. Each part applies its own commands and
+// writes its own part of the snapshot.
 // A data group (Options.DataGroup) holds keys' state; its leader writes
 // SetOwnership (the slot ranges it owns, with the epoch at which each got
 // that owner) and SetPolicies (a copy of the meta group's table with its
@@ -21,7 +26,7 @@
 // # Slot migrations and plans
 //
 // A data group's slots move to another group without losing or
-// duplicating state (migrate.go): FreezeSlots makes the source refuse
+// duplicating state (migrate.go, migrate_export.go): FreezeSlots makes the source refuse
 // commands for them (ErrSlotMoving, retryable, nothing applied); the state
 // of frozen slots — buckets, semaphores, reservations, request-ID entries,
 // which remember their slot — is read with ExportSlots and written into the
@@ -55,18 +60,20 @@
 //
 // raft calls Apply, Snapshot and Restore from one goroutine; FSMSnapshot's
 // Persist runs concurrently with later Applies on a copy taken by Snapshot.
-// The read methods (Policy, Policies, Nodes, LastNow, BucketCount) may be
+// The read methods (Policy, Policies, Nodes, LastNow, BucketCount, …) may be
 // called from any goroutine: they take a read lock and see the state as of
 // the last applied entry on this replica, which may lag the leader.
 //
 // # Memory
 //
-// A token bucket that has refilled completely is equal to no bucket at all,
-// and a request-ID entry past its retention is equal to none, so each Apply
-// reclaims up to SweepPerApply of each in order of expiry (deterministic
-// indexes ordered by (expiry, key)), and an Expire entry, which the leader
-// proposes when its replica holds expired state, reclaims up to ExpireBatch.
-// State is bounded by what is live, and by Options.MaxBuckets and
-// Options.MaxDedupeEntries: beyond them new keys or request IDs are refused
-// (ErrGroupFull, ErrDedupeFull); nothing live is evicted.
+// A state past its expiry — a token bucket that has refilled completely, a
+// semaphore without a live lease, a reservation past its TTL, a request-ID
+// entry past its retention — is equal to none, so each Apply reclaims up to
+// SweepPerApply from each table in order of expiry (deterministic indexes
+// ordered by (expiry, key)), and an Expire entry, which the leader proposes
+// when its replica holds expired state, reclaims up to ExpireBatch more.
+// State is bounded by what is live, and by Options.MaxBuckets (buckets and,
+// apart, semaphores) and Options.MaxDedupeEntries: beyond them new keys or
+// request IDs are refused (ErrGroupFull, ErrDedupeFull); nothing live is
+// evicted.
 package fsm

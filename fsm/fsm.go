@@ -145,9 +145,8 @@ type Node struct {
 // ownership"): meta, the meta group's registry of nodes, shard map, plans
 // and cluster ID; data, the keys' state and a data group's ownership and
 // slot migrations. A single-group cluster's meta group holds both; a data
-// group's meta part stays empty, as does a sharded cluster's meta group's
-// data part. What both parts read stays here: the time, the term, the
-// applied index and the policy table.
+// group's meta part stays empty. What both parts read stays here: the
+// time, the term, the applied index and the policy table.
 type FSM struct {
 	opts Options
 

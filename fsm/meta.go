@@ -13,8 +13,8 @@ import (
 // nodes, the shard map, the plans, the cluster ID, and the date of the
 // last change to its policy table. The table itself is the FSM's
 // (policyTable): PutPolicies and DeletePolicies, metaState's methods,
-// change it through policies. A data group applies none of the meta
-// group's commands, so its metaState stays empty.
+// change it through policies. No node proposes the meta group's commands
+// to a data group, so a data group's metaState stays empty.
 //
 // Its commands are its methods: RegisterNode and RemoveNode
 // (membership.go), SetClusterID (clusterid.go), SetShardMap (shardmap.go),
