@@ -220,4 +220,3 @@ func dedupeToRecord(e dedupe.Entry) *raftcmdv1.DedupeRecord {
 	}
 	return rec
 }
-
