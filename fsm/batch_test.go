@@ -139,7 +139,7 @@ func TestBatchRefusesUnbatchableOpsAlone(t *testing.T) {
 // not own is refused, the others apply.
 func TestBatchRoutesEachOp(t *testing.T) {
 	a := newApplier(t, fsm.Options{DataGroup: true})
-	a.putPolicies(t0, tokenBucket("p", 10, time.Second, 10, 1))
+	a.setPolicies(t0, tokenBucket("p", 10, time.Second, 10, 1))
 	low := shard.SlotRange{Start: 0, End: 2048}
 	kLow, kHigh := keyInSlotRange(t, low), keyInSlotRange(t, shard.SlotRange{Start: 2048, End: shard.SlotCount})
 	a.apply(setOwnershipEnv(t0, 1, 2, shard.Assignment{Range: low, Group: 1, Epoch: 2}))

@@ -28,13 +28,11 @@ func (f *FSM) ClusterID() string {
 }
 
 // applySetClusterID records the cluster ID once; the same ID again is a
-// no-op (a retried proposal), another is refused, and so is any in a data
-// group (dataGroup: Options.DataGroup).
-func (m *metaState) applySetClusterID(c *raftcmdv1.SetClusterID, dataGroup bool) interface{} {
+// no-op (a retried proposal), another is refused. A data group refuses
+// any before it gets here (refuseMetaCommand).
+func (m *metaState) applySetClusterID(c *raftcmdv1.SetClusterID) interface{} {
 	id := c.GetId()
 	switch {
-	case dataGroup:
-		return fmt.Errorf("%w: a data group has no cluster ID", ErrClusterID)
 	case !ValidClusterID(id):
 		return fmt.Errorf("%w: id: %q is not 32 lowercase hex digits", ErrClusterID, id)
 	case m.clusterID != "" && m.clusterID != id:

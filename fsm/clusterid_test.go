@@ -37,7 +37,7 @@ func TestSetClusterID(t *testing.T) {
 	if got := restored.ClusterID(); got != id {
 		t.Fatalf("restored ID %q, want %q", got, id)
 	}
-	if err := set(newApplier(t, fsm.Options{DataGroup: true}), id); !errors.Is(err, fsm.ErrClusterID) {
-		t.Fatalf("data group: %v, want ErrClusterID", err)
+	if err := set(newApplier(t, fsm.Options{DataGroup: true}), id); !errors.Is(err, fsm.ErrNotMetaGroup) {
+		t.Fatalf("data group: %v, want ErrNotMetaGroup", err)
 	}
 }

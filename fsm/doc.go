@@ -20,8 +20,10 @@
 // carries the router's map epoch. A data group refuses, with a RouteError
 // and nothing applied, any data command before its first SetOwnership, for
 // a slot it does not own, or stamped with an epoch older than its slot's
-// owner (route.go). Without a shard map, the meta group applies data too: a
-// single-group cluster.
+// owner (route.go). It refuses the meta group's commands (RegisterNode,
+// SetShardMap, PutPolicies, the plans' and the like) with ErrNotMetaGroup,
+// so its meta part stays empty. Without a shard map, the meta group applies
+// data too: a single-group cluster.
 //
 // # Slot migrations and plans
 //

@@ -56,9 +56,16 @@ var ErrTooManyPolicies = errors.New("fsm: policies: too many policies")
 var ErrBadRegistration = errors.New("fsm: node registration refused")
 
 // ErrClusterID is returned when a SetClusterID entry is refused: not a
-// cluster ID, in a data group, or another ID than the one the cluster
-// already has.
+// cluster ID, or another ID than the one the cluster already has. (A data
+// group refuses any with ErrNotMetaGroup.)
 var ErrClusterID = errors.New("fsm: cluster ID refused")
+
+// ErrNotMetaGroup is returned when a data group (Options.DataGroup) is
+// given one of the meta group's commands: RegisterNode, RemoveNode,
+// SetClusterID, SetShardMap, PutPolicies, DeletePolicies, CreatePlan,
+// UpdatePlan or CancelPlan. The message names the command. Nothing is
+// applied: a data group's meta part stays empty.
+var ErrNotMetaGroup = errors.New("fsm: command for the meta group only")
 
 // ErrBadSnapshot is returned by Restore for a snapshot it cannot read.
 var ErrBadSnapshot = errors.New("fsm: bad snapshot")

@@ -55,8 +55,9 @@ type Options struct {
 	MaxDedupeEntries int
 
 	// DataGroup marks the FSM of a data group: it refuses every data
-	// command until its first SetOwnership says which slots it owns. The
-	// meta group (and a single-group cluster) leaves it false.
+	// command until its first SetOwnership says which slots it owns, and
+	// every meta-group command (ErrNotMetaGroup). The meta group (and a
+	// single-group cluster) leaves it false.
 	DataGroup bool
 
 	_ struct{}
@@ -145,7 +146,8 @@ type Node struct {
 // ownership"): meta, the meta group's registry of nodes, shard map, plans
 // and cluster ID; data, the keys' state and a data group's ownership and
 // slot migrations. A single-group cluster's meta group holds both; a data
-// group's meta part stays empty. What both parts read stays here: the
+// group's meta part stays empty, as it refuses the meta group's commands
+// (ErrNotMetaGroup). What both parts read stays here: the
 // time, the term, the applied index and the policy table.
 type FSM struct {
 	opts Options
@@ -278,9 +280,12 @@ type op struct {
 }
 
 // applyOp applies one command at o.now: the meta group's commands to
-// f.meta, the keys' and slots' to f.data.
+// f.meta (refused in a data group), the keys' and slots' to f.data.
 func (f *FSM) applyOp(o op) interface{} {
 	env, now := o.env, o.now
+	if err := refuseMetaCommand(env, f.opts.DataGroup); err != nil {
+		return err
+	}
 	slot, err := f.data.checkRoute(env, f.opts.DataGroup)
 	if err != nil {
 		return err
@@ -301,7 +306,7 @@ func (f *FSM) applyOp(o op) interface{} {
 	case *raftcmdv1.Envelope_RegisterNode:
 		return m.applyRegisterNode(body.RegisterNode)
 	case *raftcmdv1.Envelope_SetClusterId:
-		return m.applySetClusterID(body.SetClusterId, f.opts.DataGroup)
+		return m.applySetClusterID(body.SetClusterId)
 	case *raftcmdv1.Envelope_RemoveNode:
 		return m.applyRemoveNode(body.RemoveNode)
 	case *raftcmdv1.Envelope_Peek:

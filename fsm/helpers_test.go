@@ -162,6 +162,24 @@ func (a *applier) putPolicies(now int64, ps ...admission.Policy) fsm.PoliciesRes
 	return *pr
 }
 
+// setPolicies applies a SetPolicies that must succeed: a data group's copy
+// of a meta table holding ps, each at version 1, as of meta index 1 (as a
+// data group's leader copies the table a first PutPolicies wrote).
+func (a *applier) setPolicies(now int64, ps ...admission.Policy) {
+	a.tb.Helper()
+	if res := a.apply(setPoliciesEnv(now, ps...)); res != nil {
+		a.tb.Fatalf("SetPolicies = %#v, want nil", res)
+	}
+}
+
+func setPoliciesEnv(now int64, ps ...admission.Policy) *raftcmdv1.Envelope {
+	c := &raftcmdv1.SetPolicies{MetaIndex: 1}
+	for _, p := range ps {
+		c.Policies = append(c.Policies, &raftcmdv1.PolicyRecord{Policy: fsm.PolicyToProto(p), Version: 1})
+	}
+	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_SetPolicies{SetPolicies: c}}
+}
+
 func admitEnv(now int64, policy, key string, cost int64) *raftcmdv1.Envelope {
 	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Admit{
 		Admit: &raftcmdv1.Admit{Policy: policy, Key: key, Cost: cost},

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -13,8 +14,8 @@ import (
 // nodes, the shard map, the plans, the cluster ID, and the date of the
 // last change to its policy table. The table itself is the FSM's
 // (policyTable): PutPolicies and DeletePolicies, metaState's methods,
-// change it through policies. No node proposes the meta group's commands
-// to a data group, so a data group's metaState stays empty.
+// change it through policies. A data group's metaState stays empty: its
+// FSM refuses the meta group's commands (metaCommand).
 //
 // Its commands are its methods: RegisterNode and RemoveNode
 // (membership.go), SetClusterID (clusterid.go), SetShardMap (shardmap.go),
@@ -34,6 +35,52 @@ type metaState struct {
 	// group's PoliciesMetaIndex instead of comparing whole tables.
 	policiesChangedAt     uint64
 	policiesChangeUnknown bool
+}
+
+// metaCommand returns the name of env's command when it is one of the meta
+// group's only (metaState's commands but SetPolicies, which copies the
+// meta group's table into a data group), and false for any other.
+func metaCommand(env *raftcmdv1.Envelope) (string, bool) {
+	switch env.GetBody().(type) {
+	case *raftcmdv1.Envelope_RegisterNode:
+		return "RegisterNode", true
+	case *raftcmdv1.Envelope_RemoveNode:
+		return "RemoveNode", true
+	case *raftcmdv1.Envelope_SetClusterId:
+		return "SetClusterID", true
+	case *raftcmdv1.Envelope_SetShardMap:
+		return "SetShardMap", true
+	case *raftcmdv1.Envelope_PutPolicies:
+		return "PutPolicies", true
+	case *raftcmdv1.Envelope_DeletePolicies:
+		return "DeletePolicies", true
+	case *raftcmdv1.Envelope_CreatePlan:
+		return "CreatePlan", true
+	case *raftcmdv1.Envelope_UpdatePlan:
+		return "UpdatePlan", true
+	case *raftcmdv1.Envelope_CancelPlan:
+		return "CancelPlan", true
+	}
+	return "", false
+}
+
+// refuseMetaCommand returns ErrNotMetaGroup, naming the command, for a
+// meta-group command applied by a data group (dataGroup:
+// Options.DataGroup), and nil for any other command or group. Refused,
+// the entry changes nothing but what every entry changes before its
+// command (time, term, sweeps: FSM.applyLocked), as any refused command.
+//
+// Nodes propose these commands to the meta group only, so no log Quorate
+// wrote holds one in a data group: refusing them changes no outcome of an
+// existing log and needs no feature level (features.go).
+func refuseMetaCommand(env *raftcmdv1.Envelope, dataGroup bool) error {
+	if !dataGroup {
+		return nil
+	}
+	if name, ok := metaCommand(env); ok {
+		return fmt.Errorf("%w: %s is a meta-group command; a data group refuses it", ErrNotMetaGroup, name)
+	}
+	return nil
 }
 
 func newMetaState(policies *policyTable) metaState {

@@ -171,7 +171,7 @@ func testMigrationDeterminism(t *testing.T, seed uint64) {
 	// Group 1: freezes migR and r2, unfreezes r2, loses migR.
 	src := newDriver(t, seed, opts, keys)
 	src.epoch = 1
-	src.must(putPoliciesEnv(t0, migPolicies()...))
+	src.must(setPoliciesEnv(t0, migPolicies()...))
 	src.must(setOwnershipEnv(t0, 1, 1, g1Before()...))
 	src.run(60)
 	src.must(freezeEnv(src.now, mig, migR))
@@ -193,7 +193,7 @@ func testMigrationDeterminism(t *testing.T, seed uint64) {
 	// migR is its own.
 	dst := newDriver(t, seed+100, opts, keys[len(keys)-3:])
 	dst.epoch = 1
-	dst.must(putPoliciesEnv(t0, migPolicies()...))
+	dst.must(setPoliciesEnv(t0, migPolicies()...))
 	dst.must(setOwnershipEnv(t0, 2, 1, g2Before()...))
 	dst.now = srcNow - 20*sec
 	dst.run(30)

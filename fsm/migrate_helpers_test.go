@@ -54,12 +54,12 @@ func migPolicies() []admission.Policy {
 	}
 }
 
-// dataGroup returns a data group's FSM holding migPolicies (put at t0) and
+// dataGroup returns a data group's FSM holding migPolicies (set at t0) and
 // owning as at map epoch epoch (nothing when as is empty).
 func dataGroup(tb testing.TB, group shard.GroupID, epoch uint64, as ...shard.Assignment) *applier {
 	tb.Helper()
 	a := newApplier(tb, fsm.Options{DataGroup: true})
-	a.putPolicies(t0, migPolicies()...)
+	a.setPolicies(t0, migPolicies()...)
 	if len(as) > 0 {
 		if res := a.apply(setOwnershipEnv(t0, group, epoch, as...)); res != nil {
 			tb.Fatalf("SetOwnership(group %d, epoch %d): %v", group, epoch, res)

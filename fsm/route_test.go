@@ -106,7 +106,7 @@ func TestDataGroupRefusesSlotsItDoesNotOwnAndStaleEpochs(t *testing.T) {
 // A data group applies no data command before it knows what it owns.
 func TestDataGroupRefusesDataBeforeOwnership(t *testing.T) {
 	a := newApplier(t, fsm.Options{DataGroup: true})
-	a.putPolicies(t0, tokenBucket("p", 10, time.Second, 10, 1))
+	a.setPolicies(t0, tokenBucket("p", 10, time.Second, 10, 1))
 	if err, _ := a.apply(routedAdmit(t0, 1, "p", "k")).(error); !errors.Is(err, fsm.ErrWrongGroup) {
 		t.Fatalf("admit before ownership: %v, want ErrWrongGroup", err)
 	}
