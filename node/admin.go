@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -147,7 +146,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		addrs[m.ID] = m.APIAddr
 	}
 	_, leaderID := n.meta.raft.LeaderWithID()
-	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus(), ClusterId: n.knownClusterID()}
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus(), ClusterId: n.controller.knownClusterID()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
 		m := &quoratev1.MemberStatus{
@@ -188,7 +187,7 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	}
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.JoinResponse, error) {
-			return &quoratev1.JoinResponse{ClusterId: n.knownClusterID()}, n.joinAsLeader(ctx, req.Msg)
+			return &quoratev1.JoinResponse{ClusterId: n.controller.knownClusterID()}, n.controller.joinAsLeader(ctx, req.Msg)
 		}, quoratev1connect.AdminServiceClient.Join)
 }
 
@@ -206,58 +205,6 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 		return bad("api_addr", err)
 	}
 	return checkJoinLevel(r.GetFeatureLevel())
-}
-
-// joinAsLeader records the node's addresses (unless already recorded) and
-// makes it a member at its Raft address (unless it already is one): a voter,
-// or a non-voter once a cluster with data groups has MetaVoters voters.
-func (n *Node) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
-	if err := n.checkJoinCluster(r); err != nil {
-		return err
-	}
-	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
-	if !slices.Contains(n.meta.fsm.Nodes(), want) {
-		if _, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
-			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
-		}}); err != nil {
-			return err
-		}
-	}
-	// One membership change at a time: the voter count read below must
-	// include the change before, or concurrent joins all become voters.
-	n.joinMu.Lock()
-	defer n.joinMu.Unlock()
-	cf := n.meta.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotProposed, err)
-	}
-	voters := 0
-	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) == want.ID && string(s.Address) == want.RaftAddr {
-			return nil
-		}
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	timeout := n.cfg.RequestTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(d), time.Millisecond)
-	}
-	// With data groups, the meta group needs only MetaVoters voters; later
-	// nodes follow it as non-voters (every node keeps the shard map).
-	add := n.meta.raft.AddVoter
-	if n.cfg.DataGroups > 0 && voters >= MetaVoters {
-		add = n.meta.raft.AddNonvoter
-	}
-	if err := waitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			return ErrNotLeader
-		}
-		return fmt.Errorf("%w: adding voter %s: %v", ErrOutcomeUnknown, want.ID, err)
-	}
-	n.log.Info("added voter", "id", want.ID, "raft", want.RaftAddr, "api", want.APIAddr)
-	return nil
 }
 
 // ApplyPolicies validates every policy, then stores them all through the log.

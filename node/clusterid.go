@@ -90,48 +90,48 @@ func freshMetaGroup(dataDir string) bool {
 // adoptClusterID records id as this node's cluster ID (file, then mux)
 // unless it already has one. It returns ErrOtherCluster when the node
 // recorded another.
-func (n *Node) adoptClusterID(id, from string) error {
+func (c *controller) adoptClusterID(id, from string) error {
 	if !fsm.ValidClusterID(id) {
 		return fmt.Errorf("node: cluster ID %q from %s is not 32 hex digits", id, from)
 	}
-	n.clusterMu.Lock()
-	defer n.clusterMu.Unlock()
-	switch cur := n.mux.ClusterID(); cur {
+	c.clusterMu.Lock()
+	defer c.clusterMu.Unlock()
+	switch cur := c.mux.ClusterID(); cur {
 	case id:
-		n.mux.SetClusterID(id, false)
+		c.mux.SetClusterID(id, false)
 		return nil
 	case "":
 	default:
 		return fmt.Errorf("%w: this node belongs to cluster %s, %s names cluster %s", ErrOtherCluster, cur, from, id)
 	}
-	if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+	if err := writeClusterID(c.cfg.DataDir, id); err != nil {
 		return err
 	}
-	n.mux.SetClusterID(id, false)
-	n.log.Info("recorded the cluster ID", "cluster_id", id, "from", from)
+	c.mux.SetClusterID(id, false)
+	c.log.Info("recorded the cluster ID", "cluster_id", id, "from", from)
 	return nil
 }
 
 // learnClusterID asks the --join address for the cluster's ID before a
 // node without state joins, and records it; a cluster without one lets the
 // node admit any peer.
-func (n *Node) learnClusterID(ctx context.Context, base string) error {
-	resp, err := n.peers.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+func (c *controller) learnClusterID(ctx context.Context, base string) error {
+	resp, err := c.peers.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
 	}
 	id := resp.Msg.GetNode().GetClusterId()
 	if id == "" {
-		n.mux.SetClusterID("", false)
+		c.mux.SetClusterID("", false)
 		return nil
 	}
-	return n.adoptClusterID(id, "--join "+base)
+	return c.adoptClusterID(id, "--join "+base)
 }
 
 // checkJoinCluster refuses a joining node that recorded another cluster's
 // ID than this one's.
-func (n *Node) checkJoinCluster(r *quoratev1.JoinRequest) error {
-	mine := n.knownClusterID()
+func (c *controller) checkJoinCluster(r *quoratev1.JoinRequest) error {
+	mine := c.knownClusterID()
 	if theirs := r.GetClusterId(); theirs != "" && mine != "" && theirs != mine {
 		return fmt.Errorf("%w: node %s has recorded cluster %s; this is cluster %s (give it an empty --data-dir to join)",
 			ErrOtherCluster, r.GetId(), theirs, mine)
@@ -141,18 +141,18 @@ func (n *Node) checkJoinCluster(r *quoratev1.JoinRequest) error {
 
 // knownClusterID is the cluster's ID as the meta group has it, or as this
 // node recorded it.
-func (n *Node) knownClusterID() string {
-	if id := n.meta.fsm.ClusterID(); id != "" {
+func (c *controller) knownClusterID() string {
+	if id := c.meta.fsm.ClusterID(); id != "" {
 		return id
 	}
-	return n.mux.ClusterID()
+	return c.mux.ClusterID()
 }
 
 // clusterIDLoop keeps the node's record of its cluster ID in step with the
 // meta group's until ctx is done: a node records the ID the meta group
 // holds, and the meta leader proposes one (its own record, or a new one)
 // when the group holds none and every node can apply SetClusterID.
-func (n *Node) clusterIDLoop(ctx context.Context) {
+func (c *controller) clusterIDLoop(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	warned := false
@@ -162,23 +162,23 @@ func (n *Node) clusterIDLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		switch id := n.meta.fsm.ClusterID(); {
+		switch id := c.meta.fsm.ClusterID(); {
 		case id != "":
-			if err := n.adoptClusterID(id, "the meta group"); err != nil && !warned {
+			if err := c.adoptClusterID(id, "the meta group"); err != nil && !warned {
 				warned = true
-				n.log.Error("the meta group's cluster ID is not this node's", "err", err)
+				c.log.Error("the meta group's cluster ID is not this node's", "err", err)
 			}
-		case n.isLeader() && n.meta.fsm.MinFeatureLevel() >= fsm.FeatureClusterID:
-			id := n.mux.ClusterID()
+		case c.isLeader() && c.meta.fsm.MinFeatureLevel() >= fsm.FeatureClusterID:
+			id := c.mux.ClusterID()
 			if id == "" {
 				id = newClusterID()
 			}
-			pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
-			_, err := n.proposeTo(pctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetClusterId{
+			pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+			_, err := c.req.proposeTo(pctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetClusterId{
 				SetClusterId: &raftcmdv1.SetClusterID{Id: id}}})
 			cancel()
 			if err != nil && ctx.Err() == nil {
-				n.log.Debug("proposing the cluster ID", "err", err)
+				c.log.Debug("proposing the cluster ID", "err", err)
 			}
 		}
 	}

@@ -31,8 +31,9 @@ type damagedReplica struct {
 
 // replicaDamaged stops replica g, whose files were found damaged while it
 // ran (err is a *DamagedError). A data group replica is closed and its
-// reopening retried with backoff; the meta group replica is shut down.
-// Either way its status shows err.
+// reopening retried with backoff (a replica not yet installed is left to
+// dataGroups.open, which sees it stopping); the meta group replica is shut
+// down. Either way its status shows err.
 func (n *Node) replicaDamaged(g *group, err error) {
 	if !g.stopping.CompareAndSwap(false, true) {
 		return
@@ -43,17 +44,24 @@ func (n *Node) replicaDamaged(g *group, err error) {
 			_ = g.raft.Shutdown().Error()
 			return
 		}
-		n.groups.mu.Lock()
-		owned := n.groups.m[g.id] == g
-		if owned {
-			delete(n.groups.m, g.id)
-			n.groups.noteDamaged(g.id, err)
-		}
-		n.groups.mu.Unlock()
-		if owned {
+		if n.groups.removeDamaged(g, err) {
 			_ = g.close()
 		}
 	}()
+}
+
+// removeDamaged takes replica g, whose files are damaged, out of the
+// hosted ones and records the damage, if g is still hosted; it reports
+// whether it was.
+func (d *dataGroups) removeDamaged(g *group, err error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m[g.id] != g {
+		return false
+	}
+	delete(d.m, g.id)
+	d.noteDamaged(g.id, err)
+	return true
 }
 
 // noteDamaged records that data group id's replica could not open, or was
@@ -75,36 +83,36 @@ func (d *dataGroups) noteDamaged(id shard.GroupID, err error) {
 // openDue reports whether reconcile may try to open data group id's replica
 // now: always, unless its files were found damaged and the next retry is
 // still to come.
-func (n *Node) openDue(id shard.GroupID) bool {
-	n.groups.mu.RLock()
-	defer n.groups.mu.RUnlock()
-	r := n.groups.damaged[id]
+func (c *controller) openDue(id shard.GroupID) bool {
+	c.replicas.mu.RLock()
+	defer c.replicas.mu.RUnlock()
+	r := c.replicas.damaged[id]
 	return r == nil || !time.Now().Before(r.next)
 }
 
 // openFailed handles reconcile's failure to open data group id's replica.
-func (n *Node) openFailed(id shard.GroupID, err error) {
+func (c *controller) openFailed(id shard.GroupID, err error) {
 	if !errors.Is(err, ErrReplicaDamaged) {
-		n.log.Warn("opening data group", "group", id, "err", err)
+		c.log.Warn("opening data group", "group", id, "err", err)
 		return
 	}
-	n.groups.mu.Lock()
-	n.groups.noteDamaged(id, err)
-	next := n.groups.damaged[id].next
-	n.groups.mu.Unlock()
-	n.log.Error("data group replica not started: its files are damaged", "group", id,
+	c.replicas.mu.Lock()
+	c.replicas.noteDamaged(id, err)
+	next := c.replicas.damaged[id].next
+	c.replicas.mu.Unlock()
+	c.log.Error("data group replica not started: its files are damaged", "group", id,
 		"retry_in", time.Until(next).Round(time.Second), "err", err)
 }
 
 // forgetDamaged drops the damage records of data groups no longer placed on
-// this node (openDataGroup drops those whose replica runs again). placed
+// this node (dataGroups.open drops those whose replica runs again). placed
 // reports whether the shard map places group id here.
-func (n *Node) forgetDamaged(placed func(shard.GroupID) bool) {
-	n.groups.mu.Lock()
-	defer n.groups.mu.Unlock()
-	for id := range n.groups.damaged {
+func (c *controller) forgetDamaged(placed func(shard.GroupID) bool) {
+	c.replicas.mu.Lock()
+	defer c.replicas.mu.Unlock()
+	for id := range c.replicas.damaged {
 		if !placed(id) {
-			delete(n.groups.damaged, id)
+			delete(c.replicas.damaged, id)
 		}
 	}
 }

@@ -26,7 +26,11 @@
 //
 // # Cluster administration
 //
-// Replica moves, drains and rebalancing are shard-map changes (changeMap);
+// The control plane is a controller of its own (ctl.go), started by Run:
+// its loops follow the replicated state and act only where this node leads
+// the group concerned, and the admin calls that change the cluster run
+// through it on the meta leader. It reaches replicas and the request path
+// only through named dependencies. Replica moves, drains and rebalancing are shard-map changes (changeMap);
 // each data group's leader makes the group's Raft configuration follow the
 // map one change at a time and hands leadership to the group's preferred
 // leader (replicas.go). Slot moves, group additions and splits are plans

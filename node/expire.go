@@ -11,7 +11,8 @@ import (
 const expireInterval = 500 * time.Millisecond
 
 // maxExpiresPerTick bounds the Expire entries one check proposes (each
-// reclaims up to fsm.ExpireBatch buckets and as many dedupe entries).
+// reclaims up to fsm.ExpireBatch state keys — buckets, semaphores,
+// reservations — and as many dedupe entries).
 const maxExpiresPerTick = 16
 
 // expireLoop runs on every node and acts as leader of each group it hosts
@@ -19,41 +20,27 @@ const maxExpiresPerTick = 16
 // leader's clock, it proposes Expire entries until none is left (bounded per
 // tick), so memory follows live state even without traffic. Followers do
 // nothing: expiry is decided through the log, never by a follower's clock.
-func (n *Node) expireLoop(ctx context.Context) {
+func (c *controller) expireLoop(ctx context.Context) {
 	every(ctx, expireInterval, func() {
-		for _, g := range n.hosted() {
-			n.expireGroup(ctx, g)
+		for _, g := range c.hosted() {
+			c.expireGroup(ctx, g)
 		}
 	})
 }
 
-// every runs f every d until ctx is done.
-func every(ctx context.Context, d time.Duration, f func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f()
-	}
-}
-
 // expireGroup proposes Expire entries to g while this node leads it and its
-// replica holds state that has expired by this node's clock.
-func (n *Node) expireGroup(ctx context.Context, g *group) {
+// replica holds expired state by this node's clock.
+func (c *controller) expireGroup(ctx context.Context, g *group) {
 	for range maxExpiresPerTick {
 		next, ok := g.fsm.NextExpiry()
-		if !g.isLeader() || !ok || next > n.now().UnixNano() {
+		if !g.isLeader() || !ok || next > c.req.now().UnixNano() {
 			return
 		}
-		pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
-		_, err := n.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		_, err := c.req.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
 		cancel()
 		if err != nil {
-			n.log.Debug("expire", "group", g.id, "err", err)
+			c.log.Debug("expire", "group", g.id, "err", err)
 			return
 		}
 	}

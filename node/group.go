@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -39,13 +38,6 @@ type group struct {
 	hadState bool
 	// batch is the group commit of this replica's commands while it leads.
 	batch *groupcommit.Committer
-	// unplacedSince is when the shard map stopped placing this replica here
-	// (zero while it does); only the group loop touches it.
-	unplacedSince time.Time
-	// leadingSince is when the group loop first saw this replica lead
-	// (zero while it does not), lastTransfer when it last handed
-	// leadership over; only the group loop touches them.
-	leadingSince, lastTransfer time.Time
 	// caughtUpTerm is the Raft term in which a barrier last completed on
 	// this replica as leader (caughtUp); keyedTerm the term in which one
 	// completed after the cluster wrote keyed request IDs (keyRequestID).

@@ -27,95 +27,193 @@ type dataGroups struct {
 	mu   sync.RWMutex
 	m    map[shard.GroupID]*group
 	hlog hclog.Logger
+	// opening are the groups whose replica is being opened (open), outside
+	// mu; opens counts them, for closeAll to wait for; closed is set by
+	// closeAll, after which nothing is opened.
+	opening map[shard.GroupID]bool
+	opens   sync.WaitGroup
+	closed  bool
 	// damaged are the replicas not running because their files are
 	// damaged (damaged.go).
 	damaged map[shard.GroupID]*damagedReplica
 }
 
-// dataGroup returns the replica of data group id hosted here, or nil.
-func (n *Node) dataGroup(id shard.GroupID) *group {
-	n.groups.mu.RLock()
-	defer n.groups.mu.RUnlock()
-	return n.groups.m[id]
+// errGroupsClosed refuses to open a replica once the node closed its data
+// group replicas.
+var errGroupsClosed = errors.New("node: closing: no more replicas are opened")
+
+// get returns the replica of data group id hosted here, or nil.
+func (d *dataGroups) get(id shard.GroupID) *group {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.m[id]
 }
+
+// sorted returns the hosted data replicas by group ID.
+func (d *dataGroups) sorted() []*group {
+	d.mu.RLock()
+	out := make([]*group, 0, len(d.m))
+	for _, g := range d.m {
+		out = append(out, g)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *group) int { return int(a.id) - int(b.id) })
+	return out
+}
+
+// open opens data group id's replica with open and installs it. The
+// opening (storage checks included) runs outside mu, so routing is not
+// held up by it; only one opening of a group runs at a time, and none
+// after closeAll. It returns nil and no error when the group's replica is
+// installed or being opened already, and when the new replica was found
+// damaged before it could be installed (then it is closed, and recorded as
+// damaged).
+func (d *dataGroups) open(id shard.GroupID, open func() (*group, error)) (*group, error) {
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		d.mu.Unlock()
+		return nil, errGroupsClosed
+	case d.m[id] != nil || d.opening[id]:
+		d.mu.Unlock()
+		return nil, nil
+	}
+	if d.opening == nil {
+		d.opening = make(map[shard.GroupID]bool)
+	}
+	d.opening[id] = true
+	d.opens.Add(1)
+	d.mu.Unlock()
+	defer d.opens.Done()
+
+	g, err := open()
+	d.mu.Lock()
+	delete(d.opening, id)
+	installed := false
+	switch {
+	case err != nil:
+	case d.closed:
+		err = errGroupsClosed
+	case g.stopping.Load():
+		// Damage found after raft started: replicaDamaged found the
+		// replica not installed and left it to this.
+		derr, _ := g.health.last()
+		d.noteDamaged(id, derr)
+	default:
+		d.m[id] = g
+		delete(d.damaged, id)
+		installed = true
+	}
+	d.mu.Unlock()
+	if g != nil && !installed {
+		_ = g.close()
+		g = nil
+	}
+	return g, err
+}
+
+// remove takes replica g out of the hosted ones, if it is still there, and
+// reports whether it was.
+func (d *dataGroups) remove(g *group) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m[g.id] != g {
+		return false
+	}
+	delete(d.m, g.id)
+	return true
+}
+
+// closeAll stops every data group replica, once the openings under way
+// have ended, and lets no other open.
+func (d *dataGroups) closeAll() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.opens.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for id, g := range d.m {
+		errs = append(errs, g.close())
+		delete(d.m, id)
+	}
+	return errors.Join(errs...)
+}
+
+// dataGroup returns the replica of data group id hosted here, or nil.
+func (n *Node) dataGroup(id shard.GroupID) *group { return n.groups.get(id) }
 
 // hosted returns every group replica on this node, the meta group first,
 // then data groups by ID.
-func (n *Node) hosted() []*group {
-	n.groups.mu.RLock()
-	out := make([]*group, 0, len(n.groups.m)+1)
-	for _, g := range n.groups.m {
-		out = append(out, g)
-	}
-	n.groups.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *group) int { return int(a.id) - int(b.id) })
-	return append([]*group{n.meta}, out...)
-}
+func (n *Node) hosted() []*group { return append([]*group{n.meta}, n.groups.sorted()...) }
 
 // groupLoop keeps this node's data groups in line with the shard map until
 // ctx is done: the meta leader creates the map once the expected nodes have
 // registered; every node opens the replicas the map places on it; the leader
 // of each data group brings the group's ownership and policy table up to the
 // meta group's.
-func (n *Node) groupLoop(ctx context.Context) {
-	every(ctx, groupInterval, func() { n.reconcile(ctx) })
+func (c *controller) groupLoop(ctx context.Context) {
+	every(ctx, groupInterval, func() { c.reconcile(ctx) })
 }
 
-func (n *Node) reconcile(ctx context.Context) {
-	m, ok := n.meta.fsm.ShardMap()
+func (c *controller) reconcile(ctx context.Context) {
+	m, ok := c.meta.fsm.ShardMap()
 	if !ok {
-		if n.cfg.DataGroups > 0 && n.meta.isLeader() {
-			n.createShardMap(ctx)
+		if c.cfg.DataGroups > 0 && c.meta.isLeader() {
+			c.createShardMap(ctx)
 		}
 		return
 	}
 	for _, g := range m.Groups {
-		if !slices.Contains(g.Replicas, n.cfg.ID) || n.dataGroup(g.ID) != nil || !n.openDue(g.ID) {
+		if !slices.Contains(g.Replicas, c.cfg.ID) || c.replicas.get(g.ID) != nil || !c.openDue(g.ID) {
 			continue
 		}
-		if err := n.openDataGroup(g); err != nil {
-			n.openFailed(g.ID, err)
+		if err := c.openDataGroup(g); err != nil {
+			c.openFailed(g.ID, err)
 		}
 	}
-	n.forgetDamaged(func(id shard.GroupID) bool {
+	c.forgetDamaged(func(id shard.GroupID) bool {
 		sg, ok := m.Group(id)
-		return ok && slices.Contains(sg.Replicas, n.cfg.ID)
+		return ok && slices.Contains(sg.Replicas, c.cfg.ID)
 	})
-	for _, g := range n.hosted()[1:] {
+	for _, g := range c.replicas.sorted() {
+		p := c.paceOf(g)
 		if !g.isLeader() {
-			g.leadingSince = time.Time{}
+			p.leadingSince = time.Time{}
 			continue
 		}
-		if g.leadingSince.IsZero() {
-			g.leadingSince = time.Now()
+		if p.leadingSince.IsZero() {
+			p.leadingSince = time.Now()
 		}
-		n.syncGroup(ctx, g, m)
+		c.syncGroup(ctx, g, m)
 		if sg, ok := m.Group(g.id); ok {
-			n.syncMembers(ctx, g, sg)
+			c.syncMembers(ctx, g, sg)
 		}
 	}
-	n.closeUnplaced(m)
-	if n.meta.isLeader() {
-		n.markFormed(ctx, m)
+	c.closeUnplaced(m)
+	c.forgetPacing()
+	if c.meta.isLeader() {
+		c.markFormed(ctx, m)
 	}
 }
 
 // markFormed, on the meta leader, clears Forming on the groups a replica
 // reports working (it applied the group's ownership): from then on their
 // replicas may move.
-func (n *Node) markFormed(ctx context.Context, m shard.Map) {
+func (c *controller) markFormed(ctx context.Context, m shard.Map) {
 	var formed []shard.GroupID
 	for _, g := range m.Groups {
-		if g.Forming && n.groupWorking(ctx, g) {
+		if g.Forming && c.groupWorking(ctx, g) {
 			formed = append(formed, g.ID)
 		}
 	}
 	if len(formed) == 0 {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, _, err := n.changeMap(pctx, func(m shard.Map) (shard.Map, uint32, error) {
+	_, _, err := c.changeMap(pctx, func(m shard.Map) (shard.Map, uint32, error) {
 		out := m.Clone()
 		changed := uint32(0)
 		for i, g := range out.Groups {
@@ -130,99 +228,91 @@ func (n *Node) markFormed(ctx context.Context, m shard.Map) {
 		return out, changed, nil
 	})
 	if err != nil {
-		n.log.Debug("marking groups formed", "groups", formed, "err", err)
+		c.log.Debug("marking groups formed", "groups", formed, "err", err)
 		return
 	}
-	n.log.Info("groups formed", "groups", formed)
+	c.log.Info("groups formed", "groups", formed)
 }
 
 // groupWorking reports whether a replica of g (this node's, else one asked
 // over the peer port) has applied g's ownership.
-func (n *Node) groupWorking(ctx context.Context, g shard.Group) bool {
-	if dg := n.dataGroup(g.ID); dg != nil {
+func (c *controller) groupWorking(ctx context.Context, g shard.Group) bool {
+	if dg := c.replicas.get(g.ID); dg != nil {
 		if _, _, _, ok := dg.fsm.Ownership(); ok {
 			return true
 		}
 	}
-	return n.askReplicas(ctx, g, time.Second, func(gs *quoratev1.GroupState) bool { return gs.GetMapEpoch() > 0 })
+	return c.askReplicas(ctx, g, time.Second, func(gs *quoratev1.GroupState) bool { return gs.GetMapEpoch() > 0 })
 }
 
 // createShardMap proposes the first shard map once ExpectNodes nodes have
 // registered: DataGroups groups over them, DataReplicas replicas each.
-func (n *Node) createShardMap(ctx context.Context) {
-	nodes := n.meta.fsm.Nodes()
-	if len(nodes) < max(1, n.cfg.ExpectNodes) {
+func (c *controller) createShardMap(ctx context.Context) {
+	nodes := c.meta.fsm.Nodes()
+	if len(nodes) < max(1, c.cfg.ExpectNodes) {
 		return
 	}
 	ids := make([]string, len(nodes))
 	for i, m := range nodes {
 		ids[i] = m.ID
 	}
-	m, err := shard.InitialMap(ids, n.cfg.DataGroups, DataReplicas)
+	m, err := shard.InitialMap(ids, c.cfg.DataGroups, DataReplicas)
 	if err != nil {
-		n.log.Error("planning the shard map", "err", err)
+		c.log.Error("planning the shard map", "err", err)
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, err = n.proposeTo(pctx, dest{g: n.meta}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
+	_, err = c.req.proposeTo(pctx, dest{g: c.meta}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
 		SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: 0, Map: fsm.ShardMapToProto(m)}}})
 	switch {
 	case err == nil:
-		n.log.Info("created the shard map", "groups", len(m.Groups), "nodes", len(ids), "epoch", m.Epoch)
+		c.log.Info("created the shard map", "groups", len(m.Groups), "nodes", len(ids), "epoch", m.Epoch)
 	case !errors.Is(err, fsm.ErrMapConflict):
-		n.log.Debug("creating the shard map", "err", err)
+		c.log.Debug("creating the shard map", "err", err)
 	}
 }
 
 // openDataGroup starts this node's replica of g. A founder of g without
 // state bootstraps it with the founders at their registered Raft addresses;
 // any other replica starts empty and waits for g's leader to add it.
-func (n *Node) openDataGroup(g shard.Group) error {
+func (c *controller) openDataGroup(g shard.Group) error {
 	var boot []raft.Server
 	founders := g.Founders
-	if !slices.Contains(founders, n.cfg.ID) {
+	if !slices.Contains(founders, c.cfg.ID) {
 		founders = nil
 	}
 	for _, id := range founders {
-		m, ok := n.meta.fsm.Node(id)
+		m, ok := c.meta.fsm.Node(id)
 		if !ok {
 			return errors.New("replica " + id + " is not registered yet")
 		}
 		boot = append(boot, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(m.RaftAddr)})
 	}
-	n.groups.mu.Lock()
-	defer n.groups.mu.Unlock()
-	if n.groups.m[g.ID] != nil {
-		return nil
+	rg, err := c.replicas.open(g.ID, func() (*group, error) { return c.open(g.ID, boot) })
+	if rg != nil {
+		c.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
 	}
-	rg, err := n.openGroup(g.ID, boot, n.groups.hlog)
-	if err != nil {
-		return err
-	}
-	n.groups.m[g.ID] = rg
-	delete(n.groups.damaged, g.ID)
-	n.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
-	return nil
+	return err
 }
 
 // syncGroup, on the leader of data group g, proposes the group's ownership
 // when the map moved on, and the meta group's policy table when it differs.
-func (n *Node) syncGroup(ctx context.Context, g *group, m shard.Map) {
-	pctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+func (c *controller) syncGroup(ctx context.Context, g *group, m shard.Map) {
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if _, epoch, _, ok := g.fsm.Ownership(); !ok || epoch < m.Epoch {
 		set := &raftcmdv1.SetOwnership{Group: uint32(g.id), MapEpoch: m.Epoch}
 		for _, a := range m.Owned(g.id) {
 			set.Ranges = append(set.Ranges, fsm.AssignmentToProto(a))
 		}
-		if _, err := n.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetOwnership{SetOwnership: set}}); err != nil {
-			n.log.Debug("setting ownership", "group", g.id, "err", err)
+		if _, err := c.req.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetOwnership{SetOwnership: set}}); err != nil {
+			c.log.Debug("setting ownership", "group", g.id, "err", err)
 			return
 		}
 	}
-	if err := n.syncPolicies(pctx, g); err != nil {
-		n.log.Debug("copying policies", "group", g.id, "err", err)
+	if err := c.req.syncPolicies(pctx, g); err != nil {
+		c.log.Debug("copying policies", "group", g.id, "err", err)
 	}
 }
 
@@ -251,16 +341,7 @@ func (n *Node) syncPolicies(ctx context.Context, g *group) error {
 }
 
 // closeGroups stops every data group replica.
-func (n *Node) closeGroups() error {
-	n.groups.mu.Lock()
-	defer n.groups.mu.Unlock()
-	var errs []error
-	for id, g := range n.groups.m {
-		errs = append(errs, g.close())
-		delete(n.groups.m, id)
-	}
-	return errors.Join(errs...)
-}
+func (n *Node) closeGroups() error { return n.groups.closeAll() }
 
 // catchUpMeta waits until this node's meta replica has applied everything
 // the meta leader had committed when asked: then it knows every policy

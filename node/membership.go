@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -36,16 +38,13 @@ func checkJoinLevel(level uint32) error {
 // addresses are in the replicated registry, so other nodes can forward to it
 // and list it. It retries until that is so or ctx is done: a node without
 // state asks Config.Join; a node with state asks the leader it knows.
-func (n *Node) register(ctx context.Context) {
-	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: fsm.FeatureLevel}
-	if n.cfg.featureLevel != nil {
-		self.FeatureLevel = *n.cfg.featureLevel
-	}
+func (c *controller) register(ctx context.Context) {
+	self := c.self
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
 	b := doubling(20*time.Millisecond, time.Second)
 	registered := false
 	_, _ = retry(ctx, b, func() error {
-		nodes := n.meta.fsm.Nodes()
+		nodes := c.meta.fsm.Nodes()
 		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
 			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
 		}) {
@@ -53,17 +52,17 @@ func (n *Node) register(ctx context.Context) {
 			// lag (a leader running an older binary records none): keep
 			// asking, more slowly, until it is recorded.
 			registered = true
-			close(n.registered)
-			n.log.Debug("registered")
+			close(c.registered)
+			c.log.Debug("registered")
 			b.InitialInterval, b.MaxInterval = time.Second, time.Minute
 			b.Reset()
 		}
 		if slices.Contains(nodes, self) {
 			return nil
 		}
-		err := n.joinOnce(ctx, req)
+		err := c.joinOnce(ctx, req)
 		if err != nil && ctx.Err() == nil {
-			n.log.Debug("joining", "err", err)
+			c.log.Debug("joining", "err", err)
 		}
 		return errNotRecorded
 	})
@@ -77,46 +76,98 @@ var errNotRecorded = errors.New("not yet recorded as a member")
 // add and register this node. A node without state first learns the
 // cluster's ID from the --join address; every join carries the ID this node
 // recorded, and the node records the one the answer carries.
-func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if leaderAddr, _ := n.leader(); leaderAddr == "" && n.cfg.Join != "" && !n.isLeader() {
-		base, _ := joinURL(n.cfg.Join)
-		if n.mux.WaitingForClusterID() {
-			if err := n.learnClusterID(ctx, base); err != nil {
+	if leaderAddr, _ := c.req.leader(); leaderAddr == "" && c.cfg.Join != "" && !c.isLeader() {
+		base, _ := joinURL(c.cfg.Join)
+		if c.mux.WaitingForClusterID() {
+			if err := c.learnClusterID(ctx, base); err != nil {
 				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)
 			}
 		}
-		req.ClusterId = n.mux.ClusterID()
-		resp, err := n.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
+		req.ClusterId = c.mux.ClusterID()
+		resp, err := c.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
-		return n.joined(resp.Msg, base)
+		return c.joined(resp.Msg, base)
 	}
-	req.ClusterId = n.mux.ClusterID()
-	return n.onLeader(ctx, routing{idempotent: true},
-		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
+	req.ClusterId = c.mux.ClusterID()
+	return c.req.onLeader(ctx, routing{idempotent: true},
+		func(ctx context.Context) error { return c.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
 			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
 			if err != nil {
 				return err
 			}
-			return n.joined(resp.Msg, "the meta leader")
+			return c.joined(resp.Msg, "the meta leader")
 		})
 }
 
 // joined records the cluster ID a Join answer carries.
-func (n *Node) joined(resp *quoratev1.JoinResponse, from string) error {
+func (c *controller) joined(resp *quoratev1.JoinResponse, from string) error {
 	if id := resp.GetClusterId(); id != "" {
-		if err := n.adoptClusterID(id, from); err != nil {
-			n.log.Error("joined a cluster whose ID is not this node's", "err", err)
+		if err := c.adoptClusterID(id, from); err != nil {
+			c.log.Error("joined a cluster whose ID is not this node's", "err", err)
 			return err
 		}
 	}
 	return nil
 }
 
+// joinAsLeader records the node's addresses (unless already recorded) and
+// makes it a member at its Raft address (unless it already is one): a voter,
+// or a non-voter once a cluster with data groups has MetaVoters voters.
+func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
+	if err := c.checkJoinCluster(r); err != nil {
+		return err
+	}
+	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
+	if !slices.Contains(c.meta.fsm.Nodes(), want) {
+		if _, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
+			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
+		}}); err != nil {
+			return err
+		}
+	}
+	// One membership change at a time: the voter count read below must
+	// include the change before, or concurrent joins all become voters.
+	c.joinMu.Lock()
+	defer c.joinMu.Unlock()
+	cf := c.meta.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotProposed, err)
+	}
+	voters := 0
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == want.ID && string(s.Address) == want.RaftAddr {
+			return nil
+		}
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	timeout := c.cfg.RequestTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	// With data groups, the meta group needs only MetaVoters voters; later
+	// nodes follow it as non-voters (every node keeps the shard map).
+	add := c.meta.raft.AddVoter
+	if c.cfg.DataGroups > 0 && voters >= MetaVoters {
+		add = c.meta.raft.AddNonvoter
+	}
+	if err := waitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("%w: adding voter %s: %v", ErrOutcomeUnknown, want.ID, err)
+	}
+	c.log.Info("added voter", "id", want.ID, "raft", want.RaftAddr, "api", want.APIAddr)
+	return nil
+}
+
 // Registered is closed once this node's addresses are in its own replica of
 // the registry: it is a member that others can forward to.
-func (n *Node) Registered() <-chan struct{} { return n.registered }
+func (n *Node) Registered() <-chan struct{} { return n.controller.registered }

@@ -46,11 +46,9 @@ type Node struct {
 	fwdDials   atomic.Int64 // connections opened for forwarding (tests)
 	hooks      hooks
 	waiters    *waiters
-	joinMu     sync.Mutex // serializes meta membership changes (joinAsLeader)
-	clusterMu  sync.Mutex // serializes recording the cluster ID (clusterid.go)
+	controller *controller // the control plane (ctl.go)
 	closeOnce  sync.Once
 	closeErr   error
-	registered chan struct{} // closed once this node's addresses are in the FSM
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 }
@@ -66,9 +64,8 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	level, _ := parseLevel(cfg.LogLevel)
 	n := &Node{
-		cfg:        cfg,
-		log:        slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
-		registered: make(chan struct{}),
+		cfg: cfg,
+		log: slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
 	}
 	n.clockOffset.Store(int64(cfg.ClockOffset))
 	defer func() {
@@ -148,6 +145,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.waiters = newWaiters()
+	n.controller = newController(n)
 
 	n.server = n.newServer(false)
 	n.fwdServer = n.newServer(true)
@@ -229,27 +227,11 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
-	regCtx, stopReg := context.WithCancel(ctx)
-	regDone := make(chan struct{}, 5)
+	ctlCtx, stopCtl := context.WithCancel(ctx)
+	ctlDone := make(chan struct{})
 	go func() {
-		defer func() { regDone <- struct{}{} }()
-		n.register(regCtx)
-	}()
-	go func() {
-		defer func() { regDone <- struct{}{} }()
-		n.expireLoop(regCtx)
-	}()
-	go func() {
-		defer func() { regDone <- struct{}{} }()
-		n.groupLoop(regCtx)
-	}()
-	go func() {
-		defer func() { regDone <- struct{}{} }()
-		n.planLoop(regCtx)
-	}()
-	go func() {
-		defer func() { regDone <- struct{}{} }()
-		n.clusterIDLoop(regCtx)
+		defer close(ctlDone)
+		n.controller.run(ctlCtx)
 	}()
 
 	var err error
@@ -258,10 +240,8 @@ func (n *Node) Run(ctx context.Context) error {
 	case err = <-serveErr:
 		err = fmt.Errorf("node: serving API: %w", err)
 	}
-	stopReg()
-	for range cap(regDone) {
-		<-regDone
-	}
+	stopCtl()
+	<-ctlDone
 	n.log.Info("stopping")
 	if shutErr := n.shutdown(); err == nil {
 		err = shutErr

@@ -20,8 +20,8 @@ import (
 // NodeStatus within memberStatusTimeout — and the others, each with the
 // reason it is left out. A replica placed on a node that cannot open it
 // would never catch up, and the move would wait forever.
-func (n *Node) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
-	cf := n.meta.raft.GetConfiguration()
+func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
+	cf := c.meta.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, nil, fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err)
 	}
@@ -34,9 +34,9 @@ func (n *Node) placeableNodes(ctx context.Context) (ok []string, left map[string
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for _, nd := range n.meta.fsm.Nodes() {
+	for _, nd := range c.meta.fsm.Nodes() {
 		switch {
-		case nd.ID == n.cfg.ID:
+		case nd.ID == c.cfg.ID:
 			ok = append(ok, nd.ID)
 		case !members[nd.ID]:
 			left[nd.ID] = "has not joined the cluster (registered, but never started with --join)"
@@ -44,7 +44,7 @@ func (n *Node) placeableNodes(ctx context.Context) (ok []string, left map[string
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
-				_, err := n.peers.get("http://"+nd.APIAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				_, err := c.peers.get("http://"+nd.APIAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -19,50 +19,59 @@ import (
 
 func (h *adminHandler) MoveSlots(ctx context.Context, req *connect.Request[quoratev1.MoveSlotsRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
 	return onMetaLeader(ctx, h.n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
-		return h.n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) { return planMoveSlots(m, req.Msg) })
+		return h.n.controller.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) { return planMoveSlots(m, req.Msg) })
 	}, quoratev1connect.AdminServiceClient.MoveSlots)
 }
 
 func (h *adminHandler) AddGroup(ctx context.Context, req *connect.Request[quoratev1.AddGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	n := h.n
-	return onMetaLeader(ctx, n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
-		return n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
-			step, err := n.planAddGroup(ctx, m, req.Msg.GetReplicas())
-			if err != nil {
-				return nil, err
-			}
-			return &raftcmdv1.Plan{Kind: "group add", Summary: fmt.Sprintf("add group %d on %v", step.GetGroup(), step.GetReplicas()),
-				Steps: []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: step}}}}, nil
-		})
+	return onMetaLeader(ctx, h.n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return h.n.controller.addGroup(ctx, req.Msg.GetReplicas())
 	}, quoratev1connect.AdminServiceClient.AddGroup)
 }
 
 func (h *adminHandler) SplitGroup(ctx context.Context, req *connect.Request[quoratev1.SplitGroupRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	n := h.n
-	return onMetaLeader(ctx, n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
-		return n.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
-			src := shard.GroupID(req.Msg.GetGroup())
-			if _, ok := m.Group(src); !ok {
-				return nil, badRequest("group", "group %d is not in the shard map", src)
-			}
-			owned := m.GroupSlots()[src]
-			if owned < 2 {
-				return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
-			}
-			add, err := n.planAddGroup(ctx, m, nil)
-			if err != nil {
-				return nil, err
-			}
-			ranges, _ := m.LastSlots(src, owned/2)
-			p := &raftcmdv1.Plan{Kind: "group split",
-				Summary: fmt.Sprintf("split group %d: new group %d on %v takes %d of its %d slots", src, add.GetGroup(), add.GetReplicas(), owned/2, owned),
-				Steps:   []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: add}}}}
-			for _, rg := range ranges {
-				p.Steps = append(p.Steps, moveStep(src, add.GetGroup(), rg))
-			}
-			return p, nil
-		})
+	return onMetaLeader(ctx, h.n, req, false, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return h.n.controller.splitGroup(ctx, shard.GroupID(req.Msg.GetGroup()))
 	}, quoratev1connect.AdminServiceClient.SplitGroup)
+}
+
+// addGroup, on the meta leader, starts a plan that adds a group on
+// replicas (placed by the cluster when empty).
+func (c *controller) addGroup(ctx context.Context, replicas []string) (*quoratev1.PlanResponse, error) {
+	return c.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
+		step, err := c.planAddGroup(ctx, m, replicas)
+		if err != nil {
+			return nil, err
+		}
+		return &raftcmdv1.Plan{Kind: "group add", Summary: fmt.Sprintf("add group %d on %v", step.GetGroup(), step.GetReplicas()),
+			Steps: []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: step}}}}, nil
+	})
+}
+
+// splitGroup, on the meta leader, starts a plan that adds a group and
+// moves the last half of src's slots to it.
+func (c *controller) splitGroup(ctx context.Context, src shard.GroupID) (*quoratev1.PlanResponse, error) {
+	return c.startPlan(ctx, func(m shard.Map) (*raftcmdv1.Plan, error) {
+		if _, ok := m.Group(src); !ok {
+			return nil, badRequest("group", "group %d is not in the shard map", src)
+		}
+		owned := m.GroupSlots()[src]
+		if owned < 2 {
+			return nil, badRequest("group", "group %d owns %d slots: nothing to split", src, owned)
+		}
+		add, err := c.planAddGroup(ctx, m, nil)
+		if err != nil {
+			return nil, err
+		}
+		ranges, _ := m.LastSlots(src, owned/2)
+		p := &raftcmdv1.Plan{Kind: "group split",
+			Summary: fmt.Sprintf("split group %d: new group %d on %v takes %d of its %d slots", src, add.GetGroup(), add.GetReplicas(), owned/2, owned),
+			Steps:   []*raftcmdv1.PlanStep{{Action: &raftcmdv1.PlanStep_AddGroup{AddGroup: add}}}}
+		for _, rg := range ranges {
+			p.Steps = append(p.Steps, moveStep(src, add.GetGroup(), rg))
+		}
+		return p, nil
+	})
 }
 
 // ListPlans answers from this node's meta replica once it has applied
@@ -83,25 +92,29 @@ func (h *adminHandler) ListPlans(ctx context.Context, _ *connect.Request[quorate
 }
 
 func (h *adminHandler) CancelPlan(ctx context.Context, req *connect.Request[quoratev1.CancelPlanRequest]) (*connect.Response[quoratev1.PlanResponse], error) {
-	n := h.n
-	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
-		res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
-			&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: req.Msg.GetId()}}})
-		if r, ok := res.(*fsm.PlanResult); ok {
-			return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}, nil
-		}
-		return nil, err
+	return onMetaLeader(ctx, h.n, req, true, func(ctx context.Context) (*quoratev1.PlanResponse, error) {
+		return h.n.controller.cancelPlan(ctx, req.Msg.GetId())
 	}, quoratev1connect.AdminServiceClient.CancelPlan)
+}
+
+// cancelPlan, on the meta leader, cancels plan id.
+func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.PlanResponse, error) {
+	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: id}}})
+	if r, ok := res.(*fsm.PlanResult); ok {
+		return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.now())}, nil
+	}
+	return nil, err
 }
 
 // startPlan, on the meta leader, plans on its map (plan) and records the
 // plan.
-func (n *Node) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
-	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
+func (c *controller) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
+	if lvl := c.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
 		return nil, fmt.Errorf("%w: a registered node applies log feature level %d, slot migrations need %d: upgrade every node first",
 			ErrFeatureUnsupported, lvl, fsm.FeatureMigrate)
 	}
-	m, ok := n.meta.fsm.ShardMap()
+	m, ok := c.meta.fsm.ShardMap()
 	if !ok {
 		return nil, errNoShardMap
 	}
@@ -109,14 +122,14 @@ func (n *Node) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.P
 	if err != nil {
 		return nil, err
 	}
-	res, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup},
+	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}})
 	r, ok := res.(*fsm.PlanResult)
 	if !ok {
 		return nil, err
 	}
-	n.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
-	return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, n.now())}, nil
+	c.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
+	return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.now())}, nil
 }
 
 // planMoveSlots turns a MoveSlots request into a plan: one step per
@@ -173,13 +186,13 @@ func moveStep(from shard.GroupID, to uint32, r shard.SlotRange) *raftcmdv1.PlanS
 // planAddGroup names a new group (the next ID) and its replicas: those
 // given, or the DataReplicas nodes holding the fewest replicas among those
 // that joined and answer (placeableNodes).
-func (n *Node) planAddGroup(ctx context.Context, m shard.Map, replicas []string) (*raftcmdv1.AddGroupStep, error) {
+func (c *controller) planAddGroup(ctx context.Context, m shard.Map, replicas []string) (*raftcmdv1.AddGroupStep, error) {
 	id := shard.GroupID(1)
 	if len(m.Groups) > 0 {
 		id = m.Groups[len(m.Groups)-1].ID + 1
 	}
 	var nodes []string
-	for _, nd := range n.meta.fsm.Nodes() {
+	for _, nd := range c.meta.fsm.Nodes() {
 		nodes = append(nodes, nd.ID)
 	}
 	for i, r := range replicas {
@@ -192,7 +205,7 @@ func (n *Node) planAddGroup(ctx context.Context, m shard.Map, replicas []string)
 	}
 	if len(replicas) == 0 {
 		// Placed by the cluster: only on nodes that joined and answer.
-		live, left, err := n.placeableNodes(ctx)
+		live, left, err := c.placeableNodes(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -259,28 +272,34 @@ func phaseName(p uint32) string {
 }
 
 func (h *adminHandler) Rebalance(ctx context.Context, req *connect.Request[quoratev1.RebalanceRequest]) (*connect.Response[quoratev1.RebalanceResponse], error) {
-	n := h.n
-	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.RebalanceResponse, error) {
-		out := &quoratev1.RebalanceResponse{}
-		nodes, left, err := n.placeableNodes(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if len(left) > 0 {
-			n.log.Warn("rebalance leaves nodes out", "nodes", describeLeftOut(left))
-		}
-		epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
-			next, changes, err := m.Rebalance(nodes)
-			out.Changes = changes
-			if err != nil || req.Msg.GetDryRun() {
-				return m, 0, err
-			}
-			return next, uint32(len(changes)), nil
-		})
-		out.MapEpoch = epoch
-		if err == nil && len(out.Changes) > 0 && !req.Msg.GetDryRun() {
-			n.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
-		}
-		return out, err
+	return onMetaLeader(ctx, h.n, req, true, func(ctx context.Context) (*quoratev1.RebalanceResponse, error) {
+		return h.n.controller.rebalance(ctx, req.Msg.GetDryRun())
 	}, quoratev1connect.AdminServiceClient.Rebalance)
+}
+
+// rebalance, on the meta leader, evens out the replicas over the nodes
+// that may take them (placeableNodes) in one shard map change; with
+// dryRun, it only answers the changes it would make.
+func (c *controller) rebalance(ctx context.Context, dryRun bool) (*quoratev1.RebalanceResponse, error) {
+	out := &quoratev1.RebalanceResponse{}
+	nodes, left, err := c.placeableNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(left) > 0 {
+		c.log.Warn("rebalance leaves nodes out", "nodes", describeLeftOut(left))
+	}
+	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+		next, changes, err := m.Rebalance(nodes)
+		out.Changes = changes
+		if err != nil || dryRun {
+			return m, 0, err
+		}
+		return next, uint32(len(changes)), nil
+	})
+	out.MapEpoch = epoch
+	if err == nil && len(out.Changes) > 0 && !dryRun {
+		c.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
+	}
+	return out, err
 }

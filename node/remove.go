@@ -37,27 +37,27 @@ func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quor
 	}
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.RemoveNodeResponse, error) {
-			return &quoratev1.RemoveNodeResponse{}, n.removeNodeAsLeader(ctx, req.Msg.GetId(), req.Msg.GetForce())
+			return &quoratev1.RemoveNodeResponse{}, n.controller.removeNode(ctx, req.Msg.GetId(), req.Msg.GetForce())
 		}, quoratev1connect.AdminServiceClient.RemoveNode)
 }
 
-// removeNodeAsLeader removes node id, each step idempotent so a retry (or a
+// removeNode, on the meta leader, removes node id, each step idempotent so a retry (or a
 // new leader) finishes what an interrupted call began: with force, drain its
 // replicas (the groups' leaders replace them, from the survivors when it is
 // dead); delete it from the registry; give its meta vote to a non-voter;
 // remove it from the meta group's configuration (this node's own removal
 // last of all: it steps down).
-func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) error {
-	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureRemoveNode {
+func (c *controller) removeNode(ctx context.Context, id string, force bool) error {
+	if lvl := c.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureRemoveNode {
 		return fmt.Errorf("%w: removing a node needs log feature level %d, the cluster is at %d", ErrFeatureUnsupported, fsm.FeatureRemoveNode, lvl)
 	}
 	if force {
-		if where, live := n.nodeLive(ctx, id); live {
+		if where, live := c.nodeLive(ctx, id); live {
 			return fmt.Errorf("%w: node %s answered a status call on its %s: --force is for a node that is gone; "+
 				"drain it (quorate admin node drain %s) and remove it without --force, or stop it first", ErrNodeLive, id, where, id)
 		}
 	}
-	if m, ok := n.meta.fsm.ShardMap(); ok {
+	if m, ok := c.meta.fsm.ShardMap(); ok {
 		held := 0
 		for _, g := range m.Groups {
 			if slices.Contains(g.Replicas, id) {
@@ -68,9 +68,9 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 			return fmt.Errorf("%w: %s holds %d; drain it first (quorate admin node drain %s) or force", ErrNodeHoldsReplicas, id, held, id)
 		}
 		if held > 0 {
-			_, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+			_, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 				var ids []string
-				for _, nd := range n.meta.fsm.Nodes() {
+				for _, nd := range c.meta.fsm.Nodes() {
 					ids = append(ids, nd.ID)
 				}
 				next, err := m.Drain(id, ids)
@@ -84,21 +84,21 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 			}
 		}
 	}
-	if m, ok := n.meta.fsm.ShardMap(); ok && m.IsCordoned(id) {
+	if m, ok := c.meta.fsm.ShardMap(); ok && m.IsCordoned(id) {
 		// Out of the cluster, out of the cordon: an ID used again is a new node.
-		if _, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
+		if _, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
 			return err
 		}
 	}
-	if _, ok := n.meta.fsm.Node(id); ok {
-		if _, err := n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
+	if _, ok := c.meta.fsm.Node(id); ok {
+		if _, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
 			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); err != nil {
 			return err
 		}
 	}
-	n.joinMu.Lock() // one meta membership change at a time
-	defer n.joinMu.Unlock()
-	f := n.meta.raft.GetConfiguration()
+	c.joinMu.Lock() // one meta membership change at a time
+	defer c.joinMu.Unlock()
+	f := c.meta.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)
 	}
@@ -107,22 +107,22 @@ func (n *Node) removeNodeAsLeader(ctx context.Context, id string, force bool) er
 	if i < 0 {
 		return nil
 	}
-	timeout := n.cfg.RequestTimeout
+	timeout := c.cfg.RequestTimeout
 	if servers[i].Suffrage == raft.Voter {
 		for _, s := range servers {
 			if s.Suffrage == raft.Nonvoter {
-				if err := waitFuture(ctx, n.meta.raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
+				if err := waitFuture(ctx, c.meta.raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
 					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", ErrNotProposed, s.ID, id, err)
 				}
-				n.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
+				c.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
 				break
 			}
 		}
 	}
-	if err := waitFuture(ctx, n.meta.raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
+	if err := waitFuture(ctx, c.meta.raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
 		return fmt.Errorf("%w: removing %s from the meta group: %v", ErrOutcomeUnknown, id, err)
 	}
-	n.log.Info("removed a node", "node", id)
+	c.log.Info("removed a node", "node", id)
 	return nil
 }
 
@@ -134,21 +134,27 @@ func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quorate
 		return nil, n.toConnectError(err)
 	}
 	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.AddNodeResponse, error) {
-		if m, ok := n.meta.fsm.Node(r.GetId()); ok {
-			if m.RaftAddr != r.GetRaftAddr() || m.APIAddr != r.GetApiAddr() {
-				return nil, badRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
-			}
-			return &quoratev1.AddNodeResponse{}, nil
-		}
-		// Its binary's level is not known until it registers itself: take
-		// this one's, so that the cluster's level does not drop meanwhile.
-		_, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-			Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}})
-		if err == nil {
-			n.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())
-		}
-		return &quoratev1.AddNodeResponse{}, err
+		return &quoratev1.AddNodeResponse{}, n.controller.addNode(ctx, r)
 	}, quoratev1connect.AdminServiceClient.AddNode)
+}
+
+// addNode, on the meta leader, records node r in the registry unless it is
+// there with the same addresses.
+func (c *controller) addNode(ctx context.Context, r *quoratev1.AddNodeRequest) error {
+	if m, ok := c.meta.fsm.Node(r.GetId()); ok {
+		if m.RaftAddr != r.GetRaftAddr() || m.APIAddr != r.GetApiAddr() {
+			return badRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
+		}
+		return nil
+	}
+	// Its binary's level is not known until it registers itself: take
+	// this one's, so that the cluster's level does not drop meanwhile.
+	_, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}})
+	if err == nil {
+		c.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())
+	}
+	return err
 }
 
 // UncordonNode lets plans place replicas on a drained node again, on the
@@ -159,11 +165,15 @@ func (h *adminHandler) UncordonNode(ctx context.Context, req *connect.Request[qu
 		return nil, n.toConnectError(badRequest("id", "must not be empty"))
 	}
 	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.UncordonNodeResponse, error) {
-		epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
-			return m.Cordon(req.Msg.GetId(), false), 1, nil
-		})
+		epoch, err := n.controller.uncordon(ctx, req.Msg.GetId())
 		return &quoratev1.UncordonNodeResponse{MapEpoch: epoch}, err
 	}, quoratev1connect.AdminServiceClient.UncordonNode)
+}
+
+// uncordon, on the meta leader, lifts node id's cordon.
+func (c *controller) uncordon(ctx context.Context, id string) (uint64, error) {
+	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil })
+	return epoch, err
 }
 
 // liveCheckTimeout bounds how long a forced removal waits for the node to
@@ -173,11 +183,11 @@ const liveCheckTimeout = time.Second
 // nodeLive reports whether node id runs: it is this node, or it answers a
 // status call, as id, on its API port or its peer port (its forwarding
 // channel), each within liveCheckTimeout. It names where it answered.
-func (n *Node) nodeLive(ctx context.Context, id string) (string, bool) {
-	if id == n.cfg.ID {
+func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
+	if id == c.cfg.ID {
 		return "own API (it is the meta leader)", true
 	}
-	m, ok := n.meta.fsm.Node(id)
+	m, ok := c.meta.fsm.Node(id)
 	if !ok {
 		return "", false
 	}
@@ -193,8 +203,8 @@ func (n *Node) nodeLive(ctx context.Context, id string) (string, bool) {
 		}
 		return where + " " + addr, true
 	}
-	if where, ok := ask(n.peers, m.APIAddr, "API"); ok {
+	if where, ok := ask(c.peers, m.APIAddr, "API"); ok {
 		return where, true
 	}
-	return ask(n.fwd, m.RaftAddr, "peer port")
+	return ask(c.fwd, m.RaftAddr, "peer port")
 }

@@ -48,7 +48,7 @@ const removeGrace = 30 * time.Second
 
 // syncMembers, on the leader of data group g, makes one change of g's Raft
 // configuration toward want's replicas, if one is due.
-func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
+func (c *controller) syncMembers(ctx context.Context, g *group, want shard.Group) {
 	f := g.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -58,7 +58,7 @@ func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
 	for _, s := range servers {
 		have[string(s.ID)] = s
 	}
-	timeout := n.cfg.RequestTimeout
+	timeout := c.cfg.RequestTimeout
 	allVoters := true
 	for _, id := range want.Replicas {
 		s, ok := have[id]
@@ -66,22 +66,22 @@ func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
 			continue
 		}
 		allVoters = false
-		m, registered := n.meta.fsm.Node(id)
+		m, registered := c.meta.fsm.Node(id)
 		if !registered || m.RaftAddr == "" {
 			continue
 		}
 		addr := raft.ServerAddress(m.RaftAddr)
 		if !ok {
 			err := waitFuture(ctx, g.raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
-			n.log.Info("adding a replica as non-voter", "group", g.id, "node", id, "err", err)
+			c.log.Info("adding a replica as non-voter", "group", g.id, "node", id, "err", err)
 			return
 		}
-		if lag, err := n.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxPromoteLag {
-			n.log.Debug("replica catching up", "group", g.id, "node", id, "lag", lag, "err", err)
+		if lag, err := c.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxPromoteLag {
+			c.log.Debug("replica catching up", "group", g.id, "node", id, "lag", lag, "err", err)
 			continue
 		}
 		err := waitFuture(ctx, g.raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
-		n.log.Info("promoting a replica to voter", "group", g.id, "node", id, "err", err)
+		c.log.Info("promoting a replica to voter", "group", g.id, "node", id, "err", err)
 		return
 	}
 	if !allVoters {
@@ -93,22 +93,22 @@ func (n *Node) syncMembers(ctx context.Context, g *group, want shard.Group) {
 	for _, last := range []bool{false, true} {
 		for _, s := range servers {
 			id := string(s.ID)
-			if slices.Contains(want.Replicas, id) || (id == n.cfg.ID) != last {
+			if slices.Contains(want.Replicas, id) || (id == c.cfg.ID) != last {
 				continue
 			}
-			if last && n.transferLeadership(ctx, g, have, want.Replicas) {
+			if last && c.transferLeadership(ctx, g, have, want.Replicas) {
 				return
 			}
 			err := waitFuture(ctx, g.raft.RemoveServer(s.ID, 0, timeout))
-			n.log.Info("removing a replica the map no longer lists", "group", g.id, "node", id, "err", err)
+			c.log.Info("removing a replica the map no longer lists", "group", g.id, "node", id, "err", err)
 			return
 		}
 	}
 	// The configuration is the map's: the preferred leader leads, once this
 	// leader has led for a while (not a transfer per election).
-	now := time.Now()
-	if want.Replicas[0] != n.cfg.ID && now.Sub(g.leadingSince) > leaderHold && now.Sub(g.lastTransfer) > transferEvery {
-		n.transferLeadership(ctx, g, have, want.Replicas[:1])
+	now, p := time.Now(), c.paceOf(g)
+	if want.Replicas[0] != c.cfg.ID && now.Sub(p.leadingSince) > leaderHold && now.Sub(p.lastTransfer) > transferEvery {
+		c.transferLeadership(ctx, g, have, want.Replicas[:1])
 	}
 }
 
@@ -127,7 +127,7 @@ const (
 // before is applied, so that a leadership transfer leaves no entry in
 // flight (an entry in flight when a leader steps down has an unknown
 // outcome for its callers). The caller releases g.batch.
-func (n *Node) quiesce(ctx context.Context, g *group) error {
+func (c *controller) quiesce(ctx context.Context, g *group) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	select {
@@ -140,26 +140,26 @@ func (n *Node) quiesce(ctx context.Context, g *group) error {
 
 // transferLeadership hands g's leadership to the first of candidates that
 // is a caught-up voter (other than this node) and reports whether it did.
-func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string]raft.Server, candidates []string) bool {
+func (c *controller) transferLeadership(ctx context.Context, g *group, have map[string]raft.Server, candidates []string) bool {
 	for _, id := range candidates {
 		s, ok := have[id]
-		if id == n.cfg.ID || !ok || s.Suffrage != raft.Voter {
+		if id == c.cfg.ID || !ok || s.Suffrage != raft.Voter {
 			continue
 		}
-		m, registered := n.meta.fsm.Node(id)
+		m, registered := c.meta.fsm.Node(id)
 		if !registered || m.RaftAddr == "" {
 			continue
 		}
-		if lag, err := n.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxTransferLag {
+		if lag, err := c.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxTransferLag {
 			continue
 		}
-		g.lastTransfer = time.Now()
-		err := n.quiesce(ctx, g)
+		c.paceOf(g).lastTransfer = time.Now()
+		err := c.quiesce(ctx, g)
 		if err == nil {
 			err = waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
 		}
 		g.batch.Release()
-		n.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
+		c.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
 		return err == nil
 	}
 	return false
@@ -167,8 +167,8 @@ func (n *Node) transferLeadership(ctx context.Context, g *group, have map[string
 
 // replicaLag asks the node at raftAddr (over the peer mux) how far its
 // replica of g trails this leader's commit index.
-func (n *Node) replicaLag(ctx context.Context, g *group, raftAddr string) (uint64, error) {
-	gs, err := n.peerGroupState(ctx, raftAddr, g.id, n.cfg.RequestTimeout)
+func (c *controller) replicaLag(ctx context.Context, g *group, raftAddr string) (uint64, error) {
+	gs, err := c.peerGroupState(ctx, raftAddr, g.id, c.cfg.RequestTimeout)
 	if err != nil {
 		return 0, err
 	}
@@ -184,10 +184,10 @@ func (n *Node) replicaLag(ctx context.Context, g *group, raftAddr string) (uint6
 // peerGroupState asks the node at raftAddr (over the peer port, within
 // timeout) for the state of its replica of group gid: nil when it hosts
 // none.
-func (n *Node) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
+func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := n.fwd.get("http://"+raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := c.fwd.get("http://"+raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return nil, err
 	}
@@ -201,13 +201,13 @@ func (n *Node) peerGroupState(ctx context.Context, raftAddr string, gid shard.Gr
 
 // askReplicas asks g's replicas on the other nodes, in turn, for their
 // state of g until found accepts one, and reports whether it did.
-func (n *Node) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
+func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
 	for _, id := range g.Replicas {
-		m, ok := n.meta.fsm.Node(id)
-		if id == n.cfg.ID || !ok || m.RaftAddr == "" {
+		m, ok := c.meta.fsm.Node(id)
+		if id == c.cfg.ID || !ok || m.RaftAddr == "" {
 			continue
 		}
-		if gs, err := n.peerGroupState(ctx, m.RaftAddr, g.ID, timeout); err == nil && gs != nil && found(gs) {
+		if gs, err := c.peerGroupState(ctx, m.RaftAddr, g.ID, timeout); err == nil && gs != nil && found(gs) {
 			return true
 		}
 	}
@@ -218,16 +218,17 @@ func (n *Node) askReplicas(ctx context.Context, g shard.Group, timeout time.Dura
 // no longer places here, once each stopped or removeGrace passed, and
 // replicas whose raft stopped (removed from their group) that the map
 // places here again.
-func (n *Node) closeUnplaced(m shard.Map) {
+func (c *controller) closeUnplaced(m shard.Map) {
 	now := time.Now()
 	grace := removeGrace
-	if n.cfg.removeGrace > 0 {
-		grace = n.cfg.removeGrace
+	if c.cfg.removeGrace > 0 {
+		grace = c.cfg.removeGrace
 	}
-	for _, g := range n.hosted()[1:] {
+	for _, g := range c.replicas.sorted() {
+		p := c.paceOf(g)
 		stopped := g.raft.State() == raft.Shutdown
-		if sg, ok := m.Group(g.id); ok && slices.Contains(sg.Replicas, n.cfg.ID) {
-			g.unplacedSince = time.Time{}
+		if sg, ok := m.Group(g.id); ok && slices.Contains(sg.Replicas, c.cfg.ID) {
+			p.unplacedSince = time.Time{}
 			if !stopped {
 				continue
 			}
@@ -235,38 +236,37 @@ func (n *Node) closeUnplaced(m shard.Map) {
 			// again since: close it; the next reconcile opens an empty
 			// replica, which the group's leader brings in as new.
 		} else {
-			if g.unplacedSince.IsZero() {
-				g.unplacedSince = now
+			if p.unplacedSince.IsZero() {
+				p.unplacedSince = now
 			}
-			if !stopped && (g.isLeader() || now.Sub(g.unplacedSince) < grace) && !n.removedFrom(g, m) {
+			if !stopped && (g.isLeader() || now.Sub(p.unplacedSince) < grace) && !c.removedFrom(g, m) {
 				continue
 			}
 		}
-		n.groups.mu.Lock()
-		delete(n.groups.m, g.id)
-		n.groups.mu.Unlock()
+		c.replicas.remove(g)
+		delete(c.pace, g.id)
 		err := g.close()
 		if err == nil {
 			err = removeGroupDir(g.dir)
 		}
-		n.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
+		c.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
 	}
 }
 
 // removedFrom reports whether the current leader of g (asked among the
 // group's replicas in the map) leads a configuration without this node: a
 // removed follower never hears of its removal from the leader itself.
-func (n *Node) removedFrom(g *group, m shard.Map) bool {
+func (c *controller) removedFrom(g *group, m shard.Map) bool {
 	sg, ok := m.Group(g.id)
 	if g.isLeader() || !ok {
 		return false
 	}
 	removed := false
-	n.askReplicas(context.Background(), sg, 500*time.Millisecond, func(gs *quoratev1.GroupState) bool {
+	c.askReplicas(context.Background(), sg, 500*time.Millisecond, func(gs *quoratev1.GroupState) bool {
 		if gs.GetRole() != "leader" {
 			return false
 		}
-		removed = !slices.Contains(gs.GetVoters(), n.cfg.ID) && !slices.Contains(gs.GetNonvoters(), n.cfg.ID)
+		removed = !slices.Contains(gs.GetVoters(), c.cfg.ID) && !slices.Contains(gs.GetNonvoters(), c.cfg.ID)
 		return true
 	})
 	return removed
@@ -279,19 +279,19 @@ func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quo
 	n := h.n
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.MoveReplicaResponse, error) {
-			epoch, err := n.moveReplicaAsLeader(ctx, req.Msg)
+			epoch, err := n.controller.moveReplica(ctx, req.Msg)
 			return &quoratev1.MoveReplicaResponse{MapEpoch: epoch}, err
 		}, quoratev1connect.AdminServiceClient.MoveReplica)
 }
 
-// moveReplicaAsLeader plans the move on the meta leader's map and writes
+// moveReplica, on the meta leader, plans the move on the meta leader's map and writes
 // it (changeMap). A move already in the map answers its epoch.
-func (n *Node) moveReplicaAsLeader(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
-	epoch, _, err := n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+func (c *controller) moveReplica(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
+	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
 		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
 			return m, 0, nil // done already (a retry)
 		}
-		if _, ok := n.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
+		if _, ok := c.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
 			return shard.Map{}, 0, badRequest("to", "node %s is not registered", admission.Quote(r.GetTo()))
 		}
 		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
@@ -308,37 +308,45 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 		return nil, n.toConnectError(badRequest("id", "must not be empty"))
 	}
 	return onMetaLeader(ctx, n, req, true,
-		func(ctx context.Context) (out *quoratev1.DrainNodeResponse, err error) {
-			out = &quoratev1.DrainNodeResponse{}
-			ids, left, err := n.placeableNodes(ctx)
-			if err != nil {
-				return nil, err
+		func(ctx context.Context) (*quoratev1.DrainNodeResponse, error) {
+			return n.controller.drainNode(ctx, req.Msg.GetId())
+		},
+		quoratev1connect.AdminServiceClient.DrainNode)
+}
+
+// drainNode, on the meta leader, moves every data group replica off node
+// id in one shard map change, onto the nodes that may take replicas
+// (placeableNodes).
+func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.DrainNodeResponse, err error) {
+	out = &quoratev1.DrainNodeResponse{}
+	ids, left, err := c.placeableNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out.MapEpoch, out.Moves, err = c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+		if _, ok := c.meta.fsm.Node(id); !ok {
+			return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(id))
+		}
+		next, err := m.Drain(id, ids)
+		if errors.Is(err, shard.ErrNoChange) {
+			return m, 0, nil
+		}
+		var fe *admission.FieldError
+		if errors.As(err, &fe) && len(left) > 0 && !errors.Is(err, shard.ErrForming) {
+			return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Reason, describeLeftOut(left))
+		}
+		if err != nil {
+			return m, 0, err
+		}
+		moves := uint32(0)
+		for i, g := range m.Groups {
+			if !slices.Equal(g.Replicas, next.Groups[i].Replicas) {
+				moves++
 			}
-			out.MapEpoch, out.Moves, err = n.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
-				if _, ok := n.meta.fsm.Node(req.Msg.GetId()); !ok {
-					return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(req.Msg.GetId()))
-				}
-				next, err := m.Drain(req.Msg.GetId(), ids)
-				if errors.Is(err, shard.ErrNoChange) {
-					return m, 0, nil
-				}
-				var fe *admission.FieldError
-				if errors.As(err, &fe) && len(left) > 0 && !errors.Is(err, shard.ErrForming) {
-					return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Reason, describeLeftOut(left))
-				}
-				if err != nil {
-					return m, 0, err
-				}
-				moves := uint32(0)
-				for i, g := range m.Groups {
-					if !slices.Equal(g.Replicas, next.Groups[i].Replicas) {
-						moves++
-					}
-				}
-				return next, moves, err
-			})
-			return out, err
-		}, quoratev1connect.AdminServiceClient.DrainNode)
+		}
+		return next, moves, err
+	})
+	return out, err
 }
 
 // changeMap plans a change of the meta leader's shard map with plan and
@@ -346,9 +354,9 @@ func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quora
 // changed meanwhile. A plan that returns the map unchanged writes nothing.
 // Plan errors that are shard's field errors (an *admission.FieldError not
 // wrapping admission.ErrInvalidRequest) become request field errors.
-func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
+func (c *controller) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
-		m, ok := n.meta.fsm.ShardMap()
+		m, ok := c.meta.fsm.ShardMap()
 		if !ok {
 			return 0, 0, errNoShardMap
 		}
@@ -367,7 +375,7 @@ func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, u
 		if next.Epoch == m.Epoch {
 			return m.Epoch, count, nil
 		}
-		_, err = n.proposeTo(ctx, dest{g: n.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
+		_, err = c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
 			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}})
 		if errors.Is(err, fsm.ErrMapConflict) {
 			continue
@@ -375,7 +383,7 @@ func (n *Node) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, u
 		if err != nil {
 			return 0, 0, err
 		}
-		n.log.Info("shard map changed", "epoch", next.Epoch, "changes", count)
+		c.log.Info("shard map changed", "epoch", next.Epoch, "changes", count)
 		return next.Epoch, count, nil
 	}
 }

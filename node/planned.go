@@ -1,0 +1,115 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// A group's leader accepts a slot-migration entry, and a replica an
+// export, only when it fits the plan step the meta leader drives now
+// (plans.go): so a coordinator that lost the meta leadership, or a call
+// of an earlier attempt, changes nothing.
+
+// ErrUnplanned is returned for a slot-migration entry or an export that
+// belongs to no current step of a plan the meta group keeps: its migration
+// ID names no slot-move step being driven now, or the group, range, attempt
+// or phase do not fit that step.
+var ErrUnplanned = errors.New("node: not a step of a running plan")
+
+// migrationCall is what a slot-migration entry or an export asks of a
+// group, as checked against the plans.
+type migrationCall struct {
+	kind      string // "freeze", "unfreeze", "import", "drop", "export"
+	group     shard.GroupID
+	migration uint64
+	r         shard.SlotRange // not for unfreeze
+	attempt   uint64          // imports only
+}
+
+// migrationCallOf describes env, a slot-migration entry for group g.
+func migrationCallOf(g shard.GroupID, env *raftcmdv1.Envelope) migrationCall {
+	rng := func(start, end uint32) shard.SlotRange {
+		return shard.SlotRange{Start: shard.Slot(min(start, shard.SlotCount)), End: shard.Slot(min(end, shard.SlotCount))}
+	}
+	switch b := env.GetBody().(type) {
+	case *raftcmdv1.Envelope_FreezeSlots:
+		c := b.FreezeSlots
+		return migrationCall{kind: "freeze", group: g, migration: c.GetMigration(), r: rng(c.GetStart(), c.GetEnd())}
+	case *raftcmdv1.Envelope_UnfreezeSlots:
+		return migrationCall{kind: "unfreeze", group: g, migration: b.UnfreezeSlots.GetMigration()}
+	case *raftcmdv1.Envelope_ImportSlots:
+		c := b.ImportSlots
+		return migrationCall{kind: "import", group: g, migration: c.GetMigration(), r: rng(c.GetStart(), c.GetEnd()), attempt: c.GetAttempt()}
+	case *raftcmdv1.Envelope_DropImport:
+		c := b.DropImport
+		return migrationCall{kind: "drop", group: g, migration: c.GetMigration(), r: rng(c.GetStart(), c.GetEnd())}
+	}
+	return migrationCall{kind: "unknown", group: g}
+}
+
+// fitsPlan reports whether c belongs to the step of plans that is being
+// driven now: the plan running (rolling back, for an unfreeze or a drop)
+// at that slot-move step, in the phase that makes such calls, with c's
+// group as the step's source (freeze, export, unfreeze) or target (import,
+// drop), its range, and for an import the step's current attempt.
+func fitsPlan(plans []*raftcmdv1.Plan, c migrationCall) error {
+	planID, step := c.migration>>16, int(c.migration&0xffff)
+	i := slices.IndexFunc(plans, func(p *raftcmdv1.Plan) bool { return p.GetId() == planID })
+	if i < 0 {
+		return fmt.Errorf("%w: %s for migration %d: the meta group keeps no plan %d", ErrUnplanned, c.kind, c.migration, planID)
+	}
+	p := plans[i]
+	if step >= len(p.GetSteps()) || p.GetSteps()[step].GetMoveSlots() == nil {
+		return fmt.Errorf("%w: %s for migration %d: plan %d has no slot-move step %d", ErrUnplanned, c.kind, c.migration, planID, step)
+	}
+	st := p.GetSteps()[step]
+	mv := st.GetMoveSlots()
+	if int(p.GetCurrent()) != step {
+		return fmt.Errorf("%w: %s for migration %d: plan %d is at step %d, not %d", ErrUnplanned, c.kind, c.migration, planID, p.GetCurrent(), step)
+	}
+	source := c.kind == "freeze" || c.kind == "export" || c.kind == "unfreeze"
+	want, wantState, wantPhase := shard.GroupID(mv.GetTo()), fsm.PlanRunning, fsm.PhaseCopying
+	if source {
+		want = shard.GroupID(mv.GetFrom())
+	}
+	switch c.kind {
+	case "freeze":
+		wantPhase = fsm.PhasePending
+	case "unfreeze", "drop":
+		wantState, wantPhase = fsm.PlanCancelling, fsm.PhaseRollingBack
+	}
+	r := shard.SlotRange{Start: shard.Slot(mv.GetStart()), End: shard.Slot(mv.GetEnd())}
+	switch {
+	case c.group != want:
+		return fmt.Errorf("%w: %s for migration %d: group %d is not the step's %s (group %d)", ErrUnplanned, c.kind, c.migration, c.group,
+			map[bool]string{true: "source", false: "target"}[source], want)
+	case c.kind != "unfreeze" && c.r != r:
+		return fmt.Errorf("%w: %s for migration %d: slots %v are not the step's %v", ErrUnplanned, c.kind, c.migration, c.r, r)
+	case p.GetState() != wantState || st.GetPhase() != wantPhase:
+		return fmt.Errorf("%w: %s for migration %d: plan %d is %s with step %d %s (a %s needs it %s with the step %s)", ErrUnplanned, c.kind, c.migration,
+			planID, planStateName(p.GetState()), step, phaseName(st.GetPhase()), c.kind, planStateName(wantState), phaseName(wantPhase))
+	case c.kind == "import" && c.attempt != st.GetAttempt():
+		return fmt.Errorf("%w: import for migration %d: attempt %d, the step is at attempt %d", ErrUnplanned, c.migration, c.attempt, st.GetAttempt())
+	}
+	return nil
+}
+
+// checkPlanned refuses c unless it fits a plan step of this node's meta
+// replica, caught up with the meta leader first when it does not: the
+// coordinator records each phase before it makes the phase's calls, so a
+// replica behind it may not know the step yet.
+func (n *Node) checkPlanned(ctx context.Context, c migrationCall) error {
+	if fitsPlan(n.meta.fsm.Plans(), c) == nil {
+		return nil
+	}
+	if err := n.catchUpMeta(ctx); err != nil {
+		return fmt.Errorf("%w: catching up with the meta group to check a %s for migration %d: %v", ErrNotProposed, c.kind, c.migration, err)
+	}
+	return fitsPlan(n.meta.fsm.Plans(), c)
+}
