@@ -30,8 +30,10 @@
 //     ErrUnauthenticated or ErrPermissionDenied, which node's one error
 //     table maps to Connect codes.
 //   - Action: every operation the API offers, as a typed enum with its
-//     Class (health, admin, data). Which RPC procedure is which Action is
-//     node's table, not this package's.
+//     Class (health, admin, data), which also tells node which listener
+//     serves it when the admin API has its own. Which RPC procedure is
+//     which Action is node's table, not this package's; Actions lists
+//     every value so that node's tests can check the table is complete.
 //
 // # Rights
 //
