@@ -347,8 +347,20 @@ func TestSourceOneFileAndStatus(t *testing.T) {
 		st.CANotAfter.IsZero() || st.Err != nil || !strings.Contains(st.Subject, "node-n1") {
 		t.Errorf("status %+v", st)
 	}
+	if id, err := NodeID(s.Leaf()); err != nil || id != "n1" {
+		t.Errorf("Leaf names node %q (%v), want n1", id, err)
+	}
+	if caOnly := newSource(t, Options{CAFile: ca.CAFile, Interval: -1}); caOnly.Leaf() != nil || caOnly.Status().Serial != "" {
+		t.Error("a Source without a certificate reports one")
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if id, err := NodeID(s.Leaf()); err != nil || id != "n1" {
+		t.Errorf("Leaf names node %q (%v), want n1", id, err)
+	}
+	if caOnly := newSource(t, Options{CAFile: ca.CAFile, Interval: -1}); caOnly.Leaf() != nil || caOnly.Status().Serial != "" {
+		t.Error("a Source without a certificate reports one")
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -54,8 +54,9 @@ type Options struct {
 	CheckOwnChain bool
 
 	// OnReload, when set, is called after a reload that loaded new material
-	// (Status.Err nil) and after a failed one whose error differs from the
-	// previous failure's. It runs on the Source's goroutine or Reload's
+	// or found the files back to what is served after a failure (Status.Err
+	// nil), and after a failed one whose error differs from the previous
+	// failure's. It runs on the Source's goroutine or Reload's
 	// caller, never under the Source's locks.
 	OnReload func(Status)
 
@@ -203,6 +204,15 @@ func (s *Source) Status() Status {
 	return st
 }
 
+// Leaf is the served certificate (nil without CertFile), for the node to
+// check at start that it names the node's own ID (NodeID).
+func (s *Source) Leaf() *x509.Certificate {
+	if c := s.cur.Load().cert; c != nil {
+		return c.Leaf
+	}
+	return nil
+}
+
 // Err is the last reload's failure, nil when the files on disk are served.
 func (s *Source) Err() error {
 	s.mu.Lock()
@@ -239,9 +249,11 @@ func (s *Source) reloadLocked(force bool) (bool, error) {
 		return s.fail(err), err
 	}
 	if sum(raw) == s.cur.Load().hash {
+		// The files hold what is served (again): an error clears.
+		cleared := s.failing
 		s.failing = false
 		s.setErr(nil)
-		return false, nil
+		return cleared, nil
 	}
 	m, err := s.parse(raw)
 	if err != nil {
