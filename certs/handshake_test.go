@@ -4,6 +4,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -232,5 +236,56 @@ func TestConfigsNeedMaterial(t *testing.T) {
 	}
 	if _, err := NewSource(Options{}); err == nil {
 		t.Error("a Source of nothing")
+	}
+}
+
+// TestServerConfigHTTP2 serves HTTP over ServerConfig the way the API
+// listener will (http.Server.ServeTLS): the per-handshake configs must
+// still offer h2, and the handler sees the caller's certificate.
+func TestServerConfigHTTP2(t *testing.T) {
+	ca := newDevCA(t, "n1")
+	sc, err := nodeSource(t, ca, "n1").ServerConfig(ServerOptions{ClientAuth: OptionalClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		TLSConfig: sc,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			caller := ""
+			if len(r.TLS.PeerCertificates) > 0 {
+				caller = CallerIdentity(r.TLS.PeerCertificates[0])
+			}
+			fmt.Fprintf(w, "%s %s", r.Proto, caller)
+		}),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+
+	admin := newSource(t, Options{CertFile: ca.Client.CertFile, KeyFile: ca.Client.KeyFile, CAFile: ca.CAFile, Interval: -1})
+	cc, err := admin.ClientConfig(ClientOptions{ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: cc, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: handshakeTimeout}).Get("https://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "HTTP/2.0 " + DevClientIdentity; string(body) != want {
+		t.Errorf("got %q, want %q", body, want)
 	}
 }
