@@ -19,7 +19,9 @@
 // with Options.CheckOwnChain a certificate the bundle does not sign — keeps
 // the previous material, is reported by Status, Err and Options.OnReload,
 // and is retried at every interval until the files load. Reload reads the
-// files at once. Writing each file by a rename (WriteFileAtomic), key before
+// files at once; Leaf is the served certificate, for the node to check that
+// it names the node's own ID. A served certificate that expires while the
+// files stay unchanged is not replaced: Status.NotAfter shows it coming. Writing each file by a rename (WriteFileAtomic), key before
 // certificate, or keeping key and certificate in one file, avoids even the
 // transient failure of a half-replaced pair.
 //
