@@ -1,0 +1,90 @@
+package certs
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// NodeURIScheme and NodeURIHost make the URI SAN that names a node:
+// quorate://node/<id>.
+const (
+	NodeURIScheme = "quorate"
+	NodeURIHost   = "node"
+)
+
+// ErrNoNodeID is returned by NodeID for a certificate whose URI SANs name no
+// node.
+var ErrNoNodeID = errors.New("certs: certificate names no node (no quorate://node/<id> URI SAN)")
+
+// NodeURI is the URI SAN a node certificate carries for node id:
+// quorate://node/<id>. It fails for an ID that is not 1 to 64 letters,
+// digits, '-', '_' or '.' (the IDs `quorate serve --id` accepts).
+func NodeURI(id string) (*url.URL, error) {
+	if err := checkNodeID(id); err != nil {
+		return nil, err
+	}
+	return &url.URL{Scheme: NodeURIScheme, Host: NodeURIHost, Path: "/" + id}, nil
+}
+
+// NodeID is the node a certificate names: the <id> of its one URI SAN of the
+// form quorate://node/<id>. Its CN and DNS SANs are not looked at. It returns
+// ErrNoNodeID when no URI SAN has that form, and an error when there are
+// several (a certificate names at most one node) or the ID is malformed.
+func NodeID(cert *x509.Certificate) (string, error) {
+	if cert == nil {
+		return "", ErrNoNodeID
+	}
+	id := ""
+	for _, u := range cert.URIs {
+		if u == nil || !strings.EqualFold(u.Scheme, NodeURIScheme) || u.Host != NodeURIHost {
+			continue
+		}
+		if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+			return "", fmt.Errorf("certs: node URI %q: only quorate://node/<id>", u)
+		}
+		got := strings.TrimPrefix(u.Path, "/")
+		if err := checkNodeID(got); err != nil {
+			return "", fmt.Errorf("certs: node URI %q: %w", u, err)
+		}
+		if id != "" {
+			return "", fmt.Errorf("certs: certificate names two nodes (%q and %q)", id, got)
+		}
+		id = got
+	}
+	if id == "" {
+		return "", ErrNoNodeID
+	}
+	return id, nil
+}
+
+// checkNodeID applies the rule of `quorate serve --id`.
+func checkNodeID(id string) error {
+	if id == "" || len(id) > 64 || strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) {
+		return fmt.Errorf("node ID %q: use 1 to 64 letters, digits, '-', '_' or '.'", id)
+	}
+	return nil
+}
+
+// CallerIdentity is the identity a client certificate authenticates: its
+// first URI SAN (a SPIFFE ID such as spiffe://example.org/billing, or a
+// node's quorate://node/<id>) when it has one, else its Subject CN, else ""
+// (also for a nil certificate). The certificate must already be verified:
+// this reads names, it checks nothing.
+func CallerIdentity(cert *x509.Certificate) string {
+	if cert == nil {
+		return ""
+	}
+	for _, u := range cert.URIs {
+		if u != nil {
+			if s := u.String(); s != "" {
+				return s
+			}
+		}
+	}
+	return cert.Subject.CommonName
+}

@@ -1,0 +1,448 @@
+package certs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultInterval is how often a Source checks its files when
+// Options.Interval is 0.
+const DefaultInterval = 5 * time.Second
+
+// Errors a load or reload wraps.
+var (
+	ErrExpired     = errors.New("certificate has expired")
+	ErrNotYetValid = errors.New("certificate is not yet valid")
+	ErrEmptyCA     = errors.New("CA bundle holds no certificate")
+	ErrTruncated   = errors.New("PEM block not terminated (file half-written?)")
+)
+
+// Options configures a Source. CertFile and KeyFile are given together or not
+// at all; at least one of them or CAFile is given.
+type Options struct {
+	// CertFile is the PEM certificate, leaf first, then any intermediates.
+	CertFile string
+	// KeyFile is the PEM private key of CertFile's leaf. It may be CertFile
+	// itself (one file holding both), which makes a rotation by rename
+	// atomic on disk too.
+	KeyFile string
+	// CAFile is the PEM bundle of CA certificates that peers' and callers'
+	// certificates are verified against. During a CA rotation it holds the
+	// old and the new CA.
+	CAFile string
+
+	// Interval is how often the files are checked for changes (mtime and
+	// size, then a hash of their content). 0 means DefaultInterval; a
+	// negative interval starts no goroutine: the files are read again only
+	// when Reload is called.
+	Interval time.Duration
+
+	// CheckOwnChain refuses a certificate that does not chain to CAFile's
+	// bundle. Set it for the peer port, whose certificate other nodes
+	// verify against the same CA; leave it unset for an API certificate
+	// from another CA than the one that signs callers' certificates.
+	CheckOwnChain bool
+
+	// OnReload, when set, is called after a reload that loaded new material
+	// or found the files back to what is served after a failure (Status.Err
+	// nil), and after a failed one whose error differs from the previous
+	// failure's. It runs on the Source's goroutine or Reload's
+	// caller, never under the Source's locks.
+	OnReload func(Status)
+
+	// Now is the clock validity is checked against; nil means time.Now.
+	Now func() time.Time
+}
+
+// Status is what a Source serves and how its last reload went.
+type Status struct {
+	// Serial (hex), Subject, NotBefore and NotAfter are the served leaf
+	// certificate's; empty without CertFile.
+	Serial              string
+	Subject             string
+	NotBefore, NotAfter time.Time
+	// CACount is the number of certificates in the served CA bundle, and
+	// CANotAfter the earliest of their expiries.
+	CACount    int
+	CANotAfter time.Time
+	// LoadedAt is when the served material was loaded.
+	LoadedAt time.Time
+	// Err is why the files on disk are not what is served (the last reload
+	// failed), nil when they are; ErrAt is when that reload ran.
+	Err   error
+	ErrAt time.Time
+}
+
+// material is one consistent set of what a Source serves: the key pair and
+// the CA pool are always swapped together.
+type material struct {
+	cert     *tls.Certificate // nil without CertFile
+	pool     *x509.CertPool   // nil without CAFile
+	cas      []*x509.Certificate
+	hash     [sha256.Size]byte
+	loadedAt time.Time
+}
+
+// stamp is what a file check compares: each file's mtime and size.
+type stamp [3]struct{ mtime, size int64 }
+
+// Source loads a certificate, its key and a CA bundle from PEM files and
+// reloads them when the files change, keeping the previous good material when
+// the new files do not load. Its Config builders hand out tls.Configs that
+// read the current material at every handshake. Close stops it.
+type Source struct {
+	opts Options
+	cur  atomic.Pointer[material]
+
+	reloadMu sync.Mutex // serializes reloads and guards the fields below
+	last     stamp
+	failing  bool
+
+	mu    sync.Mutex // guards err and errAt
+	err   error
+	errAt time.Time
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewSource loads the files (which must load: there is no previous material
+// to fall back on) and, unless opts.Interval is negative, starts checking
+// them every interval until Close.
+func NewSource(opts Options) (*Source, error) {
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		return nil, errors.New("certs: CertFile and KeyFile are given together")
+	}
+	if opts.CertFile == "" && opts.CAFile == "" {
+		return nil, errors.New("certs: no file to load")
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Source{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	st, err := s.statFiles()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := s.readFiles()
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	s.last = st
+	s.cur.Store(m)
+	if opts.Interval > 0 {
+		go s.run(opts.Interval)
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// Close stops the file checks. The tls.Configs handed out keep serving the
+// last loaded material.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *Source) run(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			_ = s.reload(false)
+		}
+	}
+}
+
+// Reload reads the files now, whether or not they look changed (for a SIGHUP
+// or a status page's button), and returns why they did not load, nil when
+// what they hold is served.
+func (s *Source) Reload() error { return s.reload(true) }
+
+// Status reports the served material and the last reload's failure.
+func (s *Source) Status() Status {
+	m := s.cur.Load()
+	st := Status{LoadedAt: m.loadedAt, CACount: len(m.cas)}
+	if m.cert != nil {
+		leaf := m.cert.Leaf
+		st.Serial = leaf.SerialNumber.Text(16)
+		st.Subject = leaf.Subject.String()
+		st.NotBefore, st.NotAfter = leaf.NotBefore, leaf.NotAfter
+	}
+	for _, ca := range m.cas {
+		if st.CANotAfter.IsZero() || ca.NotAfter.Before(st.CANotAfter) {
+			st.CANotAfter = ca.NotAfter
+		}
+	}
+	s.mu.Lock()
+	st.Err, st.ErrAt = s.err, s.errAt
+	s.mu.Unlock()
+	return st
+}
+
+// Leaf is the served certificate (nil without CertFile), for the node to
+// check at start that it names the node's own ID (NodeID).
+func (s *Source) Leaf() *x509.Certificate {
+	if c := s.cur.Load().cert; c != nil {
+		return c.Leaf
+	}
+	return nil
+}
+
+// Err is the last reload's failure, nil when the files on disk are served.
+func (s *Source) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// reload checks the files and loads them when they changed (or when forced,
+// or while the last attempt failed: a not-yet-valid certificate may become
+// valid, a half-written file whole). New material replaces the old in one
+// atomic store.
+func (s *Source) reload(force bool) error {
+	s.reloadMu.Lock()
+	changed, err := s.reloadLocked(force)
+	s.reloadMu.Unlock()
+	if changed && s.opts.OnReload != nil {
+		s.opts.OnReload(s.Status())
+	}
+	return err
+}
+
+// reloadLocked reports whether Status changed in a way OnReload is told of.
+func (s *Source) reloadLocked(force bool) (bool, error) {
+	st, err := s.statFiles()
+	if err != nil {
+		return s.fail(err), err
+	}
+	if !force && !s.failing && st == s.last {
+		return false, nil
+	}
+	s.last = st
+	raw, err := s.readFiles()
+	if err != nil {
+		return s.fail(err), err
+	}
+	if sum(raw) == s.cur.Load().hash {
+		// The files hold what is served (again): an error clears.
+		cleared := s.failing
+		s.failing = false
+		s.setErr(nil)
+		return cleared, nil
+	}
+	m, err := s.parse(raw)
+	if err != nil {
+		return s.fail(err), err
+	}
+	s.cur.Store(m)
+	s.failing = false
+	s.setErr(nil)
+	return true, nil
+}
+
+// fail records a failed reload; it reports whether the error is news.
+func (s *Source) fail(err error) bool {
+	s.failing = true
+	s.mu.Lock()
+	news := s.err == nil || s.err.Error() != err.Error()
+	s.mu.Unlock()
+	s.setErr(err)
+	return news
+}
+
+func (s *Source) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.err, s.errAt = nil, time.Time{}
+		return
+	}
+	s.err, s.errAt = err, s.opts.Now()
+}
+
+func (s *Source) files() [3]string {
+	return [3]string{s.opts.CertFile, s.opts.KeyFile, s.opts.CAFile}
+}
+
+func (s *Source) statFiles() (stamp, error) {
+	var st stamp
+	for i, name := range s.files() {
+		if name == "" {
+			continue
+		}
+		fi, err := os.Stat(name)
+		if err != nil {
+			return st, fmt.Errorf("certs: %w", err)
+		}
+		st[i].mtime, st[i].size = fi.ModTime().UnixNano(), fi.Size()
+	}
+	return st, nil
+}
+
+func (s *Source) readFiles() ([3][]byte, error) {
+	var raw [3][]byte
+	for i, name := range s.files() {
+		if name == "" {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return raw, fmt.Errorf("certs: %w", err)
+		}
+		raw[i] = b
+	}
+	return raw, nil
+}
+
+func sum(raw [3][]byte) [sha256.Size]byte {
+	h := sha256.New()
+	for _, b := range raw {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(b)))
+		h.Write(b)
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// parse turns the files' bytes into material, refusing a truncated PEM file,
+// a key that is not the certificate's, a certificate outside its validity
+// window, an empty CA bundle and (with CheckOwnChain) a certificate the
+// bundle does not sign.
+func (s *Source) parse(raw [3][]byte) (*material, error) {
+	now := s.opts.Now()
+	m := &material{hash: sum(raw), loadedAt: now}
+	if s.opts.CertFile != "" {
+		files := s.files()
+		for i, name := range files[:2] {
+			if err := checkComplete(raw[i]); err != nil {
+				return nil, fmt.Errorf("certs: %s: %w", name, err)
+			}
+		}
+		pair, err := tls.X509KeyPair(raw[0], raw[1])
+		if err != nil {
+			return nil, fmt.Errorf("certs: %s and %s: %w", s.opts.CertFile, s.opts.KeyFile, err)
+		}
+		if pair.Leaf == nil {
+			if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+				return nil, fmt.Errorf("certs: %s: %w", s.opts.CertFile, err)
+			}
+		}
+		if err := checkValidity(pair.Leaf, now); err != nil {
+			return nil, fmt.Errorf("certs: %s: %w", s.opts.CertFile, err)
+		}
+		m.cert = &pair
+	}
+	if s.opts.CAFile != "" {
+		cas, err := parseBundle(raw[2])
+		if err != nil {
+			return nil, fmt.Errorf("certs: %s: %w", s.opts.CAFile, err)
+		}
+		m.cas, m.pool = cas, x509.NewCertPool()
+		for _, ca := range cas {
+			m.pool.AddCert(ca)
+		}
+	}
+	if s.opts.CheckOwnChain && m.cert != nil && m.pool != nil {
+		opts := x509.VerifyOptions{
+			Roots:         m.pool,
+			Intermediates: intermediates(m.cert.Certificate[1:]),
+			CurrentTime:   now,
+			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+		}
+		if _, err := m.cert.Leaf.Verify(opts); err != nil {
+			return nil, fmt.Errorf("certs: %s is not signed by %s: %w", s.opts.CertFile, s.opts.CAFile, err)
+		}
+	}
+	return m, nil
+}
+
+func checkValidity(c *x509.Certificate, now time.Time) error {
+	if now.Before(c.NotBefore) {
+		return fmt.Errorf("%w: valid from %s", ErrNotYetValid, c.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if now.After(c.NotAfter) {
+		return fmt.Errorf("%w: valid until %s", ErrExpired, c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// checkComplete refuses PEM data whose last block has a BEGIN line and no
+// END line: a file caught half-written.
+func checkComplete(data []byte) error {
+	rest := data
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+	}
+	if bytes.Contains(rest, []byte("-----BEGIN")) {
+		return ErrTruncated
+	}
+	return nil
+}
+
+// parseBundle parses every CERTIFICATE block of a CA bundle; text between
+// blocks is ignored, another block type, a truncated block or no
+// certificate at all is an error.
+func parseBundle(data []byte) ([]*x509.Certificate, error) {
+	if err := checkComplete(data); err != nil {
+		return nil, err
+	}
+	var cas []*x509.Certificate
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("CA bundle holds a %q PEM block", b.Type)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("CA bundle: %w", err)
+		}
+		cas = append(cas, c)
+	}
+	if len(cas) == 0 {
+		return nil, ErrEmptyCA
+	}
+	return cas, nil
+}
+
+func intermediates(der [][]byte) *x509.CertPool {
+	pool := x509.NewCertPool()
+	for _, d := range der {
+		if c, err := x509.ParseCertificate(d); err == nil {
+			pool.AddCert(c)
+		}
+	}
+	return pool
+}
