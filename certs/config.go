@@ -42,7 +42,8 @@ type ServerOptions struct {
 // handshake gets a config built from the material current at that moment
 // (GetConfigForClient), so connections opened after a reload see the new
 // certificate and CA bundle while open ones go on. Callers' verified chains
-// are in the connection's tls.ConnectionState; CallerIdentity names them.
+// are in the connection's tls.ConnectionState; access.IdentityFromCertificate
+// names them.
 func (s *Source) ServerConfig(opts ServerOptions) (*tls.Config, error) {
 	if s.cur.Load().cert == nil {
 		return nil, errors.New("certs: ServerConfig needs a certificate (CertFile)")

@@ -82,7 +82,7 @@ func TestNewDevCA(t *testing.T) {
 	}
 	for kp, want := range map[KeyPair]string{ca.Admin: DevAdminIdentity, ca.Client: DevClientIdentity} {
 		c := verify(kp.CertFile, x509.ExtKeyUsageClientAuth)
-		if got := CallerIdentity(c); got != want {
+		if got := callerOf(c); got != want {
 			t.Errorf("%s: identity %q, want %q", kp.CertFile, got, want)
 		}
 		if slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {

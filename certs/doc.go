@@ -41,8 +41,8 @@
 // A node certificate names its node by exactly one URI SAN
 // quorate://node/<id> (NodeURI, NodeID), the ID being what
 // `quorate serve --id` accepts; its CN and DNS/IP SANs are for host name
-// checks only. A caller's identity (CallerIdentity) is its certificate's
-// first URI SAN (a SPIFFE ID), else its Subject CN.
+// checks only. Which caller a client certificate authenticates is package
+// access's to say (access.IdentityFromCertificate).
 //
 // # Development CA
 //

@@ -177,7 +177,7 @@ func TestServerClientAuth(t *testing.T) {
 			}
 			id := ""
 			if len(a.state.PeerCertificates) > 0 {
-				id = CallerIdentity(a.state.PeerCertificates[0])
+				id = callerOf(a.state.PeerCertificates[0])
 			}
 			if id != tc.want {
 				t.Errorf("caller %q, want %q", id, tc.want)
@@ -257,7 +257,7 @@ func TestServerConfigHTTP2(t *testing.T) {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			caller := ""
 			if len(r.TLS.PeerCertificates) > 0 {
-				caller = CallerIdentity(r.TLS.PeerCertificates[0])
+				caller = callerOf(r.TLS.PeerCertificates[0])
 			}
 			fmt.Fprintf(w, "%s %s", r.Proto, caller)
 		}),

@@ -69,22 +69,3 @@ func checkNodeID(id string) error {
 	}
 	return nil
 }
-
-// CallerIdentity is the identity a client certificate authenticates: its
-// first URI SAN (a SPIFFE ID such as spiffe://example.org/billing, or a
-// node's quorate://node/<id>) when it has one, else its Subject CN, else ""
-// (also for a nil certificate). The certificate must already be verified:
-// this reads names, it checks nothing.
-func CallerIdentity(cert *x509.Certificate) string {
-	if cert == nil {
-		return ""
-	}
-	for _, u := range cert.URIs {
-		if u != nil {
-			if s := u.String(); s != "" {
-				return s
-			}
-		}
-	}
-	return cert.Subject.CommonName
-}

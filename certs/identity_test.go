@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/quorate/quorate/access"
 )
 
 func certWith(cn string, uris ...string) *x509.Certificate {
@@ -77,23 +79,12 @@ func TestNodeURI(t *testing.T) {
 	}
 }
 
-func TestCallerIdentity(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		cert *x509.Certificate
-		want string
-	}{
-		{"SPIFFE ID", certWith("billing", "spiffe://example.org/billing"), "spiffe://example.org/billing"},
-		{"first of several URIs", certWith("", "spiffe://example.org/a", "spiffe://example.org/b"), "spiffe://example.org/a"},
-		{"node URI", certWith("n1", "quorate://node/n1"), "quorate://node/n1"},
-		{"CN only", certWith("billing"), "billing"},
-		{"nothing", certWith(""), ""},
-		{"nil", nil, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := CallerIdentity(tc.cert); got != tc.want {
-				t.Errorf("CallerIdentity = %q, want %q", got, tc.want)
-			}
-		})
+// callerOf is the caller a verified client certificate authenticates, as
+// the node will read it (package access), or "" when it names none.
+func callerOf(c *x509.Certificate) string {
+	id, err := access.IdentityFromCertificate(c)
+	if err != nil {
+		return ""
 	}
+	return id.Caller
 }
