@@ -96,7 +96,7 @@ func (n *Node) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	}
 	req.ClusterId = n.mux.ClusterID()
 	return n.onLeader(ctx, routing{idempotent: true},
-		func(ctx context.Context) error { return n.joinAsLeader(ctx, req) },
+		func(ctx context.Context, _ dest) error { return n.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
 			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
 			if err != nil {
