@@ -193,7 +193,9 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 			queued = append(queued, newFwdItem(it.admit))
 		}
 	}
-	p.admits.Add(queued...)
+	if len(queued) > 0 {
+		p.admits.Add(queued...)
+	}
 	for _, it := range items {
 		if it.admit == nil {
 			it.err = classifyRemote(it.forward(ctx, p))
