@@ -39,7 +39,7 @@ func benchHop(b *testing.B, c *nodetest.Cluster, target, workers int) {
 	ctx := context.Background()
 	run := benchRun.Add(1)
 	var next atomic.Int64
-	cpu0 := cpuTime()
+	cpu0, entries0 := cpuTime(), appliedEntries(c)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -60,6 +60,9 @@ func benchHop(b *testing.B, c *nodetest.Cluster, target, workers int) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+	if e := appliedEntries(c) - entries0; e > 0 {
+		b.ReportMetric(float64(b.N)/float64(e), "ops/entry")
+	}
 }
 
 // cpuTime is the CPU time (user and system) the process has used.
