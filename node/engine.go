@@ -79,7 +79,7 @@ func (n *Node) decide(ctx context.Context, items []*item) {
 			if it.err == nil {
 				continue
 			}
-			unknown := errors.Is(it.err, ErrOutcomeUnknown) || isOutcomeUnknown(it.err)
+			unknown := errors.Is(it.err, ErrOutcomeUnknown)
 			if unknown {
 				it.unknown = it.err
 			}

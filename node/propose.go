@@ -94,13 +94,6 @@ func policyNames(env *raftcmdv1.Envelope) (names []string, caller, requestID str
 	return nil, "", ""
 }
 
-// isOutcomeUnknown reports whether err is an Unavailable Connect error
-// carrying the OutcomeUnknown detail (the leader's own answer to a forwarded
-// call).
-func isOutcomeUnknown(err error) bool {
-	return connect.CodeOf(err) == connect.CodeUnavailable && IsOutcomeUnknown(err)
-}
-
 // leader returns the leader's API address (empty when unknown or not yet
 // registered) and ID.
 func (n *Node) leader() (apiAddr, id string) {
@@ -112,20 +105,27 @@ func (n *Node) leader() (apiAddr, id string) {
 	return m.APIAddr, string(lid)
 }
 
-// classifyRemote sorts the error of a call forwarded to the leader: the
-// leader's own answer (a wire error) passes through, except that "not
-// leader" means not proposed; a call that never reached the leader was not
-// proposed; any other failure of the call leaves the outcome unknown. The
-// answers a forwarded AdmitBatch carries for each item are sorted by
-// batchResultAnswer instead.
+// classifyRemote sorts the error of a call forwarded to the leader into
+// the engine's three kinds: the leader's own answer (a wire error) passes
+// through, final, except that "not leader" means not proposed and an
+// OutcomeUnknown answer wraps ErrOutcomeUnknown (toConnectError still
+// passes the leader's error on as it is); a call that never reached the
+// leader was not proposed; any other failure of the call leaves the outcome
+// unknown. The answers a forwarded AdmitBatch carries for each item are
+// sorted by batchResultAnswer instead.
 func classifyRemote(err error) error {
 	if err == nil {
 		return nil
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && connect.IsWireError(ce) {
-		if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader && ce.Code() == connect.CodeUnavailable {
-			return fmt.Errorf("%w: %v", ErrNotProposed, ce)
+		if ce.Code() == connect.CodeUnavailable {
+			if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader {
+				return fmt.Errorf("%w: %v", ErrNotProposed, ce)
+			}
+			if IsOutcomeUnknown(ce) {
+				return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ce)
+			}
 		}
 		return ce
 	}
