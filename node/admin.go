@@ -227,7 +227,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		names = append(names, ap.Name)
 	}
 	return leaderCall(ctx, n, routing{idempotent: true}, req,
-		func(ctx context.Context) (*quoratev1.ApplyPoliciesResponse, error) {
+		func(ctx context.Context, _ dest) (*quoratev1.ApplyPoliciesResponse, error) {
 			// The leader's table is current but for entries still
 			// committing; the meta group checks again when it applies.
 			if have, added := n.meta.fsm.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
@@ -261,7 +261,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	}
 	// A repeat of a delete that applied answers NotFound.
 	return leaderCall(ctx, n, routing{}, req,
-		func(ctx context.Context) (*quoratev1.DeletePoliciesResponse, error) {
+		func(ctx context.Context, _ dest) (*quoratev1.DeletePoliciesResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
 				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}})
 			if err != nil {

@@ -29,37 +29,64 @@ type admissionHandler struct {
 
 var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 
-// leaderCall runs a request on the leader of its group (rt: a key's data
-// group, or the meta group): local (which proposes through the log) when
-// this node leads it, else the same request forwarded with remote.
-// Errors go through the node's one error table.
+// leaderCall runs a unary request on the leader of its group (rt: a key's
+// data group, or the meta group) through the request engine as a batch of
+// one (decide): local, with the group's destination, when this node leads
+// it, else the same request forwarded with remote. Errors go through the
+// node's one error table.
 func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *connect.Request[Req],
-	local func(context.Context) (*Resp, error),
+	local func(context.Context, dest) (*Resp, error),
 	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
-	ctx, cancel := n.requestContext(ctx)
-	defer cancel()
 	var out *Resp
-	rt.forwarded = req.Header().Get(forwardedHeader) != ""
-	err := n.onLeader(ctx, rt,
-		func(ctx context.Context) (err error) {
-			out, err = local(ctx)
-			return err
-		},
-		func(ctx context.Context, p *peerClient) error {
-			fwd := connect.NewRequest(req.Msg)
-			fwd.Header().Set(forwardedHeader, n.cfg.ID)
-			resp, err := remote(ctx, p, fwd)
-			if err != nil {
-				return err
-			}
-			out = resp.Msg
-			return nil
-		})
-	if err != nil {
+	it := &item{rt: rt, local: func(ctx context.Context, d dest) (err error) {
+		out, err = local(ctx, d)
+		return err
+	}}
+	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// commandCall is leaderCall of a request that is one command, env: on the
+// leader, it shares the group's entries with the other commands proposed
+// meanwhile, and answer turns the FSM's result into the response.
+func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *connect.Request[Req],
+	env *raftcmdv1.Envelope, answer func(res any) *Resp,
+	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
+	var out *Resp
+	it := &item{rt: rt, env: env}
+	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	if it.res != nil {
+		out = answer(it.res)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// runCall decides it, a unary request, within the request's deadline
+// (requestContext); forwarded, req is sent to the leader by remote, marked
+// with this node's ID, and its answer lands in out.
+func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], it *item, out **Resp,
+	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+) error {
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	it.rt.forwarded = req.Header().Get(forwardedHeader) != ""
+	it.forward = func(ctx context.Context, p *peerClient) error {
+		fwd := connect.NewRequest(req.Msg)
+		fwd.Header().Set(forwardedHeader, n.cfg.ID)
+		resp, err := remote(ctx, p, fwd)
+		if err == nil {
+			*out = resp.Msg
+		}
+		return err
+	}
+	n.decide(ctx, []*item{it})
+	return it.err
 }
 
 // Admit checks what it can without state, then has the leader decide through
@@ -84,24 +111,20 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 	return h.admit(ctx, req, cmd)
 }
 
-// admit decides cmd through the leader's log.
+// admit decides cmd through the leader's log: an AdmitBatch of one. A
+// forwarded Admit shares AdmitBatch calls with the others forwarded to the
+// same leader (forward.go).
 func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest], cmd *raftcmdv1.Admit) (*connect.Response[quoratev1.AdmitResponse], error) {
 	n := h.n
-	return leaderCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
-		func(ctx context.Context) (*quoratev1.AdmitResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}})
-			if err != nil {
-				return nil, err
-			}
-			return admitResponse(res.(*fsm.AdmitResult)), nil
-		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
-			resp, err := p.admit(ctx, fwd.Msg) // shares AdmitBatch calls with other forwarded Admits
-			if err != nil {
-				return nil, err
-			}
-			return connect.NewResponse(resp), nil
-		})
+	ctx, cancel := n.requestContext(ctx)
+	defer cancel()
+	it := admitItem(req.Msg, cmd, req.Header().Get(forwardedHeader) != "")
+	n.decide(ctx, []*item{it})
+	resp, err := admitAnswer(it)
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // admitCommand checks an AdmitRequest without state and builds its command:
@@ -192,19 +215,16 @@ func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quorat
 	if _, err := checkCommand("", &quoratev1.Check{Policy: m.GetPolicy(), Key: m.GetKey()}); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,
-		func(ctx context.Context) (*quoratev1.PeekResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}})
-			if err != nil {
-				return nil, err
-			}
+	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}}
+	return commandCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req, env,
+		func(res any) *quoratev1.PeekResponse {
 			r := res.(*fsm.PeekResult)
 			d := r.Decision
 			return &quoratev1.PeekResponse{
 				WouldAllow: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 				ResetAfter: durationpb.New(d.ResetAfter), RetryAfter: durationpb.New(d.RetryAfter),
 				PolicyVersion: r.PolicyVersion, DecidedAt: timestamppb.New(time.Unix(0, r.At).UTC()),
-			}, nil
+			}
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
 			return p.admission.Peek(ctx, fwd)
@@ -228,15 +248,12 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	// A repeated refund answers refunded=false.
-	return leaderCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req,
-		func(ctx context.Context) (*quoratev1.RefundResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
-				Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}})
-			if err != nil {
-				return nil, err
-			}
+	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
+		Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}}
+	return commandCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req, env,
+		func(res any) *quoratev1.RefundResponse {
 			r := res.(*fsm.RefundResult)
-			return &quoratev1.RefundResponse{Refunded: r.Refunded, Cost: r.Cost, RefundedAt: timestamppb.New(time.Unix(0, r.RefundedAt).UTC())}, nil
+			return &quoratev1.RefundResponse{Refunded: r.Refunded, Cost: r.Cost, RefundedAt: timestamppb.New(time.Unix(0, r.RefundedAt).UTC())}
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
 			return p.admission.Refund(ctx, fwd)
@@ -308,12 +325,9 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	cmd.TtlNanos = ttl
-	return leaderCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
-		func(ctx context.Context) (*quoratev1.ReserveResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}})
-			if err != nil {
-				return nil, err
-			}
+	return commandCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}},
+		func(res any) *quoratev1.ReserveResponse {
 			r := res.(*fsm.ReserveResult)
 			out := &quoratev1.ReserveResponse{Allowed: r.Allowed, ReservationId: r.ReservationID, Limit: r.Decision.Limit,
 				Remaining: r.Decision.Remaining, RetryAfter: durationpb.New(r.Decision.RetryAfter), PolicyVersion: r.PolicyVersion,
@@ -321,7 +335,7 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 			if r.Allowed {
 				out.ExpiresAt = unixTime(r.ExpiresAt)
 			}
-			return out, nil
+			return out
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
 			return p.admission.Reserve(ctx, fwd)
@@ -342,15 +356,12 @@ func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	cmd := &raftcmdv1.Commit{ReservationId: m.GetReservationId(), Actual: m.GetActual(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
-	return leaderCall(ctx, n, routing{data: true, key: fsm.ReservationKey(cmd.GetReservationId()), idempotent: cmd.GetRequestId() != ""}, req,
-		func(ctx context.Context) (*quoratev1.CommitResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}})
-			if err != nil {
-				return nil, err
-			}
+	return commandCall(ctx, n, routing{data: true, key: fsm.ReservationKey(cmd.GetReservationId()), idempotent: cmd.GetRequestId() != ""}, req,
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}},
+		func(res any) *quoratev1.CommitResponse {
 			r := res.(*fsm.ReserveResult)
 			return &quoratev1.CommitResponse{Charged: r.Charged, Released: r.Released, Over: r.Over,
-				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
 			return p.admission.Commit(ctx, fwd)

@@ -42,28 +42,48 @@ type groupLog struct {
 var _ groupcommit.Log = groupLog{}
 
 // Append stamps env with the leader's time and applies it (applyEntry),
-// running the afterPropose hook for each of cmds once raft has it.
+// telling the Observer of each of cmds once raft has it.
 func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (any, error) {
 	env.NowUnixNano = l.n.now().UnixNano()
-	return l.n.applyEntry(l.g, env, func() {
-		for _, cmd := range cmds {
-			l.n.hooks.run(&l.n.hooks.afterPropose, cmd)
-		}
-	})
+	return l.n.applyEntry(l.g, env, func() { l.n.proposed(cmds...) })
 }
 
-// Applied runs the afterApply hook.
-func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.hooks.run(&l.n.hooks.afterApply, cmd) }
+// Applied tells the Observer.
+func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.applied(cmd) }
 
 // BatchEntries reports whether every registered node reads Batch entries.
 func (l groupLog) BatchEntries() bool { return l.n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBatch }
 
-// submit proposes env to g through its group commit and waits for its own
-// result. Errors as proposeOnce's.
-func (n *Node) submit(ctx context.Context, g *group, env *raftcmdv1.Envelope) (any, error) {
-	op := groupcommit.NewOp(env)
-	g.batch.Add(op)
-	return waitOp(ctx, op)
+// applyAlone proposes env, which is not batchable, to g in an entry of its
+// own, stamped with the leader's time, on a goroutine of its own; the
+// function it returns waits for its result (errors as applyEntry's, and
+// ErrOutcomeUnknown when ctx ends while the entry commits).
+func (n *Node) applyAlone(ctx context.Context, g *group, env *raftcmdv1.Envelope) func() (any, error) {
+	env.NowUnixNano = n.now().UnixNano()
+	type applied struct {
+		res any
+		err error
+	}
+	done := make(chan applied, 1)
+	go func() {
+		res, err := n.applyEntry(g, env, func() { n.proposed(env) })
+		if err == nil {
+			if e, ok := res.(error); ok {
+				res, err = nil, e
+			} else {
+				n.applied(env)
+			}
+		}
+		done <- applied{res, err}
+	}()
+	return func() (any, error) {
+		select {
+		case a := <-done:
+			return a.res, a.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v while the entry was committing", ErrOutcomeUnknown, ctx.Err())
+		}
+	}
 }
 
 // waitOp returns op's result (see await).

@@ -159,6 +159,11 @@ type Config struct {
 	// every node the same value.
 	PeerIdleTimeout time.Duration
 
+	// Observer, when set, is told of each command this node proposes as a
+	// group's leader, once Raft holds it and once it is applied (see
+	// Observer). No flag sets it: it is for programs that embed a node.
+	Observer Observer
+
 	// featureLevel, when set, is the log feature level this node registers
 	// instead of fsm.FeatureLevel: tests play a node running an older
 	// binary (export_test.go).

@@ -71,12 +71,12 @@ type pacing struct {
 // *Node is one.
 type requestPath interface {
 	// propose and proposeTo append an entry to a group led here (propose:
-	// the group in ctx, as onLeader chose it, else the meta group).
+	// the meta group; proposeTo: the group of d).
 	propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error)
 	proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error)
 	// onLeader runs local on the meta group's leader (this node) or remote
 	// on the node that leads it, with the request path's retries.
-	onLeader(ctx context.Context, r routing, local func(context.Context) error, remote func(context.Context, *peerClient) error) error
+	onLeader(ctx context.Context, r routing, local func(context.Context, dest) error, remote func(context.Context, *peerClient) error) error
 	// leader is the meta leader's API address and ID, as known here.
 	leader() (apiAddr, id string)
 	// syncPolicies copies the meta group's policy table into a data group

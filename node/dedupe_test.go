@@ -11,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -142,9 +141,9 @@ func TestUnknownOutcomeRetriedWithSameIDSpendsOnce(t *testing.T) {
 			leader := c.Leader(t)
 			hook, killed := killOnce(c, leader, "charge-42")
 			if tc.afterApply {
-				node.SetAfterApplyHook(c.Node(leader), hook)
+				c.Observer(leader).SetApplied(hook)
 			} else {
-				node.SetAfterProposeHook(c.Node(leader), hook)
+				c.Observer(leader).SetProposed(hook)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -47,7 +47,8 @@
 // # Request path
 //
 // A request is first checked for what needs no state (empty key, cost < 1).
-// Its key's slot picks the data group by this node's replica of the shard
+// Then every request, a unary call or each of an AdmitBatch's, goes through
+// one engine (engine.go), a unary call as a batch of one. Its key's slot picks the data group by this node's replica of the shard
 // map (route.go); data commands carry the map epoch, and a group refuses a
 // slot it does not own or an epoch older than the slot's owner, so the
 // request is routed again. If this node leads the group, it stamps the entry with its clock and appends it to
@@ -60,7 +61,9 @@
 // node asked is not the leader, the leader was unreachable) are retried
 // within the request deadline. When the outcome is unknown (leadership lost
 // after proposing, deadline while committing, forwarded call failed midway),
-// the caller gets Unavailable with an OutcomeUnknown detail.
+// the caller gets Unavailable with an OutcomeUnknown detail. A program
+// embedding a node can follow each command it proposes as leader through
+// Config.Observer.
 //
 // # Limits
 //

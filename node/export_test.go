@@ -6,27 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
 )
-
-// SetAfterProposeHook makes n call f on the leader right after handing an
-// entry to raft (nil clears it).
-func SetAfterProposeHook(n *Node, f func(*raftcmdv1.Envelope)) { setHook(&n.hooks.afterPropose, f) }
-
-// SetAfterApplyHook makes n call f on the leader once an entry it proposed is
-// applied, before answering (nil clears it).
-func SetAfterApplyHook(n *Node, f func(*raftcmdv1.Envelope)) { setHook(&n.hooks.afterApply, f) }
-
-func setHook(p interface {
-	Store(*func(*raftcmdv1.Envelope))
-}, f func(*raftcmdv1.Envelope)) {
-	if f == nil {
-		p.Store(nil)
-		return
-	}
-	p.Store(&f)
-}
 
 // GroupOf returns the data group key routes to by n's replica of the shard
 // map; ok is false without a map.
@@ -36,8 +17,8 @@ func GroupOf(n *Node, key string) (group uint32, ok bool) {
 }
 
 // ForwardDials is how many connections n opened over the peer mux's
-// forwarding channel.
-func ForwardDials(n *Node) int64 { return n.fwdDials.Load() }
+// forwarding channel (the only channel n dials with Mux.Dial).
+func ForwardDials(n *Node) int64 { return n.mux.Stats().Dials }
 
 // DropPeerConnections closes n's idle connections to other nodes, so the next
 // request to one dials anew.

@@ -37,12 +37,15 @@ func (p *peers) forwardQueue(c *peerClient) *groupcommit.Queue[*fwdItem] {
 		func(items []*fwdItem) { p.sendForwards(c, items) })
 }
 
-// admit forwards one Admit to the peer (a group leader) through its queue.
-// Errors: ErrNotProposed (certainly not applied), ErrOutcomeUnknown, or the
-// leader's own answer (*leaderAnswer).
-func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
-	it := &fwdItem{Item: groupcommit.NewItem[fwdResult](), m: m}
-	c.admits.Add(it)
+// newFwdItem returns m as an item of a forwarding queue.
+func newFwdItem(m *quoratev1.AdmitRequest) *fwdItem {
+	return &fwdItem{Item: groupcommit.NewItem[fwdResult](), m: m}
+}
+
+// wait returns the leader's answer to the item. Errors: ErrNotProposed
+// (certainly not applied), ErrOutcomeUnknown, or the leader's own answer
+// (a *connect.Error, final).
+func (it *fwdItem) wait(ctx context.Context) (*quoratev1.AdmitResponse, error) {
 	r, err := await(ctx, &it.Item, "forwarded request")
 	if err != nil {
 		return nil, err
@@ -51,7 +54,8 @@ func (c *peerClient) admit(ctx context.Context, m *quoratev1.AdmitRequest) (*quo
 }
 
 // sendForwards sends the items still wanted in one AdmitBatch call marked
-// as forwarded, and answers each.
+// as forwarded, and answers each: the call's failure as classifyRemote
+// sorts it, else the item's own result (batchResultAnswer).
 func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 	live := items[:0]
 	for _, it := range items {

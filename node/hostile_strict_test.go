@@ -151,7 +151,7 @@ func TestHostilePeerMigrationCommandsRefused(t *testing.T) {
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
 	for i := range c.Len() {
-		node.SetAfterApplyHook(c.Node(i), func(env *raftcmdv1.Envelope) {
+		c.Observer(i).SetApplied(func(env *raftcmdv1.Envelope) {
 			if imp := env.GetImportSlots(); imp != nil && imp.GetSeq() == 0 {
 				select {
 				case reached <- struct{}{}:
@@ -412,7 +412,7 @@ func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 	}
 	hook := func() {
 		for i := range c.Len() {
-			node.SetAfterProposeHook(c.Node(i), record)
+			c.Observer(i).SetProposed(record)
 		}
 	}
 	move := func(from, to uint32, want bool) {

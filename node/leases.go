@@ -78,11 +78,11 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	}
 	maxWait := time.Duration(wait)
 	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context) (*quoratev1.AcquireLeaseResponse, error) {
+		func(ctx context.Context, d dest) (*quoratev1.AcquireLeaseResponse, error) {
 			var r *fsm.LeaseResult
 			waited, err := n.waiters.await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
 				var err error
-				if r, err = n.proposeLease(ctx, op); err != nil {
+				if r, err = n.proposeLease(ctx, d, op); err != nil {
 					return false, 0, err
 				}
 				return r.Allowed, r.RetryAfter, nil
@@ -120,14 +120,12 @@ func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	// Renewing twice only extends the same lease.
-	return leaderCall(ctx, n, routing{data: true, key: key, idempotent: true}, req,
-		func(ctx context.Context) (*quoratev1.RenewLeaseResponse, error) {
-			r, err := n.proposeLease(ctx, op)
-			if err != nil {
-				return nil, err
-			}
+	return commandCall(ctx, n, routing{data: true, key: key, idempotent: true}, req,
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
+		func(res any) *quoratev1.RenewLeaseResponse {
+			r := res.(*fsm.LeaseResult)
 			return &quoratev1.RenewLeaseResponse{LeaseId: m.GetLeaseId(), FencingToken: r.Lease.Token,
-				ExpiresAt: unixTime(r.Lease.ExpiresAt), DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}, nil
+				ExpiresAt: unixTime(r.Lease.ExpiresAt), DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
 			return p.lease.RenewLease(ctx, fwd)
@@ -149,8 +147,8 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 	// Without a request ID a retry of a release that applied would be told
 	// the token is stale: only requests with one are retried by the server.
 	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context) (*quoratev1.ReleaseLeaseResponse, error) {
-			r, err := n.proposeLease(ctx, op)
+		func(ctx context.Context, d dest) (*quoratev1.ReleaseLeaseResponse, error) {
+			r, err := n.proposeLease(ctx, d, op)
 			if err != nil {
 				return nil, err
 			}
@@ -170,17 +168,15 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
-		func(ctx context.Context) (*quoratev1.CheckFenceResponse, error) {
-			r, err := n.proposeLease(ctx, op)
-			if err != nil {
-				return nil, err
-			}
+	return commandCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
+		func(res any) *quoratev1.CheckFenceResponse {
+			r := res.(*fsm.LeaseResult)
 			out := &quoratev1.CheckFenceResponse{Held: r.Allowed, DecidedAt: unixTime(r.DecidedAt)}
 			if r.Allowed {
 				out.ExpiresAt = unixTime(r.Lease.ExpiresAt)
 			}
-			return out, nil
+			return out
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 			return p.lease.CheckFence(ctx, fwd)
@@ -211,8 +207,9 @@ func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool)
 	return checkRequestID(op.GetCaller(), op.GetRequestId())
 }
 
-func (n *Node) proposeLease(ctx context.Context, op *raftcmdv1.LeaseOp) (*fsm.LeaseResult, error) {
-	res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}})
+// proposeLease proposes op to d's group, led here.
+func (n *Node) proposeLease(ctx context.Context, d dest, op *raftcmdv1.LeaseOp) (*fsm.LeaseResult, error) {
+	res, err := n.proposeTo(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}})
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 	}
 	req.ClusterId = c.mux.ClusterID()
 	return c.req.onLeader(ctx, routing{idempotent: true},
-		func(ctx context.Context) error { return c.joinAsLeader(ctx, req) },
+		func(ctx context.Context, _ dest) error { return c.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
 			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
 			if err != nil {

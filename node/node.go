@@ -43,8 +43,6 @@ type Node struct {
 	peers      *peers       // to other nodes' API ports
 	fwd        *peers       // to other nodes over the peer mux: forwarded requests
 	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
-	fwdDials   atomic.Int64 // connections opened for forwarding (tests)
-	hooks      hooks
 	waiters    *waiters
 	controller *controller // the control plane (ctl.go)
 	closeOnce  sync.Once
@@ -133,7 +131,6 @@ func New(cfg Config) (_ *Node, err error) {
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
 	n.peers = newPeers(peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext)
 	n.fwd = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
-		n.fwdDials.Add(1)
 		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
 	})
 	// Let go of an idle forwarding connection before the peer may close it.

@@ -20,6 +20,10 @@ import (
 // pages moved 100,000 records in about half the time 256 KiB pages took).
 const exportPageBytes = 1 << 20
 
+// errNoReplica: this node hosts no replica of the group asked; another
+// replica may answer (onReplicas tries the next on Unavailable).
+var errNoReplica = fmt.Errorf("%w: no replica here", ErrNotProposed)
+
 // peerHandler serves quorate.v1.PeerService (forwarding channel only).
 type peerHandler struct {
 	n *Node
@@ -31,7 +35,7 @@ func (h *peerHandler) ExportSlots(ctx context.Context, req *connect.Request[quor
 	m := req.Msg
 	g := h.n.dataGroup(shard.GroupID(m.GetGroup()))
 	if g == nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("node %s hosts no replica of group %d", h.n.cfg.ID, m.GetGroup()))
+		return nil, h.n.toConnectError(fmt.Errorf("%w: node %s hosts no replica of group %d", errNoReplica, h.n.cfg.ID, m.GetGroup()))
 	}
 	r := shard.SlotRange{Start: shard.Slot(min(m.GetStart(), shard.SlotCount)), End: shard.Slot(min(m.GetEnd(), shard.SlotCount))}
 	// Frozen slots are read only for the step that froze them, while it
@@ -49,7 +53,7 @@ func (h *peerHandler) ExportSlots(ctx context.Context, req *connect.Request[quor
 	}
 	state, err := proto.Marshal(page.State)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
+		return nil, h.n.toConnectError(fmt.Errorf("encoding the export page: %w", err)) // a bug: Internal
 	}
 	return connect.NewResponse(&quoratev1.ExportSlotsResponse{State: state, Records: uint32(page.Records),
 		NextCursor: page.Next, Done: page.Done, SourceNowUnixNano: page.SourceNow}), nil

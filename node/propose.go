@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/cenkalti/backoff/v5"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
@@ -35,43 +34,6 @@ var (
 // forwardedHeader marks a request forwarded by another node to this one as
 // leader; such a request is never forwarded again.
 const forwardedHeader = "Quorate-Forwarded-By"
-
-// propose stamps env with the leader's time, appends it to the log and waits
-// until it is applied here, returning the FSM's result. Errors: ErrNotLeader
-// (not proposed), ErrOutcomeUnknown, or the FSM's refusal.
-//
-// The group is the one onLeader chose for the request (carried in ctx), else
-// the meta group; data commands are stamped with that choice's map epoch.
-func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
-	return n.proposeTo(ctx, n.destOf(ctx), env)
-}
-
-// proposeTo is propose to the group of d, with the request's key folded
-// into its request ID (keyRequestID). A command naming a policy the
-// group does not have is not proposed when the meta group, caught up, does
-// not have it either: it is answered fsm.ErrUnknownPolicy without a log
-// entry (unless a request ID of it is recorded: the FSM answers a repeat
-// from its record, whatever became of the policy). When the meta group has
-// it, a data group gets the meta table first (it is copied shortly after
-// each change), and a command the group refused for want of it (a change
-// racing the check) is proposed again: the refused one changed nothing.
-func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
-	env, err := n.keyRequestID(ctx, d, env)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotProposed, err)
-	}
-	if err := n.knowPolicies(ctx, d, env); err != nil {
-		return nil, err
-	}
-	res, err := n.proposeOnce(ctx, d, env)
-	if errors.Is(err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
-		if serr := n.knowPolicies(ctx, d, env); serr != nil {
-			return nil, serr
-		}
-		res, err = n.proposeOnce(ctx, d, env)
-	}
-	return res, err
-}
 
 // knowPolicies brings the group of d (led here) to know every policy env
 // names, or returns fsm.ErrUnknownPolicy when the cluster does not have
@@ -132,110 +94,6 @@ func policyNames(env *raftcmdv1.Envelope) (names []string, caller, requestID str
 	return nil, "", ""
 }
 
-func (n *Node) proposeOnce(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
-	env.MapEpoch = d.epoch
-	if fsm.Batchable(env) {
-		return n.submit(ctx, d.g, env)
-	}
-	env.NowUnixNano = n.now().UnixNano()
-	type applied struct {
-		res any
-		err error
-	}
-	done := make(chan applied, 1)
-	go func() {
-		res, err := n.applyEntry(d.g, env, func() { n.hooks.run(&n.hooks.afterPropose, env) })
-		if err == nil {
-			if e, ok := res.(error); ok {
-				res, err = nil, e
-			} else {
-				n.hooks.run(&n.hooks.afterApply, env)
-			}
-		}
-		done <- applied{res, err}
-	}()
-	select {
-	case a := <-done:
-		return a.res, a.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %v while the entry was committing", ErrOutcomeUnknown, ctx.Err())
-	}
-}
-
-// routing says how onLeader may treat a request.
-type routing struct {
-	// data: the request works on key's state and goes to the key's data
-	// group; otherwise it goes to the meta group.
-	data bool
-	key  string
-
-	// forwarded: the request came from another node; never forward it again.
-	forwarded bool
-	// idempotent: the request carries a request ID, so a retry after an
-	// unknown outcome gets the first answer and spends nothing.
-	idempotent bool
-}
-
-// onLeader runs local when this node leads, or remote against the leader
-// (over the peer port's forwarding channel) otherwise, and retries while the request was certainly not
-// applied (ErrNotProposed) and ctx allows; an idempotent request is also
-// retried after an unknown outcome. A forwarded request is never forwarded
-// again: if this node does not lead, it answers ErrNotLeader so the
-// forwarding node retries.
-func (n *Node) onLeader(ctx context.Context, r routing,
-	local func(context.Context) error, remote func(ctx context.Context, p *peerClient) error) error {
-	var unknown error // the last attempt whose outcome is unknown, if any
-	attempt := -1
-	err, stopped := retry(ctx, doubling(5*time.Millisecond, 100*time.Millisecond), func() error {
-		attempt++
-		d, err := n.destFor(r)
-		switch {
-		case err != nil:
-		case d.g != nil && d.g.isLeader():
-			if err = local(withDest(ctx, d)); isRouteError(err) {
-				err = fmt.Errorf("%w: %v", ErrNotProposed, err)
-			}
-		case r.forwarded:
-			if unknown != nil {
-				// An earlier attempt here may have applied: say so, or the
-				// forwarding node would report "not proposed".
-				return backoff.Permanent(unknown)
-			}
-			return backoff.Permanent(ErrNotLeader)
-		default:
-			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
-				err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
-			} else {
-				err = classifyRemote(remote(ctx, n.fwd.get("http://"+addr)))
-			}
-		}
-		wasUnknown := errors.Is(err, ErrOutcomeUnknown) || isOutcomeUnknown(err)
-		if wasUnknown {
-			unknown = err
-		}
-		if !errors.Is(err, ErrNotProposed) && !(r.idempotent && wasUnknown) {
-			return backoff.Permanent(err)
-		}
-		return err
-	})
-	if stopped != nil {
-		if unknown != nil {
-			// A later "not proposed" does not undo an earlier attempt
-			// that may have been applied.
-			err = unknown
-		}
-		return fmt.Errorf("%w (%v)", err, stopped)
-	}
-	return err
-}
-
-// isOutcomeUnknown reports whether err is an Unavailable Connect error
-// carrying the OutcomeUnknown detail (the leader's own answer to a forwarded
-// call).
-func isOutcomeUnknown(err error) bool {
-	return connect.CodeOf(err) == connect.CodeUnavailable && IsOutcomeUnknown(err)
-}
-
 // leader returns the leader's API address (empty when unknown or not yet
 // registered) and ID.
 func (n *Node) leader() (apiAddr, id string) {
@@ -247,22 +105,27 @@ func (n *Node) leader() (apiAddr, id string) {
 	return m.APIAddr, string(lid)
 }
 
-// classifyRemote sorts the error of a call forwarded to the leader: the
-// leader's own answer passes through, except that "not leader" means not
-// proposed; a call that never reached the leader was not proposed; any other
-// failure of the call leaves the outcome unknown.
+// classifyRemote sorts the error of a call forwarded to the leader into
+// the engine's three kinds: the leader's own answer (a wire error) passes
+// through, final, except that "not leader" means not proposed and an
+// OutcomeUnknown answer wraps ErrOutcomeUnknown (toConnectError still
+// passes the leader's error on as it is); a call that never reached the
+// leader was not proposed; any other failure of the call leaves the outcome
+// unknown. The answers a forwarded AdmitBatch carries for each item are
+// sorted by batchResultAnswer instead.
 func classifyRemote(err error) error {
-	if err == nil || errors.Is(err, ErrNotProposed) || errors.Is(err, ErrOutcomeUnknown) {
-		return err // already sorted (a forwarded batch's answer)
-	}
-	var la *leaderAnswer
-	if errors.As(err, &la) {
-		return la.ce
+	if err == nil {
+		return nil
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && connect.IsWireError(ce) {
-		if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader && ce.Code() == connect.CodeUnavailable {
-			return fmt.Errorf("%w: %v", ErrNotProposed, ce)
+		if ce.Code() == connect.CodeUnavailable {
+			if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader {
+				return fmt.Errorf("%w: %v", ErrNotProposed, ce)
+			}
+			if IsOutcomeUnknown(ce) {
+				return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ce)
+			}
 		}
 		return ce
 	}

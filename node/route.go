@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -27,14 +26,14 @@ var errNoShardMap = fmt.Errorf("%w: the cluster has no shard map yet", ErrNotPro
 // single-group cluster) unless this node expects data groups.
 func (n *Node) destFor(r routing) (dest, error) {
 	if !r.data {
-		return dest{g: n.meta, id: shard.MetaGroup}, nil
+		return n.metaDest(), nil
 	}
 	rt, ok := n.meta.fsm.Route(r.key)
 	if !ok {
 		if n.cfg.DataGroups > 0 {
 			return dest{}, errNoShardMap
 		}
-		return dest{g: n.meta, id: shard.MetaGroup}, nil
+		return n.metaDest(), nil
 	}
 	return dest{g: n.dataGroup(rt.Group), id: rt.Group, epoch: rt.MapEpoch, replicas: rt.Replicas}, nil
 }
@@ -72,20 +71,8 @@ func isRouteError(err error) bool {
 	return errors.Is(err, fsm.ErrWrongGroup) || errors.Is(err, fsm.ErrStaleEpoch) || errors.Is(err, fsm.ErrSlotMoving)
 }
 
-type destKey struct{}
-
-// withDest carries the destination chosen by onLeader to propose.
-func withDest(ctx context.Context, d dest) context.Context {
-	return context.WithValue(ctx, destKey{}, d)
-}
-
-// destOf returns the destination onLeader chose, or the meta group.
-func (n *Node) destOf(ctx context.Context) dest {
-	if d, ok := ctx.Value(destKey{}).(dest); ok && d.g != nil {
-		return d
-	}
-	return dest{g: n.meta, id: shard.MetaGroup}
-}
+// metaDest is the meta group as a destination.
+func (n *Node) metaDest() dest { return dest{g: n.meta, id: shard.MetaGroup} }
 
 // hasShardMap reports whether this node's meta replica has a shard map (the
 // cluster has data groups) or expects one.

@@ -20,6 +20,7 @@ type Stats struct {
 	IdleClosed   int64 // closed: idle for the idle timeout
 	Redials      int64 // dialed Raft connections replaced before a write
 	OtherCluster int64 // refused: another cluster's, or no, cluster ID
+	Dials        int64 // connections opened by Dial (the stream layers' not counted)
 }
 
 // Stats returns the mux's counts so far.
@@ -31,6 +32,7 @@ func (m *Mux) Stats() Stats {
 		IdleClosed:   m.stats.idleClosed.Load(),
 		Redials:      m.stats.redials.Load(),
 		OtherCluster: m.stats.otherCluster.Load(),
+		Dials:        m.stats.dials.Load(),
 	}
 }
 
@@ -43,6 +45,7 @@ type muxStats struct {
 	redials    atomic.Int64 // dialed connections replaced before a write
 
 	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
+	dials        atomic.Int64 // connections opened by Dial
 }
 
 // Mux multiplexes one peer listener into channels (see the header
@@ -305,7 +308,11 @@ func (m *Mux) listen(ch uint64) (*muxListener, error) {
 // writes the header for channel ch. ctx bounds the dial and the header
 // write. The connection is the caller's to close; Close closes it too.
 func (m *Mux) Dial(ctx context.Context, addr string, ch uint64) (net.Conn, error) {
-	return m.dial(ctx, addr, ch, nil)
+	c, err := m.dial(ctx, addr, ch, nil)
+	if err == nil {
+		m.stats.dials.Add(1)
+	}
+	return c, err
 }
 
 func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) (net.Conn, error) {

@@ -43,6 +43,12 @@ func TestMuxDispatchesByChannel(t *testing.T) {
 		waitClosedByPeer(t, c, 5*time.Second)
 		c.Close()
 	}
+	if got := a.Stats().Dials; got != int64(len(chans)) {
+		t.Fatalf("Stats().Dials = %d after %d dials", got, len(chans))
+	}
+	if got := b.Stats().Dials; got != 0 {
+		t.Fatalf("the mux dialed to counts %d dials of its own", got)
+	}
 }
 
 func TestMuxRejectsBadConnections(t *testing.T) {

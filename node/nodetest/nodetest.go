@@ -81,6 +81,7 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 		cfg.LeaderLeaseTimeout = 250 * time.Millisecond
 		cfg.LogOutput = c.logs
 		cfg.LogLevel = "warn"
+		cfg.Observer = new(Observer)
 		if i == 0 {
 			cfg.Bootstrap = true
 		} else {
