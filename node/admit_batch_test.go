@@ -169,7 +169,7 @@ func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 	// that predates levels wrote for it.
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
-			node.SetFeatureLevel(cfg, node.FeatureLevel()-1)
+			cfg.MaxFeatureLevel = node.FeatureLevel() - 1
 		}
 	}})
 	applyBucket(t, c, "p", 1_000)
@@ -209,7 +209,7 @@ func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 
 	// Node 2 restarts with the current binary and registers its level.
 	c.Stop(2)
-	node.ResetFeatureLevel(c.Config(2))
+	c.Config(2).MaxFeatureLevel = 0
 	c.Start(2)
 	leader = c.Leader(t)
 	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {

@@ -144,7 +144,7 @@ func TestNewClusterOnOldAddressesIsNotJoinedByOldNode(t *testing.T) {
 // every node records the same.
 func TestClusterWithoutIDGetsOne(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		node.SetFeatureLevel(cfg, node.FeatureLevel()-1)
+		cfg.MaxFeatureLevel = node.FeatureLevel() - 1
 	}})
 	applyPolicy(t, c, "p", 1000, time.Second, 1000)
 	if id := node.MetaClusterID(c.Node(0)); id != "" {
@@ -159,7 +159,7 @@ func TestClusterWithoutIDGetsOne(t *testing.T) {
 		}
 	}
 	for i := range c.Len() {
-		node.ResetFeatureLevel(c.Config(i))
+		c.Config(i).MaxFeatureLevel = 0
 		c.Start(i)
 	}
 	c.WaitReady(t)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/quorate/quorate/fsm"
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
@@ -164,20 +166,56 @@ type Config struct {
 	// Observer). No flag sets it: it is for programs that embed a node.
 	Observer Observer
 
-	// featureLevel, when set, is the log feature level this node registers
-	// instead of fsm.FeatureLevel: tests play a node running an older
-	// binary (export_test.go).
-	featureLevel *uint32
-	// removeGrace, when positive, replaces the removeGrace constant (tests).
-	removeGrace time.Duration
-	// exportPageBytes, when positive, replaces exportPageBytes (tests: many
-	// small import chunks).
-	exportPageBytes int
-	// progressEvery, when positive, replaces progressEvery (tests).
-	progressEvery time.Duration
+	// MaxFeatureLevel is the highest log feature level this node registers
+	// (--max-feature-level); 0 means fsm.FeatureLevel, the highest its
+	// binary applies. A log feature of level L (docs/DESIGN.md, "Feature
+	// levels") is used only once every registered node is at L or above, and
+	// once its entries are in the log a binary below L cannot apply them.
+	// Lower it to hold new log features back during a rolling upgrade: while
+	// any node registers the old binaries' level, no node writes the new
+	// features, so the cluster can still go back to the old binary.
+	// Restart the nodes without it to let them in (a node registers its
+	// level again each time it starts). Lowering it after a feature is in
+	// use stops new uses but cannot take back entries already written.
+	MaxFeatureLevel uint32
+
+	// MigrationChunkBytes is about how much state one chunk of a slot
+	// move's copy carries (--migration-chunk-bytes): the page read from a
+	// source replica and the import entry proposed to the target group.
+	// The node coordinating a move (the meta leader) sets it for the pages
+	// it asks for, so give every node the same value. Smaller chunks make
+	// each import entry lighter for the target group's traffic, larger ones
+	// make the move faster. 1 KiB to MaxMigrationChunkBytes; 0 means
+	// DefaultMigrationChunkBytes.
+	MigrationChunkBytes int
+
+	// MigrationProgressInterval is how often a slot move's copy records its
+	// progress in the plan (--migration-progress-interval): what plan
+	// status shows of a copy under way, and how soon a cancel stops it (the
+	// coordinator sees the cancel when it records progress). Each record is
+	// a meta-group log entry. 1ms to 1m; 0 means
+	// DefaultMigrationProgressInterval.
+	MigrationProgressInterval time.Duration
 
 	_ struct{}
 }
+
+// DefaultMigrationChunkBytes is Config.MigrationChunkBytes's default (1 MiB
+// chunks moved 100,000 records in about half the time 256 KiB chunks took).
+const DefaultMigrationChunkBytes = 1 << 20
+
+// DefaultMigrationProgressInterval is Config.MigrationProgressInterval's
+// default.
+const DefaultMigrationProgressInterval = 500 * time.Millisecond
+
+// MaxMigrationChunkBytes bounds Config.MigrationChunkBytes: a source
+// replica serves export pages of up to this size, and a chunk this large
+// fits the smallest peer request bound (--max-peer-request-bytes, at least
+// 8 MiB).
+const MaxMigrationChunkBytes = 4 << 20
+
+// minMigrationChunkBytes is the smallest Config.MigrationChunkBytes.
+const minMigrationChunkBytes = 1 << 10
 
 // MaxDataGroups bounds Config.DataGroups.
 const MaxDataGroups = 1024
@@ -204,10 +242,13 @@ func DefaultConfig() Config {
 		MaxRequestBytes:     DefaultMaxRequestBytes,
 		MaxPeerRequestBytes: DefaultMaxPeerRequestBytes,
 		RequestBodyTimeout:  DefaultRequestBodyTimeout,
-		SnapshotThreshold:   8192,
-		SnapshotInterval:    30 * time.Second,
-		TrailingLogs:        10240,
-		LogLevel:            "info",
+
+		MigrationChunkBytes:       DefaultMigrationChunkBytes,
+		MigrationProgressInterval: DefaultMigrationProgressInterval,
+		SnapshotThreshold:         8192,
+		SnapshotInterval:          30 * time.Second,
+		TrailingLogs:              10240,
+		LogLevel:                  "info",
 
 		PeerHandshakeTimeout: 5 * time.Second,
 		PeerIdleTimeout:      2 * time.Minute,
@@ -287,6 +328,15 @@ func (c Config) Validate() error {
 	if err := c.checkLimits(bad); err != nil {
 		return err
 	}
+	if c.MaxFeatureLevel > fsm.FeatureLevel {
+		return bad("max-feature-level", "must be between 1 and %d, the highest this binary applies, or 0 for it (got %d)", fsm.FeatureLevel, c.MaxFeatureLevel)
+	}
+	if b := c.MigrationChunkBytes; b != 0 && (b < minMigrationChunkBytes || b > MaxMigrationChunkBytes) {
+		return bad("migration-chunk-bytes", "must be between %d and %d bytes, or 0 for the default (got %d)", minMigrationChunkBytes, MaxMigrationChunkBytes, b)
+	}
+	if d := c.MigrationProgressInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
+		return bad("migration-progress-interval", "must be between 1ms and 1m, or 0 for the default (got %v)", d)
+	}
 	if c.SnapshotThreshold < 1 {
 		return bad("snapshot-threshold", "must be at least 1")
 	}
@@ -294,6 +344,30 @@ func (c Config) Validate() error {
 		return bad("log-level", "%v", err)
 	}
 	return nil
+}
+
+// featureLevel is the log feature level this node registers.
+func (c Config) featureLevel() uint32 {
+	if c.MaxFeatureLevel == 0 {
+		return fsm.FeatureLevel
+	}
+	return c.MaxFeatureLevel
+}
+
+// migrationChunkBytes is the size of a slot move's chunk here.
+func (c Config) migrationChunkBytes() int {
+	if c.MigrationChunkBytes == 0 {
+		return DefaultMigrationChunkBytes
+	}
+	return c.MigrationChunkBytes
+}
+
+// migrationProgressInterval is how often a copy records its progress here.
+func (c Config) migrationProgressInterval() time.Duration {
+	if c.MigrationProgressInterval == 0 {
+		return DefaultMigrationProgressInterval
+	}
+	return c.MigrationProgressInterval
 }
 
 func (c Config) checkID() error {

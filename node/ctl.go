@@ -95,10 +95,7 @@ var _ requestPath = (*Node)(nil)
 
 // newController returns n's control plane, not yet running.
 func newController(n *Node) *controller {
-	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: fsm.FeatureLevel}
-	if n.cfg.featureLevel != nil {
-		self.FeatureLevel = *n.cfg.featureLevel
-	}
+	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: n.cfg.featureLevel()}
 	return &controller{
 		cfg:      n.cfg,
 		log:      n.log,

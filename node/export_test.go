@@ -2,7 +2,6 @@ package node
 
 import (
 	"slices"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -27,19 +26,8 @@ func DropPeerConnections(n *Node) {
 	n.fwd.close()
 }
 
-// SetFeatureLevel makes a node started with cfg register level as its log
-// feature level, as a node running an older binary would.
-func SetFeatureLevel(cfg *Config, level uint32) { cfg.featureLevel = &level }
-
 // MinFeatureLevel is the lowest feature level n's meta replica records.
 func MinFeatureLevel(n *Node) uint32 { return n.meta.fsm.MinFeatureLevel() }
-
-// ResetFeatureLevel undoes SetFeatureLevel.
-func ResetFeatureLevel(cfg *Config) { cfg.featureLevel = nil }
-
-// SetRemoveGrace sets how long a node started with cfg keeps a replica the
-// map no longer places on it.
-func SetRemoveGrace(cfg *Config, d time.Duration) { cfg.removeGrace = d }
 
 // GroupVoters returns the voters of data group gid in n's replica's Raft
 // configuration (nil when n hosts no replica of it).
@@ -62,9 +50,6 @@ func GroupVoters(n *Node, gid uint32) []string {
 	return out
 }
 
-// SetExportPageBytes makes slot migrations read pages of about b bytes.
-func SetExportPageBytes(cfg *Config, b int) { cfg.exportPageBytes = b }
-
 // GroupStateCounts returns the buckets, semaphores and request-ID entries
 // n's replica of data group gid holds (ok false when it hosts none).
 func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) {
@@ -77,6 +62,3 @@ func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) 
 
 // SlotOf is key's slot.
 func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
-
-// SetPlanProgressEvery makes slot copies record their progress every d.
-func SetPlanProgressEvery(cfg *Config, d time.Duration) { cfg.progressEvery = d }

@@ -388,9 +388,9 @@ func TestSlotMoveFailsOnClockSkew(t *testing.T) {
 func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
-		node.SetExportPageBytes(cfg, 1024)
+		cfg.MigrationChunkBytes = 1024
 		if i == 2 {
-			node.SetFeatureLevel(cfg, fsm.FeatureMigrate)
+			cfg.MaxFeatureLevel = fsm.FeatureMigrate
 		}
 	}})
 	sm := waitGroups(t, c, 2)
@@ -445,7 +445,7 @@ func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 	hook()
 	move(1, 2, false)
 
-	node.ResetFeatureLevel(c.Config(2))
+	c.Config(2).MaxFeatureLevel = 0
 	c.Stop(2)
 	c.Start(2)
 	hook()

@@ -327,8 +327,8 @@ func fillKeys(ctx context.Context, t *testing.T, c *nodetest.Cluster, policy str
 func migrationCluster(t *testing.T, ctx context.Context, keys int) (*nodetest.Cluster, shard.SlotRange, []string) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
-		node.SetExportPageBytes(cfg, 1024)
-		node.SetPlanProgressEvery(cfg, time.Nanosecond)
+		cfg.MigrationChunkBytes = 1024
+		cfg.MigrationProgressInterval = time.Millisecond
 	}})
 	sm := waitGroups(t, c, 2)
 	applyLongBucket(t, c, "p", 1_000_000)

@@ -16,10 +16,6 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// exportPageBytes is about how much state one import entry carries (1 MiB
-// pages moved 100,000 records in about half the time 256 KiB pages took).
-const exportPageBytes = 1 << 20
-
 // errNoReplica: this node hosts no replica of the group asked; another
 // replica may answer (onReplicas tries the next on Unavailable).
 var errNoReplica = fmt.Errorf("%w: no replica here", ErrNotProposed)
@@ -44,8 +40,8 @@ func (h *peerHandler) ExportSlots(ctx context.Context, req *connect.Request[quor
 		return nil, h.n.toConnectError(err)
 	}
 	maxBytes := int(m.GetMaxBytes())
-	if maxBytes <= 0 || maxBytes > 4*exportPageBytes {
-		maxBytes = h.n.pageBytes()
+	if maxBytes <= 0 || maxBytes > MaxMigrationChunkBytes {
+		maxBytes = h.n.cfg.migrationChunkBytes()
 	}
 	page, err := g.fsm.ExportSlots(m.GetMigration(), r, m.GetCursor(), maxBytes)
 	if err != nil {
@@ -105,14 +101,6 @@ func (n *Node) checkMigrationEntry(ctx context.Context, id shard.GroupID, env *r
 	}
 	imp.BoundedSourceTime = n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBoundedImport
 	return nil
-}
-
-// pageBytes is the size of an export page here.
-func (n *Node) pageBytes() int {
-	if n.cfg.exportPageBytes > 0 {
-		return n.cfg.exportPageBytes
-	}
-	return exportPageBytes
 }
 
 // isCoordination reports whether env is a slot-migration entry.
@@ -183,14 +171,14 @@ func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(conte
 // from: this node's when it applied the freeze, else another's.
 func (n *Node) exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (fsm.ExportPage, error) {
 	if g := n.dataGroup(from); g != nil {
-		if page, err := g.fsm.ExportSlots(migration, r, cursor, n.pageBytes()); err == nil {
+		if page, err := g.fsm.ExportSlots(migration, r, cursor, n.cfg.migrationChunkBytes()); err == nil {
 			return page, nil
 		}
 	}
 	var page fsm.ExportPage
 	err := n.onReplicas(ctx, from, func(ctx context.Context, p *peerClient) error {
 		resp, err := p.peer.ExportSlots(ctx, connect.NewRequest(&quoratev1.ExportSlotsRequest{Group: uint32(from), Migration: migration,
-			Start: uint32(r.Start), End: uint32(r.End), Cursor: cursor, MaxBytes: uint32(n.pageBytes())}))
+			Start: uint32(r.Start), End: uint32(r.End), Cursor: cursor, MaxBytes: uint32(n.cfg.migrationChunkBytes())}))
 		if err != nil {
 			return err
 		}

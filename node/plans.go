@@ -28,9 +28,6 @@ const (
 	planRetryFor    = 30 * time.Second
 )
 
-// progressEvery is how often a copy records its progress in the plan.
-const progressEvery = 500 * time.Millisecond
-
 // planLoop drives the meta group's running plan while this node leads the
 // meta group, one step after the other, until ctx is done. Every step
 // resumes from the phase recorded in the meta group, so a new leader (or
@@ -145,7 +142,7 @@ func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 // copySlots copies migration's frozen state from group mv.from into group
 // mv.to as attempt attempt: export pages read from a source replica become
 // import chunks proposed to the target, in order; progress is recorded in
-// the plan every progressEvery (a cancel is seen then). It returns the totals.
+// the plan every Config.MigrationProgressInterval (a cancel is seen then). It returns the totals.
 func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlotsStep, attempt uint64,
 	progress func(records, size, chunks uint64) error) (records, size, chunks uint64, err error) {
 	mapEpoch, _ := c.meta.fsm.ShardMapEpoch()
@@ -172,11 +169,7 @@ func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.Mo
 		if page.Done {
 			return records, size, chunks, nil
 		}
-		every := progressEvery
-		if c.cfg.progressEvery > 0 {
-			every = c.cfg.progressEvery
-		}
-		if time.Since(reported) >= every {
+		if time.Since(reported) >= c.cfg.migrationProgressInterval() {
 			if err := progress(records, size, chunks); err != nil {
 				return records, size, chunks, err
 			}

@@ -25,7 +25,6 @@ import (
 func TestRebalanceSpreadsReplicasAndLeaders(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 5, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 4, 3
-		node.SetRemoveGrace(cfg, 2*time.Second)
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -132,7 +131,7 @@ func TestPlansRefusedBelowFeatureLevelAndBadRequests(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
 		if i == 2 {
-			node.SetFeatureLevel(cfg, 2)
+			cfg.MaxFeatureLevel = 2
 		}
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -152,7 +151,7 @@ func TestPlansRefusedBelowFeatureLevelAndBadRequests(t *testing.T) {
 	if err != nil || len(list.Msg.GetPlans()) != 0 {
 		t.Fatalf("plans after a refused split: %v (%v)", list.Msg.GetPlans(), err)
 	}
-	node.ResetFeatureLevel(c.Config(2))
+	c.Config(2).MaxFeatureLevel = 0
 	c.Stop(2)
 	c.Start(2)
 	c.Eventually(t, 20*time.Second, "node 2 at the current level", func() error {
@@ -210,7 +209,6 @@ func TestPlansRefusedBelowFeatureLevelAndBadRequests(t *testing.T) {
 func TestPreRegisteredNodeTakesReplicas(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 4
-		node.SetRemoveGrace(cfg, 2*time.Second)
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -220,10 +220,6 @@ func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout tim
 // places here again.
 func (c *controller) closeUnplaced(m shard.Map) {
 	now := time.Now()
-	grace := removeGrace
-	if c.cfg.removeGrace > 0 {
-		grace = c.cfg.removeGrace
-	}
 	for _, g := range c.replicas.sorted() {
 		p := c.paceOf(g)
 		stopped := g.raft.State() == raft.Shutdown
@@ -239,7 +235,7 @@ func (c *controller) closeUnplaced(m shard.Map) {
 			if p.unplacedSince.IsZero() {
 				p.unplacedSince = now
 			}
-			if !stopped && (g.isLeader() || now.Sub(p.unplacedSince) < grace) && !c.removedFrom(g, m) {
+			if !stopped && (g.isLeader() || now.Sub(p.unplacedSince) < removeGrace) && !c.removedFrom(g, m) {
 				continue
 			}
 		}

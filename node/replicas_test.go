@@ -57,7 +57,6 @@ func wantRemaining(t *testing.T, c *nodetest.Cluster, i int, policy, key string,
 func TestMoveReplicaUnderTraffic(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
-		node.SetRemoveGrace(cfg, 2*time.Second)
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -183,7 +182,6 @@ func TestDrainNodeUnderTraffic(t *testing.T) {
 	const groups = 4
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 4, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = groups, 4
-		node.SetRemoveGrace(cfg, 2*time.Second)
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -109,7 +109,7 @@ func TestRequestIdentityIncludesTheKey(t *testing.T) {
 func TestRequestRecordedBeforeKeyedIDsStaysDeduplicated(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
-			node.SetFeatureLevel(cfg, 3)
+			cfg.MaxFeatureLevel = 3
 		}
 	}})
 	applyBucket(t, c, "p", 100)
@@ -125,7 +125,7 @@ func TestRequestRecordedBeforeKeyedIDsStaysDeduplicated(t *testing.T) {
 	}
 
 	c.Stop(2)
-	node.ResetFeatureLevel(c.Config(2))
+	c.Config(2).MaxFeatureLevel = 0
 	c.Start(2)
 	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {
 		for i := range c.Len() {

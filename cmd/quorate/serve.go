@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node"
 )
 
@@ -83,6 +84,8 @@ func newServeCmd() *cobra.Command {
 		"uses 8, with --expect-nodes 3); give every node the same value")
 	fs.IntVar(&cfg.ExpectNodes, "expect-nodes", cfg.ExpectNodes, "registered nodes the shard map waits for, so replicas spread over them from the start")
 	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port or http://host:port) of any member to join (ignored when --data-dir has state)")
+	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (1 to %d; 0: this binary's, %d); lower it to hold new\n"+
+		"log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel, fsm.FeatureLevel))
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")
@@ -140,6 +143,10 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "server-side cap on one API request (a shorter client deadline wins)")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest API request, after decompression; larger ones are refused while read (resource_exhausted)")
 	fs.IntVar(&cfg.MaxPeerRequestBytes, "max-peer-request-bytes", cfg.MaxPeerRequestBytes, "largest request on the peer port (forwarded calls, slot-migration pages); ≥ --max-request-bytes")
+	fs.IntVar(&cfg.MigrationChunkBytes, "migration-chunk-bytes", cfg.MigrationChunkBytes, fmt.Sprintf("state one chunk of a slot move carries (%d to %d); the same on every node",
+		1<<10, node.MaxMigrationChunkBytes))
+	fs.DurationVar(&cfg.MigrationProgressInterval, "migration-progress-interval", cfg.MigrationProgressInterval, "how often a slot move's copy records its progress in the plan, and so how soon a cancel\n"+
+		"stops it (1ms to 1m)")
 	fs.DurationVar(&cfg.RequestBodyTimeout, "request-body-timeout", cfg.RequestBodyTimeout, "longest a request body may take to arrive after its headers (deadline_exceeded); the call itself may run longer")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether to snapshot")
