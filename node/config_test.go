@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/fsm"
 )
 
 func TestConfigValidateNamesTheFlag(t *testing.T) {
@@ -39,7 +41,24 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--max-peer-request-bytes", func(c *Config) { c.MaxPeerRequestBytes = 4 << 20 }},
 		{"--max-peer-request-bytes", func(c *Config) { c.MaxRequestBytes, c.MaxPeerRequestBytes = 256<<20, 128<<20 }},
 		{"--request-body-timeout", func(c *Config) { c.RequestBodyTimeout = time.Millisecond }},
+		{"--max-feature-level", func(c *Config) { c.MaxFeatureLevel = fsm.FeatureLevel + 1 }},
+		{"--migration-chunk-bytes", func(c *Config) { c.MigrationChunkBytes = 100 }},
+		{"--migration-chunk-bytes", func(c *Config) { c.MigrationChunkBytes = MaxMigrationChunkBytes + 1 }},
+		{"--migration-chunk-bytes", func(c *Config) { c.MigrationChunkBytes = -1 }},
+		{"--migration-progress-interval", func(c *Config) { c.MigrationProgressInterval = time.Microsecond }},
+		{"--migration-progress-interval", func(c *Config) { c.MigrationProgressInterval = time.Hour }},
 		{"--debug-dial-map", func(c *Config) { c.DebugDialMap = map[string]string{"127.0.0.1:7170": "127.0.0.1"} }},
+	}
+	// 0 keeps each default.
+	zero := valid
+	zero.MaxFeatureLevel, zero.MigrationChunkBytes, zero.MigrationProgressInterval = 0, 0, 0
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("defaults given as 0: %v", err)
+	}
+	if zero.featureLevel() != fsm.FeatureLevel || zero.migrationChunkBytes() != DefaultMigrationChunkBytes ||
+		zero.migrationProgressInterval() != DefaultMigrationProgressInterval {
+		t.Fatalf("defaults given as 0: level %d, chunks of %d bytes, progress every %v", zero.featureLevel(),
+			zero.migrationChunkBytes(), zero.migrationProgressInterval())
 	}
 	for _, tc := range cases {
 		cfg := valid
