@@ -184,8 +184,12 @@ func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
 	}
 }
 
-// forwardTo sends items to the leader p: the Admits into its queue all at
-// once (they share AdmitBatch calls), the others one call each.
+// forwardTo sends items to the leader p, the others one call each. A lone
+// Admit rides p's queue, sharing AdmitBatch calls with other callers'; the
+// Admits of a leg with several (a client's AdmitBatch on a follower) are
+// already a batch and go at once in a call of their own: queued behind the
+// calls in flight they waited a round trip more (about 15% fewer
+// decisions/s for batches of 100, measured with quorate bench).
 func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 	var queued []*fwdItem
 	for _, it := range items {
@@ -193,8 +197,11 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 			queued = append(queued, newFwdItem(it.admit))
 		}
 	}
-	if len(queued) > 0 {
+	switch {
+	case len(queued) == 1:
 		p.admits.Add(queued...)
+	case len(queued) > 1:
+		n.fwd.sendForwards(p, queued)
 	}
 	for _, it := range items {
 		if it.admit == nil {
