@@ -233,6 +233,14 @@ func TestAccessControl(t *testing.T) {
 		}
 	})
 
+	t.Run("hostile", func(t *testing.T) {
+		var p2 http.Protocols
+		p2.SetUnencryptedHTTP2(true)
+		h := &hostileEnv{c: e.c, h1: e.httpClient(t, ""), h2: &http.Client{Transport: &http.Transport{Protocols: &p2}}}
+		t.Cleanup(h.h2.CloseIdleConnections)
+		runHostileRows(t, h, accessRows(e))
+	})
+
 	t.Run("reload", func(t *testing.T) {
 		// Grant newbie the client role: it takes effect without a restart.
 		writeAtomic(t, e.accessPath, accessRules+"  - caller: newbie\n    roles: [client]\n")
@@ -261,4 +269,33 @@ func TestAccessControl(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// accessRows: TestHostileClient's rows for a cluster with an access file
+// (run against accessEnv's): what a client without rights sends.
+func accessRows(e *accessEnv) []hostileRow {
+	call := func(path, body string, kv ...string) func(context.Context, *testing.T, *hostileEnv) hostileReply {
+		return func(ctx context.Context, _ *testing.T, h *hostileEnv) hostileReply {
+			return h.post(ctx, h.h1, 0, path, headers(append([]string{"Content-Type", "application/json"}, kv...)...),
+				strings.NewReader(body), int64(len(body)))
+		}
+	}
+	bearer := func(caller string) string { return "Bearer " + e.tokens[caller] }
+	admit := `{"policy":"acc-p","key":"k"}`
+	return []hostileRow{
+		{name: "no credentials", send: call(admitPath, admit), code: connect.CodeUnauthenticated, contains: []string{"bearer token"}},
+		{name: "basic auth", send: call(admitPath, admit, "Authorization", "Basic b3BzOm9wcw=="),
+			code: connect.CodeUnauthenticated, contains: []string{"Bearer"}},
+		{name: "bearer token with a space", send: call(admitPath, admit, "Authorization", "Bearer a b"),
+			code: connect.CodeUnauthenticated, contains: []string{"Bearer"}},
+		{name: "forwarded header on the API port", send: call(admitPath, admit, "Quorate-Forwarded-By", "node2"),
+			code: connect.CodeUnauthenticated},
+		{name: "client applies a policy", send: call(applyPath, `{"policies":[{"name":"acc-x","algorithm":"token_bucket","limit":1,"period":"1s"}]}`,
+			"Authorization", bearer("app-a")), code: connect.CodePermissionDenied, contains: []string{"app-a", "admin"}},
+		{name: "batch naming another caller", send: call(admitBatchPath,
+			`{"requests":[{"policy":"acc-p","key":"k"},{"policy":"acc-p","key":"k","caller":"app-b","requestId":"x"}]}`,
+			"Authorization", bearer("app-a")), code: connect.CodePermissionDenied, contains: []string{"app-a", "app-b"}},
+		{name: "limited caller leases another policy", send: call(acquirePath, `{"policy":"acc-q","key":"k"}`,
+			"Authorization", bearer("only-p")), code: connect.CodePermissionDenied, contains: []string{"only-p", "acc-q"}},
+	}
 }
