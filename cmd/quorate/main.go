@@ -135,6 +135,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newPolicyCmd(),
 		newAdminCmd(),
 		newBenchCmd(),
+		newTokenCmd(),
 	)
 	failOnUnknownSubcommands(root)
 	return root
