@@ -159,6 +159,14 @@ func TestAccessControl(t *testing.T) {
 		wantAccessCode(t, "admin applies a policy", err, 0)
 		_, err = e.admission(t, "newbie", 0).Admit(ctx, admitReq("acc-p", "", ""))
 		wantAccessCode(t, "caller in no rule", err, connect.CodePermissionDenied, "newbie", "not in the access file")
+		// Node-to-node status calls to API ports carry the node token.
+		st, err := e.admin(t, "ops", follower).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+		wantAccessCode(t, "cluster status", err, 0)
+		for _, m := range st.Msg.GetMembers() {
+			if m.GetError() != "" {
+				t.Errorf("member %s: %s", m.GetId(), m.GetError())
+			}
+		}
 	})
 
 	t.Run("callers", func(t *testing.T) {
