@@ -2,8 +2,16 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -115,5 +123,56 @@ func TestAuthorizeResolvesCallers(t *testing.T) {
 	err = n.authorize(context.Background(), access.ActionPeek, &quoratev1.PeekRequest{Policy: "p"})
 	if connect.CodeOf(n.toConnectError(err)) != connect.CodeUnauthenticated {
 		t.Errorf("anonymous: %v, want unauthenticated", err)
+	}
+}
+
+// authenticate takes the caller from a verified client certificate only,
+// and from a bearer token of the token file.
+func TestAuthenticateMiddleware(t *testing.T) {
+	dir := t.TempDir()
+	token := access.NewToken()
+	path := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(path, []byte("tokens:\n  - caller: app\n    sha256: "+access.HashToken(token)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := access.WatchTokens(path, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{tokens: w}
+	cert := &x509.Certificate{URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/svc"}}}
+	for _, tc := range []struct {
+		name    string
+		tls     *tls.ConnectionState
+		auth    string
+		want    access.Identity
+		wantErr bool
+	}{
+		{name: "nothing", want: access.Anonymous()},
+		{name: "token", auth: "Bearer " + token, want: access.Identity{Caller: "app", Source: access.SourceToken}},
+		{name: "unknown token", auth: "Bearer qrt_nope", want: access.Anonymous(), wantErr: true},
+		{name: "verified certificate", tls: &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}},
+			want: access.Identity{Caller: "spiffe://example.org/svc", Source: access.SourceCertificate}},
+		{name: "unverified certificate", tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}, want: access.Anonymous()},
+		{name: "certificate and another's token", tls: &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}},
+			auth: "Bearer " + token, want: access.Anonymous(), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got access.Identity
+			var gotErr bool
+			h := n.authenticate(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				got = identityOf(r.Context())
+				_, gotErr = r.Context().Value(authErrorKey{}).(error)
+			}))
+			r := httptest.NewRequest(http.MethodPost, "/quorate.v1.AdmissionService/Admit", nil)
+			r.TLS = tc.tls
+			if tc.auth != "" {
+				r.Header.Set("Authorization", tc.auth)
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if got != tc.want || gotErr != tc.wantErr {
+				t.Errorf("identity %+v (error %v), want %+v (error %v)", got, gotErr, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
