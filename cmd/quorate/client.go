@@ -119,6 +119,12 @@ func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(r)
 }
 
+func (t tokenTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // serverURLs parses a comma-separated list of servers with serverURL.
 func serverURLs(list string) ([]string, error) {
 	parts := strings.Split(list, ",")

@@ -58,6 +58,11 @@ func TestTokenEndToEnd(t *testing.T) {
 		t.Fatalf("policy apply as ops: %v\n%s", err, errOut)
 	}
 
+	out, errOut, _ := runCLI(t, "bench", "--server", server, "--policy", "tok", "--duration", "200ms", "--workers", "1")
+	if !strings.Contains(out+errOut, "unauthenticated") {
+		t.Errorf("bench without a token did not meet unauthenticated:\n%s%s", out, errOut)
+	}
+
 	t.Setenv(tokenEnv, appToken)
 	var d quoratev1.AdmitResponse
 	mustRunJSON(t, &d, "admit", "--server", server, "--policy", "tok", "--key", "k", "--request-id", "R", "-o", "json")
@@ -70,6 +75,11 @@ func TestTokenEndToEnd(t *testing.T) {
 	}
 	_, _, err = runCLI(t, "admit", "--server", server, "--policy", "tok", "--key", "k", "--caller", "other")
 	wantErrNaming(t, err, "permission_denied", "other")
+	// bench sends it too.
+	out, errOut, err = runCLI(t, "bench", "--server", server, "--policy", "tok", "--duration", "200ms", "--workers", "1")
+	if err != nil || strings.Contains(out+errOut, "unauthenticated") || strings.Contains(out+errOut, "permission") {
+		t.Errorf("bench with $%s: %v\n%s%s", tokenEnv, err, out, errOut)
+	}
 	// The lease commands take it as --auth-token, as --token is the fencing token.
 	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token", opsToken)
 	wantErrNaming(t, err, "permission_denied", "ops", "client")
