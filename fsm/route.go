@@ -211,6 +211,13 @@ func ownershipFromProto(o *raftcmdv1.SetOwnership) *ownership {
 	return out
 }
 
+// ReservationPolicy returns the policy a reservation ID names ("" when id
+// is not one), so that a Commit is authorized for the policy it settles.
+func ReservationPolicy(id string) string {
+	policy, _, _ := parseReservationID(id)
+	return policy
+}
+
 // ReservationKey returns the key a reservation ID names ("" when id is not
 // one), so that a Commit routes to the key's group.
 func ReservationKey(id string) string {

@@ -197,6 +197,25 @@ type Config struct {
 	// DefaultMigrationProgressInterval.
 	MigrationProgressInterval time.Duration
 
+	// AccessFile is the access file (--access-file): which roles each
+	// authenticated caller holds, and the policies its data calls may use
+	// (package access). It is reloaded when it changes. Without one the
+	// node is open (every caller may do everything, as it names itself),
+	// which Validate allows only when the API listens, and is advertised,
+	// on a loopback address.
+	AccessFile string
+
+	// TokenFile is the token file (--token-file): callers and the SHA-256
+	// of their bearer tokens. It is reloaded when it changes. Optional:
+	// without one, callers authenticate by client certificate only.
+	TokenFile string
+
+	// NodeToken is the bearer token this node presents on other nodes' API
+	// ports (--node-token, or QUORATE_NODE_TOKEN): its first join through
+	// --join, and the status it asks of members. With an access file, its
+	// caller needs the admin role. Calls over the peer port carry none.
+	NodeToken string
+
 	_ struct{}
 }
 
@@ -343,7 +362,28 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return bad("log-level", "%v", err)
 	}
+	if c.AccessFile == "" {
+		for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"advertise-api-addr", c.AdvertiseAPIAddr}} {
+			if a.addr != "" && !isLoopback(a.addr) {
+				return bad("access-file", "required when the API is reachable beyond this host (--%s %s): "+
+					"without one, every caller may do everything; open mode is for loopback addresses only", a.flag, a.addr)
+			}
+		}
+	}
 	return nil
+}
+
+// isLoopback reports whether addr's host is a loopback IP or "localhost".
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // featureLevel is the log feature level this node registers.

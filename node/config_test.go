@@ -36,6 +36,9 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--request-timeout", func(c *Config) { c.RequestTimeout = 0 }},
 		{"--snapshot-threshold", func(c *Config) { c.SnapshotThreshold = 0 }},
 		{"--log-level", func(c *Config) { c.LogLevel = "loud" }},
+		{"--access-file", func(c *Config) { c.APIAddr = "10.0.0.1:7070" }},
+		{"--access-file", func(c *Config) { c.APIAddr = "0.0.0.0:7070"; c.AdvertiseAPIAddr = "127.0.0.1:7070" }},
+		{"--access-file", func(c *Config) { c.AdvertiseAPIAddr = "node1.example:7070" }},
 		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 1000 }},
 		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 2 << 30 }},
 		{"--max-peer-request-bytes", func(c *Config) { c.MaxPeerRequestBytes = 4 << 20 }},
@@ -144,5 +147,26 @@ func TestCloseWithoutRunReleasesPortsAndDataDir(t *testing.T) {
 	if n4, err := New(other); err == nil {
 		n4.Close()
 		t.Fatal("a second node opened a data dir in use")
+	}
+}
+
+// Open mode (no access file) is for loopback only; with an access file any
+// address will do.
+func TestConfigOpenModeOnLoopbackOnly(t *testing.T) {
+	c := DefaultConfig()
+	c.ID, c.DataDir, c.Bootstrap = "n1", t.TempDir(), true
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:7070", "localhost:7070"} {
+		c.APIAddr = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("open mode on %s: %v", addr, err)
+		}
+	}
+	c.APIAddr = "10.0.0.1:7070"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--access-file") {
+		t.Errorf("open mode on %s: %v, want an error naming --access-file", c.APIAddr, err)
+	}
+	c.AccessFile = "access.yaml"
+	if err := c.Validate(); err != nil {
+		t.Errorf("with an access file on %s: %v", c.APIAddr, err)
 	}
 }

@@ -75,6 +75,16 @@
 // when the server shuts down). JSON requests with fields their message does
 // not declare are refused; binary protobuf keeps unknown fields.
 //
+// # Callers and rights
+//
+// With Config.AccessFile, the API server authenticates every call (a
+// verified client certificate, or a bearer token of Config.TokenFile) and
+// allows it by the caller's roles and policies (package access; auth.go);
+// the caller of a request's ID is the authenticated one. Without it the
+// node is open, which Validate allows only on loopback addresses. The peer
+// port's forwarding server serves nodes and does not authenticate callers
+// again: what a node forwards, its own API edge authorized.
+//
 // # Addresses
 //
 // Each node listens on its API and Raft addresses and advertises them (or

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/lease"
@@ -61,6 +62,10 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, ErrInvalidConfig):
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, access.ErrUnauthenticated):
+		return connect.NewError(connect.CodeUnauthenticated, err)
+	case errors.Is(err, access.ErrPermissionDenied):
+		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

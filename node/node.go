@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
@@ -44,7 +45,9 @@ type Node struct {
 	fwd        *peers       // to other nodes over the peer mux: forwarded requests
 	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
 	waiters    *waiters
-	controller *controller // the control plane (ctl.go)
+	controller *controller                     // the control plane (ctl.go)
+	authz      *access.Authorizer              // who may do what on the API (auth.go)
+	tokens     *access.Watcher[*access.Tokens] // the token file; nil without one
 	closeOnce  sync.Once
 	closeErr   error
 
@@ -72,6 +75,9 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
+		return nil, err
+	}
+	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
 
@@ -138,6 +144,7 @@ func New(cfg Config) (_ *Node, err error) {
 	for _, p := range []*peers{n.peers, n.fwd} {
 		p.from, p.timeout, p.maxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
 	}
+	n.peers.token = cfg.NodeToken // the API port authenticates; the peer port does not
 	if n.fwdLn, err = n.mux.Listener(peermux.ChannelForward); err != nil {
 		return nil, err
 	}
@@ -162,6 +169,11 @@ func (n *Node) newServer(peer bool) *http.Server {
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
 	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
+	if !peer {
+		// The API edge (auth.go). The forwarding server serves nodes, which
+		// authorized what they forward: it does not authenticate again.
+		opts = append(opts, connect.WithInterceptors(authInterceptor{n: n}))
+	}
 	handlerOpts := connect.WithHandlerOptions(opts...)
 	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
@@ -174,10 +186,14 @@ func (n *Node) newServer(peer bool) *http.Server {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	var handler http.Handler = mux
+	if !peer {
+		handler = n.authenticate(mux)
+	}
 	srv := &http.Server{
 		// Every request, even to an unknown path: after the handler, the
 		// server may still read (and discard) what is left of the body.
-		Handler:           guard.handler(mux),
+		Handler:           guard.handler(handler),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -25,6 +27,9 @@ type peers struct {
 	timeout time.Duration
 	// maxBytes bounds each message sent and read (connectClientOptions).
 	maxBytes int
+	// token, if set, is sent as a bearer token on every call
+	// (Config.NodeToken): only to other nodes' API ports.
+	token string
 
 	mu      sync.Mutex
 	clients map[string]*peerClient
@@ -61,6 +66,9 @@ func (p *peers) get(baseURL string) *peerClient {
 	c, ok := p.clients[baseURL]
 	if !ok {
 		opts := connectClientOptions(p.maxBytes)
+		if p.token != "" {
+			opts = append(opts, connect.WithInterceptors(bearerToken(p.token)))
+		}
 		c = &peerClient{
 			admission: quoratev1connect.NewAdmissionServiceClient(p.httpClient, baseURL, opts...),
 			admin:     quoratev1connect.NewAdminServiceClient(p.httpClient, baseURL, opts...),
@@ -71,6 +79,28 @@ func (p *peers) get(baseURL string) *peerClient {
 		p.clients[baseURL] = c
 	}
 	return c
+}
+
+// bearerToken is a client interceptor that sends token as a bearer token.
+type bearerToken string
+
+func (t bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(t))
+		return next(ctx, req)
+	}
+}
+
+func (t bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
+		return conn
+	}
+}
+
+func (t bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 func (p *peers) close() {

@@ -116,9 +116,9 @@ func newAdmitCmd() *cobra.Command {
 		"of denying; the answer's wait says how long to wait before proceeding (0s..1m)")
 	fs.StringVar(&requestID, "request-id", "", "identifies the request for exactly-once retries: a repeat with the same caller\n"+
 		"and request ID gets the first answer and spends nothing; default a random 128-bit hex ID")
-	fs.StringVar(&req.Caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes);\n"+
-		"taken as given for now, it will be derived by the server from the caller's identity\n"+
-		"once Quorate authenticates callers")
+	fs.StringVar(&req.Caller, "caller", "", "namespace of the request ID (up to 128 bytes): on a node with an access file, the\n"+
+		"authenticated caller's own (the default; naming another is refused); on an open node,\n"+
+		"as given, e.g. the calling service's name")
 	addServersFlags(cmd, &client)
 	addOutputFlag(cmd, &output)
 	return cmd

@@ -95,6 +95,8 @@ func newBenchCmd() *cobra.Command {
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
+	var auth clientOptions // only its --token: calls take it from the context
+	addTokenFlag(cmd, &auth)
 	fs := cmd.Flags()
 	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")
 	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated; calls rotate through them")
@@ -508,7 +510,7 @@ type quorateTarget struct {
 // up to o.workers connections per node.
 func newQuorateTarget(urls []string, policy string, requestIDs bool, o loadOptions) *quorateTarget {
 	t := &quorateTarget{
-		hc:         &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}},
+		hc:         &http.Client{Transport: tokenTransport{next: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}}},
 		policy:     policy,
 		keys:       benchKeyNames(o.keyPrefix, o.keys),
 		batch:      o.batch,

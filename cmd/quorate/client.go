@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -23,13 +24,43 @@ const defaultServer = "http://127.0.0.1:7070"
 type clientOptions struct {
 	server  string
 	timeout time.Duration
+	token   string
 }
 
-// addClientFlags registers --server and --timeout on cmd.
+// tokenEnv names the environment variable --token defaults to.
+const tokenEnv = "QUORATE_TOKEN"
+
+// addClientFlags registers --server, --timeout and --token on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
+	addTokenFlag(cmd, o)
+}
+
+// addTokenFlag registers --token on cmd (--auth-token on the lease
+// commands, whose --token is a fencing token), and has every call the
+// command makes from its context send the token (apiHTTPClient).
+func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
+	name := "token"
+	if cmd.Flags().Lookup(name) != nil {
+		name = "auth-token"
+	}
+	cmd.Flags().StringVar(&o.token, name, "", "bearer token to authenticate with (default $"+tokenEnv+"); see quorate token create")
+	pre := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		token := o.token
+		if token == "" {
+			token = os.Getenv(tokenEnv)
+		}
+		if token != "" {
+			cmd.SetContext(context.WithValue(cmd.Context(), tokenKey{}, token))
+		}
+		if pre != nil {
+			return pre(cmd, args)
+		}
+		return nil
+	}
 }
 
 // addServersFlags registers --server, which takes a comma-separated list of
@@ -39,6 +70,7 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
 		"host:port; attempts rotate through them, so one dead node does not stop a retry")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
+	addTokenFlag(cmd, o)
 }
 
 // begin checks the flags and returns the API base URL and a context that
@@ -69,6 +101,30 @@ func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ 
 	return us, ctx, cancel, nil
 }
 
+// tokenKey is the context key of the bearer token a command's calls send.
+type tokenKey struct{}
+
+// apiHTTPClient is the HTTP client of every API call the commands make: it
+// sends the bearer token of the call's context (--token), if any.
+var apiHTTPClient = &http.Client{Transport: tokenTransport{next: http.DefaultTransport}}
+
+// tokenTransport adds the context's bearer token to each request.
+type tokenTransport struct{ next http.RoundTripper }
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if token, ok := r.Context().Value(tokenKey{}).(string); ok {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	return t.next.RoundTrip(r)
+}
+
+func (t tokenTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // serverURLs parses a comma-separated list of servers with serverURL.
 func serverURLs(list string) ([]string, error) {
 	parts := strings.Split(list, ",")
@@ -89,15 +145,15 @@ func serverURLs(list string) ([]string, error) {
 // newAdminClient, newAdmissionClient and newLeaseClient speak the Connect
 // protocol over HTTP/1.1 (or HTTP/2 with TLS), which every node serves.
 func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
-	return quoratev1connect.NewAdminServiceClient(http.DefaultClient, baseURL)
+	return quoratev1connect.NewAdminServiceClient(apiHTTPClient, baseURL)
 }
 
 func newAdmissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
-	return quoratev1connect.NewAdmissionServiceClient(http.DefaultClient, baseURL)
+	return quoratev1connect.NewAdmissionServiceClient(apiHTTPClient, baseURL)
 }
 
 func newLeaseClient(baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(http.DefaultClient, baseURL)
+	return quoratev1connect.NewLeaseServiceClient(apiHTTPClient, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"

@@ -64,6 +64,13 @@
 //	    list, follow or roll back those plans
 //	(every --wait gives up at --timeout, 10m by default with --wait)
 //
+// Access control (README, "Access control"):
+//
+//	quorate token create --caller NAME
+//	    a new bearer token and its --token-file entry; client commands send
+//	    one with --token (lease renew/release/check: --auth-token) or
+//	    $QUORATE_TOKEN
+//
 // Benchmarks:
 //
 //	quorate bench --policy P [--workers 64] [--duration 10s] [--rate N] [--batch N]
@@ -135,6 +142,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newPolicyCmd(),
 		newAdminCmd(),
 		newBenchCmd(),
+		newTokenCmd(),
 	)
 	failOnUnknownSubcommands(root)
 	return root

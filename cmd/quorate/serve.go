@@ -15,6 +15,9 @@ import (
 	"github.com/quorate/quorate/node"
 )
 
+// nodeTokenEnv names the environment variable --node-token defaults to.
+const nodeTokenEnv = "QUORATE_NODE_TOKEN"
+
 func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
 	var clockFile string
@@ -27,11 +30,16 @@ func newServeCmd() *cobra.Command {
 			"with --join and the API address of any member. Both are ignored once the data\n" +
 			"directory holds state: a restarted node rejoins with what it has. A node whose\n" +
 			"--data-dir is empty or absent is refused without one of them.",
-		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap\n" +
-			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070",
+		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap \\\n" +
+			"      --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml\n" +
+			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070 \\\n" +
+			"      --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml  # with QUORATE_NODE_TOKEN set",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.LogOutput = cmd.ErrOrStderr()
+			if cfg.NodeToken == "" {
+				cfg.NodeToken = os.Getenv(nodeTokenEnv)
+			}
 			var reload chan os.Signal
 			if clockFile != "" {
 				// Listen before the first read: a SIGUSR1 sent after the
@@ -86,6 +94,11 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port or http://host:port) of any member to join (ignored when --data-dir has state)")
 	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (1 to %d; 0: this binary's, %d); lower it to hold new\n"+
 		"log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel, fsm.FeatureLevel))
+	fs.StringVar(&cfg.AccessFile, "access-file", cfg.AccessFile, "access file: the roles (admin, client) and policies of each caller; reloaded when it changes.\n"+
+		"Required unless the API listens on loopback only (without one, every caller may do everything)")
+	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
+	fs.StringVar(&cfg.NodeToken, "node-token", cfg.NodeToken, "bearer token this node sends to other nodes' API ports (its --join, status); a caller with the admin\n"+
+		"role (default $"+nodeTokenEnv+")")
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")

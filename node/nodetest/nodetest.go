@@ -47,6 +47,10 @@ type Options struct {
 	Nodes int
 	// Configure, if set, may change each node's config before it starts.
 	Configure func(i int, cfg *node.Config)
+	// Token, if set, is sent as a bearer token by the cluster's own clients
+	// (Admission, Admin, Lease, and the readiness checks): a caller with
+	// both roles when the nodes have an access file.
+	Token string
 
 	_ struct{}
 }
@@ -66,9 +70,11 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 		opts.Nodes = 3
 	}
 	dir := tb.TempDir()
-	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{
-		Transport: &http.Transport{MaxIdleConnsPerHost: 256},
-	}}
+	var transport http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 256}
+	if opts.Token != "" {
+		transport = BearerTransport(transport, opts.Token)
+	}
+	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{Transport: transport}}
 	tb.Cleanup(c.closeAll)
 	for i := range opts.Nodes {
 		cfg := node.DefaultConfig()
@@ -95,6 +101,29 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 	}
 	c.WaitReady(tb)
 	return c
+}
+
+// BearerTransport returns a RoundTripper that sends token as a bearer token
+// on every request through next.
+func BearerTransport(next http.RoundTripper, token string) http.RoundTripper {
+	return bearer{next: next, header: "Bearer " + token}
+}
+
+type bearer struct {
+	next   http.RoundTripper
+	header string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.header)
+	return b.next.RoundTrip(r)
+}
+
+func (b bearer) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // Len is the number of nodes, running or not.

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// createToken runs quorate token create and returns the token and the
+// token file entry it printed.
+func createToken(t *testing.T, caller string) (token, entry string) {
+	t.Helper()
+	out, _, err := runCLI(t, "token", "create", "--caller", caller)
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^token: (\S+)$`).FindStringSubmatch(out)
+	i := strings.Index(out, "  - caller:")
+	if m == nil || i < 0 {
+		t.Fatalf("token create printed no token and entry:\n%s", out)
+	}
+	return m[1], out[i:]
+}
+
+// The CLI against a cluster with an access file: tokens from token create,
+// sent by --token or $QUORATE_TOKEN.
+func TestTokenEndToEnd(t *testing.T) {
+	opsToken, opsEntry := createToken(t, "ops")
+	appToken, appEntry := createToken(t, "app")
+	dir := t.TempDir()
+	tokens, rules := filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "access.yaml")
+	if err := os.WriteFile(tokens, []byte("tokens:\n"+opsEntry+appEntry), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const access = "callers:\n  - caller: ops\n    roles: [admin]\n  - caller: app\n    roles: [client]\n"
+	if err := os.WriteFile(rules, []byte(access), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Token: opsToken, Configure: func(_ int, cfg *node.Config) {
+		cfg.AccessFile, cfg.TokenFile = rules, tokens
+	}})
+	file := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(file, []byte("policies:\n  - name: tok\n    algorithm: token_bucket\n    limit: 10\n    period: 1h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	server := c.APIURL(0)
+	_, _, err := runCLI(t, "policy", "apply", "-f", file, "--server", server)
+	wantErrNaming(t, err, "unauthenticated")
+	_, _, err = runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token", appToken)
+	wantErrNaming(t, err, "permission_denied", "app", "admin")
+	if _, errOut, err := runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token", opsToken); err != nil {
+		t.Fatalf("policy apply as ops: %v\n%s", err, errOut)
+	}
+
+	out, errOut, _ := runCLI(t, "bench", "--server", server, "--policy", "tok", "--duration", "200ms", "--workers", "1")
+	if !strings.Contains(out+errOut, "unauthenticated") {
+		t.Errorf("bench without a token did not meet unauthenticated:\n%s%s", out, errOut)
+	}
+
+	t.Setenv(tokenEnv, appToken)
+	var d quoratev1.AdmitResponse
+	mustRunJSON(t, &d, "admit", "--server", server, "--policy", "tok", "--key", "k", "--request-id", "R", "-o", "json")
+	if !d.GetAllowed() {
+		t.Fatalf("admit as app: %v", &d)
+	}
+	mustRunJSON(t, &d, "admit", "--server", server, "--policy", "tok", "--key", "k", "--request-id", "R", "--caller", "app", "-o", "json")
+	if !d.GetDuplicate() {
+		t.Errorf("admit naming app: %v, want the first answer (duplicate)", &d)
+	}
+	_, _, err = runCLI(t, "admit", "--server", server, "--policy", "tok", "--key", "k", "--caller", "other")
+	wantErrNaming(t, err, "permission_denied", "other")
+	// bench sends it too.
+	out, errOut, err = runCLI(t, "bench", "--server", server, "--policy", "tok", "--duration", "200ms", "--workers", "1")
+	if err != nil || strings.Contains(out+errOut, "unauthenticated") || strings.Contains(out+errOut, "permission") {
+		t.Errorf("bench with $%s: %v\n%s%s", tokenEnv, err, out, errOut)
+	}
+	// The lease commands take it as --auth-token, as --token is the fencing token.
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token", opsToken)
+	wantErrNaming(t, err, "permission_denied", "ops", "client")
+}
+
+func TestTokenCreateRefusesABadCaller(t *testing.T) {
+	_, _, err := runCLI(t, "token", "create")
+	wantErrNaming(t, err, "--caller")
+	_, _, err = runCLI(t, "token", "create", "--caller", " padded ")
+	wantErrNaming(t, err, "--caller", "spaces")
+}

@@ -1,0 +1,268 @@
+package node
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/fsm"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+)
+
+// The API edge: who a request is from (authenticate, an HTTP middleware of
+// the API server) and what it may do (authInterceptor, a Connect
+// interceptor). Only the API server has them. The peer port's forwarding
+// server serves other nodes: a request forwarded there was authenticated,
+// authorized and given its caller by the node the client called, and is
+// served as it comes. That port is the cluster's trust boundary (gated by
+// the cluster ID, and by mutual TLS when the peer port has it), so it does
+// not authenticate callers again.
+
+// procedureActions is the one table from the API's RPC procedures to the
+// access.Action each needs. A procedure missing from it is refused.
+// PeerService is absent: it is served only on the peer port.
+var procedureActions = map[string]access.Action{
+	"/grpc.health.v1.Health/Check": access.ActionHealth,
+	"/grpc.health.v1.Health/Watch": access.ActionHealth,
+
+	quoratev1connect.AdminServiceClusterStatusProcedure:  access.ActionClusterStatus,
+	quoratev1connect.AdminServiceNodeStatusProcedure:     access.ActionNodeStatus,
+	quoratev1connect.AdminServiceJoinProcedure:           access.ActionJoin,
+	quoratev1connect.AdminServiceApplyPoliciesProcedure:  access.ActionApplyPolicies,
+	quoratev1connect.AdminServiceListPoliciesProcedure:   access.ActionListPolicies,
+	quoratev1connect.AdminServiceGetPolicyProcedure:      access.ActionGetPolicy,
+	quoratev1connect.AdminServiceDeletePoliciesProcedure: access.ActionDeletePolicies,
+	quoratev1connect.AdminServiceMoveReplicaProcedure:    access.ActionMoveReplica,
+	quoratev1connect.AdminServiceDrainNodeProcedure:      access.ActionDrainNode,
+	quoratev1connect.AdminServiceUncordonNodeProcedure:   access.ActionUncordonNode,
+	quoratev1connect.AdminServiceRemoveNodeProcedure:     access.ActionRemoveNode,
+	quoratev1connect.AdminServiceAddNodeProcedure:        access.ActionAddNode,
+	quoratev1connect.AdminServiceMoveSlotsProcedure:      access.ActionMoveSlots,
+	quoratev1connect.AdminServiceAddGroupProcedure:       access.ActionAddGroup,
+	quoratev1connect.AdminServiceSplitGroupProcedure:     access.ActionSplitGroup,
+	quoratev1connect.AdminServiceRebalanceProcedure:      access.ActionRebalance,
+	quoratev1connect.AdminServiceListPlansProcedure:      access.ActionListPlans,
+	quoratev1connect.AdminServiceCancelPlanProcedure:     access.ActionCancelPlan,
+
+	quoratev1connect.AdmissionServiceAdmitProcedure:      access.ActionAdmit,
+	quoratev1connect.AdmissionServiceAdmitBatchProcedure: access.ActionAdmitBatch,
+	quoratev1connect.AdmissionServicePeekProcedure:       access.ActionPeek,
+	quoratev1connect.AdmissionServiceRefundProcedure:     access.ActionRefund,
+	quoratev1connect.AdmissionServiceReserveProcedure:    access.ActionReserve,
+	quoratev1connect.AdmissionServiceCommitProcedure:     access.ActionCommit,
+
+	quoratev1connect.LeaseServiceAcquireLeaseProcedure: access.ActionAcquireLease,
+	quoratev1connect.LeaseServiceRenewLeaseProcedure:   access.ActionRenewLease,
+	quoratev1connect.LeaseServiceReleaseLeaseProcedure: access.ActionReleaseLease,
+	quoratev1connect.LeaseServiceCheckFenceProcedure:   access.ActionCheckFence,
+}
+
+// procedureAction is the action procedure needs; access.ActionNone (always
+// refused) for a procedure the table does not know.
+func procedureAction(procedure string) access.Action {
+	return procedureActions[procedure]
+}
+
+// initAccess sets the node's Authorizer and token file from its config: an
+// access file enforces its rules; without one the node is open (Validate
+// allows that only on loopback).
+func (n *Node) initAccess() error {
+	if n.cfg.TokenFile != "" {
+		w, err := access.WatchTokens(n.cfg.TokenFile, access.DefaultInterval)
+		if err != nil {
+			return fmt.Errorf("%w: --token-file: %v", ErrInvalidConfig, err)
+		}
+		n.tokens = w
+	}
+	if n.cfg.AccessFile == "" {
+		n.authz = access.Open()
+		return nil
+	}
+	w, err := access.WatchRules(n.cfg.AccessFile, access.DefaultInterval)
+	if err != nil {
+		return fmt.Errorf("%w: --access-file: %v", ErrInvalidConfig, err)
+	}
+	n.authz = access.Enforce(w.Current)
+	return nil
+}
+
+// authErrorKey is the context key of why authenticate could not establish
+// the request's identity.
+type authErrorKey struct{}
+
+// authenticate is the API server's middleware that establishes who each
+// request is from (access.Authenticate): the verified client certificate
+// when the connection is TLS with one, and the bearer token of the
+// Authorization header against the token file. The identity travels in the
+// request's context (withIdentity); a credential that does not check out
+// travels too, and authInterceptor refuses the request with it unless it
+// is a health check.
+func (n *Node) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var cert *x509.Certificate
+		// Only a chain the TLS stack verified names a caller; a certificate
+		// sent but not verified proves nothing.
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+			cert = r.TLS.VerifiedChains[0][0]
+		}
+		var tokens *access.Tokens
+		if n.tokens != nil {
+			tokens = n.tokens.Current()
+		}
+		id, err := access.Authenticate(cert, r.Header.Get("Authorization"), tokens)
+		ctx := withIdentity(r.Context(), id)
+		if err != nil {
+			ctx = context.WithValue(ctx, authErrorKey{}, err)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// authInterceptor authorizes each call of the API server by its procedure's
+// action and the policies its request names, and sets the caller of its
+// request IDs from the identity (access.ResolveCaller) before the handler
+// reads the request.
+type authInterceptor struct{ n *Node }
+
+func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := a.n.authorize(ctx, procedureAction(req.Spec().Procedure), req.Any()); err != nil {
+			return nil, a.n.toConnectError(err)
+		}
+		return next(ctx, req)
+	}
+}
+
+func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler authorizes a streaming call (the health Watch) by its
+// action alone: no streaming procedure carries policies or callers.
+func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := a.n.authorize(ctx, procedureAction(conn.Spec().Procedure), nil); err != nil {
+			return a.n.toConnectError(err)
+		}
+		return next(ctx, conn)
+	}
+}
+
+// authorize decides whether the request of ctx may do action with msg, its
+// message (nil for a stream), and resolves msg's callers.
+func (n *Node) authorize(ctx context.Context, action access.Action, msg any) error {
+	if action.Class() == access.ClassHealth {
+		return nil
+	}
+	if err, ok := ctx.Value(authErrorKey{}).(error); ok && !n.authz.IsOpen() {
+		return err
+	}
+	id := identityOf(ctx)
+	if err := n.authz.Authorize(id, action, requestPolicies(msg)); err != nil {
+		return err
+	}
+	return resolveCallers(msg, func(requested string) (string, error) {
+		return n.authz.ResolveCaller(id, requested)
+	})
+}
+
+// requestPolicies returns the policies msg's call touches: those it names,
+// or those encoded in the reservation or lease it refers to. It returns
+// none for a reference it cannot decode: access then refuses a caller
+// limited to some policies.
+func requestPolicies(msg any) []string {
+	switch m := msg.(type) {
+	case *quoratev1.AdmitRequest:
+		return admitPolicies(nil, m)
+	case *quoratev1.AdmitBatchRequest:
+		var out []string
+		for _, r := range m.GetRequests() {
+			out = admitPolicies(out, r)
+		}
+		return out
+	case *quoratev1.PeekRequest:
+		return []string{m.GetPolicy()}
+	case *quoratev1.ReserveRequest:
+		return []string{m.GetPolicy()}
+	case *quoratev1.CommitRequest:
+		return nonEmpty(fsm.ReservationPolicy(m.GetReservationId()))
+	case *quoratev1.AcquireLeaseRequest:
+		out := []string{m.GetPolicy()}
+		if p := m.GetReservePolicy(); p != "" {
+			out = append(out, p)
+		}
+		return out
+	case *quoratev1.RenewLeaseRequest:
+		return nonEmpty(leaseIDPolicy(m.GetLeaseId()))
+	case *quoratev1.ReleaseLeaseRequest:
+		return nonEmpty(leaseIDPolicy(m.GetLeaseId()))
+	case *quoratev1.CheckFenceRequest:
+		return []string{m.GetPolicy()}
+	}
+	return nil
+}
+
+func admitPolicies(out []string, m *quoratev1.AdmitRequest) []string {
+	out = append(out, m.GetPolicy())
+	for _, c := range m.GetAlso() {
+		out = append(out, c.GetPolicy())
+	}
+	return out
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// leaseIDPolicy is the policy a lease ID names ("" when it is not one);
+// parseLeaseID checks the rest when the call is served.
+func leaseIDPolicy(id string) string {
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	parts := strings.Split(string(b), "\x00")
+	if err != nil || len(parts) != 3 {
+		return ""
+	}
+	return parts[0]
+}
+
+// resolveCallers sets the caller of every request ID msg carries to
+// resolve's answer for the caller it names.
+func resolveCallers(msg any, resolve func(requested string) (string, error)) error {
+	var err error
+	set := func(c *string) {
+		if err == nil {
+			*c, err = resolve(*c)
+		}
+	}
+	switch m := msg.(type) {
+	case *quoratev1.AdmitRequest:
+		set(&m.Caller)
+	case *quoratev1.AdmitBatchRequest:
+		for _, r := range m.GetRequests() {
+			set(&r.Caller)
+		}
+	case *quoratev1.RefundRequest:
+		set(&m.Caller)
+	case *quoratev1.ReserveRequest:
+		set(&m.Caller)
+	case *quoratev1.CommitRequest:
+		set(&m.Caller)
+	case *quoratev1.AcquireLeaseRequest:
+		set(&m.Caller)
+	case *quoratev1.RenewLeaseRequest:
+		set(&m.Caller)
+	case *quoratev1.ReleaseLeaseRequest:
+		set(&m.Caller)
+	}
+	return err
+}
