@@ -126,3 +126,36 @@ func TestAuditListsAdminChanges(t *testing.T) {
 		t.Fatalf("a page of 1001: %v, want invalid_argument", err)
 	}
 }
+
+// A node held back below the audit's feature level (--max-feature-level)
+// keeps the cluster from recording: an older binary never meets an audit
+// record. (Its own registration, decided at the level of the nodes before
+// it, is the last one recorded.)
+func TestAuditWaitsForEveryNode(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		if i == 2 {
+			cfg.MaxFeatureLevel = node.FeatureLevel() - 1
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.Eventually(t, 10*time.Second, "node 2 registered below the level", func() error {
+		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != node.FeatureLevel()-1 {
+			return fmt.Errorf("lowest feature level %d", got)
+		}
+		return nil
+	})
+	list := func() []*quoratev1.AuditEntry {
+		t.Helper()
+		resp, err := c.Admin(2).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{}))
+		if err != nil {
+			t.Fatalf("ListAudit: %v", err)
+		}
+		return resp.Msg.GetEntries()
+	}
+	before := list()
+	applyLongBucket(t, c, "p", 1000)
+	if after := list(); len(after) != len(before) {
+		t.Fatalf("with a node below the level, the trail went from %v to %v", before, after)
+	}
+}
