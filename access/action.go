@@ -35,6 +35,7 @@ const (
 	ActionRebalance
 	ActionListPlans
 	ActionCancelPlan
+	ActionListAudit
 
 	// ClassData.
 	ActionAdmit
@@ -111,6 +112,7 @@ var actionInfos = [actionEnd]actionInfo{
 	ActionRebalance:      {"rebalance", ClassAdmin, false},
 	ActionListPlans:      {"list_plans", ClassAdmin, false},
 	ActionCancelPlan:     {"cancel_plan", ClassAdmin, false},
+	ActionListAudit:      {"list_audit", ClassAdmin, false},
 	ActionAdmit:          {"admit", ClassData, false},
 	ActionAdmitBatch:     {"admit_batch", ClassData, false},
 	ActionPeek:           {"peek", ClassData, false},

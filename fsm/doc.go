@@ -38,6 +38,8 @@
 // state of the slots it lost. The meta group keeps plans (plans.go): steps
 // with phases moved on by compare-and-set UpdatePlan entries; a slot move's
 // flip changes the shard map in the same entry.
+// From feature level 5 it also keeps an audit trail (audit.go): the admin
+// commands whose entry names an Actor, with the entry's index and time.
 //
 // # Exactly-once
 //

@@ -4,13 +4,13 @@ package fsm
 // kinds of entries it may be asked to apply, and the rules it applies them
 // by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
 // the cluster ID, imports bounded by MaxClockSkew, the policy cap and
-// keyed request IDs. A node proposes an entry kind of level L only when
+// keyed request IDs; 5: the meta group's audit trail. A node proposes an entry kind of level L only when
 // every registered node is at L or above (MinFeatureLevel), so no replica meets
 // an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
 // applies to an entry only when every node registered at that point of
 // the log is at L or above: the registrations are in the log, so every
 // replica, and every replay of an older log, decides the entry alike.
-const FeatureLevel = 4
+const FeatureLevel = 5
 
 // Feature levels of entry kinds.
 const (
@@ -35,6 +35,11 @@ const (
 	// strings either way; the level keeps every leader of a cluster
 	// writing them alike.
 	FeatureKeyedRequestIDs = 4
+	// FeatureAudit: the meta group records the admin commands whose entry
+	// carries an Actor in its audit trail (audit.go), which snapshots then
+	// hold. Below it, an Actor is ignored, so an older log replays as it
+	// was first applied and an older binary never meets an audit record.
+	FeatureAudit = 5
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0

@@ -280,7 +280,8 @@ type op struct {
 }
 
 // applyOp applies one command at o.now: the meta group's commands to
-// f.meta (refused in a data group), the keys' and slots' to f.data.
+// f.meta (refused in a data group; metaState.apply, which also keeps the
+// audit trail), the keys' and slots' to f.data.
 func (f *FSM) applyOp(o op) interface{} {
 	env, now := o.env, o.now
 	if err := refuseMetaCommand(env, f.opts.DataGroup); err != nil {
@@ -291,28 +292,19 @@ func (f *FSM) applyOp(o op) interface{} {
 		return err
 	}
 	o.slot = slot
-	m, d := &f.meta, &f.data
+	if _, ok := metaCommand(env); ok {
+		return f.meta.apply(o)
+	}
+	d := &f.data
 	switch body := env.GetBody().(type) {
-	case *raftcmdv1.Envelope_SetShardMap:
-		return m.applySetShardMap(body.SetShardMap)
 	case *raftcmdv1.Envelope_SetOwnership:
 		return d.applySetOwnership(body.SetOwnership)
 	case *raftcmdv1.Envelope_SetPolicies:
 		return d.applySetPolicies(body.SetPolicies)
 	case *raftcmdv1.Envelope_Admit:
 		return d.applyAdmit(body.Admit, o)
-	case *raftcmdv1.Envelope_PutPolicies:
-		return m.policiesChanged(o.index, m.applyPutPolicies(body.PutPolicies))
-	case *raftcmdv1.Envelope_RegisterNode:
-		return m.applyRegisterNode(body.RegisterNode)
-	case *raftcmdv1.Envelope_SetClusterId:
-		return m.applySetClusterID(body.SetClusterId)
-	case *raftcmdv1.Envelope_RemoveNode:
-		return m.applyRemoveNode(body.RemoveNode)
 	case *raftcmdv1.Envelope_Peek:
 		return d.applyPeek(body.Peek, now)
-	case *raftcmdv1.Envelope_DeletePolicies:
-		return m.policiesChanged(o.index, m.applyDeletePolicies(body.DeletePolicies))
 	case *raftcmdv1.Envelope_Refund:
 		return d.applyRefund(body.Refund, o)
 	case *raftcmdv1.Envelope_Lease:
@@ -329,12 +321,6 @@ func (f *FSM) applyOp(o op) interface{} {
 		return f.applyImport(body.ImportSlots, env.GetNowUnixNano())
 	case *raftcmdv1.Envelope_DropImport:
 		return d.applyDropImport(body.DropImport)
-	case *raftcmdv1.Envelope_CreatePlan:
-		return m.applyCreatePlan(body.CreatePlan, o.index, now)
-	case *raftcmdv1.Envelope_UpdatePlan:
-		return m.applyUpdatePlan(body.UpdatePlan, now)
-	case *raftcmdv1.Envelope_CancelPlan:
-		return m.applyCancelPlan(body.CancelPlan, now)
 	case *raftcmdv1.Envelope_Expire:
 		d.sweep(now, ExpireBatch)
 		return nil

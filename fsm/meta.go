@@ -20,13 +20,16 @@ import (
 // Its commands are its methods: RegisterNode and RemoveNode
 // (membership.go), SetClusterID (clusterid.go), SetShardMap (shardmap.go),
 // PutPolicies and DeletePolicies (policies.go), CreatePlan, UpdatePlan and
-// CancelPlan (plans.go). Its part of a snapshot is metaSnapshot.
+// CancelPlan (plans.go), dispatched by apply (audit.go), which records the
+// audited ones. Its part of a snapshot is metaSnapshot.
 type metaState struct {
 	policies  *policyTable // the FSM's
 	nodes     map[string]Node
 	shardMap  *shard.Map // nil: no data groups (a single-group cluster)
 	plans     []*raftcmdv1.Plan
 	clusterID string // "" before SetClusterID
+	// audit is the trail of admin changes (audit.go), from FeatureAudit.
+	audit auditTrail
 
 	// policiesChangedAt is the log index of the last entry that changed
 	// the policy table (0: none yet); policiesChangeUnknown is true from a
@@ -101,11 +104,20 @@ type metaSnapshot struct {
 	plans    []*raftcmdv1.Plan
 	// clusterID is in the header: a reader that predates it skips it.
 	clusterID string
+	// audit are the audit records, oldest first. They follow every other
+	// record of the snapshot, counted by the header's audit_count, which
+	// is absent when there are none: a snapshot without them is
+	// byte-identical to one written before the audit trail existed. Only
+	// a cluster at FeatureAudit records them, so a binary that predates
+	// them never reads a snapshot that has any (if it did, it would stop
+	// at the trailing records rather than misread them).
+	audit []AuditRecord
 }
 
 // snapshot copies m's part of a snapshot (the FSM's lock held).
 func (m *metaState) snapshot() metaSnapshot {
-	s := metaSnapshot{nodes: sortedNodes(m.nodes), plans: clonePlans(m.plans), clusterID: m.clusterID}
+	s := metaSnapshot{nodes: sortedNodes(m.nodes), plans: clonePlans(m.plans), clusterID: m.clusterID,
+		audit: append([]AuditRecord(nil), m.audit.recs...)}
 	if m.shardMap != nil {
 		s.shardMap = ShardMapToProto(*m.shardMap)
 	}
@@ -116,6 +128,7 @@ func (m *metaState) snapshot() metaSnapshot {
 func (s *metaSnapshot) header(h *raftcmdv1.SnapshotHeader) {
 	h.NodeCount = uint64(len(s.nodes))
 	h.ShardMap, h.Plans, h.ClusterId = s.shardMap, s.plans, s.clusterID
+	h.AuditCount = uint64(len(s.audit))
 }
 
 // writeRecords writes the meta part's records: nodes by ID.
@@ -123,6 +136,33 @@ func (s *metaSnapshot) writeRecords(enc *recordWriter) {
 	for _, n := range s.nodes {
 		enc.write(&raftcmdv1.RegisterNode{Id: n.ID, RaftAddr: n.RaftAddr, ApiAddr: n.APIAddr, FeatureLevel: n.FeatureLevel})
 	}
+}
+
+// writeAudit writes the audit records, after every other record.
+func (s *metaSnapshot) writeAudit(enc *recordWriter) {
+	for _, r := range s.audit {
+		enc.write(auditToRecord(r))
+	}
+}
+
+// readAudit reads the audit records the header counts, after every other
+// record. They must be by increasing log index, and at most
+// MaxAuditRecords.
+func (s *metaSnapshot) readAudit(h *raftcmdv1.SnapshotHeader, dec *recordReader) error {
+	if h.GetAuditCount() > MaxAuditRecords {
+		return fmt.Errorf("%w: %d audit records, at most %d are kept", ErrBadSnapshot, h.GetAuditCount(), MaxAuditRecords)
+	}
+	for range h.GetAuditCount() {
+		var r raftcmdv1.AuditRecord
+		if err := dec.read(&r); err != nil {
+			return err
+		}
+		if n := len(s.audit); n > 0 && s.audit[n-1].Index >= r.GetIndex() {
+			return fmt.Errorf("%w: audit record of index %d after %d", ErrBadSnapshot, r.GetIndex(), s.audit[n-1].Index)
+		}
+		s.audit = append(s.audit, auditFromRecord(&r))
+	}
+	return nil
 }
 
 // readMetaSnapshot reads the meta part of a snapshot: from its header, and
@@ -151,6 +191,7 @@ func restoredMeta(policies *policyTable, s metaSnapshot) metaState {
 		m.shardMap = &sm
 	}
 	m.plans, m.clusterID = s.plans, s.clusterID
+	m.audit.recs = s.audit
 	m.policiesChangedAt, m.policiesChangeUnknown = 0, true
 	return m
 }

@@ -43,8 +43,8 @@ var _ raft.FSMSnapshot = (*snapshot)(nil)
 
 // Persist writes the snapshot: magic, header, then policies by name, nodes by
 // ID, buckets by key, request-ID entries by (caller, request ID),
-// semaphores by key and reservations by ID, each a uvarint length and a
-// protobuf record.
+// semaphores by key, reservations by ID and the meta group's audit records
+// by log index, each a uvarint length and a protobuf record.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	if err := s.writeTo(sink); err != nil {
 		_ = sink.Cancel()
@@ -74,6 +74,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	s.meta.writeRecords(&enc)
 	s.data.writeRecords(&enc)
+	s.meta.writeAudit(&enc)
 	if enc.err != nil {
 		return enc.err
 	}
@@ -129,6 +130,9 @@ func readSnapshot(r io.Reader) (*snapshot, error) {
 		return nil, err
 	}
 	if s.data, err = readDataSnapshot(&h, &dec); err != nil {
+		return nil, err
+	}
+	if err := s.meta.readAudit(&h, &dec); err != nil {
 		return nil, err
 	}
 	if _, err := br.ReadByte(); err != io.EOF {

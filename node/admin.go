@@ -233,7 +233,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 			if have, added := n.meta.fsm.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
 				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
 			}
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}})
+			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: actorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
@@ -263,7 +263,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	return leaderCall(ctx, n, routing{}, req,
 		func(ctx context.Context, _ dest) (*quoratev1.DeletePoliciesResponse, error) {
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
-				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}})
+				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}, Actor: actorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}

@@ -165,17 +165,18 @@ func TestAdmitBatchSharesEntries(t *testing.T) {
 func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 	// A node without a level can no longer join, and a cluster whose nodes
 	// are all current refuses a registration without one: node 2 plays a
-	// binary one level older, and the registry then gets the entry a leader
-	// that predates levels wrote for it.
+	// binary that predates the cluster ID (whose level refuses such a
+	// registration), and the registry then gets the entry a leader that
+	// predates levels wrote for it.
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
-			cfg.MaxFeatureLevel = node.FeatureLevel() - 1
+			cfg.MaxFeatureLevel = node.ClusterIDLevel() - 1
 		}
 	}})
 	applyBucket(t, c, "p", 1_000)
 	leader := c.Leader(t) // may be node 2: a leader's own level matters alike
-	c.Eventually(t, 10*time.Second, "node 2 registered one level below", func() error {
-		if got := node.MinFeatureLevel(c.Node(leader)); got != node.FeatureLevel()-1 {
+	c.Eventually(t, 10*time.Second, "node 2 registered below the cluster ID's level", func() error {
+		if got := node.MinFeatureLevel(c.Node(leader)); got != node.ClusterIDLevel()-1 {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
 		return nil

@@ -144,7 +144,7 @@ func TestNewClusterOnOldAddressesIsNotJoinedByOldNode(t *testing.T) {
 // every node records the same.
 func TestClusterWithoutIDGetsOne(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		cfg.MaxFeatureLevel = node.FeatureLevel() - 1
+		cfg.MaxFeatureLevel = node.ClusterIDLevel() - 1
 	}})
 	applyPolicy(t, c, "p", 1000, time.Second, 1000)
 	if id := node.MetaClusterID(c.Node(0)); id != "" {

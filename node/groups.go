@@ -213,7 +213,7 @@ func (c *controller) markFormed(ctx context.Context, m shard.Map) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	_, _, err := c.changeMap(pctx, func(m shard.Map) (shard.Map, uint32, error) {
+	_, _, err := c.changeMap(pctx, nil, func(m shard.Map) (shard.Map, uint32, error) {
 		out := m.Clone()
 		changed := uint32(0)
 		for i, g := range out.Groups {

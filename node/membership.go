@@ -127,7 +127,7 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	if !slices.Contains(c.meta.fsm.Nodes(), want) {
 		if _, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
 			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
-		}}); err != nil {
+		}, Actor: joinActor(ctx, want.ID)}); err != nil {
 			return err
 		}
 	}

@@ -58,7 +58,7 @@ func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 		var out *raftcmdv1.Plan
 		err := c.retryPlanCall(ctx, func(ctx context.Context) error {
 			res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
-				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_UpdatePlan{UpdatePlan: u}})
+				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_UpdatePlan{UpdatePlan: u}, Actor: c.selfActor()})
 			if r, ok := res.(*fsm.PlanResult); ok {
 				out = r.Plan
 			}

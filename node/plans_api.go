@@ -100,7 +100,7 @@ func (h *adminHandler) CancelPlan(ctx context.Context, req *connect.Request[quor
 // cancelPlan, on the meta leader, cancels plan id.
 func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.PlanResponse, error) {
 	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: id}}})
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: id}}, Actor: actorOf(ctx, "")})
 	if r, ok := res.(*fsm.PlanResult); ok {
 		return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.now())}, nil
 	}
@@ -123,7 +123,7 @@ func (c *controller) startPlan(ctx context.Context, plan func(shard.Map) (*raftc
 		return nil, err
 	}
 	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}})
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}, Actor: actorOf(ctx, "")})
 	r, ok := res.(*fsm.PlanResult)
 	if !ok {
 		return nil, err
@@ -289,7 +289,7 @@ func (c *controller) rebalance(ctx context.Context, dryRun bool) (*quoratev1.Reb
 	if len(left) > 0 {
 		c.log.Warn("rebalance leaves nodes out", "nodes", describeLeftOut(left))
 	}
-	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+	epoch, _, err := c.changeMap(ctx, actorOf(ctx, "rebalance"), func(m shard.Map) (shard.Map, uint32, error) {
 		next, changes, err := m.Rebalance(nodes)
 		out.Changes = changes
 		if err != nil || dryRun {

@@ -68,7 +68,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 			return fmt.Errorf("%w: %s holds %d; drain it first (quorate admin node drain %s) or force", ErrNodeHoldsReplicas, id, held, id)
 		}
 		if held > 0 {
-			_, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+			_, _, err := c.changeMap(ctx, actorOf(ctx, "node remove --force "+id+": drain"), func(m shard.Map) (shard.Map, uint32, error) {
 				var ids []string
 				for _, nd := range c.meta.fsm.Nodes() {
 					ids = append(ids, nd.ID)
@@ -86,13 +86,13 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	}
 	if m, ok := c.meta.fsm.ShardMap(); ok && m.IsCordoned(id) {
 		// Out of the cluster, out of the cordon: an ID used again is a new node.
-		if _, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
+		if _, _, err := c.changeMap(ctx, actorOf(ctx, "node remove "+id+": uncordon"), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
 			return err
 		}
 	}
 	if _, ok := c.meta.fsm.Node(id); ok {
 		if _, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
-			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); err != nil {
+			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}, Actor: actorOf(ctx, "")}); err != nil {
 			return err
 		}
 	}
@@ -150,7 +150,7 @@ func (c *controller) addNode(ctx context.Context, r *quoratev1.AddNodeRequest) e
 	// Its binary's level is not known until it registers itself: take
 	// this one's, so that the cluster's level does not drop meanwhile.
 	_, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}})
+		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}, Actor: actorOf(ctx, "")})
 	if err == nil {
 		c.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())
 	}
@@ -172,7 +172,7 @@ func (h *adminHandler) UncordonNode(ctx context.Context, req *connect.Request[qu
 
 // uncordon, on the meta leader, lifts node id's cordon.
 func (c *controller) uncordon(ctx context.Context, id string) (uint64, error) {
-	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil })
+	epoch, _, err := c.changeMap(ctx, actorOf(ctx, "node uncordon "+id), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil })
 	return epoch, err
 }
 

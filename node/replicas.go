@@ -283,7 +283,7 @@ func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quo
 // moveReplica, on the meta leader, plans the move on the meta leader's map and writes
 // it (changeMap). A move already in the map answers its epoch.
 func (c *controller) moveReplica(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
-	epoch, _, err := c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+	epoch, _, err := c.changeMap(ctx, actorOf(ctx, fmt.Sprintf("replica move group %d %s→%s", r.GetGroup(), r.GetFrom(), r.GetTo())), func(m shard.Map) (shard.Map, uint32, error) {
 		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
 			return m, 0, nil // done already (a retry)
 		}
@@ -319,7 +319,7 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 	if err != nil {
 		return nil, err
 	}
-	out.MapEpoch, out.Moves, err = c.changeMap(ctx, func(m shard.Map) (shard.Map, uint32, error) {
+	out.MapEpoch, out.Moves, err = c.changeMap(ctx, actorOf(ctx, "node drain "+id), func(m shard.Map) (shard.Map, uint32, error) {
 		if _, ok := c.meta.fsm.Node(id); !ok {
 			return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(id))
 		}
@@ -349,8 +349,10 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 // writes it with a compare-and-set on the epoch, planning again when the map
 // changed meanwhile. A plan that returns the map unchanged writes nothing.
 // Plan errors that are shard's field errors (an *admission.FieldError not
-// wrapping admission.ErrInvalidRequest) become request field errors.
-func (c *controller) changeMap(ctx context.Context, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
+// wrapping admission.ErrInvalidRequest) become request field errors. The
+// change is recorded in the meta group's audit trail with actor (actorOf),
+// or not at all with nil (a change the control plane makes on its own).
+func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
 		m, ok := c.meta.fsm.ShardMap()
 		if !ok {
@@ -372,7 +374,7 @@ func (c *controller) changeMap(ctx context.Context, plan func(shard.Map) (shard.
 			return m.Epoch, count, nil
 		}
 		_, err = c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
-			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}})
+			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}, Actor: actor})
 		if errors.Is(err, fsm.ErrMapConflict) {
 			continue
 		}

@@ -77,7 +77,7 @@ func (x LeaseOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseOp_Kind.Descriptor instead.
 func (LeaseOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11, 0}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // Envelope is one Raft log entry.
@@ -119,7 +119,13 @@ type Envelope struct {
 	// (0 before the cluster has a shard map). A data group refuses a command
 	// for a slot it does not own, or stamped with an epoch older than the one
 	// at which the slot got its current owner.
-	MapEpoch      uint64 `protobuf:"varint,3,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	MapEpoch uint64 `protobuf:"varint,3,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	// Who asked for this change, on the meta group's admin commands worth
+	// an audit record (absent on the control plane's own steps). From
+	// feature level 5 (fsm.FeatureAudit) the meta group records the command
+	// in its audit trail with the entry's index and time; older binaries
+	// ignore the field.
+	Actor         *Actor `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +395,13 @@ func (x *Envelope) GetMapEpoch() uint64 {
 	return 0
 }
 
+func (x *Envelope) GetActor() *Actor {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -531,6 +544,159 @@ func (*Envelope_CancelPlan) isEnvelope_Body() {}
 
 func (*Envelope_SetClusterId) isEnvelope_Body() {}
 
+// Actor is who asked for an admin change: an authenticated caller and how
+// it was authenticated ("certificate", "token"; "none" for an anonymous
+// request), or the control plane ("node:<id>", source "node").
+type Actor struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	Source string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// What was asked, when the command alone does not say it (a shard map
+	// change: "drain node n3"); empty otherwise.
+	Request       string `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Actor) Reset() {
+	*x = Actor{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Actor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Actor) ProtoMessage() {}
+
+func (x *Actor) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Actor.ProtoReflect.Descriptor instead.
+func (*Actor) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Actor) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Actor) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Actor) GetRequest() string {
+	if x != nil {
+		return x.Request
+	}
+	return ""
+}
+
+// AuditRecord is one admin change in the meta group's audit trail, in a
+// snapshot.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The log index and time (Unix nanoseconds) of the entry that made it.
+	Index      uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	AtUnixNano int64  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Caller     string `protobuf:"bytes,3,opt,name=caller,proto3" json:"caller,omitempty"`
+	Source     string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// The change ("policy apply", "node drain", ...) and what it named.
+	Action        string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	Summary       string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AuditRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 // Batch is many commands of one group in one entry (the leader's group
 // commit). They are applied in order, each with the batch envelope's time,
 // each with its own result; an op carries its own body and map_epoch (its
@@ -546,7 +712,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +724,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[1]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +737,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{1}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Batch) GetOps() []*Envelope {
@@ -597,7 +763,7 @@ type ShardMap struct {
 
 func (x *ShardMap) Reset() {
 	*x = ShardMap{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +775,7 @@ func (x *ShardMap) String() string {
 func (*ShardMap) ProtoMessage() {}
 
 func (x *ShardMap) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[2]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +788,7 @@ func (x *ShardMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMap.ProtoReflect.Descriptor instead.
 func (*ShardMap) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{2}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShardMap) GetEpoch() uint64 {
@@ -673,7 +839,7 @@ type ShardGroup struct {
 
 func (x *ShardGroup) Reset() {
 	*x = ShardGroup{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +851,7 @@ func (x *ShardGroup) String() string {
 func (*ShardGroup) ProtoMessage() {}
 
 func (x *ShardGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[3]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +864,7 @@ func (x *ShardGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroup.ProtoReflect.Descriptor instead.
 func (*ShardGroup) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{3}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ShardGroup) GetId() uint32 {
@@ -743,7 +909,7 @@ type SlotAssignment struct {
 
 func (x *SlotAssignment) Reset() {
 	*x = SlotAssignment{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +921,7 @@ func (x *SlotAssignment) String() string {
 func (*SlotAssignment) ProtoMessage() {}
 
 func (x *SlotAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[4]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +934,7 @@ func (x *SlotAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotAssignment.ProtoReflect.Descriptor instead.
 func (*SlotAssignment) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{4}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SlotAssignment) GetStart() uint32 {
@@ -811,7 +977,7 @@ type SetShardMap struct {
 
 func (x *SetShardMap) Reset() {
 	*x = SetShardMap{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +989,7 @@ func (x *SetShardMap) String() string {
 func (*SetShardMap) ProtoMessage() {}
 
 func (x *SetShardMap) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[5]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1002,7 @@ func (x *SetShardMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetShardMap.ProtoReflect.Descriptor instead.
 func (*SetShardMap) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{5}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetShardMap) GetExpectEpoch() uint64 {
@@ -866,7 +1032,7 @@ type SetOwnership struct {
 
 func (x *SetOwnership) Reset() {
 	*x = SetOwnership{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1044,7 @@ func (x *SetOwnership) String() string {
 func (*SetOwnership) ProtoMessage() {}
 
 func (x *SetOwnership) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[6]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1057,7 @@ func (x *SetOwnership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOwnership.ProtoReflect.Descriptor instead.
 func (*SetOwnership) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{6}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetOwnership) GetGroup() uint32 {
@@ -928,7 +1094,7 @@ type SetPolicies struct {
 
 func (x *SetPolicies) Reset() {
 	*x = SetPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1106,7 @@ func (x *SetPolicies) String() string {
 func (*SetPolicies) ProtoMessage() {}
 
 func (x *SetPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[7]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1119,7 @@ func (x *SetPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicies.ProtoReflect.Descriptor instead.
 func (*SetPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{7}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetPolicies) GetPolicies() []*PolicyRecord {
@@ -988,7 +1154,7 @@ type Admit struct {
 
 func (x *Admit) Reset() {
 	*x = Admit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1166,7 @@ func (x *Admit) String() string {
 func (*Admit) ProtoMessage() {}
 
 func (x *Admit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[8]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1179,7 @@ func (x *Admit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admit.ProtoReflect.Descriptor instead.
 func (*Admit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{8}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Admit) GetPolicy() string {
@@ -1077,7 +1243,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1255,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[9]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1268,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{9}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Check) GetPolicy() string {
@@ -1138,7 +1304,7 @@ type Peek struct {
 
 func (x *Peek) Reset() {
 	*x = Peek{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1316,7 @@ func (x *Peek) String() string {
 func (*Peek) ProtoMessage() {}
 
 func (x *Peek) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[10]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1329,7 @@ func (x *Peek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peek.ProtoReflect.Descriptor instead.
 func (*Peek) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{10}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Peek) GetPolicy() string {
@@ -1204,7 +1370,7 @@ type LeaseOp struct {
 
 func (x *LeaseOp) Reset() {
 	*x = LeaseOp{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1382,7 @@ func (x *LeaseOp) String() string {
 func (*LeaseOp) ProtoMessage() {}
 
 func (x *LeaseOp) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[11]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1395,7 @@ func (x *LeaseOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOp.ProtoReflect.Descriptor instead.
 func (*LeaseOp) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{11}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseOp) GetKind() LeaseOp_Kind {
@@ -1318,7 +1484,7 @@ type Reserve struct {
 
 func (x *Reserve) Reset() {
 	*x = Reserve{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1496,7 @@ func (x *Reserve) String() string {
 func (*Reserve) ProtoMessage() {}
 
 func (x *Reserve) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[12]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1509,7 @@ func (x *Reserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reserve.ProtoReflect.Descriptor instead.
 func (*Reserve) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{12}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Reserve) GetPolicy() string {
@@ -1401,7 +1567,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1579,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[13]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1592,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{13}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Commit) GetReservationId() string {
@@ -1467,7 +1633,7 @@ type DeletePolicies struct {
 
 func (x *DeletePolicies) Reset() {
 	*x = DeletePolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1645,7 @@ func (x *DeletePolicies) String() string {
 func (*DeletePolicies) ProtoMessage() {}
 
 func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[14]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1658,7 @@ func (x *DeletePolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicies.ProtoReflect.Descriptor instead.
 func (*DeletePolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{14}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeletePolicies) GetNames() []string {
@@ -1516,7 +1682,7 @@ type Refund struct {
 
 func (x *Refund) Reset() {
 	*x = Refund{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1694,7 @@ func (x *Refund) String() string {
 func (*Refund) ProtoMessage() {}
 
 func (x *Refund) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[15]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1707,7 @@ func (x *Refund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refund.ProtoReflect.Descriptor instead.
 func (*Refund) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{15}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Refund) GetCaller() string {
@@ -1577,7 +1743,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1755,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[16]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1768,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{16}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
 }
 
 // PutPolicies creates or replaces policies, all or none.
@@ -1615,7 +1781,7 @@ type PutPolicies struct {
 
 func (x *PutPolicies) Reset() {
 	*x = PutPolicies{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1793,7 @@ func (x *PutPolicies) String() string {
 func (*PutPolicies) ProtoMessage() {}
 
 func (x *PutPolicies) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[17]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1806,7 @@ func (x *PutPolicies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicies.ProtoReflect.Descriptor instead.
 func (*PutPolicies) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{17}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutPolicies) GetPolicies() []*Policy {
@@ -1670,7 +1836,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1848,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[18]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1861,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{18}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Policy) GetName() string {
@@ -1788,7 +1954,7 @@ type SetClusterID struct {
 
 func (x *SetClusterID) Reset() {
 	*x = SetClusterID{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1966,7 @@ func (x *SetClusterID) String() string {
 func (*SetClusterID) ProtoMessage() {}
 
 func (x *SetClusterID) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[19]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1979,7 @@ func (x *SetClusterID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterID.ProtoReflect.Descriptor instead.
 func (*SetClusterID) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{19}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetClusterID) GetId() string {
@@ -1842,7 +2008,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2020,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[20]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2033,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{20}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -1909,7 +2075,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2087,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2100,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -1971,14 +2137,17 @@ type SnapshotHeader struct {
 	// The meta group's plans, oldest first.
 	Plans []*Plan `protobuf:"bytes,15,rep,name=plans,proto3" json:"plans,omitempty"`
 	// The meta group's cluster ID, once set (SetClusterID).
-	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The meta group's audit records (feature level 5), which follow every
+	// other record; 0 (absent) when it has none.
+	AuditCount    uint64 `protobuf:"varint,16,opt,name=audit_count,json=auditCount,proto3" json:"audit_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2159,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2172,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2118,6 +2287,13 @@ func (x *SnapshotHeader) GetClusterId() string {
 	return ""
 }
 
+func (x *SnapshotHeader) GetAuditCount() uint64 {
+	if x != nil {
+		return x.AuditCount
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2129,7 +2305,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2317,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2330,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -2198,7 +2374,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2386,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2399,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -2293,7 +2469,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2481,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2494,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -2357,7 +2533,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2545,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2558,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2464,7 +2640,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2652,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2665,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -2611,7 +2787,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2799,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2812,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -2730,7 +2906,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2918,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2931,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -2799,7 +2975,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2987,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3000,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -2876,7 +3052,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3064,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3077,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -2998,7 +3174,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3186,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3199,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -3097,7 +3273,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3285,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3298,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -3220,7 +3396,7 @@ type FreezeSlots struct {
 
 func (x *FreezeSlots) Reset() {
 	*x = FreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3408,7 @@ func (x *FreezeSlots) String() string {
 func (*FreezeSlots) ProtoMessage() {}
 
 func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3421,7 @@ func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSlots.ProtoReflect.Descriptor instead.
 func (*FreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FreezeSlots) GetMigration() uint64 {
@@ -3279,7 +3455,7 @@ type UnfreezeSlots struct {
 
 func (x *UnfreezeSlots) Reset() {
 	*x = UnfreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3467,7 @@ func (x *UnfreezeSlots) String() string {
 func (*UnfreezeSlots) ProtoMessage() {}
 
 func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3480,7 @@ func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeSlots.ProtoReflect.Descriptor instead.
 func (*UnfreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UnfreezeSlots) GetMigration() uint64 {
@@ -3346,7 +3522,7 @@ type ImportSlots struct {
 
 func (x *ImportSlots) Reset() {
 	*x = ImportSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +3534,7 @@ func (x *ImportSlots) String() string {
 func (*ImportSlots) ProtoMessage() {}
 
 func (x *ImportSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +3547,7 @@ func (x *ImportSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSlots.ProtoReflect.Descriptor instead.
 func (*ImportSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ImportSlots) GetMigration() uint64 {
@@ -3457,7 +3633,7 @@ type SlotState struct {
 
 func (x *SlotState) Reset() {
 	*x = SlotState{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3645,7 @@ func (x *SlotState) String() string {
 func (*SlotState) ProtoMessage() {}
 
 func (x *SlotState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3658,7 @@ func (x *SlotState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
 func (*SlotState) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SlotState) GetBuckets() []*BucketRecord {
@@ -3527,7 +3703,7 @@ type DropImport struct {
 
 func (x *DropImport) Reset() {
 	*x = DropImport{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3715,7 @@ func (x *DropImport) String() string {
 func (*DropImport) ProtoMessage() {}
 
 func (x *DropImport) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3728,7 @@ func (x *DropImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
 func (*DropImport) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DropImport) GetMigration() uint64 {
@@ -3593,7 +3769,7 @@ type ImportProgress struct {
 
 func (x *ImportProgress) Reset() {
 	*x = ImportProgress{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3781,7 @@ func (x *ImportProgress) String() string {
 func (*ImportProgress) ProtoMessage() {}
 
 func (x *ImportProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3794,7 @@ func (x *ImportProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
 func (*ImportProgress) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImportProgress) GetMigration() uint64 {
@@ -3700,7 +3876,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +3888,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +3901,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Plan) GetId() uint64 {
@@ -3817,7 +3993,7 @@ type PlanStep struct {
 
 func (x *PlanStep) Reset() {
 	*x = PlanStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4005,7 @@ func (x *PlanStep) String() string {
 func (*PlanStep) ProtoMessage() {}
 
 func (x *PlanStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4018,7 @@ func (x *PlanStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
 func (*PlanStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PlanStep) GetAction() isPlanStep_Action {
@@ -3939,7 +4115,7 @@ type AddGroupStep struct {
 
 func (x *AddGroupStep) Reset() {
 	*x = AddGroupStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3951,7 +4127,7 @@ func (x *AddGroupStep) String() string {
 func (*AddGroupStep) ProtoMessage() {}
 
 func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3964,7 +4140,7 @@ func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
 func (*AddGroupStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddGroupStep) GetGroup() uint32 {
@@ -3995,7 +4171,7 @@ type MoveSlotsStep struct {
 
 func (x *MoveSlotsStep) Reset() {
 	*x = MoveSlotsStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4183,7 @@ func (x *MoveSlotsStep) String() string {
 func (*MoveSlotsStep) ProtoMessage() {}
 
 func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4196,7 @@ func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
 func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveSlotsStep) GetFrom() uint32 {
@@ -4062,7 +4238,7 @@ type CreatePlan struct {
 
 func (x *CreatePlan) Reset() {
 	*x = CreatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4250,7 @@ func (x *CreatePlan) String() string {
 func (*CreatePlan) ProtoMessage() {}
 
 func (x *CreatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4263,7 @@ func (x *CreatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
 func (*CreatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreatePlan) GetPlan() *Plan {
@@ -4122,7 +4298,7 @@ type UpdatePlan struct {
 
 func (x *UpdatePlan) Reset() {
 	*x = UpdatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4310,7 @@ func (x *UpdatePlan) String() string {
 func (*UpdatePlan) ProtoMessage() {}
 
 func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4323,7 @@ func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
 func (*UpdatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdatePlan) GetId() uint64 {
@@ -4231,7 +4407,7 @@ type CancelPlan struct {
 
 func (x *CancelPlan) Reset() {
 	*x = CancelPlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4243,7 +4419,7 @@ func (x *CancelPlan) String() string {
 func (*CancelPlan) ProtoMessage() {}
 
 func (x *CancelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4256,7 +4432,7 @@ func (x *CancelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
 func (*CancelPlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelPlan) GetId() uint64 {
@@ -4270,7 +4446,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xb8\f\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xe9\f\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -4303,8 +4479,21 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\vcancel_plan\x18\x1f \x01(\v2\x1e.quorate.raftcmd.v1.CancelPlanH\x00R\n" +
 	"cancelPlan\x12H\n" +
 	"\x0eset_cluster_id\x18( \x01(\v2 .quorate.raftcmd.v1.SetClusterIDH\x00R\fsetClusterId\x12\x1b\n" +
-	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpochB\x06\n" +
-	"\x04body\"7\n" +
+	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpoch\x12/\n" +
+	"\x05actor\x18\x04 \x01(\v2\x19.quorate.raftcmd.v1.ActorR\x05actorB\x06\n" +
+	"\x04body\"Q\n" +
+	"\x05Actor\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x18\n" +
+	"\arequest\x18\x03 \x01(\tR\arequest\"\xa7\x01\n" +
+	"\vAuditRecord\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12\x16\n" +
+	"\x06caller\x18\x03 \x01(\tR\x06caller\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x18\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\"7\n" +
 	"\x05Batch\x12.\n" +
 	"\x03ops\x18\x01 \x03(\v2\x1c.quorate.raftcmd.v1.EnvelopeR\x03ops\"\xb0\x01\n" +
 	"\bShardMap\x12\x14\n" +
@@ -4419,7 +4608,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x1c\n" +
 	"\n" +
 	"RemoveNode\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xc3\x05\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xe4\x05\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -4439,7 +4628,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\aimports\x18\x0e \x03(\v2\".quorate.raftcmd.v1.ImportProgressR\aimports\x12.\n" +
 	"\x05plans\x18\x0f \x03(\v2\x18.quorate.raftcmd.v1.PlanR\x05plans\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18( \x01(\tR\tclusterId\"\\\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\x12\x1f\n" +
+	"\vaudit_count\x18\x10 \x01(\x04R\n" +
+	"auditCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -4643,114 +4834,117 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
-	(*Batch)(nil),             // 2: quorate.raftcmd.v1.Batch
-	(*ShardMap)(nil),          // 3: quorate.raftcmd.v1.ShardMap
-	(*ShardGroup)(nil),        // 4: quorate.raftcmd.v1.ShardGroup
-	(*SlotAssignment)(nil),    // 5: quorate.raftcmd.v1.SlotAssignment
-	(*SetShardMap)(nil),       // 6: quorate.raftcmd.v1.SetShardMap
-	(*SetOwnership)(nil),      // 7: quorate.raftcmd.v1.SetOwnership
-	(*SetPolicies)(nil),       // 8: quorate.raftcmd.v1.SetPolicies
-	(*Admit)(nil),             // 9: quorate.raftcmd.v1.Admit
-	(*Check)(nil),             // 10: quorate.raftcmd.v1.Check
-	(*Peek)(nil),              // 11: quorate.raftcmd.v1.Peek
-	(*LeaseOp)(nil),           // 12: quorate.raftcmd.v1.LeaseOp
-	(*Reserve)(nil),           // 13: quorate.raftcmd.v1.Reserve
-	(*Commit)(nil),            // 14: quorate.raftcmd.v1.Commit
-	(*DeletePolicies)(nil),    // 15: quorate.raftcmd.v1.DeletePolicies
-	(*Refund)(nil),            // 16: quorate.raftcmd.v1.Refund
-	(*Expire)(nil),            // 17: quorate.raftcmd.v1.Expire
-	(*PutPolicies)(nil),       // 18: quorate.raftcmd.v1.PutPolicies
-	(*Policy)(nil),            // 19: quorate.raftcmd.v1.Policy
-	(*SetClusterID)(nil),      // 20: quorate.raftcmd.v1.SetClusterID
-	(*RegisterNode)(nil),      // 21: quorate.raftcmd.v1.RegisterNode
-	(*RemoveNode)(nil),        // 22: quorate.raftcmd.v1.RemoveNode
-	(*SnapshotHeader)(nil),    // 23: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 24: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 25: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 26: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 27: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 28: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 29: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 30: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 31: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 32: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 33: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 34: quorate.raftcmd.v1.ReserveRecord
-	(*FreezeSlots)(nil),       // 35: quorate.raftcmd.v1.FreezeSlots
-	(*UnfreezeSlots)(nil),     // 36: quorate.raftcmd.v1.UnfreezeSlots
-	(*ImportSlots)(nil),       // 37: quorate.raftcmd.v1.ImportSlots
-	(*SlotState)(nil),         // 38: quorate.raftcmd.v1.SlotState
-	(*DropImport)(nil),        // 39: quorate.raftcmd.v1.DropImport
-	(*ImportProgress)(nil),    // 40: quorate.raftcmd.v1.ImportProgress
-	(*Plan)(nil),              // 41: quorate.raftcmd.v1.Plan
-	(*PlanStep)(nil),          // 42: quorate.raftcmd.v1.PlanStep
-	(*AddGroupStep)(nil),      // 43: quorate.raftcmd.v1.AddGroupStep
-	(*MoveSlotsStep)(nil),     // 44: quorate.raftcmd.v1.MoveSlotsStep
-	(*CreatePlan)(nil),        // 45: quorate.raftcmd.v1.CreatePlan
-	(*UpdatePlan)(nil),        // 46: quorate.raftcmd.v1.UpdatePlan
-	(*CancelPlan)(nil),        // 47: quorate.raftcmd.v1.CancelPlan
+	(*Actor)(nil),             // 2: quorate.raftcmd.v1.Actor
+	(*AuditRecord)(nil),       // 3: quorate.raftcmd.v1.AuditRecord
+	(*Batch)(nil),             // 4: quorate.raftcmd.v1.Batch
+	(*ShardMap)(nil),          // 5: quorate.raftcmd.v1.ShardMap
+	(*ShardGroup)(nil),        // 6: quorate.raftcmd.v1.ShardGroup
+	(*SlotAssignment)(nil),    // 7: quorate.raftcmd.v1.SlotAssignment
+	(*SetShardMap)(nil),       // 8: quorate.raftcmd.v1.SetShardMap
+	(*SetOwnership)(nil),      // 9: quorate.raftcmd.v1.SetOwnership
+	(*SetPolicies)(nil),       // 10: quorate.raftcmd.v1.SetPolicies
+	(*Admit)(nil),             // 11: quorate.raftcmd.v1.Admit
+	(*Check)(nil),             // 12: quorate.raftcmd.v1.Check
+	(*Peek)(nil),              // 13: quorate.raftcmd.v1.Peek
+	(*LeaseOp)(nil),           // 14: quorate.raftcmd.v1.LeaseOp
+	(*Reserve)(nil),           // 15: quorate.raftcmd.v1.Reserve
+	(*Commit)(nil),            // 16: quorate.raftcmd.v1.Commit
+	(*DeletePolicies)(nil),    // 17: quorate.raftcmd.v1.DeletePolicies
+	(*Refund)(nil),            // 18: quorate.raftcmd.v1.Refund
+	(*Expire)(nil),            // 19: quorate.raftcmd.v1.Expire
+	(*PutPolicies)(nil),       // 20: quorate.raftcmd.v1.PutPolicies
+	(*Policy)(nil),            // 21: quorate.raftcmd.v1.Policy
+	(*SetClusterID)(nil),      // 22: quorate.raftcmd.v1.SetClusterID
+	(*RegisterNode)(nil),      // 23: quorate.raftcmd.v1.RegisterNode
+	(*RemoveNode)(nil),        // 24: quorate.raftcmd.v1.RemoveNode
+	(*SnapshotHeader)(nil),    // 25: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 26: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 27: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 28: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 29: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 30: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 31: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 32: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 33: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 34: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 35: quorate.raftcmd.v1.ReservationRecord
+	(*ReserveRecord)(nil),     // 36: quorate.raftcmd.v1.ReserveRecord
+	(*FreezeSlots)(nil),       // 37: quorate.raftcmd.v1.FreezeSlots
+	(*UnfreezeSlots)(nil),     // 38: quorate.raftcmd.v1.UnfreezeSlots
+	(*ImportSlots)(nil),       // 39: quorate.raftcmd.v1.ImportSlots
+	(*SlotState)(nil),         // 40: quorate.raftcmd.v1.SlotState
+	(*DropImport)(nil),        // 41: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 42: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 43: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 44: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 45: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 46: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 47: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 48: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 49: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
-	9,  // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
-	18, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	21, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
-	17, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
-	11, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
-	15, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
-	16, // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
-	12, // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
-	13, // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
-	14, // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
-	6,  // 10: quorate.raftcmd.v1.Envelope.set_shard_map:type_name -> quorate.raftcmd.v1.SetShardMap
-	7,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	8,  // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
-	2,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
-	22, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
-	35, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
-	36, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
-	37, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
-	39, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
-	45, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
-	46, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
-	47, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
-	20, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
-	1,  // 23: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	4,  // 24: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	5,  // 25: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	3,  // 26: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	5,  // 27: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	24, // 28: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	10, // 29: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 30: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	19, // 31: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	3,  // 32: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 33: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	35, // 34: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
-	40, // 35: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
-	41, // 36: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
-	19, // 37: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	26, // 38: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	29, // 39: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	31, // 40: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	31, // 41: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	38, // 42: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
-	25, // 43: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
-	30, // 44: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
-	33, // 45: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
-	27, // 46: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
-	42, // 47: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
-	43, // 48: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
-	44, // 49: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
-	41, // 50: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	11, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
+	20, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
+	23, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	19, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
+	13, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
+	17, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
+	18, // 6: quorate.raftcmd.v1.Envelope.refund:type_name -> quorate.raftcmd.v1.Refund
+	14, // 7: quorate.raftcmd.v1.Envelope.lease:type_name -> quorate.raftcmd.v1.LeaseOp
+	15, // 8: quorate.raftcmd.v1.Envelope.reserve:type_name -> quorate.raftcmd.v1.Reserve
+	16, // 9: quorate.raftcmd.v1.Envelope.commit:type_name -> quorate.raftcmd.v1.Commit
+	8,  // 10: quorate.raftcmd.v1.Envelope.set_shard_map:type_name -> quorate.raftcmd.v1.SetShardMap
+	9,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	10, // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
+	4,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
+	24, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
+	37, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
+	38, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
+	39, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
+	41, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	47, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	48, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	49, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	22, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
+	2,  // 23: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
+	1,  // 24: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	6,  // 25: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	7,  // 26: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	5,  // 27: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 28: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	26, // 29: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	12, // 30: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 31: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	21, // 32: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	5,  // 33: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	9,  // 34: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	37, // 35: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	42, // 36: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	43, // 37: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	21, // 38: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	28, // 39: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	31, // 40: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	33, // 41: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	33, // 42: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	40, // 43: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	27, // 44: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	32, // 45: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	35, // 46: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	29, // 47: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	44, // 48: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	45, // 49: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	46, // 50: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	43, // 51: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -4783,8 +4977,8 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_CancelPlan)(nil),
 		(*Envelope_SetClusterId)(nil),
 	}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[11].OneofWrappers = []any{}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[41].OneofWrappers = []any{
+	file_quorate_raftcmd_v1_command_proto_msgTypes[13].OneofWrappers = []any{}
+	file_quorate_raftcmd_v1_command_proto_msgTypes[43].OneofWrappers = []any{
 		(*PlanStep_AddGroup)(nil),
 		(*PlanStep_MoveSlots)(nil),
 	}
@@ -4794,7 +4988,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -77,6 +77,8 @@ const (
 	// AdminServiceUncordonNodeProcedure is the fully-qualified name of the AdminService's UncordonNode
 	// RPC.
 	AdminServiceUncordonNodeProcedure = "/quorate.v1.AdminService/UncordonNode"
+	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
+	AdminServiceListAuditProcedure = "/quorate.v1.AdminService/ListAudit"
 	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
 	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
 	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
@@ -166,6 +168,12 @@ type AdminServiceClient interface {
 	// UncordonNode lets plans place replicas on a drained node again
 	// (DrainNode cordons the node it drains). Idempotent.
 	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
+	// ListAudit lists the admin changes the meta group recorded (policies
+	// applied or deleted, nodes added, removed, drained or uncordoned,
+	// replicas moved, rebalances, plans started, cancelled and finished),
+	// oldest first, from the meta leader's state after a read barrier. The
+	// meta group keeps the last 10,000 (from feature level 5).
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -287,6 +295,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("UncordonNode")),
 			connect.WithClientOptions(opts...),
 		),
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AdminServiceListAuditProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -310,6 +324,7 @@ type adminServiceClient struct {
 	rebalance      *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
 	addNode        *connect.Client[v1.AddNodeRequest, v1.AddNodeResponse]
 	uncordonNode   *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
+	listAudit      *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -402,6 +417,11 @@ func (c *adminServiceClient) UncordonNode(ctx context.Context, req *connect.Requ
 	return c.uncordonNode.CallUnary(ctx, req)
 }
 
+// ListAudit calls quorate.v1.AdminService.ListAudit.
+func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -484,6 +504,12 @@ type AdminServiceHandler interface {
 	// UncordonNode lets plans place replicas on a drained node again
 	// (DrainNode cordons the node it drains). Idempotent.
 	UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error)
+	// ListAudit lists the admin changes the meta group recorded (policies
+	// applied or deleted, nodes added, removed, drained or uncordoned,
+	// replicas moved, rebalances, plans started, cancelled and finished),
+	// oldest first, from the meta leader's state after a read barrier. The
+	// meta group keeps the last 10,000 (from feature level 5).
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -601,6 +627,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("UncordonNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListAuditHandler := connect.NewUnaryHandler(
+		AdminServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -639,6 +671,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceAddNodeHandler.ServeHTTP(w, r)
 		case AdminServiceUncordonNodeProcedure:
 			adminServiceUncordonNodeHandler.ServeHTTP(w, r)
+		case AdminServiceListAuditProcedure:
+			adminServiceListAuditHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -718,6 +752,10 @@ func (UnimplementedAdminServiceHandler) AddNode(context.Context, *connect.Reques
 
 func (UnimplementedAdminServiceHandler) UncordonNode(context.Context, *connect.Request[v1.UncordonNodeRequest]) (*connect.Response[v1.UncordonNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.UncordonNode is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.ListAudit is not implemented"))
 }
 
 // PeerServiceClient is a client for the quorate.v1.PeerService service.
