@@ -36,6 +36,8 @@ type accessEnv struct {
 const accessRules = `callers:
   - caller: ops
     roles: [admin, client]
+  - caller: admin-b
+    roles: [admin]
   - caller: app-a
     roles: [client]
   - caller: app-b
@@ -70,7 +72,7 @@ func tokenFile(tokens map[string]string) string {
 func newAccessEnv(t *testing.T) *accessEnv {
 	t.Helper()
 	e := &accessEnv{dir: t.TempDir(), tokens: map[string]string{}}
-	for _, caller := range []string{"ops", "app-a", "app-b", "only-p", "newbie"} {
+	for _, caller := range []string{"ops", "admin-b", "app-a", "app-b", "only-p", "newbie"} {
 		e.tokens[caller] = access.NewToken()
 	}
 	e.accessPath = filepath.Join(e.dir, "access.yaml")
@@ -210,6 +212,30 @@ func TestAccessControl(t *testing.T) {
 		}
 		_, err = e.admission(t, "app-b", follower).Admit(ctx, admitReq("acc-p", "app-a", "fwd-2"))
 		wantAccessCode(t, "app-b as app-a through a follower", err, connect.CodePermissionDenied, "app-b", "app-a")
+	})
+
+	t.Run("audit names the caller of a forwarded change", func(t *testing.T) {
+		// admin-b (not the node token's caller) applies a policy through a
+		// node that does not lead the meta group: the leader records admin-b,
+		// whose identity came with the forwarded call.
+		apply := connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
+			{Name: "acc-audit", Algorithm: "token_bucket", Limit: 10, Period: durationpb.New(time.Second)}}})
+		_, err := e.admin(t, "admin-b", follower).ApplyPolicies(ctx, apply)
+		wantAccessCode(t, "admin-b applies a policy through a follower", err, 0)
+		list, err := e.admin(t, "ops", leader).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{Limit: 1000}))
+		wantAccessCode(t, "list audit", err, 0)
+		var found *quoratev1.AuditEntry
+		for _, a := range list.Msg.GetEntries() {
+			if a.GetAction() == "policy apply" && strings.Contains(a.GetSummary(), "acc-audit") {
+				found = a
+			}
+		}
+		switch {
+		case found == nil:
+			t.Fatalf("no audit record of applying acc-audit in %v", list.Msg.GetEntries())
+		case found.GetCaller() != "admin-b" || found.GetSource() != "token":
+			t.Fatalf("applying acc-audit recorded as %q (%s), want admin-b (token)", found.GetCaller(), found.GetSource())
+		}
 	})
 
 	t.Run("policies", func(t *testing.T) {

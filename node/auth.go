@@ -49,6 +49,7 @@ var procedureActions = map[string]access.Action{
 	quoratev1connect.AdminServiceSplitGroupProcedure:     access.ActionSplitGroup,
 	quoratev1connect.AdminServiceRebalanceProcedure:      access.ActionRebalance,
 	quoratev1connect.AdminServiceListPlansProcedure:      access.ActionListPlans,
+	quoratev1connect.AdminServiceListAuditProcedure:      access.ActionListAudit,
 	quoratev1connect.AdminServiceCancelPlanProcedure:     access.ActionCancelPlan,
 
 	quoratev1connect.AdmissionServiceAdmitProcedure:      access.ActionAdmit,

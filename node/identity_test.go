@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/quorate/quorate/access"
@@ -14,5 +16,48 @@ func TestIdentityOf(t *testing.T) {
 	id := access.Identity{Caller: "gateway-eu", Source: access.SourceToken}
 	if got := identityOf(withIdentity(context.Background(), id)); got != id {
 		t.Fatalf("got %+v, want %+v", got, id)
+	}
+}
+
+// A forwarded request's identity headers are taken only in the form a node
+// writes them; anything else is anonymous.
+func TestForwardedIdentity(t *testing.T) {
+	long := strings.Repeat("x", access.MaxCallerBytes+1)
+	for _, tc := range []struct {
+		name           string
+		caller, source string
+		want           access.Identity
+	}{
+		{"token", "app-a", "token", access.Identity{Caller: "app-a", Source: access.SourceToken}},
+		{"certificate", "spiffe://x/y", "certificate", access.Identity{Caller: "spiffe://x/y", Source: access.SourceCertificate}},
+		{"none", "", "", access.Anonymous()},
+		{"no source", "app-a", "", access.Anonymous()},
+		{"unknown source", "app-a", "node", access.Anonymous()},
+		{"source none", "app-a", "none", access.Anonymous()},
+		{"caller too long", long, "token", access.Anonymous()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.caller != "" {
+				h.Set(forwardedCallerHeader, tc.caller)
+			}
+			if tc.source != "" {
+				h.Set(forwardedSourceHeader, tc.source)
+			}
+			if got := forwardedIdentity(h); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// A node writes only authenticated identities, and reads back what it wrote.
+	h := http.Header{}
+	setForwardedIdentity(h, access.Anonymous())
+	if len(h) != 0 {
+		t.Fatalf("an anonymous identity wrote headers %v", h)
+	}
+	id := access.Identity{Caller: "ops", Source: access.SourceToken}
+	setForwardedIdentity(h, id)
+	if got := forwardedIdentity(h); got != id {
+		t.Fatalf("round trip: got %+v, want %+v", got, id)
 	}
 }

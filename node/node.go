@@ -187,7 +187,9 @@ func (n *Node) newServer(peer bool) *http.Server {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	var handler http.Handler = mux
-	if !peer {
+	if peer {
+		handler = withForwardedIdentity(mux)
+	} else {
 		handler = n.authenticate(mux)
 	}
 	srv := &http.Server{
