@@ -23,6 +23,8 @@ const defaultServer = "http://127.0.0.1:7070"
 type clientOptions struct {
 	server  string
 	timeout time.Duration
+	tls     tlsFlags     // --tls-ca, --tls-cert, --tls-key
+	hc      *http.Client // built by beginServers from tls
 }
 
 // addClientFlags registers --server and --timeout on cmd.
@@ -30,6 +32,7 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
+	addTLSFlags(fs, &o.tls)
 }
 
 // addServersFlags registers --server, which takes a comma-separated list of
@@ -39,6 +42,7 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
 		"host:port; attempts rotate through them, so one dead node does not stop a retry")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
+	addTLSFlags(fs, &o.tls)
 }
 
 // begin checks the flags and returns the API base URL and a context that
@@ -61,9 +65,12 @@ func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ 
 	if o.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
 	}
-	us, err := serverURLs(o.server)
+	us, err := serverURLs(o.tls.defaultScheme(o.server))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--server: %w", err)
+	}
+	if o.hc, err = o.tls.httpClient(); err != nil {
+		return nil, nil, nil, err
 	}
 	ctx, cancel = context.WithTimeout(ctx, o.timeout)
 	return us, ctx, cancel, nil
@@ -86,18 +93,15 @@ func serverURLs(list string) ([]string, error) {
 	return out, nil
 }
 
-// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect
-// protocol over HTTP/1.1 (or HTTP/2 with TLS), which every node serves.
-func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
-	return quoratev1connect.NewAdminServiceClient(http.DefaultClient, baseURL)
+// newAdminClient and newAdmissionClient speak the Connect protocol over
+// HTTP/1.1 (or HTTP/2 with TLS), which every node serves, through hc. A
+// client command builds its clients with clientOptions (clienttls.go).
+func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServiceClient {
+	return quoratev1connect.NewAdminServiceClient(hc, baseURL)
 }
 
-func newAdmissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
-	return quoratev1connect.NewAdmissionServiceClient(http.DefaultClient, baseURL)
-}
-
-func newLeaseClient(baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(http.DefaultClient, baseURL)
+func newAdmissionClient(hc *http.Client, baseURL string) quoratev1connect.AdmissionServiceClient {
+	return quoratev1connect.NewAdmissionServiceClient(hc, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"
