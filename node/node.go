@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/certs"
-	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
@@ -51,9 +50,9 @@ type Node struct {
 	closeOnce  sync.Once
 	closeErr   error
 	tls        *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
-	// metaFSM is the meta replica's FSM once it is open: the registered
-	// nodes the peer port's TLS handshakes allow (allowNode).
-	metaFSM atomic.Pointer[fsm.FSM]
+	// metaReplica is n.meta once it is open, for the peer port's TLS
+	// handshakes, which may run before (allowNode).
+	metaReplica atomic.Pointer[group]
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 }
@@ -146,7 +145,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.hadState = n.meta.hadState
-	n.metaFSM.Store(n.meta.fsm)
+	n.metaReplica.Store(n.meta)
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
 	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
 	n.peers = newPeers(apiDial)

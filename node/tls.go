@@ -140,26 +140,39 @@ func (n *Node) peerTLS() (server, client *tls.Config, err error) {
 
 // allowNode reports whether a peer whose certificate names node id may use
 // the peer port: this node, a node registered in this node's replica of the
-// meta group, or any node of the CA while that replica registers no node
-// at all. The last is a node not yet joined (or a bootstrapping one before
-// it registers itself): it holds no state to guard, and the node adding it
-// (the meta leader, which registers a node before it makes it a member)
-// must reach it to replicate the log, which then tells it the cluster's
-// nodes. A node's first join goes to another node's API port, which asks
-// nothing of allowNode. Before the meta replica opens, only this node is
-// allowed.
+// meta group, or a member of that replica's latest Raft configuration (read
+// from its log at start, so a restarted node whose registry is not yet
+// caught up still knows its peers, and a node the leader adds is a member
+// here once the configuration reaches this node). A replica with no
+// state at all (no registered node and no configuration: a node not yet
+// joined) allows any node of the CA: it holds nothing to guard, and the
+// node adding it (the meta leader, which registers a node before it makes
+// it a member) must reach it to replicate the log, which then tells it the
+// cluster's nodes. A node's first join goes to another node's API port,
+// which asks nothing of allowNode. Before the meta replica opens, only this
+// node is allowed.
 func (n *Node) allowNode(id string) bool {
 	if id == n.cfg.ID {
 		return true
 	}
-	f := n.metaFSM.Load()
-	if f == nil {
+	g := n.metaReplica.Load()
+	if g == nil {
 		return false
 	}
-	if _, ok := f.Node(id); ok {
+	if _, ok := g.fsm.Node(id); ok {
 		return true
 	}
-	return len(f.Nodes()) == 0
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return len(servers) == 0 && len(g.fsm.Nodes()) == 0
 }
 
 // apiServerTLS sets up srv to serve TLS with the node's certificate, a

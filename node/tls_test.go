@@ -24,8 +24,9 @@ import (
 )
 
 // A TLS cluster forms (joins over the API port's TLS, Raft over the peer
-// port's mutual TLS), a follower forwards to the leader over mutual TLS, and
-// the cluster goes on once its leader stops.
+// port's mutual TLS), a follower forwards to the leader over mutual TLS, the
+// cluster goes on once its leader stops, and the old leader restarts into
+// it.
 func TestTLSClusterForwardsAndSurvivesLeaderChange(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, TLS: true})
 	applyPolicy(t, c, "tls", 1000, time.Hour, 1000)
@@ -50,6 +51,15 @@ func TestTLSClusterForwardsAndSurvivesLeaderChange(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		_, err := c.Admission(via).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "tls", Key: "k"}))
+		return err
+	})
+	// The old leader restarts from its state: its peers are in its Raft
+	// configuration before its registry has caught up, and it rejoins.
+	c.Start(leader)
+	c.Eventually(t, 30*time.Second, "an admit through the restarted node", func() error {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := c.Admission(leader).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "tls", Key: "k"}))
 		return err
 	})
 }
