@@ -177,6 +177,17 @@ func TestTLSAPIRefusesPlaintext(t *testing.T) {
 	if _, err := c.Admin(0).NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{})); err != nil {
 		t.Fatalf("a TLS call: %v", err)
 	}
+	// HTTP/2 is offered by ALPN.
+	cfg := tlsConfigFrom(t, c.CA().Admin, c.CA().CAFile)
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	conn, err := tls.Dial("tcp", c.Node(0).APIAddr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN chose %q, want h2", p)
+	}
 }
 
 // A node refuses to start with a certificate naming another node.
