@@ -84,6 +84,7 @@ type Mux struct {
 	open      int            // accepted connections not yet closed
 	shaking   map[string]int // accepted connections in their handshake, by remote IP
 	refusedAt time.Time      // when a refusal at a limit was last logged
+	tlsLogAt  time.Time      // when a failed TLS handshake was last logged as a warning
 	cluster   clusterGate    // which dialers' cluster IDs to admit (cluster.go)
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
@@ -252,7 +253,7 @@ func (m *Mux) handshake(c *trackedConn) {
 		}
 		if err := tc.Handshake(); err != nil {
 			m.stats.tlsRefused.Add(1)
-			m.log.Warn("refused a peer connection: TLS handshake", "remote", c.RemoteAddr(), "err", err)
+			m.logTLSRefusal(c.RemoteAddr(), err)
 			c.Close()
 			return
 		}
@@ -308,6 +309,24 @@ func (m *Mux) handshake(c *trackedConn) {
 	case <-l.done:
 		c.Close()
 	}
+}
+
+// logTLSRefusal logs a failed TLS handshake: as a warning at most once a
+// minute (a peer of another CA retries all the time), else at debug level.
+func (m *Mux) logTLSRefusal(remote net.Addr, err error) {
+	m.mu.Lock()
+	now := time.Now()
+	warn := now.Sub(m.tlsLogAt) >= time.Minute
+	if warn {
+		m.tlsLogAt = now
+	}
+	m.mu.Unlock()
+	if warn {
+		m.log.Warn("refused a peer connection at the TLS handshake (further ones logged at debug level for a minute)",
+			"remote", remote, "err", err, "refused_so_far", m.stats.tlsRefused.Load())
+		return
+	}
+	m.log.Debug("refused a peer connection at the TLS handshake", "remote", remote, "err", err)
 }
 
 // Listener returns the listener of channel ch: its Accept returns the
