@@ -165,7 +165,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
-				resp, err := n.peers.get("http://"+m.ApiAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				resp, err := n.peers.at(m.ApiAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				if err != nil {
 					m.Error = err.Error()
 					return

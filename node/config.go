@@ -52,7 +52,8 @@ type Config struct {
 	// (--bootstrap). Ignored when DataDir already holds Raft state.
 	Bootstrap bool
 
-	// Join is the API address (host:port or http://host:port) of any member
+	// Join is the API address (host:port, http://host:port or
+	// https://host:port; host:port is https with TLS files) of any member
 	// of an existing cluster (--join). The node asks it to be added as a
 	// voter. Ignored when DataDir already holds Raft state.
 	Join string
@@ -216,6 +217,22 @@ type Config struct {
 	// caller needs the admin role. Calls over the peer port carry none.
 	NodeToken string
 
+	// TLSCertFile, TLSKeyFile and TLSCAFile (--tls-cert, --tls-key,
+	// --tls-ca) make both ports TLS, given all three or none: the node's
+	// certificate (PEM, leaf first), its key, and the CA bundle that peers'
+	// and callers' certificates are verified against. The certificate must
+	// name this node (URI SAN quorate://node/<ID>) and chain to the bundle;
+	// it serves the API (with callers' certificates optional) and the peer
+	// port (mutual TLS, the peer naming a node the cluster knows). The
+	// files are reloaded when they change, without a restart. See tls.go.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+
+	// InsecurePlaintext allows a non-loopback API or Raft address (listen
+	// or advertised) without TLS (--insecure-plaintext): anyone who reaches
+	// the ports can then read and write the cluster's state. Without it,
+	// plaintext is limited to loopback addresses.
+	InsecurePlaintext bool
+
 	_ struct{}
 }
 
@@ -316,7 +333,7 @@ func (c Config) Validate() error {
 		return bad("bootstrap", "cannot be combined with --join")
 	}
 	if c.Join != "" {
-		if _, err := joinURL(c.Join); err != nil {
+		if _, err := c.joinURL(); err != nil {
 			return bad("join", "%v", err)
 		}
 	}
@@ -345,6 +362,9 @@ func (c Config) Validate() error {
 		return bad("leader-lease-timeout", "must be ≤ --heartbeat-timeout (%v > %v)", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	}
 	if err := c.checkLimits(bad); err != nil {
+		return err
+	}
+	if err := c.checkTLS(bad); err != nil {
 		return err
 	}
 	if c.MaxFeatureLevel > fsm.FeatureLevel {
@@ -455,10 +475,18 @@ func checkAdvertisable(addr string) error {
 	return nil
 }
 
+// joinURL turns "host:port", "http://host:port" or "https://host:port"
+// into the API base URL; host:port gets the scheme of this node's API.
+func (c Config) joinURL() (string, error) { return joinURLWith(c.Join, c.apiScheme()) }
+
 // joinURL turns "host:port" or "http://host:port" into the API base URL.
-func joinURL(s string) (string, error) {
+func joinURL(s string) (string, error) { return joinURLWith(s, "http") }
+
+// joinURLWith turns "host:port" (given scheme) or "http(s)://host:port"
+// into the API base URL.
+func joinURLWith(s, scheme string) (string, error) {
 	if !strings.Contains(s, "://") {
-		s = "http://" + s
+		s = scheme + "://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {

@@ -96,6 +96,16 @@
 // Config.DebugDialMap can redirect node-to-node dials through proxies for
 // fault-injection tests.
 //
+// # TLS
+//
+// With Config.TLSCertFile, TLSKeyFile and TLSCAFile (tls.go) both ports
+// are TLS, from one certificate that must name the node
+// (quorate://node/<ID>): the API with callers' certificates optional and
+// verified when given, the peer port with mutual TLS completed before the
+// mux reads a header, the peer naming a node the meta replica registers.
+// The files are reloaded when they change. Without them, Config.Validate
+// refuses a non-loopback address unless Config.InsecurePlaintext.
+//
 // # Threading
 //
 // Node's methods are safe for concurrent use. Run blocks until its context

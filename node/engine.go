@@ -146,7 +146,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		legs = append(legs, func() { n.decideHere(ctx, l.d, l.items) })
 	}
 	for addr, its := range remote {
-		legs = append(legs, func() { n.forwardTo(ctx, n.fwd.get("http://"+addr), its) })
+		legs = append(legs, func() { n.forwardTo(ctx, n.fwd.at(addr), its) })
 	}
 	if len(legs) == 1 {
 		legs[0]()

@@ -80,7 +80,7 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if leaderAddr, _ := c.req.leader(); leaderAddr == "" && c.cfg.Join != "" && !c.isLeader() {
-		base, _ := joinURL(c.cfg.Join)
+		base, _ := c.cfg.joinURL()
 		if c.mux.WaitingForClusterID() {
 			if err := c.learnClusterID(ctx, base); err != nil {
 				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)

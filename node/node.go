@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
@@ -50,6 +52,10 @@ type Node struct {
 	tokens     *access.Watcher[*access.Tokens] // the token file; nil without one
 	closeOnce  sync.Once
 	closeErr   error
+	tls        *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
+	// metaReplica is n.meta once it is open, for the peer port's TLS
+	// handshakes, which may run before (allowNode).
+	metaReplica atomic.Pointer[group]
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 }
@@ -79,6 +85,15 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	if err := n.initAccess(); err != nil {
 		return nil, err
+	}
+	var peerServerTLS, peerClientTLS *tls.Config
+	if cfg.tlsEnabled() {
+		if n.tls, err = n.openTLS(); err != nil {
+			return nil, err
+		}
+		if peerServerTLS, peerClientTLS, err = n.peerTLS(); err != nil {
+			return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
+		}
 	}
 
 	n.apiLn, err = net.Listen("tcp", cfg.APIAddr)
@@ -116,6 +131,8 @@ func New(cfg Config) (_ *Node, err error) {
 		HandshakeTimeout:   cfg.PeerHandshakeTimeout,
 		IdleTimeout:        cfg.PeerIdleTimeout,
 		ForwardIdleTimeout: 2 * cfg.RequestTimeout,
+		ServerTLS:          peerServerTLS,
+		ClientTLS:          peerClientTLS,
 	})
 	if err := n.initClusterID(); err != nil {
 		raftLn.Close()
@@ -134,8 +151,13 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.hadState = n.meta.hadState
+	n.metaReplica.Store(n.meta)
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
-	n.peers = newPeers(peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext)
+	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
+	n.peers = newPeers(apiDial)
+	if n.tls != nil {
+		n.peers.useTLS(n.tls, apiDial)
+	}
 	n.fwd = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
 		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
 	})
@@ -153,6 +175,11 @@ func New(cfg Config) (_ *Node, err error) {
 
 	n.server = n.newServer(false)
 	n.fwdServer = n.newServer(true)
+	if n.tls != nil {
+		if err := n.apiServerTLS(n.server); err != nil {
+			return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
+		}
+	}
 	return n, nil
 }
 
@@ -238,7 +265,13 @@ func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 // replicated registry. Run returns nil on a clean stop.
 func (n *Node) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- n.server.Serve(n.apiLn) }()
+	go func() {
+		if n.tls != nil {
+			serveErr <- n.server.ServeTLS(n.apiLn, "", "") // n.server.TLSConfig
+			return
+		}
+		serveErr <- n.server.Serve(n.apiLn)
+	}()
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
 
@@ -323,6 +356,9 @@ func (n *Node) closeResources() error {
 	}
 	if n.fwd != nil {
 		n.fwd.close()
+	}
+	if n.tls != nil {
+		errs = append(errs, n.tls.Close())
 	}
 	return errors.Join(errs...)
 }

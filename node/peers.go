@@ -13,8 +13,9 @@ import (
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
-// peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext)
-// connection pool shared by all, so many requests share a few connections.
+// peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext,
+// or TLS to API ports when the node has TLS files: useTLS) connection pool
+// shared by all, so many requests share a few connections.
 // A node has two: one to other nodes' API ports (status, the first join),
 // and one over the peer mux's forwarding channel, which carries requests
 // forwarded to a group's leader on the connection the node already uses for
@@ -30,6 +31,8 @@ type peers struct {
 	// token, if set, is sent as a bearer token on every call
 	// (Config.NodeToken): only to other nodes' API ports.
 	token string
+	// scheme is the scheme of the URLs at builds: https once useTLS.
+	scheme string
 
 	mu      sync.Mutex
 	clients map[string]*peerClient
@@ -56,8 +59,13 @@ func newPeers(dial func(ctx context.Context, network, addr string) (net.Conn, er
 			IdleConnTimeout:     90 * time.Second,
 		}},
 		clients: make(map[string]*peerClient),
+		scheme:  "http",
 	}
 }
+
+// at returns the clients for the node whose API (or, on the forwarding
+// channel, peer port) is at addr, host:port.
+func (p *peers) at(addr string) *peerClient { return p.get(p.scheme + "://" + addr) }
 
 // get returns the clients for a node's API base URL (http://host:port).
 func (p *peers) get(baseURL string) *peerClient {

@@ -44,7 +44,7 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
-				_, err := c.peers.get("http://"+nd.APIAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				_, err := c.peers.at(nd.APIAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -197,7 +197,7 @@ func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
 		}
 		ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
 		defer cancel()
-		resp, err := p.get("http://"+addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+		resp, err := p.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 		if err != nil || resp.Msg.GetNode().GetId() != id {
 			return "", false
 		}

@@ -11,6 +11,15 @@
 // idleness (redialConn). A Mux is created with New, run with Serve, and
 // closed with Close once the node's Raft groups are shut down.
 //
+// With Options.ServerTLS and ClientTLS the whole connection is TLS: an
+// accepted connection's TLS handshake completes, within the handshake
+// deadline, before the mux reads the first byte of its header, so a peer
+// whose certificate the config refuses never reaches the header parser, a
+// Raft transport or the forwarding channel; a dialed connection writes its
+// header only once its handshake is done. Which certificates and nodes the
+// configs accept is the caller's (package node builds them with package
+// certs).
+//
 // The node decides what the mux knows of its cluster ID (SetClusterID):
 // recording the ID, learning it from a join address or the meta group, is
 // package node's. This package knows nothing of nodes, groups' state or

@@ -2,6 +2,7 @@ package peermux
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ type Stats struct {
 	Redials      int64 // dialed Raft connections replaced before a write
 	OtherCluster int64 // refused: another cluster's, or no, cluster ID
 	Dials        int64 // connections opened by Dial (the stream layers' not counted)
+	TLSRefused   int64 // closed: the TLS handshake failed (before any header byte was read)
 }
 
 // Stats returns the mux's counts so far.
@@ -33,6 +35,7 @@ func (m *Mux) Stats() Stats {
 		Redials:      m.stats.redials.Load(),
 		OtherCluster: m.stats.otherCluster.Load(),
 		Dials:        m.stats.dials.Load(),
+		TLSRefused:   m.stats.tlsRefused.Load(),
 	}
 }
 
@@ -46,6 +49,7 @@ type muxStats struct {
 
 	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
 	dials        atomic.Int64 // connections opened by Dial
+	tlsRefused   atomic.Int64 // closed: the TLS handshake failed
 }
 
 // Mux multiplexes one peer listener into channels (see the header
@@ -70,6 +74,8 @@ type Mux struct {
 	fwdIdleTimeout time.Duration
 	limits         muxLimits
 	stats          muxStats
+	serverTLS      *tls.Config // nil: plaintext
+	clientTLS      *tls.Config // nil: plaintext
 
 	mu        sync.Mutex
 	closed    bool
@@ -78,6 +84,7 @@ type Mux struct {
 	open      int            // accepted connections not yet closed
 	shaking   map[string]int // accepted connections in their handshake, by remote IP
 	refusedAt time.Time      // when a refusal at a limit was last logged
+	tlsLogAt  time.Time      // when a failed TLS handshake was last logged as a warning
 	cluster   clusterGate    // which dialers' cluster IDs to admit (cluster.go)
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
@@ -97,6 +104,16 @@ type Options struct {
 	// when longer: there a request's answer may take up to the request
 	// timeout while the caller sends nothing.
 	ForwardIdleTimeout time.Duration
+	// ServerTLS, when set, makes the peer port TLS: every accepted
+	// connection completes a TLS handshake with it, within the handshake
+	// timeout, before the mux reads a byte of its header; a connection
+	// whose handshake fails (its certificate not verified, or naming a
+	// peer the config refuses) is closed there. ClientTLS is then the
+	// config Dial and the stream layers open their connections with (the
+	// header is written once its handshake is done). Set both or neither:
+	// every node of a cluster speaks TLS on its peer port, or none does.
+	ServerTLS *tls.Config
+	ClientTLS *tls.Config
 }
 
 // New returns a mux over ln whose connections to peers d opens (from the
@@ -118,6 +135,8 @@ func New(ln net.Listener, d *Dialer, advertise net.Addr, log *slog.Logger, o Opt
 		headerTimeout:  o.HandshakeTimeout,
 		idleTimeout:    o.IdleTimeout,
 		fwdIdleTimeout: o.ForwardIdleTimeout,
+		serverTLS:      o.ServerTLS,
+		clientTLS:      o.ClientTLS,
 		limits:         muxLimits{conns: muxMaxConns, handshakesPerIP: muxMaxHandshakesPerIP},
 		shaking:        make(map[string]int),
 		listeners:      make(map[uint64]*muxListener),
@@ -180,6 +199,9 @@ func (m *Mux) Serve() {
 			c.Close()
 			continue
 		}
+		if m.serverTLS != nil {
+			c = tls.Server(c, m.serverTLS) // handshaken by handshake, before the header
+		}
 		tc, ok := m.track(c, nil, m.release)
 		if !ok {
 			m.handshakeDone(ip)
@@ -221,7 +243,26 @@ func (m *Mux) track(c net.Conn, owner *connSet, onClose func()) (*trackedConn, b
 // listener, or closes it. Until then c holds no channel's resources (a Raft
 // transport allocates large buffers for each connection it accepts).
 func (m *Mux) handshake(c *trackedConn) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(m.headerTimeout)); err != nil {
+	deadline := time.Now().Add(m.headerTimeout)
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		// TLS first: no byte of the header is read from a peer whose
+		// certificate does not verify.
+		if err := tc.SetDeadline(deadline); err != nil {
+			c.Close()
+			return
+		}
+		if err := tc.Handshake(); err != nil {
+			m.stats.tlsRefused.Add(1)
+			m.logTLSRefusal(c.RemoteAddr(), err)
+			c.Close()
+			return
+		}
+		if err := tc.SetWriteDeadline(time.Time{}); err != nil {
+			c.Close()
+			return
+		}
+	}
+	if err := c.Conn.SetReadDeadline(deadline); err != nil {
 		c.Close()
 		return
 	}
@@ -268,6 +309,24 @@ func (m *Mux) handshake(c *trackedConn) {
 	case <-l.done:
 		c.Close()
 	}
+}
+
+// logTLSRefusal logs a failed TLS handshake: as a warning at most once a
+// minute (a peer of another CA retries all the time), else at debug level.
+func (m *Mux) logTLSRefusal(remote net.Addr, err error) {
+	m.mu.Lock()
+	now := time.Now()
+	warn := now.Sub(m.tlsLogAt) >= time.Minute
+	if warn {
+		m.tlsLogAt = now
+	}
+	m.mu.Unlock()
+	if warn {
+		m.log.Warn("refused a peer connection at the TLS handshake (further ones logged at debug level for a minute)",
+			"remote", remote, "err", err, "refused_so_far", m.stats.tlsRefused.Load())
+		return
+	}
+	m.log.Debug("refused a peer connection at the TLS handshake", "remote", remote, "err", err)
 }
 
 // Listener returns the listener of channel ch: its Accept returns the
@@ -325,11 +384,20 @@ func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) 
 	if err != nil {
 		return nil, err
 	}
+	if m.clientTLS != nil {
+		c = tls.Client(c, m.clientTLS)
+	}
 	tc, ok := m.track(c, owner, nil)
 	if !ok {
 		return nil, errMuxClosed
 	}
 	defer m.wg.Done() // the conn stays tracked; the mux need not wait for it
+	if t, ok := c.(*tls.Conn); ok {
+		if err := t.HandshakeContext(ctx); err != nil {
+			tc.Close()
+			return nil, fmt.Errorf("peermux: peer %s: TLS handshake: %w", addr, err)
+		}
+	}
 	deadline, _ := ctx.Deadline()
 	hdr := AppendHeader(make([]byte, 0, muxMaxHeaderLen), ch, m.ClusterID())
 	if err := tc.SetWriteDeadline(deadline); err != nil {

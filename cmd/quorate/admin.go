@@ -46,7 +46,7 @@ func newAdminStatusCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
 			if err != nil {
 				return wrapRPC("ClusterStatus", base, "", err)

@@ -44,7 +44,7 @@ func newAdminAuditCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{Since: since, Limit: limit}))
+			resp, err := client.adminClient(base).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{Since: since, Limit: limit}))
 			if err != nil {
 				return wrapRPC("ListAudit", base, "", err)
 			}

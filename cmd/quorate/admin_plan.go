@@ -75,7 +75,7 @@ func newAdminSlotsMoveCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.MoveSlots(ctx, connect.NewRequest(req))
 			if err != nil {
 				return wrapRPC("MoveSlots", base, "", err)
@@ -239,7 +239,7 @@ func newAdminGroupAddCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.AddGroup(ctx, connect.NewRequest(&quoratev1.AddGroupRequest{Replicas: replicas}))
 			if err != nil {
 				return wrapRPC("AddGroup", base, "", err)
@@ -299,7 +299,7 @@ func newAdminGroupSplitCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.SplitGroup(ctx, connect.NewRequest(&quoratev1.SplitGroupRequest{Group: group}))
 			if err != nil {
 				return wrapRPC("SplitGroup", base, "", err)
@@ -380,7 +380,7 @@ func newAdminPlanListCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
+			resp, err := client.adminClient(base).ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
 			if err != nil {
 				return wrapRPC("ListPlans", base, "", err)
 			}
@@ -424,7 +424,7 @@ func newAdminPlanWatchCmd() *cobra.Command {
 				return err
 			}
 			cancel() // each request gets its own --timeout
-			return watchPlan(cmd.Context(), newAdminClient(base), base, cmd.OutOrStdout(), cmd.ErrOrStderr(), w, client.timeout, 0)
+			return watchPlan(cmd.Context(), client.adminClient(base), base, cmd.OutOrStdout(), cmd.ErrOrStderr(), w, client.timeout, 0)
 		},
 	}
 	addClientFlags(cmd, &client)
@@ -456,7 +456,7 @@ func newAdminPlanCancelCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: id}))
+			resp, err := client.adminClient(base).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: id}))
 			if err != nil {
 				return wrapRPC("CancelPlan", base, "", err)
 			}

@@ -33,7 +33,7 @@ func newAdminRebalanceCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).Rebalance(ctx, connect.NewRequest(&quoratev1.RebalanceRequest{DryRun: dryRun}))
+			resp, err := client.adminClient(base).Rebalance(ctx, connect.NewRequest(&quoratev1.RebalanceRequest{DryRun: dryRun}))
 			if err != nil {
 				return wrapRPC("Rebalance", base, "", err)
 			}

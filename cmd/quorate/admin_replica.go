@@ -50,7 +50,7 @@ func newAdminReplicaMoveCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.MoveReplica(ctx, connect.NewRequest(&quoratev1.MoveReplicaRequest{Group: group, From: from, To: to}))
 			if err != nil {
 				return wrapRPC("MoveReplica", base, "", err)
@@ -155,7 +155,7 @@ func newAdminNodeUncordonCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).UncordonNode(ctx, connect.NewRequest(&quoratev1.UncordonNodeRequest{Id: args[0]}))
+			resp, err := client.adminClient(base).UncordonNode(ctx, connect.NewRequest(&quoratev1.UncordonNodeRequest{Id: args[0]}))
 			if err != nil {
 				return wrapRPC("UncordonNode", base, "", err)
 			}
@@ -195,7 +195,7 @@ func newAdminNodeAddCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			_, err = newAdminClient(base).AddNode(ctx, connect.NewRequest(&quoratev1.AddNodeRequest{Id: args[0], RaftAddr: raftAddr, ApiAddr: apiAddr}))
+			_, err = client.adminClient(base).AddNode(ctx, connect.NewRequest(&quoratev1.AddNodeRequest{Id: args[0], RaftAddr: raftAddr, ApiAddr: apiAddr}))
 			if err != nil {
 				return wrapRPC("AddNode", base, "", err)
 			}
@@ -231,7 +231,7 @@ func newAdminNodeRemoveCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			if _, err := newAdminClient(base).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: args[0], Force: force})); err != nil {
+			if _, err := client.adminClient(base).RemoveNode(ctx, connect.NewRequest(&quoratev1.RemoveNodeRequest{Id: args[0], Force: force})); err != nil {
 				return wrapRPC("RemoveNode", base, "", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s removed from the cluster\n", args[0])
@@ -272,7 +272,7 @@ func newAdminNodeDrainCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			ac := newAdminClient(base)
+			ac := client.adminClient(base)
 			resp, err := ac.DrainNode(ctx, connect.NewRequest(&quoratev1.DrainNodeRequest{Id: id}))
 			if err != nil {
 				return wrapRPC("DrainNode", base, "", err)

@@ -96,7 +96,7 @@ func newAdmitCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
 				},
 			}
-			resp, attempts, err := admitWithRetries(ctx, r, &req, newAdmissionClient)
+			resp, attempts, err := admitWithRetries(ctx, r, &req, client.admissionClient)
 			if err != nil {
 				return err
 			}

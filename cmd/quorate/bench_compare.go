@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -324,7 +325,7 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	desc = fmt.Sprintf("3 nodes (`%s dev`, a process of its own)", filepath.Base(bin))
-	if st, err := newAdminClient(urls[0]).ClusterStatus(sctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{})); err == nil {
+	if st, err := newAdminClient(http.DefaultClient, urls[0]).ClusterStatus(sctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{})); err == nil {
 		desc = fmt.Sprintf("3 nodes, %d data groups (`%s dev`, a process of its own)", len(st.Msg.GetShardMap().GetGroups()), filepath.Base(bin))
 		if len(st.Msg.GetShardMap().GetGroups()) == 0 {
 			desc = fmt.Sprintf("3 nodes, one Raft group for all keys (`%s dev --groups 0`, a process of its own)", filepath.Base(bin))
@@ -413,7 +414,7 @@ func waitPolicyEverywhere(ctx context.Context, urls []string, deadline time.Time
 		reqs[i] = &quoratev1.AdmitRequest{Policy: comparePolicy, Key: fmt.Sprintf("ready-%d", i)}
 	}
 	for _, u := range urls {
-		client := newAdmissionClient(u)
+		client := newAdmissionClient(http.DefaultClient, u)
 		err := pollUntil(ctx, deadline, exited, func(ctx context.Context) (bool, error) {
 			resp, err := client.AdmitBatch(ctx, connect.NewRequest(&quoratev1.AdmitBatchRequest{Requests: reqs}))
 			if err != nil {

@@ -25,6 +25,8 @@ type clientOptions struct {
 	server  string
 	timeout time.Duration
 	token   string
+	tls     tlsFlags     // --tls-ca, --tls-cert, --tls-key
+	hc      *http.Client // built by beginServers from tls
 }
 
 // tokenEnv names the environment variable --token defaults to.
@@ -35,6 +37,7 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
+	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
 }
 
@@ -70,6 +73,7 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
 		"host:port; attempts rotate through them, so one dead node does not stop a retry")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
+	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
 }
 
@@ -93,9 +97,12 @@ func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ 
 	if o.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
 	}
-	us, err := serverURLs(o.server)
+	us, err := serverURLs(o.tls.defaultScheme(o.server))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--server: %w", err)
+	}
+	if o.hc, err = o.tls.httpClient(); err != nil {
+		return nil, nil, nil, err
 	}
 	ctx, cancel = context.WithTimeout(ctx, o.timeout)
 	return us, ctx, cancel, nil
@@ -142,18 +149,19 @@ func serverURLs(list string) ([]string, error) {
 	return out, nil
 }
 
-// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect
-// protocol over HTTP/1.1 (or HTTP/2 with TLS), which every node serves.
-func newAdminClient(baseURL string) quoratev1connect.AdminServiceClient {
-	return quoratev1connect.NewAdminServiceClient(apiHTTPClient, baseURL)
+// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect protocol over
+// HTTP/1.1 (or HTTP/2 with TLS), which every node serves, through hc. A
+// client command builds its clients with clientOptions (clienttls.go).
+func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServiceClient {
+	return quoratev1connect.NewAdminServiceClient(hc, baseURL)
 }
 
-func newAdmissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
-	return quoratev1connect.NewAdmissionServiceClient(apiHTTPClient, baseURL)
+func newAdmissionClient(hc *http.Client, baseURL string) quoratev1connect.AdmissionServiceClient {
+	return quoratev1connect.NewAdmissionServiceClient(hc, baseURL)
 }
 
-func newLeaseClient(baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(apiHTTPClient, baseURL)
+func newLeaseClient(hc *http.Client, baseURL string) quoratev1connect.LeaseServiceClient {
+	return quoratev1connect.NewLeaseServiceClient(hc, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,7 @@ type devOptions struct {
 	readyTimeout    time.Duration
 	groups          int
 	groupsChanged   bool // --groups was given
+	tls             bool // --tls
 }
 
 func newDevCmd() *cobra.Command {
@@ -72,6 +74,8 @@ func newDevCmd() *cobra.Command {
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
+	f.BoolVar(&o.tls, "tls", false, "serve TLS on every port (mutual TLS between nodes) with a throwaway CA in DIR/tls;\n"+
+		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
 	return cmd
 }
 
@@ -119,7 +123,7 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 	return policies, nil
 }
 
-func (o devOptions) nodeConfig(i int, logs io.Writer, join string) node.Config {
+func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) node.Config {
 	cfg := node.DefaultConfig()
 	cfg.ID = fmt.Sprintf("node%d", i)
 	cfg.DataDir = filepath.Join(o.dir, cfg.ID)
@@ -130,6 +134,10 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string) node.Config {
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
+	if t != nil {
+		kp := t.nodes[cfg.ID]
+		cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = kp.CertFile, kp.KeyFile, t.ca
+	}
 	return cfg
 }
 
@@ -159,14 +167,29 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	logs := lockedWriter{mu: new(sync.Mutex), w: stderr}
 
-	c := newDevCluster(ctx)
+	var tlsFiles *devTLS
+	hc, scheme := http.DefaultClient, "http://"
+	if o.tls {
+		ids := make([]string, o.nodes)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("node%d", i+1)
+		}
+		if tlsFiles, err = openDevTLS(filepath.Join(o.dir, "tls"), ids); err != nil {
+			return err
+		}
+		if hc, err = tlsFiles.client().httpClient(); err != nil {
+			return fmt.Errorf("dev: --tls: %w", err)
+		}
+		scheme = "https://"
+	}
+	c := newDevCluster(ctx, hc)
 	nodes := make([]*node.Node, 0, o.nodes)
 	for i := 1; i <= o.nodes; i++ {
 		join := ""
 		if i > 1 {
 			join = nodes[0].APIAddr()
 		}
-		cfg := o.nodeConfig(i, logs, join)
+		cfg := o.nodeConfig(i, logs, join, tlsFiles)
 		if err := cfg.Validate(); err != nil {
 			return errors.Join(fmt.Errorf("dev: %s: %w", cfg.ID, err), c.stop())
 		}
@@ -178,7 +201,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		nodes = append(nodes, n)
 		c.start(cfg.ID, n)
 	}
-	base := "http://" + nodes[0].APIAddr()
+	base := scheme + nodes[0].APIAddr()
 	deadline := start.Add(o.readyTimeout)
 
 	status, err := c.waitReady(ctx, base, o.nodes, o.groups, deadline)
@@ -209,7 +232,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return errors.Join(err, c.stop())
 	}
-	writeDevSummary(stdout, o, nodes, status, policies, restarted)
+	writeDevSummary(stdout, o, nodes, status, policies, restarted, tlsFiles)
 	fmt.Fprintf(stdout, "ready in %.1fs; press Ctrl-C to stop\n", time.Since(start).Seconds())
 
 	select {
@@ -228,7 +251,13 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return stopErr
 }
 
-func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quoratev1.ClusterStatusResponse, policies []*quoratev1.Policy, restarted bool) {
+func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quoratev1.ClusterStatusResponse, policies []*quoratev1.Policy, restarted bool, t *devTLS) {
+	scheme, cli, curl := "http://", "", ""
+	if t != nil {
+		scheme, cli = "https://", " "+t.cliFlags()
+		c := t.client()
+		curl = fmt.Sprintf(" --cacert %s --cert %s --key %s", c.ca, c.cert, c.key)
+	}
 	how := "new cluster"
 	if restarted {
 		how = "restarted from existing state"
@@ -242,7 +271,7 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 				role = m.GetStatus().GetRole()
 			}
 		}
-		fmt.Fprintf(w, "  %-6s api http://%s  raft %s  %s\n", id, n.APIAddr(), n.RaftAddr(), role)
+		fmt.Fprintf(w, "  %-6s api %s%s  raft %s  %s\n", id, scheme, n.APIAddr(), n.RaftAddr(), role)
 	}
 	fmt.Fprintf(w, "leader: %s\n", status.GetLeaderId())
 	if sm := status.GetShardMap(); sm != nil {
@@ -271,14 +300,17 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 		_ = writePolicies(&table, policies)
 		fmt.Fprint(w, indent(table.String(), "  "))
 	}
-	server := "http://" + nodes[0].APIAddr()
-	fmt.Fprintln(w, "try:")
-	fmt.Fprintf(w, "  curl -s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", policy, server)
-	fmt.Fprintf(w, "  quorate admit --server %s --policy %s --key tenant-a\n", server, policy)
-	if leasePolicy != "" {
-		fmt.Fprintf(w, "  quorate lease acquire --server %s --policy %s --key tenant-a\n", server, leasePolicy)
+	server := scheme + nodes[0].APIAddr()
+	if t != nil {
+		fmt.Fprintf(w, "TLS: CA and certificates in %s; the CLI reaches the cluster with%s\n", t.dir, cli)
 	}
-	fmt.Fprintf(w, "  quorate admin status --server %s\n", server)
+	fmt.Fprintln(w, "try:")
+	fmt.Fprintf(w, "  curl -s%s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", curl, policy, server)
+	fmt.Fprintf(w, "  quorate admit --server %s%s --policy %s --key tenant-a\n", server, cli, policy)
+	if leasePolicy != "" {
+		fmt.Fprintf(w, "  quorate lease acquire --server %s%s --policy %s --key tenant-a\n", server, cli, leasePolicy)
+	}
+	fmt.Fprintf(w, "  quorate admin status --server %s%s\n", server, cli)
 }
 
 // indent prefixes every line of s.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -23,15 +24,16 @@ type devCluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	failed chan struct{} // closed when a node stops before it was asked to
+	hc     *http.Client  // dev's calls to the cluster's API (TLS with --tls)
 
 	mu      sync.Mutex
 	errs    []error // errors of nodes asked to stop
 	failErr error   // the first node that stopped on its own
 }
 
-func newDevCluster(parent context.Context) *devCluster {
+func newDevCluster(parent context.Context, hc *http.Client) *devCluster {
 	ctx, cancel := context.WithCancel(parent)
-	return &devCluster{ctx: ctx, cancel: cancel, failed: make(chan struct{})}
+	return &devCluster{ctx: ctx, cancel: cancel, failed: make(chan struct{}), hc: hc}
 }
 
 // start runs n until the cluster stops.
@@ -96,7 +98,7 @@ func (c *devCluster) poll(ctx context.Context, what string, deadline time.Time, 
 // members answer with their status and API address and, with data groups,
 // the shard map exists and every group has a leader.
 func (c *devCluster) waitReady(ctx context.Context, base string, n, groups int, deadline time.Time) (*quoratev1.ClusterStatusResponse, error) {
-	client := newAdminClient(base)
+	client := newAdminClient(c.hc, base)
 	var status *quoratev1.ClusterStatusResponse
 	err := c.poll(ctx, "waiting for the cluster", deadline, func(ctx context.Context) (bool, error) {
 		resp, err := client.ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
@@ -154,7 +156,7 @@ func readiness(s *quoratev1.ClusterStatusResponse, n, groups int) error {
 // applyPolicies applies policies at base, retrying while the cluster is
 // Unavailable, and returns them as stored (with versions).
 func (c *devCluster) applyPolicies(ctx context.Context, base string, policies []*quoratev1.Policy, deadline time.Time) ([]*quoratev1.Policy, error) {
-	client := newAdminClient(base)
+	client := newAdminClient(c.hc, base)
 	var stored []*quoratev1.Policy
 	err := c.poll(ctx, "applying policies", deadline, func(ctx context.Context) (bool, error) {
 		resp, err := client.ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies}))
@@ -173,7 +175,7 @@ func (c *devCluster) applyPolicies(ctx context.Context, base string, policies []
 func (c *devCluster) listPolicies(ctx context.Context, base string) ([]*quoratev1.Policy, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := newAdminClient(base).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+	resp, err := newAdminClient(c.hc, base).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
 	if err != nil {
 		return nil, wrapRPC("ListPolicies", base, "", err)
 	}

@@ -92,7 +92,7 @@ func newLeaseAcquireCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runCall(cmd, &client, output, newLeaseClient, "AcquireLease", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.leaseClient, "AcquireLease", req.GetRequestId(),
 				"retry with the same request ID: "+leaseAcquireCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
 					return c.AcquireLease(ctx, connect.NewRequest(&req))
@@ -149,7 +149,7 @@ func newLeaseRenewCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runCall(cmd, &client, output, newLeaseClient, "RenewLease", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.leaseClient, "RenewLease", req.GetRequestId(),
 				"retry with the same request ID: "+leaseRenewCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
 					return c.RenewLease(ctx, connect.NewRequest(&req))
@@ -203,7 +203,7 @@ func newLeaseReleaseCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runCall(cmd, &client, output, newLeaseClient, "ReleaseLease", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.leaseClient, "ReleaseLease", req.GetRequestId(),
 				"retry with the same request ID: "+leaseReleaseCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
 					return c.ReleaseLease(ctx, connect.NewRequest(&req))
@@ -249,7 +249,7 @@ func newLeaseCheckCmd() *cobra.Command {
 				return err
 			}
 			req.FencingToken = token.v
-			return runCall(cmd, &client, output, newLeaseClient, "CheckFence", "",
+			return runCall(cmd, &client, output, client.leaseClient, "CheckFence", "",
 				"", true,
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 					return c.CheckFence(ctx, connect.NewRequest(&req))

@@ -47,7 +47,7 @@ func newPeekCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
 				},
 			}
-			resp, attempts, err := callWithRetries(ctx, r, newAdmissionClient,
+			resp, attempts, err := callWithRetries(ctx, r, client.admissionClient,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.PeekResponse, error) {
 					res, err := c.Peek(ctx, connect.NewRequest(&req))
 					if err != nil {

@@ -48,7 +48,7 @@ func newPolicyApplyCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies}))
+			resp, err := client.adminClient(base).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies}))
 			if err != nil {
 				return wrapRPC("ApplyPolicies", base, "", err)
 			}
@@ -80,7 +80,7 @@ func newPolicyListCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+			resp, err := client.adminClient(base).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
 			if err != nil {
 				return wrapRPC("ListPolicies", base, "", err)
 			}
@@ -122,7 +122,7 @@ func newPolicyGetCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: args[0]}))
+			resp, err := client.adminClient(base).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: args[0]}))
 			if err != nil {
 				return wrapRPC("GetPolicy", base, "", err)
 			}
@@ -163,7 +163,7 @@ func newPolicyDeleteCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			resp, err := newAdminClient(base).DeletePolicies(ctx, connect.NewRequest(&quoratev1.DeletePoliciesRequest{Names: args}))
+			resp, err := client.adminClient(base).DeletePolicies(ctx, connect.NewRequest(&quoratev1.DeletePoliciesRequest{Names: args}))
 			if err != nil {
 				return wrapRPC("DeletePolicies", base, "", err)
 			}

@@ -39,7 +39,7 @@ func newRefundCmd() *cobra.Command {
 			if err := requireFlags(cmd, "key", "request-id"); err != nil {
 				return fmt.Errorf("%w (a request is named by the --key, --request-id and --caller it was admitted with)", err)
 			}
-			return runCall(cmd, &client, output, newAdmissionClient, "Refund", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.admissionClient, "Refund", req.GetRequestId(),
 				"retry with the same request ID: "+refundCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.RefundResponse], error) {
 					return c.Refund(ctx, connect.NewRequest(&req))

@@ -63,7 +63,7 @@ func newReserveCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runCall(cmd, &client, output, newAdmissionClient, "Reserve", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.admissionClient, "Reserve", req.GetRequestId(),
 				"retry with the same request ID: "+reserveCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.ReserveResponse], error) {
 					return c.Reserve(ctx, connect.NewRequest(&req))
@@ -116,7 +116,7 @@ func newCommitCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = newRequestID()
 			}
-			return runCall(cmd, &client, output, newAdmissionClient, "Commit", req.GetRequestId(),
+			return runCall(cmd, &client, output, client.admissionClient, "Commit", req.GetRequestId(),
 				"retry with the same request ID: "+commitCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.CommitResponse], error) {
 					return c.Commit(ctx, connect.NewRequest(&req))

@@ -91,7 +91,14 @@ func newServeCmd() *cobra.Command {
 	fs.IntVar(&cfg.DataGroups, "groups", cfg.DataGroups, "data groups the shard map spreads keys over when the cluster forms (0: every key in the meta group; quorate dev\n"+
 		"uses 8, with --expect-nodes 3); give every node the same value")
 	fs.IntVar(&cfg.ExpectNodes, "expect-nodes", cfg.ExpectNodes, "registered nodes the shard map waits for, so replicas spread over them from the start")
-	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port or http://host:port) of any member to join (ignored when --data-dir has state)")
+	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port, http://host:port or https://host:port; host:port is https with --tls-cert) of any\n"+
+		"member to join (ignored when --data-dir has state)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", cfg.TLSCertFile, "PEM certificate of this node (URI SAN quorate://node/<--id>), served on the API and the peer\n"+
+		"port; with --tls-key and --tls-ca, both ports are TLS (mutual between nodes). Reloaded when it changes")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", cfg.TLSKeyFile, "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLSCAFile, "tls-ca", cfg.TLSCAFile, "PEM CA bundle that verifies other nodes' and callers' certificates (and signs --tls-cert)")
+	fs.BoolVar(&cfg.InsecurePlaintext, "insecure-plaintext", cfg.InsecurePlaintext, "serve a non-loopback --api-addr or --raft-addr without TLS: anyone who reaches the ports\n"+
+		"can read and change the cluster's state. Without it, a plaintext node listens on loopback only")
 	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (1 to %d; 0: this binary's, %d); lower it to hold new\n"+
 		"log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel, fsm.FeatureLevel))
 	fs.StringVar(&cfg.AccessFile, "access-file", cfg.AccessFile, "access file: the roles (admin, client) and policies of each caller; reloaded when it changes.\n"+

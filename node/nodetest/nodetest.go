@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -32,6 +33,7 @@ type Cluster struct {
 	members []*member
 	logs    *testLog
 	client  *http.Client
+	ca      *certs.DevCA // with Options.TLS
 }
 
 type member struct {
@@ -51,6 +53,10 @@ type Options struct {
 	// (Admission, Admin, Lease, and the readiness checks): a caller with
 	// both roles when the nodes have an access file.
 	Token string
+	// TLS starts the nodes with TLS on both ports, with certificates from a
+	// development CA in the test's temporary directory (Cluster.CA); the
+	// cluster's clients trust it and present its admin certificate.
+	TLS bool
 
 	_ struct{}
 }
@@ -76,6 +82,9 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{tb: tb, logs: &testLog{w: tb.Output()}, client: &http.Client{Transport: transport}}
 	tb.Cleanup(c.closeAll)
+	if opts.TLS {
+		c.useTLS(tb, filepath.Join(dir, "tls"), opts.Nodes)
+	}
 	for i := range opts.Nodes {
 		cfg := node.DefaultConfig()
 		cfg.ID = fmt.Sprintf("node%d", i+1)
@@ -88,6 +97,10 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 		cfg.LogOutput = c.logs
 		cfg.LogLevel = "warn"
 		cfg.Observer = new(Observer)
+		if c.ca != nil {
+			kp := c.ca.Nodes[cfg.ID]
+			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = kp.CertFile, kp.KeyFile, c.ca.CAFile
+		}
 		if i == 0 {
 			cfg.Bootstrap = true
 		} else {
@@ -139,12 +152,49 @@ func (c *Cluster) Node(i int) *node.Node {
 // Running reports whether node i is running.
 func (c *Cluster) Running(i int) bool { return c.Node(i) != nil }
 
-// APIURL is node i's API base URL, http://127.0.0.1:port; it stays the same
-// across restarts.
+// APIURL is node i's API base URL, http://127.0.0.1:port (https:// with
+// Options.TLS); it stays the same across restarts.
 func (c *Cluster) APIURL(i int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.ca != nil {
+		return "https://" + c.members[i].cfg.APIAddr
+	}
 	return "http://" + c.members[i].cfg.APIAddr
+}
+
+// CA is the development CA of a cluster started with Options.TLS (nil
+// without): its directory also holds the admin and client callers'
+// certificates, and certs.IssueDevCert issues more.
+func (c *Cluster) CA() *certs.DevCA { return c.ca }
+
+// HTTPClient is the HTTP client the cluster's service clients use: with
+// Options.TLS it trusts the cluster's CA and presents its admin
+// certificate.
+func (c *Cluster) HTTPClient() *http.Client { return c.client }
+
+// useTLS creates the cluster's development CA in dir, with a certificate
+// for each of n nodes, and makes c.client trust it.
+func (c *Cluster) useTLS(tb testing.TB, dir string, n int) {
+	tb.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node%d", i+1)
+	}
+	ca, err := certs.NewDevCA(dir, ids, nil)
+	if err != nil {
+		tb.Fatalf("nodetest: development CA: %v", err)
+	}
+	src, err := certs.NewSource(certs.Options{CertFile: ca.Admin.CertFile, KeyFile: ca.Admin.KeyFile, CAFile: ca.CAFile, Interval: -1})
+	if err != nil {
+		tb.Fatalf("nodetest: client TLS files: %v", err)
+	}
+	cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: "127.0.0.1"})
+	if err != nil {
+		tb.Fatalf("nodetest: client TLS config: %v", err)
+	}
+	c.ca = ca
+	c.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
 }
 
 // Admission returns a client of node i's AdmissionService.

@@ -1,0 +1,208 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/quorate/quorate/certs"
+)
+
+// TLS on a node's two ports. One certificate, key and CA bundle
+// (Config.TLSCertFile, TLSKeyFile, TLSCAFile) serve both:
+//
+//   - The API port is TLS 1.2+ (HTTP/2 by ALPN, or HTTP/1.1); a caller's
+//     certificate is optional, verified against the CA bundle when given
+//     (the request's authentication reads it from r.TLS).
+//   - The peer port is TLS 1.3 with certificates required both ways, and
+//     the handshake completes before the mux reads the connection's header
+//     (package peermux). The peer's certificate must chain to the CA bundle
+//     and name, by its URI SAN quorate://node/<id>, a node this node knows
+//     (allowNode).
+//   - This node's calls to other nodes' API ports (the first join, status
+//     calls) verify the server's certificate and its host name against the
+//     CA bundle and present this node's certificate.
+//
+// The files are reloaded when they change (certs.Source): new handshakes
+// use the new material, open connections keep theirs.
+
+// tlsEnabled reports whether the node serves TLS (the three files given).
+func (c Config) tlsEnabled() bool { return c.TLSCertFile != "" }
+
+// checkTLS checks the TLS files (all three or none) and refuses a
+// non-loopback address served in plaintext without InsecurePlaintext.
+func (c Config) checkTLS(bad func(flag, format string, args ...any) error) error {
+	files := []struct{ flag, file string }{{"tls-cert", c.TLSCertFile}, {"tls-key", c.TLSKeyFile}, {"tls-ca", c.TLSCAFile}}
+	given := 0
+	for _, f := range files {
+		if f.file != "" {
+			given++
+		}
+	}
+	if given > 0 && given < len(files) {
+		for _, f := range files {
+			if f.file == "" {
+				return bad(f.flag, "must be given with --tls-cert, --tls-key and --tls-ca: the three serve the API and the peer port together")
+			}
+		}
+	}
+	if given > 0 {
+		if c.InsecurePlaintext {
+			return bad("insecure-plaintext", "cannot be combined with --tls-cert, --tls-key and --tls-ca")
+		}
+		if strings.HasPrefix(c.Join, "http://") {
+			return bad("join", "%q: the cluster's API is TLS; use https:// or host:port", c.Join)
+		}
+		return nil
+	}
+	if c.InsecurePlaintext {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr},
+		{"advertise-api-addr", c.AdvertiseAPIAddr}, {"advertise-raft-addr", c.AdvertiseRaftAddr},
+	} {
+		if a.addr == "" || isLoopback(a.addr) {
+			continue
+		}
+		return bad(a.flag, "%q is not a loopback address: serving it in plaintext needs --insecure-plaintext; "+
+			"give --tls-cert, --tls-key and --tls-ca to serve TLS", a.addr)
+	}
+	return nil
+}
+
+// apiScheme is the scheme of this cluster's API URLs.
+func (c Config) apiScheme() string {
+	if c.tlsEnabled() {
+		return "https"
+	}
+	return "http"
+}
+
+// openTLS loads the node's TLS files and checks that the certificate names
+// this node; the Source reloads the files until the node closes.
+func (n *Node) openTLS() (*certs.Source, error) {
+	src, err := certs.NewSource(certs.Options{
+		CertFile:      n.cfg.TLSCertFile,
+		KeyFile:       n.cfg.TLSKeyFile,
+		CAFile:        n.cfg.TLSCAFile,
+		CheckOwnChain: true,
+		OnReload: func(st certs.Status) {
+			if st.Err != nil {
+				n.log.Error("TLS files not reloaded: serving the previous certificate", "err", st.Err)
+				return
+			}
+			n.log.Info("TLS files reloaded", "serial", st.Serial, "not_after", st.NotAfter)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
+	}
+	id, err := certs.NodeID(src.Leaf())
+	if err == nil && id != n.cfg.ID {
+		err = fmt.Errorf("names node %q, not this node's --id %q", id, n.cfg.ID)
+	}
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("%w: --id: %q: --tls-cert %s: %v", ErrInvalidConfig, n.cfg.ID, n.cfg.TLSCertFile, err)
+	}
+	return src, nil
+}
+
+// peerTLS returns the peer port's configs: mutual TLS, the peer naming a
+// node allowNode allows.
+func (n *Node) peerTLS() (server, client *tls.Config, err error) {
+	opts := certs.PeerOptions{AllowNode: n.allowNode}
+	if server, err = n.tls.PeerServerConfig(opts); err != nil {
+		return nil, nil, err
+	}
+	if client, err = n.tls.PeerClientConfig(opts); err != nil {
+		return nil, nil, err
+	}
+	return server, client, nil
+}
+
+// allowNode reports whether a peer whose certificate names node id may use
+// the peer port: this node, a node registered in this node's replica of the
+// meta group, or a member of that replica's latest Raft configuration (read
+// from its log at start, so a restarted node whose registry is not yet
+// caught up still knows its peers, and a node the leader adds is a member
+// here once the configuration reaches this node). A replica with no
+// state at all (no registered node and no configuration: a node not yet
+// joined) allows any node of the CA: it holds nothing to guard, and the
+// node adding it (the meta leader, which registers a node before it makes
+// it a member) must reach it to replicate the log, which then tells it the
+// cluster's nodes. A node's first join goes to another node's API port,
+// which asks nothing of allowNode. Before the meta replica opens, only this
+// node is allowed.
+func (n *Node) allowNode(id string) bool {
+	if id == n.cfg.ID {
+		return true
+	}
+	g := n.metaReplica.Load()
+	if g == nil {
+		return false
+	}
+	if _, ok := g.fsm.Node(id); ok {
+		return true
+	}
+	f := g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return len(servers) == 0 && len(g.fsm.Nodes()) == 0
+}
+
+// apiServerTLS sets up srv to serve TLS with the node's certificate, a
+// caller's certificate optional and verified when given.
+func (n *Node) apiServerTLS(srv *http.Server) error {
+	cfg, err := n.tls.ServerConfig(certs.ServerOptions{ClientAuth: certs.OptionalClientCert})
+	if err != nil {
+		return err
+	}
+	srv.TLSConfig = cfg
+	srv.Protocols.SetHTTP2(true)
+	return nil
+}
+
+// useTLS makes p's calls to other nodes' API ports TLS: the server's
+// certificate verified with its host name (the dialled host) against the
+// CA bundle, this node's certificate presented. dial opens the TCP
+// connections.
+func (p *peers) useTLS(src *certs.Source, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	t := p.httpClient.Transport.(*http.Transport)
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	t.Protocols = &protocols
+	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: host})
+		if err != nil {
+			return nil, err
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, cfg)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	p.scheme = "https"
+}
