@@ -36,9 +36,12 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--request-timeout", func(c *Config) { c.RequestTimeout = 0 }},
 		{"--snapshot-threshold", func(c *Config) { c.SnapshotThreshold = 0 }},
 		{"--log-level", func(c *Config) { c.LogLevel = "loud" }},
-		{"--access-file", func(c *Config) { c.APIAddr = "10.0.0.1:7070" }},
-		{"--access-file", func(c *Config) { c.APIAddr = "0.0.0.0:7070"; c.AdvertiseAPIAddr = "127.0.0.1:7070" }},
-		{"--access-file", func(c *Config) { c.AdvertiseAPIAddr = "node1.example:7070" }},
+		// (In plaintext, --insecure-plaintext, to pass the TLS rule first.)
+		{"--access-file", func(c *Config) { c.APIAddr, c.InsecurePlaintext = "10.0.0.1:7070", true }},
+		{"--access-file", func(c *Config) {
+			c.APIAddr, c.AdvertiseAPIAddr, c.InsecurePlaintext = "0.0.0.0:7070", "127.0.0.1:7070", true
+		}},
+		{"--access-file", func(c *Config) { c.AdvertiseAPIAddr, c.InsecurePlaintext = "node1.example:7070", true }},
 		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 1000 }},
 		{"--max-request-bytes", func(c *Config) { c.MaxRequestBytes = 2 << 30 }},
 		{"--max-peer-request-bytes", func(c *Config) { c.MaxPeerRequestBytes = 4 << 20 }},
@@ -161,7 +164,7 @@ func TestConfigOpenModeOnLoopbackOnly(t *testing.T) {
 			t.Errorf("open mode on %s: %v", addr, err)
 		}
 	}
-	c.APIAddr = "10.0.0.1:7070"
+	c.APIAddr, c.InsecurePlaintext = "10.0.0.1:7070", true // past the TLS rule, to this one
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--access-file") {
 		t.Errorf("open mode on %s: %v, want an error naming --access-file", c.APIAddr, err)
 	}
