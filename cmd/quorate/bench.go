@@ -39,6 +39,7 @@ const (
 type benchOptions struct {
 	target     string
 	servers    string
+	tls        tlsFlags // --tls-ca, --tls-cert, --tls-key
 	policy     string
 	requestIDs bool
 	redis      redisOptions
@@ -100,6 +101,7 @@ func newBenchCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")
 	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated; calls rotate through them")
+	addTLSFlags(fs, &o.tls)
 	fs.StringVar(&o.policy, "policy", "", "policy to admit against (required with --target quorate)")
 	fs.BoolVar(&o.requestIDs, "request-ids", false, "give every request a fresh request ID (exactly-once bookkeeping on)")
 	addLoadFlags(cmd, &o.load)
@@ -184,11 +186,15 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	var target benchTarget
 	switch o.target {
 	case targetQuorate:
-		urls, err := serverURLs(o.servers)
+		urls, err := serverURLs(o.tls.defaultScheme(o.servers))
 		if err != nil {
 			return fmt.Errorf("--server: %w", err)
 		}
-		target = newQuorateTarget(urls, o.policy, o.requestIDs, o.load)
+		tr, err := o.tls.transport(o.load.workers)
+		if err != nil {
+			return err
+		}
+		target = newQuorateTarget(urls, tr, o.policy, o.requestIDs, o.load)
 	case targetRedis:
 		t, err := newRedisTarget(ctx, o.redis, o.load)
 		if err != nil {
@@ -506,11 +512,11 @@ type quorateTarget struct {
 	scratch    [][]*quoratev1.AdmitRequest // per worker, reused between its calls
 }
 
-// newQuorateTarget returns a target sending to the API base URLs urls with
-// up to o.workers connections per node.
-func newQuorateTarget(urls []string, policy string, requestIDs bool, o loadOptions) *quorateTarget {
+// newQuorateTarget returns a target sending to the API base URLs urls
+// through tr (plaintext or TLS, up to o.workers connections per node).
+func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestIDs bool, o loadOptions) *quorateTarget {
 	t := &quorateTarget{
-		hc:         &http.Client{Transport: tokenTransport{next: &http.Transport{MaxIdleConnsPerHost: o.workers, MaxConnsPerHost: o.workers}}},
+		hc:         &http.Client{Transport: tokenTransport{next: tr}},
 		policy:     policy,
 		keys:       benchKeyNames(o.keyPrefix, o.keys),
 		batch:      o.batch,

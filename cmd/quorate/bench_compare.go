@@ -245,7 +245,11 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 	machine.Quorate = clusterDesc
 	for _, run := range runsOf(rows, targetQuorate) {
-		t := newQuorateTarget(urls, comparePolicy, false, loadOf(run))
+		tr, err := tlsFlags{}.transport(run.workers) // the cluster it starts is plaintext, on loopback
+		if err != nil {
+			return errors.Join(err, stop())
+		}
+		t := newQuorateTarget(urls, tr, comparePolicy, false, loadOf(run))
 		measure(t, run)
 		t.close()
 		if ctx.Err() != nil {

@@ -32,11 +32,27 @@ func addTLSFlags(fs *pflag.FlagSet, t *tlsFlags) {
 func (t tlsFlags) given() bool { return t.ca != "" || t.cert != "" || t.key != "" }
 
 // httpClient returns the HTTP client of these files, sending the call's
-// bearer token (tokenTransport): apiHTTPClient when none is given, else one that verifies the server's certificate and
-// host name (an IP address too) against --tls-ca and presents --tls-cert.
+// bearer token (tokenTransport): apiHTTPClient when none is given, else one
+// that verifies the server's certificate and host name (an IP address too)
+// against --tls-ca and presents --tls-cert.
 func (t tlsFlags) httpClient() (*http.Client, error) {
 	if !t.given() {
 		return apiHTTPClient, nil
+	}
+	tr, err := t.transport(0)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: tokenTransport{next: tr}}, nil
+}
+
+// transport returns an HTTP transport of these files (see httpClient)
+// keeping up to conns connections per node (0: the library's default),
+// plaintext when no file is given.
+func (t tlsFlags) transport(conns int) (*http.Transport, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}
+	if !t.given() {
+		return tr, nil
 	}
 	if (t.cert == "") != (t.key == "") {
 		if t.cert == "" {
@@ -55,30 +71,29 @@ func (t tlsFlags) httpClient() (*http.Client, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
-	return &http.Client{Transport: tokenTransport{next: &http.Transport{
-		Protocols: &protocols,
-		// The host name checked is the one dialled, an IP address too.
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: host})
-			if err != nil {
-				return nil, err
-			}
-			raw, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			c := tls.Client(raw, cfg)
-			if err := c.HandshakeContext(ctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return c, nil
-		},
-	}}}, nil
+	tr.Protocols = &protocols
+	// The host name checked is the one dialled, an IP address too.
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: host})
+		if err != nil {
+			return nil, err
+		}
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, cfg)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	return tr, nil
 }
 
 // defaultScheme gives the entries of a comma-separated server list that
