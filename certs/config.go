@@ -1,10 +1,12 @@
 package certs
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 )
 
 // ErrNodeRefused is returned by a peer handshake when the peer's
@@ -256,4 +258,32 @@ func poolOf(certs []*x509.Certificate) *x509.CertPool {
 		pool.AddCert(c)
 	}
 	return pool
+}
+
+// DialTLS returns a dial function for an HTTP transport's DialTLSContext:
+// it opens a connection with dial and completes a TLS handshake on it with
+// ClientConfig, the server's certificate checked against the host name
+// dialled (an IP address too) and the current CA bundle, the current
+// client certificate (if any) presented.
+func (s *Source) DialTLS(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := s.ClientConfig(ClientOptions{ServerName: host})
+		if err != nil {
+			return nil, err
+		}
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, cfg)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }

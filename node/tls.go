@@ -184,25 +184,6 @@ func (p *peers) useTLS(src *certs.Source, dial func(ctx context.Context, network
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
 	t.Protocols = &protocols
-	t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: host})
-		if err != nil {
-			return nil, err
-		}
-		raw, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c := tls.Client(raw, cfg)
-		if err := c.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, err
-		}
-		return c, nil
-	}
+	t.DialTLSContext = src.DialTLS(dial)
 	p.scheme = "https"
 }

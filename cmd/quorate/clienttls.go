@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -67,32 +65,12 @@ func (t tlsFlags) transport(conns int) (*http.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
 	}
-	var d net.Dialer
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
 	tr.Protocols = &protocols
 	// The host name checked is the one dialled, an IP address too.
-	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: host})
-		if err != nil {
-			return nil, err
-		}
-		raw, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c := tls.Client(raw, cfg)
-		if err := c.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, err
-		}
-		return c, nil
-	}
+	tr.DialTLSContext = src.DialTLS((&net.Dialer{}).DialContext)
 	return tr, nil
 }
 
