@@ -85,6 +85,67 @@ func snapshotDirs(tb testing.TB, c *nodetest.Cluster, i int) []string {
 	return out
 }
 
+// damageSettledSnapshots damages the state file of every snapshot node i
+// holds for group 1, once no snapshot is being taken and the log has not
+// grown threshold entries past the newest (so raft takes no other one until
+// more is written). It reports an error, to be polled again, while that is
+// not so or when the snapshots changed under it.
+func damageSettledSnapshots(tb testing.TB, c *nodetest.Cluster, i int, threshold uint64) error {
+	tb.Helper()
+	dir := filepath.Join(c.Config(i).DataDir, "groups", "1", "snapshots")
+	list := func() ([]string, error) {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".tmp") {
+				return nil, fmt.Errorf("snapshot %s being taken", e.Name())
+			}
+			names = append(names, e.Name())
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("no snapshot yet")
+		}
+		return names, nil
+	}
+	names, err := list()
+	if err != nil {
+		return err
+	}
+	newest := uint64(0)
+	for _, n := range names {
+		var term, index, ms uint64
+		if _, err := fmt.Sscanf(n, "%d-%d-%d", &term, &index, &ms); err != nil {
+			return fmt.Errorf("snapshot name %q: %w", n, err)
+		}
+		newest = max(newest, index)
+	}
+	if last := groupState(c, i, 1).GetCommitIndex(); last >= newest+threshold {
+		return fmt.Errorf("log at %d, newest snapshot at %d: another is due", last, newest)
+	}
+	for _, n := range names {
+		f, err := os.OpenFile(filepath.Join(dir, n, "state.bin"), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteAt([]byte{0xff, 0x00, 0xff}, 8)
+		_ = f.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	after, err := list()
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(names, after) {
+		return fmt.Errorf("snapshots changed while damaging them: %v, then %v", names, after)
+	}
+	return nil
+}
+
 // A data group replica whose snapshot is damaged, or gone while its log was
 // compacted past it, does not start: its node runs on, its status shows the
 // group as "damaged" with the file and the recovery, and the replica is
@@ -318,23 +379,12 @@ func TestDamagedSnapshotFoundWhileRunning(t *testing.T) {
 	admitSome(200, (follower+1)%3, (follower+2)%3)
 	leader := groupLeader(t, c, 1)
 	other := 3 - leader - follower
-	c.Eventually(t, 30*time.Second, "a snapshot on the leader", func() error {
-		if len(snapshotDirs(t, c, leader)) == 0 {
-			return fmt.Errorf("none yet")
-		}
-		return nil
+	// Damage every snapshot the leader holds once it has stopped taking
+	// them: a snapshot taken after the damage would be whole, and the
+	// install would succeed.
+	c.Eventually(t, 30*time.Second, "the leader's snapshots settled and damaged", func() error {
+		return damageSettledSnapshots(t, c, leader, 64)
 	})
-	for _, d := range snapshotDirs(t, c, leader) {
-		path := filepath.Join(d, "state.bin")
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt([]byte{0xff, 0x00, 0xff}, 8); err != nil {
-			t.Fatal(err)
-		}
-		_ = f.Close()
-	}
 	c.Start(follower)
 
 	snaps := filepath.Join(c.Config(leader).DataDir, "groups", "1", "snapshots")
