@@ -39,15 +39,12 @@ func NodeID(cert *x509.Certificate) (string, error) {
 	}
 	id := ""
 	for _, u := range cert.URIs {
-		if u == nil || !strings.EqualFold(u.Scheme, NodeURIScheme) || u.Host != NodeURIHost {
+		got, err := NodeIDOfURI(u)
+		if errors.Is(err, ErrNoNodeID) {
 			continue
 		}
-		if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
-			return "", fmt.Errorf("certs: node URI %q: only quorate://node/<id>", u)
-		}
-		got := strings.TrimPrefix(u.Path, "/")
-		if err := checkNodeID(got); err != nil {
-			return "", fmt.Errorf("certs: node URI %q: %w", u, err)
+		if err != nil {
+			return "", err
 		}
 		if id != "" {
 			return "", fmt.Errorf("certs: certificate names two nodes (%q and %q)", id, got)
@@ -56,6 +53,23 @@ func NodeID(cert *x509.Certificate) (string, error) {
 	}
 	if id == "" {
 		return "", ErrNoNodeID
+	}
+	return id, nil
+}
+
+// NodeIDOfURI is the node a URI names when it is of the form
+// quorate://node/<id>: ErrNoNodeID when it is not of that scheme and host,
+// an error when it is but has more (a query, a user) or a malformed ID.
+func NodeIDOfURI(u *url.URL) (string, error) {
+	if u == nil || !strings.EqualFold(u.Scheme, NodeURIScheme) || u.Host != NodeURIHost {
+		return "", ErrNoNodeID
+	}
+	if u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return "", fmt.Errorf("certs: node URI %q: only quorate://node/<id>", u)
+	}
+	id := strings.TrimPrefix(u.Path, "/")
+	if err := checkNodeID(id); err != nil {
+		return "", fmt.Errorf("certs: node URI %q: %w", u, err)
 	}
 	return id, nil
 }

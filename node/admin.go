@@ -159,13 +159,12 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		switch {
 		case m.Id == n.cfg.ID:
 			m.Status = n.nodeState()
-		case m.ApiAddr == "":
-			m.Error = "no API address registered yet"
 		default:
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
-				resp, err := n.peers.at(m.ApiAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				// Over the peer port, which members use between them.
+				resp, err := n.fwd.at(m.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				if err != nil {
 					m.Error = err.Error()
 					return

@@ -6,11 +6,14 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/fsm"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -166,12 +169,42 @@ func (n *Node) authorize(ctx context.Context, action access.Action, msg any) err
 		return err
 	}
 	id := identityOf(ctx)
+	if node, ok := certifiedNode(id); ok && (action == access.ActionJoin || action == access.ActionNodeStatus) {
+		return nodeMayCall(node, msg)
+	}
 	if err := n.authz.Authorize(id, action, requestPolicies(msg)); err != nil {
 		return err
 	}
 	return resolveCallers(msg, func(requested string) (string, error) {
 		return n.authz.ResolveCaller(id, requested)
 	})
+}
+
+// certifiedNode is the node id names when it is a verified certificate of
+// a node (URI SAN quorate://node/<id>, signed by the CA bundle that also
+// admits nodes to the peer port).
+func certifiedNode(id access.Identity) (string, bool) {
+	if id.Source != access.SourceCertificate {
+		return "", false
+	}
+	u, err := url.Parse(id.Caller)
+	if err != nil {
+		return "", false
+	}
+	node, err := certs.NodeIDOfURI(u)
+	return node, err == nil
+}
+
+// nodeMayCall decides the two admin calls a node's certificate may make on
+// the API port without an access file entry: Join (its first join through
+// --join), as the node it names only; and NodeStatus (the status members
+// ask of each other). The CA that signs node certificates is what admits
+// a node to the cluster, on this port as on the peer port.
+func nodeMayCall(node string, msg any) error {
+	if j, ok := msg.(*quoratev1.JoinRequest); ok && j.GetId() != node {
+		return fmt.Errorf("%w: the certificate of node %s may not join the cluster as node %s", access.ErrPermissionDenied, strconv.Quote(node), strconv.Quote(j.GetId()))
+	}
+	return nil
 }
 
 // requestPolicies returns the policies msg's call touches: those it names,
@@ -266,4 +299,24 @@ func resolveCallers(msg any, resolve func(requested string) (string, error)) err
 		set(&m.Caller)
 	}
 	return err
+}
+
+// refuseCalls is an interceptor that refuses every call with err.
+type refuseCalls struct {
+	n   *Node
+	err error
+}
+
+func (r refuseCalls) WrapUnary(connect.UnaryFunc) connect.UnaryFunc {
+	return func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+		return nil, r.n.toConnectError(r.err)
+	}
+}
+
+func (r refuseCalls) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (r refuseCalls) WrapStreamingHandler(connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(context.Context, connect.StreamingHandlerConn) error { return r.n.toConnectError(r.err) }
 }

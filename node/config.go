@@ -78,6 +78,23 @@ type Config struct {
 	// complete on the leader), followers only learn the commit index later.
 	CommitTimeout time.Duration
 
+	// AdminAddr, when set, is the host:port of a listener of its own for the
+	// admin API (--admin-addr): AdminService is served there, with the API
+	// port's TLS, authentication and bounds, and the API port refuses it
+	// (unimplemented), so that a firewall can keep admin calls to an
+	// operators' network. A joining node's --join then names a member's
+	// admin address. Empty: the API port serves admin calls too.
+	AdminAddr string
+
+	// MaxConns and MaxConnsPerIP bound the connections the API port (and
+	// the admin listener, each on its own) holds, in all and from one
+	// client IP (--max-conns, --max-conns-per-ip); a connection past them is
+	// closed as soon as it is accepted. MaxStreamsPerConn bounds the calls
+	// one HTTP/2 connection carries at once (--max-streams-per-conn), on
+	// every listener. 0 means DefaultMaxConns, DefaultMaxConnsPerIP,
+	// DefaultMaxStreamsPerConn (listeners.go).
+	MaxConns, MaxConnsPerIP, MaxStreamsPerConn int
+
 	// RequestTimeout caps how long one API request may take on the server,
 	// including waiting for a leader and for its entry to commit
 	// (--request-timeout). A shorter client deadline wins.
@@ -213,8 +230,10 @@ type Config struct {
 
 	// NodeToken is the bearer token this node presents on other nodes' API
 	// ports (--node-token, or QUORATE_NODE_TOKEN): its first join through
-	// --join, and the status it asks of members. With an access file, its
-	// caller needs the admin role. Calls over the peer port carry none.
+	// --join, the only call it makes there (members talk over the peer
+	// port). With an access file, its caller needs the admin role. With TLS
+	// the node's certificate is enough: a certificate naming a node may
+	// join as that node (auth.go). Calls over the peer port carry none.
 	NodeToken string
 
 	// TLSCertFile, TLSKeyFile and TLSCAFile (--tls-cert, --tls-key,
@@ -303,7 +322,10 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return bad("data-dir", "must not be empty")
 	}
-	for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr}} {
+	for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr}, {"admin-addr", c.AdminAddr}} {
+		if a.addr == "" && a.flag == "admin-addr" {
+			continue
+		}
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return bad(a.flag, "%q is not host:port: %v", a.addr, err)
 		}
@@ -364,6 +386,9 @@ func (c Config) Validate() error {
 	if err := c.checkLimits(bad); err != nil {
 		return err
 	}
+	if err := c.checkConnLimits(bad); err != nil {
+		return err
+	}
 	if err := c.checkTLS(bad); err != nil {
 		return err
 	}
@@ -383,7 +408,7 @@ func (c Config) Validate() error {
 		return bad("log-level", "%v", err)
 	}
 	if c.AccessFile == "" {
-		for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"advertise-api-addr", c.AdvertiseAPIAddr}} {
+		for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"advertise-api-addr", c.AdvertiseAPIAddr}, {"admin-addr", c.AdminAddr}} {
 			if a.addr != "" && !isLoopback(a.addr) {
 				return bad("access-file", "required when the API is reachable beyond this host (--%s %s): "+
 					"without one, every caller may do everything; open mode is for loopback addresses only", a.flag, a.addr)

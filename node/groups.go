@@ -351,11 +351,11 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 	if n.meta.isLeader() {
 		return n.caughtUp(ctx, n.meta)
 	}
-	addr, _ := n.leader()
+	addr, _ := n.meta.raft.LeaderWithID()
 	if addr == "" {
 		return fmt.Errorf("%w: no meta leader known", ErrNotProposed)
 	}
-	resp, err := n.peers.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := n.fwd.at(string(addr)).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
 	}

@@ -36,13 +36,15 @@ type Node struct {
 	log        *slog.Logger
 	apiAddr    string // advertised
 	raftAddr   string // advertised
-	apiLn      net.Listener
+	apiLn      *limitListener
+	adminLn    *limitListener // with Config.AdminAddr; nil without
 	mux        *peermux.Mux // the peer listener: every group's Raft traffic
 	meta       *group       // the meta group (with no data groups, it holds the data too)
 	groups     dataGroups
 	hadState   bool
-	server     *http.Server
-	fwdServer  *http.Server // the forwarding channel's, with PeerService
+	server      *http.Server
+	adminServer *http.Server // with Config.AdminAddr; nil without
+	fwdServer   *http.Server // the forwarding channel's, with PeerService
 	peers      *peers       // to other nodes' API ports
 	fwd        *peers       // to other nodes over the peer mux: forwarded requests
 	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
@@ -96,9 +98,13 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
-	n.apiLn, err = net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		return nil, fmt.Errorf("node: --api-addr: %w", err)
+	if n.apiLn, err = n.listen("api-addr", cfg.APIAddr); err != nil {
+		return nil, err
+	}
+	if cfg.AdminAddr != "" {
+		if n.adminLn, err = n.listen("admin-addr", cfg.AdminAddr); err != nil {
+			return nil, err
+		}
 	}
 	n.apiAddr = cfg.AdvertiseAPIAddr
 	if n.apiAddr == "" {
@@ -173,21 +179,39 @@ func New(cfg Config) (_ *Node, err error) {
 	n.waiters = newWaiters()
 	n.controller = newController(n)
 
-	n.server = n.newServer(false)
-	n.fwdServer = n.newServer(true)
+	n.server = n.newServer(serveAPI)
+	n.fwdServer = n.newServer(servePeer)
+	if n.adminLn != nil {
+		n.adminServer = n.newServer(serveAdmin)
+	}
 	if n.tls != nil {
-		if err := n.apiServerTLS(n.server); err != nil {
-			return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
+		for _, srv := range []*http.Server{n.server, n.adminServer} {
+			if srv == nil {
+				continue
+			}
+			if err := n.apiServerTLS(srv); err != nil {
+				return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
+			}
 		}
 	}
 	return n, nil
 }
 
-// newServer returns the HTTP server of the API; with peer, that of the
-// peer port's forwarding channel, which also serves PeerService. Each
+// serverKind says which of the node's HTTP servers newServer builds.
+type serverKind int
+
+const (
+	serveAPI   serverKind = iota // the API port: data calls, and admin calls without an admin listener
+	serveAdmin                   // the admin listener (Config.AdminAddr): admin calls
+	servePeer                    // the peer port's forwarding channel: everything, and PeerService
+)
+
+// newServer returns one of the node's HTTP servers (serverKind). Each
 // bounds what it accepts (limits.go): the size of a request's message and
-// body, the messages it holds, the time its body takes to arrive.
-func (n *Node) newServer(peer bool) *http.Server {
+// body, the messages it holds, the time its body takes to arrive, and the
+// calls one HTTP/2 connection carries at once (listeners.go).
+func (n *Node) newServer(kind serverKind) *http.Server {
+	peer := kind == servePeer
 	limits := n.cfg.apiLimits()
 	if peer {
 		limits = n.cfg.peerLimits()
@@ -197,14 +221,23 @@ func (n *Node) newServer(peer bool) *http.Server {
 	// Decisions are small: compressing them costs more CPU than it saves.
 	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
 	if !peer {
-		// The API edge (auth.go). The forwarding server serves nodes, which
+		// The edge (auth.go). The forwarding server serves nodes, which
 		// authorized what they forward: it does not authenticate again.
 		opts = append(opts, connect.WithInterceptors(authInterceptor{n: n}))
 	}
 	handlerOpts := connect.WithHandlerOptions(opts...)
-	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
-	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
-	mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
+	if kind != serveAdmin {
+		mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
+		mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
+	}
+	adminOpts := handlerOpts
+	if kind == serveAPI && n.adminLn != nil {
+		// Refused before authorization: the call is in the wrong place
+		// whoever makes it.
+		adminOpts = connect.WithHandlerOptions(append([]connect.HandlerOption{
+			connect.WithInterceptors(refuseCalls{n: n, err: ErrAdminElsewhere})}, opts...)...)
+	}
+	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, adminOpts))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
 		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName), handlerOpts))
 	if peer {
@@ -224,6 +257,7 @@ func (n *Node) newServer(peer bool) *http.Server {
 		// server may still read (and discard) what is left of the body.
 		Handler:           guard.handler(handler),
 		Protocols:         &protocols,
+		HTTP2:             n.cfg.http2Config(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
@@ -264,16 +298,22 @@ func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 // cluster named by Config.Join; every node records its addresses in the
 // replicated registry. Run returns nil on a clean stop.
 func (n *Node) Run(ctx context.Context) error {
-	serveErr := make(chan error, 1)
-	go func() {
+	serveErr := make(chan error, 2)
+	serve := func(what string, srv *http.Server, ln net.Listener) {
+		var err error
 		if n.tls != nil {
-			serveErr <- n.server.ServeTLS(n.apiLn, "", "") // n.server.TLSConfig
-			return
+			err = srv.ServeTLS(ln, "", "") // srv.TLSConfig
+		} else {
+			err = srv.Serve(ln)
 		}
-		serveErr <- n.server.Serve(n.apiLn)
-	}()
+		serveErr <- fmt.Errorf("node: serving %s: %w", what, err)
+	}
+	go serve("API", n.server, n.apiLn)
+	if n.adminServer != nil {
+		go serve("admin API", n.adminServer, n.adminLn)
+	}
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
-	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "had_state", n.hadState)
+	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState)
 
 	ctlCtx, stopCtl := context.WithCancel(ctx)
 	ctlDone := make(chan struct{})
@@ -286,7 +326,6 @@ func (n *Node) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
-		err = fmt.Errorf("node: serving API: %w", err)
 	}
 	stopCtl()
 	<-ctlDone
@@ -303,6 +342,11 @@ func (n *Node) shutdown() error {
 	defer cancel()
 	if err := n.server.Shutdown(ctx); err != nil {
 		n.log.Warn("API shutdown", "err", err)
+	}
+	if n.adminServer != nil {
+		if err := n.adminServer.Shutdown(ctx); err != nil {
+			n.log.Warn("admin API shutdown", "err", err)
+		}
 	}
 	if err := n.fwdServer.Shutdown(ctx); err != nil {
 		n.log.Warn("peer API shutdown", "err", err)
@@ -336,11 +380,18 @@ func (n *Node) closeResources() error {
 	if n.server != nil {
 		errs = append(errs, ignoreClosed(n.server.Close()))
 	}
+	if n.adminServer != nil {
+		errs = append(errs, ignoreClosed(n.adminServer.Close()))
+	}
 	if n.fwdServer != nil {
 		errs = append(errs, ignoreClosed(n.fwdServer.Close()))
 	}
-	if n.apiLn != nil { // not tracked by server when Run never started
+	// Not tracked by their servers when Run never started.
+	if n.apiLn != nil {
 		errs = append(errs, ignoreClosed(n.apiLn.Close()))
+	}
+	if n.adminLn != nil {
+		errs = append(errs, ignoreClosed(n.adminLn.Close()))
 	}
 	if n.groups.m != nil {
 		errs = append(errs, n.closeGroups())

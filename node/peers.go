@@ -16,7 +16,7 @@ import (
 // peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext,
 // or TLS to API ports when the node has TLS files: useTLS) connection pool
 // shared by all, so many requests share a few connections.
-// A node has two: one to other nodes' API ports (status, the first join),
+// A node has two: one to other nodes' API ports (its first join),
 // and one over the peer mux's forwarding channel, which carries requests
 // forwarded to a group's leader on the connection the node already uses for
 // Raft. Safe for concurrent use.

@@ -44,11 +44,12 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
-				_, err := c.peers.at(nd.APIAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				// Over the peer port, which members use between them.
+				_, err := c.fwd.at(nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					left[nd.ID] = fmt.Sprintf("does not answer at %s (%v)", nd.APIAddr, err)
+					left[nd.ID] = fmt.Sprintf("does not answer at %s (%v)", nd.RaftAddr, err)
 					return
 				}
 				ok = append(ok, nd.ID)

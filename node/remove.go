@@ -203,8 +203,8 @@ func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
 		}
 		return where + " " + addr, true
 	}
-	if where, ok := ask(c.peers, m.APIAddr, "API"); ok {
+	if where, ok := ask(c.fwd, m.RaftAddr, "peer port"); ok {
 		return where, true
 	}
-	return ask(c.fwd, m.RaftAddr, "peer port")
+	return ask(c.peers, m.APIAddr, "API")
 }

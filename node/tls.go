@@ -62,7 +62,7 @@ func (c Config) checkTLS(bad func(flag, format string, args ...any) error) error
 		return nil
 	}
 	for _, a := range []struct{ flag, addr string }{
-		{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr},
+		{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr}, {"admin-addr", c.AdminAddr},
 		{"advertise-api-addr", c.AdvertiseAPIAddr}, {"advertise-raft-addr", c.AdvertiseRaftAddr},
 	} {
 		if a.addr == "" || isLoopback(a.addr) {

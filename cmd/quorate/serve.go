@@ -27,13 +27,13 @@ func newServeCmd() *cobra.Command {
 		Long: "Serve runs one node until SIGINT or SIGTERM, then shuts down gracefully (handing\n" +
 			"off leadership when it leads).\n\n" +
 			"The first node of a new cluster starts with --bootstrap; every other node starts\n" +
-			"with --join and the API address of any member. Both are ignored once the data\n" +
+			"with --join and the API (or --admin-addr) address of any member. Both are ignored once the data\n" +
 			"directory holds state: a restarted node rejoins with what it has. A node whose\n" +
 			"--data-dir is empty or absent is refused without one of them.",
 		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap \\\n" +
-			"      --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml\n" +
+			"      --tls-cert n1.pem --tls-key n1-key.pem --tls-ca ca.pem --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml\n" +
 			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070 \\\n" +
-			"      --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml  # with QUORATE_NODE_TOKEN set",
+			"      --tls-cert n2.pem --tls-key n2-key.pem --tls-ca ca.pem --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.LogOutput = cmd.ErrOrStderr()
@@ -84,6 +84,8 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.ID, "id", cfg.ID, "this node's ID, unique in the cluster (required)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the Raft log, stable store and snapshots (required)")
 	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "host:port to serve the API on (Connect, gRPC, gRPC-Web, JSON)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "host:port of a listener of its own for the admin API (policies, nodes, groups, plans, audit);\n"+
+		"the API port then refuses admin calls, and a joining node's --join names this address. Default: admin on --api-addr")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port for Raft traffic between nodes")
 	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
 	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
@@ -104,8 +106,8 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.AccessFile, "access-file", cfg.AccessFile, "access file: the roles (admin, client) and policies of each caller; reloaded when it changes.\n"+
 		"Required unless the API listens on loopback only (without one, every caller may do everything)")
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
-	fs.StringVar(&cfg.NodeToken, "node-token", cfg.NodeToken, "bearer token this node sends to other nodes' API ports (its --join, status); a caller with the admin\n"+
-		"role (default $"+nodeTokenEnv+")")
+	fs.StringVar(&cfg.NodeToken, "node-token", cfg.NodeToken, "bearer token this node sends on its --join, for a cluster without TLS that has an access file: a caller\n"+
+		"with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")
@@ -161,6 +163,9 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.DurationVar(&cfg.LeaderLeaseTimeout, "leader-lease-timeout", cfg.LeaderLeaseTimeout, "how long a leader stays leader without a quorum (≤ --heartbeat-timeout)")
 	fs.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "longest wait before the leader sends an empty AppendEntries")
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "server-side cap on one API request (a shorter client deadline wins)")
+	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, fmt.Sprintf("connections the API port (and the admin listener) holds; more are closed at once (default %d)", node.DefaultMaxConns))
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, fmt.Sprintf("connections the API port (and the admin listener) holds from one client IP (default %d)", node.DefaultMaxConnsPerIP))
+	fs.IntVar(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn, fmt.Sprintf("calls one HTTP/2 connection carries at once, on every port (default %d)", node.DefaultMaxStreamsPerConn))
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest API request, after decompression; larger ones are refused while read (resource_exhausted)")
 	fs.IntVar(&cfg.MaxPeerRequestBytes, "max-peer-request-bytes", cfg.MaxPeerRequestBytes, "largest request on the peer port (forwarded calls, slot-migration pages); ≥ --max-request-bytes")
 	fs.IntVar(&cfg.MigrationChunkBytes, "migration-chunk-bytes", cfg.MigrationChunkBytes, fmt.Sprintf("state one chunk of a slot move carries (%d to %d); the same on every node",

@@ -105,6 +105,9 @@ func NewClusterWith(tb testing.TB, opts Options) *Cluster {
 			cfg.Bootstrap = true
 		} else {
 			cfg.Join = c.members[0].cfg.APIAddr
+			if a := c.members[0].cfg.AdminAddr; a != "" {
+				cfg.Join = a // admin calls, Join among them, are served there
+			}
 		}
 		if opts.Configure != nil {
 			opts.Configure(i, &cfg)
@@ -202,9 +205,25 @@ func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(c.client, c.APIURL(i))
 }
 
-// Admin returns a client of node i's AdminService.
+// Admin returns a client of node i's AdminService: on its admin listener
+// when it has one (node.Config.AdminAddr), else on its API port.
 func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
-	return quoratev1connect.NewAdminServiceClient(c.client, c.APIURL(i))
+	return quoratev1connect.NewAdminServiceClient(c.client, c.AdminURL(i))
+}
+
+// AdminURL is the base URL of node i's admin API: its admin listener when
+// it has one, else its API port.
+func (c *Cluster) AdminURL(i int) string {
+	c.mu.Lock()
+	a := c.members[i].cfg.AdminAddr
+	c.mu.Unlock()
+	if a == "" {
+		return c.APIURL(i)
+	}
+	if c.ca != nil {
+		return "https://" + a
+	}
+	return "http://" + a
 }
 
 // Config returns node i's config, to change before the next Start (its
@@ -231,6 +250,9 @@ func (c *Cluster) Start(i int) {
 		c.tb.Fatalf("nodetest: starting node %d: %v", i, err)
 	}
 	m.cfg.APIAddr, m.cfg.RaftAddr = n.APIAddr(), n.RaftAddr()
+	if a := n.AdminAddr(); a != "" {
+		m.cfg.AdminAddr = a
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	m.node, m.cancel, m.done = n, cancel, done
