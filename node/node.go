@@ -32,29 +32,29 @@ import (
 // peer port (every hosted group's Raft traffic and the forwarding channel).
 // Create it with New, serve with Run; Close stops it at once.
 type Node struct {
-	cfg        Config
-	log        *slog.Logger
-	apiAddr    string // advertised
-	raftAddr   string // advertised
-	apiLn      *limitListener
-	adminLn    *limitListener // with Config.AdminAddr; nil without
-	mux        *peermux.Mux // the peer listener: every group's Raft traffic
-	meta       *group       // the meta group (with no data groups, it holds the data too)
-	groups     dataGroups
-	hadState   bool
+	cfg         Config
+	log         *slog.Logger
+	apiAddr     string // advertised
+	raftAddr    string // advertised
+	apiLn       *limitListener
+	adminLn     *limitListener // with Config.AdminAddr; nil without
+	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
+	meta        *group         // the meta group (with no data groups, it holds the data too)
+	groups      dataGroups
+	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
 	fwdServer   *http.Server // the forwarding channel's, with PeerService
-	peers      *peers       // to other nodes' API ports
-	fwd        *peers       // to other nodes over the peer mux: forwarded requests
-	fwdLn      net.Listener // the peer mux's forwarding channel, served like the API
-	waiters    *waiters
-	controller *controller                     // the control plane (ctl.go)
-	authz      *access.Authorizer              // who may do what on the API (auth.go)
-	tokens     *access.Watcher[*access.Tokens] // the token file; nil without one
-	closeOnce  sync.Once
-	closeErr   error
-	tls        *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
+	peers       *peers       // to other nodes' API ports
+	fwd         *peers       // to other nodes over the peer mux: forwarded requests
+	fwdLn       net.Listener // the peer mux's forwarding channel, served like the API
+	waiters     *waiters
+	controller  *controller                     // the control plane (ctl.go)
+	authz       *access.Authorizer              // who may do what on the API (auth.go)
+	tokens      *access.Watcher[*access.Tokens] // the token file; nil without one
+	closeOnce   sync.Once
+	closeErr    error
+	tls         *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
 	// metaReplica is n.meta once it is open, for the peer port's TLS
 	// handshakes, which may run before (allowNode).
 	metaReplica atomic.Pointer[group]
