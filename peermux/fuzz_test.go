@@ -11,22 +11,25 @@ import (
 	"testing"
 )
 
-// countingReader is a finite reader that records how many bytes its callers
-// asked for, so a decoder that sized a buffer from a length the bytes claim
-// (and read into it) shows; once data is exhausted it fails with end.
+// countingReader is a finite reader that records how far into the
+// connection its callers asked to read (what they had read plus the buffer
+// they asked to fill), so a decoder that sized a buffer from a length the
+// bytes claim (and read into it) shows; once data is exhausted it fails
+// with end.
 type countingReader struct {
 	data      []byte
 	end       error
+	read      int
 	requested int
 }
 
 func (r *countingReader) Read(p []byte) (int, error) {
-	r.requested += len(p)
+	r.requested = max(r.requested, r.read+len(p))
 	if len(r.data) == 0 {
 		return 0, r.end
 	}
 	n := copy(p, r.data)
-	r.data = r.data[n:]
+	r.data, r.read = r.data[n:], r.read+n
 	return n, nil
 }
 
