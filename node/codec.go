@@ -27,7 +27,33 @@ type messageBudget struct {
 }
 
 func (b messageBudget) exceeded(n int) error {
-	return fmt.Errorf("the request holds more than %d messages (one per %d bytes of the server's --%s)", n, bytesPerMessage, b.flag)
+	return &budgetError{max: n, flag: b.flag}
+}
+
+// The codecs' own errors; any other error of theirs is protobuf's
+// (errors.Is(err, proto.Error)).
+var errEmptyJSON = errors.New("zero-length payload is not a valid JSON object")
+
+// budgetError: a request holds more messages than its listener's budget.
+type budgetError struct {
+	max  int
+	flag string
+}
+
+func (e *budgetError) Error() string {
+	return fmt.Sprintf("the request holds more than %d messages (one per %d bytes of the server's --%s)", e.max, bytesPerMessage, e.flag)
+}
+
+// unknownFieldError: a JSON request names a field its message does not
+// declare, at path (as in "policies[0].brust").
+type unknownFieldError struct {
+	path string
+	in   protoreflect.MessageDescriptor
+}
+
+func (e *unknownFieldError) Error() string {
+	i := strings.LastIndexAny(e.path, ".]")
+	return fmt.Sprintf("%s: unknown field (%s has no field %q)", e.path, e.in.FullName(), strings.TrimPrefix(e.path[i+1:], "."))
 }
 
 // maxWalkDepth is how deep the budget checks descend; it is protobuf-go's
@@ -148,7 +174,7 @@ func (c *strictJSONCodec) Unmarshal(data []byte, m any) error {
 		return err
 	}
 	if len(data) == 0 {
-		return errors.New("zero-length payload is not a valid JSON object")
+		return errEmptyJSON
 	}
 	if len(data)/2 > c.budget.max && countJSONObjects(data) > c.budget.max {
 		return c.budget.exceeded(c.budget.max)
@@ -158,8 +184,7 @@ func (c *strictJSONCodec) Unmarshal(data []byte, m any) error {
 		return nil
 	}
 	if path, md := unknownJSONField(data, pm.ProtoReflect().Descriptor()); path != "" {
-		i := strings.LastIndexAny(path, ".]")
-		return fmt.Errorf("%s: unknown field (%s has no field %q)", path, md.FullName(), strings.TrimPrefix(path[i+1:], "."))
+		return &unknownFieldError{path: path, in: md}
 	}
 	return err
 }
