@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/node/nodetest"
 )
 
 func TestServeTLSFlags(t *testing.T) {
@@ -64,4 +65,15 @@ func TestClientTLSFlags(t *testing.T) {
 	if got := f.defaultScheme("a:1,http://b:2," + defaultServer); got != "https://a:1,http://b:2,https://127.0.0.1:7070" {
 		t.Errorf("with --tls-ca: %q", got)
 	}
+}
+
+// A client that speaks plaintext to a TLS port, or TLS to a plaintext one,
+// is told which side to change, not just "400 Bad Request".
+func TestClientSchemeMismatchHint(t *testing.T) {
+	tlsNode := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, TLS: true})
+	_, _, err := runCLI(t, "admin", "status", "--server", "http://"+tlsNode.Node(0).APIAddr())
+	wantErrNaming(t, err, "may serve TLS", "--tls-ca")
+	plain := nodetest.NewCluster(t, 1)
+	_, _, err = runCLI(t, "admin", "status", "--server", "https://"+plain.Node(0).APIAddr(), "--tls-ca", tlsNode.CA().CAFile)
+	wantErrNaming(t, err, "serves plaintext", "http://")
 }
