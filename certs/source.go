@@ -53,6 +53,12 @@ type Options struct {
 	// from another CA than the one that signs callers' certificates.
 	CheckOwnChain bool
 
+	// CheckLeaf, when set, must accept the leaf certificate of every load,
+	// the first and each reload: a reload whose certificate it refuses
+	// fails, and the previous material stays served (a node checks that a
+	// rotated certificate still names it).
+	CheckLeaf func(*x509.Certificate) error
+
 	// OnReload, when set, is called after a reload that loaded new material
 	// or found the files back to what is served after a failure (Status.Err
 	// nil), and after a failed one whose error differs from the previous
@@ -355,6 +361,11 @@ func (s *Source) parse(raw [3][]byte) (*material, error) {
 		}
 		if err := checkValidity(pair.Leaf, now); err != nil {
 			return nil, fmt.Errorf("certs: %s: %w", s.opts.CertFile, err)
+		}
+		if s.opts.CheckLeaf != nil {
+			if err := s.opts.CheckLeaf(pair.Leaf); err != nil {
+				return nil, fmt.Errorf("certs: %s: %w", s.opts.CertFile, err)
+			}
 		}
 		m.cert = &pair
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -82,14 +83,22 @@ func (c Config) apiScheme() string {
 	return "http"
 }
 
-// openTLS loads the node's TLS files and checks that the certificate names
-// this node; the Source reloads the files until the node closes.
+// openTLS loads the node's TLS files, the certificate naming this node
+// (checked again at every reload: a rotated certificate that names another
+// node is not served); the Source reloads the files until the node closes.
 func (n *Node) openTLS() (*certs.Source, error) {
 	src, err := certs.NewSource(certs.Options{
 		CertFile:      n.cfg.TLSCertFile,
 		KeyFile:       n.cfg.TLSKeyFile,
 		CAFile:        n.cfg.TLSCAFile,
 		CheckOwnChain: true,
+		CheckLeaf: func(leaf *x509.Certificate) error {
+			id, err := certs.NodeID(leaf)
+			if err == nil && id != n.cfg.ID {
+				err = fmt.Errorf("names node %q, not this node's --id %q", id, n.cfg.ID)
+			}
+			return err
+		},
 		OnReload: func(st certs.Status) {
 			if st.Err != nil {
 				n.log.Error("TLS files not reloaded: serving the previous certificate", "err", st.Err)
@@ -99,14 +108,6 @@ func (n *Node) openTLS() (*certs.Source, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
-	}
-	id, err := certs.NodeID(src.Leaf())
-	if err == nil && id != n.cfg.ID {
-		err = fmt.Errorf("names node %q, not this node's --id %q", id, n.cfg.ID)
-	}
-	if err != nil {
-		src.Close()
 		return nil, fmt.Errorf("%w: --id: %q: --tls-cert %s: %v", ErrInvalidConfig, n.cfg.ID, n.cfg.TLSCertFile, err)
 	}
 	return src, nil
@@ -186,4 +187,13 @@ func (p *peers) useTLS(src *certs.Source, dial func(ctx context.Context, network
 	t.Protocols = &protocols
 	t.DialTLSContext = src.DialTLS(dial)
 	p.scheme = "https"
+}
+
+// TLSStatus is what the node's TLS files serve and how their last reload
+// went; ok is false for a node without TLS.
+func (n *Node) TLSStatus() (_ certs.Status, ok bool) {
+	if n.tls == nil {
+		return certs.Status{}, false
+	}
+	return n.tls.Status(), true
 }

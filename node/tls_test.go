@@ -251,4 +251,24 @@ func TestTLSCertificateRotation(t *testing.T) {
 	})
 	// The cluster goes on with it.
 	applyPolicy(t, c, "rotated", 10, time.Hour, 10)
+
+	// A rotated certificate that names another node is not served: the
+	// node keeps the one it had and says why.
+	if _, err := certs.IssueDevCert(c.CA().Dir, certs.CertRequest{Name: certs.DevNodeName("node1"), NodeID: "node9",
+		Hosts: []string{"127.0.0.1", "localhost"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually(t, 30*time.Second, "the certificate naming node9 refused", func() error {
+		st, ok := n.TLSStatus()
+		if !ok || st.Err == nil || !strings.Contains(st.Err.Error(), `names node "node9"`) {
+			return fmt.Errorf("TLS status %+v", st)
+		}
+		return nil
+	})
+	if got := serialOf(t, n.APIAddr(), apiCfg); got != want {
+		t.Fatalf("API serves %s after a certificate naming another node, want %s still", got, want)
+	}
+	if got := serialOf(t, n.RaftAddr(), peerCfg); got != want {
+		t.Fatalf("peer port serves %s after a certificate naming another node, want %s still", got, want)
+	}
 }
