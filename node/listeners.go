@@ -172,6 +172,18 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
+// CloseWrite half-closes the TCP connection. The HTTP server closes a
+// connection it refused a request on in two steps (write side, then the
+// rest once the client has stopped sending), so that the client reads the
+// answer instead of a reset: without this method, the wrapper would hide
+// the step.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
 // remoteIP is the IP of c's remote end ("" when it has none).
 func remoteIP(c net.Conn) string {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
