@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/certs"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -45,6 +46,10 @@ type ClusterOptions struct {
 	// nodes, started later by AddNode; they are in Nodes from the start but
 	// not members until added.
 	Spare int
+	// TLS serves both ports of every node with TLS: StartCluster makes a
+	// throwaway CA in WorkDir/tls with a certificate per node, and the
+	// harness's clients verify the nodes against it (CheckTLS checks).
+	TLS bool
 }
 
 // Node is one quorate serve process.
@@ -73,6 +78,7 @@ type Cluster struct {
 	binary string
 	opts   ClusterOptions
 	http   *http.Client
+	tls    *clusterTLS // nil: plaintext
 
 	membersMu sync.Mutex            // serializes AddNode and Retire
 	live      atomic.Pointer[[]int] // indexes of the members, ascending
@@ -152,7 +158,6 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 	if err := c.setUpNetwork(); err != nil {
 		return nil, err
 	}
-	c.http = newHTTPClient(c.net.dialContext)
 	if c.binary == "" {
 		root := opts.ModuleRoot
 		if root == "" {
@@ -181,6 +186,17 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, n)
 	}
 	c.live.Store(&members)
+	if opts.TLS {
+		if err := c.setUpTLS(); err != nil {
+			c.net.close()
+			return nil, err
+		}
+	}
+	var harness *certs.Source
+	if c.tls != nil {
+		harness = c.tls.src
+	}
+	c.http = newHTTPClient(c.net.dialContext, harness)
 	for _, i := range members {
 		if err := c.start(i); err != nil {
 			c.Stop()
@@ -238,6 +254,7 @@ func (c *Cluster) start(i int) error {
 		return err
 	}
 	args = append(args, "--debug-clock-file", n.clockFile)
+	args = append(args, c.tlsArgs(n)...)
 	args = append(args, c.opts.ExtraArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -473,34 +490,24 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func newHTTPClient(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
-	tr := &http.Transport{
-		DialContext:         dial,
-		MaxIdleConnsPerHost: 64,
-	}
-	return &http.Client{Transport: tr}
-}
-
 // HTTPClient is the harness's client of the nodes' APIs (what Admission,
 // Admin and Lease use). In nftables mode it is the only way in: the nodes
 // live in their own network namespace.
 func (c *Cluster) HTTPClient() *http.Client { return c.http }
 
-func baseURL(addr string) string { return "http://" + addr }
-
 // Admin returns an AdminService client for node i.
 func (c *Cluster) Admin(i int) quoratev1connect.AdminServiceClient {
-	return quoratev1connect.NewAdminServiceClient(c.http, baseURL(c.Nodes[i].APIAddr))
+	return quoratev1connect.NewAdminServiceClient(c.http, c.url(i))
 }
 
 // Admission returns an AdmissionService client for node i.
 func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
-	return quoratev1connect.NewAdmissionServiceClient(c.http, baseURL(c.Nodes[i].APIAddr))
+	return quoratev1connect.NewAdmissionServiceClient(c.http, c.url(i))
 }
 
 // Lease returns a LeaseService client for node i.
 func (c *Cluster) Lease(i int) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(c.http, baseURL(c.Nodes[i].APIAddr))
+	return quoratev1connect.NewLeaseServiceClient(c.http, c.url(i))
 }
 
 // Status asks node i for the cluster status with a short deadline.

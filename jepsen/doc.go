@@ -81,6 +81,19 @@
 //     the members are N nodes, exactly those running, all answering, with
 //     a full set of meta voters.
 //
+// TLS clusters (Options.TLS, ClusterOptions.TLS; quorate-jepsen --tls):
+// StartCluster makes a throwaway CA in the work directory with package
+// certs (NewDevCA) — a certificate per node slot, spares included, naming
+// the node and the hosts of its addresses — and starts every node with
+// --tls-cert, --tls-key and --tls-ca. The nodes' own traffic is TLS end to
+// end through either network mode (the proxy relays the bytes). The
+// harness's one HTTP client (newHTTPClient) verifies each node against the
+// CA and presents the CA's admin certificate; without an access file a
+// loopback node stays open, so it needs none. CheckTLS, the "tls" verdict,
+// checks at the end that every member answers over TLS with its own
+// certificate, refuses a plaintext call, and serves its peer port in TLS
+// 1.3. The full matrix and the short one each have a TLS row.
+//
 // Options.Groups runs the nodes with data groups (quorate serve --groups), so
 // the same faults hit the multi-Raft path: routing by slot, forwarding over
 // the peer mux, many groups electing at once.

@@ -19,11 +19,13 @@ type MatrixRun struct {
 	Duration time.Duration // 0: the matrix's default
 	Scale    bool          // run the scale scenario too (Options.Scale)
 	Interval time.Duration // quiet time between faults (NemesisOptions.Interval); 0: the matrix's default
+	TLS      bool          // on a TLS cluster (Options.TLS); the matrix's Options.TLS puts every row on one
 }
 
 // FullMatrix is `make jepsen`: each fault family alone, then all mixed, on
 // one Raft group; then all mixed again on 8 data groups; replica moves and
-// slot moves with kills; and the scale scenario (3 → 5 → 3 nodes).
+// slot moves with kills; the scale scenario (3 → 5 → 3 nodes); and kills
+// with partitions on a TLS cluster of 8 data groups.
 func FullMatrix() []MatrixRun {
 	var runs []MatrixRun
 	for _, f := range Families {
@@ -33,13 +35,15 @@ func FullMatrix() []MatrixRun {
 		MatrixRun{Name: "mixed-8-groups", Families: Families, Groups: 8},
 		MatrixRun{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
 		MatrixRun{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3},
-		MatrixRun{Name: "scale-3-5-3-nodes-4-groups", Groups: 4, Nodes: 3, Scale: true})
+		MatrixRun{Name: "scale-3-5-3-nodes-4-groups", Groups: 4, Nodes: 3, Scale: true},
+		MatrixRun{Name: "kill+partition-8-groups-tls", Families: []string{FamilyKill, FamilyPartition}, Groups: 8, TLS: true})
 }
 
 // ShortMatrix is CI's: a few short runs that still cover partitions,
 // kills and pauses (and clock jumps and restarts), on one Raft group and on
-// 8 data groups, replica moves with kills on 5 nodes, and slot moves with
-// kills on 4 data groups. (The scale scenario has its own test.)
+// 8 data groups, replica moves with kills on 5 nodes, slot moves with
+// kills on 4 data groups, and kills with partitions on a TLS cluster (15 s).
+// (The scale scenario has its own test.)
 func ShortMatrix() []MatrixRun {
 	return []MatrixRun{
 		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8},
@@ -47,6 +51,7 @@ func ShortMatrix() []MatrixRun {
 		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8},
 		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
 		{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3, Interval: time.Second},
+		{Name: "kill+partition-tls", Families: []string{FamilyKill, FamilyPartition}, Duration: 15 * time.Second, TLS: true},
 	}
 }
 
@@ -79,6 +84,7 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts.Nemesis.Families = row.Families
 		opts.Groups = row.Groups
 		opts.Scale = row.Scale
+		opts.TLS = base.TLS || row.TLS
 		if row.Interval != 0 {
 			opts.Nemesis.Interval = row.Interval
 		}
@@ -113,6 +119,9 @@ func FormatMatrix(results []MatrixResult) string {
 		faults := familiesArg(m.Run.Families)
 		if m.Run.Scale {
 			faults += "+scale"
+		}
+		if m.Options.TLS {
+			faults += "+tls"
 		}
 		row := []string{m.Run.Name, faults, fmt.Sprint(max(m.Run.Groups, 1)), m.Options.Duration.String()}
 		if m.Report == nil {
@@ -191,6 +200,9 @@ func ReproduceCommand(o Options) string {
 	}
 	if o.Scale {
 		args = append(args, "--scale")
+	}
+	if o.TLS {
+		args = append(args, "--tls")
 	}
 	if o.Nemesis.Interval != 0 {
 		args = append(args, "--interval", o.Nemesis.Interval.String())

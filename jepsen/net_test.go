@@ -25,6 +25,14 @@ var fastElections = []string{"--heartbeat-timeout", "500ms", "--election-timeout
 // skipping the test when nftables mode cannot work here.
 func startNetCluster(t *testing.T, mode string) *Cluster {
 	t.Helper()
+	return startTestCluster(t, ClusterOptions{Net: mode})
+}
+
+// startTestCluster starts 3 real nodes (with opts' network mode, spares and
+// TLS) electing fast, and applies the test policy.
+func startTestCluster(t *testing.T, opts ClusterOptions) *Cluster {
+	t.Helper()
+	mode := opts.Net
 	if testing.Short() {
 		t.Skip("starts a real 3-node cluster")
 	}
@@ -39,7 +47,8 @@ func startNetCluster(t *testing.T, mode string) *Cluster {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, ClusterOptions{Nodes: 3, WorkDir: dir, Net: mode, ExtraArgs: fastElections})
+	opts.Nodes, opts.WorkDir, opts.ExtraArgs = 3, dir, fastElections
+	c, err := StartCluster(ctx, opts)
 	if err != nil {
 		t.Fatalf("StartCluster: %v", err)
 	}

@@ -53,7 +53,10 @@ type Options struct {
 	// Nodes → Nodes+ScaleNodes → Nodes members, on data groups (Groups;
 	// default 4). The workloads then run for Duration and at least until 2 s
 	// after the scenario ended.
-	Scale   bool
+	Scale bool
+	// TLS runs the cluster with TLS on both ports of every node
+	// (ClusterOptions.TLS) and adds the "tls" verdict (CheckTLS).
+	TLS     bool
 	Nemesis NemesisOptions
 }
 
@@ -150,7 +153,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
 		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net,
-		ExtraArgs: groupArgs(opts.Groups, opts.Nodes), Spare: spare})
+		ExtraArgs: groupArgs(opts.Groups, opts.Nodes), Spare: spare, TLS: opts.TLS})
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +279,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Scale {
 		r.Verdicts = append(r.Verdicts, checkScale(ctx, c, opts.Nodes, scaleErr))
 	}
+	if opts.TLS {
+		r.Verdicts = append(r.Verdicts, CheckTLS(ctx, c))
+	}
 	r.Members = c.LiveIDs()
 	var errs []error
 	for _, lin := range lins {
@@ -340,6 +346,9 @@ func (r *Report) Summary(healErr error) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed: %d\nworkloads: %s\nfault families: %s (network faults via %s)\ndata groups: %d\n", r.Seed,
 		strings.Join(r.Workloads, ", "), familiesArg(r.Families), r.NetMode, max(r.Options.Groups, 1))
+	if r.Options.TLS {
+		fmt.Fprintf(&b, "TLS: both ports of every node, a throwaway CA\n")
+	}
 	fmt.Fprintf(&b, "attempts: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
 		r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied], r.Counts[OutcomeAllowed], r.Counts[OutcomeDenied],
 		r.Counts[OutcomeFail], r.Counts[OutcomeUnknown])

@@ -12,7 +12,8 @@ import (
 
 // TestShortMatrix is CI's fault-injection matrix: every workload at once
 // under partitions, then kills and pauses, then clock jumps and rolling
-// restarts, replica moves and slot moves, 20 s each on a real cluster.
+// restarts, replica moves and slot moves, 20 s each on a real cluster, and
+// kills with partitions on a TLS cluster for 15 s.
 // Every checker must pass. Each row is a subtest (-run
 // 'TestShortMatrix/slots' runs one), with the seed it has in the matrix.
 func TestShortMatrix(t *testing.T) {
@@ -50,6 +51,10 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 	want := 7 // at-most-once + 3 token-bucket + 2 fixed-window + leases
 	if m.Run.Groups > 0 {
 		want++ // group-replicas
+	}
+	if m.Options.TLS {
+		want++ // tls
+		checkTLSVerdict(t, m.Run.Name, r.Verdicts)
 	}
 	if len(r.Verdicts) != want {
 		t.Errorf("%s: %d verdicts, want %d", m.Run.Name, len(r.Verdicts), want)
@@ -94,6 +99,21 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 			t.Errorf("%s: report lacks %s: %v", m.Run.Name, name, err)
 		}
 	}
+}
+
+// checkTLSVerdict wants a run on a TLS cluster to have checked, at the end,
+// that the nodes served TLS and refused plaintext (CheckTLS).
+func checkTLSVerdict(t *testing.T, run string, verdicts []Verdict) {
+	t.Helper()
+	for _, v := range verdicts {
+		if v.Checker == "tls" {
+			if !v.OK {
+				t.Errorf("%s: the cluster did not serve TLS: %s %v", run, v.Summary, v.Violations)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: a TLS run without the tls verdict", run)
 }
 
 // checkSlotMoves wants a run of the slots family to have moved slots: at

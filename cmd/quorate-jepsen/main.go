@@ -15,8 +15,8 @@
 //	               [--workload all|token-bucket,fixed-window,lease]
 //	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
 //	               [--groups N] [--scale] [--interval 2s]
-//	               [--net auto|nftables|proxy] [--planted-bug dedupe|local-read]
-//	quorate-jepsen --matrix full|short [--duration 60s] [--report DIR]
+//	               [--net auto|nftables|proxy] [--tls] [--planted-bug dedupe|local-read]
+//	quorate-jepsen --matrix full|short [--duration 60s] [--report DIR] [--tls]
 //
 // Slot moves under kills, on 4 data groups:
 //
@@ -27,6 +27,11 @@
 // stopped), alone or beside faults:
 //
 //	quorate-jepsen --scale --faults none --nodes 3 --groups 4 --duration 30s
+//
+// Kills and partitions on a cluster serving TLS on both ports of every node
+// (a throwaway CA; a "tls" verdict checks that the nodes refuse plaintext):
+//
+//	quorate-jepsen --tls --faults kill,partition --duration 30s
 //
 // Re-running with the same --seed and options replays the same fault
 // schedule; every report ends with the command line that does so.
@@ -123,6 +128,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Window, "window", 2*time.Second, "fixed-window: window length (whole seconds)")
 	fs.Int64Var(&opts.Holders, "holders", 2, "lease: leases per key")
 	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", 2*time.Second, "lease: TTL asked on acquire and renew (≥ 1s)")
+	fs.BoolVar(&opts.TLS, "tls", false, "run the cluster with TLS on both ports of every node (a throwaway CA; the clients verify the nodes against it) and check that it does; with --matrix, every run")
 	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
 	fs.IntVar(&opts.Groups, "groups", 0, "data groups the cluster hashes keys to (quorate serve --groups); 0: one group")
 	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
