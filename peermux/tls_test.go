@@ -117,3 +117,38 @@ func TestMuxTLS(t *testing.T) {
 	default:
 	}
 }
+
+// On a TLS port the per-IP handshake cap counts the TLS handshake: silent
+// connections that have not finished it hold their places, and one past
+// the cap is closed at once, before any TLS byte is read.
+func TestMuxTLSHandshakeCapPerIP(t *testing.T) {
+	checkNoGoroutineLeak(t)
+	ca, err := certs.NewDevCA(filepath.Join(t.TempDir(), "ca"), []string{"a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTLSMux(t, ca, "a", Options{})
+	m.limits.handshakesPerIP = 3
+	mustListen(t, m, 1)
+	for range 3 {
+		c, err := net.Dial("tcp", m.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitFor(t, 5*time.Second, "three connections in their handshake", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.shaking["127.0.0.1"] == 3
+	})
+	extra, err := net.Dial("tcp", m.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	waitClosedByPeer(t, extra, 2*time.Second) // long before the handshake timeout
+	if got := m.stats.refused.Load(); got != 1 {
+		t.Fatalf("refused %d, want 1", got)
+	}
+}
