@@ -90,6 +90,15 @@ func newWatcher(t *testing.T, c *counter, ch *changes, interval time.Duration, f
 	return w
 }
 
+// start writes "one" to a file f and watches it.
+func start(t *testing.T, interval time.Duration) (string, *counter, *changes, *Watcher[string]) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	write(t, path, "one")
+	c, ch := &counter{}, &changes{}
+	return path, c, ch, newWatcher(t, c, ch, interval, path)
+}
+
 // waitFor polls cond until it holds, failing the test after 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -138,11 +147,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestChangeSeenOnUse(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	write(t, path, "one")
-	var c counter
-	ch := &changes{}
-	w := newWatcher(t, &c, ch, time.Millisecond, path)
+	path, _, ch, w := start(t, time.Millisecond)
 	replace(t, path, "two")
 	waitFor(t, "the new content", func() bool { return w.Current() == "two" })
 	if got := ch.take(); !equal(got, []string{"two"}) {
@@ -196,11 +201,7 @@ func TestChecksAtMostOncePerInterval(t *testing.T) {
 }
 
 func TestSameContentNotParsed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	write(t, path, "one")
-	var c counter
-	ch := &changes{}
-	w := newWatcher(t, &c, ch, time.Hour, path)
+	path, c, ch, w := start(t, time.Hour)
 	loaded := w.Status().LoadedAt
 	for i := range 3 {
 		replace(t, path, "one") // a new file, a new modification time
@@ -221,11 +222,7 @@ func TestSameContentNotParsed(t *testing.T) {
 }
 
 func TestParseErrorKeepsPrevious(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	write(t, path, "one")
-	var c counter
-	ch := &changes{}
-	w := newWatcher(t, &c, ch, time.Hour, path)
+	path, c, ch, w := start(t, time.Hour)
 	good := w.Status()
 
 	replace(t, path, "bad one")
@@ -272,11 +269,7 @@ func TestParseErrorKeepsPrevious(t *testing.T) {
 }
 
 func TestMissingFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	write(t, path, "one")
-	var c counter
-	ch := &changes{}
-	w := newWatcher(t, &c, ch, time.Hour, path)
+	path, _, ch, w := start(t, time.Hour)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -416,11 +409,7 @@ func TestSeveralFiles(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	write(t, path, "one")
-	var c counter
-	ch := &changes{}
-	w := newWatcher(t, &c, ch, time.Microsecond, path)
+	path, _, _, w := start(t, time.Microsecond)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
