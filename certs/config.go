@@ -47,7 +47,7 @@ type ServerOptions struct {
 // are in the connection's tls.ConnectionState; access.IdentityFromCertificate
 // names them.
 func (s *Source) ServerConfig(opts ServerOptions) (*tls.Config, error) {
-	if s.cur.Load().cert == nil {
+	if s.current().cert == nil {
 		return nil, errors.New("certs: ServerConfig needs a certificate (CertFile)")
 	}
 	var auth tls.ClientAuthType
@@ -61,7 +61,7 @@ func (s *Source) ServerConfig(opts ServerOptions) (*tls.Config, error) {
 	default:
 		return nil, fmt.Errorf("certs: unknown ClientAuth %d", opts.ClientAuth)
 	}
-	if auth != tls.NoClientCert && s.cur.Load().pool == nil {
+	if auth != tls.NoClientCert && s.current().pool == nil {
 		return nil, errors.New("certs: client certificates need a CA bundle (CAFile)")
 	}
 	protos := opts.NextProtos
@@ -73,11 +73,11 @@ func (s *Source) ServerConfig(opts ServerOptions) (*tls.Config, error) {
 		NextProtos: protos,
 		Time:       s.opts.Now,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return s.cur.Load().cert, nil
+			return s.current().cert, nil
 		},
 	}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		m := s.cur.Load()
+		m := s.current()
 		return &tls.Config{
 			MinVersion:   tls.VersionTLS12,
 			NextProtos:   protos,
@@ -117,7 +117,7 @@ func (s *Source) PeerServerConfig(opts PeerOptions) (*tls.Config, error) {
 		NextProtos: opts.NextProtos,
 		Time:       s.opts.Now,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return s.cur.Load().cert, nil
+			return s.current().cert, nil
 		},
 		// Any certificate gets through the library's check, which would use
 		// a frozen pool; VerifyConnection verifies it against the current one.
@@ -144,7 +144,7 @@ func (s *Source) PeerClientConfig(opts PeerOptions) (*tls.Config, error) {
 		NextProtos: opts.NextProtos,
 		Time:       s.opts.Now,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return s.cur.Load().cert, nil
+			return s.current().cert, nil
 		},
 		// The library's check would use a frozen pool and the dialled host
 		// name; VerifyConnection verifies against the current pool instead.
@@ -156,7 +156,7 @@ func (s *Source) PeerClientConfig(opts PeerOptions) (*tls.Config, error) {
 }
 
 func (s *Source) checkPeer() error {
-	m := s.cur.Load()
+	m := s.current()
 	if m.cert == nil || m.pool == nil {
 		return errors.New("certs: the peer port needs a certificate and a CA bundle (CertFile, CAFile)")
 	}
@@ -171,7 +171,7 @@ func (s *Source) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage, allo
 	}
 	leaf := cs.PeerCertificates[0]
 	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         s.cur.Load().pool,
+		Roots:         s.current().pool,
 		Intermediates: poolOf(cs.PeerCertificates[1:]),
 		CurrentTime:   s.opts.Now(),
 		KeyUsages:     []x509.ExtKeyUsage{usage},
@@ -216,13 +216,13 @@ func (s *Source) ClientConfig(opts ClientOptions) (*tls.Config, error) {
 		ServerName: opts.ServerName,
 		Time:       s.opts.Now,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			if cert := s.cur.Load().cert; cert != nil {
+			if cert := s.current().cert; cert != nil {
 				return cert, nil
 			}
 			return &tls.Certificate{}, nil
 		},
 	}
-	if s.cur.Load().pool == nil {
+	if s.current().pool == nil {
 		return c, nil
 	}
 	c.InsecureSkipVerify = true // verified by VerifyConnection, against the current pool
@@ -239,7 +239,7 @@ func (s *Source) ClientConfig(opts ClientOptions) (*tls.Config, error) {
 		}
 		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
 			DNSName:       name,
-			Roots:         s.cur.Load().pool,
+			Roots:         s.current().pool,
 			Intermediates: poolOf(cs.PeerCertificates[1:]),
 			CurrentTime:   s.opts.Now(),
 			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

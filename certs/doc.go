@@ -3,14 +3,17 @@
 // tls.Configs of the API listener and of the peer port (mutual TLS between
 // nodes), names the node or the caller a certificate authenticates, and makes
 // a throwaway CA for `quorate dev --tls` and tests. It depends only on the
-// standard library; package node and cmd/quorate wire it in.
+// standard library and package filewatch; package node and cmd/quorate
+// wire it in.
 //
 // # Source and reloads
 //
 // A Source (NewSource) serves one consistent set of material: a certificate
-// with its key, and a CA bundle. Its goroutine stats the files every
-// Options.Interval; when a file's mtime or size changed it reads all of them,
-// and when their content hash differs from what is served it parses them.
+// with its key, and a CA bundle. It reloads them with package filewatch and
+// starts no goroutine: a handshake, Leaf, Status or Err checks the files
+// first when a check is due (at most once per Options.Interval). A check
+// stats the files; when one may have changed it reads all of them, and
+// when their content hash differs from what is served it parses them.
 // New material replaces the old in one atomic swap (certificate, key and
 // bundle together) and is what every later handshake sees; open connections
 // keep the material they were made with. A reload that fails — a PEM block
@@ -18,10 +21,11 @@
 // empty or unparsable CA bundle, a certificate expired or not yet valid, or
 // with Options.CheckOwnChain a certificate the bundle does not sign — keeps
 // the previous material, is reported by Status, Err and Options.OnReload,
-// and is retried at every interval until the files load. Reload reads the
+// and is retried at every check until the files load. Reload reads the
 // files at once; Leaf is the served certificate, for the node to check that
 // it names the node's own ID. A served certificate that expires while the
-// files stay unchanged is not replaced: Status.NotAfter shows it coming. Writing each file by a rename (WriteFileAtomic), key before
+// files stay unchanged is not replaced: Status.NotAfter shows it coming.
+// Writing each file by a rename (WriteFileAtomic), key before
 // certificate, or keeping key and certificate in one file, avoids even the
 // transient failure of a half-replaced pair.
 //

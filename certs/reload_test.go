@@ -39,16 +39,22 @@ func notifications() (func(Status), <-chan Status) {
 	}, ch
 }
 
-// awaitStatus waits for a reload report ok accepts.
-func awaitStatus(t *testing.T, ch <-chan Status, ok func(Status) bool) Status {
+// awaitStatus waits for a reload report ok accepts. Checks are made on
+// use: it asks src for its Status (which checks the files when a check is
+// due) until the report comes.
+func awaitStatus(t *testing.T, src *Source, ch <-chan Status, ok func(Status) bool) Status {
 	t.Helper()
 	deadline := time.After(handshakeTimeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case st := <-ch:
 			if ok(st) {
 				return st
 			}
+		case <-tick.C:
+			src.Status()
 		case <-deadline:
 			t.Fatal("no such reload before the deadline")
 		}
@@ -87,9 +93,11 @@ func TestRotationServesNewCertificate(t *testing.T) {
 		}
 	}
 
-	// Poll: after each reload report, a new handshake; until one presents
-	// the new serial.
+	// Poll: after each reload report or tick, a new handshake (which checks
+	// the files when a check is due); until one presents the new serial.
 	deadline := time.After(handshakeTimeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
 		tc, err := dialTLS(t, addr, cc)
 		if err != nil {
@@ -105,6 +113,7 @@ func TestRotationServesNewCertificate(t *testing.T) {
 		}
 		select {
 		case <-reloads:
+		case <-tick.C:
 		case <-deadline:
 			t.Fatal("the new certificate was not served before the deadline")
 		}
@@ -241,8 +250,8 @@ func says(s string) func(error) bool {
 	return func(err error) bool { return strings.Contains(err.Error(), s) }
 }
 
-// TestReloadFailureReported rewrites the files under a Source's own
-// goroutine: a key that is not the certificate's is reported and the old
+// TestReloadFailureReported rewrites the files under a Source checking
+// them on use: a key that is not the certificate's is reported and the old
 // material kept, and the matching key, when it arrives, is loaded.
 func TestReloadFailureReported(t *testing.T) {
 	ca := newDevCA(t, "n1")
@@ -258,7 +267,7 @@ func TestReloadFailureReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyFile(t, kp.CertFile, opts.CertFile)
-	st := awaitStatus(t, reloads, func(st Status) bool { return st.Err != nil })
+	st := awaitStatus(t, server, reloads, func(st Status) bool { return st.Err != nil })
 	if st.Serial != oldSerial || !strings.Contains(st.Err.Error(), "private key does not match") {
 		t.Fatalf("status %+v, want the old serial %s and a key mismatch", st, oldSerial)
 	}
@@ -266,7 +275,7 @@ func TestReloadFailureReported(t *testing.T) {
 		t.Fatalf("serving %s after a failed reload, want %s", s, oldSerial)
 	}
 	copyFile(t, kp.KeyFile, opts.KeyFile)
-	st = awaitStatus(t, reloads, func(st Status) bool { return st.Err == nil })
+	st = awaitStatus(t, server, reloads, func(st Status) bool { return st.Err == nil })
 	if st.Serial != kp.Serial.Text(16) {
 		t.Fatalf("serving %s once the key arrived, want %x", st.Serial, kp.Serial)
 	}

@@ -2,20 +2,17 @@ package certs
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/quorate/quorate/filewatch"
 )
 
-// DefaultInterval is how often a Source checks its files when
+// DefaultInterval is how often, at most, a Source checks its files when
 // Options.Interval is 0.
 const DefaultInterval = 5 * time.Second
 
@@ -41,10 +38,11 @@ type Options struct {
 	// old and the new CA.
 	CAFile string
 
-	// Interval is how often the files are checked for changes (mtime and
-	// size, then a hash of their content). 0 means DefaultInterval; a
-	// negative interval starts no goroutine: the files are read again only
-	// when Reload is called.
+	// Interval paces the checks for changes, made on use (a handshake,
+	// Leaf, Status, Err): at most one per interval, stat first (identity,
+	// size and modification time), then a hash of the content. 0 means
+	// DefaultInterval; a negative interval makes none: the files are read
+	// again only when Reload is called.
 	Interval time.Duration
 
 	// CheckOwnChain refuses a certificate that does not chain to CAFile's
@@ -62,8 +60,8 @@ type Options struct {
 	// OnReload, when set, is called after a reload that loaded new material
 	// or found the files back to what is served after a failure (Status.Err
 	// nil), and after a failed one whose error differs from the previous
-	// failure's. It runs on the Source's goroutine or Reload's
-	// caller, never under the Source's locks.
+	// failure's. It runs on the goroutine whose use made the check (a
+	// handshake, Status, Err, Reload), never under the Source's locks.
 	OnReload func(Status)
 
 	// Now is the clock validity is checked against; nil means time.Now.
@@ -83,8 +81,8 @@ type Status struct {
 	CANotAfter time.Time
 	// LoadedAt is when the served material was loaded.
 	LoadedAt time.Time
-	// Err is why the files on disk are not what is served (the last reload
-	// failed), nil when they are; ErrAt is when that reload ran.
+	// Err is why the files on disk are not what is served (the last check
+	// failed), nil when they are; ErrAt is when that check ran.
 	Err   error
 	ErrAt time.Time
 }
@@ -95,37 +93,23 @@ type material struct {
 	cert     *tls.Certificate // nil without CertFile
 	pool     *x509.CertPool   // nil without CAFile
 	cas      []*x509.Certificate
-	hash     [sha256.Size]byte
 	loadedAt time.Time
 }
 
-// stamp is what a file check compares: each file's mtime and size.
-type stamp [3]struct{ mtime, size int64 }
-
 // Source loads a certificate, its key and a CA bundle from PEM files and
-// reloads them when the files change, keeping the previous good material when
-// the new files do not load. Its Config builders hand out tls.Configs that
-// read the current material at every handshake. Close stops it.
+// reloads them when the files change (package filewatch), keeping the
+// previous good material when the new files do not load. Its Config
+// builders hand out tls.Configs that read the current material at every
+// handshake; a handshake, Leaf, Status or Err checks the files first when a
+// check is due. It starts no goroutine.
 type Source struct {
 	opts Options
-	cur  atomic.Pointer[material]
-
-	reloadMu sync.Mutex // serializes reloads and guards the fields below
-	last     stamp
-	failing  bool
-
-	mu    sync.Mutex // guards err and errAt
-	err   error
-	errAt time.Time
-
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	w    *filewatch.Watcher[*material]
 }
 
-// NewSource loads the files (which must load: there is no previous material
-// to fall back on) and, unless opts.Interval is negative, starts checking
-// them every interval until Close.
+// NewSource loads the files, which must load: there is no previous material
+// to fall back on. Unless opts.Interval is negative, they are checked again
+// on use, at most once per interval, until Close.
 func NewSource(opts Options) (*Source, error) {
 	if (opts.CertFile == "") != (opts.KeyFile == "") {
 		return nil, errors.New("certs: CertFile and KeyFile are given together")
@@ -139,60 +123,46 @@ func NewSource(opts Options) (*Source, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Source{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
-	st, err := s.statFiles()
+	s := &Source{opts: opts}
+	var files []string
+	for _, name := range s.files() {
+		if name != "" {
+			files = append(files, name)
+		}
+	}
+	fo := filewatch.Options[*material]{Files: files, Parse: s.parseFiles, Interval: opts.Interval}
+	if opts.OnReload != nil {
+		fo.OnChange = func(m *material, st filewatch.Status) { opts.OnReload(statusOf(m, st)) }
+	}
+	w, err := filewatch.New(fo)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := s.readFiles()
-	if err != nil {
-		return nil, err
-	}
-	m, err := s.parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	s.last = st
-	s.cur.Store(m)
-	if opts.Interval > 0 {
-		go s.run(opts.Interval)
-	} else {
-		close(s.done)
-	}
+	s.w = w
 	return s, nil
 }
 
-// Close stops the file checks. The tls.Configs handed out keep serving the
+// Close ends the file checks. The tls.Configs handed out keep serving the
 // last loaded material.
 func (s *Source) Close() error {
-	s.closeOnce.Do(func() { close(s.stop) })
-	<-s.done
+	s.w.Close()
 	return nil
 }
 
-func (s *Source) run(every time.Duration) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			_ = s.reload(false)
-		}
-	}
-}
+// current is the material served, checked first when a check is due.
+func (s *Source) current() *material { return s.w.Current() }
 
 // Reload reads the files now, whether or not they look changed (for a SIGHUP
 // or a status page's button), and returns why they did not load, nil when
 // what they hold is served.
-func (s *Source) Reload() error { return s.reload(true) }
+func (s *Source) Reload() error { return s.w.Reload() }
 
-// Status reports the served material and the last reload's failure.
-func (s *Source) Status() Status {
-	m := s.cur.Load()
-	st := Status{LoadedAt: m.loadedAt, CACount: len(m.cas)}
+// Status reports the served material and the last check's failure,
+// checking the files first when a check is due.
+func (s *Source) Status() Status { return statusOf(s.w.Snapshot()) }
+
+func statusOf(m *material, fs filewatch.Status) Status {
+	st := Status{LoadedAt: m.loadedAt, CACount: len(m.cas), Err: fs.Err, ErrAt: fs.ErrAt}
 	if m.cert != nil {
 		leaf := m.cert.Leaf
 		st.Serial = leaf.SerialNumber.Text(16)
@@ -204,136 +174,36 @@ func (s *Source) Status() Status {
 			st.CANotAfter = ca.NotAfter
 		}
 	}
-	s.mu.Lock()
-	st.Err, st.ErrAt = s.err, s.errAt
-	s.mu.Unlock()
 	return st
 }
 
 // Leaf is the served certificate (nil without CertFile), for the node to
 // check at start that it names the node's own ID (NodeID).
 func (s *Source) Leaf() *x509.Certificate {
-	if c := s.cur.Load().cert; c != nil {
+	if c := s.current().cert; c != nil {
 		return c.Leaf
 	}
 	return nil
 }
 
-// Err is the last reload's failure, nil when the files on disk are served.
-func (s *Source) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-// reload checks the files and loads them when they changed (or when forced,
-// or while the last attempt failed: a not-yet-valid certificate may become
-// valid, a half-written file whole). New material replaces the old in one
-// atomic store.
-func (s *Source) reload(force bool) error {
-	s.reloadMu.Lock()
-	changed, err := s.reloadLocked(force)
-	s.reloadMu.Unlock()
-	if changed && s.opts.OnReload != nil {
-		s.opts.OnReload(s.Status())
-	}
-	return err
-}
-
-// reloadLocked reports whether Status changed in a way OnReload is told of.
-func (s *Source) reloadLocked(force bool) (bool, error) {
-	st, err := s.statFiles()
-	if err != nil {
-		return s.fail(err), err
-	}
-	if !force && !s.failing && st == s.last {
-		return false, nil
-	}
-	s.last = st
-	raw, err := s.readFiles()
-	if err != nil {
-		return s.fail(err), err
-	}
-	if sum(raw) == s.cur.Load().hash {
-		// The files hold what is served (again): an error clears.
-		cleared := s.failing
-		s.failing = false
-		s.setErr(nil)
-		return cleared, nil
-	}
-	m, err := s.parse(raw)
-	if err != nil {
-		return s.fail(err), err
-	}
-	s.cur.Store(m)
-	s.failing = false
-	s.setErr(nil)
-	return true, nil
-}
-
-// fail records a failed reload; it reports whether the error is news.
-func (s *Source) fail(err error) bool {
-	s.failing = true
-	s.mu.Lock()
-	news := s.err == nil || s.err.Error() != err.Error()
-	s.mu.Unlock()
-	s.setErr(err)
-	return news
-}
-
-func (s *Source) setErr(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err == nil {
-		s.err, s.errAt = nil, time.Time{}
-		return
-	}
-	s.err, s.errAt = err, s.opts.Now()
-}
+// Err is the last check's failure, nil when the files on disk are served;
+// the files are checked first when a check is due.
+func (s *Source) Err() error { return s.w.Status().Err }
 
 func (s *Source) files() [3]string {
 	return [3]string{s.opts.CertFile, s.opts.KeyFile, s.opts.CAFile}
 }
 
-func (s *Source) statFiles() (stamp, error) {
-	var st stamp
-	for i, name := range s.files() {
-		if name == "" {
-			continue
-		}
-		fi, err := os.Stat(name)
-		if err != nil {
-			return st, fmt.Errorf("certs: %w", err)
-		}
-		st[i].mtime, st[i].size = fi.ModTime().UnixNano(), fi.Size()
-	}
-	return st, nil
-}
-
-func (s *Source) readFiles() ([3][]byte, error) {
+// parseFiles is parse for the Watcher, whose data holds only the files
+// given, in the order of files().
+func (s *Source) parseFiles(data [][]byte) (*material, error) {
 	var raw [3][]byte
 	for i, name := range s.files() {
-		if name == "" {
-			continue
+		if name != "" {
+			raw[i], data = data[0], data[1:]
 		}
-		b, err := os.ReadFile(name)
-		if err != nil {
-			return raw, fmt.Errorf("certs: %w", err)
-		}
-		raw[i] = b
 	}
-	return raw, nil
-}
-
-func sum(raw [3][]byte) [sha256.Size]byte {
-	h := sha256.New()
-	for _, b := range raw {
-		_ = binary.Write(h, binary.BigEndian, uint64(len(b)))
-		h.Write(b)
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+	return s.parse(raw)
 }
 
 // parse turns the files' bytes into material, refusing a truncated PEM file,
@@ -342,7 +212,7 @@ func sum(raw [3][]byte) [sha256.Size]byte {
 // bundle does not sign.
 func (s *Source) parse(raw [3][]byte) (*material, error) {
 	now := s.opts.Now()
-	m := &material{hash: sum(raw), loadedAt: now}
+	m := &material{loadedAt: now}
 	if s.opts.CertFile != "" {
 		files := s.files()
 		for i, name := range files[:2] {

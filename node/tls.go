@@ -85,7 +85,8 @@ func (c Config) apiScheme() string {
 
 // openTLS loads the node's TLS files, the certificate naming this node
 // (checked again at every reload: a rotated certificate that names another
-// node is not served); the Source reloads the files until the node closes.
+// node is not served); the Source reloads the files, checking them on use
+// (handshakes, TLSStatus), until the node closes.
 func (n *Node) openTLS() (*certs.Source, error) {
 	src, err := certs.NewSource(certs.Options{
 		CertFile:      n.cfg.TLSCertFile,
