@@ -20,6 +20,8 @@
 //   - The access file (Rules, Grant, ParseRules, WatchRules): which roles
 //     each caller holds and, optionally, which policies its data calls may
 //     use.
+//     Both files are read by package yamllist; a problem in one is a
+//     FileError (yamllist.Error, whose Name is the entry's caller).
 //   - Reloading (Watcher): a file is checked at most once per interval, on
 //     use; a change is parsed whole and swapped in atomically, and a file
 //     that fails to parse (or vanishes) leaves the previous good content in

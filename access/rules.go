@@ -149,20 +149,11 @@ func ReadRules(path string) (*Rules, error) {
 // ParseRules parses an access file; file names it in errors.
 func ParseRules(file string, data []byte) (*Rules, error) {
 	r := &Rules{grants: make(map[string]Grant)}
-	callerLine := make(map[string]int)
+	callers := make(map[string]int) // caller → line
 	err := rulesFile.Parse(file, data, func(e *yamllist.Entry) error {
-		if err := e.Check(nil); err != nil {
-			return err
-		}
-		caller, err := e.Scalar("caller")
+		caller, err := checkEntry(e, callers, "give one entry all its roles")
 		if err != nil {
 			return err
-		}
-		if err := checkCaller(caller); err != nil {
-			return e.Fail(e.Line("caller"), "caller", nil, "%v", err)
-		}
-		if first, dup := callerLine[caller]; dup {
-			return e.Fail(e.Line("caller"), "caller", nil, "caller listed twice (first at line %d); give one entry all its roles", first)
 		}
 		roles, err := e.Names("roles", checkRole)
 		if err != nil {
@@ -182,7 +173,6 @@ func ParseRules(file string, data []byte) (*Rules, error) {
 				g.policies[p] = struct{}{}
 			}
 		}
-		callerLine[caller] = e.Line("caller")
 		r.grants[caller] = g
 		return nil
 	})

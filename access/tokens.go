@@ -96,21 +96,12 @@ func ReadTokens(path string) (*Tokens, error) {
 // ParseTokens parses a token file; file names it in errors.
 func ParseTokens(file string, data []byte) (*Tokens, error) {
 	t := &Tokens{byHash: make(map[[sha256.Size]byte]string)}
-	callerLine := make(map[string]int)
+	callers := make(map[string]int)           // caller → line
 	hashAt := make(map[[sha256.Size]byte]int) // hash → line
 	err := tokenFile.Parse(file, data, func(e *yamllist.Entry) error {
-		if err := e.Check(nil); err != nil {
-			return err
-		}
-		caller, err := e.Scalar("caller")
+		caller, err := checkEntry(e, callers, "one token per caller")
 		if err != nil {
 			return err
-		}
-		if err := checkCaller(caller); err != nil {
-			return e.Fail(e.Line("caller"), "caller", nil, "%v", err)
-		}
-		if first, dup := callerLine[caller]; dup {
-			return e.Fail(e.Line("caller"), "caller", nil, "caller listed twice (first at line %d); one token per caller", first)
 		}
 		text, err := e.Scalar("sha256")
 		if err != nil {
@@ -123,7 +114,7 @@ func ParseTokens(file string, data []byte) (*Tokens, error) {
 		if first, dup := hashAt[sum]; dup {
 			return e.Fail(e.Line("sha256"), "sha256", nil, "the same hash as the entry at line %d: every caller needs its own token", first)
 		}
-		callerLine[caller], hashAt[sum] = e.Line("caller"), e.Line("sha256")
+		hashAt[sum] = e.Line("sha256")
 		t.byHash[sum] = caller
 		t.callers = append(t.callers, caller)
 		return nil

@@ -29,6 +29,27 @@ func readFile(path string) ([]byte, error) {
 	return yamllist.ReadFile(path, MaxFileBytes)
 }
 
+// checkEntry checks a token or access file entry's fields and returns its
+// caller, refusing one already in seen (caller → line), which it then
+// records; twice says what to do instead of listing a caller twice.
+func checkEntry(e *yamllist.Entry, seen map[string]int, twice string) (string, error) {
+	if err := e.Check(nil); err != nil {
+		return "", err
+	}
+	caller, err := e.Scalar("caller")
+	if err != nil {
+		return "", err
+	}
+	if err := checkCaller(caller); err != nil {
+		return "", e.Fail(e.Line("caller"), "caller", nil, "%v", err)
+	}
+	if first, dup := seen[caller]; dup {
+		return "", e.Fail(e.Line("caller"), "caller", nil, "caller listed twice (first at line %d); %s", first, twice)
+	}
+	seen[caller] = e.Line("caller")
+	return caller, nil
+}
+
 // checkCaller checks a caller name: 1 to MaxCallerBytes bytes of UTF-8,
 // with no control characters and no surrounding spaces.
 func checkCaller(c string) error {
