@@ -169,7 +169,7 @@ func TestCheckOrder(t *testing.T) {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	cause := errors.New("cause")
-	err = testSpec.Parse("f.yaml", []byte("items:\n  - name: a\n  - *x\n"), nil)
+	err = testSpec.Parse("f.yaml", []byte("items:\n  - name: a\n  - *x\n"), func(*Entry) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "invalid YAML") {
 		t.Errorf("unknown anchor: got %v", err)
 	}
