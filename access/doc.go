@@ -20,8 +20,11 @@
 //   - The access file (Rules, Grant, ParseRules, WatchRules): which roles
 //     each caller holds and, optionally, which policies its data calls may
 //     use.
+//     Both files are read by package yamllist; a problem in one is a
+//     FileError (yamllist.Error, whose Name is the entry's caller).
 //   - Reloading (Watcher, over package filewatch): a file is checked at
-//     most once per interval, on use; a change is parsed whole and swapped in atomically, and a file
+//     most once per interval, on use; a change is parsed whole and swapped
+//     in atomically, and a file
 //     that fails to parse (or vanishes) leaves the previous good content in
 //     use and reports the error in Watcher.Status. A bad file never
 //     half-applies.

@@ -3,10 +3,11 @@ package access
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/quorate/quorate/yamllist"
 )
 
 // An access file is YAML:
@@ -25,8 +26,14 @@ import (
 // without the client role (whose only use they would be) is an error
 // naming the file, line, entry and field.
 
-// ruleFields are the fields of one access file entry.
-var ruleFields = []string{"caller", "roles", "policies"}
+// rulesFile is the shape of an access file.
+var rulesFile = yamllist.Spec{
+	Key:       "callers",
+	Fields:    []string{"caller", "roles", "policies"},
+	Required:  []string{"caller", "roles"},
+	NameField: "caller",
+	Example:   "caller, roles and optional policies",
+}
 
 // Role is a right an access file grants.
 type Role string
@@ -142,41 +149,30 @@ func ReadRules(path string) (*Rules, error) {
 // ParseRules parses an access file; file names it in errors.
 func ParseRules(file string, data []byte) (*Rules, error) {
 	r := &Rules{grants: make(map[string]Grant)}
-	callerLine := make(map[string]int)
-	err := parseList(file, data, "callers", "caller, roles and optional policies", func(i int, n *yaml.Node) error {
-		e, err := newEntry(file, "callers", i, n, ruleFields, ruleFields[:2])
+	callers := make(map[string]int) // caller → line
+	err := rulesFile.Parse(file, data, func(e *yamllist.Entry) error {
+		caller, err := checkEntry(e, callers, "give one entry all its roles")
 		if err != nil {
 			return err
 		}
-		caller, err := e.scalar("caller")
+		roles, err := e.Names("roles", checkRole)
 		if err != nil {
 			return err
 		}
-		if err := checkCaller(caller); err != nil {
-			return e.fail(e.lines["caller"], "caller", "%v", err)
-		}
-		if first, dup := callerLine[caller]; dup {
-			return e.fail(e.lines["caller"], "caller", "caller listed twice (first at line %d); give one entry all its roles", first)
-		}
-		roles, err := e.names("roles", checkRole)
-		if err != nil {
-			return err
-		}
-		g := Grant{caller: caller, admin: contains(roles, string(RoleAdmin)), client: contains(roles, string(RoleClient))}
-		policies, err := e.names("policies", checkPolicyName)
+		g := Grant{caller: caller, admin: slices.Contains(roles, string(RoleAdmin)), client: slices.Contains(roles, string(RoleClient))}
+		policies, err := e.Names("policies", checkPolicyName)
 		if err != nil {
 			return err
 		}
 		if policies != nil {
 			if !g.client {
-				return e.fail(e.lines["policies"], "policies", "limits data calls, which need the %q role; add it to roles or drop policies", RoleClient)
+				return e.Fail(e.Line("policies"), "policies", nil, "limits data calls, which need the %q role; add it to roles or drop policies", RoleClient)
 			}
 			g.policies = make(map[string]struct{}, len(policies))
 			for _, p := range policies {
 				g.policies[p] = struct{}{}
 			}
 		}
-		callerLine[caller] = e.lines["caller"]
 		r.grants[caller] = g
 		return nil
 	})

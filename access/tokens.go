@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/quorate/quorate/yamllist"
 )
 
 // A token file is YAML:
@@ -24,8 +24,15 @@ import (
 // not 64 hexadecimal digits, a caller listed twice or a hash listed twice is
 // an error naming the file, line, entry and field. One token per caller.
 
-// tokenFields are the fields of one token entry.
-var tokenFields = []string{"caller", "sha256"}
+// tokenFile is the shape of a token file. Its messages never quote a value:
+// one might be a token pasted where its hash belongs.
+var tokenFile = yamllist.Spec{
+	Key:       "tokens",
+	Fields:    []string{"caller", "sha256"},
+	Required:  []string{"caller", "sha256"},
+	NameField: "caller",
+	Example:   "caller and sha256",
+}
 
 // TokenPrefix starts every token NewToken makes, so that a leaked token is
 // recognisable (by secret scanners, in logs). Lookup accepts any token.
@@ -89,35 +96,25 @@ func ReadTokens(path string) (*Tokens, error) {
 // ParseTokens parses a token file; file names it in errors.
 func ParseTokens(file string, data []byte) (*Tokens, error) {
 	t := &Tokens{byHash: make(map[[sha256.Size]byte]string)}
-	callerLine := make(map[string]int)
+	callers := make(map[string]int)           // caller → line
 	hashAt := make(map[[sha256.Size]byte]int) // hash → line
-	err := parseList(file, data, "tokens", "caller and sha256", func(i int, n *yaml.Node) error {
-		e, err := newEntry(file, "tokens", i, n, tokenFields, tokenFields)
+	err := tokenFile.Parse(file, data, func(e *yamllist.Entry) error {
+		caller, err := checkEntry(e, callers, "one token per caller")
 		if err != nil {
 			return err
 		}
-		caller, err := e.scalar("caller")
-		if err != nil {
-			return err
-		}
-		if err := checkCaller(caller); err != nil {
-			return e.fail(e.lines["caller"], "caller", "%v", err)
-		}
-		if first, dup := callerLine[caller]; dup {
-			return e.fail(e.lines["caller"], "caller", "caller listed twice (first at line %d); one token per caller", first)
-		}
-		text, err := e.scalar("sha256")
+		text, err := e.Scalar("sha256")
 		if err != nil {
 			return err
 		}
 		sum, err := parseHash(text)
 		if err != nil {
-			return e.fail(e.lines["sha256"], "sha256", "%v", err)
+			return e.Fail(e.Line("sha256"), "sha256", nil, "%v", err)
 		}
 		if first, dup := hashAt[sum]; dup {
-			return e.fail(e.lines["sha256"], "sha256", "the same hash as the entry at line %d: every caller needs its own token", first)
+			return e.Fail(e.Line("sha256"), "sha256", nil, "the same hash as the entry at line %d: every caller needs its own token", first)
 		}
-		callerLine[caller], hashAt[sum] = e.lines["caller"], e.lines["sha256"]
+		hashAt[sum] = e.Line("sha256")
 		t.byHash[sum] = caller
 		t.callers = append(t.callers, caller)
 		return nil

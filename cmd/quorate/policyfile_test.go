@@ -149,6 +149,20 @@ func TestPolicyFileErrorText(t *testing.T) {
 	}
 }
 
+// TestPolicyFileNullName checks that a name written without a value is
+// not shown as the policy's name: "(~)" would read as a policy called "~".
+func TestPolicyFileNullName(t *testing.T) {
+	for _, null := range []string{"~", "null", ""} {
+		file := "policies:\n  - name: " + null + "\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n"
+		_, err := parsePolicyFile("p.yaml", []byte(file))
+		var pe *PolicyFileError
+		if !errors.As(err, &pe) || pe.Name != "" || pe.Field != "name" || pe.Line != 2 ||
+			!strings.HasPrefix(err.Error(), "p.yaml:2: policies[0]: name: ") {
+			t.Errorf("name: %s: got %v", null, err)
+		}
+	}
+}
+
 func TestParsePolicyFileSyntax(t *testing.T) {
 	for name, file := range map[string]string{
 		"empty":           "",
