@@ -86,6 +86,11 @@ type Config struct {
 	// admin address. Empty: the API port serves admin calls too.
 	AdminAddr string
 
+	// PprofAddr, when set, is the loopback host:port of the profiling
+	// endpoint (--pprof-addr): Go's runtime profiles under /debug/pprof/
+	// (pprof.go). Off by default.
+	PprofAddr string
+
 	// MaxConns and MaxConnsPerIP bound the connections the API port (and
 	// the admin listener, each on its own) holds, in all and from one
 	// client IP (--max-conns, --max-conns-per-ip); a connection past them is
@@ -387,6 +392,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.checkConnLimits(bad); err != nil {
+		return err
+	}
+	if err := c.checkPprof(bad); err != nil {
 		return err
 	}
 	if err := c.checkTLS(bad); err != nil {

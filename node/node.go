@@ -38,12 +38,14 @@ type Node struct {
 	raftAddr    string // advertised
 	apiLn       *limitListener
 	adminLn     *limitListener // with Config.AdminAddr; nil without
+	pprofLn     *limitListener // with Config.PprofAddr; nil without
 	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
 	meta        *group         // the meta group (with no data groups, it holds the data too)
 	groups      dataGroups
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
+	pprofServer *http.Server // with Config.PprofAddr; nil without
 	fwdServer   *http.Server // the forwarding channel's, with PeerService
 	peers       *peers       // to other nodes' API ports
 	fwd         *peers       // to other nodes over the peer mux: forwarded requests
@@ -105,6 +107,12 @@ func New(cfg Config) (_ *Node, err error) {
 		if n.adminLn, err = n.listen("admin-addr", cfg.AdminAddr); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.PprofAddr != "" {
+		if n.pprofLn, err = n.listen("pprof-addr", cfg.PprofAddr); err != nil {
+			return nil, err
+		}
+		n.pprofServer = n.newPprofServer()
 	}
 	n.apiAddr = cfg.AdvertiseAPIAddr
 	if n.apiAddr == "" {
@@ -313,6 +321,10 @@ func (n *Node) Run(ctx context.Context) error {
 		go serve("admin API", n.adminServer, n.adminLn)
 	}
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
+	if n.pprofServer != nil {
+		go func() { _ = n.pprofServer.Serve(n.pprofLn) }() // ends with the node
+		n.log.Info("profiling endpoint", "url", n.pprofURL())
+	}
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState)
 
 	ctlCtx, stopCtl := context.WithCancel(ctx)
@@ -383,6 +395,9 @@ func (n *Node) closeResources() error {
 	if n.adminServer != nil {
 		errs = append(errs, ignoreClosed(n.adminServer.Close()))
 	}
+	if n.pprofServer != nil {
+		errs = append(errs, ignoreClosed(n.pprofServer.Close()))
+	}
 	if n.fwdServer != nil {
 		errs = append(errs, ignoreClosed(n.fwdServer.Close()))
 	}
@@ -392,6 +407,9 @@ func (n *Node) closeResources() error {
 	}
 	if n.adminLn != nil {
 		errs = append(errs, ignoreClosed(n.adminLn.Close()))
+	}
+	if n.pprofLn != nil {
+		errs = append(errs, ignoreClosed(n.pprofLn.Close()))
 	}
 	if n.groups.m != nil {
 		errs = append(errs, n.closeGroups())

@@ -38,6 +38,7 @@ type devOptions struct {
 	groups          int
 	groupsChanged   bool // --groups was given
 	tls             bool // --tls
+	pprofAddr       string
 }
 
 func newDevCmd() *cobra.Command {
@@ -71,6 +72,7 @@ func newDevCmd() *cobra.Command {
 	f.IntVar(&o.groups, "groups", 8, "data groups the keys are hashed to, for a new cluster (0: every key in the meta group); a restart keeps the cluster's")
 	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
 	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "loopback host:port of a profiling endpoint (/debug/pprof/) for the whole process; off by default")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
@@ -134,6 +136,9 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
+	if i == 1 {
+		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node
+	}
 	if t != nil {
 		kp := t.nodes[cfg.ID]
 		cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = kp.CertFile, kp.KeyFile, t.ca

@@ -86,6 +86,7 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "host:port to serve the API on (Connect, gRPC, gRPC-Web, JSON)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "host:port of a listener of its own for the admin API (policies, nodes, groups, plans, audit);\n"+
 		"the API port then refuses admin calls, and a joining node's --join names this address. Default: admin on --api-addr")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr, "loopback host:port of a profiling endpoint (/debug/pprof/, for go tool pprof); off by default")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port for Raft traffic between nodes")
 	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
 	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
