@@ -1,0 +1,257 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	waltypes "github.com/hashicorp/raft-wal/types"
+	"go.etcd.io/bbolt"
+)
+
+// The log stores a replica may keep its Raft log and stable store in
+// (Config.LogStore, --log-store).
+const (
+	// LogStoreWAL is a write-ahead log of segment files (raft-wal): one
+	// fsync per append, and compaction deletes whole segment files.
+	LogStoreWAL = "wal"
+	// LogStoreBolt is one bbolt file, raft.db (raft-boltdb): the store of
+	// every replica created before the WAL.
+	LogStoreBolt = "bolt"
+)
+
+const (
+	// walDirName is the directory of a WAL replica's store, under the
+	// replica's directory; walMetaFile its meta file (the segment list, and
+	// the stable store: term and vote).
+	walDirName  = "wal"
+	walMetaFile = "wal-meta.db"
+	// defaultWALSegmentBytes is the size of a WAL segment file. Each is
+	// preallocated, so a replica's directory holds at least one; entries of
+	// a few hundred bytes fill one every ~15,000 entries.
+	defaultWALSegmentBytes = 4 << 20
+)
+
+// replicaStore is a replica's Raft log and stable store: a
+// raftboltdb.BoltStore or a raftwal.WAL.
+type replicaStore interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
+// walDir is where a WAL replica keeps its segments and meta file.
+func (g *group) walDir() string { return filepath.Join(g.dir, walDirName) }
+
+// usesBolt reports whether the replica keeps its log in a bolt file: one
+// whose directory holds raft.db already, or a new one when choice (the
+// node's --log-store) is bolt. A directory with a WAL stays a WAL.
+func (g *group) usesBolt(choice string) bool {
+	if _, err := os.Stat(g.boltPath()); err == nil {
+		return true
+	}
+	if _, err := os.Stat(g.walDir()); err == nil {
+		return false
+	}
+	return choice == LogStoreBolt
+}
+
+// storeFiles are the replica's store files its write errors name: the bolt
+// file, or the WAL's directory and meta file.
+func (g *group) storeFiles(bolt bool) (log, stable string) {
+	if bolt {
+		return g.boltPath(), g.boltPath()
+	}
+	return g.walDir(), filepath.Join(g.walDir(), walMetaFile)
+}
+
+// openWAL opens (or creates) the replica's WAL and checks it, as checkBolt
+// does a bolt file: every segment's frames and batch checksums, then every
+// log entry's checksum, before raft reads any. It returns the log's first
+// and last index (the WAL holds no gaps). segmentBytes 0 means the
+// default.
+func (g *group) openWAL(dataDir string, segmentBytes int, hlog hclog.Logger) (_ *walStore, first, last uint64, err error) {
+	dir := g.walDir()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, 0, 0, fmt.Errorf("node: --data-dir: %w", err)
+	}
+	if err := g.checkWALMeta(dataDir); err != nil {
+		return nil, 0, 0, err
+	}
+	if segmentBytes == 0 {
+		segmentBytes = defaultWALSegmentBytes
+	}
+	meta := &metadb.BoltMetaDB{}
+	wal, err := raftwal.Open(dir, raftwal.WithSegmentSize(segmentBytes), raftwal.WithLogger(hlog.Named("wal")),
+		raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(walFiler{segment.NewFiler(dir, walfs.New())}))
+	if err != nil {
+		_ = meta.Close()
+		return nil, 0, 0, g.damaged(dir, fmt.Sprintf("opening it failed: %v", err))
+	}
+	w := &walStore{WAL: wal, meta: meta}
+	defer func() {
+		if err != nil {
+			_ = w.Close()
+		}
+	}()
+	if err := g.checkSegments(); err != nil {
+		return nil, 0, 0, err
+	}
+	if first, last, err = g.verifyWALEntries(w); err != nil {
+		return nil, 0, 0, err
+	}
+	return w, first, last, nil
+}
+
+// walStore is a replica's WAL with its meta store, which the WAL's Close
+// leaves open.
+type walStore struct {
+	*raftwal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+// GetLog implements raft.LogStore. An entry compaction deleted is not
+// found, as in a bolt store, even while the segment that held it is kept
+// for later entries: raft sends a follower that needs it a snapshot.
+func (w *walStore) GetLog(index uint64, l *raft.Log) error {
+	if first, err := w.FirstIndex(); err == nil && index < first {
+		return raft.ErrLogNotFound
+	}
+	return w.WAL.GetLog(index, l)
+}
+
+// Close closes the WAL, then its meta store.
+func (w *walStore) Close() error {
+	return errors.Join(w.WAL.Close(), w.meta.Close())
+}
+
+// walFiler is the WAL's segment filer. A segment the WAL sealed by
+// truncating the log's tail (raft drops a follower's entries that conflict
+// with a new leader's) is recorded as sealed without an index frame, so
+// the filer's own Open could not read its entries after a restart: it is
+// opened as the tail is, finding its entries by reading its frames.
+type walFiler struct{ *segment.Filer }
+
+// Open implements waltypes.SegmentFiler.
+func (f walFiler) Open(info waltypes.SegmentInfo) (waltypes.SegmentReader, error) {
+	if info.IndexStart == 0 {
+		return f.RecoverTail(info)
+	}
+	return f.Filer.Open(info)
+}
+
+// checkWALMeta opens the WAL's meta file read-only first: a bbolt file held
+// by another process would block the WAL's own open forever, and bbolt
+// meets some damage with a panic naming no file.
+func (g *group) checkWALMeta(dataDir string) (err error) {
+	path := filepath.Join(g.walDir(), walMetaFile)
+	if fi, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
+		return nil
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = g.damaged(path, fmt.Sprintf("reading it failed: %v", r))
+		}
+	}()
+	db, err := bbolt.Open(path, 0o640, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	switch {
+	case errors.Is(err, bbolt.ErrTimeout):
+		return fmt.Errorf("node: --data-dir: opening %s (is another node using %s?): %w", path, dataDir, err)
+	case err != nil:
+		return g.damaged(path, fmt.Sprintf("opening it failed: %v", err))
+	}
+	defer db.Close()
+	if err := db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error { readBucket(b); return nil })
+	}); err != nil {
+		return g.damaged(path, err.Error())
+	}
+	return nil
+}
+
+// segmentFiles are the WAL's segment files, in log order.
+func (g *group) segmentFiles() ([]string, error) {
+	ents, err := os.ReadDir(g.walDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".wal") {
+			out = append(out, filepath.Join(g.walDir(), e.Name()))
+		}
+	}
+	slices.Sort(out) // named <base index, 20 digits>-<segment ID, 16 hex digits>.wal
+	return out, nil
+}
+
+// segmentOf is the segment file that holds log entry index: the last one
+// whose base index is at most index. It is the WAL's directory when none
+// is found.
+func (g *group) segmentOf(index uint64) string {
+	files, _ := g.segmentFiles()
+	for i := len(files) - 1; i >= 0; i-- {
+		var base, id uint64
+		if _, err := fmt.Sscanf(filepath.Base(files[i]), "%020d-%016x.wal", &base, &id); err == nil && base <= index {
+			return files[i]
+		}
+	}
+	return g.walDir()
+}
+
+// checkSegments reads every segment file through (scanSegment).
+func (g *group) checkSegments() error {
+	files, err := g.segmentFiles()
+	if err != nil {
+		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return g.damaged(f, fmt.Sprintf("reading it failed: %v", err))
+		}
+		if detail := scanSegment(b); detail != "" {
+			return g.damaged(f, detail)
+		}
+	}
+	return nil
+}
+
+// verifyWALEntries reads every entry of the WAL and checks its checksum
+// (unseal), returning the log's first and last index.
+func (g *group) verifyWALEntries(w *walStore) (first, last uint64, err error) {
+	if first, err = w.FirstIndex(); err == nil {
+		last, err = w.LastIndex()
+	}
+	if err != nil {
+		return 0, 0, g.damaged(g.walDir(), fmt.Sprintf("reading it failed: %v", err))
+	}
+	for i := first; i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil {
+			return 0, 0, g.damaged(g.segmentOf(i), fmt.Sprintf("log entry %d cannot be read: %v", i, err))
+		}
+		if detail := unseal(i, &l); detail != "" {
+			return 0, 0, g.damaged(g.segmentOf(i), detail)
+		}
+	}
+	return first, last, nil
+}
+
+var (
+	_ replicaStore = (*walStore)(nil)
+	_ replicaStore = (*raftboltdb.BoltStore)(nil)
+)
