@@ -133,8 +133,12 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 // of consecutive entries starts, and its last index.
 func (g *group) openLogStore(bolt bool, cfg Config, hlog hclog.Logger) (first, last uint64, err error) {
 	if !bolt {
-		g.store, first, last, err = g.openWAL(cfg.DataDir, cfg.walSegmentBytes, hlog)
-		return first, last, err
+		w, first, last, err := g.openWAL(cfg.DataDir, cfg.walSegmentBytes, hlog)
+		if err != nil {
+			return 0, 0, err
+		}
+		g.store = w
+		return first, last, nil
 	}
 	if first, last, err = g.checkBolt(); err != nil {
 		return 0, 0, err
