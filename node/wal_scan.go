@@ -45,14 +45,16 @@ func walFrame(b []byte, off int) (typ byte, n uint32, ok, end bool) {
 func walFrameSize(n uint32) int { return walFrameHeaderLen + (int(n)+7)&^7 }
 
 // scanSegment reads a WAL segment file's frames through and checks every
-// batch against its commit frame. A crash during an append can leave the
-// last batch written torn: unreadable frames or a checksum that fails,
-// followed by nothing that checks. The WAL drops such a batch when it
-// opens (it was never acknowledged: its fsync had not returned), so that
+// batch against its commit frame, returning the payloads of the entry
+// frames of the batches that check, in order. A crash during an append can
+// leave the last batch written torn: unreadable frames or a checksum that
+// fails, followed by nothing that checks. The WAL drops such a batch when
+// it opens (it was never acknowledged: its fsync had not returned), so that
 // is not damage. A batch that fails followed by a later one that checks is
 // damage in the middle of the file, which the WAL would take for a torn
-// tail and silently cut the log at: scanSegment says what is wrong, or "".
-func scanSegment(b []byte) string {
+// tail and silently cut the log at: then scanSegment says what is wrong.
+func scanSegment(b []byte) (entries [][]byte, detail string) {
+	var batch [][]byte
 	off, start := walFileHeaderLen, 0
 	for {
 		typ, n, ok, end := walFrame(b, off)
@@ -60,17 +62,21 @@ func scanSegment(b []byte) string {
 		case end:
 			// Zeros end what was written, unless a frame header was
 			// damaged into them, or a length into pointing at them.
-			return laterBatch(b, off+walFrameHeaderLen, fmt.Sprintf("the frames stop at offset %d", off))
+			return entries, laterBatch(b, off+walFrameHeaderLen, fmt.Sprintf("the frames stop at offset %d", off))
 		case !ok:
-			return laterBatch(b, off+walFrameHeaderLen, fmt.Sprintf("the frame at offset %d is unreadable", off))
+			return entries, laterBatch(b, off+walFrameHeaderLen, fmt.Sprintf("the frame at offset %d is unreadable", off))
 		case typ == walFrameCommit:
 			if crc32.Checksum(b[start:off], castagnoli) != n {
-				return laterBatch(b, off+walFrameHeaderLen,
+				return entries, laterBatch(b, off+walFrameHeaderLen,
 					fmt.Sprintf("the entries written at offsets %d-%d fail their checksum", start, off))
 			}
+			entries, batch = append(entries, batch...), batch[:0]
 			off += walFrameHeaderLen
 			start = off
 		default:
+			if typ == walFrameEntry {
+				batch = append(batch, b[off+walFrameHeaderLen:off+walFrameHeaderLen+int(n)])
+			}
 			off += walFrameSize(n)
 		}
 	}

@@ -78,10 +78,9 @@ func (g *group) storeFiles(bolt bool) (log, stable string) {
 }
 
 // openWAL opens (or creates) the replica's WAL and checks it, as checkBolt
-// does a bolt file: every segment's frames and batch checksums, then every
-// log entry's checksum, before raft reads any. It returns the log's first
-// and last index (the WAL holds no gaps). segmentBytes 0 means the
-// default.
+// does a bolt file: every segment's frames and batch checksums, and every
+// log entry's checksum, before raft reads any (checkWAL). It returns the
+// log's first and last index. segmentBytes 0 means the default.
 func (g *group) openWAL(dataDir string, segmentBytes int, hlog hclog.Logger) (_ *walStore, first, last uint64, err error) {
 	dir := g.walDir()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -106,10 +105,7 @@ func (g *group) openWAL(dataDir string, segmentBytes int, hlog hclog.Logger) (_ 
 			_ = w.Close()
 		}
 	}()
-	if err := g.checkSegments(); err != nil {
-		return nil, 0, 0, err
-	}
-	if first, last, err = g.verifyWALEntries(w); err != nil {
+	if first, last, err = g.checkWAL(w); err != nil {
 		return nil, 0, 0, err
 	}
 	return w, first, last, nil
@@ -212,40 +208,55 @@ func (g *group) segmentOf(index uint64) string {
 	return g.walDir()
 }
 
-// checkSegments reads every segment file through (scanSegment).
-func (g *group) checkSegments() error {
-	files, err := g.segmentFiles()
-	if err != nil {
-		return fmt.Errorf("node: --data-dir: %w", err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return g.damaged(f, fmt.Sprintf("reading it failed: %v", err))
-		}
-		if detail := scanSegment(b); detail != "" {
-			return g.damaged(f, detail)
-		}
-	}
-	return nil
-}
-
-// verifyWALEntries reads every entry of the WAL and checks its checksum
-// (unseal), returning the log's first and last index.
-func (g *group) verifyWALEntries(w *walStore) (first, last uint64, err error) {
+// checkWAL reads every segment file of the replica's open WAL through
+// (scanSegment) and checks every entry of its log (first..last: a WAL
+// holds no gaps) against its checksum, decoding it from the segment that
+// holds it: the last one whose base index is at most the entry's (a
+// segment the log's tail was truncated in leaves the rest to the next).
+func (g *group) checkWAL(w *walStore) (first, last uint64, err error) {
 	if first, err = w.FirstIndex(); err == nil {
 		last, err = w.LastIndex()
 	}
 	if err != nil {
 		return 0, 0, g.damaged(g.walDir(), fmt.Sprintf("reading it failed: %v", err))
 	}
-	for i := first; i <= last && i > 0; i++ {
-		var l raft.Log
-		if err := w.GetLog(i, &l); err != nil {
-			return 0, 0, g.damaged(g.segmentOf(i), fmt.Sprintf("log entry %d cannot be read: %v", i, err))
+	files, err := g.segmentFiles()
+	if err != nil {
+		return 0, 0, fmt.Errorf("node: --data-dir: %w", err)
+	}
+	bases := make([]uint64, len(files))
+	for i, f := range files {
+		var id uint64
+		if _, err := fmt.Sscanf(filepath.Base(f), "%020d-%016x.wal", &bases[i], &id); err != nil {
+			return 0, 0, g.damaged(f, "its name is not a segment's")
 		}
-		if detail := unseal(i, &l); detail != "" {
-			return 0, 0, g.damaged(g.segmentOf(i), detail)
+	}
+	var codec raftwal.BinaryCodec
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0, 0, g.damaged(f, fmt.Sprintf("reading it failed: %v", err))
+		}
+		entries, detail := scanSegment(b)
+		if detail != "" {
+			return 0, 0, g.damaged(f, detail)
+		}
+		hi := last
+		if i+1 < len(files) {
+			hi = min(hi, bases[i+1]-1)
+		}
+		for idx := max(first, bases[i]); first > 0 && idx <= hi; idx++ {
+			k := idx - bases[i]
+			if k >= uint64(len(entries)) {
+				return 0, 0, g.damaged(f, fmt.Sprintf("log entry %d is missing from it", idx))
+			}
+			var l raft.Log
+			if err := codec.Decode(entries[k], &l); err != nil {
+				return 0, 0, g.damaged(f, fmt.Sprintf("log entry %d cannot be decoded: %v", idx, err))
+			}
+			if detail := unseal(idx, &l); detail != "" {
+				return 0, 0, g.damaged(f, detail)
+			}
 		}
 	}
 	return first, last, nil

@@ -220,7 +220,8 @@ func TestWALFindsDamageWhileRunning(t *testing.T) {
 // Raft drops a follower's entries that conflict with a new leader's
 // (DeleteRange of the log's tail) and appends the leader's: after a
 // restart every entry reads back, including those of the segment the
-// truncation sealed.
+// truncation sealed (without walFiler, reading them fails with "sealed
+// segment has no index block").
 func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 	g, cl := mustWAL(t, "", 0)
 	storeEach(t, cl, 1, 10, 50)
