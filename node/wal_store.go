@@ -3,11 +3,13 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,6 +99,13 @@ func (g *group) openWAL(dataDir string, segmentBytes int, hlog hclog.Logger) (_ 
 		raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(walFiler{segment.NewFiler(dir, walfs.New())}))
 	if err != nil {
 		_ = meta.Close()
+		var pe *fs.PathError
+		var errno syscall.Errno
+		if (errors.As(err, &pe) || errors.As(err, &errno)) && !errors.Is(err, fs.ErrNotExist) {
+			// The file system's refusal (permissions, a full disk), not
+			// damage; a segment file gone is damage.
+			return nil, 0, 0, fmt.Errorf("node: --data-dir: opening %s: %w", dir, err)
+		}
 		return nil, 0, 0, g.damaged(dir, fmt.Sprintf("opening it failed: %v", err))
 	}
 	w := &walStore{WAL: wal, meta: meta}
