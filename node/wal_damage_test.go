@@ -271,3 +271,40 @@ func TestWALDataDirBounded(t *testing.T) {
 	t.Logf("%d segment files written; now %v, %d bytes in the replica's directory",
 		len(seen), segmentsOf(t, dir), dirBytes(t, dir))
 }
+
+// A replica created with the bolt store stays bolt when its node restarts
+// with the WAL as --log-store (the default), its state intact
+// (TestReplicaKeepsItsStore: a new replica takes --log-store).
+func TestBoltReplicaStaysBolt(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: boltStore})
+	applyPolicy(t, c, "kept", 1000, 366*24*time.Hour, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	spent := int64(0)
+	admitSome := func(n int) {
+		t.Helper()
+		for range n {
+			resp, err := admit(ctx, c, 0, "kept", "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spent++; resp.GetRemaining() != 1000-spent {
+				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 1000-spent)
+			}
+		}
+	}
+	admitSome(5)
+	c.Stop(0)
+	cfg := c.Config(0)
+	cfg.LogStore = node.LogStoreWAL
+	c.Start(0)
+	c.WaitReady(t)
+	admitSome(5)
+	meta := filepath.Join(cfg.DataDir, "raft")
+	if _, err := os.Stat(filepath.Join(meta, "raft.db")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(meta, "wal")); !os.IsNotExist(err) {
+		t.Fatalf("a bolt replica grew a WAL: %v", err)
+	}
+}
