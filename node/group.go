@@ -110,6 +110,11 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
+	if !bolt {
+		if err := g.dropLogBehindSnapshot(snaps, first, last); err != nil {
+			return nil, err
+		}
+	}
 	rc := n.raftConfig(hlog)
 	g.hadState, err = raft.HasExistingState(logs, stable, snaps)
 	if err != nil {

@@ -120,6 +120,26 @@ func (g *group) openWAL(dataDir string, segmentBytes int, hlog hclog.Logger) (_ 
 	return w, first, last, nil
 }
 
+// dropLogBehindSnapshot deletes a WAL's whole log (first..last) when it
+// ends before the newest snapshot in snaps. Raft deletes the whole log of a
+// store without gaps once it has installed a snapshot; a crash in between
+// leaves a log that ends below the snapshot, after which raft would append
+// at the snapshot's index + 1: an append the WAL refuses, for a gap.
+func (g *group) dropLogBehindSnapshot(snaps raft.SnapshotStore, first, last uint64) error {
+	if last == 0 {
+		return nil
+	}
+	metas, err := snaps.List()
+	if err != nil || len(metas) == 0 || metas[0].Index <= last {
+		return nil // checkSnapshots has reported what List failed on
+	}
+	if err := g.store.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("node: --data-dir: deleting log entries %d-%d of %s, all below snapshot %s: %w",
+			first, last, g.walDir(), metas[0].ID, err)
+	}
+	return nil
+}
+
 // walStore is a replica's WAL with its meta store, which the WAL's Close
 // leaves open.
 type walStore struct {

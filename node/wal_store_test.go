@@ -235,6 +235,41 @@ func TestWALTailTruncationSurvivesRestart(t *testing.T) {
 	wantEntries(t, cl, 1, 12, 50)
 }
 
+// A WAL whose log ends below the newest snapshot (a crash between raft
+// installing the snapshot and deleting the log before it) is emptied when
+// the replica opens, so that raft's next append, after the snapshot, is
+// not refused for a gap; one that reaches the snapshot is kept.
+func TestWALLogBehindSnapshotIsDropped(t *testing.T) {
+	g, cl := mustWAL(t, "", 0)
+	storeEach(t, cl, 1, 5, 50)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, snap := range []uint64{5, 9} {
+		sink, err := snaps.Create(raft.SnapshotVersionMax, snap, 3, raft.Configuration{}, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write([]byte("state")); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.dropLogBehindSnapshot(snaps, 1, 5); err != nil {
+			t.Fatal(err)
+		}
+		if last, _ := cl.LastIndex(); snap == 5 && last != 5 || snap == 9 && last != 0 {
+			t.Fatalf("snapshot at %d over a log of 1..5: last index now %d", snap, last)
+		}
+	}
+	storeEach(t, cl, 10, 12, 50)
+	_ = g.store.Close()
+	_, cl = mustWAL(t, g.dir, 0)
+	wantEntries(t, cl, 10, 12, 50)
+}
+
 // A directory holding raft.db stays a bolt replica whatever --log-store
 // says, one holding a WAL stays a WAL, and a new one takes --log-store.
 func TestReplicaKeepsItsStore(t *testing.T) {
