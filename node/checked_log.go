@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -32,13 +33,26 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // (which stops the replica). Write errors are recorded in health. Methods
 // are safe for concurrent use, as the store's are.
 type checkedLog struct {
-	store   raft.LogStore
+	store raft.LogStore
+	// file is the store's file (or directory) its write errors name;
+	// damaged the error of a damaged entry at index.
 	file    string
-	damaged func(detail string) *DamagedError
+	damaged func(index uint64, detail string) *DamagedError
 	health  *storageHealth
 }
 
-var _ raft.LogStore = (*checkedLog)(nil)
+var (
+	_ raft.LogStore          = (*checkedLog)(nil)
+	_ raft.MonotonicLogStore = (*checkedLog)(nil)
+)
+
+// IsMonotonic implements raft.MonotonicLogStore: it is the store's answer.
+// A store that holds no gaps (the WAL) has raft delete the whole log when
+// it installs a snapshot, instead of appending after a gap.
+func (c *checkedLog) IsMonotonic() bool {
+	m, ok := c.store.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
 
 // entrySum is the CRC-32C of l's index, term, type, data and ext.
 func entrySum(l *raft.Log, ext []byte) uint32 {
@@ -98,20 +112,20 @@ func (c *checkedLog) LastIndex() (uint64, error) { return c.store.LastIndex() }
 func (c *checkedLog) GetLog(index uint64, l *raft.Log) error {
 	err := c.store.GetLog(index, l)
 	switch {
-	case errors.Is(err, raft.ErrLogNotFound), errors.Is(err, bbolt.ErrDatabaseNotOpen):
+	case errors.Is(err, raft.ErrLogNotFound), errors.Is(err, bbolt.ErrDatabaseNotOpen), errors.Is(err, raftwal.ErrClosed):
 		return err
 	case err != nil:
-		return c.damage(fmt.Sprintf("log entry %d cannot be read: %v", index, err))
+		return c.damage(index, fmt.Sprintf("log entry %d cannot be read: %v", index, err))
 	}
 	if detail := unseal(index, l); detail != "" {
-		return c.damage(detail)
+		return c.damage(index, detail)
 	}
 	return nil
 }
 
 // damage reports a damaged entry found while the replica runs.
-func (c *checkedLog) damage(detail string) error {
-	err := c.damaged(detail)
+func (c *checkedLog) damage(index uint64, detail string) error {
+	err := c.damaged(index, detail)
 	c.health.damage(err)
 	return err
 }

@@ -32,7 +32,7 @@ func testCheckedLog(tb testing.TB, dir string) (*group, *checkedLog) {
 	g.store = store
 	tb.Cleanup(func() { _ = store.Close() })
 	return g, &checkedLog{store: store, file: g.boltPath(), health: &g.health,
-		damaged: func(detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
+		damaged: func(_ uint64, detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
 }
 
 func testEntries(from, to uint64, size int) []*raft.Log {

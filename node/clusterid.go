@@ -81,10 +81,16 @@ func writeClusterID(dir, id string) error {
 	return nil
 }
 
-// freshMetaGroup reports whether dataDir holds no meta group store yet.
+// freshMetaGroup reports whether dataDir holds no meta group store yet:
+// neither a bolt file nor a WAL's meta file.
 func freshMetaGroup(dataDir string) bool {
-	_, err := os.Stat(filepath.Join(groupDir(dataDir, shard.MetaGroup), "raft.db"))
-	return errors.Is(err, os.ErrNotExist)
+	dir := groupDir(dataDir, shard.MetaGroup)
+	for _, f := range []string{"raft.db", filepath.Join(walDirName, walMetaFile)} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 // adoptClusterID records id as this node's cluster ID (file, then mux)

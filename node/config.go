@@ -141,6 +141,16 @@ type Config struct {
 	// (--trailing-logs).
 	TrailingLogs uint64
 
+	// LogStore is the Raft log store of the group replicas this node
+	// creates (--log-store): LogStoreWAL (the default, also meant by "") or
+	// LogStoreBolt. A replica directory keeps the store it was created with:
+	// one holding raft.db is opened as a bolt store whatever LogStore says.
+	LogStore string
+
+	// walSegmentBytes is the size of a WAL replica's segment files; 0 means
+	// defaultWALSegmentBytes. Tests set it smaller to see segments rotate.
+	walSegmentBytes int
+
 	// LogOutput receives the node's and Raft's logs. Nil means os.Stderr.
 	LogOutput io.Writer
 
@@ -308,6 +318,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:         8192,
 		SnapshotInterval:          30 * time.Second,
 		TrailingLogs:              10240,
+		LogStore:                  LogStoreWAL,
 		LogLevel:                  "info",
 
 		PeerHandshakeTimeout: 5 * time.Second,
@@ -408,6 +419,9 @@ func (c Config) Validate() error {
 	}
 	if d := c.MigrationProgressInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
 		return bad("migration-progress-interval", "must be between 1ms and 1m, or 0 for the default (got %v)", d)
+	}
+	if c.LogStore != "" && c.LogStore != LogStoreWAL && c.LogStore != LogStoreBolt {
+		return bad("log-store", "must be %q or %q (got %q)", LogStoreWAL, LogStoreBolt, c.LogStore)
 	}
 	if c.SnapshotThreshold < 1 {
 		return bad("snapshot-threshold", "must be at least 1")

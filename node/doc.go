@@ -1,6 +1,7 @@
 // Package node is a Quorate process: it hosts replicas of the cluster's Raft
-// groups (hashicorp/raft, raft-boltdb/v2 for each group's log and stable
-// store, file snapshots), serves the public API (Connect, gRPC, gRPC-Web and
+// groups (hashicorp/raft; each replica's log and stable store in a raft-wal
+// write-ahead log, or raft-boltdb/v2 for replicas created before it; file
+// snapshots), serves the public API (Connect, gRPC, gRPC-Web and
 // JSON on one port, with cleartext HTTP/2), forwards decisions to the leader
 // of the key's group when it is not that leader, and joins and registers
 // itself in the cluster.

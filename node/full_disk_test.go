@@ -67,7 +67,10 @@ func TestFullDiskShowsInStatus(t *testing.T) {
 	disk := tinyDisk(t, 4<<20)
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == victim {
-			cfg.DataDir = filepath.Join(disk, "data")
+			// The bolt store writes pages as the log grows; the WAL
+			// preallocates its segment files, so a full disk fails it
+			// only when it starts a new one.
+			cfg.DataDir, cfg.LogStore = filepath.Join(disk, "data"), node.LogStoreBolt
 		}
 	}})
 	applyPolicy(t, c, "integrity", 100_000, 366*24*time.Hour, 100_000)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/groupcommit"
@@ -20,7 +19,7 @@ import (
 
 // group is one Raft group replica hosted by this node: the meta group (ID 0,
 // which in a cluster without data groups holds the data too) or a data
-// group. Each has its own raft instance, bbolt log file, snapshots and FSM,
+// group. Each has its own raft instance, log store, snapshots and FSM,
 // and talks to its peers over the node's peer mux on channel ID.
 type group struct {
 	id        shard.GroupID
@@ -28,7 +27,9 @@ type group struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     *raftboltdb.BoltStore
+	// store is the replica's log and stable store: a raft-boltdb file or
+	// a WAL (wal_store.go).
+	store replicaStore
 	// log is the checked log store over store; health the replica's last
 	// storage error.
 	log    *checkedLog
@@ -83,20 +84,24 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	first, last, err := g.checkBolt()
+	bolt := g.usesBolt(n.cfg.LogStore)
+	first, last, err := g.openLogStore(bolt, n.cfg, hlog)
 	if err != nil {
 		return nil, err
 	}
-	if g.store, err = g.openStore(n.cfg.DataDir); err != nil {
-		return nil, err
-	}
-	g.log = &checkedLog{store: g.store, file: g.boltPath(), health: &g.health,
-		damaged: func(detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
+	logFile, stableFile := g.storeFiles(bolt)
+	g.log = &checkedLog{store: g.store, file: logFile, health: &g.health,
+		damaged: func(index uint64, detail string) *DamagedError {
+			if bolt {
+				return g.damaged(logFile, detail)
+			}
+			return g.damaged(g.segmentOf(index), detail)
+		}}
 	logs, err := raft.NewLogCache(1024, g.log)
 	if err != nil {
 		return nil, err
 	}
-	stable := &recordingStable{StableStore: g.store, file: g.boltPath(), health: &g.health}
+	stable := &recordingStable{StableStore: g.store, file: stableFile, health: &g.health}
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
@@ -104,6 +109,11 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health, damaged: g.damaged}
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
+	}
+	if !bolt {
+		if err := g.dropLogBehindSnapshot(snaps, first, last); err != nil {
+			return nil, err
+		}
 	}
 	rc := n.raftConfig(hlog)
 	g.hadState, err = raft.HasExistingState(logs, stable, snaps)
@@ -121,6 +131,29 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
 	g.health.onDamage.Store(&onDamage)
 	return g, nil
+}
+
+// openLogStore opens the replica's log store, a bolt file or a WAL, after
+// (or while) checking every entry of it; it returns where the log's last run
+// of consecutive entries starts, and its last index.
+func (g *group) openLogStore(bolt bool, cfg Config, hlog hclog.Logger) (first, last uint64, err error) {
+	if !bolt {
+		w, first, last, err := g.openWAL(cfg.DataDir, cfg.walSegmentBytes, hlog)
+		if err != nil {
+			return 0, 0, err
+		}
+		g.store = w
+		return first, last, nil
+	}
+	if first, last, err = g.checkBolt(); err != nil {
+		return 0, 0, err
+	}
+	store, err := g.openStore(cfg.DataDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	g.store = store
+	return first, last, nil
 }
 
 // raftConfig is the raft configuration every group of this node uses.

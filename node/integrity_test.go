@@ -39,6 +39,10 @@ func damageEvery(tb testing.TB, path string, needle []byte) int {
 	return n
 }
 
+// boltStore has a test's nodes create their replicas with the bolt log
+// store (raft.db), as every node did before the WAL.
+func boltStore(_ int, cfg *node.Config) { cfg.LogStore = node.LogStoreBolt }
+
 // caughtUp waits until running node i has applied what node from has
 // committed.
 func caughtUp(tb testing.TB, c *nodetest.Cluster, i, from int) {
@@ -78,7 +82,7 @@ func mustNotStart(tb testing.TB, c *nodetest.Cluster, i int, file string) *node.
 // the right state, and the documented recovery (delete the replica's
 // directory, start again with --join) brings the node back.
 func TestDamagedLogEntryIsRefusedAtStart(t *testing.T) {
-	c := nodetest.NewCluster(t, 3)
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: boltStore})
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -143,7 +147,7 @@ func TestDamagedBoltFileIsRefusedAtStart(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := nodetest.NewCluster(t, 1)
+			c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: boltStore})
 			applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

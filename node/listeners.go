@@ -99,8 +99,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		ip := remoteIP(c)
 		if why := l.admit(ip); why != "" {
-			_ = c.Close()
+			// Counted before closing: whoever sees the connection closed
+			// sees it counted.
 			l.refusedOne(ip, why)
+			_ = c.Close()
 			continue
 		}
 		return &limitedConn{Conn: c, release: func() { l.release(ip) }}, nil

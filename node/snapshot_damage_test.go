@@ -294,6 +294,7 @@ func flipInPlace(tb testing.TB, path string, needle []byte) int {
 func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+		boltStore(i, cfg)
 	}})
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -39,6 +39,7 @@ type devOptions struct {
 	groupsChanged   bool // --groups was given
 	tls             bool // --tls
 	pprofAddr       string
+	logStore        string
 }
 
 func newDevCmd() *cobra.Command {
@@ -75,6 +76,7 @@ func newDevCmd() *cobra.Command {
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "loopback host:port of a profiling endpoint (/debug/pprof/) for the whole process; off by default")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
+	f.StringVar(&o.logStore, "log-store", node.LogStoreWAL, "log store of the replicas the nodes create: wal or bolt (replicas already on disk keep theirs)")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
 	f.BoolVar(&o.tls, "tls", false, "serve TLS on every port (mutual TLS between nodes) with a throwaway CA in DIR/tls;\n"+
 		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
@@ -98,6 +100,9 @@ func (o devOptions) validate() error {
 	if o.apiPort < o.raftPort+o.nodes && o.raftPort < o.apiPort+o.nodes {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
+	}
+	if o.logStore != node.LogStoreWAL && o.logStore != node.LogStoreBolt {
+		return fmt.Errorf("dev: --log-store: must be %q or %q (got %q)", node.LogStoreWAL, node.LogStoreBolt, o.logStore)
 	}
 	if o.groups < 0 || o.groups > node.MaxDataGroups {
 		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
@@ -135,6 +140,7 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.Join = join
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
+	cfg.LogStore = o.logStore
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
 	if i == 1 {
 		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node

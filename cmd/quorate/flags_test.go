@@ -26,6 +26,8 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"serve huge migration-chunk-bytes", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--migration-chunk-bytes", "5000000"}, []string{"--migration-chunk-bytes"}},
 		{"serve long migration-progress-interval", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--migration-progress-interval", "1h"}, []string{"--migration-progress-interval"}},
 		{"serve tiny request-body-timeout", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--request-body-timeout", "1ms"}, []string{"--request-body-timeout"}},
+		{"serve bad log store", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--log-store", "lsm"}, []string{"--log-store"}},
+		{"dev bad log store", []string{"dev", "--dir", dir, "--log-store", "lsm"}, []string{"--log-store"}},
 		{"dev zero nodes", []string{"dev", "--dir", dir, "--nodes", "0"}, []string{"--nodes"}},
 		{"dev ten nodes", []string{"dev", "--dir", dir, "--nodes", "10"}, []string{"--nodes"}},
 		{"dev overlapping ports", []string{"dev", "--dir", dir, "--api-port", "7000", "--raft-port", "7002"}, []string{"--api-port", "--raft-port"}},
