@@ -33,3 +33,18 @@ func GroupFrozen(n *Node, gid uint32) map[uint64]shard.SlotRange {
 	}
 	return g.fsm.Frozen()
 }
+
+// GroupHasPolicy reports whether n's replica of data group gid holds a copy
+// of policy name (false when n hosts none).
+func GroupHasPolicy(n *Node, gid uint32, name string) bool {
+	g := n.dataGroup(shard.GroupID(gid))
+	if g == nil {
+		return false
+	}
+	for _, p := range g.fsm.Policies() {
+		if p.Policy.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -328,6 +328,16 @@ func TestSlotMoveFailsOnClockSkew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, moving, keys := migrationCluster(t, ctx, 20)
+	// Group 2 must have copied the policy before the clocks jump: the copy
+	// is an entry the group stamps, and it would take the jump with it.
+	c.Eventually(t, 30*time.Second, "group 2's copy of policy p", func() error {
+		for i := range c.Len() {
+			if !node.GroupHasPolicy(c.Node(i), 2, "p") {
+				return fmt.Errorf("node %d's replica of group 2 has no copy yet", i)
+			}
+		}
+		return nil
+	})
 	// Group 1 decides 10 minutes ahead, once: its time stays there.
 	for i := range c.Len() {
 		c.Node(i).SetClockOffset(10 * time.Minute)
