@@ -65,18 +65,28 @@ verify: proto-deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Gubernator for bench-compare: its release binary, built from the pinned
+# module version into .cache/bin (not a dependency of Quorate's go.mod).
+GUBERNATOR_VERSION := v2.13.0
+GUBERNATOR := .cache/bin/gubernator
+
+$(GUBERNATOR):
+	@echo "installing gubernator $(GUBERNATOR_VERSION) into .cache/bin"
+	GOBIN=$(CURDIR)/.cache/bin $(GO) install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
+
 ## bench-compare: Quorate (3-node dev cluster) against Redis running the same
-## token-bucket Lua script (plain, then appendfsync always), one after the other
-## with the same load generator; prints the table and writes it, with the
-## machine, into docs/BENCHMARKS.md. Installs redis-server when absent.
-bench-compare: build
+## token-bucket Lua script (plain, then appendfsync always) and a 3-node
+## Gubernator cluster, one after the other with the same load generator; prints
+## the table and writes it, with the machine, into docs/BENCHMARKS.md. Installs
+## redis-server and gubernator when absent.
+bench-compare: build $(GUBERNATOR)
 	@if ! command -v redis-server >/dev/null; then \
 		echo "installing redis-server"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	fi
 	@mkdir -p docs
-	./$(BIN) bench compare --write docs/BENCHMARKS.md
+	./$(BIN) bench compare --gubernator $(GUBERNATOR) --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
 ## family, then all mixed, 60 s each, every workload at once — then the two
