@@ -27,8 +27,9 @@ const benchCallTimeout = 5 * time.Second
 
 // Targets of `quorate bench --target`.
 const (
-	targetQuorate = "quorate"
-	targetRedis   = "redis"
+	targetQuorate    = "quorate"
+	targetRedis      = "redis"
+	targetGubernator = "gubernator"
 )
 
 // benchOptions are the flags of `quorate bench`.
