@@ -84,7 +84,7 @@ func newBenchCmd() *cobra.Command {
 			"code, latency percentiles (from an HDR histogram: within 0.1%, the max exact) and\n" +
 			"the longest gap between two answered calls (a leader failing over shows there);\n" +
 			"-o json prints the summary as JSON. `quorate bench\n" +
-			"compare` runs Quorate and Redis side by side (see its help).",
+			"compare` runs Quorate, Redis and Gubernator side by side (see its help).",
 		Example: "  quorate bench --policy api-paid --workers 64 --duration 10s\n" +
 			"  quorate bench --policy api-paid --batch 100 --workers 16\n" +
 			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
