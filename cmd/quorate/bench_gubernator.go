@@ -45,6 +45,9 @@ type gubernatorCluster struct {
 // loopback addresses, joined by memberlist gossip through the first, and waits
 // until every node answers HealthCheck healthy and knows all n peers.
 func startGubernatorCluster(ctx context.Context, bin string, n int) (*gubernatorCluster, error) {
+	if _, err := os.Stat(bin); err != nil { // before /bin/sh would say it less clearly
+		return nil, err
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // another process may take a free port first
 		c, err := tryGubernatorCluster(ctx, bin, n)
@@ -102,9 +105,6 @@ func tryGubernatorCluster(ctx context.Context, bin string, n int) (*gubernatorCl
 			"GUBER_LOG_LEVEL=warn",
 			"OTEL_TRACES_EXPORTER=none",
 		)
-		if _, err := os.Stat(bin); err != nil {
-			return nil, err
-		}
 		sh, args, configure := withHostname(fmt.Sprintf("gubernator-bench-%d", i), bin, nil)
 		p, err := startServerProcess(ctx, "gubernator on "+a.grpc, sh, args, env, configure)
 		if err != nil {
