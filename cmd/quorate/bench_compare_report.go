@@ -58,8 +58,14 @@ func gubernatorCells(s CompareRowOut, m machineInfo) [3]string {
 	return [3]string{"—", "—", "—"}
 }
 
-// compareNotes lists what went wrong in the runs: errors, and denials
-// (which mean the two sides did not do the same work).
+// compareGapNoteAfter is the longest gap between answers a run may have
+// without a note: a longer one means the system stalled (an election, a
+// pause) during the run.
+const compareGapNoteAfter = time.Second
+
+// compareNotes lists what went wrong in the runs: errors, denials (which
+// mean the sides did not do the same work) and stalls (a longest gap
+// between answers of compareGapNoteAfter or more).
 func compareNotes(r CompareResult) []string {
 	var notes []string
 	seen := map[string]bool{}
@@ -80,9 +86,13 @@ func compareNotes(r CompareResult) []string {
 				continue
 			}
 			seen[key] = true
-			if len(side.sum.Errors) > 0 || len(side.sum.ItemErrors) > 0 || side.sum.Denied > 0 {
-				notes = append(notes, fmt.Sprintf("note: %s: %s side: failed calls %s; failed requests %s; denied %d",
-					s.Scenario, side.name, fmtCounts(side.sum.Errors), fmtCounts(side.sum.ItemErrors), side.sum.Denied))
+			gap := ""
+			if g := side.sum.LongestGapMs; g != nil && *g >= float64(compareGapNoteAfter.Milliseconds()) && side.sum.LongestGapAtS != nil {
+				gap = fmt.Sprintf("; no answer for %.0f ms from %.1fs into the run", *g, *side.sum.LongestGapAtS)
+			}
+			if len(side.sum.Errors) > 0 || len(side.sum.ItemErrors) > 0 || side.sum.Denied > 0 || gap != "" {
+				notes = append(notes, fmt.Sprintf("note: %s: %s side: failed calls %s; failed requests %s; denied %d%s",
+					s.Scenario, side.name, fmtCounts(side.sum.Errors), fmtCounts(side.sum.ItemErrors), side.sum.Denied, gap))
 			}
 		}
 	}

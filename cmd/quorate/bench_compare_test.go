@@ -259,6 +259,20 @@ func TestCompareReportGubernator(t *testing.T) {
 	if notes := compareNotes(r); len(notes) != 1 || !strings.Contains(notes[0], "Gubernator side: failed calls unavailable=3") {
 		t.Errorf("notes: %q", notes)
 	}
+	// So does one when a side stalled: a gap between answers of a second
+	// or more, not less.
+	q := r.Scenarios[3].Quorate
+	gap, at := 999.0, 2.5
+	q.LongestGapMs, q.LongestGapAtS = &gap, &at
+	r.Scenarios[3].Quorate = q
+	if notes := compareNotes(r); len(notes) != 1 {
+		t.Errorf("a 999 ms gap got a note: %q", notes)
+	}
+	gap = 3200
+	if notes := compareNotes(r); len(notes) != 2 || notes[1] != "note: 1 client: unary Admit vs EVALSHA vs GetRateLimits: Quorate side: "+
+		"failed calls none; failed requests none; denied 0; no answer for 3200 ms from 2.5s into the run" {
+		t.Errorf("a 3.2 s gap: notes %q", notes)
+	}
 }
 
 // TestCompareReportWithoutGubernator: with no gubernator binary the columns
