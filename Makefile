@@ -6,7 +6,7 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build run test race proto proto-deps verify bench bench-compare jepsen clean
+.PHONY: all build run test race proto proto-deps verify bench bench-deps bench-compare jepsen clean
 
 all: build
 
@@ -65,18 +65,32 @@ verify: proto-deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## bench-compare: Quorate (3-node dev cluster) against Redis running the same
-## token-bucket Lua script (plain, then appendfsync always), one after the other
-## with the same load generator; prints the table and writes it, with the
-## machine, into docs/BENCHMARKS.md. Installs redis-server when absent.
-bench-compare: build
+# Gubernator for bench-compare: its release binary, built from the pinned
+# module version into .cache/bin (not a dependency of Quorate's go.mod).
+GUBERNATOR_VERSION := v2.13.0
+GUBERNATOR := .cache/bin/gubernator
+
+$(GUBERNATOR):
+	@echo "installing gubernator $(GUBERNATOR_VERSION) into .cache/bin"
+	GOBIN=$(CURDIR)/.cache/bin $(GO) install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
+
+## bench-deps: what bench-compare runs besides Quorate: redis-server (Debian's)
+## and gubernator (.cache/bin), each installed when absent.
+bench-deps: $(GUBERNATOR)
 	@if ! command -v redis-server >/dev/null; then \
 		echo "installing redis-server"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	fi
+
+## bench-compare: Quorate (3-node dev cluster) against Redis running the same
+## token-bucket Lua script (plain, then appendfsync always) and a 3-node
+## Gubernator cluster, one after the other with the same load generator; prints
+## the table and writes it, with the machine, into docs/BENCHMARKS.md. Installs
+## redis-server and gubernator when absent.
+bench-compare: build bench-deps
 	@mkdir -p docs
-	./$(BIN) bench compare --write docs/BENCHMARKS.md
+	./$(BIN) bench compare --gubernator $(GUBERNATOR) --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
 ## family, then all mixed, 60 s each, every workload at once — then the two

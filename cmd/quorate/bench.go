@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,8 +27,9 @@ const benchCallTimeout = 5 * time.Second
 
 // Targets of `quorate bench --target`.
 const (
-	targetQuorate = "quorate"
-	targetRedis   = "redis"
+	targetQuorate    = "quorate"
+	targetRedis      = "redis"
+	targetGubernator = "gubernator"
 )
 
 // benchOptions are the flags of `quorate bench`.
@@ -81,8 +81,10 @@ func newBenchCmd() *cobra.Command {
 			"--batch N pipelines N of them per call.\n" +
 			"\n" +
 			"It prints progress every second (to stderr), then throughput, answers, errors by\n" +
-			"code and latency percentiles; -o json prints the summary as JSON. `quorate bench\n" +
-			"compare` runs Quorate and Redis side by side (see its help).",
+			"code, latency percentiles (from an HDR histogram: within 0.1%, the max exact) and\n" +
+			"the longest gap between two answered calls (a leader failing over shows there);\n" +
+			"-o json prints the summary as JSON. `quorate bench\n" +
+			"compare` runs Quorate, Redis and Gubernator side by side (see its help).",
 		Example: "  quorate bench --policy api-paid --workers 64 --duration 10s\n" +
 			"  quorate bench --policy api-paid --batch 100 --workers 16\n" +
 			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
@@ -275,18 +277,25 @@ type BenchSummary struct {
 	Errors             map[string]int64   `json:"errors,omitempty"` // failed calls, by code
 	ItemErrors         map[string]int64   `json:"item_errors"`      // failed requests inside answered calls, by code
 	LatencyMs          map[string]float64 `json:"latency_ms"`       // per call: p50, p90, p99, p99.9, max
+	// LongestGapMs is the longest time between two consecutive answered
+	// calls (answered: no error and at least one decision), and
+	// LongestGapAtS when it began, in seconds since the run began; absent
+	// with fewer than two answered calls.
+	LongestGapMs  *float64 `json:"longest_gap_ms,omitempty"`
+	LongestGapAtS *float64 `json:"longest_gap_at_s,omitempty"`
 }
 
-// benchStats is what one worker saw; merged at the end.
+// benchStats is what one worker saw; merged at the end. Latencies go to the
+// run's latencyRecorder.
 type benchStats struct {
-	lats            []time.Duration
+	calls           int64
 	allowed, denied int64
 	errors          map[string]int64
 	itemErrors      map[string]int64
 }
 
-func (s *benchStats) record(lat time.Duration, r benchResult, err error) {
-	s.lats = append(s.lats, lat)
+func (s *benchStats) record(r benchResult, err error) {
+	s.calls++
 	if err != nil {
 		s.errors[benchErrorCode(err)]++
 		return
@@ -304,7 +313,9 @@ func (s *benchStats) record(lat time.Duration, r benchResult, err error) {
 func runLoad(ctx context.Context, t benchTarget, o loadOptions, stderr io.Writer) BenchSummary {
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
-	began := time.Now()
+	gaps := newGapTracker(time.Now)
+	began := gaps.began
+	lats := newLatencyRecorder(o.workers)
 	var calls, decisions atomic.Int64
 	stats := make([]*benchStats, o.workers)
 	for i := range stats {
@@ -319,10 +330,12 @@ func runLoad(ctx context.Context, t benchTarget, o loadOptions, stderr io.Writer
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), benchCallTimeout)
 		r, err := t.call(cctx, w, keys)
 		ccancel()
-		stats[w].record(time.Since(scheduled), r, err)
+		lats.record(w, time.Since(scheduled))
+		stats[w].record(r, err)
 		calls.Add(1)
-		if err == nil {
-			decisions.Add(int64(r.allowed + r.denied))
+		if n := r.allowed + r.denied; err == nil && n > 0 {
+			gaps.answered()
+			decisions.Add(int64(n))
 		}
 	}
 
@@ -390,7 +403,7 @@ func runLoad(ctx context.Context, t benchTarget, o loadOptions, stderr io.Writer
 	wg.Wait()
 	cancel()
 	<-progressDone
-	return summarize(stats, time.Since(began), mode, o, t.name())
+	return summarize(stats, lats, gaps, time.Since(began), mode, o, t.name())
 }
 
 // keyPicker returns a function drawing keys in [0, o.keys) by o.dist, seeded
@@ -404,18 +417,13 @@ func keyPicker(o loadOptions, w int) func() int {
 	return func() int { return rng.IntN(o.keys) }
 }
 
-// summarize merges the workers' stats into the summary of a run against
-// target.
-func summarize(stats []*benchStats, took time.Duration, mode string, o loadOptions, target string) BenchSummary {
+// summarize merges the workers' stats, latencies and answer gaps into the
+// summary of a run against target.
+func summarize(stats []*benchStats, lats *latencyRecorder, gaps *gapTracker, took time.Duration, mode string, o loadOptions, target string) BenchSummary {
 	s := BenchSummary{Target: target, Mode: mode, Workers: o.workers, Rate: o.rate, Batch: o.batch, Keys: o.keys, Dist: o.dist,
-		Seconds: took.Seconds(), Errors: map[string]int64{}, ItemErrors: map[string]int64{}, LatencyMs: map[string]float64{}}
-	n := 0
+		Seconds: took.Seconds(), Errors: map[string]int64{}, ItemErrors: map[string]int64{}, LatencyMs: lats.percentilesMs()}
 	for _, st := range stats {
-		n += len(st.lats)
-	}
-	lats := make([]time.Duration, 0, n)
-	for _, st := range stats {
-		lats = append(lats, st.lats...)
+		s.Calls += st.calls
 		s.Allowed += st.allowed
 		s.Denied += st.denied
 		for code, c := range st.errors {
@@ -425,18 +433,14 @@ func summarize(stats []*benchStats, took time.Duration, mode string, o loadOptio
 			s.ItemErrors[code] += c
 		}
 	}
-	s.Calls = int64(len(lats))
 	s.Decisions = s.Allowed + s.Denied
 	if took > 0 {
 		s.PerSecond = float64(s.Calls) / took.Seconds()
 		s.DecisionsPerSecond = float64(s.Decisions) / took.Seconds()
 	}
-	slices.Sort(lats)
-	for name, q := range map[string]float64{"p50": 0.50, "p90": 0.90, "p99": 0.99, "p99.9": 0.999, "max": 1} {
-		if len(lats) > 0 {
-			i := min(len(lats)-1, int(q*float64(len(lats))))
-			s.LatencyMs[name] = float64(lats[i].Microseconds()) / 1000
-		}
+	if gap, at, ok := gaps.result(); ok {
+		ms, secs := float64(gap.Microseconds())/1000, at.Seconds()
+		s.LongestGapMs, s.LongestGapAtS = &ms, &secs
 	}
 	return s
 }
@@ -463,6 +467,11 @@ func writeBenchSummary(w io.Writer, s BenchSummary) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "latency ms per call: p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
 		s.LatencyMs["p50"], s.LatencyMs["p90"], s.LatencyMs["p99"], s.LatencyMs["p99.9"], s.LatencyMs["max"])
+	if s.LongestGapMs != nil && s.LongestGapAtS != nil {
+		fmt.Fprintf(w, "longest gap between answers: %.2f ms, from %.2fs into the run\n", *s.LongestGapMs, *s.LongestGapAtS)
+	} else {
+		fmt.Fprintln(w, "longest gap between answers: none measured (fewer than two answered calls)")
+	}
 }
 
 // fmtCounts prints counts by code, sorted by code: "none" when empty.

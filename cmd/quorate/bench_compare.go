@@ -37,6 +37,7 @@ type compareOptions struct {
 	load          loadOptions // closed loop: rate is 0
 	write         string
 	redisServer   string
+	gubernator    string // gubernator binary; "": .cache/bin/gubernator or PATH, if any
 	quorateBinary string
 	groups        int // data groups of the cluster; -1: dev's default
 	dir           string
@@ -47,19 +48,23 @@ func newBenchCompareCmd() *cobra.Command {
 	o := compareOptions{}
 	cmd := &cobra.Command{
 		Use:   "compare [--workers 64] [--duration 10s] [--keys 10000] [--dist uniform|zipf] [--batch 100] [--write docs/BENCHMARKS.md]",
-		Short: "Run Quorate and Redis side by side with the same load and print a table",
+		Short: "Run Quorate, Redis and Gubernator side by side with the same load and print a table",
 		Long: "Compare measures, one after the other on this machine, a redis-server (from PATH,\n" +
 			"on a free loopback port, --save \"\" --appendonly no) running the token-bucket Lua\n" +
 			"script with EVALSHA, the same Redis durable (--appendonly yes --appendfsync\n" +
-			"always), and a 3-node Quorate cluster run by `quorate dev` (default data groups)\n" +
-			"in a process of its own, each driven by the generator of `quorate bench` in this\n" +
+			"always), a 3-node Gubernator cluster (--gubernator, one process per node on\n" +
+			"127.0.0.1-3, memberlist discovery) answering GetRateLimits over gRPC, and a\n" +
+			"3-node Quorate cluster run by `quorate dev` (default data groups) in a process of\n" +
+			"its own, each driven by the generator of `quorate bench` in this\n" +
 			"process: closed loop, --workers clients, --keys keys drawn by --dist, --duration\n" +
 			"per run, fresh keys for every run. The cluster gets a token-bucket policy and\n" +
-			"Redis the same bucket (capacity 3e6, one token per 100s): nothing is denied and\n" +
-			"every bucket touched stays live. Runs: unary Admit and unpipelined EVALSHA;\n" +
-			"AdmitBatch of --batch and EVALSHA pipelined --batch deep; durable Redis\n" +
-			"unpipelined; and one client of each, for latency. It prints decisions/s of each\n" +
-			"side, their ratio and p50/p99 latency per call. With --write FILE it writes the\n" +
+			"Redis and Gubernator the same bucket (capacity 3e6, one token per 100s): nothing\n" +
+			"is denied and every bucket touched stays live. Runs: unary Admit, unpipelined\n" +
+			"EVALSHA and GetRateLimits of one; AdmitBatch of --batch, EVALSHA pipelined\n" +
+			"--batch deep and GetRateLimits of --batch; durable Redis unpipelined; and one\n" +
+			"client of each, for latency. It prints decisions/s of each side, Quorate's ratio\n" +
+			"to each and p50/p99 latency per call. Without a gubernator binary the Gubernator\n" +
+			"columns say it is not installed (`make bench-compare` installs it). With --write FILE it writes the\n" +
 			"table and a description of the machine into FILE, replacing the section between\n" +
 			"its markers (or appending one). Results are measurements of this machine at this\n" +
 			"moment, nothing more.",
@@ -77,6 +82,7 @@ func newBenchCompareCmd() *cobra.Command {
 	fs.IntVar(&o.load.batch, "batch", 100, "AdmitBatch size and Redis pipeline depth of the batch run")
 	fs.StringVar(&o.write, "write", "", "markdown file to write the table into (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary (looked up in PATH)")
+	fs.StringVar(&o.gubernator, "gubernator", "", "gubernator binary (default: "+gubernatorDefaultBin+" if there, else gubernator in PATH; none: no Gubernator runs)")
 	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose dev command runs the cluster (default: this one)")
 	fs.IntVar(&o.groups, "groups", -1, "data groups of the Quorate cluster (as quorate dev --groups); -1: dev's default, 0: one group")
 	fs.StringVar(&o.dir, "dir", "", "directory for the cluster's and Redis's files (default: a new temporary directory, removed afterwards)")
@@ -99,32 +105,35 @@ func (o compareOptions) validate() error {
 
 // compareRun is one measured run: what was loaded and how.
 type compareRun struct {
-	target  string // "quorate", "redis" or "redis-durable"
+	target  string // "quorate", "redis", "redis-durable" or "gubernator"
 	workers int
 	batch   int
 }
 
-// compareRow is one line of the table: a Quorate run beside a Redis run.
+// compareRow is one line of the table: a Quorate run beside a Redis run and,
+// unless gubernator is the zero run, a Gubernator run.
 type compareRow struct {
-	scenario       string
-	quorate, redis compareRun
+	scenario                   string
+	quorate, redis, gubernator compareRun
 }
 
 // compareRows lists the table's lines for o (without repeats when
 // --workers is 1).
 func compareRows(o loadOptions) []compareRow {
 	w, n := o.workers, o.batch
+	gub := func(w, n int) compareRun { return compareRun{targetGubernator, w, n} }
 	rows := []compareRow{
-		{fmt.Sprintf("%d clients: unary Admit vs EVALSHA", w), compareRun{targetQuorate, w, 1}, compareRun{targetRedis, w, 1}},
-		{fmt.Sprintf("%d clients: AdmitBatch %d vs EVALSHA pipelined %d deep", w, n, n), compareRun{targetQuorate, w, n}, compareRun{targetRedis, w, n}},
-		{fmt.Sprintf("%d clients: unary Admit vs durable EVALSHA (appendfsync always)", w), compareRun{targetQuorate, w, 1}, compareRun{"redis-durable", w, 1}},
-		{"1 client: unary Admit vs EVALSHA", compareRun{targetQuorate, 1, 1}, compareRun{targetRedis, 1, 1}},
-		{"1 client: unary Admit vs durable EVALSHA", compareRun{targetQuorate, 1, 1}, compareRun{"redis-durable", 1, 1}},
+		{fmt.Sprintf("%d clients: unary Admit vs EVALSHA vs GetRateLimits", w), compareRun{targetQuorate, w, 1}, compareRun{targetRedis, w, 1}, gub(w, 1)},
+		{fmt.Sprintf("%d clients: AdmitBatch %d vs EVALSHA pipelined %d deep vs GetRateLimits of %d", w, n, n, n),
+			compareRun{targetQuorate, w, n}, compareRun{targetRedis, w, n}, gub(w, n)},
+		{fmt.Sprintf("%d clients: unary Admit vs durable EVALSHA (appendfsync always)", w), compareRun{targetQuorate, w, 1}, compareRun{"redis-durable", w, 1}, compareRun{}},
+		{"1 client: unary Admit vs EVALSHA vs GetRateLimits", compareRun{targetQuorate, 1, 1}, compareRun{targetRedis, 1, 1}, gub(1, 1)},
+		{"1 client: unary Admit vs durable EVALSHA", compareRun{targetQuorate, 1, 1}, compareRun{"redis-durable", 1, 1}, compareRun{}},
 	}
 	var out []compareRow
-	seen := map[[2]compareRun]bool{}
+	seen := map[[3]compareRun]bool{}
 	for _, r := range rows {
-		if k := [2]compareRun{r.quorate, r.redis}; !seen[k] {
+		if k := [3]compareRun{r.quorate, r.redis, r.gubernator}; !seen[k] {
 			seen[k] = true
 			out = append(out, r)
 		}
@@ -137,7 +146,7 @@ func runsOf(rows []compareRow, target string) []compareRun {
 	var out []compareRun
 	seen := map[compareRun]bool{}
 	for _, r := range rows {
-		for _, run := range []compareRun{r.quorate, r.redis} {
+		for _, run := range []compareRun{r.quorate, r.redis, r.gubernator} {
 			if run.target == target && !seen[run] {
 				seen[run] = true
 				out = append(out, run)
@@ -153,17 +162,21 @@ type CompareResult struct {
 	Scenarios []CompareRowOut `json:"scenarios"`
 }
 
-// CompareRowOut is one scenario with both runs' summaries.
+// CompareRowOut is one scenario with its runs' summaries. Gubernator is
+// absent from the rows without a Gubernator run and when none ran.
 type CompareRowOut struct {
-	Scenario string       `json:"scenario"`
-	Quorate  BenchSummary `json:"quorate"`
-	Redis    BenchSummary `json:"redis"`
-	Ratio    float64      `json:"ratio"` // Quorate decisions/s ÷ Redis decisions/s
+	Scenario        string        `json:"scenario"`
+	Quorate         BenchSummary  `json:"quorate"`
+	Redis           BenchSummary  `json:"redis"`
+	Ratio           float64       `json:"ratio"` // Quorate decisions/s ÷ Redis decisions/s
+	Gubernator      *BenchSummary `json:"gubernator,omitempty"`
+	GubernatorRatio float64       `json:"gubernator_ratio,omitempty"` // Quorate decisions/s ÷ Gubernator decisions/s
 }
 
 // runCompare starts each system in turn, runs its loads and prints (and
 // optionally writes) the table. Only one system runs at a time: Redis (plain,
-// then durable), then the cluster, so neither's idle work costs the other.
+// then durable), Gubernator, then the cluster, so none's idle work costs
+// another.
 func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -182,7 +195,16 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	} else if quorateBin, err = exec.LookPath(quorateBin); err != nil {
 		return fmt.Errorf("--quorate-binary: %w", err)
 	}
+	gubernatorBin, err := findGubernator(o.gubernator)
+	if err != nil {
+		return err
+	}
 	machine := describeMachine(ctx, redisBin)
+	machine.Gubernator = gubernatorNotInstalled
+	if gubernatorBin != "" {
+		machine.Gubernator = fmt.Sprintf("%d nodes (`%s`, a process each, on 127.0.0.1-%d, memberlist discovery, default behaviour): %s",
+			gubernatorNodes, filepath.Base(gubernatorBin), gubernatorNodes, gubernatorVersion(gubernatorBin))
+	}
 	dir := o.dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "quorate-bench-compare-"); err != nil {
@@ -239,6 +261,25 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 	}
 
+	if gubernatorBin != "" {
+		c, err := startGubernatorCluster(ctx, gubernatorBin, gubernatorNodes)
+		if err != nil {
+			return fmt.Errorf("bench compare: %w", err)
+		}
+		fmt.Fprintf(stderr, "bench compare: gubernator on %s\n", strings.Join(c.addrs, " "))
+		for _, run := range runsOf(rows, targetGubernator) {
+			t := newGubernatorTarget(c.addrs, redisCfg, loadOf(run))
+			measure(t, run)
+			t.close()
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if err := errors.Join(ctx.Err(), c.stop()); err != nil {
+			return fmt.Errorf("bench compare: %w", err)
+		}
+	}
+
 	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), o.groups, stderr)
 	if err != nil {
 		return err
@@ -260,20 +301,13 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		return err
 	}
 
-	out := CompareResult{Machine: machine}
-	for _, r := range rows {
-		q, rd := results[r.quorate], results[r.redis]
-		row := CompareRowOut{Scenario: r.scenario, Quorate: q, Redis: rd}
-		if rd.DecisionsPerSecond > 0 {
-			row.Ratio = q.DecisionsPerSecond / rd.DecisionsPerSecond
-		}
-		out.Scenarios = append(out.Scenarios, row)
-	}
+	out := compareResult(machine, rows, results)
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)
-	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d), "+
+	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d; "+
+		"Gubernator TOKEN_BUCKET limit %d per %d ms), "+
 		"fresh keys for every run: nothing is denied and no bucket touched in a run refills completely during it",
-		redisCfg.capacity, redisCfg.refill, comparePolicy, benchRefillPeriod, redisCfg.capacity)
+		redisCfg.capacity, redisCfg.refill, comparePolicy, benchRefillPeriod, redisCfg.capacity, redisCfg.capacity, redisCfg.ttl().Milliseconds())
 	if o.write != "" {
 		if err := writeBenchmarksFile(o.write, benchmarksSection(out)); err != nil {
 			return fmt.Errorf("--write: %w", err)
@@ -287,6 +321,46 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 	writeCompareText(stdout, out)
 	return nil
+}
+
+// compareResult puts the runs' summaries into the table's rows, with
+// Quorate's ratios to each other side.
+func compareResult(machine machineInfo, rows []compareRow, results map[compareRun]BenchSummary) CompareResult {
+	out := CompareResult{Machine: machine}
+	for _, r := range rows {
+		q, rd := results[r.quorate], results[r.redis]
+		row := CompareRowOut{Scenario: r.scenario, Quorate: q, Redis: rd}
+		if rd.DecisionsPerSecond > 0 {
+			row.Ratio = q.DecisionsPerSecond / rd.DecisionsPerSecond
+		}
+		if g, ok := results[r.gubernator]; ok && r.gubernator.target != "" {
+			row.Gubernator = &g
+			if g.DecisionsPerSecond > 0 {
+				row.GubernatorRatio = q.DecisionsPerSecond / g.DecisionsPerSecond
+			}
+		}
+		out.Scenarios = append(out.Scenarios, row)
+	}
+	return out
+}
+
+// findGubernator returns the gubernator binary of --gubernator (an error if
+// it is not there) or, without the flag, gubernatorDefaultBin or gubernator
+// in PATH; "" when there is none.
+func findGubernator(flag string) (string, error) {
+	if flag != "" {
+		bin, err := exec.LookPath(flag)
+		if err != nil {
+			return "", fmt.Errorf("--gubernator: %w (make bench-compare installs it into %s)", err, gubernatorDefaultBin)
+		}
+		return filepath.Abs(bin)
+	}
+	for _, name := range []string{gubernatorDefaultBin, "gubernator"} {
+		if bin, err := exec.LookPath(name); err == nil {
+			return filepath.Abs(bin)
+		}
+	}
+	return "", nil
 }
 
 // startCompareCluster runs `bin dev` (bin is a quorate binary, normally this

@@ -24,10 +24,11 @@ import (
 // writeCompareText prints the table, the runs' errors and the machine.
 func writeCompareText(w io.Writer, r CompareResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tQUORATE/S\tREDIS/S\tQUORATE/REDIS\tQUORATE P50/P99 MS\tREDIS P50/P99 MS")
+	fmt.Fprintln(tw, "SCENARIO\tQUORATE/S\tREDIS/S\tQUORATE/REDIS\tGUBERNATOR/S\tQUORATE/GUBERNATOR\tQUORATE P50/P99 MS\tREDIS P50/P99 MS\tGUBERNATOR P50/P99 MS")
 	for _, s := range r.Scenarios {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
-			s.Ratio, fmtP50P99(s.Quorate), fmtP50P99(s.Redis))
+		g := gubernatorCells(s, r.Machine)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%s\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
+			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
 	tw.Flush()
 	for _, line := range compareNotes(r) {
@@ -36,31 +37,62 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	m := r.Machine
 	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; build %s; load average before %s; data in %s\n",
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.Build, m.LoadAvg, m.DataDir)
-	fmt.Fprintf(w, "quorate: %s\nload: %s\nbucket: %s\n", m.Quorate, m.Load, m.Bucket)
+	fmt.Fprintf(w, "quorate: %s\ngubernator: %s\nload: %s\nbucket: %s\n", m.Quorate, m.Gubernator, m.Load, m.Bucket)
 }
 
 func fmtP50P99(s BenchSummary) string {
 	return fmt.Sprintf("%.2f / %.2f", s.LatencyMs["p50"], s.LatencyMs["p99"])
 }
 
-// compareNotes lists what went wrong in the runs: errors, and denials
-// (which mean the two sides did not do the same work).
+// gubernatorCells are a row's Gubernator decisions/s, Quorate/Gubernator
+// ratio and p50/p99: "not installed" when no gubernator was found, "—" in
+// the rows Gubernator has no counterpart in (durable Redis).
+func gubernatorCells(s CompareRowOut, m machineInfo) [3]string {
+	switch {
+	case s.Gubernator != nil:
+		g := *s.Gubernator
+		return [3]string{fmt.Sprintf("%.0f", g.DecisionsPerSecond), fmt.Sprintf("%.2f", s.GubernatorRatio), fmtP50P99(g)}
+	case m.Gubernator == gubernatorNotInstalled && !strings.Contains(s.Scenario, "durable"):
+		return [3]string{"not installed", "—", "—"}
+	}
+	return [3]string{"—", "—", "—"}
+}
+
+// compareGapNoteAfter is the longest gap between answers a run may have
+// without a note: a longer one means the system stalled (an election, a
+// pause) during the run.
+const compareGapNoteAfter = time.Second
+
+// compareNotes lists what went wrong in the runs: errors, denials (which
+// mean the sides did not do the same work) and stalls (a longest gap
+// between answers of compareGapNoteAfter or more).
 func compareNotes(r CompareResult) []string {
 	var notes []string
 	seen := map[string]bool{}
 	for _, s := range r.Scenarios {
-		for _, side := range []struct {
+		sides := []struct {
 			name string
 			sum  BenchSummary
-		}{{"Quorate", s.Quorate}, {"Redis", s.Redis}} {
+		}{{"Quorate", s.Quorate}, {"Redis", s.Redis}}
+		if s.Gubernator != nil {
+			sides = append(sides, struct {
+				name string
+				sum  BenchSummary
+			}{"Gubernator", *s.Gubernator})
+		}
+		for _, side := range sides {
 			key := fmt.Sprintf("%s %d %d %s", side.name, side.sum.Workers, side.sum.Batch, s.Scenario)
 			if seen[key] {
 				continue
 			}
 			seen[key] = true
-			if len(side.sum.Errors) > 0 || len(side.sum.ItemErrors) > 0 || side.sum.Denied > 0 {
-				notes = append(notes, fmt.Sprintf("note: %s: %s side: failed calls %s; failed requests %s; denied %d",
-					s.Scenario, side.name, fmtCounts(side.sum.Errors), fmtCounts(side.sum.ItemErrors), side.sum.Denied))
+			gap := ""
+			if g := side.sum.LongestGapMs; g != nil && *g >= float64(compareGapNoteAfter.Milliseconds()) && side.sum.LongestGapAtS != nil {
+				gap = fmt.Sprintf("; no answer for %.0f ms from %.1fs into the run", *g, *side.sum.LongestGapAtS)
+			}
+			if len(side.sum.Errors) > 0 || len(side.sum.ItemErrors) > 0 || side.sum.Denied > 0 || gap != "" {
+				notes = append(notes, fmt.Sprintf("note: %s: %s side: failed calls %s; failed requests %s; denied %d%s",
+					s.Scenario, side.name, fmtCounts(side.sum.Errors), fmtCounts(side.sum.ItemErrors), side.sum.Denied, gap))
 			}
 		}
 	}
@@ -76,9 +108,10 @@ type machineInfo struct {
 	Kernel     string `json:"kernel"`
 	Go         string `json:"go"`
 	Redis      string `json:"redis"`
-	Build      string `json:"build"`    // this binary's VCS revision, "(modified)" when built from a dirty tree
-	Quorate    string `json:"quorate"`  // the cluster: nodes, data groups, how it runs
-	LoadAvg    string `json:"load_avg"` // /proc/loadavg before the runs: other work on the machine
+	Gubernator string `json:"gubernator"` // its cluster and version, or that it is not installed
+	Build      string `json:"build"`      // this binary's VCS revision, "(modified)" when built from a dirty tree
+	Quorate    string `json:"quorate"`    // the cluster: nodes, data groups, how it runs
+	LoadAvg    string `json:"load_avg"`   // /proc/loadavg before the runs: other work on the machine
 	Date       string `json:"date"`
 	Command    string `json:"command"`
 	DataDir    string `json:"data_dir"`
@@ -221,13 +254,15 @@ func benchmarksSection(r CompareResult) string {
 	var b strings.Builder
 	m := r.Machine
 	fmt.Fprintln(&b, benchSectionBegin)
-	fmt.Fprintf(&b, "## Quorate vs Redis, %s\n\n", m.Date)
+	fmt.Fprintf(&b, "## Quorate vs Redis vs Gubernator, %s\n\n", m.Date)
 	fmt.Fprintf(&b, "`%s`\n\n", m.Command)
-	fmt.Fprintln(&b, "| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Quorate p50 / p99 ms | Redis p50 / p99 ms |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(&b, "| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Gubernator decisions/s | Quorate/Gubernator "+
+		"| Quorate p50 / p99 ms | Redis p50 / p99 ms | Gubernator p50 / p99 ms |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range r.Scenarios {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
-			s.Ratio, fmtP50P99(s.Quorate), fmtP50P99(s.Redis))
+		g := gubernatorCells(s, m)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
+			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
 	if notes := compareNotes(r); len(notes) > 0 {
 		fmt.Fprintln(&b)
@@ -244,6 +279,7 @@ func benchmarksSection(r CompareResult) string {
 		{"kernel", m.Kernel},
 		{"Go", m.Go},
 		{"Redis", m.Redis},
+		{"Gubernator", m.Gubernator},
 		{"Quorate build", m.Build},
 		{"Quorate cluster", m.Quorate},
 		{"load average before", m.LoadAvg},
@@ -260,11 +296,16 @@ func benchmarksSection(r CompareResult) string {
   survives a crash), then a fresh one with `+"`--appendonly yes --appendfsync always`"+` ("durable":
   one fsync per write, on one machine, no replica). Each request is an EVALSHA of the seed's
   token-bucket Lua script (SCRIPT LOAD once); "pipelined N deep" sends N of them per round trip.
+- **Gubernator**: three `+"`gubernator`"+` processes (one per node, on 127.0.0.1, .2 and .3, each
+  under its own host name, joined by memberlist gossip), in memory (nothing survives a restart),
+  default behaviour (requests for keys another node owns are batched and forwarded to it). Each
+  request is one item of a `+"`GetRateLimits`"+` call over gRPC (TOKEN_BUCKET, the Redis bucket's
+  limit and refill time); "GetRateLimits of N" sends N items per call. No row against durable Redis.
 - **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
   groups; every decision is committed to a majority of the three fsynced Raft logs before it is
   answered. Calls rotate over the three nodes, which forward to the key's group leader.
   "AdmitBatch N" is one call of N independent decisions.
-- Same generator for both (`+"`quorate bench`"+`, in the bench process): closed loop, keys drawn
+- Same generator for all (`+"`quorate bench`"+`, in the bench process): closed loop, keys drawn
   independently for every request, fresh keys for every run. Decisions/s counts answered requests;
   latency is per call (a batch or a pipeline is one call). No warm-up.
 `)
@@ -275,8 +316,8 @@ func benchmarksSection(r CompareResult) string {
 // benchmarksHeader starts a new docs/BENCHMARKS.md.
 const benchmarksHeader = `# Benchmarks
 
-Quorate's strict, replicated decisions beside the usual alternative: Redis running a token-bucket
-Lua script. The section below is generated by ` + "`make bench-compare`" + ` (` + "`quorate bench compare\n--write docs/BENCHMARKS.md`" + `), which rewrites it between its markers; it records the machine and
+Quorate's strict, replicated decisions beside the usual alternatives: Redis running a token-bucket
+Lua script, and a Gubernator cluster. The section below is generated by ` + "`make bench-compare`" + ` (` + "`quorate bench compare\n--write docs/BENCHMARKS.md`" + `), which rewrites it between its markers; it records the machine and
 the exact command. The numbers are measurements of that machine at that moment, not promises:
 rerun it on yours.
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +41,20 @@ func TestBenchCompare(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{"bench", "compare", "--duration", "1s", "--workers", "4", "--keys", "100", "--batch", "10",
-		"--dir", filepath.Join(dir, "data"), "--write", file, "-o", "json"}, &stdout, &stderr)
+	args := []string{"bench", "compare", "--duration", "1s", "--workers", "4", "--keys", "100", "--batch", "10",
+		"--dir", filepath.Join(dir, "data"), "--write", file, "-o", "json"}
+	// With the gubernator make bench-compare installs, its columns too.
+	gubernator, err := filepath.Abs(filepath.Join("..", "..", gubernatorDefaultBin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gubernator); err == nil {
+		args = append(args, "--gubernator", gubernator)
+	} else {
+		t.Logf("no gubernator at %s: its columns are checked to say it is not installed", gubernator)
+		gubernator = ""
+	}
+	err = run(ctx, args, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench compare: %v\n%s", err, stderr.String())
 	}
@@ -62,12 +75,19 @@ func TestBenchCompare(t *testing.T) {
 			s.Quorate.Workers != s.Redis.Workers || s.Ratio <= 0 {
 			t.Errorf("%s: sides do not match: %+v", s.Scenario, s)
 		}
+		if wantGubernator := gubernator != "" && !strings.Contains(s.Scenario, "durable"); wantGubernator != (s.Gubernator != nil) {
+			t.Errorf("%s: Gubernator side %+v, want one: %v", s.Scenario, s.Gubernator, wantGubernator)
+		} else if g := s.Gubernator; g != nil && (g.Target != targetGubernator || g.Calls == 0 || g.Denied != 0 || len(g.Errors) != 0 ||
+			len(g.ItemErrors) != 0 || g.Batch != s.Quorate.Batch || g.Workers != s.Quorate.Workers || s.GubernatorRatio <= 0) {
+			t.Errorf("%s: Gubernator side: %+v", s.Scenario, g)
+		}
 	}
 	if r.Scenarios[1].Quorate.Batch != 10 || r.Scenarios[3].Quorate.Workers != 1 {
 		t.Errorf("scenarios: %+v", r.Scenarios)
 	}
 	if r.Machine.CPUs < 1 || r.Machine.Go == "" || !strings.Contains(r.Machine.Redis, "v=") || r.Machine.Command == "" ||
-		!strings.Contains(r.Machine.Quorate, "data groups") {
+		!strings.Contains(r.Machine.Quorate, "data groups") ||
+		gubernator != "" && !strings.Contains(r.Machine.Gubernator, "v2.13.0") || gubernator == "" && r.Machine.Gubernator != gubernatorNotInstalled {
 		t.Errorf("machine description: %+v", r.Machine)
 	}
 
@@ -142,6 +162,9 @@ func TestCompareRows(t *testing.T) {
 	if runs := runsOf(rows, "redis-durable"); len(runs) != 2 {
 		t.Errorf("durable redis runs %v", runs)
 	}
+	if runs := runsOf(rows, targetGubernator); !slices.Equal(runs, []compareRun{{targetGubernator, 64, 1}, {targetGubernator, 64, 100}, {targetGubernator, 1, 1}}) {
+		t.Errorf("gubernator runs %v, want unary, batch and one client", runs)
+	}
 	// With one worker the one-client rows are the first ones.
 	if rows := compareRows(loadOptions{workers: 1, batch: 10}); len(rows) != 3 {
 		t.Errorf("1 worker: %d rows, want 3: %+v", len(rows), rows)
@@ -152,5 +175,157 @@ func TestShellJoin(t *testing.T) {
 	if got, want := shellJoin([]string{"bin/quorate", "bench", "compare", "--write", "docs/BENCHMARKS.md", "a b", "it's"}),
 		`bin/quorate bench compare --write docs/BENCHMARKS.md 'a b' 'it'\''s'`; got != want {
 		t.Errorf("shellJoin: %s, want %s", got, want)
+	}
+}
+
+// fakeCompareRuns gives every run of rows a summary: decisions/s by target
+// (Quorate 1000, Redis 20000, durable Redis 4000, Gubernator 5000) times
+// the batch, latency by target.
+func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]BenchSummary {
+	rate := map[string]float64{targetQuorate: 1000, targetRedis: 20000, "redis-durable": 4000, targetGubernator: 5000}
+	results := map[compareRun]BenchSummary{}
+	for _, target := range []string{targetQuorate, targetRedis, "redis-durable", targetGubernator} {
+		if target == targetGubernator && !withGubernator {
+			continue
+		}
+		for _, run := range runsOf(rows, target) {
+			ms := rate[targetRedis] / rate[target]
+			results[run] = BenchSummary{Target: strings.TrimSuffix(target, "-durable"), Workers: run.workers, Batch: run.batch,
+				DecisionsPerSecond: rate[target] * float64(run.batch), LatencyMs: map[string]float64{"p50": ms, "p99": 2 * ms}}
+		}
+	}
+	return results
+}
+
+// TestCompareReportGubernator checks the table and the markdown section with
+// Gubernator's columns: its rate, Quorate's ratio to it and its latency in
+// the rows it has a run in, "—" in the durable Redis rows, and its version
+// in the machine table.
+func TestCompareReportGubernator(t *testing.T) {
+	rows := compareRows(loadOptions{workers: 64, batch: 100})
+	machine := machineInfo{Gubernator: "3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8)", Date: "today", Command: "quorate bench compare"}
+	r := compareResult(machine, rows, fakeCompareRuns(rows, true))
+	if len(r.Scenarios) != 5 {
+		t.Fatalf("%d scenarios", len(r.Scenarios))
+	}
+	for i, s := range r.Scenarios {
+		durable := strings.Contains(s.Scenario, "durable")
+		if durable != (s.Gubernator == nil) {
+			t.Errorf("%s: Gubernator side %+v", s.Scenario, s.Gubernator)
+			continue
+		}
+		if !durable && (s.GubernatorRatio != 0.2 || s.Gubernator.Workers != s.Quorate.Workers || s.Gubernator.Batch != s.Quorate.Batch) {
+			t.Errorf("row %d %s: ratio %v, Gubernator %+v, Quorate %+v", i, s.Scenario, s.GubernatorRatio, s.Gubernator, s.Quorate)
+		}
+	}
+
+	var text bytes.Buffer
+	writeCompareText(&text, r)
+	lines := strings.Split(text.String(), "\n")
+	for _, want := range []string{"QUORATE/REDIS", "GUBERNATOR/S", "QUORATE/GUBERNATOR", "GUBERNATOR P50/P99 MS"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("header lacks %s: %s", want, lines[0])
+		}
+	}
+	// Row 2: AdmitBatch 100 — Quorate 100000/s, Redis 2000000/s, Gubernator 500000/s.
+	want := []string{"100000", "2000000", "0.05", "500000", "0.20", "20.00", "/", "40.00", "1.00", "/", "2.00", "4.00", "/", "8.00"}
+	if f := strings.Fields(lines[2]); len(f) < len(want) || !slices.Equal(f[len(f)-len(want):], want) {
+		t.Errorf("batch row: %q", lines[2])
+	}
+	if !strings.Contains(lines[3], "durable") || strings.Count(lines[3], "—") != 3 {
+		t.Errorf("durable row should have no Gubernator figures: %q", lines[3])
+	}
+	if !strings.Contains(text.String(), "gubernator: 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0") {
+		t.Errorf("text lacks the Gubernator version:\n%s", text.String())
+	}
+
+	md := benchmarksSection(r)
+	for _, want := range []string{
+		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Gubernator decisions/s | Quorate/Gubernator | Quorate p50 / p99 ms | Redis p50 / p99 ms | Gubernator p50 / p99 ms |",
+		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | 5000 | 0.20 | 20.00 / 40.00 | 1.00 / 2.00 | 4.00 / 8.00 |",
+		"| 64 clients: unary Admit vs durable EVALSHA (appendfsync always) | 1000 | 4000 | 0.25 | — | — | 20.00 / 40.00 | 5.00 / 10.00 | — |",
+		"| Gubernator | 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8) |",
+		"**Gubernator**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("section lacks %q:\n%s", want, md)
+		}
+	}
+
+	// A note names the Gubernator side when it failed or denied.
+	g := *r.Scenarios[0].Gubernator
+	g.Errors, g.Denied = map[string]int64{"unavailable": 3}, 2
+	r.Scenarios[0].Gubernator = &g
+	if notes := compareNotes(r); len(notes) != 1 || !strings.Contains(notes[0], "Gubernator side: failed calls unavailable=3") {
+		t.Errorf("notes: %q", notes)
+	}
+	// So does one when a side stalled: a gap between answers of a second
+	// or more, not less.
+	q := r.Scenarios[3].Quorate
+	gap, at := 999.0, 2.5
+	q.LongestGapMs, q.LongestGapAtS = &gap, &at
+	r.Scenarios[3].Quorate = q
+	if notes := compareNotes(r); len(notes) != 1 {
+		t.Errorf("a 999 ms gap got a note: %q", notes)
+	}
+	gap = 3200
+	if notes := compareNotes(r); len(notes) != 2 || notes[1] != "note: 1 client: unary Admit vs EVALSHA vs GetRateLimits: Quorate side: "+
+		"failed calls none; failed requests none; denied 0; no answer for 3200 ms from 2.5s into the run" {
+		t.Errorf("a 3.2 s gap: notes %q", notes)
+	}
+}
+
+// TestCompareReportWithoutGubernator: with no gubernator binary the columns
+// say it is not installed and how to install it.
+func TestCompareReportWithoutGubernator(t *testing.T) {
+	rows := compareRows(loadOptions{workers: 8, batch: 10})
+	r := compareResult(machineInfo{Gubernator: gubernatorNotInstalled}, rows, fakeCompareRuns(rows, false))
+	for _, s := range r.Scenarios {
+		if s.Gubernator != nil || s.GubernatorRatio != 0 {
+			t.Errorf("%s: Gubernator side without Gubernator: %+v", s.Scenario, s.Gubernator)
+		}
+	}
+	var text bytes.Buffer
+	writeCompareText(&text, r)
+	if got := strings.Count(text.String(), "not installed  "); got != 3 {
+		t.Errorf("%d rows say not installed, want the 3 non-durable ones:\n%s", got, text.String())
+	}
+	md := benchmarksSection(r)
+	for _, want := range []string{"| 8 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | not installed | — |",
+		"| Gubernator | not installed: make bench-compare installs it |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("section lacks %q:\n%s", want, md)
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"gubernator_ratio"`) || strings.Contains(string(b), `"gubernator":{`) {
+		t.Errorf("JSON has Gubernator results without Gubernator: %s", b)
+	}
+}
+
+// TestFindGubernator: --gubernator must exist; without it the Makefile's
+// .cache/bin/gubernator is found, then PATH, else none.
+func TestFindGubernator(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("PATH", filepath.Join(dir, "empty"))
+	if _, err := findGubernator("/nonexistent/gubernator"); err == nil || !strings.Contains(err.Error(), "--gubernator") {
+		t.Errorf("missing --gubernator: %v", err)
+	}
+	if bin, err := findGubernator(""); bin != "" || err != nil {
+		t.Errorf("none installed: %q, %v", bin, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".cache", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, gubernatorDefaultBin)
+	if err := os.WriteFile(want, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if bin, err := findGubernator(""); bin != want || err != nil {
+		t.Errorf("installed by make: %q, %v; want %s", bin, err, want)
 	}
 }

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -328,11 +324,8 @@ func (e redisCallError) benchCode() string {
 // redisServer is a redis-server process this program started, listening on
 // a loopback port.
 type redisServer struct {
-	addr    string
-	cmd     *exec.Cmd
-	log     *lockedBuffer // its output, for error messages
-	exited  chan struct{}
-	waitErr error // set before exited is closed
+	addr string
+	*serverProcess
 }
 
 // startRedisServer starts bin (redis-server) on a free loopback port with
@@ -367,21 +360,15 @@ func tryRedisServer(ctx context.Context, bin, dir string, port int, durable bool
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), log: &lockedBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.CommandContext(ctx, bin, args...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
-	s.cmd.WaitDelay = 10 * time.Second
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startServerProcess(ctx, "redis-server on "+addr, bin, args, nil)
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		s.waitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
+	s := &redisServer{addr: addr, serverProcess: p}
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	defer rdb.Close()
-	err := pollUntil(ctx, time.Now().Add(10*time.Second), s.exited, func(ctx context.Context) (bool, error) {
+	err = pollUntil(ctx, time.Now().Add(10*time.Second), s.exited, func(ctx context.Context) (bool, error) {
 		err := rdb.Ping(ctx).Err()
 		return err == nil, err
 	})
@@ -389,169 +376,4 @@ func tryRedisServer(ctx context.Context, bin, dir string, port int, durable bool
 		return nil, errors.Join(fmt.Errorf("%s %s: no answer to PING: %w: %s", bin, strings.Join(args, " "), err, lastLines(s.log.String(), 5)), s.stop())
 	}
 	return s, nil
-}
-
-// stop asks the server to exit (SIGTERM), waits for it (killing it after
-// 10s) and returns an error if it did not exit cleanly.
-func (s *redisServer) stop() error {
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		t := time.NewTimer(10 * time.Second)
-		defer t.Stop()
-		select {
-		case <-s.exited:
-		case <-t.C:
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
-	if s.waitErr != nil && !errors.Is(s.waitErr, context.Canceled) && !errors.Is(s.waitErr, context.DeadlineExceeded) {
-		return fmt.Errorf("redis-server on %s: %v: %s", s.addr, s.waitErr, lastLines(s.log.String(), 5))
-	}
-	return nil
-}
-
-// pollUntil calls try every 100ms until it reports done (then it returns
-// try's error), the deadline passes (then an error with try's last
-// problem), ctx ends or exited is closed.
-func pollUntil(ctx context.Context, deadline time.Time, exited <-chan struct{}, try func(context.Context) (done bool, problem error)) error {
-	err := pollEvery(ctx, 100*time.Millisecond, 5*time.Second, deadline, exited, try)
-	var st pollStopped
-	if errors.As(err, &st) {
-		return fmt.Errorf("exited: %v", st.problem)
-	}
-	return err
-}
-
-// pollDeadline is pollEvery's error when its deadline passed.
-type pollDeadline struct{ problem error }
-
-func (p pollDeadline) Error() string { return fmt.Sprintf("not done in time: %v", p.problem) }
-func (p pollDeadline) Unwrap() error { return p.problem }
-
-// pollStopped is pollEvery's error when stop was closed.
-type pollStopped struct{ problem error }
-
-func (p pollStopped) Error() string { return fmt.Sprintf("stopped: %v", p.problem) }
-
-// pollEvery calls try (each call bounded by perTry) every interval until it
-// reports done (then it returns try's error), ctx ends, stop is closed
-// (pollStopped) or the deadline passes (pollDeadline); both carry try's
-// last problem. A zero deadline is none; a nil stop is never closed.
-func pollEvery(ctx context.Context, interval, perTry time.Duration, deadline time.Time, stop <-chan struct{},
-	try func(context.Context) (done bool, problem error)) error {
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		expired = timer.C
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		attempt, cancel := context.WithTimeout(ctx, perTry)
-		done, problem := try(attempt)
-		cancel()
-		if done {
-			return problem
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return pollStopped{problem}
-		case <-expired:
-			return pollDeadline{problem}
-		case <-tick.C:
-		}
-	}
-}
-
-// freeLoopbackPortRange returns the first of n consecutive TCP ports on
-// 127.0.0.1 that were free a moment ago.
-func freeLoopbackPortRange(n int) (int, error) {
-	for attempt := 0; attempt < 100; attempt++ {
-		base, err := freeLoopbackPort()
-		if err != nil {
-			return 0, err
-		}
-		ok := base+n-1 <= 65535
-		var lns []net.Listener
-		for i := 1; ok && i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports found on 127.0.0.1", n)
-}
-
-// muteWriter passes the nodes' log lines on to w until muted. Safe for
-// concurrent use.
-type muteWriter struct {
-	mu    sync.Mutex
-	w     io.Writer
-	muted bool
-}
-
-func (m *muteWriter) Write(p []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.muted {
-		return len(p), nil
-	}
-	return m.w.Write(p)
-}
-
-func (m *muteWriter) mute() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.muted = true
-}
-
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment
-// ago.
-func freeLoopbackPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lastLines returns the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// lockedBuffer collects a child process's output; safe for the process's
-// copier and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
