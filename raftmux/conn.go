@@ -1,0 +1,276 @@
+package raftmux
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxQueued is how many bytes of frames a connection's write queue holds
+// before senders wait for the writer (a single larger frame still goes).
+const maxQueued = 8 << 20
+
+var errProtocol = errors.New("raftmux: protocol error")
+
+// conn is a shared connection: dialed (peer set: it sends requests and
+// reads responses) or accepted (peer nil: it reads requests and sends
+// responses). One goroutine reads it, one writes it.
+type conn struct {
+	h    *Hub
+	nc   net.Conn
+	peer *peer
+	born time.Time
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	err       error // why it closed, set before closed is
+
+	wmu     sync.Mutex
+	queue   [][]byte
+	queued  int
+	wake    chan struct{}
+	drained chan struct{} // made by a waiting sender, closed by the writer
+
+	// Dialed side.
+	pmu      sync.Mutex
+	pending  map[uint64]*call
+	nextID   uint64
+	lastRead atomic.Int64 // UnixNano of the last frame read
+
+	// Accepted side: one lane per group and lane kind, touched by the reader.
+	lanes    map[laneKey]*lane
+	inQueued atomic.Int64 // payload bytes waiting in lanes
+}
+
+func newConn(h *Hub, nc net.Conn, p *peer) *conn {
+	c := &conn{
+		h: h, nc: nc, peer: p, born: time.Now(),
+		closed: make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+	}
+	if p != nil {
+		c.pending = make(map[uint64]*call)
+	} else {
+		c.lanes = make(map[laneKey]*lane)
+	}
+	return c
+}
+
+func (c *conn) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeErr is the error the connection closed with.
+func (c *conn) closeErr() error {
+	<-c.closed
+	return c.err
+}
+
+// fail closes the connection and fails every pending call with err.
+func (c *conn) fail(err error) {
+	c.closeOnce.Do(func() {
+		c.err = fmt.Errorf("raftmux: connection to %s closed: %w", c.nc.RemoteAddr(), err)
+		close(c.closed)
+		_ = c.nc.Close()
+		c.pmu.Lock()
+		pend := c.pending
+		c.pending = nil
+		c.pmu.Unlock()
+		for _, cl := range pend {
+			cl.err = c.err
+			close(cl.done)
+		}
+	})
+}
+
+// run reads the connection until it breaks, with its writer alongside.
+func (c *conn) run() {
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	c.fail(err)
+	<-wdone
+}
+
+// enqueue queues the frame b for the writer.
+func (c *conn) enqueue(b []byte) error {
+	c.wmu.Lock()
+	for c.queued > 0 && c.queued+len(b) > maxQueued && !c.isClosed() {
+		if c.drained == nil {
+			c.drained = make(chan struct{})
+		}
+		d := c.drained
+		c.wmu.Unlock()
+		select {
+		case <-d:
+		case <-c.closed:
+		}
+		c.wmu.Lock()
+	}
+	if c.isClosed() {
+		c.wmu.Unlock()
+		return c.closeErr()
+	}
+	c.queue = append(c.queue, b)
+	c.queued += len(b)
+	c.wmu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeLoop drains the queue: each round writes every queued frame
+// through one buffer, so frames queued together (several groups' traffic
+// to the peer) leave in as few writes as the buffer allows.
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, writeBuffer)
+	var spare [][]byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.closed:
+			return
+		}
+		c.wmu.Lock()
+		q := c.queue
+		c.queue, c.queued = spare[:0], 0
+		if c.drained != nil {
+			close(c.drained)
+			c.drained = nil
+		}
+		c.wmu.Unlock()
+		if len(q) == 0 {
+			spare = q
+			continue
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.h.opts.Timeout))
+		for i, b := range q {
+			if _, err := bw.Write(b); err != nil {
+				c.fail(err)
+				return
+			}
+			q[i] = nil
+		}
+		if err := bw.Flush(); err != nil {
+			c.fail(err)
+			return
+		}
+		c.h.counters.framesSent.Add(uint64(len(q)))
+		c.h.counters.writes.Add(1)
+		spare = q
+	}
+}
+
+// readLoop reads frames until the connection breaks or misbehaves.
+func (c *conn) readLoop() error {
+	br := bufio.NewReaderSize(c.nc, readBuffer)
+	armed := false
+	fr := frameReader{r: br, max: c.h.opts.MaxFrame}
+	fr.beforePayload = func(n int) {
+		// A frame's payload must follow its header within the timeout.
+		if br.Buffered() < n {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.h.opts.Timeout))
+			armed = true
+		}
+	}
+	for {
+		f, err := fr.next()
+		if armed {
+			_ = c.nc.SetReadDeadline(time.Time{})
+			armed = false
+		}
+		if err != nil {
+			if c.peer == nil && !errors.Is(err, net.ErrClosed) {
+				c.h.counters.refused.Add(1)
+			}
+			return err
+		}
+		c.h.counters.framesRecv.Add(1)
+		switch {
+		case c.peer != nil && (f.kind == kindResponse || f.kind == kindError):
+			c.lastRead.Store(time.Now().UnixNano())
+			c.complete(f)
+		case c.peer == nil && f.kind.isRequest():
+			c.dispatch(f)
+		default:
+			c.h.counters.refused.Add(1)
+			return fmt.Errorf("%w: unexpected frame kind %#x", errProtocol, f.kind)
+		}
+	}
+}
+
+// call is an RPC sent on a dialed connection, waiting for its response.
+type call struct {
+	done    chan struct{} // closed once kind and payload, or err, are set
+	kind    kind
+	payload []byte
+	err     error
+	sent    time.Time
+}
+
+// start sends the request frame b (its ID is set here) and returns its
+// call.
+func (c *conn) start(b []byte) (*call, uint64, error) {
+	cl := &call{done: make(chan struct{}), sent: time.Now()}
+	c.pmu.Lock()
+	if c.pending == nil {
+		c.pmu.Unlock()
+		return nil, 0, c.closeErr()
+	}
+	c.nextID++
+	id := c.nextID
+	setFrameID(b, id)
+	c.pending[id] = cl
+	c.pmu.Unlock()
+	if err := c.enqueue(b); err != nil {
+		c.abandon(id)
+		return nil, 0, err
+	}
+	return cl, id, nil
+}
+
+// abandon forgets call id (timed out, or its pipeline closed): a response
+// that arrives later is dropped.
+func (c *conn) abandon(id uint64) {
+	c.pmu.Lock()
+	delete(c.pending, id)
+	c.pmu.Unlock()
+}
+
+// timedOut handles a call that got no response in time: when nothing at
+// all came back on the connection since the call went out, the peer is
+// taken for gone and the connection is closed, failing every pending call
+// and making the next one redial.
+func (c *conn) timedOut(id uint64, cl *call) {
+	c.abandon(id)
+	if c.lastRead.Load() < cl.sent.UnixNano() {
+		c.fail(errors.New("no response within the timeout"))
+	}
+}
+
+// complete hands a response frame to its call.
+func (c *conn) complete(f frame) {
+	c.pmu.Lock()
+	cl := c.pending[f.id]
+	delete(c.pending, f.id)
+	c.pmu.Unlock()
+	if cl == nil {
+		return // its caller gave up
+	}
+	cl.kind, cl.payload = f.kind, f.payload
+	close(cl.done)
+}
