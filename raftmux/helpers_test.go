@@ -21,6 +21,20 @@ type testNet struct {
 	mu     sync.Mutex
 	snap   map[raft.ServerAddress]string
 	dialed []net.Conn
+	hubs   []*Hub
+}
+
+// hubAt returns the hub listening on addr.
+func (n *testNet) hubAt(t testing.TB, addr raft.ServerAddress) *Hub {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, h := range n.hubs {
+		if raft.ServerAddress(h.opts.Listener.Addr().String()) == addr {
+			return h
+		}
+	}
+	t.Fatalf("no hub at %s", addr)
+	return nil
 }
 
 func newTestNet(t testing.TB) *testNet {
@@ -66,6 +80,9 @@ func (n *testNet) newHub(opts Options) (*Hub, raft.ServerAddress) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.mu.Lock()
+	n.hubs = append(n.hubs, h)
+	n.mu.Unlock()
 	t.Cleanup(func() { _ = h.Close() })
 	return h, addr
 }
