@@ -1,8 +1,9 @@
 package raftmux
 
 import (
-	"bytes"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
@@ -11,21 +12,32 @@ import (
 // codecs holds the msgpack handles of a Hub: the encoding is the one a
 // raft.NetworkTransport uses by default (time.Time in the format every
 // decoder reads), so every field of raft's structs survives a trip.
+//
+// Encoders and decoders are costly to make and are reused through pools.
 type codecs struct {
-	enc *codec.MsgpackHandle
-	dec *codec.MsgpackHandle
+	encoders *sync.Pool
+	decoders *sync.Pool
 }
 
 func newCodecs() codecs {
 	enc := &codec.MsgpackHandle{}
 	enc.TimeNotBuiltin = true
-	return codecs{enc: enc, dec: &codec.MsgpackHandle{}}
+	dec := &codec.MsgpackHandle{}
+	return codecs{
+		encoders: &sync.Pool{New: func() any { return codec.NewEncoder(io.Discard, enc) }},
+		decoders: &sync.Pool{New: func() any { return codec.NewDecoderBytes([]byte{}, dec) }},
+	}
 }
 
 // encodeFrame returns the frame (request ID left 0) of v.
 func (cs codecs) encodeFrame(group uint32, k kind, id uint64, vs ...interface{}) ([]byte, error) {
 	b := newFrameBuf(group, k, id, 128)
-	enc := codec.NewEncoder(b, cs.enc)
+	enc := cs.encoders.Get().(*codec.Encoder)
+	defer func() {
+		enc.Reset(io.Discard)
+		cs.encoders.Put(enc)
+	}()
+	enc.Reset(b)
 	for _, v := range vs {
 		if err := enc.Encode(v); err != nil {
 			return nil, fmt.Errorf("raftmux: encode: %w", err)
@@ -36,7 +48,12 @@ func (cs codecs) encodeFrame(group uint32, k kind, id uint64, vs ...interface{})
 
 // decode decodes payload into vs in turn.
 func (cs codecs) decode(payload []byte, vs ...interface{}) error {
-	dec := codec.NewDecoder(bytes.NewReader(payload), cs.dec)
+	dec := cs.decoders.Get().(*codec.Decoder)
+	defer func() {
+		dec.ResetBytes([]byte{})
+		cs.decoders.Put(dec)
+	}()
+	dec.ResetBytes(payload)
 	for _, v := range vs {
 		if err := dec.Decode(v); err != nil {
 			return fmt.Errorf("raftmux: decode: %w", err)
