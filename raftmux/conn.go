@@ -10,15 +10,11 @@ import (
 	"time"
 )
 
-// maxQueued is how many bytes of frames a connection's write queue holds
-// before senders wait for the writer (a single larger frame still goes).
-const maxQueued = 8 << 20
-
 var errProtocol = errors.New("raftmux: protocol error")
 
 // conn is a shared connection: dialed (peer set: it sends requests and
 // reads responses) or accepted (peer nil: it reads requests and sends
-// responses). One goroutine reads it, one writes it.
+// responses). One goroutine reads it; senders write it (write.go).
 type conn struct {
 	h    *Hub
 	nc   net.Conn
@@ -29,11 +25,16 @@ type conn struct {
 	closeOnce sync.Once
 	err       error // why it closed, set before closed is
 
-	wmu     sync.Mutex
-	queue   [][]byte
-	queued  int
-	wake    chan struct{}
-	drained chan struct{} // made by a waiting sender, closed by the writer
+	// Writing (write.go).
+	wmu       sync.Mutex
+	queue     [][]byte      // frames waiting to be written
+	queued    int           // their bytes
+	writing   bool          // a goroutine is writing, and drains queue before it stops
+	lingering bool          // linger is armed to write the queue
+	drained   chan struct{} // made by a waiting sender, closed by the writer
+	linger    *time.Timer
+	bw        *bufio.Writer // the writing goroutine's
+	spare     [][]byte      // the writing goroutine's
 
 	// Dialed side.
 	pmu      sync.Mutex
@@ -50,8 +51,10 @@ func newConn(h *Hub, nc net.Conn, p *peer) *conn {
 	c := &conn{
 		h: h, nc: nc, peer: p, born: time.Now(),
 		closed: make(chan struct{}),
-		wake:   make(chan struct{}, 1),
 	}
+	c.bw = bufio.NewWriterSize(nc, writeBuffer)
+	c.linger = time.AfterFunc(time.Hour, c.lingerDone)
+	c.linger.Stop()
 	if p != nil {
 		c.pending = make(map[uint64]*call)
 	} else {
@@ -80,6 +83,7 @@ func (c *conn) fail(err error) {
 	c.closeOnce.Do(func() {
 		c.err = fmt.Errorf("raftmux: connection to %s closed: %w", c.nc.RemoteAddr(), err)
 		close(c.closed)
+		c.linger.Stop()
 		_ = c.nc.Close()
 		c.pmu.Lock()
 		pend := c.pending
@@ -92,87 +96,9 @@ func (c *conn) fail(err error) {
 	})
 }
 
-// run reads the connection until it breaks, with its writer alongside.
+// run reads the connection until it breaks.
 func (c *conn) run() {
-	wdone := make(chan struct{})
-	go func() {
-		defer close(wdone)
-		c.writeLoop()
-	}()
-	err := c.readLoop()
-	c.fail(err)
-	<-wdone
-}
-
-// enqueue queues the frame b for the writer.
-func (c *conn) enqueue(b []byte) error {
-	c.wmu.Lock()
-	for c.queued > 0 && c.queued+len(b) > maxQueued && !c.isClosed() {
-		if c.drained == nil {
-			c.drained = make(chan struct{})
-		}
-		d := c.drained
-		c.wmu.Unlock()
-		select {
-		case <-d:
-		case <-c.closed:
-		}
-		c.wmu.Lock()
-	}
-	if c.isClosed() {
-		c.wmu.Unlock()
-		return c.closeErr()
-	}
-	c.queue = append(c.queue, b)
-	c.queued += len(b)
-	c.wmu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// writeLoop drains the queue: each round writes every queued frame
-// through one buffer, so frames queued together (several groups' traffic
-// to the peer) leave in as few writes as the buffer allows.
-func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, writeBuffer)
-	var spare [][]byte
-	for {
-		select {
-		case <-c.wake:
-		case <-c.closed:
-			return
-		}
-		c.wmu.Lock()
-		q := c.queue
-		c.queue, c.queued = spare[:0], 0
-		if c.drained != nil {
-			close(c.drained)
-			c.drained = nil
-		}
-		c.wmu.Unlock()
-		if len(q) == 0 {
-			spare = q
-			continue
-		}
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.h.opts.Timeout))
-		for i, b := range q {
-			if _, err := bw.Write(b); err != nil {
-				c.fail(err)
-				return
-			}
-			q[i] = nil
-		}
-		if err := bw.Flush(); err != nil {
-			c.fail(err)
-			return
-		}
-		c.h.counters.framesSent.Add(uint64(len(q)))
-		c.h.counters.writes.Add(1)
-		spare = q
-	}
+	c.fail(c.readLoop())
 }
 
 // readLoop reads frames until the connection breaks or misbehaves.
@@ -236,7 +162,7 @@ func (c *conn) start(b []byte) (*call, uint64, error) {
 	setFrameID(b, id)
 	c.pending[id] = cl
 	c.pmu.Unlock()
-	if err := c.enqueue(b); err != nil {
+	if err := c.enqueue(b, kind(b[8]) == kindHeartbeat); err != nil {
 		c.abandon(id)
 		return nil, 0, err
 	}

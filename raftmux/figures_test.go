@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,14 +35,27 @@ func quorateRaftConfig(id int) *raft.Config {
 // benchCluster builds groups × 3 replicas over raftmux ("mux") or one
 // NetworkTransport per replica ("net").
 func benchCluster(tb testing.TB, groups int, kind string) [][]*replica {
+	reps, _ := benchClusterHubs(tb, groups, kind)
+	return reps
+}
+
+func benchClusterHubs(tb testing.TB, groups int, kind string) ([][]*replica, []*Hub) {
 	reps := make([][]*replica, groups)
 	trans := make([][]raft.Transport, groups)
 	var hubs []*Hub
 	var hubAddrs []raft.ServerAddress
 	if kind == "mux" {
 		n := newTestNet(tb)
+		var opts Options
+		if v := os.Getenv("QUORATE_RAFTMUX_LINGER"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			opts.Linger = d
+		}
 		for range 3 {
-			h, a := n.newHub(Options{})
+			h, a := n.newHub(opts)
 			hubs = append(hubs, h)
 			hubAddrs = append(hubAddrs, a)
 		}
@@ -115,7 +129,7 @@ func benchCluster(tb testing.TB, groups int, kind string) [][]*replica {
 		}
 		wg.Wait()
 	})
-	return reps
+	return reps, hubs
 }
 
 // leaders waits until every group has a leader and returns them.
@@ -147,14 +161,19 @@ func cpuTime() time.Duration {
 }
 
 func TestIdleFigures(t *testing.T) {
-	if os.Getenv("QUORATE_RAFTMUX_FIGURES") == "" {
-		t.Skip("set QUORATE_RAFTMUX_FIGURES=1 to measure (about 2 minutes, without -race)")
+	only := os.Getenv("QUORATE_RAFTMUX_FIGURES")
+	if only == "" {
+		t.Skip("set QUORATE_RAFTMUX_FIGURES to all, or to one of net/64, mux/64, net/256, mux/256, to measure (without -race; one per process gives clean heap figures)")
 	}
 	window := 10 * time.Second
 	for _, groups := range []int{64, 256} {
 		for _, kind := range []string{"net", "mux"} {
-			t.Run(fmt.Sprintf("%s/%d", kind, groups), func(t *testing.T) {
-				reps := benchCluster(t, groups, kind)
+			name := fmt.Sprintf("%s/%d", kind, groups)
+			if only != "all" && only != name {
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
+				reps, hubs := benchClusterHubs(t, groups, kind)
 				leaders(t, reps)
 				settle := time.NewTimer(3 * time.Second) // elections' aftermath
 				<-settle.C
@@ -162,10 +181,34 @@ func TestIdleFigures(t *testing.T) {
 				runtime.GC()
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
+				if p := os.Getenv("QUORATE_RAFTMUX_PROFILE"); p != "" {
+					f, err := os.Create(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					if err := pprof.StartCPUProfile(f); err != nil {
+						t.Fatal(err)
+					}
+					defer pprof.StopCPUProfile()
+				}
 				start, c0 := time.Now(), cpuTime()
+				var s0 []Stats
+				for _, h := range hubs {
+					s0 = append(s0, h.Stats())
+				}
 				tick := time.NewTimer(window)
 				<-tick.C
 				cpu, wall := cpuTime()-c0, time.Since(start)
+				var frames, writes uint64
+				for i, h := range hubs {
+					s := h.Stats()
+					frames += s.FramesSent - s0[i].FramesSent
+					writes += s.Writes - s0[i].Writes
+				}
+				if len(hubs) > 0 {
+					t.Logf("%d frames in %d writes (%.1f per write)", frames, writes, float64(frames)/float64(max(writes, 1)))
+				}
 				var ms2 runtime.MemStats
 				runtime.ReadMemStats(&ms2)
 				t.Logf("%s transport, %d groups × 3 replicas: idle CPU %.1f%% of a core (%v in %v), HeapInuse %d MiB after settling, %d MiB at the end, %d goroutines",

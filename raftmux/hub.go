@@ -26,6 +26,10 @@ const (
 	// batch is split across requests (encodeAppend) rather than refused.
 	DefaultMaxFrame = 128 << 20
 
+	// DefaultLinger is Options.Linger's default: far below raft's heartbeat
+	// interval (HeartbeatTimeout/10, 100 ms in Quorate) and its timeouts.
+	DefaultLinger = 5 * time.Millisecond
+
 	// DefaultMaxInFlight is how many AppendEntries a pipeline has
 	// outstanding at most.
 	DefaultMaxInFlight = 64
@@ -67,6 +71,12 @@ type Options struct {
 	// MaxInFlight bounds a pipeline's outstanding AppendEntries
 	// (DefaultMaxInFlight when zero; at least 2).
 	MaxInFlight int
+	// Linger is how long a heartbeat, or a heartbeat's response, may wait
+	// in a connection's queue for other frames to share its write
+	// (DefaultLinger when zero, none when negative). Raft's heartbeats to a
+	// peer are spread over time; lingering lets a node's many groups'
+	// heartbeats leave in few writes. Other frames never wait.
+	Linger time.Duration
 	// RedialBackoff is the first wait after a failed dial before the next
 	// one; it doubles up to MaxRedialBackoff (50 ms and 2 s when zero).
 	RedialBackoff, MaxRedialBackoff time.Duration
@@ -129,6 +139,9 @@ func New(opts Options) (*Hub, error) {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	opts.MaxInFlight = max(opts.MaxInFlight, 2)
+	if opts.Linger == 0 {
+		opts.Linger = DefaultLinger
+	}
 	if opts.RedialBackoff <= 0 {
 		opts.RedialBackoff = 50 * time.Millisecond
 	}

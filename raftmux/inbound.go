@@ -139,11 +139,11 @@ func (c *conn) respond(f frame, resp raft.RPCResponse) {
 		c.refuse(f, err.Error())
 		return
 	}
-	_ = c.enqueue(b)
+	_ = c.enqueue(b, f.kind == kindHeartbeat)
 }
 
 // refuse answers request f with a transport error.
 func (c *conn) refuse(f frame, msg string) {
 	c.h.counters.refused.Add(1)
-	_ = c.enqueue(appendFrame(nil, f.group, kindError, f.id, []byte(msg)))
+	_ = c.enqueue(appendFrame(nil, f.group, kindError, f.id, []byte(msg)), false)
 }
