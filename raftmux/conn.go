@@ -37,10 +37,10 @@ type conn struct {
 	spare     [][]byte      // the writing goroutine's
 
 	// Dialed side.
-	pmu      sync.Mutex
-	pending  map[uint64]*call
-	nextID   uint64
-	lastRead atomic.Int64 // UnixNano of the last frame read
+	pmu     sync.Mutex
+	pending map[uint64]*call
+	nextID  uint64
+	reads   atomic.Uint64 // responses read so far
 
 	// Accepted side: one lane per group and lane kind, touched by the reader.
 	lanes    map[laneKey]*lane
@@ -98,6 +98,9 @@ func (c *conn) fail(err error) {
 
 // run reads the connection until it breaks.
 func (c *conn) run() {
+	if c.peer != nil {
+		go c.sweep()
+	}
 	c.fail(c.readLoop())
 }
 
@@ -128,7 +131,7 @@ func (c *conn) readLoop() error {
 		c.h.counters.framesRecv.Add(1)
 		switch {
 		case c.peer != nil && (f.kind == kindResponse || f.kind == kindError):
-			c.lastRead.Store(time.Now().UnixNano())
+			c.reads.Add(1)
 			c.complete(f)
 		case c.peer == nil && f.kind.isRequest():
 			c.dispatch(f)
@@ -145,13 +148,14 @@ type call struct {
 	kind    kind
 	payload []byte
 	err     error
-	sent    time.Time
+	reads   uint64 // the connection's reads when it was sent
+	age     uint8  // sweeps it has been pending for
 }
 
 // start sends the request frame b (its ID is set here) and returns its
 // call.
 func (c *conn) start(b []byte) (*call, uint64, error) {
-	cl := &call{done: make(chan struct{}), sent: time.Now()}
+	cl := &call{done: make(chan struct{}), reads: c.reads.Load()}
 	c.pmu.Lock()
 	if c.pending == nil {
 		c.pmu.Unlock()
@@ -177,14 +181,45 @@ func (c *conn) abandon(id uint64) {
 	c.pmu.Unlock()
 }
 
-// timedOut handles a call that got no response in time: when nothing at
-// all came back on the connection since the call went out, the peer is
-// taken for gone and the connection is closed, failing every pending call
-// and making the next one redial.
-func (c *conn) timedOut(id uint64, cl *call) {
-	c.abandon(id)
-	if c.lastRead.Load() < cl.sent.UnixNano() {
-		c.fail(errors.New("no response within the timeout"))
+// callSweeps is how many sweeps, Timeout/4 apart, a call may stay
+// pending: it times out between Timeout and 1.25×Timeout after it was sent.
+const callSweeps = 5
+
+var errCallTimeout = errors.New("raftmux: RPC timed out")
+
+// sweep fails the calls pending for too long, every Timeout/4 until the
+// connection closes: one ticker per connection rather than a timer per
+// call. When nothing at all came back on the connection since such a call
+// was sent, the peer is taken for gone and the connection is closed,
+// failing every pending call and making the next one redial.
+func (c *conn) sweep() {
+	tick := time.NewTicker(c.h.opts.Timeout / 4)
+	defer tick.Stop()
+	var expired []*call
+	for {
+		select {
+		case <-tick.C:
+		case <-c.closed:
+			return
+		}
+		expired = expired[:0]
+		c.pmu.Lock()
+		for id, cl := range c.pending {
+			if cl.age++; cl.age >= callSweeps {
+				delete(c.pending, id)
+				expired = append(expired, cl)
+			}
+		}
+		c.pmu.Unlock()
+		dead := false
+		for _, cl := range expired {
+			dead = dead || c.reads.Load() == cl.reads
+			cl.err = errCallTimeout
+			close(cl.done)
+		}
+		if dead {
+			c.fail(errors.New("no response within the timeout"))
+		}
 	}
 }
 

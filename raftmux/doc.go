@@ -38,17 +38,23 @@
 // which raft sees in its request and resumes after.
 //
 // Sending. A caller encodes its frame, registers a call under a new
-// request ID and queues the frame; the connection's writer drains the
-// whole queue through one 64 KiB buffer per round, so what several groups
-// queued while the last write was in flight leaves in one write (the
-// batching that makes hundreds of groups' heartbeats cheap). The queue
-// holds at most 8 MiB before senders wait. The reader completes calls by
-// ID; the caller decodes. A call gives up after Options.Timeout; if nothing
-// at all came back on the connection since it was sent, the peer is taken
-// for gone and the connection is closed. A broken connection fails every
-// pending call at once; the next call redials, at once unless the broken
-// connection was young, and after a failed dial calls fail fast for a
-// backoff that doubles from Options.RedialBackoff.
+// request ID and queues the frame. If no goroutine is writing, the caller
+// becomes the writer: it writes the whole queue through the connection's
+// 64 KiB buffer, again until the queue is empty, so what several groups
+// queue while a write is in flight leaves in the next single write, with
+// no writer goroutine to hand frames to. Heartbeats and their responses
+// are lazy: finding nobody writing, they wait up to Options.Linger
+// (DefaultLinger, 10 ms) for other frames, so that a node's many groups'
+// heartbeats to a peer, which raft spreads over time, share writes; any
+// other frame is written at once with whatever waits. The queue holds at
+// most 8 MiB before senders wait. The reader completes calls by ID; the
+// caller decodes. One sweep per connection every Timeout/4 (not a timer
+// per call) fails calls pending for 1 to 1.25 Options.Timeout; if nothing
+// at all came back on the connection since such a call was sent, the peer
+// is taken for gone and the connection is closed. A broken connection
+// fails every pending call at once; the next call redials, at once unless
+// the broken connection was young, and after a failed dial calls fail
+// fast for a backoff that doubles from Options.RedialBackoff.
 //
 // Serving. The reader of an accepted connection never waits on a group: it
 // queues each request on a lane — per group and connection, one for

@@ -26,9 +26,12 @@ const (
 	// batch is split across requests (encodeAppend) rather than refused.
 	DefaultMaxFrame = 128 << 20
 
-	// DefaultLinger is Options.Linger's default: far below raft's heartbeat
-	// interval (HeartbeatTimeout/10, 100 ms in Quorate) and its timeouts.
-	DefaultLinger = 5 * time.Millisecond
+	// DefaultLinger is Options.Linger's default, for raft's heartbeat
+	// interval of 100–200 ms (HeartbeatTimeout/10 with Quorate's 1 s): a
+	// heartbeat's round trip grows by up to twice the linger, far within
+	// the heartbeat and lease timeouts. With shorter timeouts, set Linger
+	// to about HeartbeatTimeout/100.
+	DefaultLinger = 10 * time.Millisecond
 
 	// DefaultMaxInFlight is how many AppendEntries a pipeline has
 	// outstanding at most.

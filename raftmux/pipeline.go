@@ -1,7 +1,6 @@
 package raftmux
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -103,14 +102,9 @@ func (p *pipeline) decode() {
 }
 
 func (p *pipeline) await(f *appendFuture) error {
-	timer := time.NewTimer(time.Until(f.start.Add(p.t.h.opts.Timeout)))
-	defer timer.Stop()
 	select {
-	case <-f.call.done:
+	case <-f.call.done: // a response, an error, or the timeout (sweep)
 		return p.t.h.codecs.decodeResult(f.call, f.resp)
-	case <-timer.C:
-		p.c.timedOut(f.id, f.call)
-		return errors.New("raftmux: pipelined AppendEntries timed out")
 	case <-p.stop:
 		p.c.abandon(f.id)
 		return raft.ErrPipelineShutdown

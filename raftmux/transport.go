@@ -3,7 +3,6 @@ package raftmux
 import (
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -157,13 +156,8 @@ func (t *Transport) roundTrip(target raft.ServerAddress, b []byte, resp interfac
 	if err != nil {
 		return err
 	}
-	timer := time.NewTimer(t.h.opts.Timeout)
-	defer timer.Stop()
 	select {
-	case <-cl.done:
-	case <-timer.C:
-		c.timedOut(id, cl)
-		return errors.New("raftmux: RPC timed out")
+	case <-cl.done: // a response, an error, or the timeout (sweep)
 	case <-t.shutdown:
 		c.abandon(id)
 		return raft.ErrTransportShutdown
