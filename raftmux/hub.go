@@ -64,8 +64,9 @@ type Options struct {
 	Listener, SnapshotListener net.Listener
 	// Logger gets the hub's errors; nil discards them.
 	Logger hclog.Logger
-	// Timeout bounds each RPC, each dial and each write (DefaultTimeout
-	// when zero). An InstallSnapshot gets Timeout per TimeoutScale bytes.
+	// Timeout bounds each RPC (within 1.25×), each dial and each write
+	// (DefaultTimeout when zero). An InstallSnapshot gets Timeout per
+	// TimeoutScale bytes.
 	Timeout time.Duration
 	// TimeoutScale: see Timeout (raft.DefaultTimeoutScale when zero).
 	TimeoutScale int64
@@ -230,14 +231,20 @@ func (h *Hub) Close() error {
 	for c := range h.inbound {
 		conns = append(conns, c)
 	}
+	peers := make([]*peer, 0, len(h.peers))
 	for _, p := range h.peers {
+		peers = append(peers, p)
+	}
+	h.mu.Unlock()
+	// Not under h.mu: connTo takes p.mu then h.mu. A dial finishing after
+	// this sees h.closed and closes its connection.
+	for _, p := range peers {
 		p.mu.Lock()
 		if p.c != nil {
 			conns = append(conns, p.c)
 		}
 		p.mu.Unlock()
 	}
-	h.mu.Unlock()
 	err := errors.Join(h.opts.Listener.Close(), h.opts.SnapshotListener.Close())
 	for _, c := range conns {
 		c.fail(raft.ErrTransportShutdown)
