@@ -232,3 +232,33 @@ func TestTimeoutClosesSilentConnection(t *testing.T) {
 		return ha.Stats().Dials == 2
 	})
 }
+
+// TestAppendTrimmedToMaxFrame: an AppendEntries larger than the maximum
+// frame goes out as a prefix of its entries, which the request then holds;
+// one entry larger than the maximum is refused.
+func TestAppendTrimmedToMaxFrame(t *testing.T) {
+	cs := newCodecs()
+	req := &raft.AppendEntriesRequest{Term: 2, PrevLogEntry: 9, PrevLogTerm: 2}
+	for i := range 10 {
+		req.Entries = append(req.Entries, &raft.Log{Index: uint64(10 + i), Term: 2, Data: make([]byte, 1024)})
+	}
+	const max = 4096
+	b, err := cs.encodeAppend(1, kindAppendEntries, req, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b)-frameFullHeader > max || len(req.Entries) == 0 || len(req.Entries) >= 10 {
+		t.Fatalf("frame of %d bytes with %d entries, want at most %d bytes and a prefix", len(b), len(req.Entries), max)
+	}
+	got, err := cs.decodeRequest(kindAppendEntries, b[frameFullHeader:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got.(*raft.AppendEntriesRequest).Entries); n != len(req.Entries) || req.Entries[0].Index != 10 {
+		t.Fatalf("sent %d entries, the request holds %d from index %d", n, len(req.Entries), req.Entries[0].Index)
+	}
+	big := &raft.AppendEntriesRequest{Term: 2, Entries: []*raft.Log{{Index: 1, Data: make([]byte, 2*max)}}}
+	if _, err := cs.encodeAppend(1, kindAppendEntries, big, max); !errors.Is(err, errFrameTooLarge) {
+		t.Fatalf("one oversized entry: %v, want errFrameTooLarge", err)
+	}
+}
