@@ -1,6 +1,7 @@
 package raftmux
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ func (t *Transport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAdd
 		inflight: make(chan *appendFuture, n-2),
 		done:     make(chan raft.AppendFuture, n-2),
 		stop:     make(chan struct{}),
+		broken:   make(chan struct{}),
 	}
 	t.pipeMu.Lock()
 	if t.pipes == nil {
@@ -52,13 +54,22 @@ type pipeline struct {
 	done     chan raft.AppendFuture
 	stop     chan struct{}
 	once     sync.Once
+	// broken is closed at a future that failed, is not Success or has a
+	// newer term: raft stops reading the pipeline there, so further sends
+	// fail at once instead of waiting for room that never comes.
+	broken    chan struct{}
+	breakOnce sync.Once
 }
+
+var errPipelineBroken = errors.New("raftmux: pipeline broken by an earlier failure")
 
 // AppendEntries sends one request down the pipeline.
 func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
 	select {
 	case <-p.stop:
 		return nil, raft.ErrPipelineShutdown
+	case <-p.broken:
+		return nil, errPipelineBroken
 	default:
 	}
 	b, err := p.t.h.codecs.encodeAppend(p.t.group, kindAppendEntries, args, p.t.h.opts.MaxFrame)
@@ -74,9 +85,25 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 	select {
 	case p.inflight <- f:
 		return f, nil
+	default:
+	}
+	// Full: wait for room, at most the timeout (by then the oldest
+	// outstanding request has timed out anyway).
+	timer := time.NewTimer(p.t.h.opts.Timeout)
+	defer timer.Stop()
+	select {
+	case p.inflight <- f:
+		return f, nil
 	case <-p.stop:
 		p.c.abandon(f.id)
 		return nil, raft.ErrPipelineShutdown
+	case <-p.broken:
+		p.c.abandon(f.id)
+		return nil, errPipelineBroken
+	case <-timer.C:
+		p.c.abandon(f.id)
+		p.breakOnce.Do(func() { close(p.broken) })
+		return nil, errors.New("raftmux: pipeline stalled: no room within the timeout")
 	}
 }
 
@@ -88,6 +115,10 @@ func (p *pipeline) decode() {
 			f.err = p.await(f)
 			if f.err != nil {
 				*f.resp = raft.AppendEntriesResponse{} // not Success: raft ends the pipeline
+			}
+			if !f.resp.Success || f.resp.Term > f.args.Term {
+				// Raft stops reading the pipeline at such a response.
+				p.breakOnce.Do(func() { close(p.broken) })
 			}
 			close(f.ready)
 			select {
