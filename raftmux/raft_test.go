@@ -238,3 +238,41 @@ func TestSnapshotInstall(t *testing.T) {
 	t.Logf("snapshots sent %d, received %d", sent, recv)
 	_ = fmt.Sprint()
 }
+
+// TestLeaderShutsDownAfterFollowersLeave: once the followers' groups are
+// gone their refusals end raft's pipelines; the leader's replication must
+// not block on the pipeline, or its Shutdown would never return.
+func TestLeaderShutsDownAfterFollowersLeave(t *testing.T) {
+	tc := &testCluster{t: t, net: newTestNet(t)}
+	for range 3 {
+		h, a := tc.net.newHub(Options{Timeout: 2 * time.Second, MaxInFlight: 2})
+		tc.hubs = append(tc.hubs, h)
+		tc.addrs = append(tc.addrs, a)
+	}
+	tc.reps = [][]*replica{make([]*replica, 3)}
+	for i := range 3 {
+		tc.start(0, i, nil, true)
+	}
+	tc.apply(0, 10)
+	l := tc.leader(0)
+	for _, rep := range tc.reps[0] {
+		if rep != l {
+			if err := rep.r.Shutdown().Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 20 {
+		l.r.Apply([]byte("z"), 0) // keeps the pipelines sending
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = l.r.Shutdown().Error()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader's Shutdown did not return")
+	}
+}
