@@ -34,8 +34,10 @@ const (
 	DefaultLinger = 10 * time.Millisecond
 
 	// DefaultMaxInFlight is how many AppendEntries a pipeline has
-	// outstanding at most.
-	DefaultMaxInFlight = 64
+	// outstanding at most: raft.NetworkTransport's default. More in flight
+	// lets raft send smaller batches more often; with 64, Apply across 16
+	// groups cost 40–60% more CPU per entry on a 2-vCPU machine.
+	DefaultMaxInFlight = 2
 
 	// laneQueue is how many requests one group's lane on one connection
 	// holds before it answers further ones with an overload error.
