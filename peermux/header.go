@@ -57,6 +57,14 @@ const (
 	// ChannelForward is the channel of follower→leader forwarding.
 	ChannelForward uint64 = 1 << 32
 
+	// ChannelRaft carries a node's shared Raft connection to a peer: every
+	// hosted group's RPCs in frames that name the group (package raftmux).
+	ChannelRaft uint64 = 1<<32 + 1
+
+	// ChannelRaftSnapshot carries one InstallSnapshot per connection
+	// (package raftmux), apart from the shared connection.
+	ChannelRaftSnapshot uint64 = 1<<32 + 2
+
 	// muxHeaderTimeout is how long an accepted connection may take to send
 	// its header and the first byte after it (Options.HandshakeTimeout).
 	muxHeaderTimeout = 5 * time.Second
