@@ -43,19 +43,7 @@ func TestAuditListsAdminChanges(t *testing.T) {
 	if _, err := c.Admin(1).UncordonNode(ctx, connect.NewRequest(&quoratev1.UncordonNodeRequest{Id: drained})); err != nil {
 		t.Fatalf("uncordon: %v", err)
 	}
-	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
-		return c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: uint32(moving.Start), End: uint32(moving.End)}))
-	})
-	c.Eventually(t, 30*time.Second, "copying under way", func() error {
-		st, err := planNow(ctx, c, 0, p.GetId())
-		if err != nil {
-			return err
-		}
-		if s := st.GetSteps()[0]; s.GetPhase() != "copying" || s.GetChunks() < 2 {
-			return fmt.Errorf("step %s, %d chunks", s.GetPhase(), s.GetChunks())
-		}
-		return nil
-	})
+	p := startCopyingMove(ctx, t, c, moving)
 	if _, err := c.Admin(2).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: p.GetId()})); err != nil {
 		t.Fatalf("CancelPlan: %v", err)
 	}

@@ -169,8 +169,10 @@ func (n *Node) authorize(ctx context.Context, action access.Action, msg any) err
 		return err
 	}
 	id := identityOf(ctx)
-	if node, ok := certifiedNode(id); ok && (action == access.ActionJoin || action == access.ActionNodeStatus) {
-		return nodeMayCall(node, msg)
+	if action == access.ActionJoin || action == access.ActionNodeStatus {
+		if node, ok := certifiedNode(id); ok {
+			return nodeMayCall(node, msg)
+		}
 	}
 	if err := n.authz.Authorize(id, action, requestPolicies(msg)); err != nil {
 		return err

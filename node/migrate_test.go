@@ -284,6 +284,27 @@ func TestMoveSlotsBackAndForthUnderTraffic(t *testing.T) {
 	}
 }
 
+// startCopyingMove starts a plan moving slots moving from group 1 to group
+// 2 (through node 1) and waits until its copy is under way: two chunks
+// copied, as node 0 sees the plan.
+func startCopyingMove(ctx context.Context, t *testing.T, c *nodetest.Cluster, moving shard.SlotRange) *quoratev1.PlanStatus {
+	t.Helper()
+	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
+		return c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: uint32(moving.Start), End: uint32(moving.End)}))
+	})
+	c.Eventually(t, 30*time.Second, "copying under way", func() error {
+		st, err := planNow(ctx, c, 0, p.GetId())
+		if err != nil {
+			return err
+		}
+		if s := st.GetSteps()[0]; s.GetPhase() != "copying" || s.GetChunks() < 2 {
+			return fmt.Errorf("step %s, %d chunks", s.GetPhase(), s.GetChunks())
+		}
+		return nil
+	})
+	return p
+}
+
 // planNow returns plan id as node via lists it.
 func planNow(ctx context.Context, c *nodetest.Cluster, via int, id uint64) (*quoratev1.PlanStatus, error) {
 	resp, err := c.Admin(via).ListPlans(ctx, connect.NewRequest(&quoratev1.ListPlansRequest{}))
@@ -399,19 +420,7 @@ func TestCancelSlotMoveRollsBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, moving, keys := migrationCluster(t, ctx, 400)
-	p := startPlan(t, c, func(ctx context.Context) (*connect.Response[quoratev1.PlanResponse], error) {
-		return c.Admin(1).MoveSlots(ctx, connect.NewRequest(&quoratev1.MoveSlotsRequest{From: 1, To: 2, Start: uint32(moving.Start), End: uint32(moving.End)}))
-	})
-	c.Eventually(t, 30*time.Second, "copying under way", func() error {
-		st, err := planNow(ctx, c, 0, p.GetId())
-		if err != nil {
-			return err
-		}
-		if s := st.GetSteps()[0]; s.GetPhase() != "copying" || s.GetChunks() < 2 {
-			return fmt.Errorf("step %s, %d chunks", s.GetPhase(), s.GetChunks())
-		}
-		return nil
-	})
+	p := startCopyingMove(ctx, t, c, moving)
 	if _, err := c.Admin(2).CancelPlan(ctx, connect.NewRequest(&quoratev1.CancelPlanRequest{Id: p.GetId()})); err != nil {
 		t.Fatalf("CancelPlan: %v", err)
 	}

@@ -161,18 +161,10 @@ func TestDamagedSnapshotStopsReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const victim = 2
-	spent := int64(0)
+	sc := newSpendCheck(ctx, t, c, "integrity", 100000)
 	admitSome := func(n int) {
 		t.Helper()
-		for k := range n {
-			resp, err := admit(ctx, c, k%2, "integrity", "snap-key", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent++; resp.GetRemaining() != 100000-spent {
-				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 100000-spent)
-			}
-		}
+		sc.admit("snap-key", n, 0, 1)
 	}
 	admitSome(60)
 	c.Eventually(t, 30*time.Second, "a snapshot of group 1 on the victim", func() error {
@@ -299,19 +291,7 @@ func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	spent := map[string]int64{}
-	admitSome := func(key string, n int, on ...int) {
-		t.Helper()
-		for k := range n {
-			resp, err := admit(ctx, c, on[k%len(on)], "integrity", key, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent[key]++; resp.GetRemaining() != 100000-spent[key] {
-				t.Fatalf("%s: remaining %d, want %d", key, resp.GetRemaining(), 100000-spent[key])
-			}
-		}
-	}
+	admitSome := newSpendCheck(ctx, t, c, "integrity", 100000).admit
 	admitSome("k", 1, 0)
 	follower := (groupLeader(t, c, 1) + 1) % 3
 	c.Stop(follower)
@@ -361,18 +341,10 @@ func TestDamagedSnapshotFoundWhileRunning(t *testing.T) {
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	spent := int64(0)
+	sc := newSpendCheck(ctx, t, c, "integrity", 100000)
 	admitSome := func(n int, on ...int) {
 		t.Helper()
-		for k := range n {
-			resp, err := admit(ctx, c, on[k%len(on)], "integrity", "snap-key", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent++; resp.GetRemaining() != 100000-spent {
-				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 100000-spent)
-			}
-		}
+		sc.admit("snap-key", n, on...)
 	}
 	admitSome(1, 0)
 	follower := (groupLeader(t, c, 1) + 1) % 3

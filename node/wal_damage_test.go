@@ -53,19 +53,7 @@ func TestWALDamagedSegmentStopsReplica(t *testing.T) {
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	spent := map[string]int64{}
-	admitSome := func(key string, n int, on ...int) {
-		t.Helper()
-		for k := range n {
-			resp, err := admit(ctx, c, on[k%len(on)], "integrity", key, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent[key]++; resp.GetRemaining() != 100000-spent[key] {
-				t.Fatalf("%s: remaining %d, want %d", key, resp.GetRemaining(), 100000-spent[key])
-			}
-		}
-	}
+	admitSome := newSpendCheck(ctx, t, c, "integrity", 100000).admit
 	const key = "integrity-wal-segment-damaged"
 	admitSome(key, 1, 0)
 	admitSome("k", 20, 0, 1, 2) // entries after the damaged one
@@ -118,18 +106,10 @@ func TestWALTornTailCatchesUp(t *testing.T) {
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	spent := int64(0)
+	sc := newSpendCheck(ctx, t, c, "integrity", 100000)
 	admitSome := func(n int, on ...int) {
 		t.Helper()
-		for k := range n {
-			resp, err := admit(ctx, c, on[k%len(on)], "integrity", "torn", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent++; resp.GetRemaining() != 100000-spent {
-				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 100000-spent)
-			}
-		}
+		sc.admit("torn", n, on...)
 	}
 	admitSome(30, 0, 1, 2)
 	leader := c.Leader(t)
@@ -280,18 +260,10 @@ func TestBoltReplicaStaysBolt(t *testing.T) {
 	applyPolicy(t, c, "kept", 1000, 366*24*time.Hour, 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	spent := int64(0)
+	sc := newSpendCheck(ctx, t, c, "kept", 1000)
 	admitSome := func(n int) {
 		t.Helper()
-		for range n {
-			resp, err := admit(ctx, c, 0, "kept", "k", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spent++; resp.GetRemaining() != 1000-spent {
-				t.Fatalf("remaining %d, want %d", resp.GetRemaining(), 1000-spent)
-			}
-		}
+		sc.admit("k", n)
 	}
 	admitSome(5)
 	c.Stop(0)
