@@ -304,8 +304,8 @@ func DefaultConfig() Config {
 	return Config{
 		APIAddr:             "127.0.0.1:7070",
 		RaftAddr:            "127.0.0.1:7170",
-		HeartbeatTimeout:    1000 * time.Millisecond,
-		ElectionTimeout:     1000 * time.Millisecond,
+		HeartbeatTimeout:    500 * time.Millisecond,
+		ElectionTimeout:     500 * time.Millisecond,
 		LeaderLeaseTimeout:  500 * time.Millisecond,
 		CommitTimeout:       500 * time.Millisecond,
 		RequestTimeout:      5 * time.Second,

@@ -53,6 +53,11 @@ type item struct {
 	forward func(ctx context.Context, p *peerClient) error
 	resp    *quoratev1.AdmitResponse
 
+	// via is this node's replica of the group the item was forwarded for
+	// (nil when it hosts none) and viaLeader the leader it was sent to.
+	via       *group
+	viaLeader string
+
 	err     error // the last attempt's
 	unknown error // the last attempt whose outcome is unknown, if any
 }
@@ -137,6 +142,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
 				it.err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
 			} else {
+				it.via, it.viaLeader = d.g, leaderID
 				remote[addr] = append(remote[addr], it)
 			}
 		}
@@ -201,7 +207,7 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 	case len(queued) == 1:
 		p.admits.Add(queued...)
 	case len(queued) > 1:
-		n.fwd.sendForwards(p, queued)
+		go n.fwd.sendForwards(p, queued)
 	}
 	for _, it := range items {
 		if it.admit == nil {
@@ -210,8 +216,39 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 		}
 		q := queued[0]
 		queued = queued[1:]
-		it.resp, it.err = q.wait(ctx)
+		it.resp, it.err = it.waitForward(ctx, q)
 	}
+}
+
+// errLeaderChanged ends the wait for a forwarded Admit whose group has
+// another leader now.
+var errLeaderChanged = errors.New("the group's leader changed")
+
+// waitForward waits for the answer to the forwarded Admit q, or until this
+// node's replica of the group takes another node than it.viaLeader for the
+// leader: then the outcome is unknown (or, if q was not sent yet, it was
+// certainly not applied), and an item with a request ID is sent to the new
+// leader rather than waiting for a leader that died or is paused.
+func (it *item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
+	if it.via == nil || it.via.leader == nil {
+		return q.wait(ctx)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(it.via.leader.Context(), func() { cancel(errLeaderChanged) })
+	defer stop()
+	if it.via.leaderID() != it.viaLeader {
+		cancel(errLeaderChanged)
+	}
+	resp, err := q.wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wctx), errLeaderChanged) {
+		class := ErrOutcomeUnknown
+		if errors.Is(err, ErrNotProposed) {
+			class = ErrNotProposed
+		}
+		return nil, fmt.Errorf("%w: %v while the request was forwarded to %s", class, errLeaderChanged, it.viaLeader)
+	}
+	return resp, err
 }
 
 // proposal is one command proposed to a group led here, and its outcome.

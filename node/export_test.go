@@ -66,3 +66,9 @@ func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
 // SetWALSegmentBytes sets the size of the WAL segment files of the replicas
 // cfg's node creates.
 func SetWALSegmentBytes(cfg *Config, n int) { cfg.walSegmentBytes = n }
+
+// TransferMetaLeadership makes n, which leads the meta group, hand its
+// leadership to another voter and waits for that.
+func TransferMetaLeadership(n *Node) error {
+	return n.meta.raft.LeadershipTransfer().Error()
+}

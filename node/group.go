@@ -43,6 +43,9 @@ type group struct {
 	// this replica as leader (caughtUp); keyedTerm the term in which one
 	// completed after the cluster wrote keyed request IDs (keyRequestID).
 	caughtUpTerm, keyedTerm atomic.Uint64
+	// leader follows who this replica takes for the leader (forwards to
+	// a leader that is replaced are given up at once).
+	leader *leaderWatch
 }
 
 // removeGroupDir deletes a closed data group replica's directory.
@@ -128,6 +131,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if g.raft, err = g.startRaft(rc, logs, stable, snaps); err != nil {
 		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
 	}
+	g.leader = watchLeader(g.raft)
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
 	g.health.onDamage.Store(&onDamage)
 	return g, nil
@@ -214,6 +218,9 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 // close stops raft without handing off leadership and closes the stores.
 func (g *group) close() error {
 	var errs []error
+	if g.leader != nil {
+		g.leader.stop(g.raft)
+	}
 	if g.raft != nil {
 		errs = append(errs, g.raft.Shutdown().Error())
 	}
