@@ -224,13 +224,16 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 // another leader now.
 var errLeaderChanged = errors.New("the group's leader changed")
 
-// waitForward waits for the answer to the forwarded Admit q, or until this
-// node's replica of the group takes another node than it.viaLeader for the
-// leader: then the outcome is unknown (or, if q was not sent yet, it was
-// certainly not applied), and an item with a request ID is sent to the new
-// leader rather than waiting for a leader that died or is paused.
+// waitForward waits for the answer to the forwarded Admit q. An item with a
+// request ID waits only until this node's replica of the group takes
+// another node than it.viaLeader for the leader: then the outcome is
+// unknown (or, if q was not sent yet, it was certainly not applied), and
+// the item is sent to the new leader, whose answer is the first one's,
+// rather than waiting for a leader that died or is paused.
 func (it *item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
-	if it.via == nil || it.via.leader == nil {
+	if !it.rt.idempotent || it.via == nil || it.via.leader == nil {
+		// Without a request ID a retry could spend twice: the old
+		// leader's answer (or its failure) is the only one to have.
 		return q.wait(ctx)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)

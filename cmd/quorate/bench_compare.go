@@ -61,8 +61,11 @@ func newBenchCompareCmd() *cobra.Command {
 			"Redis and Gubernator the same bucket (capacity 3e6, one token per 100s): nothing\n" +
 			"is denied and every bucket touched stays live. Runs: unary Admit, unpipelined\n" +
 			"EVALSHA and GetRateLimits of one; AdmitBatch of --batch, EVALSHA pipelined\n" +
-			"--batch deep and GetRateLimits of --batch; durable Redis unpipelined; and one\n" +
-			"client of each, for latency. It prints decisions/s of each side, Quorate's ratio\n" +
+			"--batch deep and GetRateLimits of --batch; each side open loop at half its own\n" +
+			"unary figure (latency at half of peak); durable Redis unpipelined; one client of\n" +
+			"each, for latency; and the unary and batch runs again against a cluster of one\n" +
+			"group (--groups 0), for a table of the default topology beside one group. It\n" +
+			"prints decisions/s of each side, Quorate's ratio\n" +
 			"to each and p50/p99 latency per call. Without a gubernator binary the Gubernator\n" +
 			"columns say it is not installed (`make bench-compare` installs it). With --write FILE it writes the\n" +
 			"table and a description of the machine into FILE, replacing the section between\n" +
@@ -105,30 +108,44 @@ func (o compareOptions) validate() error {
 
 // compareRun is one measured run: what was loaded and how.
 type compareRun struct {
-	target  string // "quorate", "redis", "redis-durable" or "gubernator"
+	target  string // "quorate", "quorate-one-group", "redis", "redis-durable" or "gubernator"
 	workers int
 	batch   int
+	// half: open loop at half the calls/s the same target answered in
+	// its closed-loop run of the same workers and batch (run before it).
+	half bool
 }
+
+// targetOneGroup is the Quorate cluster with every key in one group
+// (--groups 0), measured beside the default topology.
+const targetOneGroup = "quorate-one-group"
 
 // compareRow is one line of the table: a Quorate run beside a Redis run and,
 // unless gubernator is the zero run, a Gubernator run.
 type compareRow struct {
 	scenario                   string
 	quorate, redis, gubernator compareRun
+	// oneGroup, when set, is the Quorate run repeated against a cluster
+	// with one group, for the topology table.
+	oneGroup compareRun
 }
 
 // compareRows lists the table's lines for o (without repeats when
 // --workers is 1).
 func compareRows(o loadOptions) []compareRow {
 	w, n := o.workers, o.batch
-	gub := func(w, n int) compareRun { return compareRun{targetGubernator, w, n} }
+	gub := func(w, n int) compareRun { return compareRun{target: targetGubernator, workers: w, batch: n} }
+	run := func(target string, w, n int) compareRun { return compareRun{target: target, workers: w, batch: n} }
+	half := func(target string) compareRun { return compareRun{target: target, workers: w, batch: 1, half: true} }
 	rows := []compareRow{
-		{fmt.Sprintf("%d clients: unary Admit vs EVALSHA vs GetRateLimits", w), compareRun{targetQuorate, w, 1}, compareRun{targetRedis, w, 1}, gub(w, 1)},
+		{fmt.Sprintf("%d clients: unary Admit vs EVALSHA vs GetRateLimits", w), run(targetQuorate, w, 1), run(targetRedis, w, 1), gub(w, 1),
+			run(targetOneGroup, w, 1)},
 		{fmt.Sprintf("%d clients: AdmitBatch %d vs EVALSHA pipelined %d deep vs GetRateLimits of %d", w, n, n, n),
-			compareRun{targetQuorate, w, n}, compareRun{targetRedis, w, n}, gub(w, n)},
-		{fmt.Sprintf("%d clients: unary Admit vs durable EVALSHA (appendfsync always)", w), compareRun{targetQuorate, w, 1}, compareRun{"redis-durable", w, 1}, compareRun{}},
-		{"1 client: unary Admit vs EVALSHA vs GetRateLimits", compareRun{targetQuorate, 1, 1}, compareRun{targetRedis, 1, 1}, gub(1, 1)},
-		{"1 client: unary Admit vs durable EVALSHA", compareRun{targetQuorate, 1, 1}, compareRun{"redis-durable", 1, 1}, compareRun{}},
+			run(targetQuorate, w, n), run(targetRedis, w, n), gub(w, n), run(targetOneGroup, w, n)},
+		{fmt.Sprintf("open loop at half of each one's unary figure above (up to %d in flight): unary", w), half(targetQuorate), half(targetRedis), half(targetGubernator), compareRun{}},
+		{fmt.Sprintf("%d clients: unary Admit vs durable EVALSHA (appendfsync always)", w), run(targetQuorate, w, 1), run("redis-durable", w, 1), compareRun{}, compareRun{}},
+		{"1 client: unary Admit vs EVALSHA vs GetRateLimits", run(targetQuorate, 1, 1), run(targetRedis, 1, 1), gub(1, 1), compareRun{}},
+		{"1 client: unary Admit vs durable EVALSHA", run(targetQuorate, 1, 1), run("redis-durable", 1, 1), compareRun{}, compareRun{}},
 	}
 	var out []compareRow
 	seen := map[[3]compareRun]bool{}
@@ -146,7 +163,7 @@ func runsOf(rows []compareRow, target string) []compareRun {
 	var out []compareRun
 	seen := map[compareRun]bool{}
 	for _, r := range rows {
-		for _, run := range []compareRun{r.quorate, r.redis, r.gubernator} {
+		for _, run := range []compareRun{r.quorate, r.redis, r.gubernator, r.oneGroup} {
 			if run.target == target && !seen[run] {
 				seen[run] = true
 				out = append(out, run)
@@ -160,6 +177,9 @@ func runsOf(rows []compareRow, target string) []compareRun {
 type CompareResult struct {
 	Machine   machineInfo     `json:"machine"`
 	Scenarios []CompareRowOut `json:"scenarios"`
+	// Topology sets the default topology's runs beside the same runs
+	// against a cluster with one group.
+	Topology []TopologyRowOut `json:"topology"`
 }
 
 // CompareRowOut is one scenario with its runs' summaries. Gubernator is
@@ -226,6 +246,13 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		load.workers, load.batch = run.workers, run.batch
 		load.label = fmt.Sprintf("bench compare: %s, %d clients, batch %d", run.target, run.workers, run.batch)
 		load.keyPrefix = fmt.Sprintf("%s-%dw-%db-", run.target, run.workers, run.batch)
+		if run.half {
+			peak := run
+			peak.half = false
+			load.rate = max(1, int(results[peak].PerSecond/2))
+			load.label = fmt.Sprintf("bench compare: %s, open loop at %d calls/s", run.target, load.rate)
+			load.keyPrefix = fmt.Sprintf("%s-half-", run.target)
+		}
 		return load
 	}
 	measure := func(target benchTarget, run compareRun) {
@@ -285,19 +312,30 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		return err
 	}
 	machine.Quorate = clusterDesc
-	for _, run := range runsOf(rows, targetQuorate) {
-		tr, err := tlsFlags{}.transport(run.workers) // the cluster it starts is plaintext, on loopback
-		if err != nil {
-			return errors.Join(err, stop())
+	// measureQuorate runs the runs of target against the cluster at urls.
+	measureQuorate := func(urls []string, target string) error {
+		for _, run := range runsOf(rows, target) {
+			tr, err := tlsFlags{}.transport(run.workers) // the cluster it starts is plaintext, on loopback
+			if err != nil {
+				return err
+			}
+			t := newQuorateTarget(urls, tr, comparePolicy, false, loadOf(run))
+			measure(t, run)
+			t.close()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
-		t := newQuorateTarget(urls, tr, comparePolicy, false, loadOf(run))
-		measure(t, run)
-		t.close()
-		if ctx.Err() != nil {
-			break
-		}
+		return nil
 	}
-	if err := errors.Join(ctx.Err(), stop()); err != nil {
+	if err := errors.Join(measureQuorate(urls, targetQuorate), stop()); err != nil {
+		return err
+	}
+	urls, _, stop, err = startCompareCluster(ctx, quorateBin, filepath.Join(dir, targetOneGroup), 0, stderr)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(measureQuorate(urls, targetOneGroup), stop()); err != nil {
 		return err
 	}
 
@@ -340,6 +378,21 @@ func compareResult(machine machineInfo, rows []compareRow, results map[compareRu
 			}
 		}
 		out.Scenarios = append(out.Scenarios, row)
+	}
+	for _, r := range rows {
+		if r.oneGroup.target == "" {
+			continue
+		}
+		d, one := results[r.quorate], results[r.oneGroup]
+		name := fmt.Sprintf("%d clients: unary Admit", r.oneGroup.workers)
+		if r.oneGroup.batch > 1 {
+			name = fmt.Sprintf("%d clients: AdmitBatch %d", r.oneGroup.workers, r.oneGroup.batch)
+		}
+		row := TopologyRowOut{Scenario: name, Default: d, OneGroup: one}
+		if one.DecisionsPerSecond > 0 {
+			row.Ratio = d.DecisionsPerSecond / one.DecisionsPerSecond
+		}
+		out.Topology = append(out.Topology, row)
 	}
 	return out
 }

@@ -31,6 +31,7 @@ func writeCompareText(w io.Writer, r CompareResult) {
 			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
 	tw.Flush()
+	writeTopologyText(w, r.Topology)
 	for _, line := range compareNotes(r) {
 		fmt.Fprintln(w, line)
 	}
@@ -264,6 +265,10 @@ func benchmarksSection(r CompareResult) string {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
 			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
+	if t := topologySection(r.Topology); t != "" {
+		fmt.Fprintln(&b)
+		fmt.Fprint(&b, t)
+	}
 	if notes := compareNotes(r); len(notes) > 0 {
 		fmt.Fprintln(&b)
 		for _, n := range notes {
@@ -304,7 +309,10 @@ func benchmarksSection(r CompareResult) string {
 - **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
   groups; every decision is committed to a majority of the three fsynced Raft logs before it is
   answered. Calls rotate over the three nodes, which forward to the key's group leader.
-  "AdmitBatch N" is one call of N independent decisions.
+  "AdmitBatch N" is one call of N independent decisions. The topology table repeats the unary
+  and batch runs against a second cluster whose keys all live in one group (`+"`--groups 0`"+`).
+- "Open loop at half": each side gets calls started on a schedule at half the calls/s it
+  answered in its own 64-client unary run, latency counted from each call's scheduled start.
 - Same generator for all (`+"`quorate bench`"+`, in the bench process): closed loop, keys drawn
   independently for every request, fresh keys for every run. Decisions/s counts answered requests;
   latency is per call (a batch or a pipeline is one call). No warm-up.

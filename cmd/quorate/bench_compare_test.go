@@ -62,8 +62,8 @@ func TestBenchCompare(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("bench compare -o json: %v\n%s", err, stdout.String())
 	}
-	if len(r.Scenarios) != 5 {
-		t.Fatalf("%d scenarios, want 5: %+v", len(r.Scenarios), r.Scenarios)
+	if len(r.Scenarios) != 6 {
+		t.Fatalf("%d scenarios, want 6: %+v", len(r.Scenarios), r.Scenarios)
 	}
 	for _, s := range r.Scenarios {
 		for _, side := range []BenchSummary{s.Quorate, s.Redis} {
@@ -82,8 +82,25 @@ func TestBenchCompare(t *testing.T) {
 			t.Errorf("%s: Gubernator side: %+v", s.Scenario, g)
 		}
 	}
-	if r.Scenarios[1].Quorate.Batch != 10 || r.Scenarios[3].Quorate.Workers != 1 {
+	if r.Scenarios[1].Quorate.Batch != 10 || r.Scenarios[4].Quorate.Workers != 1 {
 		t.Errorf("scenarios: %+v", r.Scenarios)
+	}
+	// The half-rate row: each side open loop at half its own unary figure.
+	for _, side := range []BenchSummary{r.Scenarios[2].Quorate, r.Scenarios[2].Redis} {
+		if side.Mode != "open" || side.Rate != max(1, int(r.Scenarios[0].Quorate.PerSecond/2)) && side.Target == "quorate" ||
+			side.Rate != max(1, int(r.Scenarios[0].Redis.PerSecond/2)) && side.Target == "redis" {
+			t.Errorf("half-rate row: %+v (unary row %+v)", side, r.Scenarios[0])
+		}
+	}
+	// The topology table: the default cluster's unary and batch runs beside
+	// a cluster of one group's.
+	if len(r.Topology) != 2 || r.Topology[0].Default.Calls != r.Scenarios[0].Quorate.Calls || r.Topology[1].OneGroup.Batch != 10 {
+		t.Fatalf("topology: %+v", r.Topology)
+	}
+	for _, row := range r.Topology {
+		if one := row.OneGroup; one.Target != "quorate" || one.Calls == 0 || one.Denied != 0 || len(one.Errors) != 0 || row.Ratio <= 0 {
+			t.Errorf("topology %s: one group %+v, ratio %v", row.Scenario, one, row.Ratio)
+		}
 	}
 	if r.Machine.CPUs < 1 || r.Machine.Go == "" || !strings.Contains(r.Machine.Redis, "v=") || r.Machine.Command == "" ||
 		!strings.Contains(r.Machine.Quorate, "data groups") ||
@@ -153,21 +170,33 @@ func TestWriteBenchmarksFile(t *testing.T) {
 
 func TestCompareRows(t *testing.T) {
 	rows := compareRows(loadOptions{workers: 64, batch: 100})
-	if len(rows) != 5 {
-		t.Fatalf("64 workers: %d rows, want 5", len(rows))
+	if len(rows) != 6 {
+		t.Fatalf("64 workers: %d rows, want 6", len(rows))
 	}
-	if runs := runsOf(rows, targetQuorate); len(runs) != 3 {
-		t.Errorf("quorate runs %v, want unary, batch and one client", runs)
+	if runs := runsOf(rows, targetQuorate); len(runs) != 4 {
+		t.Errorf("quorate runs %v, want unary, batch, half rate and one client", runs)
 	}
 	if runs := runsOf(rows, "redis-durable"); len(runs) != 2 {
 		t.Errorf("durable redis runs %v", runs)
 	}
-	if runs := runsOf(rows, targetGubernator); !slices.Equal(runs, []compareRun{{targetGubernator, 64, 1}, {targetGubernator, 64, 100}, {targetGubernator, 1, 1}}) {
-		t.Errorf("gubernator runs %v, want unary, batch and one client", runs)
+	want := []compareRun{{targetGubernator, 64, 1, false}, {targetGubernator, 64, 100, false}, {targetGubernator, 64, 1, true}, {targetGubernator, 1, 1, false}}
+	if runs := runsOf(rows, targetGubernator); !slices.Equal(runs, want) {
+		t.Errorf("gubernator runs %v, want unary, batch, half rate and one client", runs)
+	}
+	// The half-rate run of each target comes after the run it halves.
+	for _, target := range []string{targetQuorate, targetRedis, targetGubernator} {
+		runs := runsOf(rows, target)
+		peak, half := slices.Index(runs, compareRun{target, 64, 1, false}), slices.Index(runs, compareRun{target, 64, 1, true})
+		if peak < 0 || half < peak {
+			t.Errorf("%s runs %v: the half-rate run must follow the closed-loop unary run", target, runs)
+		}
+	}
+	if runs := runsOf(rows, targetOneGroup); !slices.Equal(runs, []compareRun{{targetOneGroup, 64, 1, false}, {targetOneGroup, 64, 100, false}}) {
+		t.Errorf("one-group runs %v, want unary and batch", runs)
 	}
 	// With one worker the one-client rows are the first ones.
-	if rows := compareRows(loadOptions{workers: 1, batch: 10}); len(rows) != 3 {
-		t.Errorf("1 worker: %d rows, want 3: %+v", len(rows), rows)
+	if rows := compareRows(loadOptions{workers: 1, batch: 10}); len(rows) != 4 {
+		t.Errorf("1 worker: %d rows, want 4: %+v", len(rows), rows)
 	}
 }
 
@@ -182,9 +211,9 @@ func TestShellJoin(t *testing.T) {
 // (Quorate 1000, Redis 20000, durable Redis 4000, Gubernator 5000) times
 // the batch, latency by target.
 func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]BenchSummary {
-	rate := map[string]float64{targetQuorate: 1000, targetRedis: 20000, "redis-durable": 4000, targetGubernator: 5000}
+	rate := map[string]float64{targetQuorate: 1000, targetRedis: 20000, "redis-durable": 4000, targetGubernator: 5000, targetOneGroup: 1250}
 	results := map[compareRun]BenchSummary{}
-	for _, target := range []string{targetQuorate, targetRedis, "redis-durable", targetGubernator} {
+	for _, target := range []string{targetQuorate, targetRedis, "redis-durable", targetGubernator, targetOneGroup} {
 		if target == targetGubernator && !withGubernator {
 			continue
 		}
@@ -205,7 +234,7 @@ func TestCompareReportGubernator(t *testing.T) {
 	rows := compareRows(loadOptions{workers: 64, batch: 100})
 	machine := machineInfo{Gubernator: "3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8)", Date: "today", Command: "quorate bench compare"}
 	r := compareResult(machine, rows, fakeCompareRuns(rows, true))
-	if len(r.Scenarios) != 5 {
+	if len(r.Scenarios) != 6 {
 		t.Fatalf("%d scenarios", len(r.Scenarios))
 	}
 	for i, s := range r.Scenarios {
@@ -232,8 +261,8 @@ func TestCompareReportGubernator(t *testing.T) {
 	if f := strings.Fields(lines[2]); len(f) < len(want) || !slices.Equal(f[len(f)-len(want):], want) {
 		t.Errorf("batch row: %q", lines[2])
 	}
-	if !strings.Contains(lines[3], "durable") || strings.Count(lines[3], "—") != 3 {
-		t.Errorf("durable row should have no Gubernator figures: %q", lines[3])
+	if !strings.Contains(lines[4], "durable") || strings.Count(lines[4], "—") != 3 {
+		t.Errorf("durable row should have no Gubernator figures: %q", lines[4])
 	}
 	if !strings.Contains(text.String(), "gubernator: 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0") {
 		t.Errorf("text lacks the Gubernator version:\n%s", text.String())
@@ -244,6 +273,9 @@ func TestCompareReportGubernator(t *testing.T) {
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Gubernator decisions/s | Quorate/Gubernator | Quorate p50 / p99 ms | Redis p50 / p99 ms | Gubernator p50 / p99 ms |",
 		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | 5000 | 0.20 | 20.00 / 40.00 | 1.00 / 2.00 | 4.00 / 8.00 |",
 		"| 64 clients: unary Admit vs durable EVALSHA (appendfsync always) | 1000 | 4000 | 0.25 | — | — | 20.00 / 40.00 | 5.00 / 10.00 | — |",
+		"| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms |",
+		"| 64 clients: unary Admit | 1000 | 1250 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 |",
+		"| 64 clients: AdmitBatch 100 | 100000 | 125000 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 |",
 		"| Gubernator | 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8) |",
 		"**Gubernator**",
 	} {
@@ -261,10 +293,10 @@ func TestCompareReportGubernator(t *testing.T) {
 	}
 	// So does one when a side stalled: a gap between answers of a second
 	// or more, not less.
-	q := r.Scenarios[3].Quorate
+	q := r.Scenarios[4].Quorate
 	gap, at := 999.0, 2.5
 	q.LongestGapMs, q.LongestGapAtS = &gap, &at
-	r.Scenarios[3].Quorate = q
+	r.Scenarios[4].Quorate = q
 	if notes := compareNotes(r); len(notes) != 1 {
 		t.Errorf("a 999 ms gap got a note: %q", notes)
 	}
@@ -287,8 +319,8 @@ func TestCompareReportWithoutGubernator(t *testing.T) {
 	}
 	var text bytes.Buffer
 	writeCompareText(&text, r)
-	if got := strings.Count(text.String(), "not installed  "); got != 3 {
-		t.Errorf("%d rows say not installed, want the 3 non-durable ones:\n%s", got, text.String())
+	if got := strings.Count(text.String(), "not installed  "); got != 4 {
+		t.Errorf("%d rows say not installed, want the 4 non-durable ones:\n%s", got, text.String())
 	}
 	md := benchmarksSection(r)
 	for _, want := range []string{"| 8 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | not installed | — |",

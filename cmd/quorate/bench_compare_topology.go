@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// The topology table of quorate bench compare: the cluster's default data
+// groups beside one group (--groups 0), same runs, same machine. More
+// groups spread leaders and keys over the nodes; on one machine each also
+// costs its own log appends and replication rounds, and this table shows
+// what that costs.
+
+// TopologyRowOut is one run against the default topology and against one
+// group (-o json).
+type TopologyRowOut struct {
+	Scenario string       `json:"scenario"`
+	Default  BenchSummary `json:"default"`
+	OneGroup BenchSummary `json:"one_group"`
+	Ratio    float64      `json:"ratio"` // default decisions/s ÷ one group's
+}
+
+// writeTopologyText prints the topology table.
+func writeTopologyText(w io.Writer, rows []TopologyRowOut) {
+	if len(rows) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPOLOGY\tDEFAULT/S\tONE GROUP/S\tDEFAULT/ONE GROUP\tDEFAULT P50/P99 MS\tONE GROUP P50/P99 MS")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
+			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup))
+	}
+	tw.Flush()
+}
+
+// topologySection is the topology table in Markdown.
+func topologySection(rows []TopologyRowOut) string {
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintln(&b, "Quorate's default topology beside one group (`--groups 0`: every key in the meta group), same runs:")
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s |\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
+			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup))
+	}
+	return b.String()
+}
