@@ -22,7 +22,15 @@ type group struct {
 	id uint32
 }
 
-var _ raft.LogStore = (*group)(nil)
+var (
+	_ raft.LogStore          = (*group)(nil)
+	_ raft.MonotonicLogStore = (*group)(nil)
+)
+
+// IsMonotonic tells Raft that a group's log has no gaps: after installing
+// a snapshot Raft empties it rather than keeping trailing entries below
+// the snapshot, so the next entry may start anywhere.
+func (g *group) IsMonotonic() bool { return true }
 
 // state returns the group's state, creating it. mu held.
 func (g *group) state() *groupState {
