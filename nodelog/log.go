@@ -318,6 +318,10 @@ func (l *Log) write(chunks []chunk) error {
 			if err != nil {
 				return err
 			}
+			if err := zeroFill(f, l.opts.SegmentBytes); err != nil {
+				f.Close()
+				return fmt.Errorf("%s: %w", c.seg.path, err)
+			}
 			l.mu.Lock()
 			c.seg.f = f
 			l.mu.Unlock()
@@ -336,6 +340,20 @@ func (l *Log) write(chunks []chunk) error {
 			if err := l.syncDir(); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// zeroFill writes n zero bytes to the new file f: appends then overwrite
+// written blocks, and their fdatasync has no file size or block
+// allocation to record, only the data. The scan takes zeros after the
+// last record for the end of the segment.
+func zeroFill(f *os.File, n int64) error {
+	zeros := make([]byte, min(n, 1<<20))
+	for off := int64(0); off < n; off += int64(len(zeros)) {
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), n-off)], off); err != nil {
+			return err
 		}
 	}
 	return nil

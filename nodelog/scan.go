@@ -1,6 +1,7 @@
 package nodelog
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,12 +101,16 @@ func (l *Log) replaySegment(s *segment, last bool) error {
 			off += n
 			continue
 		}
+		end := off + nonZeroEnd(data[off:])
+		if end == off {
+			break // the rest of the segment's preallocated zeros
+		}
 		if !last || validAfter(data, off+1) {
 			return &DamagedError{File: s.path, Offset: off, Detail: detail}
 		}
-		l.logger.Warn("nodelog: cutting a torn tail off the last segment (records never acknowledged)",
-			"file", s.path, "offset", off, "bytes", size-off, "detail", detail)
-		if err := s.f.Truncate(off); err != nil {
+		l.logger.Warn("nodelog: zeroing a torn tail of the last segment (records never acknowledged)",
+			"file", s.path, "offset", off, "bytes", end-off, "detail", detail)
+		if _, err := s.f.WriteAt(make([]byte, end-off), off); err != nil {
 			return err
 		}
 		if err := fdatasync(s.f); err != nil {
@@ -135,9 +140,39 @@ func nextRecord(data []byte, off int64) (header, int64, string) {
 	return h, int64(n), ""
 }
 
+// nonZeroEnd returns the length of b without its trailing zero bytes.
+func nonZeroEnd(b []byte) int64 {
+	n := len(b)
+	for n >= 8 && binary.LittleEndian.Uint64(b[n-8:n]) == 0 {
+		n -= 8
+	}
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return int64(n)
+}
+
+// nextNonZero returns the offset of the first non-zero byte of b from
+// off on, or len(b).
+func nextNonZero(b []byte, off int64) int64 {
+	n := int64(len(b))
+	for off+8 <= n && binary.LittleEndian.Uint64(b[off:off+8]) == 0 {
+		off += 8
+	}
+	for off < n && b[off] == 0 {
+		off++
+	}
+	return off
+}
+
 // validAfter reports whether a valid record starts anywhere from off on.
+// A record's length is not zero, so runs of zeros are skipped.
 func validAfter(data []byte, off int64) bool {
 	for p := off; p+headerLen <= int64(len(data)); p++ {
+		if binary.LittleEndian.Uint32(data[p:p+4]) == 0 {
+			p = max(p, nextNonZero(data, p)-4)
+			continue
+		}
 		if _, _, detail := nextRecord(data, p); detail == "" {
 			return true
 		}
