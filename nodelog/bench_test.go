@@ -19,23 +19,11 @@ import (
 // StoreLogs calls in all; the figures are in doc.go.
 func BenchmarkStoreLogs(b *testing.B) {
 	for _, g := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("nodelog/G=%d", g), func(b *testing.B) {
-			l, err := Open(b.TempDir(), Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			stores := make([]raft.LogStore, g)
-			for i := range stores {
-				if stores[i], err = l.Group(uint32(i + 1)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			before := l.Stats()
-			benchStores(b, stores)
-			after := l.Stats()
-			b.ReportMetric(float64(after.Syncs-before.Syncs)/float64(b.N), "fsyncs/op")
-		})
+		for _, inflight := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("nodelog-inflight%d/G=%d", inflight, g), func(b *testing.B) {
+				benchNodelog(b, g, inflight)
+			})
+		}
 		b.Run(fmt.Sprintf("raftwal/G=%d", g), func(b *testing.B) {
 			dir := b.TempDir()
 			stores := make([]raft.LogStore, g)
@@ -54,6 +42,24 @@ func BenchmarkStoreLogs(b *testing.B) {
 			benchStores(b, stores)
 		})
 	}
+}
+
+func benchNodelog(b *testing.B, g, inflight int) {
+	l, err := Open(b.TempDir(), Options{SyncsInFlight: inflight})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	stores := make([]raft.LogStore, g)
+	for i := range stores {
+		if stores[i], err = l.Group(uint32(i + 1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := l.Stats()
+	benchStores(b, stores)
+	after := l.Stats()
+	b.ReportMetric(float64(after.Syncs-before.Syncs)/float64(b.N), "fsyncs/op")
 }
 
 // benchStores has a goroutine per store append 1-entry batches of about

@@ -23,6 +23,11 @@ type Options struct {
 	// (DefaultSegmentBytes when zero). One StoreLogs call's records never
 	// span two segments, so a segment may end a little larger.
 	SegmentBytes int64
+	// SyncsInFlight is how many commits may be syncing at once (2 when
+	// zero): while one commit's fdatasync runs, the writes queued
+	// meanwhile may start the next rather than wait for it; the disk
+	// may overlap them.
+	SyncsInFlight int
 	// Logger receives what Open repairs (a torn tail cut away). Nil logs
 	// nowhere.
 	Logger hclog.Logger
@@ -87,18 +92,19 @@ type Log struct {
 	// while closing one; taken before mu, never while waiting on cond.
 	filesMu sync.RWMutex
 
-	mu         sync.Mutex
-	cond       *sync.Cond // broadcast when a commit ends
-	groups     map[uint32]*groupState
-	segs       []*segment // ascending id; the last is the active one
-	byID       map[uint32]*segment
-	pending    []chunk
-	seq        uint64 // sequence number of the last queued write
-	durable    uint64 // every write up to this one is synced
-	syncedSeg  uint32 // the newest segment whose checkpoint is synced
-	committing bool
-	err        error // sticky: a failed write makes every later call fail
-	closed     bool
+	mu        sync.Mutex
+	cond      *sync.Cond // broadcast when a commit ends
+	groups    map[uint32]*groupState
+	segs      []*segment // ascending id; the last is the active one
+	byID      map[uint32]*segment
+	pending   []chunk
+	seq       uint64    // sequence number of the last queued write
+	durable   uint64    // every write up to this one is synced
+	syncedSeg uint32    // the newest segment whose checkpoint is synced
+	flights   []*flight // commits under way, oldest first
+	exclusive bool      // a commit opening a segment is under way
+	err       error     // sticky: a failed write makes every later call fail
+	closed    bool
 
 	syncs   atomic.Uint64
 	commits atomic.Uint64
@@ -130,6 +136,9 @@ func segName(id uint32) string { return fmt.Sprintf("%08x.seg", id) }
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
+	}
+	if opts.SyncsInFlight <= 0 {
+		opts.SyncsInFlight = 2
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -264,13 +273,13 @@ func (l *Log) roll() {
 }
 
 // waitDurable returns once write seq is synced, committing queued writes
-// itself whenever no one else is. mu held (released while writing).
+// itself whenever a commit may start. mu held (released while syncing).
 func (l *Log) waitDurable(seq uint64) error {
 	for l.durable < seq {
 		if l.err != nil {
 			return l.err
 		}
-		if !l.committing && len(l.pending) > 0 {
+		if l.mayCommit() {
 			l.commit()
 			continue
 		}
@@ -279,22 +288,74 @@ func (l *Log) waitDurable(seq uint64) error {
 	return nil
 }
 
-// commit writes every pending chunk, one write and one fdatasync per
-// segment touched, and marks them durable. mu held, released meanwhile.
+// flight is a commit under way: the writes queued up to sequence number
+// upto, in chunks.
+type flight struct {
+	upto   uint64
+	chunks []chunk
+	done   bool
+	err    error
+}
+
+func opensSegment(chunks []chunk) bool {
+	return slices.ContainsFunc(chunks, func(c chunk) bool { return c.create })
+}
+
+// mayCommit reports whether a commit of the pending writes may start now:
+// fewer than SyncsInFlight are under way, and a commit that opens a
+// segment runs alone. mu held.
+func (l *Log) mayCommit() bool {
+	if len(l.pending) == 0 || l.exclusive || len(l.flights) >= l.opts.SyncsInFlight {
+		return false
+	}
+	return len(l.flights) == 0 || !opensSegment(l.pending)
+}
+
+// commit writes every pending chunk and syncs it. Commits are written in
+// order, under mu (into the page cache), and their fdatasyncs may
+// overlap; a commit that opens a segment (creating and zero-filling the
+// file) runs alone, outside mu. The writes are durable once their commit
+// and every earlier one are. mu held, released meanwhile.
 func (l *Log) commit() {
-	l.committing = true
-	chunks, upto := l.pending, l.seq
+	f := &flight{upto: l.seq, chunks: l.pending}
 	l.pending = nil
-	l.mu.Unlock()
-	err := l.write(chunks)
-	l.mu.Lock()
-	l.committing = false
-	l.commits.Add(1)
-	if err != nil {
-		l.err = fmt.Errorf("nodelog: write failed, the log refuses writes until reopened: %w", err)
+	l.flights = append(l.flights, f)
+	if opensSegment(f.chunks) {
+		l.exclusive = true
+		l.mu.Unlock()
+		f.err = l.write(f.chunks)
+		l.mu.Lock()
+		l.exclusive = false
 	} else {
-		l.durable = upto
-		for _, c := range chunks {
+		// Only the active segment, created by an earlier commit.
+		for _, c := range f.chunks {
+			if _, err := c.seg.f.WriteAt(c.buf, c.off); err != nil && f.err == nil {
+				f.err = fmt.Errorf("%s: %w", c.seg.path, err)
+			}
+		}
+		if f.err == nil {
+			seg := f.chunks[0].seg
+			l.mu.Unlock()
+			l.syncs.Add(1)
+			if err := fdatasync(seg.f); err != nil {
+				f.err = fmt.Errorf("%s: %w", seg.path, err)
+			}
+			l.mu.Lock()
+		}
+	}
+	f.done = true
+	l.commits.Add(1)
+	for len(l.flights) > 0 && l.flights[0].done {
+		d := l.flights[0]
+		l.flights = l.flights[1:]
+		if d.err != nil && l.err == nil {
+			l.err = fmt.Errorf("nodelog: write failed, the log refuses writes until reopened: %w", d.err)
+		}
+		if l.err != nil {
+			continue
+		}
+		l.durable = d.upto
+		for _, c := range d.chunks {
 			c.seg.written = c.off + int64(len(c.buf))
 			if c.create {
 				l.syncedSeg = c.seg.id
@@ -302,7 +363,7 @@ func (l *Log) commit() {
 		}
 	}
 	l.cond.Broadcast()
-	if err == nil && l.hasDead() {
+	if l.err == nil && l.hasDead() {
 		l.mu.Unlock()
 		l.removeDead()
 		l.mu.Lock()
