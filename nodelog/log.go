@@ -23,7 +23,7 @@ type Options struct {
 	// (DefaultSegmentBytes when zero). One StoreLogs call's records never
 	// span two segments, so a segment may end a little larger.
 	SegmentBytes int64
-	// SyncsInFlight is how many commits may be syncing at once (2 when
+	// SyncsInFlight is how many commits may be syncing at once (1 when
 	// zero): while one commit's fdatasync runs, the writes queued
 	// meanwhile may start the next rather than wait for it; the disk
 	// may overlap them.
@@ -138,7 +138,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts.SegmentBytes = DefaultSegmentBytes
 	}
 	if opts.SyncsInFlight <= 0 {
-		opts.SyncsInFlight = 2
+		opts.SyncsInFlight = 1
 	}
 	logger := opts.Logger
 	if logger == nil {
