@@ -205,8 +205,14 @@ func TestStableStore(t *testing.T) {
 // TestConcurrentGroups has many groups store concurrently, and checks
 // every acknowledged entry after a reopen; their writes share commits.
 func TestConcurrentGroups(t *testing.T) {
+	for _, inflight := range []int{1, 3} {
+		t.Run(fmt.Sprintf("inflight%d", inflight), func(t *testing.T) { concurrentGroups(t, inflight) })
+	}
+}
+
+func concurrentGroups(t *testing.T, inflight int) {
 	dir := t.TempDir()
-	l := openT(t, dir, Options{SegmentBytes: 64 << 10})
+	l := openT(t, dir, Options{SegmentBytes: 64 << 10, SyncsInFlight: inflight})
 	const groups, per = 32, 60
 	var wg sync.WaitGroup
 	errs := make(chan error, groups)
