@@ -102,5 +102,28 @@
 //
 // # Figures
 //
-// FIGURES
+// BenchmarkStoreLogs: G groups each storing 1-entry batches of 200 bytes,
+// synced, concurrently; nodelog (one Log) against a raft-wal WAL per group.
+// fsyncs per StoreLogs counted by the Log and checked with strace -c (a WAL
+// does one fsync per StoreLogs). A 2-vCPU VM with a virtual disk whose
+// sync latency swung 0.25–1.5 ms between runs, shared with other builds
+// (load average 6–10); -benchtime 2s, two or three runs each, two sessions
+// a few minutes apart:
+//
+//	G=1   nodelog  990–1000 entries/s  1 fsync/StoreLogs
+//	      raft-wal 880–920             1
+//	G=8   nodelog  3.4k–4.2k; 8.9k–10.9k   0.22 (4.5 entries a sync)
+//	      raft-wal 4.8k–5.3k; 5.8k–6.6k    1
+//	G=64  nodelog  29.7k–32.4k; 28k–35k    0.031 (32 entries a sync)
+//	      raft-wal 9.9k–11.4k; 7.1k–8.4k   1
+//
+// So: at 64 groups three to four times the entries with a thirtieth of the
+// syncs; at 8 groups a quarter of the syncs, and between 0.7× and 1.7× the
+// entries: this disk overlaps concurrent syncs, which eight WALs use and
+// one commit stream does not (with 8 writers each commit carries about
+// half of them, the others queued for the next). SyncsInFlight 2 let two
+// commits sync at once but split the batches further: 6.7k–7.9k at G=8
+// where one commit stream made 8.9k–10.9k in the same session, the same at
+// G=64 with 1.7× the syncs; hence 1 by default. Take the figures with
+// go test -run '^$' -bench StoreLogs -benchtime 2s ./nodelog/.
 package nodelog

@@ -20,7 +20,8 @@ const DefaultSegmentBytes = 16 << 20
 // Options configure Open.
 type Options struct {
 	// SegmentBytes is the size past which a new segment is started
-	// (DefaultSegmentBytes when zero). One StoreLogs call's records never
+	// (DefaultSegmentBytes when zero, at most 2 GiB); each segment file is
+	// zero-filled to it when created. One StoreLogs call's records never
 	// span two segments, so a segment may end a little larger.
 	SegmentBytes int64
 	// SyncsInFlight is how many commits may be syncing at once (1 when
@@ -115,7 +116,7 @@ type Stats struct {
 	Commits  uint64 // writes of queued records
 	Syncs    uint64 // fdatasync and directory fsync calls
 	Segments int    // segment files
-	Bytes    int64  // bytes in the segment files
+	Bytes    int64  // bytes of records in the segments (each file is zero-filled to SegmentBytes)
 }
 
 // Stats returns the Log's counters.
@@ -137,6 +138,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
 	}
+	// Offsets are 32 bits: a segment may end a StoreLogs call (at most
+	// maxRecordLen) past SegmentBytes.
+	opts.SegmentBytes = min(opts.SegmentBytes, 1<<31)
 	if opts.SyncsInFlight <= 0 {
 		opts.SyncsInFlight = 1
 	}
