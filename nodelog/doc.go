@@ -107,8 +107,9 @@
 // fsyncs per StoreLogs counted by the Log and checked with strace -c (a WAL
 // does one fsync per StoreLogs). A 2-vCPU VM with a virtual disk whose
 // sync latency swung 0.25–1.5 ms between runs, shared with other builds
-// (load average 6–10); -benchtime 2s, two or three runs each, two sessions
-// a few minutes apart:
+// (load average 6–10); -benchtime 2s, two or three runs each, in two
+// sessions a few minutes apart (where two ranges are given: the later
+// session; the earlier one):
 //
 //	G=1   nodelog  990–1000 entries/s  1 fsync/StoreLogs
 //	      raft-wal 880–920             1
