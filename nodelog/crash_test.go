@@ -27,7 +27,8 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestKill9 only")
 	}
-	l, err := Open(dir, Options{SegmentBytes: crashOpts})
+	// Two commits syncing at once: the hardest case for what a crash leaves.
+	l, err := Open(dir, Options{SegmentBytes: crashOpts, SyncsInFlight: 2})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(2)

@@ -268,3 +268,46 @@ func concurrentGroups(t *testing.T, inflight int) {
 		}
 	}
 }
+
+// TestReadWhileAppending reads each group's last entry while it may still
+// be queued or being written: GetLog waits for it rather than read bytes
+// not yet in the file.
+func TestReadWhileAppending(t *testing.T) {
+	l := openT(t, t.TempDir(), Options{SegmentBytes: 16 << 10, SyncsInFlight: 2})
+	defer l.Close()
+	const groups, per = 4, 150
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := uint32(1); g <= groups; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, _ := l.Group(g)
+			for i := uint64(1); i <= per; i++ {
+				if err := s.StoreLog(entry(g, i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	reads := 0
+	for {
+		select {
+		case <-done:
+			t.Logf("%d reads of entries being appended", reads)
+			return
+		default:
+		}
+		for g := uint32(1); g <= groups; g++ {
+			s := groupT(t, l, g)
+			last, _ := s.LastIndex()
+			if last == 0 {
+				continue
+			}
+			checkEntry(t, s, g, last)
+			reads++
+		}
+	}
+}
