@@ -104,6 +104,8 @@ type Log struct {
 	syncedSeg uint32    // the newest segment whose checkpoint is synced
 	flights   []*flight // commits under way, oldest first
 	exclusive bool      // a commit opening a segment is under way
+	spare     *os.File  // the next segment's file, zero-filled ahead (spareFile)
+	spareBusy bool      // a committer is zero-filling the spare
 	err       error     // sticky: a failed write makes every later call fail
 	closed    bool
 
@@ -187,6 +189,13 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	err := l.waitDurable(l.seq)
+	for l.spareBusy {
+		l.cond.Wait()
+	}
+	if l.spare != nil {
+		l.spare.Close()
+		l.spare = nil
+	}
 	l.mu.Unlock()
 	if cerr := l.closeFiles(); err == nil {
 		err = cerr
@@ -372,6 +381,7 @@ func (l *Log) commit() {
 		l.removeDead()
 		l.mu.Lock()
 	}
+	l.prepareSpare()
 }
 
 // write writes chunks in order. A segment is synced before the next one
@@ -379,13 +389,9 @@ func (l *Log) commit() {
 func (l *Log) write(chunks []chunk) error {
 	for i, c := range chunks {
 		if c.create {
-			f, err := os.OpenFile(c.seg.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			f, err := l.createSegment(c.seg.path)
 			if err != nil {
 				return err
-			}
-			if err := zeroFill(f, l.opts.SegmentBytes); err != nil {
-				f.Close()
-				return fmt.Errorf("%s: %w", c.seg.path, err)
 			}
 			l.mu.Lock()
 			c.seg.f = f
@@ -405,20 +411,6 @@ func (l *Log) write(chunks []chunk) error {
 			if err := l.syncDir(); err != nil {
 				return err
 			}
-		}
-	}
-	return nil
-}
-
-// zeroFill writes n zero bytes to the new file f: appends then overwrite
-// written blocks, and their fdatasync has no file size or block
-// allocation to record, only the data. The scan takes zeros after the
-// last record for the end of the segment.
-func zeroFill(f *os.File, n int64) error {
-	zeros := make([]byte, min(n, 1<<20))
-	for off := int64(0); off < n; off += int64(len(zeros)) {
-		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), n-off)], off); err != nil {
-			return err
 		}
 	}
 	return nil

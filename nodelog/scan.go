@@ -39,6 +39,9 @@ func (l *Log) replay() error {
 	if err != nil {
 		return err
 	}
+	if err := os.Remove(filepath.Join(l.dir, spareFile)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
 	// A crash between creating a segment and writing its checkpoint leaves
 	// it empty; the segment before it is then the torn one, if any.
 	for len(ids) > 0 {
