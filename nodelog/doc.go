@@ -39,9 +39,11 @@
 // # Format
 //
 // The log is a directory of segment files, 00000001.seg, 00000002.seg, …,
-// each zero-filled to Options.SegmentBytes (16 MiB) when created so that
-// an append's fdatasync has only data to flush, never a size or a block
-// allocation. Records follow one another from offset 0; zeros after the
+// each zero-filled to Options.SegmentBytes (16 MiB) so that an append's
+// fdatasync has only data to flush, never a size or a block allocation.
+// The next segment is zero-filled ahead (next-segment.tmp, by a committer
+// after its commit once the active segment is half full) and renamed into
+// place when needed, so a rollover does not stall every group's appends. Records follow one another from offset 0; zeros after the
 // last record are the unused rest. A new segment is started when a
 // commit's records would not fit (one StoreLogs call's records are never
 // split, so a segment may end larger). Every record, little-endian:
