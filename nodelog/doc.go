@@ -105,28 +105,27 @@
 // # Figures
 //
 // BenchmarkStoreLogs: G groups each storing 1-entry batches of 200 bytes,
-// synced, concurrently; nodelog (one Log) against a raft-wal WAL per group.
-// fsyncs per StoreLogs counted by the Log and checked with strace -c (a WAL
-// does one fsync per StoreLogs). A 2-vCPU VM with a virtual disk whose
-// sync latency swung 0.25–1.5 ms between runs, shared with other builds
-// (load average 6–10); -benchtime 2s, two or three runs each, in two
-// sessions a few minutes apart (where two ranges are given: the later
-// session; the earlier one):
+// synced, concurrently; nodelog (one Log) against a raft-wal WAL per group
+// (the store a replica has without this package). fsyncs per StoreLogs are
+// counted by the Log and were checked with strace -c, which also showed
+// raft-wal's one fsync per StoreLogs. A 2-vCPU VM with a virtual disk whose
+// sync latency swung between 0.2 and 1.5 ms from minute to minute, shared
+// with other builds (load average 4–8); -benchtime 2s, three runs
+// alternating the two stores:
 //
-//	G=1   nodelog  990–1000 entries/s  1 fsync/StoreLogs
-//	      raft-wal 880–920             1
-//	G=8   nodelog  3.4k–4.2k; 8.9k–10.9k   0.22 (4.5 entries a sync)
-//	      raft-wal 4.8k–5.3k; 5.8k–6.6k    1
-//	G=64  nodelog  29.7k–32.4k; 28k–35k    0.031 (32 entries a sync)
-//	      raft-wal 9.9k–11.4k; 7.1k–8.4k   1
+//	        nodelog entries/s   fsyncs/StoreLogs   raft-wal entries/s
+//	G=1     4.2k  2.2k  4.9k    1                  4.3k  4.7k  4.8k
+//	G=8     8.4k 13.0k  5.0k    0.225 (4.4 a sync)  11.2k  8.1k  8.0k
+//	G=64    74k   45k   53k     0.032 (31 a sync)   10.1k  7.5k  9.7k
 //
-// So: at 64 groups three to four times the entries with a thirtieth of the
-// syncs; at 8 groups a quarter of the syncs, and between 0.7× and 1.7× the
-// entries: this disk overlaps concurrent syncs, which eight WALs use and
-// one commit stream does not (with 8 writers each commit carries about
-// half of them, the others queued for the next). SyncsInFlight 2 let two
-// commits sync at once but split the batches further: 6.7k–7.9k at G=8
-// where one commit stream made 8.9k–10.9k in the same session, the same at
-// G=64 with 1.7× the syncs; hence 1 by default. Take the figures with
+// So: one group as fast as its own WAL; eight groups about as fast as
+// eight WALs (0.6× to 1.6×, the disk's mood) with a quarter of the syncs;
+// 64 groups five to seven times as fast with a thirtieth of them. At G=8
+// the disk overlaps eight WALs' concurrent syncs, and one commit stream
+// carries only about half the writers each time (the others queue for the
+// next). SyncsInFlight 2 lets two commits sync at once but splits the
+// batches further: in one session 6.3k and 3.5k at G=8 where 1 made 8.4k
+// and 5.4k, and at G=64 35k and 31k against 43k and 32k with twice the
+// syncs; hence 1 by default. Take the figures with
 // go test -run '^$' -bench StoreLogs -benchtime 2s ./nodelog/.
 package nodelog
