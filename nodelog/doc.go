@@ -25,7 +25,8 @@
 // StoreLogs, DeleteRange and DropGroup encode their records, and under the
 // Log's mutex check them against the group, update the in-memory index and
 // queue the bytes at the end of the active segment. Then the caller waits
-// until its records are synced. A caller that finds queued bytes and no
+// until its records are synced (meanwhile LastIndex already counts them,
+// and a GetLog of one waits until it is written). A caller that finds queued bytes and no
 // commit it must wait for becomes the committer: it takes everything
 // queued, writes it with one write and one fdatasync, marks it durable,
 // and returns once its own records are; writes queued meanwhile are
