@@ -37,6 +37,9 @@ type controller struct {
 	meta *group
 	// replicas are the hosted data replicas, opened and closed here.
 	replicas *dataGroups
+	// shared is the node's shared Raft log: a removed replica's entries in
+	// it are dropped.
+	shared *sharedLogs
 	// open opens (or creates) a replica's stores and starts its raft.
 	open func(id shard.GroupID, boot []raft.Server) (*group, error)
 	// req is the request path: entries are proposed, and calls made on a
@@ -102,6 +105,7 @@ func newController(n *Node) *controller {
 		self:     self,
 		meta:     n.meta,
 		replicas: &n.groups,
+		shared:   &n.shared,
 		open: func(id shard.GroupID, boot []raft.Server) (*group, error) {
 			return n.openGroup(id, boot, n.groups.hlog)
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -207,7 +208,7 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 	case len(queued) == 1:
 		p.admits.Add(queued...)
 	case len(queued) > 1:
-		go n.fwd.sendForwards(p, queued)
+		go n.fwd.sendForwards(p, slices.Clone(queued)) // sendForwards reuses its slice
 	}
 	for _, it := range items {
 		if it.admit == nil {

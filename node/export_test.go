@@ -67,6 +67,10 @@ func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
 // cfg's node creates.
 func SetWALSegmentBytes(cfg *Config, n int) { cfg.walSegmentBytes = n }
 
+// SetSharedSegmentBytes sets the size of the segment files of the shared
+// log of cfg's node.
+func SetSharedSegmentBytes(cfg *Config, n int) { cfg.sharedSegmentBytes = n }
+
 // TransferMetaLeadership makes n, which leads the meta group, hand its
 // leadership to another voter and waits for that.
 func TransferMetaLeadership(n *Node) error {

@@ -87,18 +87,18 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	bolt := g.usesBolt(n.cfg.LogStore)
-	first, last, err := g.openLogStore(bolt, n.cfg, hlog)
+	kind := g.storeKind(n.cfg.LogStore)
+	first, last, err := n.openLogStore(g, kind, hlog)
 	if err != nil {
 		return nil, err
 	}
-	logFile, stableFile := g.storeFiles(bolt)
+	logFile, stableFile := g.storeFiles(kind, n.shared.dir)
 	g.log = &checkedLog{store: g.store, file: logFile, health: &g.health,
 		damaged: func(index uint64, detail string) *DamagedError {
-			if bolt {
-				return g.damaged(logFile, detail)
+			if kind == storeWAL {
+				return g.damaged(g.segmentOf(index), detail)
 			}
-			return g.damaged(g.segmentOf(index), detail)
+			return g.damaged(logFile, detail)
 		}}
 	logs, err := raft.NewLogCache(1024, g.log)
 	if err != nil {
@@ -113,7 +113,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
-	if !bolt {
+	if kind != storeBolt {
 		if err := g.dropLogBehindSnapshot(snaps, first, last); err != nil {
 			return nil, err
 		}
@@ -137,11 +137,21 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	return g, nil
 }
 
-// openLogStore opens the replica's log store, a bolt file or a WAL, after
-// (or while) checking every entry of it; it returns where the log's last run
-// of consecutive entries starts, and its last index.
-func (g *group) openLogStore(bolt bool, cfg Config, hlog hclog.Logger) (first, last uint64, err error) {
-	if !bolt {
+// openLogStore opens g's log store, a bolt file, a WAL or its view of the
+// node's shared log, after (or while) checking every entry of it; it
+// returns where the log's last run of consecutive entries starts, and its
+// last index.
+func (n *Node) openLogStore(g *group, kind storeKind, hlog hclog.Logger) (first, last uint64, err error) {
+	cfg := n.cfg
+	switch kind {
+	case storeShared:
+		s, first, last, err := g.openShared(&n.shared, hlog)
+		if err != nil {
+			return 0, 0, err
+		}
+		g.store = s
+		return first, last, nil
+	case storeWAL:
 		w, first, last, err := g.openWAL(cfg.DataDir, cfg.walSegmentBytes, hlog)
 		if err != nil {
 			return 0, 0, err

@@ -42,6 +42,7 @@ type Node struct {
 	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
 	meta        *group         // the meta group (with no data groups, it holds the data too)
 	groups      dataGroups
+	shared      sharedLogs // the shared Raft log of the replicas that use one (--log-store shared)
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
@@ -87,6 +88,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
 		return nil, err
 	}
+	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
 	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
@@ -417,6 +419,7 @@ func (n *Node) closeResources() error {
 	if n.meta != nil {
 		errs = append(errs, n.meta.close())
 	}
+	errs = append(errs, n.shared.close())
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())
 	}

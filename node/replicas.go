@@ -243,7 +243,7 @@ func (c *controller) closeUnplaced(m shard.Map) {
 		delete(c.pace, g.id)
 		err := g.close()
 		if err == nil {
-			err = removeGroupDir(g.dir)
+			err = errors.Join(c.shared.drop(uint32(g.id)), removeGroupDir(g.dir))
 		}
 		c.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
 	}

@@ -48,7 +48,7 @@ func segmentHolding(tb testing.TB, dir string, needle []byte) string {
 // deleting the replica's directory brings it back.
 func TestWALDamagedSegmentStopsReplica(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
-		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+		cfg.DataGroups, cfg.ExpectNodes, cfg.LogStore = 1, 3, node.LogStoreWAL
 	}})
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -102,7 +102,7 @@ func TestWALDamagedSegmentStopsReplica(t *testing.T) {
 // last segment cut inside its last record: the node starts with the
 // entries before it, raft catches it up, and every answer stays right.
 func TestWALTornTailCatchesUp(t *testing.T) {
-	c := nodetest.NewCluster(t, 3)
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: walStore})
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -139,12 +139,22 @@ func TestWALTornTailCatchesUp(t *testing.T) {
 	admitSome(5, victim)
 }
 
+// walStore makes a node create its replicas with a WAL each.
+func walStore(_ int, cfg *node.Config) { cfg.LogStore = node.LogStoreWAL }
+
 // Nodes killed while they admit lose no acknowledged decision: after every
 // node of the cluster is killed at once, mid-traffic, and restarted, the
-// key has spent at least every allowed answer that reached a client.
-func TestWALKilledWhileAdmittingLosesNothing(t *testing.T) {
+// key has spent at least every allowed answer that reached a client. With
+// a WAL per replica, and with the node's shared log.
+func TestKilledWhileAdmittingLosesNothing(t *testing.T) {
+	for _, store := range []string{node.LogStoreWAL, node.LogStoreShared} {
+		t.Run(store, func(t *testing.T) { killedWhileAdmitting(t, store) })
+	}
+}
+
+func killedWhileAdmitting(t *testing.T, store string) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
-		cfg.DataGroups, cfg.ExpectNodes = 1, 3
+		cfg.DataGroups, cfg.ExpectNodes, cfg.LogStore = 1, 3, store
 	}})
 	const limit = 100000
 	applyPolicy(t, c, "kill", limit, 366*24*time.Hour, limit)
@@ -218,6 +228,7 @@ func TestWALDataDirBounded(t *testing.T) {
 	const segment = 64 << 10
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
 		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 16
+		cfg.LogStore = node.LogStoreWAL
 		node.SetWALSegmentBytes(cfg, segment)
 	}})
 	applyPolicy(t, c, "bounded", 1_000_000, 366*24*time.Hour, 1_000_000)
@@ -253,7 +264,7 @@ func TestWALDataDirBounded(t *testing.T) {
 }
 
 // A replica created with the bolt store stays bolt when its node restarts
-// with the WAL as --log-store (the default), its state intact
+// with the WAL as --log-store, its state intact
 // (TestReplicaKeepsItsStore: a new replica takes --log-store).
 func TestBoltReplicaStaysBolt(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: boltStore})

@@ -57,24 +57,15 @@ type replicaStore interface {
 // walDir is where a WAL replica keeps its segments and meta file.
 func (g *group) walDir() string { return filepath.Join(g.dir, walDirName) }
 
-// usesBolt reports whether the replica keeps its log in a bolt file: one
-// whose directory holds raft.db already, or a new one when choice (the
-// node's --log-store) is bolt. A directory with a WAL stays a WAL.
-func (g *group) usesBolt(choice string) bool {
-	if _, err := os.Stat(g.boltPath()); err == nil {
-		return true
-	}
-	if _, err := os.Stat(g.walDir()); err == nil {
-		return false
-	}
-	return choice == LogStoreBolt
-}
-
 // storeFiles are the replica's store files its write errors name: the bolt
-// file, or the WAL's directory and meta file.
-func (g *group) storeFiles(bolt bool) (log, stable string) {
-	if bolt {
+// file, the WAL's directory and meta file, or the node's shared log
+// (sharedDir) and its stable store.
+func (g *group) storeFiles(kind storeKind, sharedDir string) (log, stable string) {
+	switch kind {
+	case storeBolt:
 		return g.boltPath(), g.boltPath()
+	case storeShared:
+		return sharedDir, filepath.Join(sharedDir, "stable.db")
 	}
 	return g.walDir(), filepath.Join(g.walDir(), walMetaFile)
 }

@@ -271,24 +271,34 @@ func TestWALLogBehindSnapshotIsDropped(t *testing.T) {
 }
 
 // A directory holding raft.db stays a bolt replica whatever --log-store
-// says, one holding a WAL stays a WAL, and a new one takes --log-store.
+// says, one holding a WAL stays a WAL, one marked as in the shared log
+// stays there, and a new one takes --log-store.
 func TestReplicaKeepsItsStore(t *testing.T) {
 	g := &group{id: 3, dir: t.TempDir()}
-	if !g.usesBolt(LogStoreBolt) || g.usesBolt(LogStoreWAL) || g.usesBolt("") {
-		t.Fatal("a new replica does not take --log-store")
+	for choice, want := range map[string]storeKind{LogStoreBolt: storeBolt, LogStoreWAL: storeWAL, "": storeWAL, LogStoreShared: storeShared} {
+		if got := g.storeKind(choice); got != want {
+			t.Fatalf("a new replica with --log-store %q: store %d, want %d", choice, got, want)
+		}
 	}
 	if err := os.WriteFile(g.boltPath(), nil, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if !g.usesBolt(LogStoreWAL) {
-		t.Fatal("a replica with raft.db opened as a WAL")
+	if g.storeKind(LogStoreWAL) != storeBolt || g.storeKind(LogStoreShared) != storeBolt {
+		t.Fatal("a replica with raft.db opened as another store")
 	}
 	g = &group{id: 3, dir: t.TempDir()}
 	if err := os.Mkdir(g.walDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if g.usesBolt(LogStoreBolt) {
-		t.Fatal("a replica with a WAL opened as bolt")
+	if g.storeKind(LogStoreBolt) != storeWAL || g.storeKind(LogStoreShared) != storeWAL {
+		t.Fatal("a replica with a WAL opened as another store")
+	}
+	g = &group{id: 3, dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(g.dir, sharedMarkerName), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if g.storeKind(LogStoreBolt) != storeShared || g.storeKind(LogStoreWAL) != storeShared {
+		t.Fatal("a replica of the shared log opened as another store")
 	}
 }
 

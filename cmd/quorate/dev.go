@@ -76,7 +76,7 @@ func newDevCmd() *cobra.Command {
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "loopback host:port of a profiling endpoint (/debug/pprof/) for the whole process; off by default")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
-	f.StringVar(&o.logStore, "log-store", node.LogStoreWAL, "log store of the replicas the nodes create: wal or bolt (replicas already on disk keep theirs)")
+	f.StringVar(&o.logStore, "log-store", node.DefaultConfig().LogStore, "log store of the replicas the nodes create: shared, wal or bolt (replicas already on disk keep theirs)")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
 	f.BoolVar(&o.tls, "tls", false, "serve TLS on every port (mutual TLS between nodes) with a throwaway CA in DIR/tls;\n"+
 		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
@@ -101,8 +101,8 @@ func (o devOptions) validate() error {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
 	}
-	if o.logStore != node.LogStoreWAL && o.logStore != node.LogStoreBolt {
-		return fmt.Errorf("dev: --log-store: must be %q or %q (got %q)", node.LogStoreWAL, node.LogStoreBolt, o.logStore)
+	if o.logStore != node.LogStoreShared && o.logStore != node.LogStoreWAL && o.logStore != node.LogStoreBolt {
+		return fmt.Errorf("dev: --log-store: must be %q, %q or %q (got %q)", node.LogStoreShared, node.LogStoreWAL, node.LogStoreBolt, o.logStore)
 	}
 	if o.groups < 0 || o.groups > node.MaxDataGroups {
 		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
