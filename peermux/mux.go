@@ -301,8 +301,9 @@ func (m *Mux) handshake(c *trackedConn) {
 		idle = max(idle, m.fwdIdleTimeout)
 	case ch == ChannelRaft:
 		// A node's shared Raft connection to this one goes quiet while the
-		// node leads no group here; it stays, and package raftmux closes a
-		// connection whose peer stops answering.
+		// node leads no group here; it stays. Its dialer closes it when this
+		// node stops answering (package raftmux); a vanished dialer is found
+		// by TCP keep-alive, which accepted connections have by default.
 		idle = 0
 	}
 	c.accepted(first, idle, &m.stats.idleClosed)
