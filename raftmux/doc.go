@@ -93,7 +93,9 @@
 //
 // Figures. figures_test.go compares a Hub with one raft.NetworkTransport
 // per replica for 64 and 256 idle groups × 3 replicas in one process (CPU
-// over 10 s, heap) and for Apply across 16 groups (CPU per entry):
+// over 10 s, heap) and for Apply across 16 groups (CPU per entry, and
+// the share of inbound requests the reader handed to raft itself,
+// Stats.Direct):
 // QUORATE_RAFTMUX_FIGURES=mux/256 go test -run TestIdleFigures -v, and
 // go test -run X -bench Apply16Groups.
 //

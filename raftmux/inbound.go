@@ -111,6 +111,7 @@ func (c *conn) dispatch(f frame) {
 		} else if req.cmd = cmd; t.handler(cmd) == nil {
 			select {
 			case t.consume <- raft.RPC{Command: cmd, RespChan: l.answers}:
+				c.h.counters.direct.Add(1)
 				l.inflight = append(l.inflight, f)
 				c.startLane(l)
 				l.mu.Unlock()
