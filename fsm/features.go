@@ -4,13 +4,14 @@ package fsm
 // kinds of entries it may be asked to apply, and the rules it applies them
 // by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
 // the cluster ID, imports bounded by MaxClockSkew, the policy cap and
-// keyed request IDs; 5: the meta group's audit trail. A node proposes an entry kind of level L only when
+// keyed request IDs; 5: the meta group's audit trail; 6: Raft over the
+// shared peer connection (no entry kind: see FeatureRaftMux). A node proposes an entry kind of level L only when
 // every registered node is at L or above (MinFeatureLevel), so no replica meets
 // an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
 // applies to an entry only when every node registered at that point of
 // the log is at L or above: the registrations are in the log, so every
 // replica, and every replay of an older log, decides the entry alike.
-const FeatureLevel = 5
+const FeatureLevel = 6
 
 // Feature levels of entry kinds.
 const (
@@ -40,6 +41,14 @@ const (
 	// hold. Below it, an Actor is ignored, so an older log replays as it
 	// was first applied and an older binary never meets an audit record.
 	FeatureAudit = 5
+	// FeatureRaftMux: not an entry kind but what a node's binary serves. A
+	// node at this level or above sends its groups' Raft RPCs to a peer
+	// registered at it or above over one shared connection (package
+	// raftmux) rather than over each group's channel of the peer port;
+	// every binary of this level accepts both, so a peer below it (an
+	// older binary, or one held back by --max-feature-level) is still sent
+	// to over the group's channel.
+	FeatureRaftMux = 6
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0

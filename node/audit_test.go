@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -122,13 +123,13 @@ func TestAuditListsAdminChanges(t *testing.T) {
 func TestAuditWaitsForEveryNode(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		if i == 2 {
-			cfg.MaxFeatureLevel = node.FeatureLevel() - 1
+			cfg.MaxFeatureLevel = fsm.FeatureAudit - 1
 		}
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c.Eventually(t, 10*time.Second, "node 2 registered below the level", func() error {
-		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != node.FeatureLevel()-1 {
+		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != fsm.FeatureAudit-1 {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
 		return nil

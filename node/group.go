@@ -26,7 +26,7 @@ type group struct {
 	dir       string
 	fsm       *fsm.FSM
 	raft      *raft.Raft
-	transport *raft.NetworkTransport
+	transport *groupTransport
 	// store is the replica's log and stable store: a raft-boltdb file or
 	// a WAL (wal_store.go).
 	store replicaStore
@@ -82,8 +82,12 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err != nil {
 		return nil, err
 	}
-	g.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: peermux.RaftMaxPool, Timeout: peermux.RaftTimeout, Logger: hlog})
+	if g.transport, err = n.raftMux.newGroupTransport(id, nt); err != nil {
+		_ = nt.Close()
+		return nil, err
+	}
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}

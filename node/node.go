@@ -40,6 +40,7 @@ type Node struct {
 	adminLn     *limitListener // with Config.AdminAddr; nil without
 	pprofLn     *limitListener // with Config.PprofAddr; nil without
 	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
+	raftMux     *raftMux       // the groups' shared Raft connections over mux (raft_transport.go)
 	meta        *group         // the meta group (with no data groups, it holds the data too)
 	groups      dataGroups
 	shared      sharedLogs // the shared Raft log of the replicas that use one (--log-store shared)
@@ -156,6 +157,9 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
+	if n.raftMux, err = newRaftMux(n.mux, cfg.featureLevel(), &n.metaReplica, hlog); err != nil {
+		return nil, err
+	}
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
@@ -420,6 +424,9 @@ func (n *Node) closeResources() error {
 		errs = append(errs, n.meta.close())
 	}
 	errs = append(errs, n.shared.close())
+	if n.raftMux != nil {
+		errs = append(errs, n.raftMux.hub.Close())
+	}
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())
 	}

@@ -149,6 +149,10 @@ func TestPeerPortIdleClusterStillServesAndFailsOver(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.PeerIdleTimeout = idle
 		cfg.LogOutput = io.MultiWriter(cfg.LogOutput, rec)
+		// Raft over each group's channel, with its pooled connections, as
+		// between nodes below the shared connection's level: the shared
+		// connections are not closed for idleness.
+		cfg.MaxFeatureLevel = node.RaftMuxLevel() - 1
 	}})
 	applyPolicy(t, c, "p", 1_000_000, time.Second, 1_000_000)
 	serving(t, c, "p")

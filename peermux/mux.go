@@ -21,7 +21,7 @@ type Stats struct {
 	IdleClosed   int64 // closed: idle for the idle timeout
 	Redials      int64 // dialed Raft connections replaced before a write
 	OtherCluster int64 // refused: another cluster's, or no, cluster ID
-	Dials        int64 // connections opened by Dial (the stream layers' not counted)
+	Dials        int64 // connections opened by Dial (Raft's, the stream layers' and ChannelRaft*, not counted)
 	TLSRefused   int64 // closed: the TLS handshake failed (before any header byte was read)
 }
 
@@ -296,8 +296,15 @@ func (m *Mux) handshake(c *trackedConn) {
 		return
 	}
 	idle := m.idleTimeout
-	if ch == ChannelForward && idle > 0 {
+	switch {
+	case ch == ChannelForward && idle > 0:
 		idle = max(idle, m.fwdIdleTimeout)
+	case ch == ChannelRaft:
+		// A node's shared Raft connection to this one goes quiet while the
+		// node leads no group here; it stays. Its dialer closes it when this
+		// node stops answering (package raftmux); a vanished dialer is found
+		// by TCP keep-alive, which accepted connections have by default.
+		idle = 0
 	}
 	c.accepted(first, idle, &m.stats.idleClosed)
 	if !c.join(l.conns) {
@@ -368,7 +375,7 @@ func (m *Mux) listen(ch uint64) (*muxListener, error) {
 // write. The connection is the caller's to close; Close closes it too.
 func (m *Mux) Dial(ctx context.Context, addr string, ch uint64) (net.Conn, error) {
 	c, err := m.dial(ctx, addr, ch, nil)
-	if err == nil {
+	if err == nil && ch != ChannelRaft && ch != ChannelRaftSnapshot {
 		m.stats.dials.Add(1)
 	}
 	return c, err

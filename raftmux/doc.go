@@ -56,17 +56,28 @@
 // the broken connection was young, and after a failed dial calls fail
 // fast for a backoff that doubles from Options.RedialBackoff.
 //
-// Serving. The reader of an accepted connection never waits on a group: it
-// queues each request on a lane — per group and connection, one for
-// AppendEntries, one for heartbeats, one for the rest — and a goroutine
-// that exists while the lane has work serves it in order: it decodes the
-// request, hands it to the group's consumer channel (or the heartbeat
-// handler, for a request a raft.NetworkTransport would take for a
-// heartbeat), waits for the answer and queues the response. Responses of a
-// lane thus leave in request order, as raft's pipeline needs, and a group
-// whose consumer is stuck holds up only its own lanes. A lane holds at
-// most 256 requests and a connection's lanes at most 2×MaxFrame bytes;
-// beyond that requests are answered with an overload error at once.
+// Serving. Requests of a group on a connection go through lanes — one
+// for AppendEntries, one for heartbeats, one for the rest — that hand them
+// to the group in order and answer them in that order, as raft's pipeline
+// needs. The reader of an accepted connection never waits on a group: when
+// a request's lane has nothing waiting and room in flight, the reader
+// decodes it and offers it to the group's consumer channel without
+// waiting, so when raft is ready for it — the common case — raft has it
+// with no goroutine in between, as with a raft.NetworkTransport's
+// connection goroutine; otherwise (raft busy, requests ahead of it, or a
+// heartbeat, which goes to raft's heartbeat handler) it waits on the lane.
+// Every request handed over carries its lane's answer channel, with room
+// for the lane's at most 4 requests in flight, so raft never waits on it
+// either. A goroutine that exists while its lane has requests waiting or in
+// flight hands the waiting ones over (blocking, in order) and writes the
+// answers as they come: raft serves its consumer one request at a time, so
+// a lane's answers come in the order it handed the requests over. A group
+// whose consumer is stuck thus holds up only its own lanes. A lane holds at
+// most 256 requests and a connection's lanes at most 2×MaxFrame bytes of
+// requests not yet decoded; beyond that requests are answered with an
+// overload error at once. The price of the direct hand-over is that the
+// reader decodes those requests itself: a large AppendEntries delays the
+// next frames of the connection by its decoding time.
 //
 // Pipeline. AppendEntriesPipeline sends without waiting, up to
 // Options.MaxInFlight outstanding, and completes futures in send order. It
@@ -82,7 +93,9 @@
 //
 // Figures. figures_test.go compares a Hub with one raft.NetworkTransport
 // per replica for 64 and 256 idle groups × 3 replicas in one process (CPU
-// over 10 s, heap) and for Apply across 16 groups (CPU per entry):
+// over 10 s, heap) and for Apply across 16 groups (CPU per entry, and
+// the share of inbound requests the reader handed to raft itself,
+// Stats.Direct):
 // QUORATE_RAFTMUX_FIGURES=mux/256 go test -run TestIdleFigures -v, and
 // go test -run X -bench Apply16Groups.
 //

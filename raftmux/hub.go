@@ -114,6 +114,7 @@ type Stats struct {
 	FramesSent     uint64
 	Writes         uint64 // flushes of the write buffer: FramesSent/Writes is the batching
 	FramesReceived uint64
+	Direct         uint64 // inbound requests the reader handed to raft itself (no lane goroutine in between)
 	Pipelines      uint64 // AppendEntries pipelines opened
 	PipelineSends  uint64 // AppendEntries sent through a pipeline
 	SnapshotsSent  uint64
@@ -124,7 +125,7 @@ type Stats struct {
 type counters struct {
 	dials, accepted, framesSent, writes, framesRecv atomic.Uint64
 	pipelines, pipelineSends, snapsSent, snapsRecv  atomic.Uint64
-	refused                                         atomic.Uint64
+	refused, direct                                 atomic.Uint64
 }
 
 // New returns a Hub serving opts.Listener and opts.SnapshotListener.
@@ -182,7 +183,7 @@ func (h *Hub) Stats() Stats {
 		FramesSent: c.framesSent.Load(), Writes: c.writes.Load(), FramesReceived: c.framesRecv.Load(),
 		Pipelines: c.pipelines.Load(), PipelineSends: c.pipelineSends.Load(),
 		SnapshotsSent: c.snapsSent.Load(), SnapshotsRecv: c.snapsRecv.Load(),
-		Refused: c.refused.Load(),
+		Refused: c.refused.Load(), Direct: c.direct.Load(),
 	}
 }
 

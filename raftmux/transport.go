@@ -79,24 +79,36 @@ func (t *Transport) Close() error {
 	return nil
 }
 
+// handler returns the heartbeat handler when cmd is a request a
+// raft.NetworkTransport would hand to it, nil when cmd goes to the consumer.
+func (t *Transport) handler(cmd interface{}) func(raft.RPC) {
+	ae, ok := cmd.(*raft.AppendEntriesRequest)
+	if !ok || !isHeartbeat(ae) {
+		return nil
+	}
+	t.hbMu.Lock()
+	defer t.hbMu.Unlock()
+	return t.hbFn
+}
+
+// Deliver hands rpc, received by some other transport of the same group,
+// to the heartbeat handler or the consumer, as if it had come over the hub;
+// false when the transport or stop closed first (rpc is then unanswered).
+func (t *Transport) Deliver(rpc raft.RPC, stop <-chan struct{}) bool { return t.deliver(rpc, stop) }
+
 // deliver hands an inbound RPC to the heartbeat handler or the consumer;
-// false when the group or the connection closed first.
-func (t *Transport) deliver(rpc raft.RPC, connClosed <-chan struct{}) bool {
-	if ae, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && isHeartbeat(ae) {
-		t.hbMu.Lock()
-		fn := t.hbFn
-		t.hbMu.Unlock()
-		if fn != nil {
-			fn(rpc)
-			return true
-		}
+// false when the group closed or stop was closed first.
+func (t *Transport) deliver(rpc raft.RPC, stop <-chan struct{}) bool {
+	if fn := t.handler(rpc.Command); fn != nil {
+		fn(rpc)
+		return true
 	}
 	select {
 	case t.consume <- rpc:
 		return true
 	case <-t.shutdown:
 		return false
-	case <-connClosed:
+	case <-stop:
 		return false
 	}
 }
