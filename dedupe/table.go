@@ -57,11 +57,11 @@ type Entry struct {
 }
 
 // entryOverhead is the estimated fixed memory of one entry beyond its
-// request ID and result: its slot in the slab, its map cell and its place
+// request ID and result: its slot in the slab, its index cell and its place
 // in the expiry order, with the spare capacity those keep on average, and
 // the rounding of its one allocation. It was measured with runtime.MemStats
 // (see TestMemoryPerEntry).
-const entryOverhead = 150
+const entryOverhead = 105
 
 // size is the estimated memory of an entry with these parts, counted
 // against nothing but reported by Bytes. The caller's name counts in full,
@@ -79,31 +79,35 @@ func size(caller, requestID, result int) int64 {
 //
 // Entries live by value in a slab (see slot): one allocation per entry,
 // holding its request ID, kind, slot and result together, and no pointer
-// but the caller's name and that allocation. The map from keys to slab
-// positions is rebuilt smaller when it holds a quarter of the entries it
-// once held (a Go map never shrinks), and the slab and the expiry order
-// shrink likewise, so the memory follows the live entries after a mass
-// expiry.
+// but the caller's name and that allocation. An index (see index) maps keys
+// to slab positions without storing them. The index, the slab and the
+// expiry order all shrink when a quarter full or less (a Go map never
+// would), so the memory follows the live entries after a mass expiry.
 type Table struct {
 	maxEntries int
-	byKey      map[Key]uint32 // → index in slots
-	peak       int            // most entries byKey has held since it was made
+	idx        index
 	slots      []slot
-	order      []uint32 // min-heap of slot indexes by (ExpiresAt, Key)
+	order      []uint32 // min-heap of slot positions by (ExpiresAt, Key)
 	bytes      int64
 }
 
 // New returns an empty table that holds at most maxEntries unexpired
 // entries (maxEntries ≥ 1).
 func New(maxEntries int) *Table {
-	return &Table{maxEntries: max(1, maxEntries), byKey: make(map[Key]uint32)}
+	return &Table{maxEntries: max(1, maxEntries), idx: newIndex()}
 }
+
+// find returns the slab position of k's entry.
+func (t *Table) find(k Key) (uint32, bool) { return t.idx.find(k, t.keyAt) }
+
+// keyAt is the key of the entry at slab position i.
+func (t *Table) keyAt(i uint32) Key { return t.slots[i].key() }
 
 // Get returns the entry for k if it has not expired at now. An expired entry
 // is treated as absent, whether or not it has been swept yet. Its Result is
 // a copy.
 func (t *Table) Get(k Key, now int64) (Entry, bool) {
-	i, ok := t.byKey[k]
+	i, ok := t.find(k)
 	if !ok || t.slots[i].exp <= now {
 		return Entry{}, false
 	}
@@ -115,18 +119,18 @@ func (t *Table) Get(k Key, now int64) (Entry, bool) {
 // with ErrFull if it is still full of unexpired ones. The table keeps a
 // copy of e.Key.RequestID and e.Result, and e.Key.Caller itself.
 func (t *Table) Put(e Entry, now int64) error {
-	if i, ok := t.byKey[e.Key]; ok {
+	if i, ok := t.find(e.Key); ok {
 		if t.slots[i].exp > now {
 			return fmt.Errorf("%w: %q/%q", ErrExists, e.Key.Caller, e.Key.RequestID)
 		}
 		t.remove(i)
 	}
-	if excess := len(t.byKey) - t.maxEntries; excess >= 0 {
+	if excess := len(t.slots) - t.maxEntries; excess >= 0 {
 		// Expired entries are absent: make room from them first (more than
 		// one when a restore left the table above its bound).
 		t.Sweep(now, excess+1)
 	}
-	if len(t.byKey) >= t.maxEntries {
+	if len(t.slots) >= t.maxEntries {
 		return fmt.Errorf("%w (%d unexpired entries)", ErrFull, t.maxEntries)
 	}
 	t.add(e)
@@ -138,8 +142,7 @@ func (t *Table) add(e Entry) {
 	s := newSlot(e)
 	i := uint32(len(t.slots))
 	t.slots = append(t.slots, s)
-	t.byKey[s.key()] = i
-	t.peak = max(t.peak, len(t.byKey))
+	t.idx.insert(s.key(), i)
 	t.push(i)
 	t.bytes += size(len(e.Key.Caller), len(e.Key.RequestID), len(e.Result))
 }
@@ -155,44 +158,31 @@ func (t *Table) Sweep(now int64, limit int) int {
 	return n
 }
 
-// remove deletes the entry in slot i: out of the order and the map, and the
-// slab's last slot moves into its place.
+// remove deletes the entry at slab position i: out of the order and the
+// index, and the slab's last slot moves into its place.
 func (t *Table) remove(i uint32) {
 	s := &t.slots[i]
 	t.bytes -= size(len(s.caller), s.ridLen(), s.resultLen())
 	t.orderRemove(int(s.pos))
-	delete(t.byKey, s.key())
+	t.idx.remove(s.key(), i)
 	last := uint32(len(t.slots) - 1)
 	if i != last {
 		t.slots[i] = t.slots[last]
-		t.byKey[t.slots[i].key()] = i
+		t.idx.move(t.slots[i].key(), last, i)
 		t.order[t.slots[i].pos] = i
 	}
 	t.slots[last] = slot{}
 	t.slots = shrink(t.slots[:last])
-	if t.peak > minRebuild && len(t.byKey)*4 <= t.peak {
-		t.rebuild()
-	}
 }
 
-// minRebuild is the peak below which the map is never rebuilt: small maps
-// cost little, and rebuilding them often would cost more.
-const minRebuild = 1024
-
-// rebuild moves the map's keys to a new map sized for them: a Go map keeps
-// the buckets of its largest size for its life.
-func (t *Table) rebuild() {
-	m := make(map[Key]uint32, len(t.byKey))
-	for k, i := range t.byKey {
-		m[k] = i
-	}
-	t.byKey, t.peak = m, len(m)
-}
+// minShrink is the capacity below which arrays are kept as they are: small
+// ones cost little, and copying them often would cost more.
+const minShrink = 1024
 
 // shrink returns s in a new array of twice its length when it fills at
 // most a quarter of its capacity (and the capacity is worth freeing).
 func shrink[S any](s []S) []S {
-	if c := cap(s); c > minRebuild && len(s) <= c/4 {
+	if c := cap(s); c > minShrink && len(s) <= c/4 {
 		return append(make([]S, 0, 2*len(s)), s...)
 	}
 	return s
@@ -209,7 +199,7 @@ func (t *Table) NextExpiry() (int64, bool) {
 
 // Len is the number of entries held, expired but not yet swept ones
 // included.
-func (t *Table) Len() int { return len(t.byKey) }
+func (t *Table) Len() int { return len(t.slots) }
 
 // Bytes is the estimated memory held by the entries.
 func (t *Table) Bytes() int64 { return t.bytes }
@@ -234,7 +224,7 @@ func Compare(a, b Entry) int { return a.Key.compare(b.Key) }
 // into a table with a smaller MaxEntries (Put then refuses new entries until
 // enough have expired).
 func (t *Table) Restore(e Entry) {
-	if i, ok := t.byKey[e.Key]; ok {
+	if i, ok := t.find(e.Key); ok {
 		t.remove(i)
 	}
 	t.add(e)
@@ -244,7 +234,7 @@ func (t *Table) Restore(e Entry) {
 // refund marks the record it gave units back for) and reports whether there
 // was one. Its expiry and fingerprint stay.
 func (t *Table) Update(k Key, result []byte) bool {
-	i, ok := t.byKey[k]
+	i, ok := t.find(k)
 	if !ok {
 		return false
 	}
@@ -255,10 +245,6 @@ func (t *Table) Update(k Key, result []byte) bool {
 	pos := s.pos
 	*s = newSlot(e)
 	s.pos = pos
-	// The key's strings are the new slot's now: the map's key must be too,
-	// or it would keep the old allocation alive.
-	delete(t.byKey, k)
-	t.byKey[s.key()] = i
 	return true
 }
 
@@ -277,20 +263,21 @@ func (t *Table) DeleteFunc(del func(*Entry) bool) int {
 	// replica too.
 	slices.SortFunc(doomed, Key.compare)
 	for _, k := range doomed {
-		t.remove(t.byKey[k])
+		i, _ := t.find(k)
+		t.remove(i)
 	}
 	return len(doomed)
 }
 
 // Has reports whether an entry (expired or not) is held under k.
 func (t *Table) Has(k Key) bool {
-	_, ok := t.byKey[k]
+	_, ok := t.find(k)
 	return ok
 }
 
 // Lookup returns the entry held under k, expired (not yet swept) or not.
 func (t *Table) Lookup(k Key) (Entry, bool) {
-	i, ok := t.byKey[k]
+	i, ok := t.find(k)
 	if !ok {
 		return Entry{}, false
 	}
