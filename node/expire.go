@@ -40,8 +40,13 @@ func (c *controller) expireLoop(ctx context.Context) {
 // The thresholds of memoryRelease.
 const (
 	// releaseEntries is how many entries the node's replicas must have
-	// reclaimed (from their most since the last release) before a release.
+	// reclaimed (from their most since the last release) for a release
+	// while expiry goes on.
 	releaseEntries = 100_000
+	// releaseSettled is how many they must have reclaimed for a release
+	// once expiry has paused (a tick reclaimed nothing): the end of a wave
+	// smaller than releaseEntries, or its tail.
+	releaseSettled = 10_000
 	// releaseEvery is the least time between two releases: each collects
 	// garbage in full and returns every free page.
 	releaseEvery = 10 * time.Second
@@ -51,21 +56,26 @@ const (
 // back to the system. After a mass expiry the runtime holds the freed heap
 // until its next collection, which an idle node may not run for minutes,
 // and returns it only slowly after that: a node that served a million keys
-// would keep their memory long after they expired. Once the entries held by
-// the node's replicas are releaseEntries below their most since the last
-// release, and releaseEvery has passed since it, the node collects garbage
-// and returns free memory (debug.FreeOSMemory). It decides nothing
+// would keep their memory long after they expired. The node collects
+// garbage and returns free memory (debug.FreeOSMemory) once the entries its
+// replicas hold are releaseEntries below their most since the last release
+// — or releaseSettled below it when a tick reclaimed nothing — and
+// releaseEvery has passed since the last release. It decides nothing
 // replicated.
 type memoryRelease struct {
 	last time.Time // of the last release
 	peak int       // the most entries held since the last release
+	prev int       // the entries held at the last tick
 }
 
 // due records that the replicas hold held entries at now and reports
 // whether to release memory now.
 func (r *memoryRelease) due(held int, now time.Time) bool {
 	r.peak = max(r.peak, held)
-	if r.peak-held < releaseEntries || now.Sub(r.last) < releaseEvery {
+	settled := held >= r.prev
+	r.prev = held
+	freed := r.peak - held
+	if now.Sub(r.last) < releaseEvery || freed < releaseSettled || freed < releaseEntries && !settled {
 		return false
 	}
 	r.peak, r.last = held, now
