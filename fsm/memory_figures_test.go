@@ -73,8 +73,9 @@ func logPerEntry(t *testing.T, what string, base, now memFigures, n int) {
 // BenchmarkMemoryPerRequestID make them), and what it still costs once they
 // have expired and Expire entries — the path a node's leader takes — have
 // reclaimed them: before and after the runtime hands free memory back
-// (debug.FreeOSMemory). It logs the figures and fails only when entries are
-// not reclaimed.
+// (debug.FreeOSMemory); and per key again under a soft memory limit, as a
+// node started with --memory-limit runs. It logs the figures and fails only
+// when entries are not reclaimed.
 func TestMemoryFigures(t *testing.T) {
 	if os.Getenv("QUORATE_MEMORY_FIGURES") != "1" {
 		t.Skip("set QUORATE_MEMORY_FIGURES=1 to take the memory figures (1M entries, about a minute)")
@@ -84,6 +85,16 @@ func TestMemoryFigures(t *testing.T) {
 	}
 	t.Run("key", func(t *testing.T) {
 		c := memCases[0] // token bucket, 10/h: every state lives 6 minutes
+		measureExpiry(t, c.policy, c.env, true, false, (*fsm.FSM).BucketCount)
+	})
+	t.Run("key-under-limit", func(t *testing.T) {
+		// As a node with --memory-limit: a soft limit of what the process
+		// holds now plus 120 bytes per key makes the runtime collect more
+		// often rather than double the heap.
+		debug.FreeOSMemory()
+		held := readMemFigures(t).held
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(held + 120*memKeys))
+		c := memCases[0]
 		measureExpiry(t, c.policy, c.env, true, false, (*fsm.FSM).BucketCount)
 	})
 	t.Run("request-id", func(t *testing.T) {
