@@ -1,7 +1,6 @@
 package dedupe
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
@@ -58,15 +57,18 @@ type Entry struct {
 }
 
 // entryOverhead is the estimated fixed memory of one entry beyond its
-// strings and result: the map slot, the entry struct and the heap slot. It
-// was measured with runtime.MemStats (see TestMemoryPerEntry).
-const entryOverhead = 160
+// request ID and result: its slot in the slab, its index cell and its place
+// in the expiry order, with the spare capacity those keep on average, and
+// the rounding of its one allocation. It was measured with runtime.MemStats
+// (see TestMemoryPerEntry).
+const entryOverhead = 105
 
-// size is the estimated memory of e, counted against nothing but reported by
-// Bytes.
-func (e *Entry) size() int64 {
-	// The map key and the entry share the key's string bytes.
-	return entryOverhead + int64(len(e.Key.Caller)+len(e.Key.RequestID)+len(e.Result))
+// size is the estimated memory of an entry with these parts, counted
+// against nothing but reported by Bytes. The caller's name counts in full,
+// although the FSM shares one copy of each among its entries: the estimate
+// errs on the high side.
+func size(caller, requestID, result int) int64 {
+	return entryOverhead + int64(caller+requestID+result)
 }
 
 // Table is the request-ID table of one Raft group. It is deterministic: for
@@ -74,74 +76,116 @@ func (e *Entry) size() int64 {
 // results on every replica, and sweeps expired entries in one total order,
 // (ExpiresAt, Caller, RequestID). It is not safe for concurrent use; the FSM
 // serializes access.
+//
+// Entries live by value in a slab (see slot): one allocation per entry,
+// holding its request ID, kind, slot and result together, and no pointer
+// but the caller's name and that allocation. An index (see index) maps keys
+// to slab positions without storing them. The index, the slab and the
+// expiry order all shrink when a quarter full or less (a Go map never
+// would), so the memory follows the live entries after a mass expiry.
 type Table struct {
 	maxEntries int
-	byKey      map[Key]*item
-	order      expiryHeap
+	idx        index
+	slots      []slot
+	order      []uint32 // min-heap of slot positions by (ExpiresAt, Key)
 	bytes      int64
-}
-
-type item struct {
-	Entry
-	pos int
 }
 
 // New returns an empty table that holds at most maxEntries unexpired
 // entries (maxEntries ≥ 1).
 func New(maxEntries int) *Table {
-	return &Table{maxEntries: max(1, maxEntries), byKey: make(map[Key]*item)}
+	return &Table{maxEntries: max(1, maxEntries), idx: newIndex()}
 }
 
+// find returns the slab position of k's entry.
+func (t *Table) find(k Key) (uint32, bool) { return t.idx.find(k, t.keyAt) }
+
+// keyAt is the key of the entry at slab position i.
+func (t *Table) keyAt(i uint32) Key { return t.slots[i].key() }
+
 // Get returns the entry for k if it has not expired at now. An expired entry
-// is treated as absent, whether or not it has been swept yet.
+// is treated as absent, whether or not it has been swept yet. Its Result is
+// a copy.
 func (t *Table) Get(k Key, now int64) (Entry, bool) {
-	it, ok := t.byKey[k]
-	if !ok || it.ExpiresAt <= now {
+	i, ok := t.find(k)
+	if !ok || t.slots[i].exp <= now {
 		return Entry{}, false
 	}
-	return it.Entry, true
+	return t.slots[i].entry(), true
 }
 
 // Put records e. An expired entry under the same key is replaced. When the
 // table is full, Put first reclaims expired entries to make room, then fails
-// with ErrFull if it is still full of unexpired ones.
+// with ErrFull if it is still full of unexpired ones. The table keeps a
+// copy of e.Key.RequestID and e.Result, and e.Key.Caller itself.
 func (t *Table) Put(e Entry, now int64) error {
-	if old, ok := t.byKey[e.Key]; ok {
-		if old.ExpiresAt > now {
+	if i, ok := t.find(e.Key); ok {
+		if t.slots[i].exp > now {
 			return fmt.Errorf("%w: %q/%q", ErrExists, e.Key.Caller, e.Key.RequestID)
 		}
-		t.remove(old)
+		t.remove(i)
 	}
-	if excess := len(t.byKey) - t.maxEntries; excess >= 0 {
+	if excess := len(t.slots) - t.maxEntries; excess >= 0 {
 		// Expired entries are absent: make room from them first (more than
 		// one when a restore left the table above its bound).
 		t.Sweep(now, excess+1)
 	}
-	if len(t.byKey) >= t.maxEntries {
+	if len(t.slots) >= t.maxEntries {
 		return fmt.Errorf("%w (%d unexpired entries)", ErrFull, t.maxEntries)
 	}
-	it := &item{Entry: e}
-	t.byKey[e.Key] = it
-	heap.Push(&t.order, it)
-	t.bytes += it.size()
+	t.add(e)
 	return nil
+}
+
+// add stores e, whose key is absent.
+func (t *Table) add(e Entry) {
+	s := newSlot(e)
+	i := uint32(len(t.slots))
+	t.slots = append(t.slots, s)
+	t.idx.insert(s.key(), i)
+	t.push(i)
+	t.bytes += size(len(e.Key.Caller), len(e.Key.RequestID), len(e.Result))
 }
 
 // Sweep removes up to limit entries whose ExpiresAt ≤ now, smallest
 // (ExpiresAt, Caller, RequestID) first, and returns how many it removed.
 func (t *Table) Sweep(now int64, limit int) int {
 	n := 0
-	for n < limit && len(t.order) > 0 && t.order[0].ExpiresAt <= now {
+	for n < limit && len(t.order) > 0 && t.slots[t.order[0]].exp <= now {
 		t.remove(t.order[0])
 		n++
 	}
 	return n
 }
 
-func (t *Table) remove(it *item) {
-	heap.Remove(&t.order, it.pos)
-	delete(t.byKey, it.Key)
-	t.bytes -= it.size()
+// remove deletes the entry at slab position i: out of the order and the
+// index, and the slab's last slot moves into its place.
+func (t *Table) remove(i uint32) {
+	s := &t.slots[i]
+	t.bytes -= size(len(s.caller), s.ridLen(), s.resultLen())
+	t.orderRemove(int(s.pos))
+	t.idx.remove(s.key(), i)
+	last := uint32(len(t.slots) - 1)
+	if i != last {
+		t.slots[i] = t.slots[last]
+		t.idx.move(t.slots[i].key(), last, i)
+		t.order[t.slots[i].pos] = i
+	}
+	t.slots[last] = slot{}
+	t.slots = shrink(t.slots[:last])
+}
+
+// minShrink is the capacity below which arrays are kept as they are: small
+// ones cost little, and copying them often would cost more.
+const minShrink = 1024
+
+// shrink returns s in a new array of twice its length when it fills at
+// most a quarter of its capacity (and the capacity is worth freeing).
+func shrink[S any](s []S) []S {
+	if c := cap(s); c > minShrink && len(s) <= c/4 {
+		return append(make([]S, 0, 2*len(s)), s...)
+	}
+	return s
 }
 
 // NextExpiry returns the earliest ExpiresAt in the table, and false when it
@@ -150,12 +194,12 @@ func (t *Table) NextExpiry() (int64, bool) {
 	if len(t.order) == 0 {
 		return 0, false
 	}
-	return t.order[0].ExpiresAt, true
+	return t.slots[t.order[0]].exp, true
 }
 
 // Len is the number of entries held, expired but not yet swept ones
 // included.
-func (t *Table) Len() int { return len(t.byKey) }
+func (t *Table) Len() int { return len(t.slots) }
 
 // Bytes is the estimated memory held by the entries.
 func (t *Table) Bytes() int64 { return t.bytes }
@@ -163,12 +207,11 @@ func (t *Table) Bytes() int64 { return t.bytes }
 // MaxEntries is the table's bound.
 func (t *Table) MaxEntries() int { return t.maxEntries }
 
-// Entries returns a copy of every entry (Result shared, not copied),
-// unsorted.
+// Entries returns a copy of every entry (results copied too), unsorted.
 func (t *Table) Entries() []Entry {
-	out := make([]Entry, 0, len(t.byKey))
-	for _, it := range t.byKey {
-		out = append(out, it.Entry)
+	out := make([]Entry, 0, len(t.slots))
+	for i := range t.slots {
+		out = append(out, t.slots[i].entry())
 	}
 	return out
 }
@@ -176,59 +219,32 @@ func (t *Table) Entries() []Entry {
 // Compare orders entries by key, as snapshots list them.
 func Compare(a, b Entry) int { return a.Key.compare(b.Key) }
 
-type expiryHeap []*item
-
-func (h expiryHeap) Len() int { return len(h) }
-func (h expiryHeap) Less(i, j int) bool {
-	if h[i].ExpiresAt != h[j].ExpiresAt {
-		return h[i].ExpiresAt < h[j].ExpiresAt
-	}
-	return h[i].Key.compare(h[j].Key) < 0
-}
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos = i
-	h[j].pos = j
-}
-func (h *expiryHeap) Push(x any) {
-	it := x.(*item)
-	it.pos = len(*h)
-	*h = append(*h, it)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	n := len(old)
-	it := old[n-1]
-	old[n-1] = nil
-	*h = old[:n-1]
-	it.pos = -1
-	return it
-}
-
 // Restore puts e back as a snapshot recorded it, replacing any entry with
 // its key. It does not check the bound: restoring never loses an entry, even
 // into a table with a smaller MaxEntries (Put then refuses new entries until
 // enough have expired).
 func (t *Table) Restore(e Entry) {
-	if old, ok := t.byKey[e.Key]; ok {
-		t.remove(old)
+	if i, ok := t.find(e.Key); ok {
+		t.remove(i)
 	}
-	it := &item{Entry: e}
-	t.byKey[e.Key] = it
-	heap.Push(&t.order, it)
-	t.bytes += it.size()
+	t.add(e)
 }
 
 // Update replaces the recorded result of the unexpired entry under k (a
 // refund marks the record it gave units back for) and reports whether there
 // was one. Its expiry and fingerprint stay.
 func (t *Table) Update(k Key, result []byte) bool {
-	it, ok := t.byKey[k]
+	i, ok := t.find(k)
 	if !ok {
 		return false
 	}
-	t.bytes += int64(len(result) - len(it.Result))
-	it.Result = result
+	s := &t.slots[i]
+	t.bytes += int64(len(result) - s.resultLen())
+	e := s.entry()
+	e.Result = result
+	pos := s.pos
+	*s = newSlot(e)
+	s.pos = pos
 	return true
 }
 
@@ -236,40 +252,42 @@ func (t *Table) Update(k Key, result []byte) bool {
 // how many it removed. What remains does not depend on the order of the
 // calls to del.
 func (t *Table) DeleteFunc(del func(*Entry) bool) int {
-	var doomed []*item
-	for _, it := range t.byKey {
-		if del(&it.Entry) {
-			doomed = append(doomed, it)
+	var doomed []Key
+	for i := range t.slots {
+		e := t.slots[i].entry()
+		if del(&e) {
+			doomed = append(doomed, t.slots[i].key())
 		}
 	}
-	// Removed in key order, so the heap's layout is the same on every
+	// Removed in key order, so the order's layout is the same on every
 	// replica too.
-	slices.SortFunc(doomed, func(a, b *item) int { return a.Key.compare(b.Key) })
-	for _, it := range doomed {
-		t.remove(it)
+	slices.SortFunc(doomed, Key.compare)
+	for _, k := range doomed {
+		i, _ := t.find(k)
+		t.remove(i)
 	}
 	return len(doomed)
 }
 
 // Has reports whether an entry (expired or not) is held under k.
 func (t *Table) Has(k Key) bool {
-	_, ok := t.byKey[k]
+	_, ok := t.find(k)
 	return ok
 }
 
 // Lookup returns the entry held under k, expired (not yet swept) or not.
 func (t *Table) Lookup(k Key) (Entry, bool) {
-	it, ok := t.byKey[k]
+	i, ok := t.find(k)
 	if !ok {
 		return Entry{}, false
 	}
-	return it.Entry, true
+	return t.slots[i].entry(), true
 }
 
 // EachKey calls fn with the key and slot of every entry held, expired or
 // not, in no particular order.
 func (t *Table) EachKey(fn func(k Key, slot uint16)) {
-	for k, it := range t.byKey {
-		fn(k, it.Slot)
+	for i := range t.slots {
+		fn(t.slots[i].key(), t.slots[i].slot())
 	}
 }

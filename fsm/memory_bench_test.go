@@ -123,7 +123,7 @@ func benchMemory(b *testing.B, policy admission.Policy, env func(now int64) *raf
 // ID (patchRID) in place for each of the others: Apply copies what it keeps
 // out of the entry, so one buffer serves them all. Every entry must be
 // allowed.
-func memFill(b *testing.B, f *fsm.FSM, env func(now int64) *raftcmdv1.Envelope, patchKey, patchRID bool) {
+func memFill(b testing.TB, f *fsm.FSM, env func(now int64) *raftcmdv1.Envelope, patchKey, patchRID bool) {
 	const chunk = 1024
 	var data []byte
 	var key, rid []byte
@@ -162,7 +162,7 @@ func memFill(b *testing.B, f *fsm.FSM, env func(now int64) *raftcmdv1.Envelope, 
 
 // placeholder returns the bytes of data that hold s, or nil when s is not
 // in data; it fails if s occurs twice.
-func placeholder(b *testing.B, data []byte, s string) []byte {
+func placeholder(b testing.TB, data []byte, s string) []byte {
 	i := bytes.Index(data, []byte(s))
 	if i < 0 {
 		return nil

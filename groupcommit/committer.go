@@ -132,4 +132,9 @@ func (c *Committer) writeEntry(live []*Op) {
 		}
 		op.Answer(r)
 	}
+	if b, ok := res.(*fsm.BatchResult); ok {
+		// Raft's log cache keeps the entry's future, and with it this
+		// result, for its last 1,024 entries: let the ops' results go.
+		b.Results = nil
+	}
 }

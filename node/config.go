@@ -91,6 +91,16 @@ type Config struct {
 	// (pprof.go). Off by default.
 	PprofAddr string
 
+	// MemoryLimit, when set, is the soft limit in bytes on the memory of
+	// the node's process (--memory-limit): the Go runtime collects garbage
+	// more often as the process nears it and hands free memory back to the
+	// system to stay under it (runtime/debug.SetMemoryLimit), so a node's
+	// resident set follows its live state rather than twice its peak heap.
+	// It is soft: live state above it is kept, at the cost of more frequent
+	// collections. cmd/quorate applies it, once per process (quorate dev:
+	// one limit for all its nodes). 0, the default, sets no limit.
+	MemoryLimit int64
+
 	// MaxConns and MaxConnsPerIP bound the connections the API port (and
 	// the admin listener, each on its own) holds, in all and from one
 	// client IP (--max-conns, --max-conns-per-ip); a connection past them is
@@ -277,6 +287,10 @@ type Config struct {
 	_ struct{}
 }
 
+// MinMemoryLimit is the smallest Config.MemoryLimit other than 0 (64 MiB):
+// below it a node would collect garbage all the time.
+const MinMemoryLimit = 64 << 20
+
 // DefaultMigrationChunkBytes is Config.MigrationChunkBytes's default (1 MiB
 // chunks moved 100,000 records in about half the time 256 KiB chunks took).
 const DefaultMigrationChunkBytes = 1 << 20
@@ -344,6 +358,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("data-dir", "must not be empty")
+	}
+	if c.MemoryLimit != 0 && c.MemoryLimit < MinMemoryLimit {
+		return bad("memory-limit", "must be 0 (no limit) or at least %d MiB (got %d bytes)", MinMemoryLimit>>20, c.MemoryLimit)
 	}
 	for _, a := range []struct{ flag, addr string }{{"api-addr", c.APIAddr}, {"raft-addr", c.RaftAddr}, {"admin-addr", c.AdminAddr}} {
 		if a.addr == "" && a.flag == "admin-addr" {

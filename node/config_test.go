@@ -24,6 +24,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--id", func(c *Config) { c.ID = "" }},
 		{"--id", func(c *Config) { c.ID = "has space" }},
 		{"--data-dir", func(c *Config) { c.DataDir = "" }},
+		{"--memory-limit", func(c *Config) { c.MemoryLimit = MinMemoryLimit - 1 }},
+		{"--memory-limit", func(c *Config) { c.MemoryLimit = -1 }},
 		{"--api-addr", func(c *Config) { c.APIAddr = "7070" }},
 		{"--raft-addr", func(c *Config) { c.RaftAddr = "localhost" }},
 		{"--advertise-api-addr", func(c *Config) { c.AdvertiseAPIAddr = "0.0.0.0:7070" }},

@@ -39,6 +39,7 @@ type devOptions struct {
 	groupsChanged   bool // --groups was given
 	tls             bool // --tls
 	pprofAddr       string
+	memoryLimit     int64
 	logStore        string
 }
 
@@ -74,6 +75,7 @@ func newDevCmd() *cobra.Command {
 	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
 	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "loopback host:port of a profiling endpoint (/debug/pprof/) for the whole process; off by default")
+	f.Var(byteSize{&o.memoryLimit}, "memory-limit", "soft limit on the whole process's memory (512MiB, 2GiB), as serve's; 0: none")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
 	f.StringVar(&o.logStore, "log-store", node.DefaultConfig().LogStore, "log store of the replicas the nodes create: shared, wal or bolt (replicas already on disk keep theirs)")
@@ -142,6 +144,7 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.LogLevel = o.logLevel
 	cfg.LogStore = o.logStore
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
+	cfg.MemoryLimit = o.memoryLimit // one process: one limit for every node
 	if i == 1 {
 		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node
 	}
@@ -203,6 +206,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		cfg := o.nodeConfig(i, logs, join, tlsFiles)
 		if err := cfg.Validate(); err != nil {
 			return errors.Join(fmt.Errorf("dev: %s: %w", cfg.ID, err), c.stop())
+		}
+		if i == 1 {
+			applyMemoryLimit(cfg.MemoryLimit)
 		}
 		n, err := node.New(cfg)
 		if err != nil {

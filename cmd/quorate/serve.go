@@ -62,6 +62,7 @@ func newServeCmd() *cobra.Command {
 				return fmt.Errorf("serve: --data-dir %s holds no state, so this node needs either --bootstrap (to form a new "+
 					"cluster with it as the first member) or --join HOST:PORT (the API address of any member of an existing cluster)", cfg.DataDir)
 			}
+			applyMemoryLimit(cfg.MemoryLimit)
 			n, err := node.New(cfg)
 			if err != nil {
 				return err
@@ -87,6 +88,8 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "host:port of a listener of its own for the admin API (policies, nodes, groups, plans, audit);\n"+
 		"the API port then refuses admin calls, and a joining node's --join names this address. Default: admin on --api-addr")
 	fs.StringVar(&cfg.PprofAddr, "pprof-addr", cfg.PprofAddr, "loopback host:port of a profiling endpoint (/debug/pprof/, for go tool pprof); off by default")
+	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit", "soft limit on the process's memory (512MiB, 2GiB): the runtime collects garbage more often near it\n"+
+		"and hands free memory back to stay under it; 0: none")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "host:port for Raft traffic between nodes")
 	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
 	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
