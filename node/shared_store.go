@@ -81,8 +81,11 @@ func (s *sharedLogs) get(hlog hclog.Logger) (*nodelog.Log, error) {
 	if err != nil {
 		var de *nodelog.DamagedError
 		if errors.As(err, &de) {
+			data := filepath.Dir(s.dir)
 			return nil, fmt.Errorf("node: --data-dir: the node's shared Raft log is damaged, so none of its replicas can start: %w "+
-				"(to recover: remove the node from the cluster with quorate admin node remove, delete its --data-dir, and join it again)", err)
+				"(to recover: delete %s, %s and %s, and start the node again with --join to a running member, never --bootstrap: "+
+				"it rejoins under the same ID and each group's leader sends its replica the group's state)",
+				err, s.dir, filepath.Join(data, "raft"), filepath.Join(data, "groups"))
 		}
 		return nil, fmt.Errorf("node: --data-dir: opening %s: %w", s.dir, err)
 	}

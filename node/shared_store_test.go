@@ -84,7 +84,7 @@ func TestSharedLogTornTailCatchesUp(t *testing.T) {
 // A shared log with a record damaged in the middle (records written after
 // it intact) stops its node from starting: every replica's log is in it.
 // The error names the segment file and says how to recover; the other two
-// nodes go on answering.
+// nodes go on answering, and the recovery brings the node back.
 func TestSharedLogDamageStopsTheNode(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
@@ -121,13 +121,26 @@ func TestSharedLogDamageStopsTheNode(t *testing.T) {
 		n.Close()
 		t.Fatal("the node started on a damaged shared log")
 	}
-	for _, want := range []string{damaged, "damaged", "quorate admin node remove"} {
+	for _, want := range []string{damaged, "damaged", "to recover: delete " + filepath.Join(cfg.DataDir, "log"), "--join"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q: %v", want, err)
 		}
 	}
 	t.Logf("refused: %v", err)
 	sc.admit("k", 5, leader) // the others go on
+
+	// The recovery the error gives: the node rejoins with empty replicas.
+	for _, d := range []string{"log", "raft", "groups"} {
+		if err := os.RemoveAll(filepath.Join(cfg.DataDir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vc := c.Config(victim)
+	vc.Bootstrap, vc.Join = false, c.Config(leader).APIAddr
+	c.Start(victim)
+	c.WaitReady(t)
+	caughtUp(t, c, victim, c.Leader(t))
+	sc.admit("k", 5, victim)
 }
 
 // The shared log stays bounded: after snapshots, compaction (keeping
