@@ -127,13 +127,12 @@ func BuildBinary(ctx context.Context, root, out, tags string) error {
 	return nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+// reservePort listens on a free loopback port; its address is the
+// caller's once it closes the listener. Holding every reserved listener
+// open until all the ports are picked keeps the system from handing one
+// port out twice (a port closed at once can be the next one picked).
+func reservePort() (net.Listener, error) {
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 // StartCluster builds the binary (unless given), starts the nodes and waits until

@@ -85,16 +85,23 @@ func newProxyNet(nodes int) (_ *proxyNet, err error) {
 			p.close()
 		}
 	}()
+	// The nodes' ports stay reserved until the proxies have their own
+	// ports, so that no proxy gets a port a node is to listen on.
+	var reserved []net.Listener
+	defer func() {
+		for _, ln := range reserved {
+			ln.Close()
+		}
+	}()
 	for range nodes {
-		api, err := freePort()
-		if err != nil {
-			return nil, err
+		for _, addrs := range []*[]string{&p.api, &p.raft} {
+			ln, err := reservePort()
+			if err != nil {
+				return nil, err
+			}
+			reserved = append(reserved, ln)
+			*addrs = append(*addrs, ln.Addr().String())
 		}
-		raft, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		p.api, p.raft = append(p.api, api), append(p.raft, raft)
 	}
 	for from := range nodes {
 		for to := range nodes {
