@@ -40,6 +40,7 @@ type devOptions struct {
 	tls             bool // --tls
 	pprofAddr       string
 	memoryLimit     int64
+	heartbeat       time.Duration // --heartbeat-timeout
 	logStore        string
 }
 
@@ -79,6 +80,8 @@ func newDevCmd() *cobra.Command {
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
 	f.StringVar(&o.logStore, "log-store", node.DefaultConfig().LogStore, "log store of the replicas the nodes create: shared, wal or bolt (replicas already on disk keep theirs)")
+	f.DurationVar(&o.heartbeat, "heartbeat-timeout", node.DefaultConfig().HeartbeatTimeout,
+		"nodes' Raft heartbeat timeout (and election timeout; the leader lease at most it): shorter fails over sooner, longer costs less idle CPU")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
 	f.BoolVar(&o.tls, "tls", false, "serve TLS on every port (mutual TLS between nodes) with a throwaway CA in DIR/tls;\n"+
 		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
@@ -88,6 +91,9 @@ func newDevCmd() *cobra.Command {
 func (o devOptions) validate() error {
 	if o.nodes < 1 || o.nodes > 9 {
 		return fmt.Errorf("dev: --nodes: must be between 1 and 9 (got %d)", o.nodes)
+	}
+	if o.heartbeat < 5*time.Millisecond {
+		return fmt.Errorf("dev: --heartbeat-timeout: must be at least 5ms (got %v)", o.heartbeat)
 	}
 	if o.dir == "" {
 		return errors.New("dev: --dir: must not be empty")
@@ -143,6 +149,8 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
 	cfg.LogStore = o.logStore
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = o.heartbeat, o.heartbeat
+	cfg.LeaderLeaseTimeout = min(cfg.LeaderLeaseTimeout, o.heartbeat)
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
 	cfg.MemoryLimit = o.memoryLimit // one process: one limit for every node
 	if i == 1 {

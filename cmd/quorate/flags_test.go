@@ -31,6 +31,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"serve bad memory-limit", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--memory-limit", "1GB"}, []string{"--memory-limit"}},
 		{"dev tiny memory-limit", []string{"dev", "--dir", dir, "--memory-limit", "1000"}, []string{"--memory-limit"}},
 		{"dev bad log store", []string{"dev", "--dir", dir, "--log-store", "lsm"}, []string{"--log-store"}},
+		{"dev zero heartbeat", []string{"dev", "--dir", dir, "--heartbeat-timeout", "0s"}, []string{"--heartbeat-timeout"}},
 		{"dev zero nodes", []string{"dev", "--dir", dir, "--nodes", "0"}, []string{"--nodes"}},
 		{"dev ten nodes", []string{"dev", "--dir", dir, "--nodes", "10"}, []string{"--nodes"}},
 		{"dev overlapping ports", []string{"dev", "--dir", dir, "--api-port", "7000", "--raft-port", "7002"}, []string{"--api-port", "--raft-port"}},
