@@ -3,8 +3,11 @@ package dedupe
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
+
+	"github.com/quorate/quorate/refindex"
 )
 
 var (
@@ -79,13 +82,13 @@ func size(caller, requestID, result int) int64 {
 //
 // Entries live by value in a slab (see slot): one allocation per entry,
 // holding its request ID, kind, slot and result together, and no pointer
-// but the caller's name and that allocation. An index (see index) maps keys
+// but the caller's name and that allocation. An index (refindex) maps keys
 // to slab positions without storing them. The index, the slab and the
 // expiry order all shrink when a quarter full or less (a Go map never
 // would), so the memory follows the live entries after a mass expiry.
 type Table struct {
 	maxEntries int
-	idx        index
+	idx        refindex.Index[Key]
 	slots      []slot
 	order      []uint32 // min-heap of slot positions by (ExpiresAt, Key)
 	bytes      int64
@@ -94,11 +97,23 @@ type Table struct {
 // New returns an empty table that holds at most maxEntries unexpired
 // entries (maxEntries ≥ 1).
 func New(maxEntries int) *Table {
-	return &Table{maxEntries: max(1, maxEntries), idx: newIndex()}
+	return &Table{maxEntries: max(1, maxEntries), idx: refindex.New(hashKey)}
+}
+
+// hashKey hashes a key for the index; the zero byte keeps any two (caller,
+// request ID) pairs from hashing the same bytes. Client-chosen request IDs
+// cannot be crafted to collide: the index's seed is random.
+func hashKey(seed maphash.Seed, k Key) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	h.WriteString(k.Caller)
+	h.WriteByte(0)
+	h.WriteString(k.RequestID)
+	return h.Sum64()
 }
 
 // find returns the slab position of k's entry.
-func (t *Table) find(k Key) (uint32, bool) { return t.idx.find(k, t.keyAt) }
+func (t *Table) find(k Key) (uint32, bool) { return t.idx.Find(k, t.keyAt) }
 
 // keyAt is the key of the entry at slab position i.
 func (t *Table) keyAt(i uint32) Key { return t.slots[i].key() }
@@ -142,7 +157,7 @@ func (t *Table) add(e Entry) {
 	s := newSlot(e)
 	i := uint32(len(t.slots))
 	t.slots = append(t.slots, s)
-	t.idx.insert(s.key(), i)
+	t.idx.Insert(s.key(), i)
 	t.push(i)
 	t.bytes += size(len(e.Key.Caller), len(e.Key.RequestID), len(e.Result))
 }
@@ -164,11 +179,11 @@ func (t *Table) remove(i uint32) {
 	s := &t.slots[i]
 	t.bytes -= size(len(s.caller), s.ridLen(), s.resultLen())
 	t.orderRemove(int(s.pos))
-	t.idx.remove(s.key(), i)
+	t.idx.Remove(s.key(), i)
 	last := uint32(len(t.slots) - 1)
 	if i != last {
 		t.slots[i] = t.slots[last]
-		t.idx.move(t.slots[i].key(), last, i)
+		t.idx.Replace(t.slots[i].key(), last, i)
 		t.order[t.slots[i].pos] = i
 	}
 	t.slots[last] = slot{}

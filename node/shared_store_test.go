@@ -149,38 +149,16 @@ func TestSharedLogDamageStopsTheNode(t *testing.T) {
 // back under a few segments' size.
 func TestSharedLogBounded(t *testing.T) {
 	const segment = 64 << 10
-	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
-		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 16
+	var dataDir string
+	boundedLog(t, func(cfg *node.Config) {
 		cfg.LogStore = node.LogStoreShared
 		node.SetSharedSegmentBytes(cfg, segment)
-	}})
-	applyPolicy(t, c, "bounded", 1_000_000, 366*24*time.Hour, 1_000_000)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	dataDir := c.Config(0).DataDir
-	key := strings.Repeat("bounded-", 40)
-	seen := map[string]bool{}
-	for i := range 1500 {
-		if _, err := admit(ctx, c, 0, "bounded", fmt.Sprintf("%s%d", key, i), 1); err != nil {
-			t.Fatal(err)
+		dataDir = cfg.DataDir
+	}, func() ([]string, error) {
+		segs, n := sharedSegments(t, dataDir), dirBytes(t, filepath.Join(dataDir, "log"))
+		if len(segs) > 4 || n > 6*segment {
+			return segs, fmt.Errorf("%d segments, %d bytes in log/", len(segs), n)
 		}
-		if i%100 == 0 {
-			for _, f := range sharedSegments(t, dataDir) {
-				seen[filepath.Base(f)] = true
-			}
-		}
-	}
-	// Each entry is ~400 bytes: 1500 of them fill ~9 segments.
-	if len(seen) < 5 {
-		t.Fatalf("only %d segment files seen: %v", len(seen), seen)
-	}
-	const bound = 6 * segment
-	logDir := filepath.Join(dataDir, "log")
-	c.Eventually(t, 30*time.Second, "the shared log back under its bound", func() error {
-		if segs, n := sharedSegments(t, dataDir), dirBytes(t, logDir); len(segs) > 4 || n > bound {
-			return fmt.Errorf("%d segments, %d bytes in log/", len(segs), n)
-		}
-		return nil
+		return segs, nil
 	})
-	t.Logf("%d segment files written; now %d, %d bytes in log/", len(seen), len(sharedSegments(t, dataDir)), dirBytes(t, logDir))
 }

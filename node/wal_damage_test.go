@@ -226,15 +226,34 @@ func dirBytes(tb testing.TB, dir string) int64 {
 // under a few segments' size.
 func TestWALDataDirBounded(t *testing.T) {
 	const segment = 64 << 10
-	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
-		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 16
+	var dir string
+	boundedLog(t, func(cfg *node.Config) {
 		cfg.LogStore = node.LogStoreWAL
 		node.SetWALSegmentBytes(cfg, segment)
+		dir = filepath.Join(cfg.DataDir, "raft")
+	}, func() ([]string, error) {
+		wal, all := dirBytes(t, filepath.Join(dir, "wal")), dirBytes(t, dir)
+		segs := segmentsOf(t, dir)
+		if len(segs) > 3 || wal > 6*segment {
+			return segs, fmt.Errorf("%d segments, %d bytes in wal/, %d in all", len(segs), wal, all)
+		}
+		return segs, nil
+	})
+}
+
+// boundedLog writes ~1500 entries of ~400 bytes to a one-node cluster
+// whose log store configure sets up (with snapshots every 64 entries,
+// keeping 16), checking that at least 5 distinct segment files were
+// written, then waits until bounded, which lists the segments now, no
+// longer fails.
+func boundedLog(t *testing.T, configure func(*node.Config), bounded func() ([]string, error)) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
+		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 16
+		configure(cfg)
 	}})
 	applyPolicy(t, c, "bounded", 1_000_000, 366*24*time.Hour, 1_000_000)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dir := filepath.Join(c.Config(0).DataDir, "raft")
 	key := strings.Repeat("bounded-", 40)
 	seen := map[string]bool{}
 	for i := range 1500 {
@@ -242,7 +261,8 @@ func TestWALDataDirBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%100 == 0 {
-			for _, f := range segmentsOf(t, dir) {
+			segs, _ := bounded()
+			for _, f := range segs {
 				seen[filepath.Base(f)] = true
 			}
 		}
@@ -251,16 +271,12 @@ func TestWALDataDirBounded(t *testing.T) {
 	if len(seen) < 5 {
 		t.Fatalf("only %d segment files seen: %v", len(seen), seen)
 	}
-	const bound = 6 * segment
-	c.Eventually(t, 30*time.Second, "the replica's directory back under its bound", func() error {
-		wal, all := dirBytes(t, filepath.Join(dir, "wal")), dirBytes(t, dir)
-		if segs := segmentsOf(t, dir); len(segs) > 3 || wal > bound {
-			return fmt.Errorf("%d segments, %d bytes in wal/, %d in all", len(segs), wal, all)
-		}
-		return nil
+	var now []string
+	c.Eventually(t, 30*time.Second, "the log back under its bound", func() (err error) {
+		now, err = bounded()
+		return err
 	})
-	t.Logf("%d segment files written; now %v, %d bytes in the replica's directory",
-		len(seen), segmentsOf(t, dir), dirBytes(t, dir))
+	t.Logf("%d segment files written; now %v", len(seen), now)
 }
 
 // A replica created with the bolt store stays bolt when its node restarts

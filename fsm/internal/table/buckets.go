@@ -2,8 +2,10 @@ package table
 
 import (
 	"fmt"
+	"hash/maphash"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/refindex"
 )
 
 // BucketTable holds the live state of each (policy, key) of a rate
@@ -22,7 +24,7 @@ import (
 //   - other (96 bytes): any state, verbatim (the rare token bucket recorded
 //     with another expiry: written under a policy that changed algorithm).
 //
-// A ref (see keyIndex) is a slot's index in its shape's slice times four
+// A ref (see refindex.Index) is a slot's index in its shape's slice times four
 // plus the shape. A state that changes shape moves to the other slice and
 // keeps its place in the order. Which slice and position a state has
 // depends on history and never reaches a result or a snapshot. It is not
@@ -32,7 +34,7 @@ type BucketTable struct {
 	counter []counterSlot
 	log     []logSlot
 	other   []slot[admission.State]
-	index   keyIndex
+	index   refindex.Index[string]
 	order   expiryOrder
 }
 
@@ -72,7 +74,7 @@ type logSlot struct {
 type BucketRecord = Record[admission.State]
 
 // NewBucketTable returns an empty bucket table.
-func NewBucketTable() *BucketTable { return &BucketTable{index: newKeyIndex()} }
+func NewBucketTable() *BucketTable { return &BucketTable{index: refindex.New(maphash.String)} }
 
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
 func shapeFor(s admission.State, exp int64) uint32 {
@@ -174,7 +176,7 @@ func (t *BucketTable) stateOf(ref uint32) admission.State {
 
 // Get returns key's state, and false when there is none.
 func (t *BucketTable) Get(key string) (admission.State, bool) {
-	ref, ok := t.index.find(key, t.keyOf)
+	ref, ok := t.index.Find(key, t.keyOf)
 	if !ok {
 		return admission.State{}, false
 	}
@@ -199,7 +201,7 @@ func (t *BucketTable) EachKey(fn func(string)) {
 
 // Lookup returns key's state with its recorded expiry, false when none.
 func (t *BucketTable) Lookup(key string) (BucketRecord, bool) {
-	ref, ok := t.index.find(key, t.keyOf)
+	ref, ok := t.index.Find(key, t.keyOf)
 	if !ok {
 		return BucketRecord{}, false
 	}
@@ -208,12 +210,12 @@ func (t *BucketTable) Lookup(key string) (BucketRecord, bool) {
 
 // Put stores key's state and its recorded expiry.
 func (t *BucketTable) Put(key string, s admission.State, expiresAt int64) {
-	if ref, ok := t.index.find(key, t.keyOf); ok {
+	if ref, ok := t.index.Find(key, t.keyOf); ok {
 		t.rewrite(ref, s, expiresAt)
 		return
 	}
 	ref := t.add(key, s, expiresAt)
-	t.index.insert(key, ref)
+	t.index.Insert(key, ref)
 	t.order.push(t, ref)
 }
 
@@ -239,7 +241,7 @@ func (t *BucketTable) rewrite(ref uint32, s admission.State, exp int64) {
 	default:
 		key := t.keyOf(ref)
 		moved := t.add(key, s, exp)
-		t.index.replace(key, ref, moved)
+		t.index.Replace(key, ref, moved)
 		t.order.set(t, pos, moved)
 		t.free(ref)
 	}
@@ -292,14 +294,14 @@ func (t *BucketTable) free(ref uint32) {
 		t.other, moved = take(t.other, i)
 	}
 	if moved {
-		t.index.replace(t.keyOf(ref), uint32(last)<<2|shape, ref)
+		t.index.Replace(t.keyOf(ref), uint32(last)<<2|shape, ref)
 		t.order.set(t, t.posOf(ref), ref)
 	}
 }
 
 // Remove deletes key's state, if any.
 func (t *BucketTable) Remove(key string) {
-	if ref, ok := t.index.find(key, t.keyOf); ok {
+	if ref, ok := t.index.Find(key, t.keyOf); ok {
 		t.delete(ref)
 	}
 }
@@ -307,7 +309,7 @@ func (t *BucketTable) Remove(key string) {
 // delete removes the slot ref from the order, the index and its slice.
 func (t *BucketTable) delete(ref uint32) {
 	t.order.remove(t, t.posOf(ref))
-	t.index.remove(t.keyOf(ref), ref)
+	t.index.Remove(t.keyOf(ref), ref)
 	t.free(ref)
 }
 

@@ -2,8 +2,10 @@ package table
 
 import (
 	"fmt"
+	"hash/maphash"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/refindex"
 )
 
 // StateTable holds the live state of each state key — a semaphore of
@@ -14,13 +16,13 @@ import (
 // again (expires) under the current policy before deleting.
 //
 // The slots sit in one dense slice (a deleted slot's place is taken by the
-// last one), found by a keyIndex and ordered by an expiryOrder, both of
+// last one), found by a refindex.Index and ordered by an expiryOrder, both of
 // uint32 refs (a slot's position): no allocation per state, and about half
 // the memory of a map of pointers to entries. It is not safe for concurrent
 // use; the FSM's lock guards it.
 type StateTable[V any] struct {
 	slots   []slot[V]
-	index   keyIndex
+	index   refindex.Index[string]
 	order   expiryOrder
 	expires func(admission.Policy, V) int64
 	// OnExpire, if set, runs for each entry Sweep deletes, before it goes.
@@ -45,7 +47,7 @@ const MaxEntries = 1<<30 - 1
 // NewStateTable returns an empty table whose states expire under a policy
 // as expires says.
 func NewStateTable[V any](expires func(admission.Policy, V) int64) *StateTable[V] {
-	return &StateTable[V]{index: newKeyIndex(), expires: expires}
+	return &StateTable[V]{index: refindex.New(maphash.String), expires: expires}
 }
 
 // Len is the number of states held.
@@ -68,7 +70,7 @@ func (t *StateTable[V]) setPos(ref uint32, i int) { t.slots[ref].pos = int32(i) 
 
 // Get returns key's state, and false when there is none.
 func (t *StateTable[V]) Get(key string) (V, bool) {
-	ref, ok := t.index.find(key, t.keyOf)
+	ref, ok := t.index.Find(key, t.keyOf)
 	if !ok {
 		var zero V
 		return zero, false
@@ -78,7 +80,7 @@ func (t *StateTable[V]) Get(key string) (V, bool) {
 
 // Lookup returns key's state with its recorded expiry, false when none.
 func (t *StateTable[V]) Lookup(key string) (Record[V], bool) {
-	ref, ok := t.index.find(key, t.keyOf)
+	ref, ok := t.index.Find(key, t.keyOf)
 	if !ok {
 		return Record[V]{}, false
 	}
@@ -88,13 +90,13 @@ func (t *StateTable[V]) Lookup(key string) (Record[V], bool) {
 
 // Has reports whether key has a state.
 func (t *StateTable[V]) Has(key string) bool {
-	_, ok := t.index.find(key, t.keyOf)
+	_, ok := t.index.Find(key, t.keyOf)
 	return ok
 }
 
 // Put stores key's state and its recorded expiry.
 func (t *StateTable[V]) Put(key string, s V, expiresAt int64) {
-	if ref, ok := t.index.find(key, t.keyOf); ok {
+	if ref, ok := t.index.Find(key, t.keyOf); ok {
 		e := &t.slots[ref]
 		e.state, e.exp = s, expiresAt
 		t.order.fix(t, int(e.pos))
@@ -105,7 +107,7 @@ func (t *StateTable[V]) Put(key string, s V, expiresAt int64) {
 	}
 	ref := uint32(len(t.slots))
 	t.slots = append(t.slots, slot[V]{key: key, state: s, exp: expiresAt})
-	t.index.insert(key, ref)
+	t.index.Insert(key, ref)
 	t.order.push(t, ref)
 }
 
@@ -136,7 +138,7 @@ func (t *StateTable[V]) Sweep(now int64, limit int, policyOf func(stateKey strin
 
 // Remove deletes key's entry, if any.
 func (t *StateTable[V]) Remove(key string) {
-	if ref, ok := t.index.find(key, t.keyOf); ok {
+	if ref, ok := t.index.Find(key, t.keyOf); ok {
 		t.delete(ref)
 	}
 }
@@ -146,11 +148,11 @@ func (t *StateTable[V]) Remove(key string) {
 func (t *StateTable[V]) delete(ref uint32) {
 	e := &t.slots[ref]
 	t.order.remove(t, int(e.pos))
-	t.index.remove(e.key, ref)
+	t.index.Remove(e.key, ref)
 	last := uint32(len(t.slots) - 1)
 	var moved bool
 	if t.slots, moved = take(t.slots, int(ref)); moved {
-		t.index.replace(t.slots[ref].key, last, ref)
+		t.index.Replace(t.slots[ref].key, last, ref)
 		t.order.set(t, int(t.slots[ref].pos), ref)
 	}
 }
