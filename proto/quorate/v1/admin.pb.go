@@ -2021,9 +2021,14 @@ type NodeState struct {
 	// (last_applied_index counts entries handed to it, which may run ahead).
 	MetaFsmAppliedIndex uint64 `protobuf:"varint,14,opt,name=meta_fsm_applied_index,json=metaFsmAppliedIndex,proto3" json:"meta_fsm_applied_index,omitempty"`
 	// The cluster ID this node has recorded (empty until it has one).
-	ClusterId     string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterId string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// Data calls (Admit, AdmitBatch items, Peek, Refund, Reserve, Commit,
+	// lease calls) this node received since it started and forwarded to
+	// another node because it did not lead the key's group. A client that
+	// routes by AdmissionService.Routes keeps it still.
+	ForwardedCalls uint64 `protobuf:"varint,41,opt,name=forwarded_calls,json=forwardedCalls,proto3" json:"forwarded_calls,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
@@ -2159,6 +2164,13 @@ func (x *NodeState) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *NodeState) GetForwardedCalls() uint64 {
+	if x != nil {
+		return x.ForwardedCalls
+	}
+	return 0
 }
 
 // GroupState is one node's replica of one Raft group.
@@ -3175,7 +3187,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xf7\x03\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xa0\x04\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -3193,7 +3205,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x06groups\x18\r \x03(\v2\x16.quorate.v1.GroupStateR\x06groups\x123\n" +
 	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18( \x01(\tR\tclusterId\"\xf2\x03\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\x12'\n" +
+	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\"\xf2\x03\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +

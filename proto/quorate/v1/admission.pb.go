@@ -485,7 +485,11 @@ type AdmitResponse struct {
 	Checks []*CheckResult `protobuf:"bytes,11,rep,name=checks,proto3" json:"checks,omitempty"`
 	// Multi-check requests: index in checks of the first check that denied;
 	// unset when allowed.
-	DeniedCheck   *int32 `protobuf:"varint,12,opt,name=denied_check,json=deniedCheck,proto3,oneof" json:"denied_check,omitempty"`
+	DeniedCheck *int32 `protobuf:"varint,12,opt,name=denied_check,json=deniedCheck,proto3,oneof" json:"denied_check,omitempty"`
+	// The policy's window, for quota headers (RateLimit-Policy's w): the
+	// period of a rate policy, the current calendar period of a quota; zero
+	// for a concurrency policy.
+	Window        *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +608,13 @@ func (x *AdmitResponse) GetDeniedCheck() int32 {
 	return 0
 }
 
+func (x *AdmitResponse) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
 // CheckResult is one check's decision in a multi-check Admit.
 type CheckResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -616,6 +627,8 @@ type CheckResult struct {
 	RetryAfter    *durationpb.Duration   `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	PolicyVersion uint64                 `protobuf:"varint,8,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	ShadowDenied  bool                   `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// As AdmitResponse.window.
+	Window        *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,6 +724,13 @@ func (x *CheckResult) GetShadowDenied() bool {
 		return x.ShadowDenied
 	}
 	return false
+}
+
+func (x *CheckResult) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
 }
 
 type PeekRequest struct {
@@ -1499,6 +1519,245 @@ func (x *CommitResponse) GetDuplicate() bool {
 	return false
 }
 
+type RoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutesRequest) Reset() {
+	*x = RoutesRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutesRequest) ProtoMessage() {}
+
+func (x *RoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutesRequest.ProtoReflect.Descriptor instead.
+func (*RoutesRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{19}
+}
+
+type RoutesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Epoch of the shard map below; it grows with every change of the map.
+	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Keys hash to this many slots (see AdmitRequest.key's hash tag).
+	SlotCount uint32 `protobuf:"varint,2,opt,name=slot_count,json=slotCount,proto3" json:"slot_count,omitempty"`
+	// Every slot's group, as half-open ranges [start, end) in slot order.
+	Slots []*SlotRoute `protobuf:"bytes,3,rep,name=slots,proto3" json:"slots,omitempty"`
+	// Each data group's leader as this node knows it; a group whose leader it
+	// does not know has no leader_url (send its calls to any member).
+	Groups []*GroupRoute `protobuf:"bytes,4,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Every member's API URL (e.g. "https://10.0.0.5:7450"), this node's first.
+	Members       []string `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoutesResponse) Reset() {
+	*x = RoutesResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutesResponse) ProtoMessage() {}
+
+func (x *RoutesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutesResponse.ProtoReflect.Descriptor instead.
+func (*RoutesResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RoutesResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RoutesResponse) GetSlotCount() uint32 {
+	if x != nil {
+		return x.SlotCount
+	}
+	return 0
+}
+
+func (x *RoutesResponse) GetSlots() []*SlotRoute {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *RoutesResponse) GetGroups() []*GroupRoute {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *RoutesResponse) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type SlotRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint32                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Group         uint32                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotRoute) Reset() {
+	*x = SlotRoute{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotRoute) ProtoMessage() {}
+
+func (x *SlotRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotRoute.ProtoReflect.Descriptor instead.
+func (*SlotRoute) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SlotRoute) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *SlotRoute) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *SlotRoute) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+type GroupRoute struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Group    uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	LeaderId string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// The leader's API URL; empty when unknown.
+	LeaderUrl     string `protobuf:"bytes,3,opt,name=leader_url,json=leaderUrl,proto3" json:"leader_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupRoute) Reset() {
+	*x = GroupRoute{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupRoute) ProtoMessage() {}
+
+func (x *GroupRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
+func (*GroupRoute) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GroupRoute) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupRoute) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *GroupRoute) GetLeaderUrl() string {
+	if x != nil {
+		return x.LeaderUrl
+	}
+	return ""
+}
+
 var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 
 const file_quorate_v1_admission_proto_rawDesc = "" +
@@ -1532,7 +1791,7 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
-	"\x05_cost\"\x93\x04\n" +
+	"\x05_cost\"\xc6\x04\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1549,8 +1808,9 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\rshadow_denied\x18\n" +
 	" \x01(\bR\fshadowDenied\x12/\n" +
 	"\x06checks\x18\v \x03(\v2\x17.quorate.v1.CheckResultR\x06checks\x12&\n" +
-	"\fdenied_check\x18\f \x01(\x05H\x00R\vdeniedCheck\x88\x01\x01B\x0f\n" +
-	"\r_denied_check\"\xc9\x02\n" +
+	"\fdenied_check\x18\f \x01(\x05H\x00R\vdeniedCheck\x88\x01\x01\x121\n" +
+	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06windowB\x0f\n" +
+	"\r_denied_check\"\xfc\x02\n" +
 	"\vCheckResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1562,7 +1822,9 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12%\n" +
 	"\x0epolicy_version\x18\b \x01(\x04R\rpolicyVersion\x12#\n" +
-	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\"7\n" +
+	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\x121\n" +
+	"\x06window\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x06window\"7\n" +
 	"\vPeekRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\xbd\x02\n" +
@@ -1630,7 +1892,25 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04over\x18\x03 \x01(\x03R\x04over\x129\n" +
 	"\n" +
 	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate2\xaa\x03\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\x0f\n" +
+	"\rRoutesRequest\"\xbc\x01\n" +
+	"\x0eRoutesResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"slot_count\x18\x02 \x01(\rR\tslotCount\x12+\n" +
+	"\x05slots\x18\x03 \x03(\v2\x15.quorate.v1.SlotRouteR\x05slots\x12.\n" +
+	"\x06groups\x18\x04 \x03(\v2\x16.quorate.v1.GroupRouteR\x06groups\x12\x18\n" +
+	"\amembers\x18\x05 \x03(\tR\amembers\"I\n" +
+	"\tSlotRoute\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\rR\x05group\"^\n" +
+	"\n" +
+	"GroupRoute\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
+	"\n" +
+	"leader_url\x18\x03 \x01(\tR\tleaderUrl2\xed\x03\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
 	"\n" +
@@ -1638,7 +1918,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04Peek\x12\x17.quorate.v1.PeekRequest\x1a\x18.quorate.v1.PeekResponse\"\x00\x12A\n" +
 	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00\x12D\n" +
 	"\aReserve\x12\x1a.quorate.v1.ReserveRequest\x1a\x1b.quorate.v1.ReserveResponse\"\x00\x12A\n" +
-	"\x06Commit\x12\x19.quorate.v1.CommitRequest\x1a\x1a.quorate.v1.CommitResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x06Commit\x12\x19.quorate.v1.CommitRequest\x1a\x1a.quorate.v1.CommitResponse\"\x00\x12A\n" +
+	"\x06Routes\x12\x19.quorate.v1.RoutesRequest\x1a\x1a.quorate.v1.RoutesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admission_proto_rawDescOnce sync.Once
@@ -1652,7 +1933,7 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
 	(*AdmitBatchRequest)(nil),     // 1: quorate.v1.AdmitBatchRequest
@@ -1673,49 +1954,59 @@ var file_quorate_v1_admission_proto_goTypes = []any{
 	(*ReserveResponse)(nil),       // 16: quorate.v1.ReserveResponse
 	(*CommitRequest)(nil),         // 17: quorate.v1.CommitRequest
 	(*CommitResponse)(nil),        // 18: quorate.v1.CommitResponse
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*RoutesRequest)(nil),         // 19: quorate.v1.RoutesRequest
+	(*RoutesResponse)(nil),        // 20: quorate.v1.RoutesResponse
+	(*SlotRoute)(nil),             // 21: quorate.v1.SlotRoute
+	(*GroupRoute)(nil),            // 22: quorate.v1.GroupRoute
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
 	5,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
-	19, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	23, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 2: quorate.v1.AdmitBatchRequest.requests:type_name -> quorate.v1.AdmitRequest
 	3,  // 3: quorate.v1.AdmitBatchResponse.results:type_name -> quorate.v1.AdmitBatchResult
 	6,  // 4: quorate.v1.AdmitBatchResult.response:type_name -> quorate.v1.AdmitResponse
 	4,  // 5: quorate.v1.AdmitBatchResult.error:type_name -> quorate.v1.AdmitBatchError
-	19, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	19, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	20, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	19, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	23, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	23, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	24, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	23, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
 	7,  // 10: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
-	19, // 11: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
-	19, // 12: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	19, // 13: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
-	19, // 14: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
-	20, // 15: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
-	20, // 16: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
-	19, // 17: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	19, // 18: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
-	20, // 19: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 20: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
-	20, // 21: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 22: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	1,  // 23: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
-	8,  // 24: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	10, // 25: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	15, // 26: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
-	17, // 27: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
-	6,  // 28: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	2,  // 29: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
-	9,  // 30: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	11, // 31: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	16, // 32: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
-	18, // 33: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	23, // 11: quorate.v1.AdmitResponse.window:type_name -> google.protobuf.Duration
+	23, // 12: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	23, // 13: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	23, // 14: quorate.v1.CheckResult.window:type_name -> google.protobuf.Duration
+	23, // 15: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	23, // 16: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	24, // 17: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	24, // 18: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	23, // 19: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 20: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
+	24, // 21: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 22: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
+	24, // 23: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	21, // 24: quorate.v1.RoutesResponse.slots:type_name -> quorate.v1.SlotRoute
+	22, // 25: quorate.v1.RoutesResponse.groups:type_name -> quorate.v1.GroupRoute
+	0,  // 26: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	1,  // 27: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
+	8,  // 28: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	10, // 29: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	15, // 30: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	17, // 31: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	19, // 32: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
+	6,  // 33: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	2,  // 34: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
+	9,  // 35: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	11, // 36: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // 37: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	18, // 38: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	20, // 39: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -1736,7 +2027,7 @@ func file_quorate_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

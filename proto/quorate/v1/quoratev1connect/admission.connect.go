@@ -50,6 +50,8 @@ const (
 	AdmissionServiceReserveProcedure = "/quorate.v1.AdmissionService/Reserve"
 	// AdmissionServiceCommitProcedure is the fully-qualified name of the AdmissionService's Commit RPC.
 	AdmissionServiceCommitProcedure = "/quorate.v1.AdmissionService/Commit"
+	// AdmissionServiceRoutesProcedure is the fully-qualified name of the AdmissionService's Routes RPC.
+	AdmissionServiceRoutesProcedure = "/quorate.v1.AdmissionService/Routes"
 )
 
 // AdmissionServiceClient is a client for the quorate.v1.AdmissionService service.
@@ -92,6 +94,13 @@ type AdmissionServiceClient interface {
 	// allows; the part that could not be is reported as over. NotFound when
 	// the reservation is unknown, already committed or expired.
 	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
+	// Routes tells a client where to send each key's calls: the shard map
+	// (slot ranges to groups, with its epoch), each data group's leader as
+	// this node knows it, and every member's API address. It is answered from
+	// the node's own state without going through a log: cheap, and possibly a
+	// little stale, which the client notices by a forwarded or refused call
+	// and corrects by asking again.
+	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
 }
 
 // NewAdmissionServiceClient constructs a client for the quorate.v1.AdmissionService service. By
@@ -141,6 +150,12 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Commit")),
 			connect.WithClientOptions(opts...),
 		),
+		routes: connect.NewClient[v1.RoutesRequest, v1.RoutesResponse](
+			httpClient,
+			baseURL+AdmissionServiceRoutesProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Routes")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -152,6 +167,7 @@ type admissionServiceClient struct {
 	refund     *connect.Client[v1.RefundRequest, v1.RefundResponse]
 	reserve    *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
 	commit     *connect.Client[v1.CommitRequest, v1.CommitResponse]
+	routes     *connect.Client[v1.RoutesRequest, v1.RoutesResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
@@ -182,6 +198,11 @@ func (c *admissionServiceClient) Reserve(ctx context.Context, req *connect.Reque
 // Commit calls quorate.v1.AdmissionService.Commit.
 func (c *admissionServiceClient) Commit(ctx context.Context, req *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
 	return c.commit.CallUnary(ctx, req)
+}
+
+// Routes calls quorate.v1.AdmissionService.Routes.
+func (c *admissionServiceClient) Routes(ctx context.Context, req *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error) {
+	return c.routes.CallUnary(ctx, req)
 }
 
 // AdmissionServiceHandler is an implementation of the quorate.v1.AdmissionService service.
@@ -224,6 +245,13 @@ type AdmissionServiceHandler interface {
 	// allows; the part that could not be is reported as over. NotFound when
 	// the reservation is unknown, already committed or expired.
 	Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error)
+	// Routes tells a client where to send each key's calls: the shard map
+	// (slot ranges to groups, with its epoch), each data group's leader as
+	// this node knows it, and every member's API address. It is answered from
+	// the node's own state without going through a log: cheap, and possibly a
+	// little stale, which the client notices by a forwarded or refused call
+	// and corrects by asking again.
+	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
 }
 
 // NewAdmissionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -269,6 +297,12 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Commit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServiceRoutesHandler := connect.NewUnaryHandler(
+		AdmissionServiceRoutesProcedure,
+		svc.Routes,
+		connect.WithSchema(admissionServiceMethods.ByName("Routes")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdmissionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
@@ -283,6 +317,8 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 			admissionServiceReserveHandler.ServeHTTP(w, r)
 		case AdmissionServiceCommitProcedure:
 			admissionServiceCommitHandler.ServeHTTP(w, r)
+		case AdmissionServiceRoutesProcedure:
+			admissionServiceRoutesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -314,4 +350,8 @@ func (UnimplementedAdmissionServiceHandler) Reserve(context.Context, *connect.Re
 
 func (UnimplementedAdmissionServiceHandler) Commit(context.Context, *connect.Request[v1.CommitRequest]) (*connect.Response[v1.CommitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Commit is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Routes is not implemented"))
 }
