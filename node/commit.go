@@ -104,6 +104,7 @@ func (n *Node) applyEntry(g *group, env *raftcmdv1.Envelope, proposed func()) (a
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
 	}
+	g.wake(&n.cfg, n.log)
 	future := g.raft.Apply(data, n.cfg.RequestTimeout)
 	proposed()
 	switch err := future.Error(); {

@@ -27,7 +27,9 @@ func (c *controller) expireLoop(ctx context.Context) {
 	var rel memoryRelease
 	every(ctx, expireInterval, func() {
 		held := 0
+		now := time.Now()
 		for _, g := range c.hosted() {
+			g.sweepQuiet(now, &c.cfg, c.log)
 			c.expireGroup(ctx, g)
 			held += g.fsm.BucketCount() + g.fsm.SemaphoreCount() + g.fsm.ReservationCount() + g.fsm.DedupeLen()
 		}

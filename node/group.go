@@ -46,6 +46,9 @@ type group struct {
 	// leader follows who this replica takes for the leader (forwards to
 	// a leader that is replaced are given up at once).
 	leader *leaderWatch
+	// quiet is whether this replica, as leader, heartbeats at the quiet
+	// pace (quiet.go).
+	quiet quietness
 }
 
 // removeGroupDir deletes a closed data group replica's directory.
@@ -135,7 +138,13 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if g.raft, err = g.startRaft(rc, logs, stable, snaps); err != nil {
 		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
 	}
-	g.leader = watchLeader(g.raft)
+	// A change of leader ends the quiet pace at once: a replica that stops
+	// leading must watch its new leader with the normal timeout.
+	g.leader = watchLeader(g.raft, func() {
+		if !g.isLeader() {
+			g.setQuiet(false, &n.cfg, n.log)
+		}
+	})
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
 	g.health.onDamage.Store(&onDamage)
 	return g, nil

@@ -14,18 +14,21 @@ import (
 // hears of the new leader — instead of at the caller's deadline — and the
 // request, if it carries a request ID, is sent to the new leader at once.
 type leaderWatch struct {
-	obs  *raft.Observer
-	ch   chan raft.Observation
-	done chan struct{}
+	// changed, if set, runs after each change of leader.
+	changed func()
+	obs     *raft.Observer
+	ch      chan raft.Observation
+	done    chan struct{}
 
 	mu     sync.Mutex
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-// watchLeader starts following r's leader.
-func watchLeader(r *raft.Raft) *leaderWatch {
-	w := &leaderWatch{ch: make(chan raft.Observation, 16), done: make(chan struct{})}
+// watchLeader starts following r's leader; changed, if not nil, runs on
+// the watch's goroutine after each change.
+func watchLeader(r *raft.Raft, changed func()) *leaderWatch {
+	w := &leaderWatch{changed: changed, ch: make(chan raft.Observation, 16), done: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.obs = raft.NewObserver(w.ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -47,6 +50,9 @@ func (w *leaderWatch) run() {
 		w.cancel()
 		w.ctx, w.cancel = context.WithCancel(context.Background())
 		w.mu.Unlock()
+		if w.changed != nil {
+			w.changed()
+		}
 	}
 }
 

@@ -1,0 +1,111 @@
+package node
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Quiet groups. A leader heartbeats each follower every HeartbeatTimeout/10
+// to 2×HeartbeatTimeout/10; with many groups those heartbeats are most of
+// an idle node's CPU. A group whose leader appended nothing for quietAfter
+// is quiet: its leader heartbeats quietFactor times less often, by raising
+// its own HeartbeatTimeout (a leader uses it only to pace heartbeats). The
+// followers keep theirs, so a quiet group's failover is as fast as a busy
+// one's: the slowest quiet heartbeat, 2×quietFactor×HeartbeatTimeout/10,
+// stays well inside the followers' HeartbeatTimeout and the leader's
+// LeaderLeaseTimeout (quietTimeout caps it). The first entry proposed
+// to a quiet group restores the normal pace before it is sent, and so does
+// any change of leader.
+const (
+	quietAfter  = 2 * time.Second
+	quietFactor = 5 / 2.0
+)
+
+// quietness is one replica's quiet state.
+type quietness struct {
+	mu    sync.Mutex
+	quiet bool
+	// lastIndex and since are the sweep's: the replica's last log index at
+	// the previous sweep, and when it last changed.
+	lastIndex uint64
+	since     time.Time
+}
+
+// quietTimeout is the HeartbeatTimeout a quiet leader runs with, or 0 when
+// it would not be longer than hb: quietFactor×hb, capped so that its
+// slowest heartbeat interval (a fifth of it) is at most half of lease.
+func quietTimeout(hb, lease time.Duration) time.Duration {
+	q := time.Duration(float64(hb) * quietFactor)
+	q = min(q, lease*5/2)
+	if q <= hb {
+		return 0
+	}
+	return q
+}
+
+// sweepQuiet is called for each hosted replica every expireInterval: a
+// leader that has appended nothing for quietAfter turns quiet; a replica
+// that no longer leads turns loud.
+func (g *group) sweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
+	q := &g.quiet
+	if !g.isLeader() {
+		g.setQuiet(false, cfg, log)
+		q.lastIndex, q.since = 0, now
+		return
+	}
+	if idx := g.raft.LastIndex(); idx != q.lastIndex || q.since.IsZero() {
+		q.lastIndex, q.since = idx, now
+		return
+	}
+	if now.Sub(q.since) >= quietAfter {
+		g.setQuiet(true, cfg, log)
+	}
+}
+
+// wake restores g's normal heartbeat pace before an entry is proposed.
+func (g *group) wake(cfg *Config, log *slog.Logger) {
+	q := &g.quiet
+	q.mu.Lock()
+	quiet := q.quiet
+	q.mu.Unlock()
+	if quiet {
+		g.setQuiet(false, cfg, log)
+	}
+}
+
+// setQuiet sets g's replica quiet or loud, reloading its raft
+// configuration when that changes.
+func (g *group) setQuiet(quiet bool, cfg *Config, log *slog.Logger) {
+	q := &g.quiet
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.quiet == quiet || g.raft == nil {
+		return
+	}
+	hb, et := cfg.HeartbeatTimeout, cfg.ElectionTimeout
+	if quiet {
+		qt := quietTimeout(hb, cfg.LeaderLeaseTimeout)
+		if qt == 0 {
+			return
+		}
+		hb, et = qt, max(et, qt)
+	}
+	rc := g.raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = hb, et
+	if err := g.raft.ReloadConfig(rc); err != nil {
+		log.Warn("changing a replica's heartbeat pace", "group", g.id, "quiet", quiet, "error", err)
+		return
+	}
+	q.quiet = quiet
+}
+
+// heartbeatTimeout is the HeartbeatTimeout g's replica runs with now.
+func (g *group) heartbeatTimeout() time.Duration {
+	if g.raft == nil || g.raft.State() == raft.Shutdown {
+		return 0
+	}
+	return g.raft.ReloadableConfig().HeartbeatTimeout
+}
