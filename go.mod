@@ -52,6 +52,7 @@ require (
 	golang.org/x/exp v0.0.0-20220827204233-334a2380cb91 // indirect
 	golang.org/x/net v0.44.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
+	golang.org/x/time v0.9.0 // indirect
 )
 
 tool (
