@@ -43,9 +43,9 @@ type Lease struct {
 	id          string
 	token       int64
 	ttl         time.Duration
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the renewal loop ends
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	done        chan struct{} // closed when the renewal loop ends
 
 	mu      sync.Mutex
 	expires time.Time // local estimate: never later than the cluster's
