@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +77,19 @@ type Stats struct {
 func (c *Client) Stats() Stats {
 	return Stats{Verified: c.fb.counts[Verified].Load(), Unavailable: c.fb.counts[Unavailable].Load(),
 		Bypassed: c.fb.counts[Bypassed].Load(), Local: c.fb.counts[LocalDecision].Load()}
+}
+
+// Policies returns the policies the client keeps for on_unavailable, by
+// name: those of Config.Policies and those the cluster answered.
+func (c *Client) Policies() []Policy {
+	c.fb.mu.Lock()
+	defer c.fb.mu.Unlock()
+	out := make([]Policy, 0, len(c.fb.policies))
+	for _, p := range c.fb.policies {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Policy) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // maxLocalBuckets bounds the keys the local fallback remembers; beyond it
