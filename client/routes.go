@@ -63,11 +63,10 @@ type router struct {
 	seenEpoch  uint64      // the highest epoch any node answered
 	refreshing bool
 	again      bool // a refresh was asked for while one ran
-	updated    chan struct{}
 }
 
 func newRouter(c *Client, servers []string) *router {
-	return &router{c: c, servers: servers, updated: make(chan struct{})}
+	return &router{c: c, servers: servers}
 }
 
 // members is every node the client knows: the routes' members and the
@@ -145,10 +144,13 @@ func (r *router) run() {
 	}
 }
 
-// fetch asks the known nodes in turn for their routes and installs the first
-// answer whose epoch is not older than one already seen. A node whose routes
-// call fails, or that answers an older map, is skipped.
+// fetch asks the known nodes in turn for their routes and installs the
+// first answer whose epoch is not older than one already seen; a node that
+// does not host a group names no leader for it, so the leaders other nodes
+// of the same epoch name fill the gaps. A node whose routes call fails, or
+// that answers an older map, is skipped.
 func (r *router) fetch(ctx context.Context) {
+	var t *routeTable
 	for _, m := range r.members() {
 		actx, cancel := context.WithTimeout(ctx, r.c.cfg.Timeout)
 		resp, err := r.c.admission(m).Routes(actx, connect.NewRequest(&quoratev1.RoutesRequest{}))
@@ -158,18 +160,44 @@ func (r *router) fetch(ctx context.Context) {
 			continue
 		}
 		r.mu.Lock()
-		epoch := resp.Msg.GetEpoch()
-		if epoch < r.seenEpoch {
-			r.mu.Unlock()
-			continue
-		}
-		r.seenEpoch = epoch
-		r.table = newRouteTable(resp.Msg)
-		close(r.updated)
-		r.updated = make(chan struct{})
+		seen := r.seenEpoch
 		r.mu.Unlock()
+		next := newRouteTable(resp.Msg)
+		switch {
+		case next.epoch < seen || t != nil && next.epoch < t.epoch:
+			continue
+		case t == nil || next.epoch > t.epoch:
+			t = next
+		default:
+			for g, u := range next.leaders {
+				if _, ok := t.leaders[g]; !ok {
+					t.leaders[g] = u
+				}
+			}
+		}
+		if t.complete() {
+			break
+		}
+	}
+	if t == nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.epoch < r.seenEpoch {
+		return
+	}
+	r.seenEpoch, r.table = t.epoch, t
+}
+
+// complete reports whether t names a leader for every group of its slots.
+func (t *routeTable) complete() bool {
+	for _, s := range t.slots {
+		if t.leaders[s.GetGroup()] == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // memberCount is how many members the routes name (at least 1).

@@ -41,26 +41,52 @@ func admitAll(t *testing.T, cl *client.Client, keys []string) {
 	}
 }
 
-// steadyNoForwards waits until a round of admits on keys is forwarded by no
-// node (the client learnt the routes), then checks that more rounds are not
-// either.
+// layout is what the routes depend on: the shard map's epoch and every
+// group's leader.
+func layout(c *nodetest.Cluster) string {
+	out := ""
+	for i := range c.Len() {
+		if nd := c.Node(i); nd != nil {
+			var epoch uint64
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			if r, err := c.Admission(i).Routes(ctx, connect.NewRequest(&quoratev1.RoutesRequest{})); err == nil {
+				epoch = r.Msg.GetEpoch()
+			}
+			cancel()
+			out += fmt.Sprintf("node%d epoch %d:", i+1, epoch)
+			for _, g := range nd.Status().GetGroups() {
+				if g.GetRole() == "leader" {
+					out += fmt.Sprintf(" g%d", g.GetId())
+				}
+			}
+			out += "; "
+		}
+	}
+	return out
+}
+
+// steadyNoForwards checks that once the client learnt the routes, no call
+// on keys is forwarded by any node: after a round that lets the client
+// learn, three more rounds must not be forwarded at all, unless the map or a
+// group's leader changed meanwhile (then it tries again).
 func steadyNoForwards(t *testing.T, c *nodetest.Cluster, cl *client.Client, keys []string) {
 	t.Helper()
-	c.Eventually(t, 20*time.Second, "calls straight to leaders", func() error {
-		before := forwarded(c)
+	c.Eventually(t, 30*time.Second, "a steady layout", func() error {
+		was := layout(c)
 		admitAll(t, cl, keys)
-		if n := forwarded(c) - before; n != 0 {
-			return fmt.Errorf("%d of %d calls forwarded", n, len(keys))
+		before := forwarded(c)
+		for range 3 {
+			admitAll(t, cl, keys)
+		}
+		n := forwarded(c) - before
+		if now := layout(c); now != was {
+			return fmt.Errorf("the layout changed: %s → %s", was, now)
+		}
+		if n != 0 {
+			t.Fatalf("steady state (%s): %d of %d calls forwarded", was, n, 3*len(keys))
 		}
 		return nil
 	})
-	before := forwarded(c)
-	for range 3 {
-		admitAll(t, cl, keys)
-	}
-	if n := forwarded(c) - before; n != 0 {
-		t.Fatalf("steady state: %d of %d calls forwarded", n, 3*len(keys))
-	}
 }
 
 // TestRoutesToLeadersAndFollowsSlotMove: with two data groups the client
