@@ -59,8 +59,12 @@ func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
 }
 
 // undecided reports whether a failed Admit found no node able to decide (as
-// opposed to an answer about the request).
+// opposed to an answer about the request, or a TLS or protocol mismatch: a
+// configuration error is reported, never hidden by a fallback).
 func undecided(err error) bool {
+	if isProtocolMismatch(err) {
+		return false
+	}
 	var ou *OutcomeUnknownError
 	return errors.As(err, &ou) || retryable(err) || errors.Is(err, context.DeadlineExceeded) ||
 		connect.CodeOf(err) == connect.CodeDeadlineExceeded || connect.CodeOf(err) == connect.CodeUnavailable

@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +62,9 @@ func retryable(err error) bool {
 	if err == nil {
 		return false
 	}
+	if isProtocolMismatch(err) {
+		return false
+	}
 	// Checked first: context.DeadlineExceeded also satisfies net.Error.
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
@@ -93,6 +99,26 @@ func isTransportError(err error) bool {
 	return false
 }
 
+// isProtocolMismatch reports whether err is a TLS failure (a certificate not
+// verified, a handshake with a server that does not speak TLS, an alert) or
+// an https request answered in plain HTTP: a configuration error that a
+// retry would only repeat, and the request was never sent.
+func isProtocolMismatch(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	var alert tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &verify), errors.As(err, &record), errors.As(err, &alert),
+		errors.As(err, &unknownCA), errors.As(err, &host), errors.As(err, &invalid):
+		return true
+	}
+	// net/http's own error, of no exported type.
+	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
 // hasOutcomeUnknown reports whether err's Connect error carries the
 // OutcomeUnknown detail a node attaches to an Unavailable answer when the
 // request may have been applied.
@@ -119,7 +145,7 @@ func hasOutcomeUnknown(err error) bool {
 // was sent and then lost (reset, EOF, the caller's deadline), a server's
 // DeadlineExceeded and an OutcomeUnknown detail all leave the outcome unknown.
 func outcomeUnknown(err error) bool {
-	if err == nil || errors.Is(err, errNotSent) {
+	if err == nil || errors.Is(err, errNotSent) || isProtocolMismatch(err) {
 		return false
 	}
 	var ie *itemError
