@@ -70,6 +70,9 @@ func forwarded(c *nodetest.Cluster) uint64 {
 type admitted struct {
 	mu  sync.Mutex
 	ids map[string]bool
+	// unknown counts the outcome-unknown answers, duplicate the recorded
+	// answers to an earlier attempt.
+	unknown, duplicate atomic.Int64
 }
 
 func (a *admitted) add(id string) {
@@ -97,12 +100,16 @@ func admitUntilKnown(t *testing.T, cl *client.Client, r client.Request, got *adm
 		var ou *client.OutcomeUnknownError
 		switch {
 		case errors.As(err, &ou):
+			got.unknown.Add(1)
 			continue
 		case err != nil:
 			return err
 		case d.Outcome != client.Verified:
 			return fmt.Errorf("outcome %v with NoFallback", d.Outcome)
 		case d.Allowed:
+			if d.Duplicate {
+				got.duplicate.Add(1)
+			}
 			got.add(d.RequestID)
 		}
 		return nil
@@ -158,7 +165,7 @@ func TestSameIDRetriesAcrossKilledLeader(t *testing.T) {
 	if want := int64(capacity - got.len()); p.Remaining != want {
 		t.Fatalf("remaining %d, want %d (capacity %d − %d admitted IDs)", p.Remaining, want, capacity, got.len())
 	}
-	t.Logf("%d admitted, %d retries", got.len(), retries.Load())
+	t.Logf("%d admitted, %d retries, %d outcome-unknown answers, %d duplicate answers", got.len(), retries.Load(), got.unknown.Load(), got.duplicate.Load())
 }
 
 // countingTransport counts the calls of each procedure.
