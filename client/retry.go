@@ -212,6 +212,8 @@ type attemptError struct {
 // an error that is not retryable, or ctx ends, and returns the answer. Each
 // attempt goes to the key's group leader as the routes say, or to another
 // member after a failure there; it gets ctx, i.e. all the time that remains.
+// When the wait before the next attempt would pass ctx's deadline, call
+// stops at once, leaving the caller time for a fallback.
 // A failure is the last attempt's error when it is about the request itself
 // (a Connect error), or an *attemptError when the retries ran out of time.
 func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx context.Context, server string) (R, http.Header, error)) (R, error) {

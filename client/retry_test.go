@@ -242,15 +242,19 @@ func TestAdmitOutcomeUnknownAtTheDeadline(t *testing.T) {
 	}
 }
 
-func TestAdmitNotAppliedAtTheDeadline(t *testing.T) {
+func TestAdmitNotAppliedWhenOutOfTime(t *testing.T) {
 	f := &flaky{err: func() error { return notLeaderErr() }, n: 1 << 30, ids: make(chan string, 1<<16)}
 	c := fastClient(t, serve(t, f))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// The wait before a second attempt is longer than the time left: the
+	// call ends after one attempt, answered NotLeader (certainly not
+	// applied), rather than with an attempt cut by the deadline (unknown).
+	c.cfg.InitialBackoff, c.cfg.MaxBackoff = time.Hour, time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := c.Admit(ctx, Request{Policy: "p", Key: "k", NoFallback: true})
 	var ou *OutcomeUnknownError
-	if errors.As(err, &ou) || connect.CodeOf(err) != connect.CodeUnavailable {
-		t.Fatalf("%v, want Unavailable (certainly not applied)", err)
+	if errors.As(err, &ou) || connect.CodeOf(err) != connect.CodeUnavailable || f.attempts.Load() != 1 {
+		t.Fatalf("%v after %d attempts, want Unavailable (certainly not applied) after 1", err, f.attempts.Load())
 	}
 }
 
