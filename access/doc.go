@@ -41,10 +41,10 @@
 // # Rights
 //
 // Roles are independent, least privilege: "admin" allows the admin actions
-// (policies, nodes, groups, plans, cluster and node status) and nothing
-// else; "client" allows the data actions (admit, peek, refund, reserve,
-// commit, leases) and nothing else. A caller that needs both is given both.
-// Either role allows routing (Routes: the shard map, group leaders and
+// (policies, nodes, groups, plans, cluster and node status) and no data
+// action; "client" allows the data actions (admit, peek, refund, reserve,
+// commit, leases) and no admin action. A caller that needs both is given
+// both. Either role allows routing (Routes: the shard map, group leaders and
 // members' addresses), which a client needs before its data calls and
 // which a caller limited to some policies may make too.
 // A caller's "policies" list limits its data calls to those policies; it
