@@ -199,3 +199,12 @@ func TestRoutesToLeadersAndFollowsSlotMove(t *testing.T) {
 	t.Logf("%d admissions during the move", n.Load())
 	steadyNoForwards(t, c, cl, append(keys, movingKeys...))
 }
+
+// TestTLSCluster: over TLS the routes name https members and the calls go
+// straight to the leader.
+func TestTLSCluster(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{TLS: true})
+	applyPolicies(t, c, longBucket("p", 1_000_000))
+	cl := newClient(t, c, client.Config{})
+	steadyNoForwards(t, c, cl, keysIn(shard.AllSlots(), 8))
+}
