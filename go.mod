@@ -28,6 +28,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.48.0
+	golang.org/x/time v0.9.0
 	google.golang.org/protobuf v1.36.12
 )
 

@@ -12,10 +12,25 @@
 // spends nothing. An attempt that may have been applied and was never
 // answered leaves the outcome unknown, reported as *OutcomeUnknownError.
 //
+// Admits bound for one leader that overlap in time are coalesced: a call
+// that finds nothing in flight to its leader goes at once, alone; calls that
+// arrive meanwhile go together as the next AdmitBatch call (up to 1000),
+// each getting its own answer or error. There is no timer.
+//
 // When no decision is possible before the deadline, Admit applies the
 // policy's on_unavailable mode (deny, allow, local) and says so in
 // Decision.Outcome: a bypass or a local decision is never reported as a
-// verified admission.
+// verified admission, and Stats counts each outcome apart. The client keeps
+// the policies it needs for this, with their versions: listed from the
+// cluster when the caller may read them, else given in Config.Policies. The
+// local mode admits from an in-process token bucket sized to
+// Config.LocalShare of the policy. A TLS or protocol mismatch is reported at
+// once, never retried nor hidden by a fallback.
+//
+// Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
+// the same routing and retry loop. AcquireLease returns a Lease that renews
+// itself at about a third of its ttl, exposes its fencing token, and ends
+// its Context when it is lost or released.
 //
 // The package imports no server package of Quorate; only the leaf package
 // shard (for the slot a key hashes to) and the generated API.

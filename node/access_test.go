@@ -171,6 +171,22 @@ func TestAccessControl(t *testing.T) {
 		}
 	})
 
+	t.Run("routes", func(t *testing.T) {
+		// Either role may ask where calls go, a caller limited to some
+		// policies too; one in no rule, or without credentials, may not.
+		for _, caller := range []string{"ops", "admin-b", "app-a", "only-p"} {
+			r, err := e.admission(t, caller, follower).Routes(ctx, connect.NewRequest(&quoratev1.RoutesRequest{}))
+			wantAccessCode(t, caller+" routes", err, 0)
+			if len(r.Msg.GetMembers()) != e.c.Len() {
+				t.Errorf("%s routes: members %v", caller, r.Msg.GetMembers())
+			}
+		}
+		_, err := e.admission(t, "newbie", 0).Routes(ctx, connect.NewRequest(&quoratev1.RoutesRequest{}))
+		wantAccessCode(t, "caller in no rule routes", err, connect.CodePermissionDenied, "newbie")
+		_, err = e.admission(t, "nobody", 0).Routes(ctx, connect.NewRequest(&quoratev1.RoutesRequest{}))
+		wantAccessCode(t, "anonymous routes", err, connect.CodeUnauthenticated, "routes")
+	})
+
 	t.Run("callers", func(t *testing.T) {
 		a := e.admission(t, "app-a", leader)
 		_, err := a.Admit(ctx, admitReq("acc-p", "app-b", "r1"))

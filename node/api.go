@@ -43,7 +43,9 @@ func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *co
 		out, err = local(ctx, d)
 		return err
 	}}
-	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
+	err := runCall(ctx, n, req, it, &out, remote)
+	markForwarded(ctx, it)
+	if err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return connect.NewResponse(out), nil
@@ -58,13 +60,29 @@ func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *c
 ) (*connect.Response[Resp], error) {
 	var out *Resp
 	it := &item{rt: rt, env: env}
-	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
+	err := runCall(ctx, n, req, it, &out, remote)
+	markForwarded(ctx, it)
+	if err != nil {
 		return nil, n.toConnectError(err)
 	}
 	if it.res != nil {
 		out = answer(it.res)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// markForwarded sets the Quorate-Forwarded response header (forwardedToHeader)
+// of the unary data call of ctx, the handler's, when its last attempt
+// forwarded it, it, to another node: on an answer and on an error alike (a
+// leader's error passed on is a wire error, whose own metadata Connect does
+// not send again).
+func markForwarded(ctx context.Context, it *item) {
+	if !it.rt.data || it.viaLeader == "" {
+		return
+	}
+	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		info.ResponseHeader().Set(forwardedToHeader, it.viaLeader)
+	}
 }
 
 // runCall decides it, a unary request, within the request's deadline
@@ -121,6 +139,7 @@ func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quora
 	defer cancel()
 	it := admitItem(req.Msg, cmd, req.Header().Get(forwardedHeader) != "")
 	n.decide(ctx, []*item{it})
+	markForwarded(ctx, it)
 	resp, err := admitAnswer(it)
 	if err != nil {
 		return nil, n.toConnectError(err)
@@ -261,7 +280,28 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 		})
 }
 
-func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
+// policyTable is where admitResponse finds the policies a decision used:
+// the FSM of the group that decided it.
+type policyTable interface {
+	Policy(name string) (fsm.PolicyVersion, bool)
+}
+
+// admitResponse is the API's form of an Admit's result, decided by the FSM
+// whose policies are ps. Each check's window (and the top one, the window
+// of the check whose fields are on top) is its policy's at the decision's
+// log time (admission.Policy.Window): of the version decided with, which
+// the group holds unless a policy change was applied since; the window is
+// then left unset. A recorded answer (duplicate) gets its windows the same
+// way, from the policy at answer time: records do not keep them.
+func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse {
+	at := r.DecidedAt + int64(r.Wait)
+	window := func(policy string, version uint64) *durationpb.Duration {
+		pv, ok := ps.Policy(policy)
+		if !ok || pv.Version != version {
+			return nil
+		}
+		return windowOf(pv.Policy.Window(at))
+	}
 	d := r.Decision
 	out := &quoratev1.AdmitResponse{
 		Allowed:       d.Allowed,
@@ -275,13 +315,16 @@ func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 		Wait:          durationpb.New(r.Wait),
 		ShadowDenied:  r.ShadowDenied,
 	}
+	if top := max(r.DeniedCheck, 0); top < len(r.Checks) {
+		out.Window = window(r.Checks[top].Policy, r.PolicyVersion)
+	}
 	if r.Multi {
 		for _, c := range r.Checks {
 			cd := c.Decision
 			out.Checks = append(out.Checks, &quoratev1.CheckResult{
 				Policy: c.Policy, Key: c.Key, Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 				ResetAfter: durationpb.New(cd.ResetAfter), RetryAfter: durationpb.New(cd.RetryAfter),
-				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied,
+				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: window(c.Policy, c.PolicyVersion),
 			})
 		}
 		if r.DeniedCheck >= 0 {
@@ -290,6 +333,15 @@ func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 		}
 	}
 	return out
+}
+
+// windowOf is a policy window as the API sends it: unset for none (a
+// concurrency policy, which Admit does not decide).
+func windowOf(w time.Duration) *durationpb.Duration {
+	if w <= 0 {
+		return nil
+	}
+	return durationpb.New(w)
 }
 
 // checkRequestID checks the dedupe identity of a request. Both parts may be

@@ -46,6 +46,9 @@ type item struct {
 	env   *raftcmdv1.Envelope
 	local func(ctx context.Context, d dest) error
 	res   any
+	// by is the replica whose FSM decided env into res (its policy table
+	// gives an Admit answer its windows: admitResponse).
+	by *group
 
 	// Elsewhere: an Admit (admit set) rides the leader's queue of forwarded
 	// Admits and its answer lands in resp; any other request is sent by
@@ -55,7 +58,8 @@ type item struct {
 	resp    *quoratev1.AdmitResponse
 
 	// via is this node's replica of the group the item was forwarded for
-	// (nil when it hosts none) and viaLeader the leader it was sent to.
+	// (nil when it hosts none) and viaLeader the leader it was sent to, by
+	// the last attempt ("" when that attempt did not forward it).
 	via       *group
 	viaLeader string
 
@@ -127,7 +131,8 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 	local := map[*group]*leg{}
 	remote := map[string][]*item{}
 	for _, it := range items {
-		it.res, it.resp, it.err = nil, nil, nil
+		it.res, it.resp, it.err, it.by = nil, nil, nil, nil
+		it.via, it.viaLeader = nil, ""
 		d, err := n.destFor(it.rt)
 		switch {
 		case err != nil:
@@ -145,6 +150,9 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 			} else {
 				it.via, it.viaLeader = d.g, leaderID
 				remote[addr] = append(remote[addr], it)
+				if it.rt.data {
+					n.forwardedCalls.Add(1)
+				}
 			}
 		}
 	}
@@ -181,7 +189,7 @@ func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
 		if it.env != nil {
 			p := ps[0]
 			ps = ps[1:]
-			it.res, it.err = p.res, p.err
+			it.res, it.err, it.by = p.res, p.err, d.g
 		} else {
 			it.err = it.local(ctx, d)
 		}

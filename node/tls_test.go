@@ -38,10 +38,16 @@ func TestTLSClusterForwardsAndSurvivesLeaderChange(t *testing.T) {
 	if err != nil || !resp.Msg.GetAllowed() {
 		t.Fatalf("admit through follower %d (leader %d): %v, %v", follower, leader, resp, err)
 	}
+	// Routes names https URLs: the leader's and every member's.
+	eventuallyRoutesAgree(t, c, "routes with https URLs", func() *quoratev1.ShardMapStatus { return nil })
 	c.Stop(leader)
 	next := c.Leader(t)
 	if next == leader {
 		t.Fatalf("node %d still leads after it stopped", leader)
+	}
+	r := eventuallyRoutesAgree(t, c, "routes to the new leader", func() *quoratev1.ShardMapStatus { return nil })
+	if u := r.GetGroups()[0].GetLeaderUrl(); u != c.APIURL(next) || !strings.HasPrefix(u, "https://") {
+		t.Fatalf("routes name leader %s, want %s", u, c.APIURL(next))
 	}
 	via := (next + 1) % c.Len()
 	if via == leader {
