@@ -184,7 +184,7 @@ type plan struct {
 	limits []*Limit
 }
 
-// keyEscaper keeps the braces that delimit the hash tag out of key parts.
+// keyEscaper keeps the braces that delimit the hash tag out of the identity.
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // plan builds r's admission; an empty plan (no limit) lets r through. The
@@ -219,7 +219,7 @@ limits:
 				return plan{}, &missingKeyError{limit: lim.Name}
 			}
 			b.WriteByte(':')
-			b.WriteString(keyEscaper.Replace(part))
+			b.WriteString(part) // after the tag: braces here change nothing
 		}
 		cost := int64(1)
 		if lim.Cost != nil {
