@@ -49,6 +49,9 @@ const (
 	ActionReleaseLease
 	ActionCheckFence
 
+	// ClassRouting.
+	ActionRoutes
+
 	actionEnd // one past the last action
 )
 
@@ -66,9 +69,12 @@ const (
 	// ClassData actions need RoleClient, and a caller limited to some
 	// policies may use only those.
 	ClassData
+	// ClassRouting actions need either role: where calls go (Routes), which
+	// a client needs to send its data calls and reveals no policy or state.
+	ClassRouting
 )
 
-// String returns "health", "admin", "data" or "none".
+// String returns "health", "admin", "data", "routing" or "none".
 func (c Class) String() string {
 	switch c {
 	case ClassHealth:
@@ -77,6 +83,8 @@ func (c Class) String() string {
 		return "admin"
 	case ClassData:
 		return "data"
+	case ClassRouting:
+		return "routing"
 	}
 	return "none"
 }
@@ -123,6 +131,7 @@ var actionInfos = [actionEnd]actionInfo{
 	ActionRenewLease:     {"renew_lease", ClassData, false},
 	ActionReleaseLease:   {"release_lease", ClassData, false},
 	ActionCheckFence:     {"check_fence", ClassData, false},
+	ActionRoutes:         {"routes", ClassRouting, false},
 }
 
 // Actions returns every action but ActionNone, in declaration order.

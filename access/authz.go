@@ -90,6 +90,12 @@ func (a *Authorizer) Authorize(id Identity, action Action, policies []string) er
 	if !ok {
 		return fmt.Errorf("%w: caller %s is not in the access file", ErrPermissionDenied, quote(id.Caller))
 	}
+	if class == ClassRouting {
+		if !g.Has(RoleAdmin) && !g.Has(RoleClient) {
+			return fmt.Errorf("%w: caller %s has neither the %s nor the %s role, one of which %s needs", ErrPermissionDenied, quote(id.Caller), RoleAdmin, RoleClient, action)
+		}
+		return nil
+	}
 	role := RoleAdmin
 	if class == ClassData {
 		role = RoleClient

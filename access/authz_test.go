@@ -45,7 +45,7 @@ func TestActions(t *testing.T) {
 	if ActionNone.Class() != ClassNone || Action(200).Class() != ClassNone || Action(200).String() != "action(200)" || Action(200).NeedsPolicies() {
 		t.Error("ActionNone or an out-of-range action has a class")
 	}
-	for c, want := range map[Class]string{ClassNone: "none", ClassHealth: "health", ClassAdmin: "admin", ClassData: "data"} {
+	for c, want := range map[Class]string{ClassNone: "none", ClassHealth: "health", ClassAdmin: "admin", ClassData: "data", ClassRouting: "routing"} {
 		if c.String() != want {
 			t.Errorf("Class(%d).String() = %q, want %q", c, c, want)
 		}
@@ -64,9 +64,9 @@ func TestAuthorizeClasses(t *testing.T) {
   - {caller: both, roles: [admin, client]}
 `)))
 	allowed := map[string]map[Class]bool{
-		"ops":     {ClassHealth: true, ClassAdmin: true},
-		"gw":      {ClassHealth: true, ClassData: true},
-		"both":    {ClassHealth: true, ClassAdmin: true, ClassData: true},
+		"ops":     {ClassHealth: true, ClassAdmin: true, ClassRouting: true},
+		"gw":      {ClassHealth: true, ClassData: true, ClassRouting: true},
+		"both":    {ClassHealth: true, ClassAdmin: true, ClassData: true, ClassRouting: true},
 		"unknown": {ClassHealth: true},
 	}
 	for caller, classes := range allowed {

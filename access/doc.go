@@ -33,7 +33,7 @@
 //     ErrUnauthenticated or ErrPermissionDenied, which node's one error
 //     table maps to Connect codes.
 //   - Action: every operation the API offers, as a typed enum with its
-//     Class (health, admin, data), which also tells node which listener
+//     Class (health, admin, data, routing), which also tells node which listener
 //     serves it when the admin API has its own. Which RPC procedure is
 //     which Action is node's table, not this package's; Actions lists
 //     every value so that node's tests can check the table is complete.
@@ -44,6 +44,9 @@
 // (policies, nodes, groups, plans, cluster and node status) and nothing
 // else; "client" allows the data actions (admit, peek, refund, reserve,
 // commit, leases) and nothing else. A caller that needs both is given both.
+// Either role allows routing (Routes: the shard map, group leaders and
+// members' addresses), which a client needs before its data calls and
+// which a caller limited to some policies may make too.
 // A caller's "policies" list limits its data calls to those policies; it
 // does not limit admin actions. Health checks are allowed to everyone,
 // authenticated or not.

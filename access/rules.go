@@ -39,10 +39,11 @@ var rulesFile = yamllist.Spec{
 type Role string
 
 const (
-	// RoleAdmin allows the admin actions (ClassAdmin).
+	// RoleAdmin allows the admin actions (ClassAdmin), and routing
+	// (ClassRouting).
 	RoleAdmin Role = "admin"
 	// RoleClient allows the data actions (ClassData), within the caller's
-	// policies if it has a list.
+	// policies if it has a list, and routing (ClassRouting).
 	RoleClient Role = "client"
 )
 

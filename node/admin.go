@@ -49,6 +49,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
 		ClusterId:           n.mux.ClusterID(),
+		ForwardedCalls:      n.forwardedCalls.Load(),
 	}
 	plans := n.meta.fsm.Plans()
 	for _, g := range n.hosted() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -43,14 +44,18 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 		items, at = append(items, admitItem(m, cmd, forwarded)), append(at, i)
 	}
 	n.decide(ctx, items)
+	resp := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
 	for j, it := range items {
+		if it.viaLeader != "" && !slices.Contains(resp.Header().Values(forwardedToHeader), it.viaLeader) {
+			resp.Header().Add(forwardedToHeader, it.viaLeader)
+		}
 		if resp, err := admitAnswer(it); err != nil {
 			out[at[j]] = batchError(n.toConnectError(err))
 		} else {
 			out[at[j]] = &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Response{Response: resp}}
 		}
 	}
-	return connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out}), nil
+	return resp, nil
 }
 
 // admitItem is an Admit (m, checked into cmd) as an item of the engine.

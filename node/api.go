@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,9 +45,9 @@ func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *co
 		return err
 	}}
 	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
-		return nil, n.toConnectError(err)
+		return nil, markForwardedError(n.toConnectError(err), it)
 	}
-	return connect.NewResponse(out), nil
+	return markForwarded(connect.NewResponse(out), it), nil
 }
 
 // commandCall is leaderCall of a request that is one command, env: on the
@@ -59,12 +60,32 @@ func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *c
 	var out *Resp
 	it := &item{rt: rt, env: env}
 	if err := runCall(ctx, n, req, it, &out, remote); err != nil {
-		return nil, n.toConnectError(err)
+		return nil, markForwardedError(n.toConnectError(err), it)
 	}
 	if it.res != nil {
 		out = answer(it.res)
 	}
-	return connect.NewResponse(out), nil
+	return markForwarded(connect.NewResponse(out), it), nil
+}
+
+// markForwarded sets the Quorate-Forwarded header of resp, the answer to
+// the unary data call it, when the call's last attempt forwarded it to
+// another node (forwardedToHeader).
+func markForwarded[Resp any](resp *connect.Response[Resp], it *item) *connect.Response[Resp] {
+	if it.rt.data && it.viaLeader != "" {
+		resp.Header().Set(forwardedToHeader, it.viaLeader)
+	}
+	return resp
+}
+
+// markForwardedError is markForwarded for an error answer (a Connect error
+// from the node's error table).
+func markForwardedError(err error, it *item) error {
+	var ce *connect.Error
+	if it.rt.data && it.viaLeader != "" && errors.As(err, &ce) {
+		ce.Meta().Set(forwardedToHeader, it.viaLeader)
+	}
+	return err
 }
 
 // runCall decides it, a unary request, within the request's deadline
@@ -123,9 +144,9 @@ func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quora
 	n.decide(ctx, []*item{it})
 	resp, err := admitAnswer(it)
 	if err != nil {
-		return nil, n.toConnectError(err)
+		return nil, markForwardedError(n.toConnectError(err), it)
 	}
-	return connect.NewResponse(resp), nil
+	return markForwarded(connect.NewResponse(resp), it), nil
 }
 
 // admitCommand checks an AdmitRequest without state and builds its command:

@@ -61,6 +61,7 @@ var procedureActions = map[string]access.Action{
 	quoratev1connect.AdmissionServiceRefundProcedure:     access.ActionRefund,
 	quoratev1connect.AdmissionServiceReserveProcedure:    access.ActionReserve,
 	quoratev1connect.AdmissionServiceCommitProcedure:     access.ActionCommit,
+	quoratev1connect.AdmissionServiceRoutesProcedure:     access.ActionRoutes,
 
 	quoratev1connect.LeaseServiceAcquireLeaseProcedure: access.ActionAcquireLease,
 	quoratev1connect.LeaseServiceRenewLeaseProcedure:   access.ActionRenewLease,

@@ -55,7 +55,8 @@ type item struct {
 	resp    *quoratev1.AdmitResponse
 
 	// via is this node's replica of the group the item was forwarded for
-	// (nil when it hosts none) and viaLeader the leader it was sent to.
+	// (nil when it hosts none) and viaLeader the leader it was sent to, by
+	// the last attempt ("" when that attempt did not forward it).
 	via       *group
 	viaLeader string
 
@@ -128,6 +129,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 	remote := map[string][]*item{}
 	for _, it := range items {
 		it.res, it.resp, it.err = nil, nil, nil
+		it.via, it.viaLeader = nil, ""
 		d, err := n.destFor(it.rt)
 		switch {
 		case err != nil:
@@ -145,6 +147,9 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 			} else {
 				it.via, it.viaLeader = d.g, leaderID
 				remote[addr] = append(remote[addr], it)
+				if it.rt.data {
+					n.forwardedCalls.Add(1)
+				}
 			}
 		}
 	}

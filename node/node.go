@@ -64,6 +64,10 @@ type Node struct {
 	metaReplica atomic.Pointer[group]
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
+	// forwardedCalls counts the data calls (each item of a batch) this node
+	// forwarded to another node for want of leading the key's group, each
+	// attempt once (NodeState.forwarded_calls).
+	forwardedCalls atomic.Uint64
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts

@@ -35,6 +35,12 @@ var (
 // leader; such a request is never forwarded again.
 const forwardedHeader = "Quorate-Forwarded-By"
 
+// forwardedToHeader is set on the response to a data call this node
+// forwarded because another node leads the key's group: its value is that
+// leader's node ID (one value per leader for an AdmitBatch), telling a
+// client that routes by AdmissionService.Routes that its routes are stale.
+const forwardedToHeader = "Quorate-Forwarded"
+
 // knowPolicies brings the group of d (led here) to know every policy env
 // names, or returns fsm.ErrUnknownPolicy when the cluster does not have
 // one, or ErrNotProposed when it could not tell now. It costs two map

@@ -1,0 +1,273 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Policy is what the client needs of a policy to apply its on_unavailable
+// mode while the cluster cannot decide.
+type Policy struct {
+	Name string
+	// Limit units per Period; Burst is the most at once (0 means Limit).
+	Limit  int64
+	Period time.Duration
+	Burst  int64
+	// OnUnavailable is "deny" (or empty), "allow" or "local".
+	OnUnavailable string
+	Version       uint64
+}
+
+func (p Policy) validate() error {
+	switch {
+	case p.Name == "":
+		return errors.New("Name is empty")
+	case p.Limit < 0:
+		return fmt.Errorf("Limit must not be negative (got %d)", p.Limit)
+	case p.Burst < 0:
+		return fmt.Errorf("Burst must not be negative (got %d)", p.Burst)
+	case p.Period < 0:
+		return fmt.Errorf("Period must not be negative (got %v)", p.Period)
+	}
+	switch p.OnUnavailable {
+	case "", "deny", "allow", "local":
+		return nil
+	}
+	return fmt.Errorf("OnUnavailable must be deny, allow or local (got %q)", p.OnUnavailable)
+}
+
+// calendarPeriods are the lengths a quota's calendar period is taken to have
+// by the local bucket.
+var calendarPeriods = map[string]time.Duration{"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+	"month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour}
+
+func policyOf(p *quoratev1.Policy) Policy {
+	period := p.GetPeriod().AsDuration()
+	if period == 0 {
+		period = calendarPeriods[p.GetCalendar()]
+	}
+	return Policy{Name: p.GetName(), Limit: p.GetLimit(), Period: period, Burst: p.GetBurst(),
+		OnUnavailable: p.GetOnUnavailable(), Version: p.GetVersion()}
+}
+
+// Stats counts Admit decisions by who made them.
+type Stats struct {
+	// Verified decisions were made by the cluster (allowed or denied).
+	Verified uint64
+	// Unavailable were denied without the cluster (on_unavailable deny).
+	Unavailable uint64
+	// Bypassed were allowed without being counted (on_unavailable allow).
+	Bypassed uint64
+	// Local were decided by this process's bucket (on_unavailable local).
+	Local uint64
+}
+
+// Stats returns how many Admit decisions of each Outcome this client made.
+func (c *Client) Stats() Stats {
+	return Stats{Verified: c.fb.counts[Verified].Load(), Unavailable: c.fb.counts[Unavailable].Load(),
+		Bypassed: c.fb.counts[Bypassed].Load(), Local: c.fb.counts[LocalDecision].Load()}
+}
+
+// maxLocalBuckets bounds the keys the local fallback remembers; beyond it
+// the buckets start again full.
+const maxLocalBuckets = 100_000
+
+// fallback keeps the policies and the local buckets.
+type fallback struct {
+	c      *Client
+	counts [LocalDecision + 1]atomic.Uint64
+
+	mu       sync.Mutex
+	policies map[string]Policy
+	fetching map[string]bool
+	noAdmin  bool // the cluster refused to list policies to this caller
+	buckets  map[bucketKey]*localBucket
+}
+
+type bucketKey struct{ policy, key string }
+
+type localBucket struct {
+	version uint64
+	lim     *rate.Limiter
+}
+
+func newFallback(c *Client, given []Policy) *fallback {
+	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, buckets: map[bucketKey]*localBucket{}}
+	for _, p := range given {
+		f.policies[p.Name] = p
+	}
+	return f
+}
+
+func (f *fallback) count(o Outcome) { f.counts[o].Add(1) }
+
+// store keeps p unless a newer version is kept already.
+func (f *fallback) store(p Policy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.policies[p.Name]; !ok || old.Version <= p.Version {
+		f.policies[p.Name] = p
+	}
+}
+
+// refreshAll lists every policy in the background.
+func (f *fallback) refreshAll() {
+	f.c.wg.Add(1)
+	go func() {
+		defer f.c.wg.Done()
+		for _, m := range f.c.routes.members() {
+			ctx, cancel := context.WithTimeout(f.c.ctx, f.c.cfg.Timeout)
+			resp, err := f.c.conn(m).admin.ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+			cancel()
+			if err == nil {
+				for _, p := range resp.Msg.GetPolicies() {
+					f.store(policyOf(p))
+				}
+				return
+			}
+			f.c.cfg.Logger.Debug("list policies", "server", m, "error", err)
+			if f.refused(err) {
+				return
+			}
+		}
+	}()
+}
+
+// refused records an answer saying this caller may not read policies.
+func (f *fallback) refused(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeUnimplemented:
+		f.mu.Lock()
+		f.noAdmin = true
+		f.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// seen notes that the cluster decided under version of policy name: the
+// policy is fetched in the background when the client keeps an older one.
+func (f *fallback) seen(name string, version uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.policies[name]; ok && p.Version >= version || f.noAdmin || f.fetching[name] {
+		return
+	}
+	f.fetching[name] = true
+	f.c.wg.Add(1)
+	go func() {
+		defer f.c.wg.Done()
+		defer func() {
+			f.mu.Lock()
+			delete(f.fetching, name)
+			f.mu.Unlock()
+		}()
+		for _, m := range f.c.routes.members() {
+			ctx, cancel := context.WithTimeout(f.c.ctx, f.c.cfg.Timeout)
+			resp, err := f.c.conn(m).admin.GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: name}))
+			cancel()
+			if err == nil {
+				f.store(policyOf(resp.Msg.GetPolicy()))
+				return
+			}
+			f.c.cfg.Logger.Debug("get policy", "server", m, "policy", name, "error", err)
+			if f.refused(err) || connect.CodeOf(err) == connect.CodeNotFound {
+				return
+			}
+		}
+	}()
+}
+
+// decide applies on_unavailable to r after cause left it undecided; false
+// when a policy of r is not known (the caller then returns cause).
+func (f *fallback) decide(r *Request, cause error) (*Decision, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	checks := append([]Check{{Policy: r.Policy, Key: r.Key, Cost: r.Cost}}, r.Also...)
+	mode := "allow"
+	pols := make([]Policy, len(checks))
+	for i, ch := range checks {
+		p, ok := f.policies[ch.Policy]
+		if !ok {
+			return nil, false
+		}
+		pols[i] = p
+		switch p.OnUnavailable {
+		case "", "deny":
+			mode = "deny"
+		case "local":
+			if mode == "allow" {
+				mode = "local"
+			}
+		}
+	}
+	d := &Decision{RequestID: r.RequestID, Cause: cause, DeniedCheck: -1, PolicyVersion: pols[0].Version}
+	switch mode {
+	case "deny":
+		d.Outcome = Unavailable
+	case "allow":
+		d.Outcome, d.Allowed = Bypassed, true
+	default:
+		d.Outcome, d.Allowed = LocalDecision, f.takeLocal(checks, pols)
+	}
+	f.counts[d.Outcome].Add(1)
+	return d, true
+}
+
+// takeLocal spends each local-mode check's cost from its bucket, all or
+// none; f.mu is held.
+func (f *fallback) takeLocal(checks []Check, pols []Policy) bool {
+	now := time.Now()
+	var taken []*rate.Reservation
+	for i, ch := range checks {
+		if pols[i].OnUnavailable != "local" {
+			continue
+		}
+		res := f.bucket(ch, pols[i]).ReserveN(now, int(max(1, ch.Cost)))
+		if !res.OK() || res.DelayFrom(now) > 0 {
+			res.CancelAt(now)
+			for _, t := range taken {
+				t.CancelAt(now)
+			}
+			return false
+		}
+		taken = append(taken, res)
+	}
+	return true
+}
+
+// bucket is the local bucket of ch's key under p, sized to the client's
+// share of p; f.mu is held.
+func (f *fallback) bucket(ch Check, p Policy) *rate.Limiter {
+	k := bucketKey{ch.Policy, ch.Key}
+	if b, ok := f.buckets[k]; ok && b.version == p.Version {
+		return b.lim
+	}
+	if len(f.buckets) >= maxLocalBuckets {
+		clear(f.buckets)
+	}
+	share := f.c.cfg.LocalShare
+	if share == 0 {
+		share = 1 / float64(f.c.routes.memberCount())
+	}
+	burst := p.Burst
+	if burst == 0 {
+		burst = p.Limit
+	}
+	every := rate.Limit(0)
+	if p.Period > 0 {
+		every = rate.Limit(share * float64(p.Limit) / p.Period.Seconds())
+	}
+	lim := rate.NewLimiter(every, max(1, int(share*float64(burst))))
+	f.buckets[k] = &localBucket{version: p.Version, lim: lim}
+	return lim
+}

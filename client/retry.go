@@ -1,0 +1,273 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Retries with the same request ID (docs/DESIGN.md §3). Every call of the
+// Client goes through call: the request is built once by the caller and
+// captured by the attempt function, which only gets the server to send it
+// to, so every attempt carries the same request ID and payload, and a retry
+// of a request that was applied gets the recorded answer (duplicate=true)
+// instead of spending again.
+
+// jitteredBackoff is the wait between attempts: InitialInterval after the
+// first failure, doubling up to MaxInterval, each wait drawn uniformly from
+// [d/2, d] (equal jitter, so that clients that failed together do not retry
+// together, yet never retry at once). Each call's waits start again from the
+// first.
+type jitteredBackoff struct{ backoff.ExponentialBackOff }
+
+func newJitteredBackoff(initial, max time.Duration) *jitteredBackoff {
+	b := &jitteredBackoff{backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: max}}
+	b.Reset()
+	return b
+}
+
+// NextBackOff returns the jittered wait before the next retry.
+func (b *jitteredBackoff) NextBackOff() time.Duration {
+	d := b.ExponentialBackOff.NextBackOff()
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// retryable reports whether a failed attempt may be retried with the same
+// request ID: Unavailable (no leader or quorum, with or without the
+// OutcomeUnknown detail), a server's DeadlineExceeded for one attempt, and
+// transport failures (connection refused or reset, EOF). It is false for the
+// caller's own deadline or cancellation (the time to retry is over) and for
+// every answer about the request itself (InvalidArgument, NotFound,
+// ResourceExhausted, FailedPrecondition, ...), which a retry would only
+// repeat.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	// Checked first: context.DeadlineExceeded also satisfies net.Error.
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if isTransportError(err) {
+		return true
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+			return true
+		}
+	}
+	return false
+}
+
+// isTransportError reports whether err is a failure to reach the server or
+// to read its answer, rather than an answer.
+func isTransportError(err error) bool {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &opErr), errors.As(err, &dnsErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, os.ErrDeadlineExceeded): // a dial or read timeout of the transport
+		return true
+	}
+	return false
+}
+
+// hasOutcomeUnknown reports whether err's Connect error carries the
+// OutcomeUnknown detail a node attaches to an Unavailable answer when the
+// request may have been applied.
+func hasOutcomeUnknown(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if _, ok := v.(*quoratev1.OutcomeUnknown); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// outcomeUnknown reports whether a failed attempt may have been applied. It
+// is false only when the request certainly was not: the connection was never
+// made (a failed dial), or the server answered with an error that says so (an
+// Unavailable without the OutcomeUnknown detail, such as NotLeader, or any
+// answer about the request itself, such as InvalidArgument). A request that
+// was sent and then lost (reset, EOF, the caller's deadline), a server's
+// DeadlineExceeded and an OutcomeUnknown detail all leave the outcome unknown.
+func outcomeUnknown(err error) bool {
+	if err == nil || errors.Is(err, errNotSent) {
+		return false
+	}
+	var ie *itemError
+	if errors.As(err, &ie) {
+		return ie.unknown
+	}
+	if hasOutcomeUnknown(err) {
+		return true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) {
+		return false // nothing was sent
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return false // nothing was sent
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && connect.IsWireError(err) {
+		// The server's own answer.
+		return ce.Code() == connect.CodeDeadlineExceeded
+	}
+	return true
+}
+
+// errNotSent marks an attempt that never left this process (e.g. the
+// caller's context ended while it waited to join a batch).
+var errNotSent = errors.New("not sent")
+
+// RetryInfo describes a failed attempt that will be retried, for
+// Config.OnRetry.
+type RetryInfo struct {
+	// Procedure is the RPC, e.g. "Admit".
+	Procedure string
+	// Attempt counts from 1.
+	Attempt int
+	Server  string
+	Err     error
+	// Wait is the time before the next attempt.
+	Wait time.Duration
+}
+
+// callSpec says how call sends one request.
+type callSpec struct {
+	procedure string
+	// key routes the call to its group's leader; empty sends it to any
+	// member.
+	key string
+	// readOnly: the request changes nothing, so an attempt's outcome never
+	// matters (Peek, CheckFence).
+	readOnly  bool
+	requestID string
+}
+
+// attemptError is the failure of a call: Last is the last attempt's error,
+// Unknown says whether some attempt may have been applied.
+type attemptError struct {
+	Attempts int
+	Unknown  bool
+	Last     error
+}
+
+// call sends one request until an attempt is answered, an attempt fails with
+// an error that is not retryable, or ctx ends, and returns the answer. Each
+// attempt goes to the key's group leader as the routes say, or to another
+// member after a failure there; it gets ctx, i.e. all the time that remains.
+// A failure is the last attempt's error when it is about the request itself
+// (a Connect error), or an *attemptError when the retries ran out of time.
+func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx context.Context, server string) (R, http.Header, error)) (R, error) {
+	var zero R
+	waits := newJitteredBackoff(c.cfg.InitialBackoff, c.cfg.MaxBackoff)
+	var (
+		last     error
+		unknown  bool
+		attempts int
+		avoid    = map[string]bool{}
+	)
+	for {
+		server := c.routes.target(spec.key, avoid)
+		attempts++
+		resp, hdr, err := attempt(ctx, server)
+		if hdr.Get(forwardedHeader) != "" {
+			c.routes.refresh()
+		}
+		if err == nil {
+			return resp, nil
+		}
+		last = err
+		unknown = unknown || !spec.readOnly && outcomeUnknown(err)
+		if ctx.Err() != nil {
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: err}
+		}
+		if !retryable(err) {
+			return zero, err
+		}
+		avoid[server] = true
+		c.routes.refresh()
+		wait := waits.NextBackOff()
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last}
+		}
+		c.cfg.Logger.Debug("retrying", "procedure", spec.procedure, "attempt", attempts, "server", server,
+			"request_id", spec.requestID, "error", err, "wait", wait)
+		if c.cfg.OnRetry != nil {
+			c.cfg.OnRetry(RetryInfo{Procedure: spec.procedure, Attempt: attempts, Server: server, Err: err, Wait: wait})
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last}
+		case <-t.C:
+		}
+	}
+}
+
+func (e *attemptError) Error() string { return e.Last.Error() }
+func (e *attemptError) Unwrap() error { return e.Last }
+
+// publicError turns call's failure into what a method returns: an
+// *OutcomeUnknownError when some attempt may have been applied, else the
+// last attempt's error (a Connect error, so connect.CodeOf gives its code).
+func publicError(err error, requestID string) error {
+	var ae *attemptError
+	if errors.As(err, &ae) {
+		if ae.Unknown {
+			return &OutcomeUnknownError{RequestID: requestID, Attempts: ae.Attempts, Last: answerError(ae.Last)}
+		}
+		err = ae.Last
+	}
+	return answerError(err)
+}
+
+// answerError is err as a method returns it: the Connect error of a batch
+// item's error.
+func answerError(err error) error {
+	var ie *itemError
+	if errors.As(err, &ie) {
+		return ie.ce
+	}
+	return err
+}
+
+// metaOf is the header of a failed attempt's answer, if any.
+func metaOf(err error) http.Header {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Meta()
+	}
+	return nil
+}
