@@ -68,10 +68,12 @@ func (l *Limiter) decide(r *http.Request) verdict {
 	v := verdict{kind: pass}
 	if !d.Allowed {
 		v.retryAfter = d.RetryAfter
-		if i := deniedIndex(d, len(results)); i >= 0 {
+		i := deniedIndex(d, len(results))
+		if i >= 0 {
 			v.deniedBy = p.limits[i].Name
 			v.retryAfter = max(v.retryAfter, results[i].RetryAfter)
 		}
+		results = unspent(results, p.costs, i)
 	}
 	if d.Outcome != client.Verified {
 		if l.cfg.unverified != nil {
@@ -111,6 +113,23 @@ func checkResults(d *client.Decision, n int) []client.CheckResult {
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Window: d.Window,
 	}}
+}
+
+// unspent returns the results of a denied request as its limits stand:
+// the cluster reports each check as it was decided, the checks that passed
+// with their cost taken off, before the denial took every spend back.
+func unspent(results []client.CheckResult, costs []int64, denied int) []client.CheckResult {
+	if len(results) != len(costs) || len(results) < 2 {
+		return results
+	}
+	out := make([]client.CheckResult, len(results))
+	copy(out, results)
+	for i := range out {
+		if i != denied && out[i].Allowed && !out[i].ShadowDenied {
+			out[i].Remaining += costs[i]
+		}
+	}
+	return out
 }
 
 // deniedIndex is the index of the check that denied d, -1 when unknown.

@@ -50,7 +50,11 @@ func (f *fakeAdmitter) Admit(_ context.Context, r client.Request) (*client.Decis
 		rem := p.limit - f.spent[[2]string{c.Policy, c.Key}]
 		res := client.CheckResult{Policy: c.Policy, Key: c.Key, Allowed: c.Cost <= rem, Limit: p.limit,
 			Remaining: rem, ResetAfter: p.reset, Window: p.window}
-		if !res.Allowed {
+		if res.Allowed {
+			// As the cluster does: a check that passes reports its spend
+			// taken off, even when another check denies the request.
+			res.Remaining -= c.Cost
+		} else {
 			res.RetryAfter = p.retry
 			if d.Allowed {
 				d.Allowed, d.DeniedCheck, d.RetryAfter = false, i, p.retry
@@ -59,9 +63,8 @@ func (f *fakeAdmitter) Admit(_ context.Context, r client.Request) (*client.Decis
 		d.Checks = append(d.Checks, res)
 	}
 	if d.Allowed {
-		for i, c := range checks {
+		for _, c := range checks {
 			f.spent[[2]string{c.Policy, c.Key}] += c.Cost
-			d.Checks[i].Remaining -= c.Cost
 		}
 	}
 	if len(r.Also) == 0 {

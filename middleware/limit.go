@@ -182,6 +182,7 @@ func (e *missingKeyError) Error() string {
 type plan struct {
 	req    client.Request
 	limits []*Limit
+	costs  []int64 // per limit
 }
 
 // keyEscaper keeps the braces that delimit the hash tag out of the identity.
@@ -226,6 +227,7 @@ limits:
 			cost = max(lim.Cost(r), 1)
 		}
 		p.limits = append(p.limits, lim)
+		p.costs = append(p.costs, cost)
 		checks = append(checks, client.Check{Policy: lim.Policy, Key: b.String(), Cost: cost})
 	}
 	if len(checks) == 0 {
