@@ -28,6 +28,8 @@
 //     untrusted peer's forwarding headers are ignored.
 //   - Route: the route template (http.Request.Pattern of a Go 1.22+
 //     ServeMux, the procedure name under Connect), never the raw path.
+//     Route reads r.Pattern, so the limiter must wrap each handler inside
+//     the mux; MuxRoute(mux) serves a limiter wrapping the whole mux.
 //
 // A request whose identity or key part cannot be extracted is answered 400
 // (InvalidArgument under Connect) by default; WithMissingKey(SkipMissing)

@@ -170,15 +170,16 @@ func normalize(a netip.Addr) string {
 	return netip.PrefixFrom(a, 64).Masked().String()
 }
 
-// MuxPattern is a Route fallback for a limiter wrapping a whole
-// http.ServeMux, where r.Pattern is not set yet: the pattern mux would route
-// r to, or "(none)" when no pattern matches (such requests share one budget
-// per identity, so scans of unknown paths are limited too).
-func MuxPattern(mux *http.ServeMux) func(*http.Request) (string, bool) {
+// MuxRoute extracts the route template for a limiter wrapping a whole
+// http.ServeMux, before mux sets r.Pattern: the pattern mux routes r to, as
+// "route:<pattern>", or "route:(none)" when no pattern matches (such requests
+// share one budget per identity, so scans of unknown paths are limited too).
+// It ignores r.Pattern, which an outer mux may have set to its own pattern.
+func MuxRoute(mux *http.ServeMux) KeyFunc {
 	return func(r *http.Request) (string, bool) {
 		if _, p := mux.Handler(r); p != "" {
-			return p, true
+			return "route:" + p, true
 		}
-		return "(none)", true
+		return "route:(none)", true
 	}
 }

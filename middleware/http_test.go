@@ -184,14 +184,16 @@ func TestRouteTemplateKey(t *testing.T) {
 		t.Errorf("route keys %q, %q: want both {ip:192.0.2.1}:route:GET /items/{id}", a, b)
 	}
 
-	// A limiter around the whole mux finds the pattern through MuxPattern.
+	// A limiter around the whole mux, itself under an outer mux that sets
+	// r.Pattern to "/", finds the inner pattern through MuxRoute.
 	mux := http.NewServeMux()
 	mux.Handle("GET /items/{id}", ok200)
 	f = newFake(twoPolicies())
-	outer := mustNew(t, f, WithIdentity(Proxies{}.ClientIP()),
-		WithLimits(Limit{Policy: "route", Key: []KeyFunc{Route(MuxPattern(mux))}})).Handler(mux)
-	get(outer, "/items/3", "192.0.2.1:1")
-	get(outer, "/nowhere", "192.0.2.1:1")
+	root := http.NewServeMux()
+	root.Handle("/", mustNew(t, f, WithIdentity(Proxies{}.ClientIP()),
+		WithLimits(Limit{Policy: "route", Key: []KeyFunc{MuxRoute(mux)}})).Handler(mux))
+	get(root, "/items/3", "192.0.2.1:1")
+	get(root, "/nowhere", "192.0.2.1:1")
 	if got := f.requests[0].Key; got != "{ip:192.0.2.1}:route:GET /items/{id}" {
 		t.Errorf("around the mux: key %q", got)
 	}
