@@ -68,7 +68,7 @@ func (l *Limiter) decide(r *http.Request) verdict {
 	v := verdict{kind: pass}
 	if !d.Allowed {
 		v.retryAfter = d.RetryAfter
-		i := deniedIndex(d, len(results))
+		i := deniedIndex(d, len(p.limits))
 		if i >= 0 {
 			v.deniedBy = p.limits[i].Name
 			v.retryAfter = max(v.retryAfter, results[i].RetryAfter)
@@ -132,17 +132,19 @@ func unspent(results []client.CheckResult, costs []int64, denied int) []client.C
 	return out
 }
 
-// deniedIndex is the index of the check that denied d, -1 when unknown.
+// deniedIndex is the index among n limits of the one that denied d, -1
+// when d does not say.
 func deniedIndex(d *client.Decision, n int) int {
-	if d.DeniedCheck >= 0 && d.DeniedCheck < n {
+	switch {
+	case d.DeniedCheck >= 0 && d.DeniedCheck < n:
 		return d.DeniedCheck
-	}
-	if n == 1 || len(d.Checks) == 0 {
+	case n == 1:
 		return 0
-	}
-	for i, c := range d.Checks[:n] {
-		if !c.Allowed {
-			return i
+	case len(d.Checks) == n:
+		for i, c := range d.Checks {
+			if !c.Allowed {
+				return i
+			}
 		}
 	}
 	return -1

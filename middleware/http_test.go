@@ -268,6 +268,12 @@ func TestAdmitErrorsAndUnverifiedDecisions(t *testing.T) {
 			t.Errorf("%v denied: Retry-After %q, want 2", c.outcome, w.Header().Get(HeaderRetryAfter))
 		}
 	}
+	f.outcome, f.allowed = client.LocalDecision, false
+	w := get(twoLimits(t, f), "/items/1", "192.0.2.1:1")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderDeniedBy) != "" {
+		t.Errorf("local denial of two limits without checks: status %d, %s %q; want 429 naming none",
+			w.Code, HeaderDeniedBy, w.Header().Get(HeaderDeniedBy))
+	}
 	if len(unverified) != 4 {
 		t.Errorf("OnUnverified called %d times, want 4", len(unverified))
 	}
