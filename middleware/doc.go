@@ -45,7 +45,9 @@
 //
 // one item per limit, in the order of the limits, with t in whole seconds
 // rounded up (w is left out for a policy without a window: concurrency).
-// A denial is 429 Too Many Requests with Retry-After in whole seconds,
+// On a denial nothing is spent, and r shows every limit as it stands (the
+// cluster reports a passing check with its cost taken off; the middleware
+// adds it back). A denial is 429 Too Many Requests with Retry-After in whole seconds,
 // rounded up and at least 1, and names the limit that denied in the body and
 // in Quorate-Denied-By: "per-route". Under Connect a denial is
 // ResourceExhausted with a google.rpc.RetryInfo and a google.rpc.QuotaFailure
@@ -59,7 +61,8 @@
 // local decision is 429 with Retry-After; Unavailable (on_unavailable: deny)
 // is 503. An error from Admit (the deadline ended, outcome unknown, a bad
 // key) goes to the WithOnError hook and is 503 (Unavailable) by default, or
-// lets the request through with WithFailMode(FailOpen).
+// lets the request through with WithFailMode(FailOpen). A key longer than
+// the cluster accepts (512 bytes) is such an error: keep key parts short.
 //
 // # Connect
 //
