@@ -1,0 +1,74 @@
+// Package middleware puts Quorate in front of an HTTP or Connect/gRPC
+// service: every request is admitted by one atomic multi-limit check before
+// the handler runs, and every answer advertises the limits in the IETF
+// RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers).
+//
+// # Keys
+//
+// A Limiter has one identity extractor list and a list of Limits. The
+// identity (the first extractor of WithIdentity that yields a value: an
+// authenticated principal, a header set by a trusted proxy, the client IP)
+// is the hash tag of every key of the request, so all its checks live on
+// one slot and are decided atomically: a limit's key is
+// "{<identity>}" followed by ":<part>" for each of the limit's key parts
+// (the route template, a constant). The cost of the check on the whole
+// request is spent on every limit or on none. A limit shared by every
+// identity (one global budget) has another tag and cannot join the same
+// atomic check; give it its own Limiter.
+//
+// The extractors:
+//   - Principal: the authenticated principal your authentication middleware
+//     put in the request context ("user:<name>").
+//   - Proxies.Header: a header, only when the immediate peer (RemoteAddr) is
+//     a trusted proxy ("<header-name>:<value>").
+//   - Proxies.ClientIP: the client address, normalized: an IPv4 address, or
+//     the IPv6 /64 it lies in (one host usually owns a whole /64). Through
+//     trusted proxies only, it walks X-Forwarded-For (or Forwarded) from the
+//     right and takes the first hop that is not a trusted proxy; an
+//     untrusted peer's forwarding headers are ignored.
+//   - Route: the route template (http.Request.Pattern of a Go 1.22+
+//     ServeMux, the procedure name under Connect), never the raw path.
+//     Route reads r.Pattern, so the limiter must wrap each handler inside
+//     the mux; MuxRoute(mux) serves a limiter wrapping the whole mux.
+//
+// A request whose identity or key part cannot be extracted is answered 400
+// (InvalidArgument under Connect) by default; WithMissingKey(SkipMissing)
+// lets it through without that limit instead (without any limit when the
+// identity is missing).
+//
+// # Answers
+//
+// A verified decision (client.Verified) sets on every answer
+//
+//	RateLimit-Policy: "per-user";q=20;w=60, "per-route";q=5;w=1
+//	RateLimit: "per-user";r=12;t=9, "per-route";r=0;t=1
+//
+// one item per limit, in the order of the limits, with t in whole seconds
+// rounded up (w is left out for a policy without a window: concurrency).
+// On a denial nothing is spent, and r shows every limit as it stands (the
+// cluster reports a passing check with its cost taken off; the middleware
+// adds it back). A denial is 429 Too Many Requests with Retry-After in whole seconds,
+// rounded up and at least 1, and names the limit that denied in the body and
+// in Quorate-Denied-By: "per-route". Under Connect a denial is
+// ResourceExhausted with a google.rpc.RetryInfo and a google.rpc.QuotaFailure
+// (whose subject is the limit's name) detail, and the fields above in the
+// response headers (in the trailers of a gRPC error).
+//
+// A decision the cluster did not make (Bypassed, LocalDecision, Unavailable:
+// the policy's on_unavailable mode applied by the client) is passed to the
+// WithOnUnverified hook and carries no RateLimit fields: nobody counted it.
+// A bypass or an allowed local decision lets the request through; a denied
+// local decision is 429 with Retry-After; Unavailable (on_unavailable: deny)
+// is 503. An error from Admit (the deadline ended, outcome unknown, a bad
+// key) goes to the WithOnError hook and is 503 (Unavailable) by default, or
+// lets the request through with WithFailMode(FailOpen). A key longer than
+// the cluster accepts (512 bytes) is such an error: keep key parts short.
+//
+// # Connect
+//
+// Limiter.Interceptor limits unary calls and, once at stream start, streams
+// handled by the server (a stream is one request however many messages it
+// carries). Client-side calls pass through untouched. Key extractors and Cost
+// see a request built from the call: its context, headers, peer address,
+// HTTP method, and the procedure as Pattern; it has no body.
+package middleware
