@@ -238,7 +238,6 @@ func (e *rpcError) Error() string {
 	if msg := ce.Message(); msg != "" {
 		b.WriteString(": " + msg)
 	}
-	b.WriteString(schemeHint(e.server, ce))
 	for _, d := range ce.Details() {
 		v, err := d.Value()
 		if err != nil {
@@ -267,25 +266,15 @@ func (e *rpcError) Error() string {
 	return b.String()
 }
 
-// schemeHint explains the errors of a client and a server that do not
-// speak the same protocol: plaintext to a TLS port (the server answers 400
-// to what it cannot read as TLS) and TLS to a plaintext port.
-func schemeHint(server string, ce *connect.Error) string {
-	msg := ce.Message()
-	switch {
-	case strings.HasPrefix(server, "http://") && strings.Contains(msg, "400 Bad Request"):
-		return " [the server may serve TLS: give --tls-ca, or an https:// --server]"
-	case strings.HasPrefix(server, "https://") && (strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
-		strings.Contains(msg, "first record does not look like a TLS handshake")):
-		return " [the server serves plaintext: use an http:// --server, without --tls-ca]"
-	}
-	return ""
-}
-
-// wrapRPC returns nil for a nil err, else an *rpcError.
+// wrapRPC returns nil for a nil err, a *mismatchError when err shows that
+// the client and server do not speak the same protocol (protocolMismatch:
+// final, not retried), else an *rpcError.
 func wrapRPC(procedure, server, requestID string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if m := protocolMismatch(procedure, server, err); m != nil {
+		return m
 	}
 	return &rpcError{procedure: procedure, server: server, requestID: requestID, err: err}
 }
