@@ -48,6 +48,32 @@ func policyFileFields(p admission.Policy) []policyField {
 	return fields
 }
 
+// withoutDefaults undoes admission.Policy.WithDefaults, which the cluster
+// applies to what it stores: the fields equal to their defaults are unset,
+// as a file would leave them out. WithDefaults of the result is
+// p.WithDefaults(), so applying it changes nothing, and the file stays
+// valid when its limit is edited (a quota's burst must equal its limit).
+func withoutDefaults(p admission.Policy) admission.Policy {
+	p = p.WithDefaults()
+	burst := p.Burst
+	if p.Burst == p.Limit {
+		p.Burst = 0
+	}
+	if p.MaxCost == burst {
+		p.MaxCost = 0
+	}
+	if p.OnUnavailable == admission.OnUnavailableDeny {
+		p.OnUnavailable = ""
+	}
+	if p.DedupeRetention == admission.DefaultDedupeRetention {
+		p.DedupeRetention = 0
+	}
+	if p.Algorithm == admission.AlgorithmConcurrency && p.LeaseTTL == admission.DefaultLeaseTTL {
+		p.LeaseTTL = 0
+	}
+	return p
+}
+
 // fileDuration formats d as a Go duration without its zero tails: 1m, not
 // 1m0s; 1h30m, not 1h30m0s.
 func fileDuration(d time.Duration) string {
@@ -62,7 +88,7 @@ func fileDuration(d time.Duration) string {
 }
 
 // writePolicyFile writes policies as a policy file, each with its version
-// as a comment on its name.
+// as a comment on its name, leaving out the fields equal to their defaults.
 func writePolicyFile(w io.Writer, policies []*quoratev1.Policy) error {
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	if len(policies) == 0 {
@@ -70,7 +96,7 @@ func writePolicyFile(w io.Writer, policies []*quoratev1.Policy) error {
 	}
 	for _, p := range policies {
 		entry := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		for _, f := range policyFileFields(node.PolicyFromAPI(p)) {
+		for _, f := range policyFileFields(withoutDefaults(node.PolicyFromAPI(p))) {
 			value := &yaml.Node{Kind: yaml.ScalarNode, Tag: f.tag, Value: f.value}
 			if f.name == "name" && p.GetVersion() != 0 {
 				value.LineComment = "version " + strconv.FormatUint(p.GetVersion(), 10)
