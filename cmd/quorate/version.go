@@ -30,9 +30,18 @@ type buildInfo struct {
 
 // readBuildInfo reads this binary's buildInfo.
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
+		info = nil
+	}
+	return buildInfoOf(info)
+}
+
+// buildInfoOf reads a buildInfo from the Go toolchain's record of a build;
+// info may be nil (a binary built without module support).
+func buildInfoOf(info *debug.BuildInfo) buildInfo {
+	b := buildInfo{Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if info == nil {
 		return b
 	}
 	if info.Main.Version != "" {
@@ -58,8 +67,9 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version, commit and commit time of this build",
 		Long: "Version prints this binary's module version and the version control stamps of its\n" +
 			"build: the commit, its time, and whether the checkout had changes not committed\n" +
-			"(modified). A binary built without them (go build -buildvcs=false, or outside a\n" +
-			"checkout) prints commit unknown.",
+			"(modified). A binary built without them (go build -buildvcs=false, outside a\n" +
+			"checkout, or in a git worktree, which the Go toolchain does not stamp) prints\n" +
+			"commit unknown.",
 		Example: "  quorate version\n  quorate version -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
