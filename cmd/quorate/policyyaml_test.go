@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -118,6 +122,17 @@ func TestPolicyYAMLRoundTripAndDryRun(t *testing.T) {
 	after := listPolicies(t, server)
 	if _, ok := after["brand-new"]; ok || !proto.Equal(after["reports-monthly"], before["reports-monthly"]) {
 		t.Errorf("the dry run applied something: %v", after)
+	}
+
+	// Another command's -o yaml has the fields of its -o json.
+	asJSON, _, err1 := runCLI(t, "admin", "status", "--server", server, "-o", "json")
+	asYAML, _, err2 := runCLI(t, "admin", "status", "--server", server, "-o", "yaml")
+	var j, y map[string]any
+	if err1 != nil || err2 != nil || json.Unmarshal([]byte(asJSON), &j) != nil || yaml.Unmarshal([]byte(asYAML), &y) != nil {
+		t.Fatalf("admin status -o json, yaml: %v, %v\n%s\n%s", err1, err2, asJSON, asYAML)
+	}
+	if len(j) == 0 || !slices.Equal(slices.Sorted(maps.Keys(j)), slices.Sorted(maps.Keys(y))) {
+		t.Errorf("admin status: -o yaml fields %v, -o json fields %v", slices.Sorted(maps.Keys(y)), slices.Sorted(maps.Keys(j)))
 	}
 }
 
