@@ -57,8 +57,8 @@ func serverFromEnv(cmd *cobra.Command) error {
 // addClientFlags registers --server, --timeout and --token on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port\n"+
-		"when not given: $"+serverEnv+" if set, else the default")
+	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port;\n"+
+		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
 	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
@@ -94,8 +94,8 @@ func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
 func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
-		"host:port; attempts rotate through them, so one dead node does not stop a retry\n"+
-		"when not given: $"+serverEnv+" if set, else the default")
+		"host:port; attempts rotate through them, so one dead node does not stop a retry;\n"+
+		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
 	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
