@@ -51,8 +51,8 @@ func newAdminStatusCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("ClusterStatus", base, "", err)
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp.Msg)
 			}
 			if err := writeClusterStatus(cmd.OutOrStdout(), resp.Msg); err != nil {
 				return err

@@ -48,8 +48,8 @@ func newAdminAuditCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("ListAudit", base, "", err)
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp.Msg)
 			}
 			return writeAudit(cmd.OutOrStdout(), resp.Msg)
 		},

@@ -192,8 +192,8 @@ func requireChanged(cmd *cobra.Command, names ...string) error {
 
 // checkWaitOutput refuses --wait with -o json: the progress is text.
 func checkWaitOutput(wait bool, output outputFormat) error {
-	if wait && output == outputJSON {
-		return errors.New("--wait reports progress as text; it does not go with --output json (follow the plan with: quorate admin plan list -o json)")
+	if wait && output.structured() {
+		return errors.New("--wait reports progress as text; it does not go with --output json or yaml (follow the plan with: quorate admin plan list -o json)")
 	}
 	return nil
 }
@@ -340,8 +340,8 @@ func parsePlanArg(s string) (uint64, error) {
 func reportPlan(ctx context.Context, cmd *cobra.Command, ac quoratev1connect.AdminServiceClient, base string, budget time.Duration,
 	output outputFormat, wait bool, resp *quoratev1.PlanResponse) error {
 	out := cmd.OutOrStdout()
-	if output == outputJSON {
-		return writeJSON(out, resp)
+	if output.structured() {
+		return output.write(out, resp)
 	}
 	p := resp.GetPlan()
 	fmt.Fprintf(out, "plan %d started: %s\n", p.GetId(), dash(p.GetSummary()))
@@ -384,8 +384,8 @@ func newAdminPlanListCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("ListPlans", base, "", err)
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp.Msg)
 			}
 			if len(resp.Msg.GetPlans()) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "no plans; start one with: quorate admin slots move, group add or group split")
@@ -460,8 +460,8 @@ func newAdminPlanCancelCmd() *cobra.Command {
 			if err != nil {
 				return wrapRPC("CancelPlan", base, "", err)
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp.Msg)
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp.Msg)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), planProgress(resp.Msg.GetPlan()))
 			return nil

@@ -40,7 +40,7 @@ func TestPlanFlagErrorsNameTheFlag(t *testing.T) {
 		{"slots move range past the end", []string{"admin", "slots", "move", "--from", "1", "--to", "2", "--range", "0-4097"}, []string{"--range", "4097"}},
 		{"slots move range not A-B", []string{"admin", "slots", "move", "--from", "1", "--to", "2", "--range", "12"}, []string{"--range", "A-B"}},
 		{"slots move wait json", []string{"admin", "slots", "move", "--from", "1", "--to", "2", "--count", "1", "--wait", "-o", "json"}, []string{"--wait", "--output"}},
-		{"slots move bad output", []string{"admin", "slots", "move", "--from", "1", "--to", "2", "--count", "1", "-o", "yaml"}, []string{"--output"}},
+		{"slots move bad output", []string{"admin", "slots", "move", "--from", "1", "--to", "2", "--count", "1", "-o", "xml"}, []string{"--output"}},
 		{"group add empty replica", []string{"admin", "group", "add", "--replicas", "a,,b"}, []string{"--replicas", "entry 2"}},
 		{"group add repeated replica", []string{"admin", "group", "add", "--replicas", "a,b,a"}, []string{"--replicas", "a is listed twice"}},
 		{"group add wait json", []string{"admin", "group", "add", "--wait", "-o", "json"}, []string{"--wait", "--output"}},
@@ -53,7 +53,7 @@ func TestPlanFlagErrorsNameTheFlag(t *testing.T) {
 		{"plan watch two ids", []string{"admin", "plan", "watch", "1", "2"}, []string{"arg"}},
 		{"plan watch bad server", []string{"admin", "plan", "watch", "--server", "ftp://x"}, []string{"--server"}},
 		{"plan watch zero timeout", []string{"admin", "plan", "watch", "--timeout", "0s"}, []string{"--timeout"}},
-		{"plan list bad output", []string{"admin", "plan", "list", "-o", "yaml"}, []string{"--output"}},
+		{"plan list bad output", []string{"admin", "plan", "list", "-o", "xml"}, []string{"--output"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,8 +38,8 @@ func newAdminRebalanceCmd() *cobra.Command {
 				return wrapRPC("Rebalance", base, "", err)
 			}
 			out := cmd.OutOrStdout()
-			if output == outputJSON {
-				return writeJSON(out, resp.Msg)
+			if output.structured() {
+				return output.write(out, resp.Msg)
 			}
 			fmt.Fprint(out, rebalanceText(resp.Msg, dryRun))
 			return nil

@@ -37,14 +37,16 @@ func newAdmitCmd() *cobra.Command {
 		Short: "Ask for one admission decision",
 		Long: "Admit asks the cluster whether one request under a policy and key may proceed,\n" +
 			"and spends its cost when it may. Any node answers; the decision is strict across\n" +
-			"the cluster. A denial is a result, not an error: it prints \"denied\" and exits 0.\n" +
-			"An RPC error prints its Connect code and message and exits 1.\n\n" +
+			"the cluster. A denial is a result, not an error: it prints \"denied\" (or the\n" +
+			"-o json/yaml answer) and exits 2. An RPC error prints its Connect code and\n" +
+			"message and exits 1; an outcome still unknown at --timeout exits 3.\n\n" +
 			"Retries are exactly-once: every attempt carries the same request ID (--request-id,\n" +
 			"or a random one) and payload, so a request that was applied before its answer was\n" +
 			"lost gets the recorded answer (shown as \"duplicate\") and spends nothing again.\n" +
 			"Admit retries on unavailable, a server's deadline_exceeded and connection\n" +
-			"failures, rotating through the --server list, until --timeout. If the deadline\n" +
-			"passes while the outcome is unknown, the error prints the command to retry with.\n\n" +
+			"failures, rotating through the --server list, until --timeout (-v reports each\n" +
+			"retried attempt). If the deadline passes while the outcome is unknown, the error\n" +
+			"prints the command to retry with.\n\n" +
 			"--also adds checks decided atomically with the first: either every check is\n" +
 			"admitted and charged, or none is charged and the answer says which check denied.\n" +
 			"All keys of one request must share a hash tag, the part in {...}, e.g.\n" +
@@ -88,20 +90,14 @@ func newAdmitCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			r := retrier{
-				servers:   servers,
-				backoff:   defaultBackoff,
-				retryHint: "retry with the same request ID: " + admitCommandLine(client.server, &req),
-				onRetry: func(attempt int, server string, err error, wait time.Duration) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
-				},
-			}
+			r := cliRetrier(cmd, servers, "retry with the same request ID: "+admitCommandLine(client.server, &req), false)
 			resp, attempts, err := admitWithRetries(ctx, r, &req, client.admissionClient)
 			if err != nil {
 				return err
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
+			reportDenied(cmd, !resp.GetAllowed())
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp)
 			}
 			return writeDecision(cmd.OutOrStdout(), resp, req.GetRequestId(), attempts)
 		},

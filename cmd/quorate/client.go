@@ -32,10 +32,33 @@ type clientOptions struct {
 // tokenEnv names the environment variable --token defaults to.
 const tokenEnv = "QUORATE_TOKEN"
 
+// serverEnv names the environment variable --server defaults to; the flag
+// wins when given.
+const serverEnv = "QUORATE_SERVER"
+
+// serverFromEnv sets the --server of cmd, when it has one and it was not
+// given, from $QUORATE_SERVER (when set): the root command's hook, so that
+// every command's --server (bench's too) reads it alike.
+func serverFromEnv(cmd *cobra.Command) error {
+	f := cmd.Flags().Lookup("server")
+	if f == nil || f.Changed {
+		return nil
+	}
+	v := strings.TrimSpace(os.Getenv(serverEnv))
+	if v == "" {
+		return nil
+	}
+	if err := f.Value.Set(v); err != nil {
+		return fmt.Errorf("$%s: %w", serverEnv, err)
+	}
+	return nil
+}
+
 // addClientFlags registers --server, --timeout and --token on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port")
+	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port;\n"+
+		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
 	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
@@ -71,7 +94,8 @@ func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
 func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
-		"host:port; attempts rotate through them, so one dead node does not stop a retry")
+		"host:port; attempts rotate through them, so one dead node does not stop a retry;\n"+
+		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
 	addTLSFlags(fs, &o.tls)
 	addTokenFlag(cmd, o)
@@ -214,7 +238,6 @@ func (e *rpcError) Error() string {
 	if msg := ce.Message(); msg != "" {
 		b.WriteString(": " + msg)
 	}
-	b.WriteString(schemeHint(e.server, ce))
 	for _, d := range ce.Details() {
 		v, err := d.Value()
 		if err != nil {
@@ -243,25 +266,15 @@ func (e *rpcError) Error() string {
 	return b.String()
 }
 
-// schemeHint explains the errors of a client and a server that do not
-// speak the same protocol: plaintext to a TLS port (the server answers 400
-// to what it cannot read as TLS) and TLS to a plaintext port.
-func schemeHint(server string, ce *connect.Error) string {
-	msg := ce.Message()
-	switch {
-	case strings.HasPrefix(server, "http://") && strings.Contains(msg, "400 Bad Request"):
-		return " [the server may serve TLS: give --tls-ca, or an https:// --server]"
-	case strings.HasPrefix(server, "https://") && (strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
-		strings.Contains(msg, "first record does not look like a TLS handshake")):
-		return " [the server serves plaintext: use an http:// --server, without --tls-ca]"
-	}
-	return ""
-}
-
-// wrapRPC returns nil for a nil err, else an *rpcError.
+// wrapRPC returns nil for a nil err, a *mismatchError when err shows that
+// the client and server do not speak the same protocol (protocolMismatch:
+// final, not retried), else an *rpcError.
 func wrapRPC(procedure, server, requestID string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if m := protocolMismatch(procedure, server, err); m != nil {
+		return m
 	}
 	return &rpcError{procedure: procedure, server: server, requestID: requestID, err: err}
 }

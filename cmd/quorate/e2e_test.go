@@ -196,7 +196,7 @@ func TestEndToEndExactlyOnce(t *testing.T) {
 	leader := c.Leader(t)
 	dead, live := (leader+1)%3, (leader+2)%3
 	c.Kill(dead)
-	out, errOut, err := runCLI(t, "admit", "--server", c.APIURL(dead)+","+c.APIURL(live), "--policy", "e2e-once", "--key", "k", "--timeout", "20s")
+	out, errOut, err := runCLI(t, "admit", "-v", "--server", c.APIURL(dead)+","+c.APIURL(live), "--policy", "e2e-once", "--key", "k", "--timeout", "20s")
 	if err != nil {
 		t.Fatalf("admit with a dead node first: %v\nstderr: %s", err, errOut)
 	}

@@ -64,8 +64,8 @@ func newLeaseAcquireCmd() *cobra.Command {
 			"lease ID and fencing token to renew and release it with, and when it expires\n" +
 			"unless renewed. When every slot is held the answer is \"denied\" with\n" +
 			"retry_after, the time until the earliest lease expires: a result, not an\n" +
-			"error, so it exits 0. An RPC error prints its Connect code and message and\n" +
-			"exits 1.\n\n" +
+			"error; it exits 2. An RPC error prints its Connect code and message and\n" +
+			"exits 1; an outcome still unknown at --timeout exits 3.\n\n" +
 			"Retries are exactly-once, as for admit: every attempt carries the same request ID\n" +
 			"(--request-id, or a random one), so an acquire that was applied before its\n" +
 			"answer was lost gets the same lease (shown as \"duplicate\") instead of a second\n" +
@@ -95,11 +95,15 @@ func newLeaseAcquireCmd() *cobra.Command {
 			return runCall(cmd, &client, output, client.leaseClient, "AcquireLease", req.GetRequestId(),
 				"retry with the same request ID: "+leaseAcquireCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
-					return c.AcquireLease(ctx, connect.NewRequest(&req))
+					res, err := c.AcquireLease(ctx, connect.NewRequest(&req))
+					if err == nil {
+						reportDenied(cmd, !res.Msg.GetAllowed()) // the answer: later attempts are none
+					}
+					return res, err
 				},
-				func(resp *quoratev1.AcquireLeaseResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.AcquireLeaseResponse, attempts int) string {
 					return formatAcquire(resp, req.GetRequestId(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()
@@ -154,9 +158,9 @@ func newLeaseRenewCmd() *cobra.Command {
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
 					return c.RenewLease(ctx, connect.NewRequest(&req))
 				},
-				func(resp *quoratev1.RenewLeaseResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.RenewLeaseResponse, attempts int) string {
 					return formatRenew(resp, req.GetRequestId(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()
@@ -208,9 +212,9 @@ func newLeaseReleaseCmd() *cobra.Command {
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
 					return c.ReleaseLease(ctx, connect.NewRequest(&req))
 				},
-				func(resp *quoratev1.ReleaseLeaseResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.ReleaseLeaseResponse, attempts int) string {
 					return formatRelease(resp, &req, attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()
@@ -254,9 +258,9 @@ func newLeaseCheckCmd() *cobra.Command {
 				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 					return c.CheckFence(ctx, connect.NewRequest(&req))
 				},
-				func(resp *quoratev1.CheckFenceResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.CheckFenceResponse, attempts int) string {
 					return formatCheckFence(resp, req.GetFencingToken(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()
@@ -279,18 +283,21 @@ func addRequestIDFlags(cmd *cobra.Command, requestID, caller *string) {
 
 // cliRetrier is the retrier of a command that retries: through servers with
 // the CLI's backoff, reporting each failed attempt that will be retried on
-// stderr. hint is appended to an error whose outcome is unknown; readOnly is
-// for a request that changes nothing.
+// stderr with -v (--verbose) only. hint is appended to an error whose
+// outcome is unknown; readOnly is for a request that changes nothing.
 func cliRetrier(cmd *cobra.Command, servers []string, hint string, readOnly bool) retrier {
-	return retrier{
+	r := retrier{
 		servers:   servers,
 		backoff:   defaultBackoff,
 		retryHint: hint,
 		readOnly:  readOnly,
-		onRetry: func(attempt int, _ string, err error, wait time.Duration) {
-			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
-		},
 	}
+	if verbose, _ := cmd.Flags().GetBool("verbose"); verbose {
+		r.onRetry = func(attempt int, _ string, err error, wait time.Duration) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
+		}
+	}
+	return r
 }
 
 // checkTTLFlag checks --ttl against the bounds the server enforces

@@ -103,7 +103,7 @@ func TestLeaseAcquireRetriesWithTheSameRequest(t *testing.T) {
 			Limit: 2, Held: 1, PolicyVersion: 3, DecidedAt: leaseDecided, Duplicate: true}, nil
 	}}
 	srv := serveFakeLease(t, f, true) // and the very first connection drops
-	out, errOut, err := runCLI(t, "lease", "acquire", "--server", srv.URL, "--policy", "p", "--key", "k", "--ttl", "90s", "--caller", "svc")
+	out, errOut, err := runCLI(t, "lease", "acquire", "-v", "--server", srv.URL, "--policy", "p", "--key", "k", "--ttl", "90s", "--caller", "svc")
 	if err != nil {
 		t.Fatalf("lease acquire: %v\nstderr: %s", err, errOut)
 	}

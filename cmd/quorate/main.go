@@ -10,12 +10,13 @@
 //	    policies and print how to reach it; state (and the data groups)
 //	    survive a restart.
 //
-// Client commands (each takes --server URL, default http://127.0.0.1:7070,
-// and --timeout, default 5s):
+// Client commands (each takes --server URL, default $QUORATE_SERVER or
+// http://127.0.0.1:7070, and --timeout, default 5s; -v reports each retried
+// attempt on stderr):
 //
 //	quorate admit --policy P --key K [--cost N] [--also P:K[:N]]... [--max-wait D]
 //	              [--caller NAME] [--request-id ID] [-o text|json]
-//	    ask for one admission decision; a denial prints "denied" and exits 0.
+//	    ask for one admission decision; a denial prints "denied" and exits 2.
 //	    --also adds checks decided atomically with the first (all charged or
 //	    none; keys share a hash tag); --max-wait paces a token bucket instead
 //	    of denying. --server may list several nodes (a,b,c). Unavailable
@@ -34,7 +35,7 @@
 //	quorate lease acquire --policy P --key K [--ttl D] [--reserve-policy P --reserve-estimate N]
 //	    take a slot of a concurrency policy: prints the lease ID, the fencing
 //	    token (strictly increasing per key) and when the lease expires; when
-//	    every slot is held, "denied" with retry_after (exit 0). Retried with
+//	    every slot is held, "denied" with retry_after (exit 2). Retried with
 //	    the same request ID like admit: a retry gets the same lease.
 //	quorate lease renew --lease-id ID --token N [--ttl D] [--request-id ID]
 //	quorate lease release --lease-id ID --token N [--request-id ID]
@@ -42,9 +43,11 @@
 //	    request ID); a stale token is failed_precondition (exit 1)
 //	quorate lease check --policy P --key K --token N
 //	    whether a token still holds a slot: held=true or held=false (exit 0)
-//	quorate policy apply -f FILE    create or replace the policies of a YAML file
+//	quorate policy apply -f FILE [--dry-run]
+//	                                create or replace the policies of a YAML file;
+//	                                --dry-run shows the difference, changing nothing
 //	quorate policy list             list the stored policies with their versions
-//	quorate policy get NAME         show one stored policy
+//	quorate policy get NAME         show one stored policy (-o yaml: a policy file)
 //	quorate policy delete NAME...   delete policies, all or none
 //	quorate policy validate -f FILE check a policy file locally, without a server
 //	quorate admin status            every member's role, term and indexes, the
@@ -79,7 +82,17 @@
 //	quorate bench compare [--write docs/BENCHMARKS.md]
 //	    Quorate and Redis side by side, same load, on this machine
 //
-// Errors are printed as "quorate: <error>" and exit with status 1.
+// Other commands:
+//
+//	quorate version [-o json|yaml]  the version, commit and commit time of this build
+//	quorate completion bash|zsh|fish|powershell   a shell completion script
+//
+// Every command with -o json also takes -o yaml (the same fields); policy
+// get, list, apply and delete print -o yaml as a policy file.
+//
+// Errors are printed as "quorate: <error>". Exit status: 0 success (allowed),
+// 1 an error, 2 denied (admit, reserve, lease acquire), 3 outcome unknown
+// (the request may or may not have been applied; retry with its request ID).
 package main
 
 import (
@@ -99,18 +112,15 @@ func main() {
 	// After the first signal, restore the default behaviour so that a second
 	// Ctrl-C kills a process that is slow to shut down.
 	go func() { <-ctx.Done(); stop() }()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	status := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "quorate: %v\n", err)
-		os.Exit(1)
-	}
+	os.Exit(status)
 }
 
 // run executes the command line args (without the program name), writing
 // results to stdout and diagnostics to stderr. It returns when the command is
 // done or, for serve and dev, when ctx is cancelled and the nodes have
-// stopped.
+// stopped. A denial is not an error: execute turns it into exit status 2.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
@@ -122,14 +132,17 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "quorate",
 		Short: "Quorate: a Raft-replicated strict rate limiter",
 		Long: "Quorate decides admission (rate limits) strictly across a cluster: every decision\n" +
-			"goes through a Raft log, so all nodes share one budget.",
+			"goes through a Raft log, so all nodes share one budget.\n\n" +
+			"Client commands send to --server, default $" + serverEnv + " or " + defaultServer + ",\n" +
+			"with the bearer token --token, default $" + tokenEnv + ".\n\n" + exitStatusHelp,
 		SilenceUsage:  true, // a failed RPC is not a usage mistake
 		SilenceErrors: true, // main prints the error once
-		// The completion command would only clutter the help of a small tool.
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// $QUORATE_SERVER is the default of every command's --server.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return serverFromEnv(cmd) },
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.PersistentFlags().BoolP("verbose", "v", false, "report each failed attempt that is retried on stderr")
 	root.AddCommand(
 		newServeCmd(),
 		newDevCmd(),
@@ -143,7 +156,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAdminCmd(),
 		newBenchCmd(),
 		newTokenCmd(),
+		newVersionCmd(),
 	)
+	root.InitDefaultCompletionCmd()
+	textOrJSONOnly(root, "bench")
 	failOnUnknownSubcommands(root)
 	return root
 }

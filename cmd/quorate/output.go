@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -19,30 +21,73 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// outputFormat is the value of -o/--output: "text" or "json". It implements
-// pflag.Value, so a bad value is refused while parsing flags.
+// outputFormat is the value of -o/--output: "text", "json" or "yaml". It
+// implements pflag.Value, so a bad value is refused while parsing flags.
 type outputFormat string
 
 const (
 	outputText outputFormat = "text"
 	outputJSON outputFormat = "json"
+	// outputYAML is the JSON form as YAML: the same field names and values,
+	// in the same order (policy commands print a policy file instead).
+	outputYAML outputFormat = "yaml"
 )
 
 func (f *outputFormat) String() string { return string(*f) }
-func (f *outputFormat) Type() string   { return "text|json" }
+func (f *outputFormat) Type() string   { return "text|json|yaml" }
 func (f *outputFormat) Set(s string) error {
 	switch outputFormat(s) {
-	case outputText, outputJSON:
+	case outputText, outputJSON, outputYAML:
 		*f = outputFormat(s)
 		return nil
 	}
-	return errors.New("must be text or json")
+	return errors.New("must be text, json or yaml")
 }
+
+// structured reports whether f is a machine-readable format (json, yaml).
+func (f outputFormat) structured() bool { return f == outputJSON || f == outputYAML }
 
 // addOutputFlag registers -o/--output on cmd, defaulting to text.
 func addOutputFlag(cmd *cobra.Command, f *outputFormat) {
 	*f = outputText
-	cmd.Flags().VarP(f, "output", "o", "output format: text or json (protojson of the response)")
+	cmd.Flags().VarP(f, "output", "o", "output format: text, json (protojson of the response) or yaml (the same fields)")
+}
+
+// textOrJSONOnly makes the -o/--output of the command name under root, and
+// of its subcommands, refuse yaml: their JSON is their own report, not a
+// response's protojson, and they print no YAML form.
+func textOrJSONOnly(root *cobra.Command, name string) {
+	cmd, _, err := root.Find([]string{name})
+	if err != nil || cmd == root {
+		return
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if f := c.Flags().Lookup("output"); f != nil {
+			if of, ok := f.Value.(*outputFormat); ok {
+				f.Value = textOrJSON{of}
+				f.Usage = "output format: text or json"
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd)
+}
+
+// textOrJSON is an -o/--output value that refuses yaml.
+type textOrJSON struct{ *outputFormat }
+
+func (f textOrJSON) Type() string { return "text|json" }
+func (f textOrJSON) Set(s string) error {
+	if outputFormat(s) == outputYAML {
+		return errors.New("must be text or json (this command has no yaml output)")
+	}
+	if err := f.outputFormat.Set(s); err != nil {
+		return errors.New("must be text or json")
+	}
+	return nil
 }
 
 // writeJSON writes m as indented protojson with every field, then a newline.
@@ -53,6 +98,77 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// write writes m in format f: protojson (writeJSON) or that JSON as YAML.
+func (f outputFormat) write(w io.Writer, m proto.Message) error {
+	if f != outputYAML {
+		return writeJSON(w, m)
+	}
+	s, err := yamlOf(m)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, s)
+	return err
+}
+
+// yamlOf is m's protojson (with every field, as writeJSON prints it) as
+// YAML: the same field names, values and order.
+func yamlOf(m proto.Message) (string, error) {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return jsonToYAML(b)
+}
+
+// jsonToYAML converts a JSON document to a YAML one, keeping the order of
+// object fields. (JSON is YAML: the document is read as YAML and written
+// again in block style.)
+func jsonToYAML(b []byte) (string, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return "", fmt.Errorf("converting JSON to YAML: %w", err)
+	}
+	blockStyle(&doc)
+	var out strings.Builder
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return "", fmt.Errorf("converting JSON to YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return "", err
+	}
+	return out.String(), nil
+}
+
+// blockStyle clears the flow and quoting styles of the JSON syntax from n
+// and its children, so the encoder picks YAML's own (quoting a string only
+// where it must).
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}
+
+// textOr returns format, or for -o yaml a function that prints the answer's
+// YAML form instead (without its final newline, which the caller adds): for
+// the commands whose answer runCall prints.
+func textOr[R any](f outputFormat, format func(resp *R, attempts int) string) func(resp *R, attempts int) string {
+	if f != outputYAML {
+		return format
+	}
+	return func(resp *R, _ int) string {
+		s, err := yamlOf(any(resp).(proto.Message))
+		if err != nil {
+			// Only invalid UTF-8 fails, which a decoded answer cannot hold.
+			return fmt.Sprintf("error: %v", err)
+		}
+		return strings.TrimSuffix(s, "\n")
+	}
 }
 
 // fmtDuration formats a wire duration for people, rounded up to the

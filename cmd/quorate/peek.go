@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -39,14 +38,7 @@ func newPeekCmd() *cobra.Command {
 				return err
 			}
 			defer cancel()
-			r := retrier{
-				servers:  []string{base},
-				backoff:  defaultBackoff,
-				readOnly: true,
-				onRetry: func(attempt int, _ string, err error, wait time.Duration) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
-				},
-			}
+			r := cliRetrier(cmd, []string{base}, "", true)
 			resp, attempts, err := callWithRetries(ctx, r, client.admissionClient,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.PeekResponse, error) {
 					res, err := c.Peek(ctx, connect.NewRequest(&req))
@@ -58,8 +50,8 @@ func newPeekCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
+			if output.structured() {
+				return output.write(cmd.OutOrStdout(), resp)
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), formatPeek(resp, attempts))
 			return err

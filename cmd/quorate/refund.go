@@ -44,9 +44,9 @@ func newRefundCmd() *cobra.Command {
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.RefundResponse], error) {
 					return c.Refund(ctx, connect.NewRequest(&req))
 				},
-				func(resp *quoratev1.RefundResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.RefundResponse, attempts int) string {
 					return formatRefund(resp, req.GetRequestId(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()

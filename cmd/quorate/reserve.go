@@ -36,7 +36,7 @@ func newReserveCmd() *cobra.Command {
 			"printed reservation ID charges the real cost and gives back the rest. A\n" +
 			"reservation not committed within --ttl (default 10m) gives all its units back.\n" +
 			"When the estimate does not fit, the answer is \"denied\" with retry_after: a\n" +
-			"result, not an error, so it exits 0.\n\n" +
+			"result, not an error; it exits 2 (an outcome unknown at --timeout exits 3).\n\n" +
 			"Retries are exactly-once, as for admit: every attempt carries the same request ID\n" +
 			"(--request-id, or a random one), so a retry gets the same reservation. Reserve\n" +
 			"retries on unavailable, a server's deadline_exceeded and connection failures,\n" +
@@ -66,11 +66,15 @@ func newReserveCmd() *cobra.Command {
 			return runCall(cmd, &client, output, client.admissionClient, "Reserve", req.GetRequestId(),
 				"retry with the same request ID: "+reserveCommandLine(client.server, &req), false,
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.ReserveResponse], error) {
-					return c.Reserve(ctx, connect.NewRequest(&req))
+					res, err := c.Reserve(ctx, connect.NewRequest(&req))
+					if err == nil {
+						reportDenied(cmd, !res.Msg.GetAllowed()) // the answer: later attempts are none
+					}
+					return res, err
 				},
-				func(resp *quoratev1.ReserveResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.ReserveResponse, attempts int) string {
 					return formatReserve(resp, req.GetRequestId(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()
@@ -121,9 +125,9 @@ func newCommitCmd() *cobra.Command {
 				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.CommitResponse], error) {
 					return c.Commit(ctx, connect.NewRequest(&req))
 				},
-				func(resp *quoratev1.CommitResponse, attempts int) string {
+				textOr(output, func(resp *quoratev1.CommitResponse, attempts int) string {
 					return formatCommit(resp, req.GetRequestId(), attempts)
-				})
+				}))
 		},
 	}
 	fs := cmd.Flags()

@@ -474,7 +474,7 @@ func TestAdmitRetriesWithTheSameRequest(t *testing.T) {
 		}
 	}}
 	srv := serveFake(t, f, true) // and the very first connection drops
-	out, errOut, err := runCLI(t, "admit", "--server", srv.URL, "--policy", "p", "--key", "k", "--cost", "2", "--caller", "billing")
+	out, errOut, err := runCLI(t, "admit", "-v", "--server", srv.URL, "--policy", "p", "--key", "k", "--cost", "2", "--caller", "billing")
 	if err != nil {
 		t.Fatalf("admit: %v\nstderr: %s", err, errOut)
 	}
