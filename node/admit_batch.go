@@ -44,10 +44,11 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 		items, at = append(items, admitItem(m, cmd, forwarded)), append(at, i)
 	}
 	n.decide(ctx, items)
-	resp := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
+	answer := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
 	for j, it := range items {
-		if it.viaLeader != "" && !slices.Contains(resp.Header().Values(forwardedToHeader), it.viaLeader) {
-			resp.Header().Add(forwardedToHeader, it.viaLeader)
+		// Quorate-Forwarded: once per node an item was forwarded to.
+		if it.viaLeader != "" && !slices.Contains(answer.Header().Values(forwardedToHeader), it.viaLeader) {
+			answer.Header().Add(forwardedToHeader, it.viaLeader)
 		}
 		if resp, err := admitAnswer(it); err != nil {
 			out[at[j]] = batchError(n.toConnectError(err))
@@ -55,7 +56,7 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 			out[at[j]] = &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Response{Response: resp}}
 		}
 	}
-	return resp, nil
+	return answer, nil
 }
 
 // admitItem is an Admit (m, checked into cmd) as an item of the engine.
