@@ -161,7 +161,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
-	if n.raftMux, err = newRaftMux(n.mux, cfg.featureLevel(), &n.metaReplica, hlog); err != nil {
+	if n.raftMux, err = newRaftMux(n.mux, cfg.featureLevel(), cfg.HeartbeatTimeout, &n.metaReplica, hlog); err != nil {
 		return nil, err
 	}
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {

@@ -47,8 +47,12 @@ type muxPeers struct {
 	addrs map[raft.ServerAddress]bool
 }
 
-// newRaftMux starts the node's hub on the peer port.
-func newRaftMux(m *peermux.Mux, level uint32, meta *atomic.Pointer[group], hlog hclog.Logger) (*raftMux, error) {
+// newRaftMux starts the node's hub on the peer port. Heartbeats (and their
+// answers) linger up to hb/20 for others to share their write: a quiet
+// leader (quiet.go) heartbeats a peer every hb/4 to hb/2, so a heartbeat's
+// round trip, grown by up to hb/10, still ends well within the followers'
+// hb and the leader's lease.
+func newRaftMux(m *peermux.Mux, level uint32, hb time.Duration, meta *atomic.Pointer[group], hlog hclog.Logger) (*raftMux, error) {
 	l, err := m.Listener(peermux.ChannelRaft)
 	if err != nil {
 		return nil, err
@@ -66,6 +70,7 @@ func newRaftMux(m *peermux.Mux, level uint32, meta *atomic.Pointer[group], hlog 
 	hub, err := raftmux.New(raftmux.Options{
 		Dial: dial(peermux.ChannelRaft), DialSnapshot: dial(peermux.ChannelRaftSnapshot),
 		Listener: l, SnapshotListener: sl, Timeout: peermux.RaftTimeout, Logger: hlog,
+		Linger: max(hb/20, time.Millisecond),
 	})
 	if err != nil {
 		_ = l.Close()
