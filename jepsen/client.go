@@ -59,12 +59,16 @@ func (t *trail) add(node string) {
 	t.nodes = append(t.nodes, node)
 }
 
-// String is the nodes, comma-separated. A call that the client coalesced
-// into an AdmitBatch another call sent shows no node for that attempt.
-func (t *trail) String() string {
+// record sets op's Node (the last node) and Via (every node,
+// comma-separated). An attempt the client coalesced into an AdmitBatch that
+// another call's attempt sent shows no node.
+func (t *trail) record(op *Op) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return strings.Join(t.nodes, ",")
+	if len(t.nodes) > 0 {
+		op.Node = t.nodes[len(t.nodes)-1]
+	}
+	op.Via = strings.Join(t.nodes, ",")
 }
 
 // trailTransport records each request's node in its context's trail.

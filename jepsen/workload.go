@@ -172,7 +172,7 @@ func (w *admitWorkload) admit(ctx context.Context, cl int, reqID, key string, n 
 	d, err := w.cc.Admit(cctx, clientRequest(w.opts.Policy, key, reqID))
 	op.End = time.Now()
 	cancel()
-	op.Node = tr.String()
+	tr.record(&op)
 	recordDecision(&op, d, err)
 	w.h.Add(op)
 	return op.Outcome
