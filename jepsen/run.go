@@ -353,7 +353,7 @@ func (r *Report) Summary(healErr error) string {
 	if r.Options.TLS {
 		fmt.Fprintf(&b, "TLS: both ports of every node, a throwaway CA\n")
 	}
-	fmt.Fprintf(&b, "attempts: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
+	fmt.Fprintf(&b, "ops: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
 		r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied], r.Counts[OutcomeAllowed], r.Counts[OutcomeDenied],
 		r.Counts[OutcomeFail], r.Counts[OutcomeUnknown])
 	perKind := map[OpKind]int{}
