@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -80,6 +81,11 @@ func TestClassifyByCode(t *testing.T) {
 		{"outcome unknown answer", admit(srv.URL, "outcome-unknown"), OutcomeUnknown},
 		{"deadline", admit(srv.URL, "slow"), OutcomeUnknown},
 		{"a plain error saying connection refused", errors.New("dial tcp: connect: connection refused"), OutcomeUnknown},
+		{"outcome unknown, the last attempt's dial refused", &client.OutcomeUnknownError{RequestID: "r", Attempts: 2, Last: refused}, OutcomeUnknown},
+		{"client closed", client.ErrClosed, OutcomeFail},
+		{"client: every dial refused", clientAdmit(t, closed, "ok"), OutcomeFail},
+		{"client: InvalidArgument answer", clientAdmit(t, srv.URL, "bad"), OutcomeFail},
+		{"client: deadline", clientAdmit(t, srv.URL, "slow"), OutcomeUnknown},
 	} {
 		if tc.err == nil {
 			t.Errorf("%s: no error", tc.name)
@@ -87,6 +93,54 @@ func TestClassifyByCode(t *testing.T) {
 		}
 		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: classify(%v) = %s, want %s", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// clientAdmit is the error of an Admit through package client, as the
+// workloads send it (NoFallback), to base with a 300ms deadline.
+func clientAdmit(t *testing.T, base, key string) error {
+	t.Helper()
+	cc, err := client.New(client.Config{Servers: []string{base}, Caller: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = cc.Admit(ctx, clientRequest("p", key, "r"))
+	return err
+}
+
+// A decision the client made without the cluster is never recorded as an
+// answer (the workloads ask for none: Request.NoFallback).
+func TestRecordDecision(t *testing.T) {
+	if r := clientRequest("p", "k", "r1"); !r.NoFallback || r.RequestID != "r1" {
+		t.Fatalf("clientRequest = %+v, want NoFallback and the request ID", r)
+	}
+	decided := time.Unix(100, 5)
+	for _, tc := range []struct {
+		name string
+		d    *client.Decision
+		err  error
+		want Outcome
+	}{
+		{"allowed", &client.Decision{Allowed: true, Outcome: client.Verified, Remaining: 3, DecidedAt: decided}, nil, OutcomeAllowed},
+		{"denied", &client.Decision{Outcome: client.Verified, DecidedAt: decided}, nil, OutcomeDenied},
+		{"bypassed", &client.Decision{Allowed: true, Outcome: client.Bypassed}, nil, OutcomeUnknown},
+		{"local", &client.Decision{Allowed: true, Outcome: client.LocalDecision}, nil, OutcomeUnknown},
+		{"outcome unknown", nil, &client.OutcomeUnknownError{RequestID: "r1", Attempts: 3, Last: errors.New("EOF")}, OutcomeUnknown},
+	} {
+		var op Op
+		recordDecision(&op, tc.d, tc.err)
+		if op.Outcome != tc.want {
+			t.Errorf("%s: outcome %s, want %s", tc.name, op.Outcome, tc.want)
+		}
+		if op.Outcome.OK() && (op.DecidedAt != decided.UnixNano() || op.Remaining != tc.d.Remaining) {
+			t.Errorf("%s: decided_at %d remaining %d, want %d and %d", tc.name, op.DecidedAt, op.Remaining, decided.UnixNano(), tc.d.Remaining)
+		}
+		if !op.Outcome.OK() && op.Error == "" {
+			t.Errorf("%s: no error recorded", tc.name)
 		}
 	}
 }

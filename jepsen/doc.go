@@ -3,7 +3,7 @@
 // It builds the quorate binary, starts a real cluster of `quorate serve`
 // processes on this machine (StartCluster), drives concurrent clients
 // through the public Connect API only (never node or fsm internals), injects
-// faults on a seeded schedule, records a history of every attempt and checks
+// faults on a seeded schedule, records a history of every call and checks
 // it. The command quorate-jepsen and `make jepsen` run it.
 //
 // Workloads (Run drives the selected ones at once, each on its own policy):
@@ -15,11 +15,28 @@
 //     leases that expire, and late calls with released tokens
 //     (RunLeaseWorkload).
 //
-// Unanswered calls that carry a request ID are retried with the same ID on
-// other nodes for about half of them; a few answered ones are re-sent.
-// About 30% of the token-bucket and fixed-window attempts go through
-// AdmitBatch, a first attempt with up to two fresh requests for other keys
-// beside it, each request recorded and checked as its own operation.
+// The admission workloads and the final read call the cluster through
+// package client, as an application does (Cluster.NewClient, one client
+// per workload): it sends each Admit to its key's group leader, retries it
+// with its request ID across nodes until the call's deadline (1.5 s) and
+// coalesces the calls bound for one leader into AdmitBatch calls. Every
+// Admit sets Request.NoFallback, so an on_unavailable fallback never stands
+// in for the cluster's decision. Each call is one op, whose invoke and
+// complete are its Start and End: allowed or denied (answered), fail (the
+// request was certainly never applied: a refused dial of every attempt, an
+// InvalidArgument answer) or unknown (*client.OutcomeUnknownError, or any
+// other error: it may have been applied). The harness has no retry loop of
+// its own for them; it re-sends a few answered requests with the same ID on
+// purpose (they must come back as duplicates), and about 30% of requests
+// are sent together with up to two fresh requests for other keys, so that
+// the client coalesces them.
+//
+// The lease workload calls LeaseService itself, one node per attempt: its
+// checker needs each answer's log times (decided_at, expires_at) and
+// duplicate flag, explicit renews and leases left to expire, which the
+// client's self-renewing Lease does not expose. About half of its
+// unanswered calls that carry a request ID are sent again with that ID to
+// other nodes (the stimulus for the lease calls' dedupe).
 //
 // Faults (Nemesis, one at a time, on the leader half of the time): kill -9
 // and restart from the same data dir; SIGSTOP/SIGCONT; clock jumps of

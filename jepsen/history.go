@@ -32,7 +32,9 @@ const (
 	KindCheck   OpKind = "check"   // LeaseService.CheckFence
 )
 
-// Op is one attempt of one call; retries share RequestID and get their own Op.
+// Op is one call: one attempt to one node for the lease calls, which share
+// RequestID with their re-sends, each its own Op; the whole call, retries
+// included, for the admits, which go through package client.
 //
 // Outcome for lease calls: allowed = acquired, renewed, released, or
 // CheckFence answered held; denied = acquire refused at the limit, a
@@ -46,8 +48,9 @@ type Op struct {
 	RequestID string    `json:"request_id"`
 	Caller    string    `json:"caller"`
 	Key       string    `json:"key"`
-	Node      string    `json:"node"`
-	Attempt   int       `json:"attempt"` // 0 for the first send of a request ID
+	Node      string    `json:"node"`          // the node of the last attempt: the one that answered, when answered
+	Via       string    `json:"via,omitempty"` // a call through package client: every node its attempts went to, in order
+	Attempt   int       `json:"attempt"`       // 0 for the first send of a request ID
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
 	Outcome   Outcome   `json:"outcome"`

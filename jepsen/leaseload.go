@@ -34,6 +34,14 @@ type LeaseWorkloadOptions struct {
 // request ID), renews it 0–2 times, checks its fence, then releases it — or
 // abandons it to expire. After an acknowledged release it sometimes renews or
 // checks the old token again, which must be refused as stale.
+//
+// Unlike the admission workloads it calls LeaseService itself, one node per
+// attempt, not through package client: CheckLeases needs each answer's log
+// times (decided_at, expires_at) and duplicate flag, renews it sends and
+// records itself, and leases abandoned to expire, while the client's Lease
+// renews itself and exposes only its ID and token. Its re-sends of an
+// unanswered call with the same request ID are what exercises the lease
+// calls' dedupe.
 func RunLeaseWorkload(ctx context.Context, c *Cluster, opts LeaseWorkloadOptions, h *History) {
 	setDefault(&opts.TTL, 2*time.Second)
 	setDefault(&opts.Timeout, 1500*time.Millisecond)

@@ -187,7 +187,7 @@ func linearModel(spec LinearSpec) porcupine.Model {
 			if !ok {
 				return ""
 			}
-			d := fmt.Sprintf("%d attempt(s) via %s", m.attempts, strings.Join(m.nodes, ","))
+			d := fmt.Sprintf("%d call(s) via %s", m.attempts, strings.Join(m.nodes, ","))
 			if m.decidedAt != 0 {
 				d += "; decided_at " + fmtNanos(m.decidedAt)
 			}
@@ -279,7 +279,11 @@ func (r *mergedReq) ret() int64 {
 func (r *mergedReq) meta() admitMeta {
 	m := admitMeta{attempts: len(r.attempts)}
 	for _, a := range r.attempts {
-		m.nodes = append(m.nodes, a.Node)
+		if a.Via != "" {
+			m.nodes = append(m.nodes, a.Via)
+		} else {
+			m.nodes = append(m.nodes, a.Node)
+		}
 		if a.Error != "" {
 			m.errors = append(m.errors, a.Error)
 		}

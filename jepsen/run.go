@@ -218,15 +218,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		sleepCtx(wctx, time.Until(end))
 	}()
 	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
+	var bucketErr, windowErr error
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
-			RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
+			bucketErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
 				Seed: opts.Seed, KeyEvery: opts.Duration / time.Duration(opts.Keys)}, h)
 		})
 	}
 	if has(WorkloadFixedWindow) {
 		wg.Go(func() {
-			RunWorkload(wctx, c, WorkloadOptions{Policy: policyFixedWindow, Keys: windowKeys, Clients: opts.Clients,
+			windowErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyFixedWindow, Keys: windowKeys, Clients: opts.Clients,
 				Seed: opts.Seed ^ 0xf1, ClientBase: 100}, h)
 		})
 	}
@@ -237,6 +238,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		})
 	}
 	wg.Wait()
+	if err := errors.Join(bucketErr, windowErr); err != nil {
+		return nil, err
+	}
 
 	r := &Report{Options: opts, Dir: opts.ReportDir, Seed: opts.Seed, Workloads: opts.Workloads, Families: opts.Nemesis.Families,
 		NetMode: c.NetMode(), Ops: h.Ops(), Faults: nem.Faults(), Counts: map[Outcome]int{}}
@@ -349,7 +353,7 @@ func (r *Report) Summary(healErr error) string {
 	if r.Options.TLS {
 		fmt.Fprintf(&b, "TLS: both ports of every node, a throwaway CA\n")
 	}
-	fmt.Fprintf(&b, "attempts: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
+	fmt.Fprintf(&b, "ops: %d (ok %d: allowed %d, denied %d; fail %d; unknown %d)\n", len(r.Ops),
 		r.Counts[OutcomeAllowed]+r.Counts[OutcomeDenied], r.Counts[OutcomeAllowed], r.Counts[OutcomeDenied],
 		r.Counts[OutcomeFail], r.Counts[OutcomeUnknown])
 	perKind := map[OpKind]int{}
