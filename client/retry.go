@@ -99,11 +99,15 @@ func isTransportError(err error) bool {
 	return false
 }
 
-// isProtocolMismatch reports whether err is a TLS failure (a certificate not
-// verified, a handshake with a server that does not speak TLS, an alert) or
-// an https request answered in plain HTTP: a configuration error that a
-// retry would only repeat, and the request was never sent.
+// isProtocolMismatch reports whether err is a *MismatchError, a TLS failure
+// (a certificate not verified, a handshake with a server that does not speak
+// TLS, an alert) or an https request answered in plain HTTP: a configuration
+// error that a retry would only repeat, and the request was never sent.
 func isProtocolMismatch(err error) bool {
+	var m *MismatchError
+	if errors.As(err, &m) {
+		return true
+	}
 	var verify *tls.CertificateVerificationError
 	var record tls.RecordHeaderError
 	var alert tls.AlertError
@@ -235,12 +239,20 @@ func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx
 		if err == nil {
 			return resp, nil
 		}
+		if m := AsMismatch(spec.procedure, server, err); m != nil {
+			return zero, m
+		}
 		last = err
 		unknown = unknown || !spec.readOnly && outcomeUnknown(err)
 		if ctx.Err() != nil {
 			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: err}
 		}
 		if !retryable(err) {
+			if unknown {
+				// An earlier attempt may have been applied: this answer
+				// does not say whether it was.
+				return zero, &attemptError{Attempts: attempts, Unknown: true, Last: err}
+			}
 			return zero, err
 		}
 		avoid[server] = true
