@@ -22,7 +22,7 @@ import (
 
 func newAdmitCmd() *cobra.Command {
 	var (
-		api    clientOptions
+		api       clientOptions
 		req       quoratev1.AdmitRequest
 		cost      int64
 		also      checksFlag
@@ -297,4 +297,3 @@ func formatCheck(c *quoratev1.Check) string {
 	}
 	return c.GetPolicy() + ":" + c.GetKey()
 }
-

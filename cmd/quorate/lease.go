@@ -52,7 +52,7 @@ func newLeaseCmd() *cobra.Command {
 
 func newLeaseAcquireCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.AcquireLeaseRequest
 		ttl    time.Duration
 		output outputFormat
@@ -121,7 +121,7 @@ func newLeaseAcquireCmd() *cobra.Command {
 
 func newLeaseRenewCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.RenewLeaseRequest
 		token  tokenFlag
 		ttl    time.Duration
@@ -175,7 +175,7 @@ func newLeaseRenewCmd() *cobra.Command {
 
 func newLeaseReleaseCmd() *cobra.Command {
 	var (
-		api     clientOptions
+		api        clientOptions
 		req        quoratev1.ReleaseLeaseRequest
 		token      tokenFlag
 		output     outputFormat
@@ -230,7 +230,7 @@ func newLeaseReleaseCmd() *cobra.Command {
 
 func newLeaseCheckCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.CheckFenceRequest
 		token  tokenFlag
 		output outputFormat

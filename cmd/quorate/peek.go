@@ -14,7 +14,7 @@ import (
 
 func newPeekCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.PeekRequest
 		output outputFormat
 	)

@@ -14,7 +14,7 @@ import (
 
 func newRefundCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.RefundRequest
 		output outputFormat
 	)

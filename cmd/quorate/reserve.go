@@ -22,7 +22,7 @@ import (
 
 func newReserveCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.ReserveRequest
 		ttl    time.Duration
 		output outputFormat
@@ -90,7 +90,7 @@ func newReserveCmd() *cobra.Command {
 
 func newCommitCmd() *cobra.Command {
 	var (
-		api clientOptions
+		api    clientOptions
 		req    quoratev1.CommitRequest
 		output outputFormat
 	)
