@@ -10,9 +10,12 @@
 //	    policies and print how to reach it; state (and the data groups)
 //	    survive a restart.
 //
-// Client commands (each takes --server URL, default $QUORATE_SERVER or
-// http://127.0.0.1:7070, and --timeout, default 5s; -v reports each retried
-// attempt on stderr):
+// Client commands (each takes --server URL[,URL...], default $QUORATE_SERVER
+// or http://127.0.0.1:7070, and --timeout, default 5s; -v reports each
+// retried attempt on stderr). The data commands (admit, peek, refund,
+// reserve, commit, lease) go through package client: each call to its key's
+// group leader, retried on another node; the others talk to the first server
+// of the list that accepts a connection:
 //
 //	quorate admit --policy P --key K [--cost N] [--also P:K[:N]]... [--max-wait D]
 //	              [--caller NAME] [--request-id ID] [-o text|json]
@@ -21,7 +24,7 @@
 //	    none; keys share a hash tag); --max-wait paces a token bucket instead
 //	    of denying. --server may list several nodes (a,b,c). Unavailable
 //	    answers and connection failures are retried until --timeout with the
-//	    same request ID, rotating through the servers: exactly-once, a retry of
+//	    same request ID, on another node each time: exactly-once, a retry of
 //	    an applied request gets the recorded answer, marked "duplicate".
 //	quorate peek --policy P --key K  a key's state, spending nothing (retried)
 //	quorate refund --key K --request-id ID [--caller NAME]
