@@ -208,7 +208,7 @@ func serverURLs(list string) ([]string, error) {
 	return out, nil
 }
 
-// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect protocol over
+// newAdminClient and newAdmissionClient speak the Connect protocol over
 // HTTP/1.1 (or HTTP/2 with TLS), which every node serves, through hc. A
 // client command builds its clients with clientOptions (clienttls.go).
 func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServiceClient {
@@ -217,10 +217,6 @@ func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServi
 
 func newAdmissionClient(hc *http.Client, baseURL string) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(hc, baseURL)
-}
-
-func newLeaseClient(hc *http.Client, baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(hc, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"
