@@ -19,9 +19,6 @@ const (
 	routeAny    = "any"    // calls to the --server list in turn; the node forwards
 )
 
-// benchCaller is the caller (request ID namespace) of the bench's requests.
-const benchCaller = "quorate-bench"
-
 // quorateTarget drives a cluster through package client: a unary Admit per
 // decision (batch 1; coalesced into AdmitBatch calls by the client only
 // with --coalesce), or one AdmitBatch call of the batch (client.Invoke).
@@ -57,7 +54,9 @@ func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestI
 		idPrefix:   fmt.Sprintf("%d-", time.Now().UnixNano()),
 		scratch:    make([][]*quoratev1.AdmitRequest, o.workers),
 	}
-	c, err := client.New(client.Config{Servers: urls, HTTPClient: t.hc, Token: q.token, Caller: benchCaller,
+	// No caller: on a node with an access file, the authenticated one's own
+	// (naming another is refused); the request IDs are unique anyway.
+	c, err := client.New(client.Config{Servers: urls, HTTPClient: t.hc, Token: q.token,
 		Timeout: benchCallTimeout, DisableRouting: q.route == routeAny, DisableCoalescing: !q.coalesce})
 	if err != nil {
 		return nil, err
@@ -66,7 +65,7 @@ func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestI
 	for w := range t.scratch {
 		t.scratch[w] = make([]*quoratev1.AdmitRequest, o.batch)
 		for i := range t.scratch[w] {
-			t.scratch[w][i] = &quoratev1.AdmitRequest{Policy: policy, Caller: benchCaller}
+			t.scratch[w][i] = &quoratev1.AdmitRequest{Policy: policy}
 		}
 	}
 	return t, nil

@@ -51,7 +51,7 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 	// client coalescing: strict all the same (20 keys of 5 tokens in all).
 	allowed := closed.Allowed
 	for _, args := range [][]string{{"--route", "any"}, {"--coalesce"}} {
-		s := bench(append([]string{"--workers", "4", "--duration", "1s"}, args...)...)
+		s := bench(append([]string{"--workers", "4", "--duration", "1500ms"}, args...)...)
 		if allowed += s.Allowed; allowed > 20*5 {
 			t.Fatalf("bench %v: %d allowed in all over 20 keys of 5 tokens: %+v", args, allowed, s)
 		}
