@@ -42,7 +42,7 @@ func newAdmitCmd() *cobra.Command {
 			"or a random one) and payload, so a request that was applied before its answer was\n" +
 			"lost gets the recorded answer (shown as \"duplicate\") and spends nothing again.\n" +
 			"Admit retries on unavailable, a server's deadline_exceeded and connection\n" +
-			"failures, over the nodes of the --server list, until --timeout (-v reports each\n" +
+			"failures, rotating through the --server list, until --timeout (-v reports each\n" +
 			"retried attempt). If the deadline passes while the outcome is unknown, the error\n" +
 			"prints the command to retry with.\n\n" +
 			"--also adds checks decided atomically with the first: either every check is\n" +

@@ -16,9 +16,13 @@ import (
 )
 
 // The data commands (admit, peek, refund, reserve, commit and the lease
-// commands) send their request through package client: its routing to the
-// key's group leader, its deadline (--timeout) and its retries with the same
-// request ID, backoff and jitter across the --server list (DESIGN.md §3). The
+// commands) send their request through package client: its deadline
+// (--timeout) and its retries with the same request ID, backoff and jitter
+// (DESIGN.md §3). The client does not learn the routes for them
+// (client.Config.DisableRouting): a command makes one call, which the node
+// that gets it forwards to the key's group leader as cheaply as a Routes call
+// would have told where to send it; the attempts go through the --server list
+// in turn, the first server first, so one dead node does not stop a retry. The
 // command builds the request once; client.Invoke sends that same message in
 // every attempt, so a retry of a request that was applied gets the recorded
 // answer (duplicate=true) instead of spending again. The answer is printed
@@ -28,7 +32,7 @@ import (
 // dataCall is one request of a data command.
 type dataCall struct {
 	procedure string // e.g. "Admit"
-	key       string // routes the call; "" sends it to any node
+	key       string // the request's key, if it has one
 	requestID string // "" for a request that changes nothing
 	readOnly  bool
 	// hint is appended to an error whose outcome is unknown: the command
@@ -48,7 +52,7 @@ func invoke[R any](cmd *cobra.Command, o *clientOptions, dc dataCall, send func(
 	var retries atomic.Int64
 	verbose, _ := cmd.Flags().GetBool("verbose")
 	token, _ := cmd.Context().Value(tokenKey{}).(string)
-	c, err := client.New(client.Config{Servers: servers, HTTPClient: o.http(), Token: token, Timeout: o.timeout,
+	c, err := client.New(client.Config{Servers: servers, HTTPClient: o.http(), Token: token, Timeout: o.timeout, DisableRouting: true,
 		OnRetry: func(ri client.RetryInfo) {
 			retries.Add(1)
 			if verbose {

@@ -97,8 +97,7 @@ func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
 func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
-		"host:port; the client learns the cluster from them and sends each call to its key's\n"+
-		"group leader, retrying on another node, so one dead node does not stop a retry;\n"+
+		"host:port; attempts rotate through them, so one dead node does not stop a retry;\n"+
 		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
 	addTLSFlags(fs, &o.tls)

@@ -70,7 +70,7 @@ func newLeaseAcquireCmd() *cobra.Command {
 			"(--request-id, or a random one), so an acquire that was applied before its\n" +
 			"answer was lost gets the same lease (shown as \"duplicate\") instead of a second\n" +
 			"slot. Acquire retries on unavailable, a server's deadline_exceeded and\n" +
-			"connection failures, over the nodes of the --server list, until --timeout.\n\n" +
+			"connection failures, rotating through the --server list, until --timeout.\n\n" +
 			"With --reserve-policy the lease also holds --reserve-estimate units of that rate or\n" +
 			"quota policy on the same key (both or neither); the answer prints its\n" +
 			"reservation_id, and `lease release --actual-cost N` charges the real cost.",
@@ -134,7 +134,7 @@ func newLeaseRenewCmd() *cobra.Command {
 			"ttl). A lease that expired or was released is not renewed: the answer is\n" +
 			"failed_precondition, and the work it guarded should stop.\n\n" +
 			"Renew is retried like admit, with the same request ID, on unavailable, a\n" +
-			"server's deadline_exceeded and connection failures, over the nodes of the --server\n" +
+			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout.",
 		Example: "  quorate lease renew --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7\n" +
 			"  quorate lease renew --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7 --ttl 10m -o json",
@@ -187,7 +187,7 @@ func newLeaseReleaseCmd() *cobra.Command {
 		Long: "Release frees the slot of a live lease, so that another acquire can take it. A\n" +
 			"lease that expired or was released already is answered failed_precondition.\n\n" +
 			"Release is retried like admit, with the same request ID, on unavailable, a\n" +
-			"server's deadline_exceeded and connection failures, over the nodes of the --server\n" +
+			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a release that was applied gets its recorded\n" +
 			"answer (shown as \"duplicate\"), not failed_precondition.",
 		Example: "  quorate lease release --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7\n" +
@@ -243,7 +243,7 @@ func newLeaseCheckCmd() *cobra.Command {
 			"acquire, renew, release and expiry before it. Both answers are results: it\n" +
 			"prints held=true or held=false and exits 0.\n\n" +
 			"Check changes nothing, so it is retried on unavailable, a server's\n" +
-			"deadline_exceeded and connection failures, over the nodes of the --server list,\n" +
+			"deadline_exceeded and connection failures, rotating through the --server list,\n" +
 			"until --timeout.",
 		Example: "  quorate lease check --policy reports-active --key tenant-a --token 7\n" +
 			"  quorate lease check --policy reports-active --key tenant-a --token 7 -o json",

@@ -13,9 +13,9 @@
 // Client commands (each takes --server URL[,URL...], default $QUORATE_SERVER
 // or http://127.0.0.1:7070, and --timeout, default 5s; -v reports each
 // retried attempt on stderr). The data commands (admit, peek, refund,
-// reserve, commit, lease) go through package client: each call to its key's
-// group leader, retried on another node; the others talk to the first server
-// of the list that accepts a connection:
+// reserve, commit, lease) go through package client, their attempts rotating
+// through the list; the others talk to the first server of the list that
+// accepts a connection:
 //
 //	quorate admit --policy P --key K [--cost N] [--also P:K[:N]]... [--max-wait D]
 //	              [--caller NAME] [--request-id ID] [-o text|json]
@@ -24,7 +24,7 @@
 //	    none; keys share a hash tag); --max-wait paces a token bucket instead
 //	    of denying. --server may list several nodes (a,b,c). Unavailable
 //	    answers and connection failures are retried until --timeout with the
-//	    same request ID, on another node each time: exactly-once, a retry of
+//	    same request ID, rotating through the servers: exactly-once, a retry of
 //	    an applied request gets the recorded answer, marked "duplicate".
 //	quorate peek --policy P --key K  a key's state, spending nothing (retried)
 //	quorate refund --key K --request-id ID [--caller NAME]

@@ -30,8 +30,8 @@ func newRefundCmd() *cobra.Command {
 			"otherwise the answer is not_found.\n\n" +
 			"A refund happens at most once: a repeat prints \"already refunded\" and changes\n" +
 			"nothing. So refund retries like admit, with the same request ID, on\n" +
-			"unavailable, a server's deadline_exceeded and connection failures, over the\n" +
-			"nodes of the --server list, until --timeout.",
+			"unavailable, a server's deadline_exceeded and connection failures, rotating\n" +
+			"through the --server list, until --timeout.",
 		Example: "  quorate refund --caller billing --request-id invoice-42 --key tenant-a\n" +
 			"  quorate refund --server 127.0.0.1:7070,127.0.0.1:7071 --request-id 5f0c... --key tenant-a -o json",
 		Args: cobra.NoArgs,

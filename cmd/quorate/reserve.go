@@ -40,7 +40,7 @@ func newReserveCmd() *cobra.Command {
 			"Retries are exactly-once, as for admit: every attempt carries the same request ID\n" +
 			"(--request-id, or a random one), so a retry gets the same reservation. Reserve\n" +
 			"retries on unavailable, a server's deadline_exceeded and connection failures,\n" +
-			"over the nodes of the --server list, until --timeout.",
+			"rotating through the --server list, until --timeout.",
 		Example: "  quorate reserve --policy tokens --key tenant-a --estimate 800\n" +
 			"  quorate reserve --policy tokens --key tenant-a --estimate 800 --ttl 2m --request-id call-42 -o json",
 		Args: cobra.NoArgs,
@@ -102,7 +102,7 @@ func newCommitCmd() *cobra.Command {
 			"far as the limit allows; the part that could not be is reported as over. A\n" +
 			"reservation that is unknown, already committed or expired is not_found (exit 1).\n\n" +
 			"Commit is retried like admit, with the same request ID, on unavailable, a\n" +
-			"server's deadline_exceeded and connection failures, over the nodes of the --server\n" +
+			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a commit that was applied gets its recorded\n" +
 			"answer (shown as \"duplicate\"), not not_found.",
 		Example: "  quorate commit --reservation-id dG9rZW5zAHRlbmFudC1hADE3OTY --actual 312",
