@@ -16,7 +16,8 @@ import (
 // Admit decides r: the key's group leader decides it through its Raft log
 // (Outcome Verified), retried with the same request ID across nodes until
 // ctx's deadline (Config.Timeout when ctx has none). Admits to one leader
-// that overlap in time may share an AdmitBatch call.
+// that overlap in time may share an AdmitBatch call (unless
+// Config.DisableCoalescing).
 //
 // When no decision is possible before the deadline, Admit applies the
 // policy's on_unavailable mode (unless r.NoFallback) and returns the
@@ -38,6 +39,9 @@ func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
 	req := admitRequestOf(r, c.cfg.Caller)
 	resp, err := call(ctx, c, callSpec{procedure: "Admit", key: r.Key, requestID: r.RequestID},
 		func(ctx context.Context, server string) (*quoratev1.AdmitResponse, http.Header, error) {
+			if c.cfg.DisableCoalescing {
+				return unary(ctx, req, c.admission(server).Admit)
+			}
 			return c.batcher(server).admit(ctx, req)
 		})
 	if err == nil {

@@ -52,6 +52,13 @@ type Config struct {
 	// OnRetry, if set, is called for every failed attempt that will be
 	// retried.
 	OnRetry func(RetryInfo)
+	// DisableRouting sends the calls to Servers in turn (the next one for
+	// each attempt, whatever its key) and never asks for the routes: the
+	// node that gets a call forwards it to its key's group leader.
+	DisableRouting bool
+	// DisableCoalescing sends each Admit as its own Admit call, never
+	// sharing an AdmitBatch call with others in flight to the same node.
+	DisableCoalescing bool
 }
 
 // Client is a connection to a Quorate cluster; safe for concurrent use.

@@ -25,12 +25,18 @@
 // cluster when the caller may read them, else given in Config.Policies. The
 // local mode admits from an in-process token bucket sized to
 // Config.LocalShare of the policy. A TLS or protocol mismatch is reported at
-// once, never retried nor hidden by a fallback.
+// once as a *MismatchError (AsMismatch classifies an error), never retried
+// nor hidden by a fallback.
 //
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews
 // itself at about a third of its ttl, exposes its fencing token, and ends
-// its Context when it is lost or released.
+// its Context when it is lost or released. Invoke sends a request the
+// caller built itself (any RPC of the API) through the same routing and
+// retries, for programs that print the API's own messages, such as the
+// quorate CLI. Config.DisableRouting sends the calls to the configured
+// servers in turn instead of to leaders, Config.DisableCoalescing each Admit
+// as its own call (the benchmark's --route any and unary runs).
 //
 // The package imports no server package of Quorate; only the leaf package
 // shard (for the slot a key hashes to) and the generated API.

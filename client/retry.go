@@ -50,6 +50,13 @@ func (b *jitteredBackoff) NextBackOff() time.Duration {
 	return half + rand.N(d-half+1)
 }
 
+// Retryable reports whether err, the error of one attempt of a call, is
+// worth trying again (with the same request ID): the cluster had no
+// answer, as opposed to an answer about the request, a mismatch, or the
+// caller's own deadline. It is the classification every call of a Client
+// retries by, for programs with a loop of their own, such as a poll.
+func Retryable(err error) bool { return retryable(err) }
+
 // retryable reports whether a failed attempt may be retried with the same
 // request ID: Unavailable (no leader or quorum, with or without the
 // OutcomeUnknown detail), a server's DeadlineExceeded for one attempt, and
@@ -99,11 +106,15 @@ func isTransportError(err error) bool {
 	return false
 }
 
-// isProtocolMismatch reports whether err is a TLS failure (a certificate not
-// verified, a handshake with a server that does not speak TLS, an alert) or
-// an https request answered in plain HTTP: a configuration error that a
-// retry would only repeat, and the request was never sent.
+// isProtocolMismatch reports whether err is a *MismatchError, a TLS failure
+// (a certificate not verified, a handshake with a server that does not speak
+// TLS, an alert) or an https request answered in plain HTTP: a configuration
+// error that a retry would only repeat, and the request was never sent.
 func isProtocolMismatch(err error) bool {
+	var m *MismatchError
+	if errors.As(err, &m) {
+		return true
+	}
 	var verify *tls.CertificateVerificationError
 	var record tls.RecordHeaderError
 	var alert tls.AlertError
@@ -201,11 +212,14 @@ type callSpec struct {
 }
 
 // attemptError is the failure of a call: Last is the last attempt's error,
-// Unknown says whether some attempt may have been applied.
+// Unknown says whether some attempt may have been applied, Stopped is why
+// the retries ended early (the context's error, or DeadlineExceeded when the
+// deadline left no time for another attempt; nil when Last was final).
 type attemptError struct {
 	Attempts int
 	Unknown  bool
 	Last     error
+	Stopped  error
 }
 
 // call sends one request until an attempt is answered, an attempt fails with
@@ -235,19 +249,27 @@ func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx
 		if err == nil {
 			return resp, nil
 		}
+		if m := AsMismatch(spec.procedure, server, err); m != nil {
+			return zero, m
+		}
 		last = err
 		unknown = unknown || !spec.readOnly && outcomeUnknown(err)
 		if ctx.Err() != nil {
-			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: err}
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: err, Stopped: ctx.Err()}
 		}
 		if !retryable(err) {
+			if unknown {
+				// An earlier attempt may have been applied: this answer
+				// does not say whether it was.
+				return zero, &attemptError{Attempts: attempts, Unknown: true, Last: err}
+			}
 			return zero, err
 		}
 		avoid[server] = true
 		c.routes.refresh()
 		wait := waits.NextBackOff()
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last}
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last, Stopped: context.DeadlineExceeded}
 		}
 		c.cfg.Logger.Debug("retrying", "procedure", spec.procedure, "attempt", attempts, "server", server,
 			"request_id", spec.requestID, "error", err, "wait", wait)
@@ -258,7 +280,7 @@ func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last}
+			return zero, &attemptError{Attempts: attempts, Unknown: unknown, Last: last, Stopped: ctx.Err()}
 		case <-t.C:
 		}
 	}
@@ -269,17 +291,31 @@ func (e *attemptError) Unwrap() error { return e.Last }
 
 // publicError turns call's failure into what a method returns: an
 // *OutcomeUnknownError when some attempt may have been applied, else the
-// last attempt's error (a Connect error, so connect.CodeOf gives its code).
+// last attempt's error (a Connect error, so connect.CodeOf gives its code),
+// which also unwraps to context.DeadlineExceeded (or Canceled) when the
+// retries ran out of time.
 func publicError(err error, requestID string) error {
 	var ae *attemptError
 	if errors.As(err, &ae) {
 		if ae.Unknown {
 			return &OutcomeUnknownError{RequestID: requestID, Attempts: ae.Attempts, Last: answerError(ae.Last)}
 		}
+		if ae.Stopped != nil {
+			return &outOfTimeError{last: answerError(ae.Last), stopped: ae.Stopped}
+		}
 		err = ae.Last
 	}
 	return answerError(err)
 }
+
+// outOfTimeError is the failure of a call whose retries ended with the
+// context (or too near its deadline for another attempt), none applied: it
+// reads as the last attempt's error and unwraps to it and to the context's
+// error.
+type outOfTimeError struct{ last, stopped error }
+
+func (e *outOfTimeError) Error() string   { return e.last.Error() }
+func (e *outOfTimeError) Unwrap() []error { return []error{e.last, e.stopped} }
 
 // answerError is err as a method returns it: the Connect error of a batch
 // item's error.

@@ -63,6 +63,7 @@ type router struct {
 	seenEpoch  uint64      // the highest epoch any node answered
 	refreshing bool
 	again      bool // a refresh was asked for while one ran
+	turn       int  // the next of servers, with Config.DisableRouting
 }
 
 func newRouter(c *Client, servers []string) *router {
@@ -93,9 +94,17 @@ func (r *router) membersLocked() []string {
 // target is the server to send a call for key to: its group leader when the
 // routes name one that avoid does not, else a random member not in avoid
 // (any member once every one is).
+//
+// With Config.DisableRouting it is the next of the configured servers in
+// turn, whatever key and avoid.
 func (r *router) target(key string, avoid map[string]bool) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.c.cfg.DisableRouting {
+		s := r.servers[r.turn%len(r.servers)]
+		r.turn++
+		return s
+	}
 	if r.table != nil && key != "" {
 		if l := r.table.leaderOf(key); l != "" && !avoid[l] {
 			return l
@@ -116,8 +125,12 @@ func (r *router) target(key string, avoid map[string]bool) string {
 }
 
 // refresh asks for the routes again in the background; a refresh asked for
-// while one runs makes it run once more when it ends.
+// while one runs makes it run once more when it ends. It does nothing with
+// Config.DisableRouting.
 func (r *router) refresh() {
+	if r.c.cfg.DisableRouting {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.refreshing {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,14 +15,14 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 func newAdmitCmd() *cobra.Command {
 	var (
-		client    clientOptions
+		api       clientOptions
 		req       quoratev1.AdmitRequest
 		cost      int64
 		also      checksFlag
@@ -83,15 +81,13 @@ func newAdmitCmd() *cobra.Command {
 			}
 			req.RequestId = requestID
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			servers, ctx, cancel, err := client.beginServers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, servers, "retry with the same request ID: "+admitCommandLine(client.server, &req), false)
-			resp, attempts, err := admitWithRetries(ctx, r, &req, client.admissionClient)
+			resp, attempts, err := invoke(cmd, &api, dataCall{procedure: "Admit", key: req.GetKey(), requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + admitCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AdmitResponse], error) {
+					return s.Admission.Admit(ctx, connect.NewRequest(&req))
+				})
 			if err != nil {
 				return err
 			}
@@ -115,25 +111,9 @@ func newAdmitCmd() *cobra.Command {
 	fs.StringVar(&req.Caller, "caller", "", "namespace of the request ID (up to 128 bytes): on a node with an access file, the\n"+
 		"authenticated caller's own (the default; naming another is refused); on an open node,\n"+
 		"as given, e.g. the calling service's name")
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
-}
-
-// admitWithRetries sends req through r until it is answered. req is built
-// once, before the first attempt, and never changed: every attempt sends the
-// same request ID and payload, its extra checks and max_wait included.
-// newClient makes the client of one server.
-func admitWithRetries(ctx context.Context, r retrier, req *quoratev1.AdmitRequest,
-	newClient func(baseURL string) quoratev1connect.AdmissionServiceClient,
-) (_ *quoratev1.AdmitResponse, attempts int, _ error) {
-	return callWithRetries(ctx, r, newClient, func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.AdmitResponse, error) {
-		res, err := c.Admit(ctx, connect.NewRequest(req))
-		if err != nil {
-			return nil, wrapRPC("Admit", server, req.GetRequestId(), err)
-		}
-		return res.Msg, nil
-	})
 }
 
 // admitCommandLine is the command that repeats req with its request ID, for
@@ -316,12 +296,4 @@ func formatCheck(c *quoratev1.Check) string {
 		return c.GetPolicy() + "@" + strconv.FormatInt(c.GetCost(), 10) + ":" + c.GetKey()
 	}
 	return c.GetPolicy() + ":" + c.GetKey()
-}
-
-// newRequestID returns 128 random bits in hex. (crypto/rand.Read never
-// fails; it crashes the program if the system has no randomness.)
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

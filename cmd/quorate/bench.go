@@ -39,6 +39,7 @@ type benchOptions struct {
 	tls        tlsFlags // --tls-ca, --tls-cert, --tls-key
 	policy     string
 	requestIDs bool
+	quorate    quorateOptions // --route, --coalesce
 	redis      redisOptions
 	load       loadOptions
 	output     outputFormat
@@ -65,7 +66,7 @@ func newBenchCmd() *cobra.Command {
 		Use: "bench --policy P [--workers 64] [--duration 10s] [--rate N] [--keys 10000] [--dist uniform|zipf] [--batch N]\n" +
 			"  quorate bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]",
 		Short: "Load a cluster (or a Redis) with admissions and report throughput and latency",
-		Long: "Bench sends Admit calls for --duration, spread over the --server list, on\n" +
+		Long: "Bench sends Admit calls for --duration through the Go client (package client), on\n" +
 			"--keys keys picked uniformly or by a zipf law (s=1.1: a few hot keys). Closed loop\n" +
 			"by default: --workers each send the next call when the last one answers. With\n" +
 			"--rate N it is open loop: N calls a second are started on schedule by up to\n" +
@@ -74,6 +75,13 @@ func newBenchCmd() *cobra.Command {
 			"one AdmitBatch of N requests on independently drawn keys: throughput is reported\n" +
 			"as calls/s and decisions/s (answered requests), latency per call, and requests\n" +
 			"that got an error inside an answered batch are counted by code.\n" +
+			"\n" +
+			"The client sends each unary Admit to its key's group leader (--route leader, the\n" +
+			"default) or to the --server list in turn (--route any: the node forwards it), as\n" +
+			"one Admit call per decision; --coalesce lets it share AdmitBatch calls among the\n" +
+			"Admits in flight to one leader. A failed attempt is retried with the same request\n" +
+			"ID until the call's 5s deadline, so a failover shows as latency; a call still\n" +
+			"failing then counts as an error by its code.\n" +
 			"\n" +
 			"--target redis drives a Redis instead, with the same generator: each request is\n" +
 			"an EVALSHA of a token-bucket Lua script (loaded with SCRIPT LOAD; capacity\n" +
@@ -87,6 +95,7 @@ func newBenchCmd() *cobra.Command {
 			"compare` runs Quorate, Redis and Gubernator side by side (see its help).",
 		Example: "  quorate bench --policy api-paid --workers 64 --duration 10s\n" +
 			"  quorate bench --policy api-paid --batch 100 --workers 16\n" +
+			"  quorate bench --policy api-paid --workers 1 --route any --server 127.0.0.1:7071\n" +
 			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
 			"  quorate bench --target redis --redis-addr 127.0.0.1:6379 --batch 16",
 		Args: cobra.NoArgs,
@@ -99,10 +108,15 @@ func newBenchCmd() *cobra.Command {
 	addTokenFlag(cmd, &auth)
 	fs := cmd.Flags()
 	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")
-	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated; calls rotate through them")
+	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated: the client learns the cluster from them")
 	addTLSFlags(fs, &o.tls)
 	fs.StringVar(&o.policy, "policy", "", "policy to admit against (required with --target quorate)")
-	fs.BoolVar(&o.requestIDs, "request-ids", false, "give every request a fresh request ID (exactly-once bookkeeping on)")
+	fs.BoolVar(&o.requestIDs, "request-ids", false, "name every request's ID after the run and a sequence number (without it, the\n"+
+		"client gives each a random one: every request carries a request ID)")
+	fs.StringVar(&o.quorate.route, "route", routeLeader, "leader: send each call to its key's group leader (the client learns the shard map);\n"+
+		"any: send the calls to the --server list in turn (the node forwards them)")
+	fs.BoolVar(&o.quorate.coalesce, "coalesce", false, "let the client coalesce concurrent unary Admits to one leader into AdmitBatch calls\n"+
+		"(default off: one Admit call per decision)")
 	addLoadFlags(cmd, &o.load)
 	addRedisFlags(cmd, &o.redis)
 	addOutputFlag(cmd, &o.output)
@@ -166,9 +180,12 @@ func (o benchOptions) validate() error {
 		if o.policy == "" {
 			return errors.New("bench: --policy is required (with --target quorate)")
 		}
+		if o.quorate.route != routeLeader && o.quorate.route != routeAny {
+			return fmt.Errorf("--route: must be %s or %s (got %q)", routeLeader, routeAny, o.quorate.route)
+		}
 		return only(targetRedis, "redis-addr", "redis-capacity", "redis-refill")
 	case targetRedis:
-		if err := only(targetQuorate, "server", "policy", "request-ids"); err != nil {
+		if err := only(targetQuorate, "server", "policy", "request-ids", "route", "coalesce"); err != nil {
 			return err
 		}
 		return o.redis.validate()
@@ -193,7 +210,13 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		target = newQuorateTarget(urls, tr, o.policy, o.requestIDs, o.load)
+		q := o.quorate
+		q.token, _ = ctx.Value(tokenKey{}).(string)
+		t, err := newQuorateTarget(urls, tr, o.policy, o.requestIDs, q, o.load)
+		if err != nil {
+			return err
+		}
+		target = t
 	case targetRedis:
 		t, err := newRedisTarget(ctx, o.redis, o.load)
 		if err != nil {

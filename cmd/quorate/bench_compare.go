@@ -319,7 +319,13 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			if err != nil {
 				return err
 			}
-			t := newQuorateTarget(urls, tr, comparePolicy, false, loadOf(run))
+			// Unary rows stay one Admit call per decision (no coalescing),
+			// comparable with one item per GetRateLimits call; the client
+			// sends each to its key's group leader.
+			t, err := newQuorateTarget(urls, tr, comparePolicy, false, quorateOptions{route: routeLeader}, loadOf(run))
+			if err != nil {
+				return err
+			}
 			measure(t, run)
 			t.close()
 			if ctx.Err() != nil {

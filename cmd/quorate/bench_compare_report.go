@@ -308,8 +308,11 @@ func benchmarksSection(r CompareResult) string {
   limit and refill time); "GetRateLimits of N" sends N items per call. No row against durable Redis.
 - **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
   groups; every decision is committed to a majority of the three fsynced Raft logs before it is
-  answered. Calls rotate over the three nodes, which forward to the key's group leader.
-  "AdmitBatch N" is one call of N independent decisions. The topology table repeats the unary
+  answered. The bench drives it through the Go client (package `+"`client`"+`), which learns the
+  shard map and sends each unary Admit straight to its key's group leader, one Admit call per
+  decision (no coalescing, as one item per GetRateLimits call); every request carries a request
+  ID. "AdmitBatch N" is one call of N independent decisions, sent to the nodes in turn (the node
+  forwards each decision to its key's group leader). The topology table repeats the unary
   and batch runs against a second cluster whose keys all live in one group (`+"`--groups 0`"+`).
 - "Open loop at half": each side gets calls started on a schedule at half the calls/s it
   answered in its own 64-client unary run, latency counted from each call's scheduled start.

@@ -9,15 +9,23 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
-// quorateTarget sends Admit (batch 1) or AdmitBatch calls to a cluster,
-// rotating through its nodes.
+// Routings of `quorate bench --route`.
+const (
+	routeLeader = "leader" // each call to its key's group leader, as the client learns them
+	routeAny    = "any"    // calls to the --server list in turn; the node forwards
+)
+
+// quorateTarget drives a cluster through package client: a unary Admit per
+// decision (batch 1; coalesced into AdmitBatch calls by the client only
+// with --coalesce), or one AdmitBatch call of the batch (client.Invoke).
+// Every request carries a request ID, as every client request does.
 type quorateTarget struct {
+	c          *client.Client
 	hc         *http.Client
-	clients    []quoratev1connect.AdmissionServiceClient
 	policy     string
 	keys       []string
 	batch      int
@@ -27,11 +35,18 @@ type quorateTarget struct {
 	scratch    [][]*quoratev1.AdmitRequest // per worker, reused between its calls
 }
 
+// quorateOptions say how the bench's client talks to the cluster.
+type quorateOptions struct {
+	route    string // routeLeader or routeAny
+	coalesce bool   // let the client coalesce concurrent Admits
+	token    string
+}
+
 // newQuorateTarget returns a target sending to the API base URLs urls
 // through tr (plaintext or TLS, up to o.workers connections per node).
-func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestIDs bool, o loadOptions) *quorateTarget {
+func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestIDs bool, q quorateOptions, o loadOptions) (*quorateTarget, error) {
 	t := &quorateTarget{
-		hc:         &http.Client{Transport: tokenTransport{next: tr}},
+		hc:         &http.Client{Transport: tr},
 		policy:     policy,
 		keys:       benchKeyNames(o.keyPrefix, o.keys),
 		batch:      o.batch,
@@ -39,51 +54,66 @@ func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestI
 		idPrefix:   fmt.Sprintf("%d-", time.Now().UnixNano()),
 		scratch:    make([][]*quoratev1.AdmitRequest, o.workers),
 	}
-	for _, u := range urls {
-		// Like the Redis client, no compression: loopback bytes are free.
-		t.clients = append(t.clients, quoratev1connect.NewAdmissionServiceClient(t.hc, u,
-			connect.WithAcceptCompression("gzip", nil, nil)))
+	// No caller: on a node with an access file, the authenticated one's own
+	// (naming another is refused); the request IDs are unique anyway.
+	c, err := client.New(client.Config{Servers: urls, HTTPClient: t.hc, Token: q.token,
+		Timeout: benchCallTimeout, DisableRouting: q.route == routeAny, DisableCoalescing: !q.coalesce})
+	if err != nil {
+		return nil, err
 	}
+	t.c = c
 	for w := range t.scratch {
 		t.scratch[w] = make([]*quoratev1.AdmitRequest, o.batch)
 		for i := range t.scratch[w] {
 			t.scratch[w][i] = &quoratev1.AdmitRequest{Policy: policy}
 		}
 	}
-	return t
+	return t, nil
 }
 
 func (t *quorateTarget) name() string { return targetQuorate }
 
-func (t *quorateTarget) call(ctx context.Context, worker int, keys []int) (benchResult, error) {
-	reqs := t.scratch[worker][:len(keys)]
-	var n int64
-	for i, k := range keys {
-		n = t.seq.Add(1)
-		reqs[i].Key = t.keys[k]
-		if t.requestIDs {
-			reqs[i].Caller, reqs[i].RequestId = "quorate-bench", fmt.Sprintf("%s%d", t.idPrefix, n)
-		}
+// requestID is the next request's ID: named by the bench with
+// --request-ids, else "" for a unary Admit (the client gives it a random
+// one) and a random one in a batch.
+func (t *quorateTarget) requestID() string {
+	n := t.seq.Add(1)
+	if t.requestIDs {
+		return fmt.Sprintf("%s%d", t.idPrefix, n)
 	}
-	client := t.clients[int(n)%len(t.clients)]
+	if t.batch > 1 {
+		return client.NewRequestID()
+	}
+	return ""
+}
+
+func (t *quorateTarget) call(ctx context.Context, worker int, keys []int) (benchResult, error) {
 	var r benchResult
 	if t.batch == 1 {
-		resp, err := client.Admit(ctx, connect.NewRequest(reqs[0]))
+		d, err := t.c.Admit(ctx, client.Request{Policy: t.policy, Key: t.keys[keys[0]], RequestID: t.requestID(), NoFallback: true})
 		if err != nil {
 			return r, err
 		}
-		if resp.Msg.GetAllowed() {
+		if d.Allowed {
 			r.allowed = 1
 		} else {
 			r.denied = 1
 		}
 		return r, nil
 	}
-	resp, err := client.AdmitBatch(ctx, connect.NewRequest(&quoratev1.AdmitBatchRequest{Requests: reqs}))
+	reqs := t.scratch[worker][:len(keys)]
+	for i, k := range keys {
+		reqs[i].Key, reqs[i].RequestId = t.keys[k], t.requestID()
+	}
+	batch := &quoratev1.AdmitBatchRequest{Requests: reqs}
+	resp, err := client.Invoke(ctx, t.c, client.Call{Procedure: "AdmitBatch", RequestID: reqs[0].GetRequestId()},
+		func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AdmitBatchResponse], error) {
+			return s.Admission.AdmitBatch(ctx, connect.NewRequest(batch))
+		})
 	if err != nil {
 		return r, err
 	}
-	results := resp.Msg.GetResults()
+	results := resp.GetResults()
 	if len(results) != len(reqs) {
 		return r, fmt.Errorf("AdmitBatch answered %d results for %d requests", len(results), len(reqs))
 	}
@@ -101,6 +131,7 @@ func (t *quorateTarget) call(ctx context.Context, worker int, keys []int) (bench
 }
 
 func (t *quorateTarget) close() error {
+	err := t.c.Close()
 	t.hc.CloseIdleConnections()
-	return nil
+	return err
 }

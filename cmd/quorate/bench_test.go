@@ -47,6 +47,15 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 	if closed.Mode != "closed" || closed.Allowed > 20*5 || closed.Denied == 0 && closed.Calls > 20*5 {
 		t.Fatalf("closed loop over 20 keys of 5 tokens: %+v", closed)
 	}
+	// Through the --server list in turn (the nodes forward), and with the
+	// client coalescing: strict all the same (20 keys of 5 tokens in all).
+	allowed := closed.Allowed
+	for _, args := range [][]string{{"--route", "any"}, {"--coalesce"}} {
+		s := bench(append([]string{"--workers", "4", "--duration", "1500ms"}, args...)...)
+		if allowed += s.Allowed; allowed > 20*5 {
+			t.Fatalf("bench %v: %d allowed in all over 20 keys of 5 tokens: %+v", args, allowed, s)
+		}
+	}
 	open := bench("--rate", "50", "--duration", "2s", "--dist", "zipf", "--request-ids")
 	if open.Mode != "open" || open.Calls < 60 || open.Calls > 101 {
 		t.Fatalf("open loop at 50/s for 2s made %d calls, want about 100: %+v", open.Calls, open)
@@ -71,6 +80,9 @@ func TestBenchFlagsAreChecked(t *testing.T) {
 		{[]string{"bench", "--target", "redis", "--policy", "p"}, "--policy"},
 		{[]string{"bench", "--target", "redis", "--server", "127.0.0.1:7070"}, "--server"},
 		{[]string{"bench", "--target", "redis", "--request-ids"}, "--request-ids"},
+		{[]string{"bench", "--policy", "p", "--route", "sideways"}, "--route"},
+		{[]string{"bench", "--target", "redis", "--route", "any"}, "--route"},
+		{[]string{"bench", "--target", "redis", "--coalesce"}, "--coalesce"},
 		{[]string{"bench", "--target", "redis", "--redis-addr", "nowhere"}, "--redis-addr"},
 		{[]string{"bench", "--target", "redis", "--redis-capacity", "0"}, "--redis-capacity"},
 		{[]string{"bench", "--target", "redis", "--redis-refill", "-1"}, "--redis-refill"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -57,7 +59,8 @@ func serverFromEnv(cmd *cobra.Command) error {
 // addClientFlags registers --server, --timeout and --token on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", defaultServer, "API address of any node: http://host:port, https://host:port or host:port;\n"+
+	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
+		"host:port; the command talks to the first that accepts a connection;\n"+
 		"when not given, $"+serverEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
 	addTLSFlags(fs, &o.tls)
@@ -101,17 +104,48 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	addTokenFlag(cmd, o)
 }
 
-// begin checks the flags and returns the API base URL and a context that
-// ends at the --timeout deadline.
+// begin checks the flags and returns the API base URL of a command that
+// talks to one node: the first of the --server list that accepts a
+// connection (firstReachable), and a context that ends at the --timeout
+// deadline.
 func (o *clientOptions) begin(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
-	if strings.Contains(o.server, ",") {
-		return "", nil, nil, fmt.Errorf("--server: this command takes one server, not a list (got %q)", o.server)
-	}
 	servers, ctx, cancel, err := o.beginServers(ctx)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	return servers[0], ctx, cancel, nil
+	return firstReachable(ctx, servers), ctx, cancel, nil
+}
+
+// reachTimeout bounds the connection attempt to each server by
+// firstReachable.
+const reachTimeout = time.Second
+
+// firstReachable returns the first of servers (base URLs) that accepts a TCP
+// connection, tried in order for up to reachTimeout each (within ctx), or
+// the first of them when none does: the command then fails on it with the
+// error its call gets. A single server is returned without a try.
+func firstReachable(ctx context.Context, servers []string) string {
+	if len(servers) == 1 {
+		return servers[0]
+	}
+	for _, s := range servers {
+		u, err := url.Parse(s)
+		if err != nil {
+			continue
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		}
+		dctx, cancel := context.WithTimeout(ctx, reachTimeout)
+		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", host)
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+			return s
+		}
+	}
+	return servers[0]
 }
 
 // beginServers checks the flags and returns the API base URLs of the
@@ -173,7 +207,7 @@ func serverURLs(list string) ([]string, error) {
 	return out, nil
 }
 
-// newAdminClient, newAdmissionClient and newLeaseClient speak the Connect protocol over
+// newAdminClient and newAdmissionClient speak the Connect protocol over
 // HTTP/1.1 (or HTTP/2 with TLS), which every node serves, through hc. A
 // client command builds its clients with clientOptions (clienttls.go).
 func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServiceClient {
@@ -182,10 +216,6 @@ func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServi
 
 func newAdmissionClient(hc *http.Client, baseURL string) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(hc, baseURL)
-}
-
-func newLeaseClient(hc *http.Client, baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(hc, baseURL)
 }
 
 // serverURL turns "host:port", "http://host:port" or "https://host:port/"
@@ -267,14 +297,14 @@ func (e *rpcError) Error() string {
 }
 
 // wrapRPC returns nil for a nil err, a *mismatchError when err shows that
-// the client and server do not speak the same protocol (protocolMismatch:
-// final, not retried), else an *rpcError.
+// the client and server do not speak the same protocol (client.AsMismatch),
+// else an *rpcError.
 func wrapRPC(procedure, server, requestID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if m := protocolMismatch(procedure, server, err); m != nil {
-		return m
+	if m := client.AsMismatch(procedure, server, err); m != nil {
+		return &mismatchError{m: m}
 	}
 	return &rpcError{procedure: procedure, server: server, requestID: requestID, err: err}
 }

@@ -99,17 +99,9 @@ func (o *clientOptions) http() *http.Client {
 	return o.hc
 }
 
-// adminClient, admissionClient and leaseClient are the command's clients
-// of the node at baseURL: Connect over HTTP/1.1 (or HTTP/2 with TLS),
-// which every node serves.
+// adminClient is the command's client of the AdminService of the node at
+// baseURL: Connect over HTTP/1.1 (or HTTP/2 with TLS), which every node
+// serves.
 func (o *clientOptions) adminClient(baseURL string) quoratev1connect.AdminServiceClient {
 	return newAdminClient(o.http(), baseURL)
-}
-
-func (o *clientOptions) admissionClient(baseURL string) quoratev1connect.AdmissionServiceClient {
-	return quoratev1connect.NewAdmissionServiceClient(o.http(), baseURL)
-}
-
-func (o *clientOptions) leaseClient(baseURL string) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(o.http(), baseURL)
 }

@@ -54,7 +54,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"admit max-wait over a minute", []string{"admit", "--policy", "p", "--key", "k", "--max-wait", "2m"}, []string{"--max-wait"}},
 		{"admit bad max-wait", []string{"admit", "--policy", "p", "--key", "k", "--max-wait", "soon"}, []string{"--max-wait"}},
 		{"peek without key", []string{"peek", "--policy", "p"}, []string{"--key"}},
-		{"peek server list", []string{"peek", "--policy", "p", "--key", "k", "--server", "a:1,b:2"}, []string{"--server"}},
+		{"peek bad server list", []string{"peek", "--policy", "p", "--key", "k", "--server", "a:1,ftp://b"}, []string{"--server"}},
 		{"refund without request id", []string{"refund", "--caller", "c", "--key", "k"}, []string{"--request-id"}},
 		{"refund without key", []string{"refund", "--caller", "svc", "--request-id", "r", "--server", "127.0.0.1:1"}, []string{"--key", "is required", "--caller", "--request-id"}},
 		{"refund bad output", []string{"refund", "--request-id", "r", "--key", "k", "-o", "xml"}, []string{"--output"}},

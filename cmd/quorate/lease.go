@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 // The lease commands speak LeaseService (proto/quorate/v1/lease.proto): a
@@ -52,7 +52,7 @@ func newLeaseCmd() *cobra.Command {
 
 func newLeaseAcquireCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.AcquireLeaseRequest
 		ttl    time.Duration
 		output outputFormat
@@ -90,12 +90,12 @@ func newLeaseAcquireCmd() *cobra.Command {
 				req.Ttl = durationpb.New(ttl)
 			}
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			return runCall(cmd, &client, output, client.leaseClient, "AcquireLease", req.GetRequestId(),
-				"retry with the same request ID: "+leaseAcquireCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
-					res, err := c.AcquireLease(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "AcquireLease", key: req.GetKey(), requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + leaseAcquireCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+					res, err := s.Lease.AcquireLease(ctx, connect.NewRequest(&req))
 					if err == nil {
 						reportDenied(cmd, !res.Msg.GetAllowed()) // the answer: later attempts are none
 					}
@@ -114,14 +114,14 @@ func newLeaseAcquireCmd() *cobra.Command {
 		"for as long as the lease lives; lease release --actual-cost settles them")
 	fs.Int64Var(&req.ReserveEstimate, "reserve-estimate", 0, "units to hold with --reserve-policy")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }
 
 func newLeaseRenewCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.RenewLeaseRequest
 		token  tokenFlag
 		ttl    time.Duration
@@ -151,12 +151,12 @@ func newLeaseRenewCmd() *cobra.Command {
 				req.Ttl = durationpb.New(ttl)
 			}
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			return runCall(cmd, &client, output, client.leaseClient, "RenewLease", req.GetRequestId(),
-				"retry with the same request ID: "+leaseRenewCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
-					return c.RenewLease(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "RenewLease", requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + leaseRenewCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
+					return s.Lease.RenewLease(ctx, connect.NewRequest(&req))
 				},
 				textOr(output, func(resp *quoratev1.RenewLeaseResponse, attempts int) string {
 					return formatRenew(resp, req.GetRequestId(), attempts)
@@ -168,14 +168,14 @@ func newLeaseRenewCmd() *cobra.Command {
 	fs.Var(&token, "token", "the lease's fencing token, printed by lease acquire (required)")
 	fs.DurationVar(&ttl, "ttl", 0, "new time to live from now, 1s..24h (unset: the lease's own ttl)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }
 
 func newLeaseReleaseCmd() *cobra.Command {
 	var (
-		client     clientOptions
+		api        clientOptions
 		req        quoratev1.ReleaseLeaseRequest
 		token      tokenFlag
 		output     outputFormat
@@ -205,12 +205,12 @@ func newLeaseReleaseCmd() *cobra.Command {
 				req.ActualCost = &actualCost
 			}
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			return runCall(cmd, &client, output, client.leaseClient, "ReleaseLease", req.GetRequestId(),
-				"retry with the same request ID: "+leaseReleaseCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
-					return c.ReleaseLease(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "ReleaseLease", requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + leaseReleaseCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
+					return s.Lease.ReleaseLease(ctx, connect.NewRequest(&req))
 				},
 				textOr(output, func(resp *quoratev1.ReleaseLeaseResponse, attempts int) string {
 					return formatRelease(resp, &req, attempts)
@@ -223,14 +223,14 @@ func newLeaseReleaseCmd() *cobra.Command {
 	fs.Int64Var(&actualCost, "actual-cost", 0, "for a lease acquired with --reserve-policy: the work's real cost, charged\n"+
 		"as a commit charges it (unset: the whole estimate)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }
 
 func newLeaseCheckCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.CheckFenceRequest
 		token  tokenFlag
 		output outputFormat
@@ -253,10 +253,9 @@ func newLeaseCheckCmd() *cobra.Command {
 				return err
 			}
 			req.FencingToken = token.v
-			return runCall(cmd, &client, output, client.leaseClient, "CheckFence", "",
-				"", true,
-				func(ctx context.Context, c quoratev1connect.LeaseServiceClient) (*connect.Response[quoratev1.CheckFenceResponse], error) {
-					return c.CheckFence(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "CheckFence", key: req.GetKey(), readOnly: true},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.CheckFenceResponse], error) {
+					return s.Lease.CheckFence(ctx, connect.NewRequest(&req))
 				},
 				textOr(output, func(resp *quoratev1.CheckFenceResponse, attempts int) string {
 					return formatCheckFence(resp, req.GetFencingToken(), attempts)
@@ -267,7 +266,7 @@ func newLeaseCheckCmd() *cobra.Command {
 	fs.StringVar(&req.Policy, "policy", "", "name of a policy with algorithm concurrency (required)")
 	fs.StringVar(&req.Key, "key", "", "the key the lease was acquired for (required)")
 	fs.Var(&token, "token", "the fencing token to check (required)")
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }
@@ -279,25 +278,6 @@ func addRequestIDFlags(cmd *cobra.Command, requestID, caller *string) {
 	fs.StringVar(requestID, "request-id", "", "identifies the request for exactly-once retries: a repeat with the same caller\n"+
 		"and request ID gets the first answer and changes nothing; default a random 128-bit hex ID")
 	fs.StringVar(caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes)")
-}
-
-// cliRetrier is the retrier of a command that retries: through servers with
-// the CLI's backoff, reporting each failed attempt that will be retried on
-// stderr with -v (--verbose) only. hint is appended to an error whose
-// outcome is unknown; readOnly is for a request that changes nothing.
-func cliRetrier(cmd *cobra.Command, servers []string, hint string, readOnly bool) retrier {
-	r := retrier{
-		servers:   servers,
-		backoff:   defaultBackoff,
-		retryHint: hint,
-		readOnly:  readOnly,
-	}
-	if verbose, _ := cmd.Flags().GetBool("verbose"); verbose {
-		r.onRetry = func(attempt int, _ string, err error, wait time.Duration) {
-			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: attempt %d failed: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
-		}
-	}
-	return r
 }
 
 // checkTTLFlag checks --ttl against the bounds the server enforces

@@ -10,9 +10,12 @@
 //	    policies and print how to reach it; state (and the data groups)
 //	    survive a restart.
 //
-// Client commands (each takes --server URL, default $QUORATE_SERVER or
-// http://127.0.0.1:7070, and --timeout, default 5s; -v reports each retried
-// attempt on stderr):
+// Client commands (each takes --server URL[,URL...], default $QUORATE_SERVER
+// or http://127.0.0.1:7070, and --timeout, default 5s; -v reports each
+// retried attempt on stderr). The data commands (admit, peek, refund,
+// reserve, commit, lease) go through package client, their attempts rotating
+// through the list; the others talk to the first server of the list that
+// accepts a connection:
 //
 //	quorate admit --policy P --key K [--cost N] [--also P:K[:N]]... [--max-wait D]
 //	              [--caller NAME] [--request-id ID] [-o text|json]

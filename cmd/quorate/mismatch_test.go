@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/node/nodetest"
 )
 
@@ -75,6 +76,8 @@ func TestProtocolMismatchIsImmediate(t *testing.T) {
 }
 
 // A mismatch is final for the retry loop, and certain: nothing was applied.
+// The classification is the client's (client.TestAsMismatch); the CLI only
+// words it.
 func TestMismatchErrorIsFinal(t *testing.T) {
 	cause := connect.NewError(connect.CodeUnavailable, errors.New("http: server gave HTTP response to HTTPS client"))
 	err := wrapRPC("Admit", "https://127.0.0.1:1", "r-1", cause)
@@ -82,12 +85,13 @@ func TestMismatchErrorIsFinal(t *testing.T) {
 	if !errors.As(err, &m) {
 		t.Fatalf("wrapRPC: %v, want a *mismatchError", err)
 	}
-	if retryable(err) || outcomeUnknown(err) {
-		t.Errorf("retryable %t, outcomeUnknown %t; want neither", retryable(err), outcomeUnknown(err))
+	if client.Retryable(err) || exitStatus(err) != exitError {
+		t.Errorf("retryable %t, exit status %d; want neither retryable nor unknown", client.Retryable(err), exitStatus(err))
 	}
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("code %v, want failed_precondition", connect.CodeOf(err))
 	}
+	wantErrNaming(t, err, "https://127.0.0.1:1", "serves plaintext", "http:// --server")
 	// The same error from a plaintext server URL is not a mismatch.
 	if err := wrapRPC("Admit", "http://127.0.0.1:1", "r-1", cause); errors.As(err, &m) {
 		t.Errorf("plaintext server: %v, want no mismatch", err)

@@ -8,13 +8,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 func newPeekCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.PeekRequest
 		output outputFormat
 	)
@@ -33,19 +33,9 @@ func newPeekCmd() *cobra.Command {
 			if err := requireFlags(cmd, "policy", "key"); err != nil {
 				return err
 			}
-			base, ctx, cancel, err := client.begin(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			r := cliRetrier(cmd, []string{base}, "", true)
-			resp, attempts, err := callWithRetries(ctx, r, client.admissionClient,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient, server string) (*quoratev1.PeekResponse, error) {
-					res, err := c.Peek(ctx, connect.NewRequest(&req))
-					if err != nil {
-						return nil, wrapRPC("Peek", server, "", err)
-					}
-					return res.Msg, nil
+			resp, attempts, err := invoke(cmd, &api, dataCall{procedure: "Peek", key: req.GetKey(), readOnly: true},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.PeekResponse], error) {
+					return s.Admission.Peek(ctx, connect.NewRequest(&req))
 				})
 			if err != nil {
 				return err
@@ -60,7 +50,7 @@ func newPeekCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&req.Policy, "policy", "", "policy name (required)")
 	fs.StringVar(&req.Key, "key", "", "the limited identity, e.g. tenant:acme (required)")
-	addClientFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -8,13 +8,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 func newRefundCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.RefundRequest
 		output outputFormat
 	)
@@ -39,10 +39,10 @@ func newRefundCmd() *cobra.Command {
 			if err := requireFlags(cmd, "key", "request-id"); err != nil {
 				return fmt.Errorf("%w (a request is named by the --key, --request-id and --caller it was admitted with)", err)
 			}
-			return runCall(cmd, &client, output, client.admissionClient, "Refund", req.GetRequestId(),
-				"retry with the same request ID: "+refundCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.RefundResponse], error) {
-					return c.Refund(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "Refund", key: req.GetKey(), requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + refundCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.RefundResponse], error) {
+					return s.Admission.Refund(ctx, connect.NewRequest(&req))
 				},
 				textOr(output, func(resp *quoratev1.RefundResponse, attempts int) string {
 					return formatRefund(resp, req.GetRequestId(), attempts)
@@ -53,7 +53,7 @@ func newRefundCmd() *cobra.Command {
 	fs.StringVar(&req.RequestId, "request-id", "", "the request ID of the admitted request to refund (required)")
 	fs.StringVar(&req.Caller, "caller", "", "the caller the request was admitted with (its request ID's namespace)")
 	fs.StringVar(&req.Key, "key", "", "the key the request was admitted for (required: it routes the refund and is part of the request's identity)")
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 // reserve and commit speak AdmissionService's Reserve and Commit: for work
@@ -22,7 +22,7 @@ import (
 
 func newReserveCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.ReserveRequest
 		ttl    time.Duration
 		output outputFormat
@@ -61,12 +61,12 @@ func newReserveCmd() *cobra.Command {
 				req.Ttl = durationpb.New(ttl)
 			}
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			return runCall(cmd, &client, output, client.admissionClient, "Reserve", req.GetRequestId(),
-				"retry with the same request ID: "+reserveCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.ReserveResponse], error) {
-					res, err := c.Reserve(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "Reserve", key: req.GetKey(), requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + reserveCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.ReserveResponse], error) {
+					res, err := s.Admission.Reserve(ctx, connect.NewRequest(&req))
 					if err == nil {
 						reportDenied(cmd, !res.Msg.GetAllowed()) // the answer: later attempts are none
 					}
@@ -83,14 +83,14 @@ func newReserveCmd() *cobra.Command {
 	fs.Int64Var(&req.Estimate, "estimate", 0, "units to hold, 1..max_cost of the policy (required)")
 	fs.DurationVar(&ttl, "ttl", 0, "how long the reservation holds its units without a commit, 1s..24h (unset: 10m)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }
 
 func newCommitCmd() *cobra.Command {
 	var (
-		client clientOptions
+		api    clientOptions
 		req    quoratev1.CommitRequest
 		output outputFormat
 	)
@@ -118,12 +118,12 @@ func newCommitCmd() *cobra.Command {
 				return fmt.Errorf("commit: --actual: must be at least 0 (got %d)", req.Actual)
 			}
 			if req.RequestId == "" {
-				req.RequestId = newRequestID()
+				req.RequestId = client.NewRequestID()
 			}
-			return runCall(cmd, &client, output, client.admissionClient, "Commit", req.GetRequestId(),
-				"retry with the same request ID: "+commitCommandLine(client.server, &req), false,
-				func(ctx context.Context, c quoratev1connect.AdmissionServiceClient) (*connect.Response[quoratev1.CommitResponse], error) {
-					return c.Commit(ctx, connect.NewRequest(&req))
+			return runCall(cmd, &api, output, dataCall{procedure: "Commit", requestID: req.GetRequestId(),
+				hint: "retry with the same request ID: " + commitCommandLine(api.server, &req)},
+				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.CommitResponse], error) {
+					return s.Admission.Commit(ctx, connect.NewRequest(&req))
 				},
 				textOr(output, func(resp *quoratev1.CommitResponse, attempts int) string {
 					return formatCommit(resp, req.GetRequestId(), attempts)
@@ -134,7 +134,7 @@ func newCommitCmd() *cobra.Command {
 	fs.StringVar(&req.ReservationId, "reservation-id", "", "the reservation ID printed by reserve (or by lease acquire --reserve-policy) (required)")
 	fs.Int64Var(&req.Actual, "actual", 0, "the work's real cost, at least 0 (required)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
-	addServersFlags(cmd, &client)
+	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
 }

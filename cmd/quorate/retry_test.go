@@ -3,19 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -46,15 +41,9 @@ func notLeaderErr() *connect.Error {
 	return errWithDetail(connect.CodeUnavailable, "node: not leader", &quoratev1.NotLeader{})
 }
 
-// dialErr is what net/http returns for a refused connection, as connect
-// wraps it.
-func dialErr() error {
-	return connect.NewError(connect.CodeUnavailable, &url.Error{Op: "Post", URL: "http://127.0.0.1:1/x",
-		Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}})
-}
-
-// realRefusedDial dials a port that was just closed.
-func realRefusedDial(t *testing.T) error {
+// closedPort returns the address of a port that was just closed: a dial
+// to it is refused.
+func closedPort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,290 +56,7 @@ func realRefusedDial(t *testing.T) error {
 		conn.Close()
 		t.Skip("the closed port was taken again")
 	}
-	return fmt.Errorf("post: %w", err)
-}
-
-func TestRetryable(t *testing.T) {
-	resetRead := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
-	tests := []struct {
-		name string
-		err  error
-		want bool
-		// unknown is whether the attempt may have been applied.
-		unknown bool
-	}{
-		{"nil", nil, false, false},
-		{"plain error", errors.New("boom"), false, true},
-
-		// Every Connect code, as the server would answer it.
-		{"canceled", connect.NewWireError(connect.CodeCanceled, errors.New("x")), false, false},
-		{"unknown", connect.NewWireError(connect.CodeUnknown, errors.New("x")), false, false},
-		{"invalid_argument", connect.NewWireError(connect.CodeInvalidArgument, errors.New("x")), false, false},
-		{"deadline_exceeded from the server", connect.NewWireError(connect.CodeDeadlineExceeded, errors.New("apply timed out")), true, true},
-		{"not_found", connect.NewWireError(connect.CodeNotFound, errors.New("x")), false, false},
-		{"already_exists", connect.NewWireError(connect.CodeAlreadyExists, errors.New("x")), false, false},
-		{"permission_denied", connect.NewWireError(connect.CodePermissionDenied, errors.New("x")), false, false},
-		{"resource_exhausted", connect.NewWireError(connect.CodeResourceExhausted, errors.New("x")), false, false},
-		{"failed_precondition", connect.NewWireError(connect.CodeFailedPrecondition, errors.New("x")), false, false},
-		{"aborted", connect.NewWireError(connect.CodeAborted, errors.New("x")), false, false},
-		{"out_of_range", connect.NewWireError(connect.CodeOutOfRange, errors.New("x")), false, false},
-		{"unimplemented", connect.NewWireError(connect.CodeUnimplemented, errors.New("x")), false, false},
-		{"internal", connect.NewWireError(connect.CodeInternal, errors.New("x")), false, false},
-		{"unavailable without detail", connect.NewWireError(connect.CodeUnavailable, errors.New("no leader")), true, false},
-		{"data_loss", connect.NewWireError(connect.CodeDataLoss, errors.New("x")), false, false},
-		{"unauthenticated", connect.NewWireError(connect.CodeUnauthenticated, errors.New("x")), false, false},
-
-		// Details.
-		{"unavailable with outcome unknown", outcomeUnknownErr(), true, true},
-		{"unavailable with not leader", notLeaderErr(), true, false},
-		{"unavailable made by the client", connect.NewError(connect.CodeUnavailable, errors.New("x")), true, true},
-		{"invalid_argument with field violation", errWithDetail(connect.CodeInvalidArgument, "request_id reused",
-			&quoratev1.FieldViolation{Field: "request_id"}), false, false},
-		{"outcome unknown wrapped in rpcError", wrapRPC("Admit", "http://a", "r", outcomeUnknownErr()), true, true},
-
-		// The transport.
-		{"dial error wrapped by connect", dialErr(), true, false},
-		{"dial error wrapped by fmt", fmt.Errorf("admit: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), true, false},
-		{"real refused dial", realRefusedDial(t), true, false},
-		{"connection reset", connect.NewError(connect.CodeUnavailable, resetRead), true, true},
-		{"io.EOF", io.EOF, true, true},
-		{"unexpected EOF reading the body", connect.NewError(connect.CodeUnknown, io.ErrUnexpectedEOF), true, true},
-		{"broken pipe", fmt.Errorf("write: %w", syscall.EPIPE), true, true},
-
-		// The caller's own deadline: the time to retry is over.
-		{"parent deadline", context.DeadlineExceeded, false, true},
-		{"parent deadline wrapped", fmt.Errorf("admit: %w", context.DeadlineExceeded), false, true},
-		{"parent deadline as connect wraps it", connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded), false, true},
-		{"parent canceled", connect.NewError(connect.CodeCanceled, context.Canceled), false, true},
-		{"dial cut by the parent deadline", &net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded}, false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := retryable(tt.err); got != tt.want {
-				t.Errorf("retryable(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-			if got := outcomeUnknown(tt.err); got != tt.unknown {
-				t.Errorf("outcomeUnknown(%v) = %v, want %v", tt.err, got, tt.unknown)
-			}
-		})
-	}
-}
-
-func TestBackoffWait(t *testing.T) {
-	// wait returns the jittered wait before retry number n (1 for the wait
-	// after the first failed attempt) of a request's fresh copy of b.
-	wait := func(b jitteredBackoff, n int) time.Duration {
-		b.Reset()
-		var d time.Duration
-		for range n {
-			d = b.NextBackOff()
-		}
-		return d
-	}
-	b := newJitteredBackoff(20*time.Millisecond, 500*time.Millisecond)
-	for i, ms := range []time.Duration{20, 40, 80, 160, 320, 500, 500, 500} {
-		n, want := i+1, ms*time.Millisecond
-		seen := make(map[time.Duration]bool)
-		for range 100 {
-			got := wait(b, n)
-			if got < want/2 || got > want {
-				t.Fatalf("wait(%d) = %v, want within [%v, %v]", n, got, want/2, want)
-			}
-			seen[got] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("wait(%d) has no jitter: always %v", n, wait(b, n))
-		}
-	}
-	if got := wait(b, 1000); got > b.MaxInterval {
-		t.Errorf("wait(1000) = %v, want at most %v", got, b.MaxInterval)
-	}
-}
-
-// fastRetrier retries quickly, for tests of the loop.
-func fastRetrier(servers ...string) retrier {
-	return retrier{servers: servers, backoff: newJitteredBackoff(time.Millisecond, 4*time.Millisecond),
-		retryHint: "retry with: quorate admit --request-id r-42"}
-}
-
-// attemptLog records what a fake attempt function saw.
-type attemptLog struct {
-	mu       sync.Mutex
-	servers  []string
-	payloads [][]byte
-}
-
-func (l *attemptLog) add(server string, req *quoratev1.AdmitRequest) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
-	if err != nil {
-		panic(err)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.servers = append(l.servers, server)
-	l.payloads = append(l.payloads, b)
-}
-
-func TestRetryLoopStopsOnSuccessWithTheSameRequest(t *testing.T) {
-	req := &quoratev1.AdmitRequest{Policy: "p", Key: "k", RequestId: newRequestID(), Caller: "svc"}
-	sent := proto.Clone(req)
-	var log attemptLog
-	errs := []error{outcomeUnknownErr(), dialErr(), connect.NewWireError(connect.CodeDeadlineExceeded, errors.New("slow"))}
-	attempts, err := fastRetrier("a", "b").do(context.Background(), func(ctx context.Context, server string) error {
-		log.add(server, req)
-		if n := len(log.servers); n <= len(errs) {
-			return errs[n-1]
-		}
-		return nil
-	})
-	if err != nil || attempts != 4 {
-		t.Fatalf("got %d attempts, %v; want 4 attempts and success", attempts, err)
-	}
-	if len(log.servers) != 4 {
-		t.Fatalf("attempt function called %d times after success, want 4", len(log.servers))
-	}
-	for i, p := range log.payloads {
-		if string(p) != string(log.payloads[0]) {
-			t.Errorf("attempt %d sent a different payload than attempt 1", i+1)
-		}
-	}
-	if !proto.Equal(req, sent) {
-		t.Errorf("the request changed during the retries: %v, was %v", req, sent)
-	}
-}
-
-func TestRetryLoopRotatesServers(t *testing.T) {
-	var log attemptLog
-	attempts, err := fastRetrier("a", "b", "c").do(context.Background(), func(ctx context.Context, server string) error {
-		log.add(server, &quoratev1.AdmitRequest{})
-		if len(log.servers) < 5 {
-			return dialErr()
-		}
-		return nil
-	})
-	if err != nil || attempts != 5 {
-		t.Fatalf("got %d attempts, %v; want 5 and success", attempts, err)
-	}
-	if want := []string{"a", "b", "c", "a", "b"}; !slices.Equal(log.servers, want) {
-		t.Errorf("servers tried: %v, want %v", log.servers, want)
-	}
-}
-
-func TestRetryLoopDoesNotRetryInvalidArgument(t *testing.T) {
-	for _, code := range []connect.Code{connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeResourceExhausted, connect.CodeFailedPrecondition} {
-		t.Run(code.String(), func(t *testing.T) {
-			answer := connect.NewWireError(code, errors.New("request_id was already used"))
-			calls := 0
-			attempts, err := fastRetrier("a", "b").do(context.Background(), func(context.Context, string) error {
-				calls++
-				return answer
-			})
-			if attempts != 1 || calls != 1 {
-				t.Errorf("%d attempts, %d calls; want 1", attempts, calls)
-			}
-			if err != answer { // returned as it is, not wrapped
-				t.Errorf("got %v (%T), want the attempt's error", err, err)
-			}
-		})
-	}
-}
-
-func TestRetryLoopStopsAtTheDeadline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	var last error
-	attempts, err := fastRetrier("a", "b").do(ctx, func(ctx context.Context, _ string) error {
-		last = outcomeUnknownErr() // a new error each time, to tell the last one
-		return last
-	})
-	if attempts < 2 {
-		t.Errorf("%d attempts in 50ms of 1-4ms waits, want several", attempts)
-	}
-	var re *retryError
-	if !errors.As(err, &re) {
-		t.Fatalf("got %v (%T), want a *retryError", err, err)
-	}
-	if !errors.Is(err, last) {
-		t.Errorf("error %v does not wrap the last attempt's error", err)
-	}
-	if !errors.Is(err, context.DeadlineExceeded) || !re.Unknown || re.Attempts != attempts {
-		t.Errorf("got %+v; want stopped by the deadline, outcome unknown, %d attempts", re, attempts)
-	}
-	if connect.CodeOf(err) != connect.CodeUnavailable {
-		t.Errorf("code %v, want the last attempt's unavailable", connect.CodeOf(err))
-	}
-	// The message must say so, and how to retry.
-	wantErrNaming(t, err, "outcome is unknown", "--request-id r-42")
-}
-
-func TestRetryLoopDeadlineDuringAnAttempt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	attempts, err := fastRetrier("a").do(ctx, func(ctx context.Context, _ string) error {
-		<-ctx.Done() // the request was sent; no answer came
-		return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
-	})
-	var re *retryError
-	if attempts != 1 || !errors.As(err, &re) || !re.Unknown || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %d attempts, %v; want 1 attempt cut by the deadline with an unknown outcome", attempts, err)
-	}
-	wantErrNaming(t, err, "outcome is unknown", "--request-id r-42")
-}
-
-func TestRetryLoopDeadlineWhenNothingWasSent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	_, err := fastRetrier("a", "b").do(ctx, func(context.Context, string) error { return dialErr() })
-	var re *retryError
-	if !errors.As(err, &re) || re.Unknown || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want a retryError at the deadline with a known outcome", err)
-	}
-	if strings.Contains(err.Error(), "unknown") || !strings.Contains(err.Error(), "not applied") {
-		t.Errorf("error %q should say the request was not applied", err)
-	}
-}
-
-func TestRetryLoopRemembersAnUnknownOutcome(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	calls := 0
-	_, err := fastRetrier("a", "b").do(ctx, func(context.Context, string) error {
-		calls++
-		if calls == 1 {
-			return outcomeUnknownErr()
-		}
-		return dialErr() // later attempts reach no server
-	})
-	var re *retryError
-	if !errors.As(err, &re) || !re.Unknown {
-		t.Fatalf("got %v; the first attempt's outcome is unknown, so the result is", err)
-	}
-
-	// An answer after an unknown outcome ends the retries and keeps the mark.
-	calls = 0
-	answer := connect.NewWireError(connect.CodeNotFound, errors.New("unknown policy"))
-	attempts, err := fastRetrier("a").do(context.Background(), func(context.Context, string) error {
-		calls++
-		if calls == 1 {
-			return outcomeUnknownErr()
-		}
-		return answer
-	})
-	if attempts != 2 || !errors.As(err, &re) || !re.Unknown || re.Stopped != nil || !errors.Is(err, answer) ||
-		connect.CodeOf(err) != connect.CodeNotFound {
-		t.Fatalf("got %d attempts, %v; want 2, ending with not_found and an unknown outcome", attempts, err)
-	}
-}
-
-func TestRetryLoopCanceled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	attempts, err := fastRetrier("a").do(ctx, func(context.Context, string) error {
-		cancel() // Ctrl-C while the attempt fails
-		return notLeaderErr()
-	})
-	if attempts != 1 || !errors.Is(err, context.Canceled) {
-		t.Fatalf("got %d attempts, %v; want 1 and canceled", attempts, err)
-	}
+	return addr
 }
 
 // fakeAdmission is an AdmissionService whose answers a test scripts. It
@@ -432,14 +138,16 @@ func serveFake(t *testing.T, f *fakeAdmission, dropFirst bool) *httptest.Server 
 }
 
 // serveHandler serves h (a fake service's Connect handler) on a test server,
-// dropping the first connection when dropFirst is set, as serveFake.
+// dropping the first connection when dropFirst is set, as serveFake. The
+// calls a client makes in the background (Routes, ListPolicies, GetPolicy)
+// are never dropped: the first call a command makes is.
 func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	var dropped sync.Once
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		drop := false
-		if dropFirst {
+		if dropFirst && !backgroundCall(r.URL.Path) {
 			dropped.Do(func() { drop = true })
 		}
 		if drop {
@@ -457,6 +165,18 @@ func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// backgroundCall reports whether path is that of a call package client
+// makes on its own.
+func backgroundCall(path string) bool {
+	for _, p := range []string{quoratev1connect.AdmissionServiceRoutesProcedure, quoratev1connect.AdminServiceListPoliciesProcedure,
+		quoratev1connect.AdminServiceGetPolicyProcedure} {
+		if path == p {
+			return true
+		}
+	}
+	return false
 }
 
 func TestAdmitRetriesWithTheSameRequest(t *testing.T) {
@@ -553,9 +273,87 @@ func TestServerList(t *testing.T) {
 			t.Errorf("serverURLs(%q): want an error", bad)
 		}
 	}
-	// Commands that do not retry take one server.
-	_, _, err = runCLI(t, "policy", "list", "--server", "a:1,b:2")
+}
+
+// onePolicyAdmin is an AdminService that answers ListPolicies with one
+// policy.
+type onePolicyAdmin struct {
+	quoratev1connect.UnimplementedAdminServiceHandler
+}
+
+func (onePolicyAdmin) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
+	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: []*quoratev1.Policy{{Name: "api-free", Algorithm: "token_bucket", Limit: 10, Version: 1}}}), nil
+}
+
+// A command that talks to one node takes a --server list (or
+// $QUORATE_SERVER holding one) and uses the first node that accepts a
+// connection, or the first of them when none does.
+func TestSingleServerCommandTakesAList(t *testing.T) {
+	_, h := quoratev1connect.NewAdminServiceHandler(onePolicyAdmin{})
+	srv := serveHandler(t, h, false)
+	dead := closedPort(t)
+	out, errOut, err := runCLI(t, "policy", "list", "--server", dead+","+srv.URL)
+	if err != nil || !strings.Contains(out, "api-free") {
+		t.Fatalf("policy list over %s,%s: %v\n%s%s", dead, srv.URL, err, out, errOut)
+	}
+	t.Setenv(serverEnv, dead+", "+srv.URL)
+	if out, _, err := runCLI(t, "policy", "list"); err != nil || !strings.Contains(out, "api-free") {
+		t.Fatalf("policy list with $%s=%s,%s: %v\n%s", serverEnv, dead, srv.URL, err, out)
+	}
+	// None reachable: the first is named in the error.
+	other := closedPort(t)
+	_, _, err = runCLI(t, "policy", "list", "--server", dead+","+other, "--timeout", "3s")
+	wantErrNaming(t, err, dead)
+	// A bad entry is refused, naming the flag.
+	_, _, err = runCLI(t, "policy", "list", "--server", srv.URL+",ftp://b")
 	wantErrNaming(t, err, "--server")
+}
+
+// Every attempt's connection refused: at --timeout the request certainly
+// was not applied, and the error says so (exit status 1).
+func TestAdmitDeadlineWhenNothingWasSent(t *testing.T) {
+	_, _, err := runCLI(t, "admit", "--server", closedPort(t), "--policy", "p", "--key", "k", "--timeout", "200ms")
+	var re *retryError
+	if !errors.As(err, &re) || re.Unknown || !errors.Is(err, context.DeadlineExceeded) || re.Attempts < 2 {
+		t.Fatalf("got %v, want a retryError at the deadline after several attempts, with a known outcome", err)
+	}
+	if strings.Contains(err.Error(), "unknown") || !strings.Contains(err.Error(), "not applied") || exitStatus(err) != exitError {
+		t.Errorf("error %q (exit status %d) should say the request was not applied, exit status 1", err, exitStatus(err))
+	}
+}
+
+// An attempt whose outcome is unknown keeps the result unknown (exit status
+// 3) even when a later attempt is answered with an error about the request.
+func TestAdmitRemembersAnUnknownOutcome(t *testing.T) {
+	f := &fakeAdmission{answer: func(n int, _ *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+		if n == 1 {
+			return nil, outcomeUnknownErr()
+		}
+		return nil, connect.NewWireError(connect.CodeNotFound, errors.New("unknown policy"))
+	}}
+	srv := serveFake(t, f, false)
+	_, _, err := runCLI(t, "admit", "--server", srv.URL, "--policy", "p", "--key", "k", "--request-id", "R-2")
+	var re *retryError
+	if !errors.As(err, &re) || !re.Unknown || re.Stopped != nil || connect.CodeOf(err) != connect.CodeNotFound || exitStatus(err) != exitUnknown {
+		t.Fatalf("got %v (code %v, exit status %d); want not_found with an unknown outcome, exit status 3", err, connect.CodeOf(err), exitStatus(err))
+	}
+	wantErrNaming(t, err, "outcome is unknown", "--request-id R-2")
+	if n := len(f.requests()); n != 2 {
+		t.Errorf("server saw %d attempts, want 2", n)
+	}
+}
+
+// A dead node in the --server list does not stop a retry: the next attempt
+// goes to another node, with the same request.
+func TestAdmitRetriesOnAnotherServer(t *testing.T) {
+	f := &fakeAdmission{answer: func(int, *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+		return &quoratev1.AdmitResponse{Allowed: true, Limit: 10, Remaining: 9}, nil
+	}}
+	srv := serveFake(t, f, false)
+	out, errOut, err := runCLI(t, "admit", "-v", "--server", closedPort(t)+","+srv.URL, "--policy", "p", "--key", "k")
+	if err != nil || !strings.HasPrefix(out, "allowed") || !strings.Contains(out, "attempts=2") || !strings.Contains(errOut, "attempt 1 failed") {
+		t.Fatalf("admit: %v\n%s%s", err, out, errOut)
+	}
 }
 
 func TestShellQuote(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quorate/quorate/client"
 )
 
 const (
@@ -89,7 +91,7 @@ func (w *waiter) run(ctx context.Context, poll func(ctx context.Context) (state 
 		case done:
 			return err
 		case err != nil && ctx.Err() == nil:
-			if !retryable(err) && !errors.Is(err, context.DeadlineExceeded) {
+			if !client.Retryable(err) && !errors.Is(err, context.DeadlineExceeded) {
 				return err // an answer about the request: asking again would repeat it
 			}
 			if msg := err.Error(); msg != lastErr {
