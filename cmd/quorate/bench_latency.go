@@ -87,10 +87,12 @@ func (r *latencyRecorder) percentilesMs() map[string]float64 {
 	if all.TotalCount() == 0 {
 		return out
 	}
-	for name, p := range map[string]float64{"p50": 50, "p90": 90, "p99": 99, "p99.9": 99.9} {
-		out[name] = float64(all.ValueAtPercentile(p)) / 1000
-	}
 	out["max"] = float64(longest.Microseconds()) / 1000
+	for name, p := range map[string]float64{"p50": 50, "p90": 90, "p99": 99, "p99.9": 99.9} {
+		// The histogram answers the top of a value's bucket, which may
+		// lie above the exact max: no percentile exceeds it.
+		out[name] = min(float64(all.ValueAtPercentile(p))/1000, out["max"])
+	}
 	return out
 }
 

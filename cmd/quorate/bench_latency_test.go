@@ -56,6 +56,15 @@ func TestLatencyRecorderPercentiles(t *testing.T) {
 	if got["max"] != float64(2*time.Hour/time.Millisecond) || !within(got["p99.9"], float64(time.Hour/time.Millisecond), 0.001) {
 		t.Errorf("1 ms and 2 h: %v", got)
 	}
+	// A max inside a histogram bucket: no percentile above it (the bucket's
+	// top, 12.399 ms here, lies above the exact 12.397 ms).
+	r = newLatencyRecorder(1)
+	r.record(0, 6099*time.Microsecond)
+	r.record(0, 12397*time.Microsecond)
+	got = r.percentilesMs()
+	if got["max"] != 12.397 || got["p99"] != 12.397 || got["p99.9"] != 12.397 {
+		t.Errorf("6.099 and 12.397 ms: %v, want p99 = p99.9 = max = 12.397", got)
+	}
 	if got := newLatencyRecorder(4).percentilesMs(); len(got) != 0 {
 		t.Errorf("nothing recorded: %v, want no percentiles", got)
 	}
