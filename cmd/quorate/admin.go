@@ -87,13 +87,13 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	fmt.Fprintf(w, "answered by %s; leader %s; %d %s%s\n", s.GetAnsweredBy(), leader,
 		len(s.GetMembers()), plural(len(s.GetMembers()), "member", "members"), cluster)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tLEADER\tRAFT ADDR\tAPI ADDR\tTERM\tAPPLIED\tCOMMIT\tBUCKETS\tREQUEST IDS\tSUFFRAGE\tERROR")
+	fmt.Fprintln(tw, "ID\tROLE\tLEADER\tRAFT ADDR\tAPI ADDR\tTERM\tAPPLIED\tCOMMIT\tBUCKETS\tREQUEST IDS\tFORWARDED\tSUFFRAGE\tERROR")
 	for _, m := range s.GetMembers() {
 		marker := ""
 		if m.GetId() != "" && m.GetId() == s.GetLeaderId() {
 			marker = "*"
 		}
-		role, term, applied, commit, buckets, ids := "unreachable", "-", "-", "-", "-", "-"
+		role, term, applied, commit, buckets, ids, fwd := "unreachable", "-", "-", "-", "-", "-", "-"
 		if st := m.GetStatus(); st != nil {
 			role = st.GetRole()
 			term = strconv.FormatUint(st.GetTerm(), 10)
@@ -101,10 +101,11 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 			commit = strconv.FormatUint(st.GetCommitIndex(), 10)
 			buckets = strconv.FormatUint(st.GetBuckets(), 10)
 			ids = fmt.Sprintf("%d (%d KiB)", st.GetDedupeEntries(), (st.GetDedupeBytes()+1023)/1024)
+			fwd = strconv.FormatUint(st.GetForwardedCalls(), 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			m.GetId(), role, marker, dash(m.GetRaftAddr()), dash(m.GetApiAddr()),
-			term, applied, commit, buckets, ids, dash(m.GetSuffrage()), m.GetError())
+			term, applied, commit, buckets, ids, fwd, dash(m.GetSuffrage()), m.GetError())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
