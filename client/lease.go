@@ -186,6 +186,12 @@ func logTime(ts *timestamppb.Timestamp) time.Time {
 	return ts.AsTime()
 }
 
+// Policy is the lease's policy.
+func (l *Lease) Policy() string { return l.policy }
+
+// Key is the key the lease holds a slot of.
+func (l *Lease) Key() string { return l.key }
+
 // ID is the lease's ID.
 func (l *Lease) ID() string { return l.id }
 
