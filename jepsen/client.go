@@ -14,13 +14,14 @@ import (
 	"github.com/quorate/quorate/client"
 )
 
-// The admission workloads and the final read go through package client,
-// exactly as an application would: it routes each call to its key's group
-// leader, retries it with one request ID across nodes until the op's
-// deadline, and coalesces the calls of one workload bound for one leader
-// into AdmitBatch calls. The harness sends each request once (and re-sends
-// a few answered ones on purpose, to probe dedupe); it has no retry loop of
-// its own for data calls.
+// Every workload (admits and leases) and the final read go through package
+// client, exactly as an application would: it routes each call to its
+// key's group leader, retries it with one request ID across nodes until the
+// op's deadline, and coalesces the Admits of one workload bound for one
+// leader into AdmitBatch calls. The harness sends each request once (and
+// re-sends a few answered ones on purpose, to probe dedupe, and a few
+// acquires of unknown outcome, to learn it); it has no retry loop of its own
+// for data calls.
 
 // NewClient returns a client of the cluster for caller (the namespace of
 // its request IDs): it knows every current member, sends through the
