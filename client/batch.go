@@ -79,7 +79,7 @@ func (b *batcher) admit(ctx context.Context, req *quoratev1.AdmitRequest) (*quor
 		defer mu.Unlock()
 		if !it.taken {
 			b.pending = slices.DeleteFunc(b.pending, func(p *batchItem) bool { return p == it })
-			return nil, nil, errors.Join(errNotSent, ctx.Err())
+			return nil, nil, errors.Join(ErrNotSent, ctx.Err())
 		}
 		return nil, nil, ctx.Err() // sent: the outcome is unknown
 	}

@@ -59,6 +59,12 @@ type Config struct {
 	// DisableCoalescing sends each Admit as its own Admit call, never
 	// sharing an AdmitBatch call with others in flight to the same node.
 	DisableCoalescing bool
+	// NoPolicyFetch: the client never asks the cluster for policies (no
+	// ListPolicies at New, no GetPolicy when an answer shows a newer
+	// version); on_unavailable applies only to the policies in Policies.
+	// For short-lived clients that make a call or two, such as the quorate
+	// CLI's.
+	NoPolicyFetch bool
 }
 
 // Client is a connection to a Quorate cluster; safe for concurrent use.
@@ -142,7 +148,9 @@ func New(cfg Config) (*Client, error) {
 	c.routes = newRouter(c, servers)
 	c.fb = newFallback(c, cfg.Policies)
 	c.routes.refresh()
-	c.fb.refreshAll()
+	if !cfg.NoPolicyFetch {
+		c.fb.refreshAll()
+	}
 	return c, nil
 }
 

@@ -10,7 +10,13 @@
 // backoff and jitter, across nodes until the deadline: a retry that reaches
 // a leader which already applied the request gets the recorded answer and
 // spends nothing. An attempt that may have been applied and was never
-// answered leaves the outcome unknown, reported as *OutcomeUnknownError.
+// answered leaves the outcome unknown, reported as *OutcomeUnknownError
+// (also when a later attempt got an answer that does not say whether the
+// earlier one was applied). Any other error means no attempt was applied. A
+// request that certainly never left this process (its context ended while
+// it waited to join a batch) matches ErrNotSent; a call out of time whose
+// outcome is known matches context.DeadlineExceeded (errors.Is) besides
+// carrying its last attempt's error.
 //
 // Admits bound for one leader that overlap in time are coalesced: a call
 // that finds nothing in flight to its leader goes at once, alone; calls that
@@ -31,7 +37,15 @@
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews
 // itself at about a third of its ttl, exposes its fencing token, and ends
-// its Context when it is lost or released. Invoke sends a request the
+// its Context when it is lost, released or abandoned (Abandon: no more
+// renewals, the slot held until it expires). A Lease also exposes its
+// acquire's answer — log times (DecidedAt, ExpiresAt, the latter updated by
+// each renewal) and whether it was a duplicate — and AcquireLeaseWith takes
+// the caller's request ID and LeaseOptions.ManualRenew, which leaves the
+// renewals to Renew (or RenewWithID), each returning its answer's log
+// times. CheckFence answers a FenceCheck (held, expiry, decided_at).
+// Config.NoPolicyFetch keeps a short-lived client from asking for
+// policies it will not use. Invoke sends a request the
 // caller built itself (any RPC of the API) through the same routing and
 // retries, for programs that print the API's own messages, such as the
 // quorate CLI. Config.DisableRouting sends the calls to the configured

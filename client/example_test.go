@@ -80,6 +80,33 @@ func ExampleClient_AcquireLease() {
 	work(l.Context(), l.Token())
 }
 
+func ExampleLease_Renew() {
+	c, err := client.New(client.Config{Servers: []string{"http://127.0.0.1:7070"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// The caller renews the lease itself, between steps of its work.
+	l, err := c.AcquireLeaseWith(ctx, "reports-active", "tenant:acme", client.LeaseOptions{TTL: time.Minute, ManualRenew: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for step := range 3 {
+		work(l.Context(), l.Token())
+		a, err := l.Renew(ctx)
+		if errors.Is(err, client.ErrLeaseLost) {
+			log.Fatalf("lost after step %d", step)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("held until", a.ExpiresAt) // log time
+	}
+	// Done, but let the slot free only when the lease expires.
+	l.Abandon()
+}
+
 func ExampleClient_Reserve() {
 	c, err := client.New(client.Config{Servers: []string{"http://127.0.0.1:7070"}})
 	if err != nil {

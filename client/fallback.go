@@ -174,7 +174,7 @@ func (f *fallback) refused(err error) bool {
 func (f *fallback) seen(name string, version uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p, ok := f.policies[name]; ok && p.Version >= version || f.noAdmin || f.fetching[name] {
+	if p, ok := f.policies[name]; ok && p.Version >= version || f.noAdmin || f.fetching[name] || f.c.cfg.NoPolicyFetch {
 		return
 	}
 	f.fetching[name] = true

@@ -8,18 +8,24 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // ErrLeaseLost is the cause (context.Cause) of a lease's context ended
-// because the lease could not be renewed before it expired: another holder
-// may own its slot now, and the work it guarded must stop.
+// because the lease could not be renewed before it expired, or a renewal
+// found it no longer held: another holder may own its slot now, and the
+// work it guarded must stop.
 var ErrLeaseLost = errors.New("client: lease lost")
 
 // ErrLeaseReleased is the cause of a lease's context ended by Release.
 var ErrLeaseReleased = errors.New("client: lease released")
+
+// ErrLeaseAbandoned is the cause of a lease's context ended by Abandon.
+var ErrLeaseAbandoned = errors.New("client: lease abandoned")
 
 // LeaseDeniedError is AcquireLease's error when every slot of the key is
 // held.
@@ -28,28 +34,74 @@ type LeaseDeniedError struct {
 	Limit, Held int64
 	// RetryAfter is the time until the earliest lease expires.
 	RetryAfter time.Duration
+	// DecidedAt is the log time of the denial.
+	DecidedAt time.Time
 }
 
 func (e *LeaseDeniedError) Error() string {
 	return fmt.Sprintf("lease of %q on %q denied: %d of %d slots held; retry after %v", e.Policy, e.Key, e.Held, e.Limit, e.RetryAfter)
 }
 
+// LeaseOptions are AcquireLeaseWith's options.
+type LeaseOptions struct {
+	// TTL is how long the lease lives unless renewed; 0 means the policy's
+	// lease_ttl.
+	TTL time.Duration
+	// RequestID identifies the acquire for retries; empty means a fresh
+	// one. Acquiring again with the ID of an acquire that was applied (after
+	// an *OutcomeUnknownError, say) gets the same lease back, with
+	// Duplicate set, instead of a second slot.
+	RequestID string
+	// ManualRenew: the client does not renew the lease; the caller renews
+	// it with Renew before ExpiresAt, and its Context ends only on Release,
+	// Abandon, Close or a Renew that finds it lost.
+	ManualRenew bool
+}
+
+// LeaseAnswer is the cluster's answer to a lease call that changed state
+// (a renewal or a release).
+type LeaseAnswer struct {
+	// RequestID is the call's request ID.
+	RequestID string
+	// DecidedAt is the log time at which the call was decided.
+	DecidedAt time.Time
+	// ExpiresAt is the log time at which the lease ends unless renewed
+	// (zero for a release).
+	ExpiresAt time.Time
+	// Duplicate: the answer is the recorded one of an earlier call with
+	// the same request ID, which was applied; nothing changed now.
+	Duplicate bool
+}
+
+// FenceCheck is CheckFence's answer.
+type FenceCheck struct {
+	// Held says whether the token holds a live lease of the key.
+	Held bool
+	// ExpiresAt is, when held, the lease's end in log time.
+	ExpiresAt time.Time
+	// DecidedAt is the log time of the check.
+	DecidedAt time.Time
+}
+
 // Lease is a slot of a concurrency policy, held until Release or until it
-// cannot be renewed in time. The client renews it at about a third of its
-// ttl.
+// cannot be renewed in time. Unless acquired with LeaseOptions.ManualRenew,
+// the client renews it at about a third of its ttl.
 type Lease struct {
 	c           *Client
 	policy, key string
 	id          string
 	token       int64
 	ttl         time.Duration
+	acquired    LeaseAnswer // the acquire's answer
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
-	done        chan struct{} // closed when the renewal loop ends
+	done        chan struct{} // closed when the renewal loop ends (at once for a manual lease)
 
-	mu      sync.Mutex
-	expires time.Time // local estimate: never later than the cluster's
-	renewed int
+	mu        sync.Mutex
+	local     time.Time // local estimate of the expiry: never later than the cluster's
+	decidedAt time.Time // log time of the latest answer that showed the lease live
+	expiresAt time.Time // log time of expiry in that answer
+	renewed   int
 }
 
 // AcquireLease takes a slot of the concurrency policy on key, for ttl (0:
@@ -57,15 +109,29 @@ type Lease struct {
 // (every slot held) is a *LeaseDeniedError. The lease renews itself until
 // Release; its Context ends when it is lost or released.
 func (c *Client) AcquireLease(ctx context.Context, policy, key string, ttl time.Duration) (*Lease, error) {
+	return c.AcquireLeaseWith(ctx, policy, key, LeaseOptions{TTL: ttl})
+}
+
+// AcquireLeaseWith is AcquireLease with options: the caller's request ID,
+// and renewals left to the caller (ManualRenew). A Duplicate answer's lease
+// was granted by the earlier acquire, so its end may be nearer than its
+// ttl: the client renews such a lease at once, unless ManualRenew.
+func (c *Client) AcquireLeaseWith(ctx context.Context, policy, key string, opts LeaseOptions) (*Lease, error) {
 	parent := ctx
 	ctx, cancel, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	req := &quoratev1.AcquireLeaseRequest{Policy: policy, Key: key, RequestId: NewRequestID(), Caller: c.cfg.Caller}
-	if ttl > 0 {
-		req.Ttl = durationpb.New(ttl)
+	if opts.TTL < 0 {
+		return nil, fmt.Errorf("client: LeaseOptions.TTL must not be negative (got %v)", opts.TTL)
+	}
+	if opts.RequestID == "" {
+		opts.RequestID = NewRequestID()
+	}
+	req := &quoratev1.AcquireLeaseRequest{Policy: policy, Key: key, RequestId: opts.RequestID, Caller: c.cfg.Caller}
+	if opts.TTL > 0 {
+		req.Ttl = durationpb.New(opts.TTL)
 	}
 	sent := time.Now()
 	m, err := call(ctx, c, callSpec{procedure: "AcquireLease", key: key, requestID: req.RequestId},
@@ -76,13 +142,16 @@ func (c *Client) AcquireLease(ctx context.Context, policy, key string, ttl time.
 		return nil, publicError(err, req.RequestId)
 	}
 	if !m.GetAllowed() {
-		return nil, &LeaseDeniedError{Policy: policy, Key: key, Limit: m.GetLimit(), Held: m.GetHeld(), RetryAfter: m.GetRetryAfter().AsDuration()}
+		return nil, &LeaseDeniedError{Policy: policy, Key: key, Limit: m.GetLimit(), Held: m.GetHeld(),
+			RetryAfter: m.GetRetryAfter().AsDuration(), DecidedAt: logTime(m.GetDecidedAt())}
 	}
+	ttl := opts.TTL
 	if ttl <= 0 {
 		ttl = m.GetExpiresAt().AsTime().Sub(m.GetDecidedAt().AsTime())
 	}
-	l := &Lease{c: c, policy: policy, key: key, id: m.GetLeaseId(), token: m.GetFencingToken(), ttl: ttl,
-		done: make(chan struct{}), expires: sent.Add(ttl)}
+	a := LeaseAnswer{RequestID: req.RequestId, DecidedAt: logTime(m.GetDecidedAt()), ExpiresAt: logTime(m.GetExpiresAt()), Duplicate: m.GetDuplicate()}
+	l := &Lease{c: c, policy: policy, key: key, id: m.GetLeaseId(), token: m.GetFencingToken(), ttl: ttl, acquired: a,
+		done: make(chan struct{}), local: sent.Add(ttl), decidedAt: a.DecidedAt, expiresAt: a.ExpiresAt}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(parent))
 	c.mu.Lock()
 	if c.closed {
@@ -92,11 +161,36 @@ func (c *Client) AcquireLease(ctx context.Context, policy, key string, ttl time.
 		return l, nil
 	}
 	c.leases[l] = struct{}{}
+	if opts.ManualRenew {
+		c.mu.Unlock()
+		close(l.done)
+		return l, nil
+	}
 	c.wg.Add(1)
 	c.mu.Unlock()
-	go l.renewLoop()
+	first := ttl / 3
+	if a.Duplicate {
+		// Granted by an earlier acquire with this request ID: its end may
+		// be nearer than ttl from now.
+		first = 0
+	}
+	go l.renewLoop(first)
 	return l, nil
 }
+
+// logTime is a log time of an answer; zero when the answer has none.
+func logTime(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// Policy is the lease's policy.
+func (l *Lease) Policy() string { return l.policy }
+
+// Key is the key the lease holds a slot of.
+func (l *Lease) Key() string { return l.key }
 
 // ID is the lease's ID.
 func (l *Lease) ID() string { return l.id }
@@ -105,11 +199,33 @@ func (l *Lease) ID() string { return l.id }
 // to the resource the guarded work writes to.
 func (l *Lease) Token() int64 { return l.token }
 
+// RequestID is the acquire's request ID.
+func (l *Lease) RequestID() string { return l.acquired.RequestID }
+
+// DecidedAt is the log time at which the lease was granted (by the first
+// acquire with its request ID, when Duplicate).
+func (l *Lease) DecidedAt() time.Time { return l.acquired.DecidedAt }
+
+// Duplicate says the acquire's answer was the recorded one of an earlier
+// acquire with the same request ID: the lease was granted then, not now.
+func (l *Lease) Duplicate() bool { return l.acquired.Duplicate }
+
+// ExpiresAt is the log time at which the lease ends unless renewed, as of
+// the latest (in log time) answer of its acquire or a renewal. A leader
+// change only ever moves a live lease's end later.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
 // Context ends when the lease is lost (cause ErrLeaseLost), released
-// (ErrLeaseReleased) or its client closed (ErrClosed).
+// (ErrLeaseReleased), abandoned (ErrLeaseAbandoned) or its client closed
+// (ErrClosed).
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// Renewals is how many times the lease was renewed.
+// Renewals is how many times the lease was renewed (by the client or by
+// Renew).
 func (l *Lease) Renewals() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -124,12 +240,13 @@ func (l *Lease) stop(cause error) {
 	l.c.mu.Unlock()
 }
 
-// renewLoop renews the lease every third of its ttl; a renewal not answered
-// before the lease's (local) expiry, or refused, loses the lease.
-func (l *Lease) renewLoop() {
+// renewLoop renews the lease after first, then every third of its ttl; a
+// renewal not answered before the lease's (local) expiry, or refused, loses
+// the lease.
+func (l *Lease) renewLoop(first time.Duration) {
 	defer l.c.wg.Done()
 	defer close(l.done)
-	t := time.NewTimer(l.ttl / 3)
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -138,57 +255,138 @@ func (l *Lease) renewLoop() {
 		case <-t.C:
 		}
 		l.mu.Lock()
-		expires := l.expires
+		local := l.local
 		l.mu.Unlock()
-		ctx, cancel := context.WithDeadline(l.ctx, expires)
-		req := &quoratev1.RenewLeaseRequest{LeaseId: l.id, FencingToken: l.token, Ttl: durationpb.New(l.ttl),
-			RequestId: NewRequestID(), Caller: l.c.cfg.Caller}
-		sent := time.Now()
-		_, err := call(ctx, l.c, callSpec{procedure: "RenewLease", key: l.key, requestID: req.RequestId},
-			func(ctx context.Context, server string) (*quoratev1.RenewLeaseResponse, http.Header, error) {
-				return unary(ctx, req, l.c.conn(server).lease.RenewLease)
-			})
+		ctx, cancel := context.WithDeadline(l.ctx, local)
+		_, err := l.renew(ctx, NewRequestID())
 		cancel()
 		if l.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			l.c.cfg.Logger.Debug("lease lost", "policy", l.policy, "key", l.key, "lease_id", l.id, "error", err)
-			l.stop(fmt.Errorf("%w: %w", ErrLeaseLost, publicError(err, req.RequestId)))
+			if !errors.Is(err, ErrLeaseLost) {
+				err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+			}
+			l.stop(err)
 			return
 		}
-		l.mu.Lock()
-		l.expires = sent.Add(l.ttl)
-		l.renewed++
-		l.mu.Unlock()
 		t.Reset(l.ttl / 3)
 	}
+}
+
+// Renew renews the lease now for its ttl, with a fresh request ID, retried
+// like Admit, and returns the answer. A renewal the cluster refuses because
+// the token no longer holds a slot (FailedPrecondition: expired or
+// released) also matches ErrLeaseLost, and ends the lease's Context. Any
+// lease may be renewed so; one acquired with LeaseOptions.ManualRenew must
+// be.
+func (l *Lease) Renew(ctx context.Context) (LeaseAnswer, error) {
+	return l.RenewWithID(ctx, "")
+}
+
+// RenewWithID is Renew with the caller's request ID (a fresh one when
+// empty): renewing again with the ID of a renewal whose outcome is unknown
+// gets its recorded answer (Duplicate) if it was applied.
+func (l *Lease) RenewWithID(ctx context.Context, requestID string) (LeaseAnswer, error) {
+	ctx, cancel, err := l.c.begin(ctx)
+	if err != nil {
+		return LeaseAnswer{RequestID: requestID}, err
+	}
+	defer cancel()
+	if requestID == "" {
+		requestID = NewRequestID()
+	}
+	return l.renew(ctx, requestID)
+}
+
+// renew sends one renewal (with the client's retries) and notes its
+// answer.
+func (l *Lease) renew(ctx context.Context, requestID string) (LeaseAnswer, error) {
+	req := &quoratev1.RenewLeaseRequest{LeaseId: l.id, FencingToken: l.token, Ttl: durationpb.New(l.ttl),
+		RequestId: requestID, Caller: l.c.cfg.Caller}
+	sent := time.Now()
+	m, err := call(ctx, l.c, callSpec{procedure: "RenewLease", key: l.key, requestID: requestID},
+		func(ctx context.Context, server string) (*quoratev1.RenewLeaseResponse, http.Header, error) {
+			return unary(ctx, req, l.c.conn(server).lease.RenewLease)
+		})
+	if err != nil {
+		err = publicError(err, requestID)
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			// The last attempt found the token holding no slot: whatever an
+			// earlier attempt did, the lease is not held now.
+			var ou *OutcomeUnknownError
+			if !errors.As(err, &ou) {
+				err = fmt.Errorf("%w: %w", ErrLeaseLost, err)
+			}
+			l.stop(err)
+		}
+		return LeaseAnswer{RequestID: requestID}, err
+	}
+	a := LeaseAnswer{RequestID: requestID, DecidedAt: logTime(m.GetDecidedAt()), ExpiresAt: logTime(m.GetExpiresAt()), Duplicate: m.GetDuplicate()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewed++
+	if !a.Duplicate {
+		// A duplicate may answer a renewal sent long before this one: it
+		// does not move the local estimate.
+		l.local = sent.Add(l.ttl)
+	}
+	if !a.DecidedAt.Before(l.decidedAt) {
+		l.decidedAt, l.expiresAt = a.DecidedAt, a.ExpiresAt
+	}
+	return a, nil
+}
+
+// Abandon stops the renewals and ends the lease's context (cause
+// ErrLeaseAbandoned) without releasing the lease: its slot stays held until
+// it expires, at ExpiresAt or the end a renewal in flight gave it. It
+// returns once no renewal of the client's is in flight.
+func (l *Lease) Abandon() {
+	l.stop(ErrLeaseAbandoned)
+	<-l.done
 }
 
 // Release stops the renewals, ends the lease's context and frees its slot,
 // retried with one request ID like Admit.
 func (l *Lease) Release(ctx context.Context) error {
+	_, err := l.ReleaseWithID(ctx, "")
+	return err
+}
+
+// ReleaseWithID is Release with the caller's request ID (a fresh one when
+// empty), returning the answer: releasing again with the ID of a release
+// whose outcome is unknown gets its recorded answer (Duplicate) if it was
+// applied, where a fresh ID would be refused (FailedPrecondition: the
+// token holds no slot).
+func (l *Lease) ReleaseWithID(ctx context.Context, requestID string) (LeaseAnswer, error) {
 	l.stop(ErrLeaseReleased)
 	<-l.done
 	ctx, cancel, err := l.c.begin(ctx)
 	if err != nil {
-		return err
+		return LeaseAnswer{RequestID: requestID}, err
 	}
 	defer cancel()
-	req := &quoratev1.ReleaseLeaseRequest{LeaseId: l.id, FencingToken: l.token, RequestId: NewRequestID(), Caller: l.c.cfg.Caller}
-	_, err = call(ctx, l.c, callSpec{procedure: "ReleaseLease", key: l.key, requestID: req.RequestId},
+	if requestID == "" {
+		requestID = NewRequestID()
+	}
+	req := &quoratev1.ReleaseLeaseRequest{LeaseId: l.id, FencingToken: l.token, RequestId: requestID, Caller: l.c.cfg.Caller}
+	m, err := call(ctx, l.c, callSpec{procedure: "ReleaseLease", key: l.key, requestID: req.RequestId},
 		func(ctx context.Context, server string) (*quoratev1.ReleaseLeaseResponse, http.Header, error) {
 			return unary(ctx, req, l.c.conn(server).lease.ReleaseLease)
 		})
-	return publicError(err, req.RequestId)
+	if err != nil {
+		return LeaseAnswer{RequestID: requestID}, publicError(err, req.RequestId)
+	}
+	return LeaseAnswer{RequestID: requestID, DecidedAt: logTime(m.GetDecidedAt()), Duplicate: m.GetDuplicate()}, nil
 }
 
 // CheckFence asks whether token still holds a slot of policy on key (and
-// until when). It changes nothing.
-func (c *Client) CheckFence(ctx context.Context, policy, key string, token int64) (held bool, expiresAt time.Time, _ error) {
+// until when), through the key's log. It changes nothing.
+func (c *Client) CheckFence(ctx context.Context, policy, key string, token int64) (FenceCheck, error) {
 	ctx, cancel, err := c.begin(ctx)
 	if err != nil {
-		return false, time.Time{}, err
+		return FenceCheck{}, err
 	}
 	defer cancel()
 	req := &quoratev1.CheckFenceRequest{Policy: policy, Key: key, FencingToken: token}
@@ -197,7 +395,7 @@ func (c *Client) CheckFence(ctx context.Context, policy, key string, token int64
 			return unary(ctx, req, c.conn(server).lease.CheckFence)
 		})
 	if err != nil {
-		return false, time.Time{}, publicError(err, "")
+		return FenceCheck{}, publicError(err, "")
 	}
-	return m.GetHeld(), m.GetExpiresAt().AsTime(), nil
+	return FenceCheck{Held: m.GetHeld(), ExpiresAt: logTime(m.GetExpiresAt()), DecidedAt: logTime(m.GetDecidedAt())}, nil
 }

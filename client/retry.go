@@ -156,7 +156,7 @@ func hasOutcomeUnknown(err error) bool {
 // was sent and then lost (reset, EOF, the caller's deadline), a server's
 // DeadlineExceeded and an OutcomeUnknown detail all leave the outcome unknown.
 func outcomeUnknown(err error) bool {
-	if err == nil || errors.Is(err, errNotSent) || isProtocolMismatch(err) {
+	if err == nil || errors.Is(err, ErrNotSent) || isProtocolMismatch(err) {
 		return false
 	}
 	var ie *itemError
@@ -182,9 +182,12 @@ func outcomeUnknown(err error) bool {
 	return true
 }
 
-// errNotSent marks an attempt that never left this process (e.g. the
-// caller's context ended while it waited to join a batch).
-var errNotSent = errors.New("not sent")
+// ErrNotSent marks a request that certainly never left this process: a
+// call's error matches it (errors.Is) when its last attempt was not sent
+// (the caller's context ended while it waited to join a batch) and no
+// earlier attempt may have been applied, so the request was not applied.
+// Such an error also matches the context's error.
+var ErrNotSent = errors.New("client: request not sent")
 
 // RetryInfo describes a failed attempt that will be retried, for
 // Config.OnRetry.
@@ -298,7 +301,13 @@ func publicError(err error, requestID string) error {
 	var ae *attemptError
 	if errors.As(err, &ae) {
 		if ae.Unknown {
-			return &OutcomeUnknownError{RequestID: requestID, Attempts: ae.Attempts, Last: answerError(ae.Last)}
+			last := ae.Last
+			if errors.Is(last, ErrNotSent) && ae.Stopped != nil {
+				// An earlier attempt may have been applied: the error must
+				// not say the request never left.
+				last = ae.Stopped
+			}
+			return &OutcomeUnknownError{RequestID: requestID, Attempts: ae.Attempts, Last: answerError(last)}
 		}
 		if ae.Stopped != nil {
 			return &outOfTimeError{last: answerError(ae.Last), stopped: ae.Stopped}

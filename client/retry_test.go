@@ -111,7 +111,7 @@ func TestRetryable(t *testing.T) {
 		{"batch item outcome unknown", itemErrorOf(&quoratev1.AdmitBatchError{Code: "unavailable", OutcomeUnknown: true}), true, true},
 		{"batch item invalid_argument", itemErrorOf(&quoratev1.AdmitBatchError{Code: "invalid_argument", Field: "key"}), false, false},
 		{"batch item deadline_exceeded", itemErrorOf(&quoratev1.AdmitBatchError{Code: "deadline_exceeded"}), true, true},
-		{"never sent", errors.Join(errNotSent, context.DeadlineExceeded), false, false},
+		{"never sent", errors.Join(ErrNotSent, context.DeadlineExceeded), false, false},
 
 		// The transport.
 		{"dial error wrapped by connect", dialErr(), true, false},

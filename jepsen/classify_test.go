@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,9 +22,10 @@ import (
 // the request's key.
 type answers struct {
 	quoratev1connect.UnimplementedAdmissionServiceHandler
+	unknownThenBad atomic.Int64
 }
 
-func (answers) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
+func (a *answers) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
 	switch req.Msg.GetKey() {
 	case "bad":
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("admission: key: must not be empty"))
@@ -36,6 +38,17 @@ func (answers) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRe
 	case "slow":
 		<-ctx.Done()
 		return nil, ctx.Err()
+	case "unknown-then-bad":
+		if a.unknownThenBad.Add(1) == 1 {
+			ce := connect.NewError(connect.CodeUnavailable, errors.New("node: outcome unknown: leadership lost"))
+			d, err := connect.NewErrorDetail(&quoratev1.OutcomeUnknown{})
+			if err != nil {
+				return nil, err
+			}
+			ce.AddDetail(d)
+			return nil, ce
+		}
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("admission: request_id: reused"))
 	}
 	return connect.NewResponse(&quoratev1.AdmitResponse{Allowed: true}), nil
 }
@@ -46,7 +59,7 @@ func (answers) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRe
 // the outcome unknown, whatever its message says.
 func TestClassifyByCode(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(answers{}))
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&answers{}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -86,6 +99,14 @@ func TestClassifyByCode(t *testing.T) {
 		{"client: every dial refused", clientAdmit(t, closed, "ok"), OutcomeFail},
 		{"client: InvalidArgument answer", clientAdmit(t, srv.URL, "bad"), OutcomeFail},
 		{"client: deadline", clientAdmit(t, srv.URL, "slow"), OutcomeUnknown},
+		// An unknown outcome, then a final answer: still unknown.
+		{"client: outcome unknown, then InvalidArgument", clientAdmit(t, srv.URL, "unknown-then-bad"), OutcomeUnknown},
+		{"outcome unknown, the last attempt InvalidArgument", &client.OutcomeUnknownError{RequestID: "r", Attempts: 2, Last: admit(srv.URL, "bad")}, OutcomeUnknown},
+		// Out of time, every attempt certainly not applied: the error
+		// matches DeadlineExceeded and carries the last answer.
+		{"client: out of time, every attempt answered not proposed", clientAdmit(t, srv.URL, "not-proposed"), OutcomeFail},
+		{"never sent", errors.Join(client.ErrNotSent, context.DeadlineExceeded), OutcomeFail},
+		{"never sent, wrapped", fmt.Errorf("jepsen: %w", errors.Join(client.ErrNotSent, context.Canceled)), OutcomeFail},
 	} {
 		if tc.err == nil {
 			t.Errorf("%s: no error", tc.name)

@@ -14,13 +14,14 @@ import (
 	"github.com/quorate/quorate/client"
 )
 
-// The admission workloads and the final read go through package client,
-// exactly as an application would: it routes each call to its key's group
-// leader, retries it with one request ID across nodes until the op's
-// deadline, and coalesces the calls of one workload bound for one leader
-// into AdmitBatch calls. The harness sends each request once (and re-sends
-// a few answered ones on purpose, to probe dedupe); it has no retry loop of
-// its own for data calls.
+// Every workload (admits and leases) and the final read go through package
+// client, exactly as an application would: it routes each call to its
+// key's group leader, retries it with one request ID across nodes until the
+// op's deadline, and coalesces the Admits of one workload bound for one
+// leader into AdmitBatch calls. The harness sends each request once (and
+// re-sends a few answered ones on purpose, to probe dedupe, and a few
+// acquires of unknown outcome, to learn it); it has no retry loop of its own
+// for data calls.
 
 // NewClient returns a client of the cluster for caller (the namespace of
 // its request IDs): it knows every current member, sends through the
@@ -91,19 +92,26 @@ func (t trailTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // classify tells a call's errors that prove the request was never applied
 // (fail) from those after which it may have been (unknown: Jepsen's
 // "info"). Checkers treat both as unknown. An *client.OutcomeUnknownError
-// is unknown whatever its last attempt's error. Otherwise it reads the
-// Connect code and the error chain, never the message: a refused dial of
-// the client's own connection (ECONNREFUSED in the chain; a node's answer
-// carries no chain, only its code, even when its forwarding dial was
-// refused), an InvalidArgument answer and a call made on a closed client
-// are failures; anything else is unknown.
+// is unknown whatever its last attempt's error (even a final answer such as
+// InvalidArgument: an earlier attempt may have been applied). Otherwise it
+// reads the Connect code and the error chain, never the message: a request
+// the client never sent (client.ErrNotSent), a refused dial of the client's
+// own connection (ECONNREFUSED in the chain; a node's answer carries no
+// chain, only its code, even when its forwarding dial was refused), an
+// InvalidArgument answer, a call made on a closed client, and a client call
+// out of time whose every attempt was answered Unavailable without the
+// outcome-unknown detail (it matches context.DeadlineExceeded and carries
+// that answer: the client returns no *client.OutcomeUnknownError only when
+// no attempt may have been applied) are failures; anything else is unknown.
 func classify(err error) Outcome {
 	var ou *client.OutcomeUnknownError
 	switch {
 	case errors.As(err, &ou):
 		return OutcomeUnknown
-	case errors.Is(err, syscall.ECONNREFUSED), connect.CodeOf(err) == connect.CodeInvalidArgument,
-		errors.Is(err, client.ErrClosed):
+	case errors.Is(err, client.ErrNotSent), errors.Is(err, syscall.ECONNREFUSED),
+		connect.CodeOf(err) == connect.CodeInvalidArgument, errors.Is(err, client.ErrClosed):
+		return OutcomeFail
+	case errors.Is(err, context.DeadlineExceeded) && connect.CodeOf(err) == connect.CodeUnavailable:
 		return OutcomeFail
 	}
 	return OutcomeUnknown
@@ -134,5 +142,5 @@ func recordDecision(op *Op, d *client.Decision, err error) {
 		op.Outcome = OutcomeDenied
 	}
 	op.Remaining, op.Duplicate = d.Remaining, d.Duplicate
-	op.DecidedAt = nanos(d.DecidedAt, !d.DecidedAt.IsZero())
+	op.DecidedAt = nanos(d.DecidedAt)
 }

@@ -16,7 +16,7 @@ import (
 // the last, Via all of them.
 func TestTrailRecordsNodes(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(answers{}))
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&answers{}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	u, err := url.Parse(srv.URL)

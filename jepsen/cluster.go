@@ -504,11 +504,6 @@ func (c *Cluster) Admission(i int) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(c.http, c.url(i))
 }
 
-// Lease returns a LeaseService client for node i.
-func (c *Cluster) Lease(i int) quoratev1connect.LeaseServiceClient {
-	return quoratev1connect.NewLeaseServiceClient(c.http, c.url(i))
-}
-
 // Status asks node i for the cluster status with a short deadline.
 func (c *Cluster) Status(ctx context.Context, i int) (*quoratev1.ClusterStatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

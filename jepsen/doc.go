@@ -15,28 +15,33 @@
 //     leases that expire, and late calls with released tokens
 //     (RunLeaseWorkload).
 //
-// The admission workloads and the final read call the cluster through
-// package client, as an application does (Cluster.NewClient, one client
-// per workload): it sends each Admit to its key's group leader, retries it
-// with its request ID across nodes until the call's deadline (1.5 s) and
-// coalesces the calls bound for one leader into AdmitBatch calls. Every
+// Every workload and the final read call the cluster through package
+// client, as an application does (Cluster.NewClient, one client per
+// workload): it sends each call to its key's group leader, retries it with
+// its request ID across nodes until the call's deadline (1.5 s) and
+// coalesces the Admits bound for one leader into AdmitBatch calls. Every
 // Admit sets Request.NoFallback, so an on_unavailable fallback never stands
 // in for the cluster's decision. Each call is one op, whose invoke and
 // complete are its Start and End: allowed or denied (answered), fail (the
-// request was certainly never applied: a refused dial of every attempt, an
-// InvalidArgument answer) or unknown (*client.OutcomeUnknownError, or any
-// other error: it may have been applied). The harness has no retry loop of
-// its own for them; it re-sends a few answered requests with the same ID on
-// purpose (they must come back as duplicates), and about 30% of requests
-// are sent together with up to two fresh requests for other keys, so that
-// the client coalesces them.
+// request was certainly never applied: client.ErrNotSent, a refused dial of
+// every attempt, an InvalidArgument answer, a call out of time whose every
+// attempt was certainly not applied) or unknown (*client.OutcomeUnknownError,
+// or any other error: it may have been applied). The harness has no retry
+// loop of its own; it re-sends a few answered requests with the same ID on
+// purpose (they must come back as duplicates), and about 30% of admits are
+// sent together with up to two fresh requests for other keys, so that the
+// client coalesces them.
 //
-// The lease workload calls LeaseService itself, one node per attempt: its
-// checker needs each answer's log times (decided_at, expires_at) and
-// duplicate flag, explicit renews and leases left to expire, which the
-// client's self-renewing Lease does not expose. About half of its
-// unanswered calls that carry a request ID are sent again with that ID to
-// other nodes (the stimulus for the lease calls' dedupe).
+// The lease workload acquires with client.LeaseOptions.ManualRenew and its
+// own request IDs, renews with Lease.RenewWithID, releases with
+// Lease.ReleaseWithID, leaves leases to expire with Lease.Abandon and
+// checks fences with Client.CheckFence: each answer carries the log times
+// (decided_at, expires_at) and duplicate flag its checker needs. A
+// FailedPrecondition answer (the token holds no slot) is a denial, marked
+// Stale. Half of the acquires whose outcome is unknown are sent once more
+// with the same request ID to learn it (a duplicate answer if the first was
+// applied); the same-ID retries across nodes that exercise the lease calls'
+// dedupe under faults are the client's.
 //
 // Faults (Nemesis, one at a time, on the leader half of the time): kill -9
 // and restart from the same data dir; SIGSTOP/SIGCONT; clock jumps of

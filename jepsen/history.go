@@ -32,9 +32,9 @@ const (
 	KindCheck   OpKind = "check"   // LeaseService.CheckFence
 )
 
-// Op is one call: one attempt to one node for the lease calls, which share
-// RequestID with their re-sends, each its own Op; the whole call, retries
-// included, for the admits, which go through package client.
+// Op is one call through package client, its retries included; a request
+// sent again with the same RequestID in a later call (a dedupe probe, or an
+// unknown acquire sent again to learn its outcome) is another Op.
 //
 // Outcome for lease calls: allowed = acquired, renewed, released, or
 // CheckFence answered held; denied = acquire refused at the limit, a

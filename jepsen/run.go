@@ -218,7 +218,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		sleepCtx(wctx, time.Until(end))
 	}()
 	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
-	var bucketErr, windowErr error
+	var bucketErr, windowErr, leaseErr error
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
 			bucketErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
@@ -233,12 +233,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(WorkloadLease) {
 		wg.Go(func() {
-			RunLeaseWorkload(wctx, c, LeaseWorkloadOptions{Policy: policyLease, Keys: leaseKeys, Clients: opts.Clients,
+			leaseErr = RunLeaseWorkload(wctx, c, LeaseWorkloadOptions{Policy: policyLease, Keys: leaseKeys, Clients: opts.Clients,
 				Seed: opts.Seed, TTL: opts.LeaseTTL, ClientBase: 200}, h)
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(bucketErr, windowErr); err != nil {
+	if err := errors.Join(bucketErr, windowErr, leaseErr); err != nil {
 		return nil, err
 	}
 

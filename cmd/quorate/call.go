@@ -52,7 +52,7 @@ func invoke[R any](cmd *cobra.Command, o *clientOptions, dc dataCall, send func(
 	var retries atomic.Int64
 	verbose, _ := cmd.Flags().GetBool("verbose")
 	token, _ := cmd.Context().Value(tokenKey{}).(string)
-	c, err := client.New(client.Config{Servers: servers, HTTPClient: o.http(), Token: token, Timeout: o.timeout, DisableRouting: true,
+	c, err := client.New(client.Config{Servers: servers, HTTPClient: o.http(), Token: token, Timeout: o.timeout, DisableRouting: true, NoPolicyFetch: true,
 		OnRetry: func(ri client.RetryInfo) {
 			retries.Add(1)
 			if verbose {
