@@ -68,6 +68,7 @@ type Node struct {
 	// forwarded to another node for want of leading the key's group, each
 	// attempt once (NodeState.forwarded_calls).
 	forwardedCalls atomic.Uint64
+	decisions      decisionStats // what it decided as a leader (decisions.go)
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
