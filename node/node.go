@@ -262,6 +262,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
+	n.handleStatusPage(mux, kind) // GET /status (status_page.go)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
