@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,7 @@ var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
 		return min(100, done*100/total)
 	},
 	"stylesheet": stylesheet,
+	"period":     period,
 }).ParseFS(assets, "assets/status.html"))
 
 // Page is everything the status page shows, as one node sees it.
@@ -103,6 +105,17 @@ type HotKey struct {
 // Render writes p as an HTML document.
 func Render(w io.Writer, p *Page) error {
 	return page.Execute(w, p)
+}
+
+// period writes d without its zero tails: 1m, not 1m0s.
+func period(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if t := strings.TrimSuffix(s, zero); t != s && t != "" && strings.ContainsAny(t[len(t)-1:], "hm") {
+			s = t
+		}
+	}
+	return s
 }
 
 // stylesheet is the page's embedded stylesheet, inlined by the template.

@@ -54,3 +54,11 @@ func TestRenderEmpty(t *testing.T) {
 		t.Errorf("a page without Refresh reloads")
 	}
 }
+
+func TestPeriod(t *testing.T) {
+	for d, want := range map[time.Duration]string{time.Minute: "1m", time.Hour: "1h", 90 * time.Second: "1m30s", time.Second: "1s", 1500 * time.Millisecond: "1.5s", 0: "0s", 24 * time.Hour: "24h"} {
+		if got := period(d); got != want {
+			t.Errorf("period(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
