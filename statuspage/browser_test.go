@@ -51,7 +51,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(_ int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
@@ -138,7 +138,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		return nil
 	}
-	c.Eventually(t, 90*time.Second, "the status page shows the cluster", shows)
+	c.Eventually(t, 3*time.Minute, "the status page shows the cluster", shows)
 
 	for s, want := range map[string][]string{
 		"#members":  {"node1", "node2", "node3", "healthy"},
