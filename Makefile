@@ -6,7 +6,7 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build run test race proto proto-deps verify bench bench-deps bench-compare jepsen clean
+.PHONY: all build run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
 
 all: build
 
@@ -19,8 +19,9 @@ run: build
 
 ## test: all tests, with the race detector. The fault-injection runs (jepsen) start
 ## real processes: they run after the other packages, not beside them, so that
-## the in-process clusters of the node tests do not starve for CPU.
-test:
+## the in-process clusters of the node tests do not starve for CPU. The status
+## page's browser test needs Chromium (browser-deps installs it).
+test: browser-deps
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /jepsen$$)
 	$(GO) test -race -count=1 ./jepsen/...
 
@@ -32,6 +33,19 @@ proto-deps:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null; \
 	fi
+
+# The status page's browser test (statuspage) drives Debian's chromium headless.
+browser-deps:
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing chromium"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+
+## status-page-screenshot: load the status page of a 3-node test cluster in
+## headless Chromium and write its screenshot to docs/status-page.png.
+status-page-screenshot: browser-deps
+	QUORATE_STATUS_SCREENSHOT=1 $(GO) test -race -count=1 -run '^TestStatusPageInBrowser$$' ./statuspage/
 
 proto: proto-deps
 	$(call gen_proto,proto)

@@ -50,6 +50,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		ApiAddr:             n.apiAddr,
 		ClusterId:           n.mux.ClusterID(),
 		ForwardedCalls:      n.forwardedCalls.Load(),
+		PolicyDecisions:     n.decisions.byPolicy(time.Now()),
 	}
 	plans := n.meta.fsm.Plans()
 	for _, g := range n.hosted() {
@@ -82,6 +83,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 			}
 		}
 		gs.Frozen = frozenStatus(g.fsm.Frozen(), plans)
+		gs.HotKeys = n.decisions.hotKeys(g.id)
 		out.Groups = append(out.Groups, gs)
 		out.Buckets += gs.Keys
 		out.DedupeEntries += gs.DedupeEntries

@@ -107,6 +107,15 @@
 // The files are reloaded when they change. Without them, Config.Validate
 // refuses a non-loopback address unless Config.InsecurePlaintext.
 //
+// # Status
+//
+// NodeStatus reports, besides the replicas' Raft state, what this node
+// decided as a group's leader since it started (decisions.go): each group's
+// hot keys, from a bounded top-k sketch (package hotkeys), and per-policy
+// decision counts and rates; in memory only, never replicated. GET /status
+// on the port that serves admin calls renders the cluster as this node
+// sees it (status_page.go, package statuspage), for the admin role.
+//
 // # Threading
 //
 // Node's methods are safe for concurrent use. Run blocks until its context

@@ -190,6 +190,7 @@ func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
 			p := ps[0]
 			ps = ps[1:]
 			it.res, it.err, it.by = p.res, p.err, d.g
+			n.decisions.record(d.id, p.res) // hot keys and rates (decisions.go)
 		} else {
 			it.err = it.local(ctx, d)
 		}

@@ -68,6 +68,7 @@ type Node struct {
 	// forwarded to another node for want of leading the key's group, each
 	// attempt once (NodeState.forwarded_calls).
 	forwardedCalls atomic.Uint64
+	decisions      decisionStats // what it decided as a leader (decisions.go)
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -261,6 +262,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
+	n.handleStatusPage(mux, kind) // GET /status (status_page.go)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

@@ -37,7 +37,8 @@ func newAdminStatusCmd() *cobra.Command {
 		Long: "Status asks one node (--server) for the cluster's status; that node asks every\n" +
 			"member for its own view. An unreachable member is listed with the error. Slot\n" +
 			"ranges frozen by a slot move are listed with their plan, as each group's leader\n" +
-			"reports them. Running plans (slot moves, group additions) follow, with their\n" +
+			"reports them. The groups' hot keys follow (the heaviest policy and key pairs\n" +
+			"by decisions), then running plans (slot moves, group additions), with their\n" +
 			"current step's progress.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,7 +115,7 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 		return err
 	}
 	writeStorageErrors(w, s)
-	return nil
+	return writeHotKeys(w, s) // admin_hotkeys.go
 }
 
 // writeStorageErrors lists the replicas whose node reports a storage error

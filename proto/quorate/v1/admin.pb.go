@@ -2027,8 +2027,13 @@ type NodeState struct {
 	// another node because it did not lead the key's group. A client that
 	// routes by AdmissionService.Routes keeps it still.
 	ForwardedCalls uint64 `protobuf:"varint,41,opt,name=forwarded_calls,json=forwardedCalls,proto3" json:"forwarded_calls,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Decisions this node made as the leader of a group, by policy, since it
+	// started (the policies of an Admit's checks, each check counted once;
+	// repeats of a request ID are not decisions). Not replicated: each
+	// node counts its own.
+	PolicyDecisions []*PolicyDecisions `protobuf:"bytes,42,rep,name=policy_decisions,json=policyDecisions,proto3" json:"policy_decisions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
@@ -2173,6 +2178,101 @@ func (x *NodeState) GetForwardedCalls() uint64 {
 	return 0
 }
 
+func (x *NodeState) GetPolicyDecisions() []*PolicyDecisions {
+	if x != nil {
+		return x.PolicyDecisions
+	}
+	return nil
+}
+
+// PolicyDecisions counts one policy's decisions on one node.
+type PolicyDecisions struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Since the node started: checks decided, of them denied, and of the
+	// allowed ones those a shadow policy would have denied.
+	Decisions    uint64 `protobuf:"varint,2,opt,name=decisions,proto3" json:"decisions,omitempty"`
+	Denied       uint64 `protobuf:"varint,3,opt,name=denied,proto3" json:"denied,omitempty"`
+	ShadowDenied uint64 `protobuf:"varint,4,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
+	// Over the last minute (or since the node started, when less), per second.
+	DecisionsPerSecond float64 `protobuf:"fixed64,5,opt,name=decisions_per_second,json=decisionsPerSecond,proto3" json:"decisions_per_second,omitempty"`
+	DeniedPerSecond    float64 `protobuf:"fixed64,6,opt,name=denied_per_second,json=deniedPerSecond,proto3" json:"denied_per_second,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PolicyDecisions) Reset() {
+	*x = PolicyDecisions{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyDecisions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyDecisions) ProtoMessage() {}
+
+func (x *PolicyDecisions) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyDecisions.ProtoReflect.Descriptor instead.
+func (*PolicyDecisions) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PolicyDecisions) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyDecisions) GetDecisions() uint64 {
+	if x != nil {
+		return x.Decisions
+	}
+	return 0
+}
+
+func (x *PolicyDecisions) GetDenied() uint64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
+func (x *PolicyDecisions) GetShadowDenied() uint64 {
+	if x != nil {
+		return x.ShadowDenied
+	}
+	return 0
+}
+
+func (x *PolicyDecisions) GetDecisionsPerSecond() float64 {
+	if x != nil {
+		return x.DecisionsPerSecond
+	}
+	return 0
+}
+
+func (x *PolicyDecisions) GetDeniedPerSecond() float64 {
+	if x != nil {
+		return x.DeniedPerSecond
+	}
+	return 0
+}
+
 // GroupState is one node's replica of one Raft group.
 type GroupState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2204,13 +2304,19 @@ type GroupState struct {
 	// its files are damaged, and storage_error says how to recover.
 	StorageError   string                 `protobuf:"bytes,80,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
 	StorageErrorAt *timestamppb.Timestamp `protobuf:"bytes,81,opt,name=storage_error_at,json=storageErrorAt,proto3" json:"storage_error_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The group's heaviest keys by decisions, heaviest first, as this node
+	// counted them while it led the group (a bounded top-k sketch: counts
+	// are upper bounds, each at most its error above the truth). Empty on a
+	// replica that decided nothing. Keys are data: AdminService is for the
+	// admin role only.
+	HotKeys       []*HotKey `protobuf:"bytes,90,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2328,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2341,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -2343,6 +2449,84 @@ func (x *GroupState) GetStorageErrorAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GroupState) GetHotKeys() []*HotKey {
+	if x != nil {
+		return x.HotKeys
+	}
+	return nil
+}
+
+// HotKey is one of a group's heaviest (policy, key) pairs.
+type HotKey struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Decisions counted for the pair (an upper bound), and by how much at
+	// most it exceeds the true count.
+	Count         uint64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Error         uint64 `protobuf:"varint,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKey) Reset() {
+	*x = HotKey{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKey) ProtoMessage() {}
+
+func (x *HotKey) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
+func (*HotKey) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HotKey) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *HotKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HotKey) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *HotKey) GetError() uint64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
 // FrozenSlots is one range of a data group's slots frozen by a slot move.
 type FrozenSlots struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2361,7 +2545,7 @@ type FrozenSlots struct {
 
 func (x *FrozenSlots) Reset() {
 	*x = FrozenSlots{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2557,7 @@ func (x *FrozenSlots) String() string {
 func (*FrozenSlots) ProtoMessage() {}
 
 func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2570,7 @@ func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrozenSlots.ProtoReflect.Descriptor instead.
 func (*FrozenSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FrozenSlots) GetStart() uint32 {
@@ -2451,7 +2635,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2647,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2660,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2525,7 +2709,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2721,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2734,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2599,7 +2783,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2795,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2808,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Policy) GetName() string {
@@ -2720,7 +2904,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2916,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2929,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2765,7 +2949,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2961,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2974,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2808,7 +2992,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3004,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3017,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPoliciesResponse struct {
@@ -2845,7 +3029,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +3041,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +3054,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2889,7 +3073,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3085,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3098,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -2933,7 +3117,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3129,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3142,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -2977,7 +3161,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3173,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3186,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -3022,7 +3206,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3218,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3231,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -3187,7 +3371,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xa0\x04\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xe8\x04\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -3206,7 +3390,15 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x16meta_fsm_applied_index\x18\x0e \x01(\x04R\x13metaFsmAppliedIndex\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18( \x01(\tR\tclusterId\x12'\n" +
-	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\"\xf2\x03\n" +
+	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\x12F\n" +
+	"\x10policy_decisions\x18* \x03(\v2\x1b.quorate.v1.PolicyDecisionsR\x0fpolicyDecisions\"\xe2\x01\n" +
+	"\x0fPolicyDecisions\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1c\n" +
+	"\tdecisions\x18\x02 \x01(\x04R\tdecisions\x12\x16\n" +
+	"\x06denied\x18\x03 \x01(\x04R\x06denied\x12#\n" +
+	"\rshadow_denied\x18\x04 \x01(\x04R\fshadowDenied\x120\n" +
+	"\x14decisions_per_second\x18\x05 \x01(\x01R\x12decisionsPerSecond\x12*\n" +
+	"\x11denied_per_second\x18\x06 \x01(\x01R\x0fdeniedPerSecond\"\xa1\x04\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
@@ -3224,7 +3416,13 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tnonvoters\x18\f \x03(\tR\tnonvoters\x12/\n" +
 	"\x06frozen\x18< \x03(\v2\x17.quorate.v1.FrozenSlotsR\x06frozen\x12#\n" +
 	"\rstorage_error\x18P \x01(\tR\fstorageError\x12D\n" +
-	"\x10storage_error_at\x18Q \x01(\v2\x1a.google.protobuf.TimestampR\x0estorageErrorAt\"\x9a\x01\n" +
+	"\x10storage_error_at\x18Q \x01(\v2\x1a.google.protobuf.TimestampR\x0estorageErrorAt\x12-\n" +
+	"\bhot_keys\x18Z \x03(\v2\x12.quorate.v1.HotKeyR\ahotKeys\"^\n" +
+	"\x06HotKey\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\x04R\x05error\"\x9a\x01\n" +
 	"\vFrozenSlots\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x1c\n" +
@@ -3314,7 +3512,7 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_quorate_v1_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),       // 0: quorate.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 1: quorate.v1.ListAuditResponse
@@ -3352,92 +3550,96 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*NodeStatusRequest)(nil),      // 33: quorate.v1.NodeStatusRequest
 	(*NodeStatusResponse)(nil),     // 34: quorate.v1.NodeStatusResponse
 	(*NodeState)(nil),              // 35: quorate.v1.NodeState
-	(*GroupState)(nil),             // 36: quorate.v1.GroupState
-	(*FrozenSlots)(nil),            // 37: quorate.v1.FrozenSlots
-	(*JoinRequest)(nil),            // 38: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 39: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 40: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 41: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 42: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 43: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 44: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 45: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 46: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 47: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 48: quorate.v1.DeletePoliciesResponse
-	(*timestamppb.Timestamp)(nil),  // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 50: google.protobuf.Duration
+	(*PolicyDecisions)(nil),        // 36: quorate.v1.PolicyDecisions
+	(*GroupState)(nil),             // 37: quorate.v1.GroupState
+	(*HotKey)(nil),                 // 38: quorate.v1.HotKey
+	(*FrozenSlots)(nil),            // 39: quorate.v1.FrozenSlots
+	(*JoinRequest)(nil),            // 40: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),           // 41: quorate.v1.JoinResponse
+	(*Policy)(nil),                 // 42: quorate.v1.Policy
+	(*ApplyPoliciesRequest)(nil),   // 43: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 44: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 45: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 46: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 47: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 48: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 49: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 50: quorate.v1.DeletePoliciesResponse
+	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: quorate.v1.ListAuditResponse.entries:type_name -> quorate.v1.AuditEntry
-	49, // 1: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	51, // 1: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	20, // 2: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
 	20, // 3: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
 	21, // 4: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	50, // 5: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	52, // 5: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
 	32, // 6: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
 	30, // 7: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
 	31, // 8: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
 	35, // 9: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	35, // 10: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	36, // 11: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	37, // 12: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
-	49, // 13: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
-	50, // 14: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	50, // 15: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	50, // 16: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	40, // 17: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	40, // 18: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	40, // 19: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	40, // 20: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	40, // 21: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	28, // 22: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	33, // 23: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	38, // 24: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	41, // 25: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	43, // 26: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	45, // 27: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	47, // 28: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	26, // 29: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	24, // 30: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	22, // 31: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	13, // 32: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	14, // 33: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	15, // 34: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	16, // 35: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	18, // 36: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	7,  // 37: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	5,  // 38: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	3,  // 39: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	0,  // 40: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
-	9,  // 41: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	11, // 42: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	29, // 43: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	34, // 44: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	39, // 45: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	42, // 46: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	44, // 47: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	46, // 48: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	48, // 49: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	27, // 50: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	25, // 51: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	23, // 52: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	19, // 53: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	19, // 54: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	19, // 55: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	17, // 56: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	19, // 57: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	8,  // 58: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	6,  // 59: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	4,  // 60: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	1,  // 61: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
-	10, // 62: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	12, // 63: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	43, // [43:64] is the sub-list for method output_type
-	22, // [22:43] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	37, // 11: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	36, // 12: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
+	39, // 13: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
+	51, // 14: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	38, // 15: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
+	52, // 16: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	52, // 17: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	52, // 18: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	42, // 19: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	42, // 20: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 21: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 22: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	42, // 23: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	28, // 24: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	33, // 25: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	40, // 26: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	43, // 27: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	45, // 28: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	47, // 29: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	49, // 30: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	26, // 31: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	24, // 32: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	22, // 33: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	13, // 34: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	14, // 35: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	15, // 36: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	16, // 37: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	18, // 38: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	7,  // 39: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	5,  // 40: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	3,  // 41: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	0,  // 42: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
+	9,  // 43: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	11, // 44: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	29, // 45: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	34, // 46: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	41, // 47: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	44, // 48: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	46, // 49: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	48, // 50: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	50, // 51: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	27, // 52: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	25, // 53: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	23, // 54: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	19, // 55: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	19, // 56: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	19, // 57: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	17, // 58: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	19, // 59: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	8,  // 60: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	6,  // 61: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	4,  // 62: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	1,  // 63: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
+	10, // 64: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	12, // 65: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	45, // [45:66] is the sub-list for method output_type
+	24, // [24:45] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -3445,14 +3647,14 @@ func file_quorate_v1_admin_proto_init() {
 	if File_quorate_v1_admin_proto != nil {
 		return
 	}
-	file_quorate_v1_admin_proto_msgTypes[40].OneofWrappers = []any{}
+	file_quorate_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

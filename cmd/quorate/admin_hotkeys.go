@@ -1,0 +1,64 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// hotKeysListed is how many hot keys admin status lists, all groups
+// together.
+const hotKeysListed = 10
+
+// writeHotKeys prints the heaviest (policy, key) pairs of the groups: each
+// member counts the decisions of the groups it led since it started
+// (GroupState.hot_keys), and the members' counts of a pair add up. Nothing
+// when no decision was counted.
+func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
+	type id struct {
+		group       uint32
+		policy, key string
+	}
+	type row struct {
+		id
+		count, err uint64
+	}
+	sum := map[id]*row{}
+	for _, m := range s.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			for _, h := range g.GetHotKeys() {
+				k := id{g.GetId(), h.GetPolicy(), h.GetKey()}
+				r := sum[k]
+				if r == nil {
+					r = &row{id: k}
+					sum[k] = r
+				}
+				r.count += h.GetCount()
+				r.err += h.GetError()
+			}
+		}
+	}
+	if len(sum) == 0 {
+		return nil
+	}
+	rows := make([]*row, 0, len(sum))
+	for _, r := range sum {
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b *row) int {
+		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.group, b.group), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key))
+	})
+	rows = rows[:min(len(rows), hotKeysListed)]
+	fmt.Fprintln(w, "\nhot keys (decisions counted by the groups' leaders since they started; a count is at most ERROR above the truth)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tPOLICY\tKEY\tDECISIONS\tERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\n", r.group, r.policy, strconv.Quote(r.key), r.count, r.err)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm"
+)
+
+func TestDecisionStatsCountsAndRates(t *testing.T) {
+	var s decisionStats
+	t0 := time.Unix(1_000_000, 0)
+	check := func(policy, key string, allowed, shadow bool) fsm.CheckResult {
+		return fsm.CheckResult{Policy: policy, Key: key, Decision: admission.Decision{Allowed: allowed}, ShadowDenied: shadow}
+	}
+	// 30 s of one decision a second on "api", every third denied, key
+	// "hot" twice as often as the others; and one two-check request.
+	for i := range 30 {
+		key := "hot"
+		if i%3 == 2 {
+			key = "cold-" + string(rune('a'+i))
+		}
+		s.add(1, &fsm.AdmitResult{Checks: []fsm.CheckResult{check("api", key, i%3 != 0, false)}}, t0.Add(time.Duration(i)*time.Second))
+	}
+	s.add(2, &fsm.AdmitResult{Multi: true, Checks: []fsm.CheckResult{check("api", "k", true, false), check("shadow", "k", true, true)}}, t0.Add(29*time.Second))
+	// A repeat decided nothing.
+	s.record(1, &fsm.AdmitResult{Duplicate: true, Checks: []fsm.CheckResult{check("api", "hot", true, false)}})
+
+	hot := s.hotKeys(1)
+	if len(hot) != 11-1 || hot[0].GetKey() != "hot" || hot[0].GetPolicy() != "api" || hot[0].GetCount() != 20 {
+		t.Fatalf("hot keys of group 1: %v", hot)
+	}
+	if got := s.hotKeys(3); got != nil {
+		t.Fatalf("hot keys of a group that decided nothing: %v", got)
+	}
+	ps := s.byPolicy(t0.Add(30 * time.Second))
+	if len(ps) != 2 || ps[0].GetPolicy() != "api" || ps[1].GetPolicy() != "shadow" {
+		t.Fatalf("policies: %v", ps)
+	}
+	api, shadow := ps[0], ps[1]
+	if api.GetDecisions() != 31 || api.GetDenied() != 10 || api.GetShadowDenied() != 0 {
+		t.Fatalf("api: %v", api)
+	}
+	if shadow.GetDecisions() != 1 || shadow.GetShadowDenied() != 1 || shadow.GetDenied() != 0 {
+		t.Fatalf("shadow: %v", shadow)
+	}
+	// 31 decisions over the 30 s since the first.
+	if r := api.GetDecisionsPerSecond(); r < 1.0 || r > 1.1 {
+		t.Fatalf("api rate %v/s, want 31/30", r)
+	}
+	// Two minutes later, nothing in the window.
+	ps = s.byPolicy(t0.Add(150 * time.Second))
+	if ps[0].GetDecisionsPerSecond() != 0 || ps[0].GetDecisions() != 31 {
+		t.Fatalf("api two minutes later: %v", ps[0])
+	}
+}

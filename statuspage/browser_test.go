@@ -1,0 +1,177 @@
+package statuspage_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// screenshotEnv, when set to 1, makes TestStatusPageInBrowser also write its
+// screenshot to docs/status-page.png (make status-page-screenshot).
+const screenshotEnv = "QUORATE_STATUS_SCREENSHOT"
+
+// chromium is the path of a Chromium (Debian's chromium package, which
+// `make browser-deps` installs). Without one the test fails under CI (env
+// CI set), which installs it, and is skipped elsewhere.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium on PATH: CI installs it (make browser-deps)")
+	}
+	t.Skip("no chromium on PATH (make browser-deps installs it)")
+	return ""
+}
+
+// TestStatusPageInBrowser loads the status page of a running 3-node cluster
+// with data groups in a headless Chromium, after a policy was applied,
+// admits were decided and a group was split, and checks what a person sees:
+// the members and their health, every group with its leader and slot
+// ranges, the finished plan, the policy with its version and decisions,
+// and the hot key. It saves a screenshot in the test's directory.
+func TestStatusPageInBrowser(t *testing.T) {
+	exe := chromium(t)
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(_ int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 3
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
+		{Name: "checkout", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(time.Minute)},
+		{Name: "search", Algorithm: "sliding_window", Limit: 100, Period: durationpb.New(time.Second), Shadow: true},
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	// v2 of checkout.
+	if _, err := c.Admin(1).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
+		{Name: "checkout", Algorithm: "token_bucket", Limit: 30, Period: durationpb.New(time.Minute)},
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	// user-42 is hot: 40 admits, 30 allowed and 10 denied; a few others once.
+	for i := range 40 {
+		if _, err := c.Admission(i%3).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "checkout", Key: "user-42"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 12 {
+		if _, err := c.Admission(i%3).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: fmt.Sprintf("user-%d", i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan, err := c.Admin(0).SplitGroup(ctx, connect.NewRequest(&quoratev1.SplitGroupRequest{Group: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planRow := fmt.Sprintf(`[data-plan="%d"]`, plan.Msg.GetPlan().GetId())
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000),
+		chromedp.UserDataDir(t.TempDir()))...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	defer cancelBrowser()
+
+	// The browser starts with the first action, under the test's context
+	// (a timeout on that first action's context would stop the browser).
+	if err := chromedp.Do(browser); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+
+	// What the page must show; it is reloaded until it does (leaders are
+	// elected and the plan finishes while the test watches).
+	text := map[string]string{}
+	sections := []string{"#members", "#groups", "#plans", "#policies", "#hot-keys"}
+	shows := func() error {
+		actx, cancel := context.WithTimeout(browser, 15*time.Second)
+		defer cancel()
+		if err := chromedp.Do(actx, chromedp.Navigate(c.AdminURL(2)+"/status"), chromedp.WaitVisible(chromedp.CSS("#hot-keys"))); err != nil {
+			return err
+		}
+		for _, s := range sections {
+			v, err := chromedp.Run(actx, chromedp.Text(chromedp.CSS(s)))
+			if err != nil {
+				return err
+			}
+			text[s] = v
+		}
+		var rows []string
+		for i := range 3 {
+			rows = append(rows, fmt.Sprintf(`[data-member="node%d"] td.ok`, i+1))
+		}
+		for _, g := range []int{0, 1, 2, 3} {
+			rows = append(rows, fmt.Sprintf(`[data-group="%d"]`, g))
+		}
+		rows = append(rows, planRow, `[data-policy="checkout"]`, `[data-hot-key="user-42"]`)
+		for _, r := range rows {
+			n, err := chromedp.Run(actx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", r)))
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return fmt.Errorf("no %s on the page: %v", r, text)
+			}
+		}
+		switch {
+		case strings.Contains(text["#groups"], "no leader"):
+			return fmt.Errorf("a group without a leader: %s", text["#groups"])
+		case !strings.Contains(text["#plans"], "done"):
+			return fmt.Errorf("the split is not done: %s", text["#plans"])
+		}
+		return nil
+	}
+	c.Eventually(t, 3*time.Minute, "the status page shows the cluster", shows)
+
+	for s, want := range map[string][]string{
+		"#members":  {"node1", "node2", "node3", "healthy"},
+		"#groups":   {"(meta)", "[0,"},
+		"#plans":    {"split group 1", "steps"},
+		"#policies": {"checkout", "v2", "token_bucket", "search", "v1", "shadow"},
+		"#hot-keys": {"user-42", "checkout", "40"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(text[s], w) {
+				t.Errorf("%s lacks %q: %s", s, w, text[s])
+			}
+		}
+	}
+	denied, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`[data-policy="checkout"] td:last-child`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if denied != "10" {
+		t.Errorf("checkout denied %q on the page, want 10", denied)
+	}
+
+	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(t.TempDir(), "status-page.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv(screenshotEnv) == "1" {
+		if err := os.WriteFile(filepath.Join("..", "docs", "status-page.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote docs/status-page.png (%d bytes)", len(png))
+	}
+}
