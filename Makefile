@@ -22,8 +22,8 @@ run: build
 ## the in-process clusters of the node tests do not starve for CPU. The status
 ## page's browser test needs Chromium (browser-deps installs it).
 test: browser-deps
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /jepsen$$)
-	$(GO) test -race -count=1 ./jepsen/...
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /jepsen$$)
+	$(GO) test -race -count=1 -timeout 30m ./jepsen/...
 
 # protoc comes from Debian's protobuf-compiler (with libprotobuf-dev for the
 # well-known types); the Go plugins are pinned tools in go.mod (`go tool`).
