@@ -68,6 +68,7 @@ type Node struct {
 	// forwarded to another node for want of leading the key's group, each
 	// attempt once (NodeState.forwarded_calls).
 	forwardedCalls atomic.Uint64
+	metrics        *metrics // the node's Prometheus registry (metrics.go)
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -85,6 +86,7 @@ func New(cfg Config) (_ *Node, err error) {
 		log: slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
 	}
 	n.clockOffset.Store(int64(cfg.ClockOffset))
+	n.metrics = newMetrics(n)
 	defer func() {
 		if err != nil {
 			n.closeResources()
@@ -94,6 +96,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
+	n.shared.onSync = n.metrics.fsynced
 	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
@@ -241,7 +244,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if !peer {
 		// The edge (auth.go). The forwarding server serves nodes, which
 		// authorized what they forward: it does not authenticate again.
-		opts = append(opts, connect.WithInterceptors(authInterceptor{n: n}))
+		opts = append(opts, connect.WithInterceptors(metricsInterceptor{n.metrics}, authInterceptor{n: n}))
 	}
 	handlerOpts := connect.WithHandlerOptions(opts...)
 	if kind != serveAdmin {
@@ -261,6 +264,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
+	n.serveMetrics(mux, kind)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
