@@ -190,7 +190,7 @@ func decisionResult(allowed, shadowDenied, duplicate bool, err error) string {
 // policy of the check that denied it, else of its first check.
 func (m *metrics) admitted(req *quoratev1.AdmitRequest, resp *quoratev1.AdmitResponse, err error) {
 	policy := req.GetPolicy()
-	if i := resp.GetDeniedCheck(); resp.DeniedCheck != nil && int(i) < len(resp.GetChecks()) {
+	if i := resp.GetDeniedCheck(); resp != nil && resp.DeniedCheck != nil && int(i) < len(resp.GetChecks()) {
 		policy = resp.GetChecks()[i].GetPolicy()
 	}
 	m.decided(policy, resp.GetAllowed(), resp.GetShadowDenied(), resp.GetDuplicate(), err)
