@@ -21,7 +21,7 @@ func TestCollectorCountsBypass(t *testing.T) {
 	cl, err := client.New(client.Config{Servers: []string{"127.0.0.1:1"}, Timeout: 300 * time.Millisecond,
 		Policies:       []client.Policy{{Name: "p", Limit: 4, Period: time.Hour, OnUnavailable: "allow"}},
 		InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
-		OnRetry:        func(client.RetryInfo) { retried++ }})
+		OnRetry: func(client.RetryInfo) { retried++ }})
 	if err != nil {
 		t.Fatal(err)
 	}
