@@ -74,6 +74,8 @@ type Client struct {
 	opts   []connect.ClientOption
 	routes *router
 	fb     *fallback
+	// retries counts the attempts retried, by procedure (Collector).
+	retries retryCounts
 
 	ctx    context.Context // ends with Close: background work stops
 	cancel context.CancelFunc

@@ -276,6 +276,7 @@ func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx
 		}
 		c.cfg.Logger.Debug("retrying", "procedure", spec.procedure, "attempt", attempts, "server", server,
 			"request_id", spec.requestID, "error", err, "wait", wait)
+		c.retries.add(spec.procedure)
 		if c.cfg.OnRetry != nil {
 			c.cfg.OnRetry(RetryInfo{Procedure: spec.procedure, Attempt: attempts, Server: server, Err: err, Wait: wait})
 		}

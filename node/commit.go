@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -45,6 +46,7 @@ var _ groupcommit.Log = groupLog{}
 // telling the Observer of each of cmds once raft has it.
 func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (any, error) {
 	env.NowUnixNano = l.n.now().UnixNano()
+	l.n.metrics.entry(l.g.id, len(cmds))
 	return l.n.applyEntry(l.g, env, func() { l.n.proposed(cmds...) })
 }
 
@@ -65,6 +67,7 @@ func (n *Node) applyAlone(ctx context.Context, g *group, env *raftcmdv1.Envelope
 		err error
 	}
 	done := make(chan applied, 1)
+	n.metrics.entry(g.id, 1)
 	go func() {
 		res, err := n.applyEntry(g, env, func() { n.proposed(env) })
 		if err == nil {
@@ -105,10 +108,12 @@ func (n *Node) applyEntry(g *group, env *raftcmdv1.Envelope, proposed func()) (a
 		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
 	}
 	g.wake(&n.cfg, n.log)
+	start := time.Now()
 	future := g.raft.Apply(data, n.cfg.RequestTimeout)
 	proposed()
 	switch err := future.Error(); {
 	case err == nil:
+		n.metrics.applied(g.id, start)
 		return future.Response(), nil
 	case errors.Is(err, raft.ErrNotLeader):
 		return nil, ErrNotLeader

@@ -49,6 +49,9 @@ type group struct {
 	// quiet is whether this replica, as leader, heartbeats at the quiet
 	// pace (quiet.go).
 	quiet quietness
+	// snaps is the replica's snapshot store (the metrics read its newest
+	// snapshot's size).
+	snaps raft.SnapshotStore
 }
 
 // removeGroupDir deletes a closed data group replica's directory.
@@ -117,6 +120,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
 	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health, damaged: g.damaged}
+	g.snaps = snaps
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
@@ -141,6 +145,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	// A change of leader ends the quiet pace at once: a replica that stops
 	// leading must watch its new leader with the normal timeout.
 	g.leader = watchLeader(g.raft, func() {
+		n.metrics.leaderChanged(g.id)
 		if !g.isLeader() {
 			g.setQuiet(false, &n.cfg, n.log)
 		}

@@ -69,6 +69,7 @@ type Node struct {
 	// attempt once (NodeState.forwarded_calls).
 	forwardedCalls atomic.Uint64
 	decisions      decisionStats // what it decided as a leader (decisions.go)
+	metrics        *metrics      // the node's Prometheus registry (metrics.go)
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -86,6 +87,7 @@ func New(cfg Config) (_ *Node, err error) {
 		log: slog.New(slog.NewTextHandler(cfg.logOutput(), &slog.HandlerOptions{Level: level})).With("node", cfg.ID),
 	}
 	n.clockOffset.Store(int64(cfg.ClockOffset))
+	n.metrics = newMetrics(n)
 	defer func() {
 		if err != nil {
 			n.closeResources()
@@ -95,6 +97,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
+	n.shared.onSync = n.metrics.fsynced
 	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
@@ -242,7 +245,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if !peer {
 		// The edge (auth.go). The forwarding server serves nodes, which
 		// authorized what they forward: it does not authenticate again.
-		opts = append(opts, connect.WithInterceptors(authInterceptor{n: n}))
+		opts = append(opts, connect.WithInterceptors(metricsInterceptor{n.metrics}, authInterceptor{n: n}))
 	}
 	handlerOpts := connect.WithHandlerOptions(opts...)
 	if kind != serveAdmin {
@@ -263,6 +266,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
 	n.handleStatusPage(mux, kind) // GET /status (status_page.go)
+	n.serveMetrics(mux, kind)     // GET /metrics (metrics.go)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)

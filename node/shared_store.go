@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -67,6 +68,8 @@ type sharedLogs struct {
 	log          *nodelog.Log
 	dir          string
 	segmentBytes int // 0: nodelog's default
+	// onSync is told each fdatasync's duration (nodelog.Options.SyncObserver).
+	onSync func(time.Duration)
 }
 
 // get opens the shared log on first use; its open-time scan reports damage
@@ -77,7 +80,7 @@ func (s *sharedLogs) get(hlog hclog.Logger) (*nodelog.Log, error) {
 	if s.log != nil {
 		return s.log, nil
 	}
-	l, err := nodelog.Open(s.dir, nodelog.Options{SegmentBytes: int64(s.segmentBytes), Logger: hlog.Named("nodelog")})
+	l, err := nodelog.Open(s.dir, nodelog.Options{SegmentBytes: int64(s.segmentBytes), Logger: hlog.Named("nodelog"), SyncObserver: s.onSync})
 	if err != nil {
 		var de *nodelog.DamagedError
 		if errors.As(err, &de) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/bbolt"
@@ -32,6 +33,10 @@ type Options struct {
 	// Logger receives what Open repairs (a torn tail cut away). Nil logs
 	// nowhere.
 	Logger hclog.Logger
+	// SyncObserver, if set, is told how long each commit's fdatasync of a
+	// segment took (for a latency metric). It runs on the committing
+	// goroutine, outside the log's lock: it must be quick.
+	SyncObserver func(time.Duration)
 }
 
 var (
@@ -349,8 +354,7 @@ func (l *Log) commit() {
 		if f.err == nil {
 			seg := f.chunks[0].seg
 			l.mu.Unlock()
-			l.syncs.Add(1)
-			if err := fdatasync(seg.f); err != nil {
+			if err := l.syncSegment(seg.f); err != nil {
 				f.err = fmt.Errorf("%s: %w", seg.path, err)
 			}
 			l.mu.Lock()
@@ -403,8 +407,7 @@ func (l *Log) write(chunks []chunk) error {
 		if i+1 < len(chunks) && chunks[i+1].seg == c.seg {
 			continue
 		}
-		l.syncs.Add(1)
-		if err := fdatasync(c.seg.f); err != nil {
+		if err := l.syncSegment(c.seg.f); err != nil {
 			return fmt.Errorf("%s: %w", c.seg.path, err)
 		}
 		if c.create {
@@ -480,4 +483,16 @@ func (l *Log) DropGroup(id uint32) error {
 		return err
 	}
 	return dropStable(l.stable, id)
+}
+
+// syncSegment is a commit's fdatasync of a segment file, counted and timed
+// (Options.SyncObserver).
+func (l *Log) syncSegment(f *os.File) error {
+	l.syncs.Add(1)
+	start := time.Now()
+	err := fdatasync(f)
+	if o := l.opts.SyncObserver; o != nil {
+		o(time.Since(start))
+	}
+	return err
 }

@@ -1,0 +1,71 @@
+package client
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// retryCounts counts the attempts a client retried, by procedure (a
+// procedure name is one of the API's RPCs: the set is bounded).
+type retryCounts struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (r *retryCounts) add(procedure string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]uint64{}
+	}
+	r.m[procedure]++
+}
+
+func (r *retryCounts) snapshot() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]uint64, len(r.m))
+	for k, v := range r.m {
+		out[k] = v
+	}
+	return out
+}
+
+var (
+	descClientDecisions = prometheus.NewDesc("quorate_client_decisions_total",
+		"Admit decisions this client made, by who made them: verified (the cluster), unavailable (denied without the cluster), "+
+			"bypassed (allowed without being counted), local (this process's bucket).", []string{"outcome"}, nil)
+	descClientRetries = prometheus.NewDesc("quorate_client_retries_total",
+		"Attempts this client retried after a retryable failure, by procedure.", []string{"procedure"}, nil)
+)
+
+// Collector returns a Prometheus collector of the client's counters (Stats
+// and its retries). The client registers nothing itself: register the
+// collector in the registry of your choice, once per client, e.g.
+//
+//	reg.MustRegister(c.Collector())
+//
+// Its labels are bounded (an outcome, a procedure): never a key, caller or
+// request ID.
+func (c *Client) Collector() prometheus.Collector { return clientCollector{c} }
+
+type clientCollector struct{ c *Client }
+
+func (cc clientCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descClientDecisions
+	ch <- descClientRetries
+}
+
+func (cc clientCollector) Collect(ch chan<- prometheus.Metric) {
+	s := cc.c.Stats()
+	for _, o := range []struct {
+		name string
+		v    uint64
+	}{{"verified", s.Verified}, {"unavailable", s.Unavailable}, {"bypassed", s.Bypassed}, {"local", s.Local}} {
+		ch <- prometheus.MustNewConstMetric(descClientDecisions, prometheus.CounterValue, float64(o.v), o.name)
+	}
+	for p, v := range cc.c.retries.snapshot() {
+		ch <- prometheus.MustNewConstMetric(descClientRetries, prometheus.CounterValue, float64(v), p)
+	}
+}
