@@ -108,7 +108,7 @@ func (c *conn) dispatch(f frame) {
 		cmd, err := c.h.codecs.decodeRequest(f.kind, f.payload)
 		if err != nil {
 			req.refuse = err.Error()
-		} else if req.cmd = cmd; t.handler(cmd) == nil {
+		} else if req.cmd = cmd; !t.toHandler(cmd) {
 			select {
 			case t.consume <- raft.RPC{Command: cmd, RespChan: l.answers}:
 				c.h.counters.direct.Add(1)

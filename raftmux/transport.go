@@ -17,6 +17,10 @@ type Transport struct {
 
 	hbMu sync.Mutex
 	hbFn func(raft.RPC)
+	// hbClosed is set by Close, after which no heartbeat goes to hbFn;
+	// hbCalls counts the calls of hbFn running, which Close waits for.
+	hbClosed bool
+	hbCalls  sync.WaitGroup
 
 	shutdown  chan struct{}
 	closeOnce sync.Once
@@ -63,9 +67,16 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 }
 
 // Close unregisters the group from the hub and closes its pipelines; the
-// hub and the other groups go on.
+// hub and the other groups go on. It returns once no heartbeat handler call
+// is running: raft's handler runs on the transport's goroutine, not raft's,
+// so a heartbeat that began before raft shut down could otherwise still
+// write raft's term to a store its owner closes next.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
+		t.hbMu.Lock()
+		t.hbClosed = true
+		t.hbMu.Unlock()
+		t.hbCalls.Wait()
 		close(t.shutdown)
 		t.h.unregister(t)
 		t.pipeMu.Lock()
@@ -79,8 +90,20 @@ func (t *Transport) Close() error {
 	return nil
 }
 
+// toHandler reports whether cmd would go to the heartbeat handler now.
+func (t *Transport) toHandler(cmd interface{}) bool {
+	ae, ok := cmd.(*raft.AppendEntriesRequest)
+	if !ok || !isHeartbeat(ae) {
+		return false
+	}
+	t.hbMu.Lock()
+	defer t.hbMu.Unlock()
+	return t.hbFn != nil && !t.hbClosed
+}
+
 // handler returns the heartbeat handler when cmd is a request a
 // raft.NetworkTransport would hand to it, nil when cmd goes to the consumer.
+// The caller must call what it returns (Close waits for it).
 func (t *Transport) handler(cmd interface{}) func(raft.RPC) {
 	ae, ok := cmd.(*raft.AppendEntriesRequest)
 	if !ok || !isHeartbeat(ae) {
@@ -88,7 +111,15 @@ func (t *Transport) handler(cmd interface{}) func(raft.RPC) {
 	}
 	t.hbMu.Lock()
 	defer t.hbMu.Unlock()
-	return t.hbFn
+	if t.hbFn == nil || t.hbClosed {
+		return nil
+	}
+	fn := t.hbFn
+	t.hbCalls.Add(1)
+	return func(rpc raft.RPC) {
+		defer t.hbCalls.Done()
+		fn(rpc)
+	}
 }
 
 // Deliver hands rpc, received by some other transport of the same group,
