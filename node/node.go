@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
@@ -68,6 +67,9 @@ type Node struct {
 	// forwarded to another node for want of leading the key's group, each
 	// attempt once (NodeState.forwarded_calls).
 	forwardedCalls atomic.Uint64
+	// stopping is set once Run begins to stop: the node is no longer
+	// ready (ready.go), and peers' connections failing is expected (hclog.go).
+	stopping atomic.Bool
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -256,8 +258,8 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 			connect.WithInterceptors(refuseCalls{n: n, err: ErrAdminElsewhere})}, opts...)...)
 	}
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, adminOpts))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
-		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName), handlerOpts))
+	n.registerHealth(mux, kind, handlerOpts)     // ready.go
+	n.registerReflection(mux, kind, handlerOpts) // reflect.go
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
@@ -349,6 +351,7 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
+	n.stopping.Store(true)
 	stopCtl()
 	<-ctlDone
 	n.log.Info("stopping")
