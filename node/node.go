@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/access"
@@ -131,11 +130,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
 	}
 
-	hlog := hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Output: cfg.logOutput(),
-		Level:  hclog.LevelFromString(strings.ToLower(level.String())),
-	}).With("node", cfg.ID)
+	hlog := newRaftLogger(n.log, "raft", &n.stopping) // hclog.go
 	var advertise net.Addr
 	if cfg.AdvertiseRaftAddr != "" {
 		if advertise, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseRaftAddr); err != nil {
