@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
@@ -34,7 +36,9 @@ import (
 // leaders go once the election timeout passes, and is not ready until a
 // leader is elected again. A replica stopped for damaged files does not
 // make the node unready: the node still answers its keys by forwarding to
-// the group's leader, and admin status reports the damage.
+// the group's leader, and admin status reports the damage. Nor does a data
+// replica on its way out (the shard map no longer places it here, or it
+// was removed from its group and stopped): it is closed within moments.
 
 // readyMaxApplyLag is how far, in log entries, a hosted replica's applied
 // index may trail its commit index before the node is not ready. Applying
@@ -57,7 +61,12 @@ func (n *Node) notReady() string {
 	default:
 		return "not registered in the cluster yet"
 	}
+	m, hasMap := n.meta.fsm.ShardMap()
 	for _, g := range n.hosted() {
+		if g.id != shard.MetaGroup && (g.raft.State() == raft.Shutdown ||
+			hasMap && !placedOn(m, g.id, n.cfg.ID)) {
+			continue // being closed: moved away, or removed from its group
+		}
 		if g.leaderID() == "" {
 			return groupWords(g.id) + " has no leader"
 		}
@@ -66,6 +75,12 @@ func (n *Node) notReady() string {
 		}
 	}
 	return ""
+}
+
+// placedOn reports whether map m places a replica of group id on node.
+func placedOn(m shard.Map, id shard.GroupID, node string) bool {
+	sg, ok := m.Group(id)
+	return ok && slices.Contains(sg.Replicas, node)
 }
 
 // groupWords names group id in a readiness reason.
