@@ -187,7 +187,11 @@ func (c *conn) runLane(l *lane) {
 		if hand && next.refuse == "" {
 			rpc := raft.RPC{Command: next.cmd, RespChan: l.answers}
 			if fn := t.handler(next.cmd); fn != nil {
-				fn(rpc) // raft's heartbeat handler answers before it returns
+				// raft's heartbeat handler answers before it returns.
+				if !t.runHeartbeat(fn, rpc) {
+					c.shutLane(l)
+					return
+				}
 				c.popWaiting(l, true)
 				continue
 			}

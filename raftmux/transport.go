@@ -17,6 +17,11 @@ type Transport struct {
 
 	hbMu sync.Mutex
 	hbFn func(raft.RPC)
+	// hbRun is held for reading while the heartbeat handler runs (it
+	// writes raft's stable store) and for writing by Close, so that once
+	// Close returns no handler call is running: the group may close its
+	// stores.
+	hbRun sync.RWMutex
 
 	shutdown  chan struct{}
 	closeOnce sync.Once
@@ -66,7 +71,9 @@ func (t *Transport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 // hub and the other groups go on.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
+		t.hbRun.Lock()
 		close(t.shutdown)
+		t.hbRun.Unlock()
 		t.h.unregister(t)
 		t.pipeMu.Lock()
 		pipes := t.pipes
@@ -77,6 +84,20 @@ func (t *Transport) Close() error {
 		}
 	})
 	return nil
+}
+
+// runHeartbeat calls the heartbeat handler fn on rpc unless the transport
+// is closed, and reports whether it did.
+func (t *Transport) runHeartbeat(fn func(raft.RPC), rpc raft.RPC) bool {
+	t.hbRun.RLock()
+	defer t.hbRun.RUnlock()
+	select {
+	case <-t.shutdown:
+		return false
+	default:
+	}
+	fn(rpc)
+	return true
 }
 
 // handler returns the heartbeat handler when cmd is a request a
