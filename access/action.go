@@ -51,6 +51,7 @@ const (
 
 	// ClassRouting.
 	ActionRoutes
+	ActionReflection // gRPC server reflection: the public services' schema
 
 	actionEnd // one past the last action
 )
@@ -70,7 +71,9 @@ const (
 	// policies may use only those.
 	ClassData
 	// ClassRouting actions need either role: where calls go (Routes), which
-	// a client needs to send its data calls and reveals no policy or state.
+	// a client needs to send its data calls, and the API's schema (gRPC
+	// server reflection, for tools such as grpcurl); neither reveals any
+	// policy or state.
 	ClassRouting
 )
 
@@ -132,6 +135,7 @@ var actionInfos = [actionEnd]actionInfo{
 	ActionReleaseLease:   {"release_lease", ClassData, false},
 	ActionCheckFence:     {"check_fence", ClassData, false},
 	ActionRoutes:         {"routes", ClassRouting, false},
+	ActionReflection:     {"reflection", ClassRouting, false},
 }
 
 // Actions returns every action but ActionNone, in declaration order.

@@ -46,7 +46,9 @@
 // commit, leases) and no admin action. A caller that needs both is given
 // both. Either role allows routing (Routes: the shard map, group leaders and
 // members' addresses), which a client needs before its data calls and
-// which a caller limited to some policies may make too.
+// which a caller limited to some policies may make too, and reflection (the
+// API's schema, for grpcurl and the like: public, but not to anonymous
+// callers of a node with an access file).
 // A caller's "policies" list limits its data calls to those policies; it
 // does not limit admin actions. Health checks are allowed to everyone,
 // authenticated or not.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,6 +281,21 @@ func TestAccessControl(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "SERVING") {
 			t.Fatalf("anonymous health check: %s %s", resp.Status, body)
+		}
+	})
+
+	t.Run("probes need nothing, reflection a role", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if code, body, err := probe(e.httpClient(t, ""), e.c.APIURL(0)+path); err != nil || code != http.StatusOK {
+				t.Errorf("anonymous GET %s: %d %q %v, want 200", path, code, body, err)
+			}
+		}
+		_, err := listServices(h2cClient(t, ""), e.c.APIURL(0))
+		wantAccessCode(t, "anonymous reflection", err, connect.CodeUnauthenticated)
+		for _, caller := range []string{"app-a", "admin-b"} {
+			if got, err := listServices(h2cClient(t, e.tokens[caller]), e.c.APIURL(0)); err != nil || !slices.Contains(got, quoratev1connect.AdmissionServiceName) {
+				t.Errorf("%s's reflection: %q %v, want the services", caller, got, err)
+			}
 		}
 	})
 

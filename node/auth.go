@@ -35,6 +35,9 @@ var procedureActions = map[string]access.Action{
 	"/grpc.health.v1.Health/Check": access.ActionHealth,
 	"/grpc.health.v1.Health/Watch": access.ActionHealth,
 
+	reflectionV1Procedure:      access.ActionReflection,
+	reflectionV1AlphaProcedure: access.ActionReflection,
+
 	quoratev1connect.AdminServiceClusterStatusProcedure:  access.ActionClusterStatus,
 	quoratev1connect.AdminServiceNodeStatusProcedure:     access.ActionNodeStatus,
 	quoratev1connect.AdminServiceJoinProcedure:           access.ActionJoin,

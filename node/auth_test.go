@@ -25,7 +25,8 @@ import (
 // Every procedure the API server serves has an action, every action is
 // some procedure's, and PeerService (peer port only) has none.
 func TestProcedureActionsComplete(t *testing.T) {
-	served := map[string]bool{"/grpc.health.v1.Health/Check": true, "/grpc.health.v1.Health/Watch": true}
+	served := map[string]bool{"/grpc.health.v1.Health/Check": true, "/grpc.health.v1.Health/Watch": true,
+		reflectionV1Procedure: true, reflectionV1AlphaProcedure: true}
 	for _, f := range []protoreflect.FileDescriptor{quoratev1.File_quorate_v1_admission_proto,
 		quoratev1.File_quorate_v1_admin_proto, quoratev1.File_quorate_v1_lease_proto} {
 		for i := range f.Services().Len() {

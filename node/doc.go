@@ -25,6 +25,16 @@
 // It owns the one table from errors to Connect codes (errors.go). Raft types
 // never leave this package.
 //
+// # Health and logs
+//
+// Each API and admin server answers /healthz (live), /readyz and the gRPC
+// health service (ready: registered, not stopping, every hosted replica
+// has a leader and has applied to within 1,024 entries of its commit
+// index; ready.go) to anyone, and gRPC reflection (reflect.go) to any
+// caller with a role. The node logs through one slog logger; raft's hclog
+// calls go through an adapter (hclog.go) that lowers Raft's expected
+// start-up and shutdown messages and never the node's storage errors.
+//
 // # Cluster administration
 //
 // The control plane is a controller of its own (ctl.go), started by Run:

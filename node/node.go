@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/access"
@@ -70,6 +68,9 @@ type Node struct {
 	forwardedCalls atomic.Uint64
 	decisions      decisionStats // what it decided as a leader (decisions.go)
 	metrics        *metrics      // the node's Prometheus registry (metrics.go)
+	// stopping is set once Run begins to stop: the node is no longer
+	// ready (ready.go), and peers' connections failing is expected (hclog.go).
+	stopping atomic.Bool
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -133,11 +134,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
 	}
 
-	hlog := hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Output: cfg.logOutput(),
-		Level:  hclog.LevelFromString(strings.ToLower(level.String())),
-	}).With("node", cfg.ID)
+	hlog := newRaftLogger(n.log, "raft", &n.stopping) // hclog.go
 	var advertise net.Addr
 	if cfg.AdvertiseRaftAddr != "" {
 		if advertise, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseRaftAddr); err != nil {
@@ -260,8 +257,8 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 			connect.WithInterceptors(refuseCalls{n: n, err: ErrAdminElsewhere})}, opts...)...)
 	}
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, adminOpts))
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(
-		quoratev1connect.AdmissionServiceName, quoratev1connect.AdminServiceName, quoratev1connect.LeaseServiceName), handlerOpts))
+	n.registerHealth(mux, kind, handlerOpts)     // ready.go
+	n.registerReflection(mux, kind, handlerOpts) // reflect.go
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
@@ -355,6 +352,7 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
+	n.stopping.Store(true)
 	stopCtl()
 	<-ctlDone
 	n.log.Info("stopping")

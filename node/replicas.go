@@ -239,7 +239,9 @@ func (c *controller) closeUnplaced(m shard.Map) {
 				continue
 			}
 		}
-		c.replicas.remove(g)
+		if !c.replicas.remove(g) {
+			continue // closed meanwhile, by the node closing (Close, without Run's stop)
+		}
 		delete(c.pace, g.id)
 		err := g.close()
 		if err == nil {

@@ -2,6 +2,7 @@ package raftmux
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -78,7 +79,7 @@ func (c *conn) maxInboundQueued() int64 { return 2 * int64(c.h.opts.MaxFrame) }
 func (c *conn) dispatch(f frame) {
 	t := c.h.lookup(f.group)
 	if t == nil {
-		c.refuse(f, fmt.Sprintf("raftmux: no group %d on this node", f.group))
+		c.refuse(f, noGroup(f.group))
 		return
 	}
 	key := laneKey{f.group, laneOf(f.kind)}
@@ -285,4 +286,19 @@ func (c *conn) respond(f frame, resp raft.RPCResponse) {
 func (c *conn) refuse(f frame, msg string) {
 	c.h.counters.refused.Add(1)
 	_ = c.enqueue(appendFrame(nil, f.group, kindError, f.id, []byte(msg)), false)
+}
+
+// noGroupPrefix begins the refusal of a request for a group the node does
+// not host (noGroup, IsNoGroup).
+const noGroupPrefix = "raftmux: no group "
+
+// noGroup is the refusal of a request for group, which this node does not
+// host.
+func noGroup(group uint32) string { return fmt.Sprintf("%s%d on this node", noGroupPrefix, group) }
+
+// IsNoGroup reports whether err, returned by a Transport call, is the
+// peer's refusal of a request for a group it does not host: not yet (its
+// replica is still being opened) or no longer (it was moved away).
+func IsNoGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), noGroupPrefix)
 }

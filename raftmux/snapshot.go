@@ -96,7 +96,7 @@ func (h *Hub) serveSnapshot(nc net.Conn) {
 	}
 	t := h.lookup(f.group)
 	if t == nil {
-		refuse(fmt.Sprintf("raftmux: no group %d on this node", f.group))
+		refuse(noGroup(f.group))
 		return
 	}
 	cmd, err := h.codecs.decodeRequest(kindInstallSnapshot, f.payload)
