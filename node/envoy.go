@@ -1,0 +1,82 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/envoyrls"
+	"github.com/quorate/quorate/filewatch"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// Envoy's rate-limit service (package envoyrls) on the API port, with
+// Config.EnvoyConfig. Its calls are authorized as Admit calls (the access
+// file's client role and policies, the caller resolved as for Admit) when
+// each is decided, not by the API's interceptor, since only the Admit it
+// becomes names its policies. The node applies the configuration's
+// policies through the meta group before the first decision under each
+// version of the files, with the authority of the call that triggers it;
+// every node given the same files applies the same definitions, which
+// leaves their versions unchanged.
+
+// initEnvoy loads the Envoy configuration files, watched for changes.
+func (n *Node) initEnvoy() error {
+	if len(n.cfg.EnvoyConfig) == 0 {
+		return nil
+	}
+	names := n.cfg.EnvoyConfig
+	w, err := filewatch.New(filewatch.Options[*envoyrls.Config]{
+		Files:    names,
+		Parse:    func(data [][]byte) (*envoyrls.Config, error) { return envoyrls.Parse(names, data) },
+		Interval: access.DefaultInterval,
+		OnChange: func(_ *envoyrls.Config, st filewatch.Status) {
+			if st.Err != nil {
+				n.log.Warn("envoy config not reloaded; the previous one stays in use", "err", st.Err)
+				return
+			}
+			n.log.Info("envoy config reloaded", "files", st.Files)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%w: --envoy-config: %v", ErrInvalidConfig, err)
+	}
+	n.envoy = envoyrls.New(envoyrls.Options{
+		Config:  w.Current,
+		Admit:   n.envoyAdmit,
+		Apply:   n.envoyApply,
+		Headers: n.cfg.EnvoyHeaders,
+	})
+	return nil
+}
+
+// handleEnvoy serves the rate-limit service on the API server's mux, with
+// opts (the handler options without the authorization interceptor).
+func (n *Node) handleEnvoy(mux *http.ServeMux, kind serverKind, opts []connect.HandlerOption) {
+	if n.envoy == nil || kind != serveAPI {
+		return
+	}
+	mux.Handle(n.envoy.Handler(opts...))
+}
+
+// envoyAdmit authorizes req as an Admit call of the caller of ctx and
+// decides it.
+func (n *Node) envoyAdmit(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+	if err := n.authorize(ctx, access.ActionAdmit, req); err != nil {
+		return nil, n.toConnectError(err)
+	}
+	resp, err := (&admissionHandler{n: n}).Admit(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// envoyApply stores the configuration's policies through the meta group.
+func (n *Node) envoyApply(ctx context.Context, policies []*quoratev1.Policy) error {
+	_, err := (&adminHandler{n: n}).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: policies}))
+	return err
+}
