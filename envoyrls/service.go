@@ -54,7 +54,7 @@ func New(opts Options) *Service {
 // Handler returns the path and handler of the service, a Connect handler
 // (gRPC, gRPC-Web and Connect) with opts.
 func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
-	return ServiceName + "/", connect.NewUnaryHandler(Procedure, s.ShouldRateLimit, opts...)
+	return "/" + ServiceName + "/", connect.NewUnaryHandler(Procedure, s.ShouldRateLimit, opts...)
 }
 
 // ShouldRateLimit decides every descriptor of the request in one Admit.
