@@ -27,7 +27,11 @@ type Options struct {
 	// Config returns the configuration in use (reloaded when its files
 	// change).
 	Config func() *Config
-	// Admit decides one Admit with the caller's authority.
+	// Authorize allows req for the caller of ctx, or returns the error to
+	// answer; it may set req's caller. It runs before anything is applied
+	// or decided.
+	Authorize func(ctx context.Context, req *quoratev1.AdmitRequest) error
+	// Admit decides one authorized Admit.
 	Admit func(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error)
 	// Apply stores policies in the cluster (idempotent: an unchanged
 	// policy keeps its version).
@@ -66,6 +70,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv
 	}
 	var resp *quoratev1.AdmitResponse
 	if p.admit != nil {
+		if err := s.opts.Authorize(ctx, p.admit); err != nil {
+			return nil, err
+		}
 		if err := s.ensureApplied(ctx, cfg); err != nil {
 			return nil, err
 		}

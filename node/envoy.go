@@ -45,10 +45,11 @@ func (n *Node) initEnvoy() error {
 		return fmt.Errorf("%w: --envoy-config: %v", ErrInvalidConfig, err)
 	}
 	n.envoy = envoyrls.New(envoyrls.Options{
-		Config:  w.Current,
-		Admit:   n.envoyAdmit,
-		Apply:   n.envoyApply,
-		Headers: n.cfg.EnvoyHeaders,
+		Config:    w.Current,
+		Authorize: n.envoyAuthorize,
+		Admit:     n.envoyAdmit,
+		Apply:     n.envoyApply,
+		Headers:   n.cfg.EnvoyHeaders,
 	})
 	return nil
 }
@@ -62,12 +63,17 @@ func (n *Node) handleEnvoy(mux *http.ServeMux, kind serverKind, opts []connect.H
 	mux.Handle(n.envoy.Handler(opts...))
 }
 
-// envoyAdmit authorizes req as an Admit call of the caller of ctx and
-// decides it.
-func (n *Node) envoyAdmit(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+// envoyAuthorize authorizes req as an Admit call of the caller of ctx,
+// resolving its caller.
+func (n *Node) envoyAuthorize(ctx context.Context, req *quoratev1.AdmitRequest) error {
 	if err := n.authorize(ctx, access.ActionAdmit, req); err != nil {
-		return nil, n.toConnectError(err)
+		return n.toConnectError(err)
 	}
+	return nil
+}
+
+// envoyAdmit decides req, authorized.
+func (n *Node) envoyAdmit(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
 	resp, err := (&admissionHandler{n: n}).Admit(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err

@@ -10,15 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // envoyConfig is a configuration in the rate-limit service's format. Its
@@ -116,8 +121,8 @@ func shouldRateLimit(t *testing.T, cl rlsv3.RateLimitServiceClient, req *rlsv3.R
 	return resp
 }
 
-// codes is the overall code followed by each descriptor's.
-func codes(resp *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
+// rlCodes is the overall code followed by each descriptor's.
+func rlCodes(resp *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
 	out := []rlsv3.RateLimitResponse_Code{resp.GetOverallCode()}
 	for _, s := range resp.GetStatuses() {
 		out = append(out, s.GetCode())
@@ -127,7 +132,7 @@ func codes(resp *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
 
 func wantCodes(t *testing.T, what string, resp *rlsv3.RateLimitResponse, want ...rlsv3.RateLimitResponse_Code) {
 	t.Helper()
-	got := codes(resp)
+	got := rlCodes(resp)
 	if len(got) != len(want) {
 		t.Fatalf("%s: codes %v, want %v", what, got, want)
 	}
@@ -275,4 +280,77 @@ func TestEnvoyRateLimitService(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestEnvoyRateLimitServiceAccess: with an access file, each call is
+// authorized as the Admit it becomes, before anything is applied: a token
+// with the client role is needed, and a caller limited to other policies
+// is refused. The first allowed call applies the policies, and the audit
+// trail names its caller.
+func TestEnvoyRateLimitServiceAccess(t *testing.T) {
+	e := &accessEnv{dir: t.TempDir(), tokens: map[string]string{}}
+	for _, caller := range []string{"ops", "admin-b", "app-a", "app-b", "only-p", "newbie"} {
+		e.tokens[caller] = access.NewToken()
+	}
+	e.accessPath = filepath.Join(e.dir, "access.yaml")
+	e.tokenPath = filepath.Join(e.dir, "tokens.yaml")
+	envoyFile := filepath.Join(e.dir, "envoy.yaml")
+	writeAtomic(t, e.accessPath, accessRules)
+	writeAtomic(t, e.tokenPath, tokenFile(e.tokens))
+	writeAtomic(t, envoyFile, envoyConfig)
+	e.c = nodetest.NewClusterWith(t, nodetest.Options{Token: e.tokens["ops"], Configure: func(_ int, cfg *node.Config) {
+		cfg.AccessFile, cfg.TokenFile, cfg.NodeToken = e.accessPath, e.tokenPath, e.tokens["ops"]
+		cfg.EnvoyConfig = []string{envoyFile}
+	}})
+	e.c.WaitReady(t)
+	conn, err := grpc.NewClient(strings.TrimPrefix(e.c.APIURL(1), "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cl := rlsv3.NewRateLimitServiceClient(conn)
+	call := func(caller string) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		if caller != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.tokens[caller])
+		}
+		_, err := cl.ShouldRateLimit(ctx, rlRequest("edge", desc("tenant", "acme")))
+		return err
+	}
+	for _, tc := range []struct {
+		caller string
+		code   codes.Code
+	}{{"", codes.Unauthenticated}, {"admin-b", codes.PermissionDenied}, {"only-p", codes.PermissionDenied}} {
+		if err := call(tc.caller); status.Code(err) != tc.code {
+			t.Errorf("caller %q: %v, want %v", tc.caller, err, tc.code)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	pols, err := e.admin(t, "ops", 0).ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pols.Msg.GetPolicies() {
+		if strings.HasPrefix(p.GetName(), "envoy.") {
+			t.Fatalf("policy %s applied before any call was allowed", p.GetName())
+		}
+	}
+	if err := call("app-a"); err != nil {
+		t.Fatalf("app-a: %v", err)
+	}
+	audit, err := e.admin(t, "ops", 0).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range audit.Msg.GetEntries() {
+		if strings.Contains(r.GetAction(), "polic") && r.GetCaller() == "app-a" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no audit record of the envoy policies applied by app-a's call: %v", audit.Msg)
+	}
 }
