@@ -28,8 +28,9 @@ type Options struct {
 	// change).
 	Config func() *Config
 	// Authorize allows req for the caller of ctx, or returns the error to
-	// answer; it may set req's caller. It runs before anything is applied
-	// or decided.
+	// answer; it may set req's caller. It runs on every call, before
+	// anything is applied or decided; req is nil when the call counts
+	// nothing (no descriptor with a counted limit).
 	Authorize func(ctx context.Context, req *quoratev1.AdmitRequest) error
 	// Admit decides one authorized Admit.
 	Admit func(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error)
@@ -68,11 +69,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	if err := s.opts.Authorize(ctx, p.admit); err != nil {
+		return nil, err
+	}
 	var resp *quoratev1.AdmitResponse
 	if p.admit != nil {
-		if err := s.opts.Authorize(ctx, p.admit); err != nil {
-			return nil, err
-		}
 		if err := s.ensureApplied(ctx, cfg); err != nil {
 			return nil, err
 		}

@@ -64,9 +64,14 @@ func (n *Node) handleEnvoy(mux *http.ServeMux, kind serverKind, opts []connect.H
 }
 
 // envoyAuthorize authorizes req as an Admit call of the caller of ctx,
-// resolving its caller.
+// resolving its caller. A call that counts nothing (req nil) names no
+// policy: it needs a caller that may make data calls at all, as Routes.
 func (n *Node) envoyAuthorize(ctx context.Context, req *quoratev1.AdmitRequest) error {
-	if err := n.authorize(ctx, access.ActionAdmit, req); err != nil {
+	action, msg := access.ActionRoutes, any(nil)
+	if req != nil {
+		action, msg = access.ActionAdmit, req
+	}
+	if err := n.authorize(ctx, action, msg); err != nil {
 		return n.toConnectError(err)
 	}
 	return nil

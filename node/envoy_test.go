@@ -309,13 +309,16 @@ func TestEnvoyRateLimitServiceAccess(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	cl := rlsv3.NewRateLimitServiceClient(conn)
-	call := func(caller string) error {
+	call := func(caller string, ds ...*commonv3.RateLimitDescriptor) error {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		if caller != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.tokens[caller])
 		}
-		_, err := cl.ShouldRateLimit(ctx, rlRequest("edge", desc("tenant", "acme")))
+		if len(ds) == 0 {
+			ds = append(ds, desc("tenant", "acme"))
+		}
+		_, err := cl.ShouldRateLimit(ctx, rlRequest("edge", ds...))
 		return err
 	}
 	for _, tc := range []struct {
@@ -325,6 +328,13 @@ func TestEnvoyRateLimitServiceAccess(t *testing.T) {
 		if err := call(tc.caller); status.Code(err) != tc.code {
 			t.Errorf("caller %q: %v, want %v", tc.caller, err, tc.code)
 		}
+	}
+	// A call that counts nothing still needs a caller.
+	if err := call("", desc("nope", "x")); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("anonymous call of an unknown descriptor: %v", err)
+	}
+	if err := call("only-p", desc("nope", "x")); err != nil {
+		t.Errorf("only-p's call of an unknown descriptor: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
