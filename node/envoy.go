@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -14,14 +15,18 @@ import (
 )
 
 // Envoy's rate-limit service (package envoyrls) on the API port, with
-// Config.EnvoyConfig. Its calls are authorized as Admit calls (the access
-// file's client role and policies, the caller resolved as for Admit) when
-// each is decided, not by the API's interceptor, since only the Admit it
-// becomes names its policies. The node applies the configuration's
-// policies through the meta group before the first decision under each
-// version of the files, with the authority of the call that triggers it;
-// every node given the same files applies the same definitions, which
-// leaves their versions unchanged.
+// Config.EnvoyConfig. The service authorizes each call itself, as the Admit
+// it becomes (the access file's client role and policies, the caller
+// resolved), not through the API's interceptor, since only that Admit
+// names policies; a call that counts nothing is authorized as Routes.
+// Before the first decision under each version of the files, the node
+// applies their policies through the meta group (not authorized again: the
+// files are the operator's), in the context of the call that triggers it,
+// so the audit trail names that call's caller. Every node given the same
+// files applies the same definitions, which keeps their versions.
+
+// envoyConfigInterval is how often the files are looked at, on use.
+const envoyConfigInterval = time.Second
 
 // initEnvoy loads the Envoy configuration files, watched for changes.
 func (n *Node) initEnvoy() error {
@@ -32,7 +37,7 @@ func (n *Node) initEnvoy() error {
 	w, err := filewatch.New(filewatch.Options[*envoyrls.Config]{
 		Files:    names,
 		Parse:    func(data [][]byte) (*envoyrls.Config, error) { return envoyrls.Parse(names, data) },
-		Interval: access.DefaultInterval,
+		Interval: envoyConfigInterval,
 		OnChange: func(_ *envoyrls.Config, st filewatch.Status) {
 			if st.Err != nil {
 				n.log.Warn("envoy config not reloaded; the previous one stays in use", "err", st.Err)
