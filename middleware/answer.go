@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/ratelimitheader"
 )
 
 // The answer's fields.
 const (
-	HeaderPolicy     = "RateLimit-Policy"
-	HeaderRateLimit  = "RateLimit"
+	HeaderPolicy     = ratelimitheader.Policy
+	HeaderRateLimit  = ratelimitheader.RateLimit
 	HeaderRetryAfter = "Retry-After"
 	// HeaderDeniedBy names the limit that denied, a structured-field String.
 	HeaderDeniedBy = "Quorate-Denied-By"
@@ -95,7 +95,7 @@ func (l *Limiter) decide(r *http.Request) verdict {
 	v.kind = denied
 	v.header.Set(HeaderRetryAfter, strconv.FormatInt(retryAfterSeconds(v.retryAfter), 10))
 	if v.deniedBy != "" {
-		v.header.Set(HeaderDeniedBy, sfString(v.deniedBy))
+		v.header.Set(HeaderDeniedBy, ratelimitheader.String(v.deniedBy))
 		v.msg = fmt.Sprintf("rate limited by %q: retry after %d s", v.deniedBy, retryAfterSeconds(v.retryAfter))
 	} else {
 		v.msg = fmt.Sprintf("rate limited: retry after %d s", retryAfterSeconds(v.retryAfter))
@@ -153,67 +153,15 @@ func deniedIndex(d *client.Decision, n int) int {
 // rateLimitHeader returns the RateLimit-Policy and RateLimit fields of the
 // limits' results, one list member per result.
 func rateLimitHeader(limits []*Limit, results []client.CheckResult) http.Header {
-	var pol, cur strings.Builder
+	fields := make([]ratelimitheader.Limit, len(results))
 	for i, res := range results {
-		if i > 0 {
-			pol.WriteString(", ")
-			cur.WriteString(", ")
-		}
-		name := sfString(limits[i].Name)
-		pol.WriteString(name)
-		pol.WriteString(";q=")
-		pol.WriteString(sfInteger(res.Limit))
-		if res.Window > 0 {
-			pol.WriteString(";w=")
-			pol.WriteString(sfInteger(ceilSeconds(res.Window)))
-		}
-		cur.WriteString(name)
-		cur.WriteString(";r=")
-		cur.WriteString(sfInteger(res.Remaining))
-		cur.WriteString(";t=")
-		cur.WriteString(sfInteger(ceilSeconds(res.ResetAfter)))
+		fields[i] = ratelimitheader.Limit{Name: limits[i].Name, Limit: res.Limit, Remaining: res.Remaining,
+			Window: res.Window, ResetAfter: res.ResetAfter}
 	}
-	h := http.Header{}
-	h.Set(HeaderPolicy, pol.String())
-	h.Set(HeaderRateLimit, cur.String())
-	return h
+	return ratelimitheader.Fields(fields)
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) int64 {
-	return max(ceilSeconds(d), 1)
-}
-
-// ceilSeconds is d in whole seconds rounded up, 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// sfString is s as a structured-field String (RFC 9651 §4.1.6); s holds
-// printable ASCII only (New checks limit names).
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// sfInteger is n as a non-negative structured-field Integer (at most 15
-// digits), clamped into range.
-func sfInteger(n int64) string {
-	const most = 999_999_999_999_999
-	return strconv.FormatInt(min(max(n, 0), most), 10)
+	return max(ratelimitheader.CeilSeconds(d), 1)
 }

@@ -255,6 +255,15 @@ type Config struct {
 	// on a loopback address.
 	AccessFile string
 
+	// EnvoyConfig are the files of Envoy's rate-limit service
+	// (--envoy-config, package envoyrls): domains of descriptors in the
+	// rate-limit service's YAML format, reloaded when they change. Without
+	// any, the API does not serve that service.
+	EnvoyConfig []string
+	// EnvoyHeaders adds the RateLimit header fields to the rate-limit
+	// service's answers (--envoy-headers).
+	EnvoyHeaders bool
+
 	// TokenFile is the token file (--token-file): callers and the SHA-256
 	// of their bearer tokens. It is reloaded when it changes. Optional:
 	// without one, callers authenticate by client certificate only.

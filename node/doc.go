@@ -96,6 +96,11 @@
 // port's forwarding server serves nodes and does not authenticate callers
 // again: what a node forwards, its own API edge authorized.
 //
+// With Config.EnvoyConfig the API also serves Envoy's rate-limit service
+// (package envoyrls; envoy.go): each call is authorized as the Admit it
+// becomes and decided as one, and the files' policies are applied through
+// the meta group before the first decision under each version of them.
+//
 // # Addresses
 //
 // Each node listens on its API and Raft addresses and advertises them (or

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
@@ -54,6 +55,7 @@ type Node struct {
 	controller  *controller                     // the control plane (ctl.go)
 	authz       *access.Authorizer              // who may do what on the API (auth.go)
 	tokens      *access.Watcher[*access.Tokens] // the token file; nil without one
+	envoy       *envoyrls.Service               // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
 	closeOnce   sync.Once
 	closeErr    error
 	tls         *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
@@ -100,6 +102,9 @@ func New(cfg Config) (_ *Node, err error) {
 	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
 	n.shared.onSync = n.metrics.fsynced
 	if err := n.initAccess(); err != nil {
+		return nil, err
+	}
+	if err := n.initEnvoy(); err != nil {
 		return nil, err
 	}
 	var peerServerTLS, peerClientTLS *tls.Config
@@ -239,6 +244,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
 	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
+	n.handleEnvoy(mux, kind, opts) // authorizes each call itself (envoy.go)
 	if !peer {
 		// The edge (auth.go). The forwarding server serves nodes, which
 		// authorized what they forward: it does not authenticate again.

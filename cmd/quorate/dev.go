@@ -42,6 +42,8 @@ type devOptions struct {
 	memoryLimit     int64
 	heartbeat       time.Duration // --heartbeat-timeout
 	logStore        string
+	envoyConfig     []string // --envoy-config
+	envoyHeaders    bool     // --envoy-headers
 }
 
 func newDevCmd() *cobra.Command {
@@ -85,6 +87,8 @@ func newDevCmd() *cobra.Command {
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
 	f.BoolVar(&o.tls, "tls", false, "serve TLS on every port (mutual TLS between nodes) with a throwaway CA in DIR/tls;\n"+
 		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
+	f.StringArrayVar(&o.envoyConfig, "envoy-config", nil, "serve Envoy's rate-limit service on every node with this file's domains (as serve's); repeatable")
+	f.BoolVar(&o.envoyHeaders, "envoy-headers", false, "add the RateLimit header fields to the rate-limit service's answers")
 	return cmd
 }
 
@@ -153,6 +157,7 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.LeaderLeaseTimeout = min(cfg.LeaderLeaseTimeout, o.heartbeat)
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
 	cfg.MemoryLimit = o.memoryLimit // one process: one limit for every node
+	cfg.EnvoyConfig, cfg.EnvoyHeaders = o.envoyConfig, o.envoyHeaders
 	if i == 1 {
 		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node
 	}

@@ -109,6 +109,9 @@ func newServeCmd() *cobra.Command {
 		"log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel, fsm.FeatureLevel))
 	fs.StringVar(&cfg.AccessFile, "access-file", cfg.AccessFile, "access file: the roles (admin, client) and policies of each caller; reloaded when it changes.\n"+
 		"Required unless the API listens on loopback only (without one, every caller may do everything)")
+	fs.StringArrayVar(&cfg.EnvoyConfig, "envoy-config", cfg.EnvoyConfig, "serve Envoy's rate-limit service (envoy.service.ratelimit.v3) on the API port with this file's domains and\n"+
+		"descriptors, in the rate-limit service's YAML format; repeatable; reloaded when it changes. The node applies its policies")
+	fs.BoolVar(&cfg.EnvoyHeaders, "envoy-headers", cfg.EnvoyHeaders, "add the RateLimit-Policy and RateLimit header fields to the rate-limit service's answers")
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
 	fs.StringVar(&cfg.NodeToken, "node-token", cfg.NodeToken, "bearer token this node sends on its --join, for a cluster without TLS that has an access file: a caller\n"+
 		"with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")

@@ -1,0 +1,249 @@
+package envoyrls
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+const testConfig = `
+domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /api/login
+    rate_limit: {unit: hour, requests_per_unit: 1}
+    descriptors:
+      - key: user
+        rate_limit: {unit: month, requests_per_unit: 7}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+---
+domain: "Other Domain!"
+descriptors:
+  - key: k
+    shadow_mode: true
+    rate_limit: {unit: day, unit_multiplier: 2, requests_per_unit: 5}
+`
+
+func mustParse(t *testing.T, s string) *Config {
+	t.Helper()
+	c, err := Parse([]string{"test.yaml"}, [][]byte{[]byte(s)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func entries(kv ...string) ([]string, []string) {
+	var k, v []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, v = append(k, kv[i]), append(v, kv[i+1])
+	}
+	return k, v
+}
+
+// TestLookup follows the reference service's matching: an exact value
+// first, then a prefix, then the key alone; the limit of the last entry
+// only.
+func TestLookup(t *testing.T) {
+	c := mustParse(t, testConfig)
+	for _, tc := range []struct {
+		kv   []string
+		rpu  uint32 // 99: no limit
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		{[]string{"remote_address", "10.0.0.1"}, 10, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		{[]string{"path", "/api/items"}, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		{[]string{"path", "/api/login"}, 1, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		{[]string{"path", "/api/login", "user", "ann"}, 7, rlsv3.RateLimitResponse_RateLimit_MONTH},
+		{[]string{"path", "/api/items", "user", "ann"}, 99, 0},
+		{[]string{"path", "/web"}, 99, 0},
+		{[]string{"remote_address", "10.0.0.1", "more", "x"}, 99, 0},
+		{[]string{"blocked", "x"}, 0, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		{[]string{"unknown", "x"}, 99, 0},
+	} {
+		k, v := entries(tc.kv...)
+		l := c.lookup("web", k, v)
+		switch {
+		case tc.rpu == 99 && l != nil:
+			t.Errorf("%v: limit %+v, want none", tc.kv, l)
+		case tc.rpu != 99 && (l == nil || l.rpu != tc.rpu || l.unit != tc.unit):
+			t.Errorf("%v: limit %+v, want %d per %v", tc.kv, l, tc.rpu, tc.unit)
+		}
+	}
+	if l := c.lookup("nowhere", []string{"remote_address"}, []string{"x"}); l != nil {
+		t.Errorf("unknown domain: %+v", l)
+	}
+}
+
+// TestPolicies maps each counted limit onto a policy with a valid name.
+func TestPolicies(t *testing.T) {
+	c := mustParse(t, testConfig)
+	pols := c.Policies()
+	if len(pols) != 5 {
+		t.Fatalf("%d policies, want 5 (requests_per_unit 0 counts nothing): %v", len(pols), pols)
+	}
+	seen := map[string]bool{}
+	for _, p := range pols {
+		if len(p.GetName()) > 64 || strings.Trim(p.GetName(), "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" || seen[p.GetName()] {
+			t.Errorf("policy name %q", p.GetName())
+		}
+		seen[p.GetName()] = true
+	}
+	want := []struct {
+		alg, calendar string
+		period        time.Duration
+		shadow        bool
+	}{
+		{"fixed_window", "", time.Second, false}, {"fixed_window", "", time.Minute, false}, {"fixed_window", "", time.Hour, false},
+		{"quota", "month", 0, false}, {"fixed_window", "", 48 * time.Hour, true},
+	}
+	for i, w := range want {
+		p := pols[i]
+		if p.GetAlgorithm() != w.alg || p.GetCalendar() != w.calendar || p.GetPeriod().AsDuration() != w.period || p.GetShadow() != w.shadow {
+			t.Errorf("policy %d: %v, want %+v", i, p, w)
+		}
+	}
+	if !strings.HasPrefix(pols[4].GetName(), "envoy.other-domain-.") {
+		t.Errorf("policy name %q does not show its domain", pols[4].GetName())
+	}
+	// The name depends on the path, not on the limit.
+	again := mustParse(t, strings.Replace(testConfig, "requests_per_unit: 10", "requests_per_unit: 20", 1))
+	if again.Policies()[0].GetName() != pols[0].GetName() || again.Policies()[0].GetLimit() != 20 {
+		t.Errorf("changed limit: %v, was %v", again.Policies()[0], pols[0])
+	}
+}
+
+// TestParseErrors names the field at fault.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"descriptors: []", "domain: must not be empty"},
+		{"domain: a\ndescriptors:\n  - value: x", "descriptors[0].key: must not be empty"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}", "descriptors[0].rate_limit.unit: must be one of"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}", "descriptors[0].rate_limit.requests_per_unit: is required"},
+		{"domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unlimited: true, unit: second}", "descriptors[0].descriptors[0].rate_limit.unlimited: excludes"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, unit_multiplier: 2, requests_per_unit: 1}", "rate_limit.unit_multiplier: must be 1 for unit month"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 367, requests_per_unit: 1}", "rate_limit.unit_multiplier: 367 days exceed 366 days"},
+		{"domain: a\ndescriptors:\n  - key: k\n  - key: k", "descriptors[1]: key \"k\" without a value is configured twice"},
+		{"domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true", "descriptors[0].shadow_mode: needs a rate_limit"},
+		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}", "field replaces not found"},
+		{"domain: a\n---\ndomain: a", "document 2): domain: \"a\" is configured twice"},
+	} {
+		_, err := Parse([]string{"f.yaml"}, [][]byte{[]byte(tc.yaml)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "f.yaml") {
+			t.Errorf("%q: error %v, want one naming f.yaml and %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func desc(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	k, v := entries(kv...)
+	for i := range k {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k[i], Value: v[i]})
+	}
+	return d
+}
+
+// TestPlan builds one Admit of every counted descriptor, keyed under the
+// domain's hash tag, with Envoy's request ID folded into request_id.
+func TestPlan(t *testing.T) {
+	c := mustParse(t, testConfig)
+	req := &rlsv3.RateLimitRequest{Domain: "web", HitsAddend: 2, Descriptors: []*commonv3.RateLimitDescriptor{
+		desc("remote_address", "10.0.0.1"), desc("nope", "x"), desc("path", "/api/a=b/c"),
+	}}
+	p, err := newPlan(c, req, "rid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.admit
+	if a == nil || a.GetKey() != "{envoy:web}remote_address=10.0.0.1" || a.GetCost() != 2 || len(a.GetAlso()) != 1 ||
+		a.GetAlso()[0].GetKey() != "{envoy:web}path=%2Fapi%2Fa%3Db%2Fc" || a.GetRequestId() == "" || len(a.GetRequestId()) > 128 {
+		t.Fatalf("admit %v", a)
+	}
+	q, _ := newPlan(c, req, "rid")
+	r, _ := newPlan(c, &rlsv3.RateLimitRequest{Domain: "web", HitsAddend: 3, Descriptors: req.Descriptors}, "rid")
+	if q.admit.GetRequestId() != a.GetRequestId() || r.admit.GetRequestId() == a.GetRequestId() {
+		t.Errorf("request IDs %q %q %q: want the first two equal, the third other", a.GetRequestId(), q.admit.GetRequestId(), r.admit.GetRequestId())
+	}
+	if p, _ := newPlan(c, req, ""); p.admit.GetRequestId() != "" {
+		t.Errorf("request_id %q without Envoy's", p.admit.GetRequestId())
+	}
+
+	// requests_per_unit 0 denies without an Admit; a long key is hashed.
+	p, err = newPlan(c, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+		desc("blocked", "x"), desc("remote_address", strings.Repeat("a", 600))}}, "")
+	if err != nil || p.admit != nil || !p.over {
+		t.Fatalf("blocked: %+v, %v", p, err)
+	}
+	resp := p.answer(nil, true)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		resp.GetStatuses()[1].GetCode() != rlsv3.RateLimitResponse_OK || len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Fatalf("blocked answer %v", resp)
+	}
+	if k := descriptorKey(hashTag("web"), []string{"k"}, []string{strings.Repeat("a", 600)}); len(k) > maxKeyBytes || !strings.HasPrefix(k, "{envoy:web}sha256:") {
+		t.Errorf("long key %q", k)
+	}
+
+	for _, bad := range []struct {
+		req   *rlsv3.RateLimitRequest
+		field string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("k", "v")}}, "domain"},
+		{&rlsv3.RateLimitRequest{Domain: "web"}, "descriptors"},
+		{&rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{{IsNegativeHits: true}}}, "descriptors[0].is_negative_hits"},
+	} {
+		if _, err := newPlan(c, bad.req, ""); err == nil || err.(*RequestError).Field != bad.field {
+			t.Errorf("%v: error %v, want one on %s", bad.req, err, bad.field)
+		}
+	}
+	many := &rlsv3.RateLimitRequest{Domain: "web"}
+	for range MaxChecks + 1 {
+		many.Descriptors = append(many.Descriptors, desc("remote_address", "x"))
+	}
+	if _, err := newPlan(c, many, ""); err == nil {
+		t.Error("10 counted descriptors accepted")
+	}
+}
+
+// TestAnswer maps a multi-check Admit's answer onto the statuses, and puts
+// the RateLimit fields of the descriptor with the fewest left.
+func TestAnswer(t *testing.T) {
+	c := mustParse(t, testConfig)
+	p, err := newPlan(c, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{
+		desc("internal", "x"), desc("remote_address", "a"), desc("path", "/api/x")}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := p.answer(&quoratev1.AdmitResponse{Allowed: false, DeniedCheck: proto.Int32(1), Checks: []*quoratev1.CheckResult{
+		{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: durationpb.New(300 * time.Millisecond)},
+		{Allowed: false, Limit: 3, Remaining: 0, ResetAfter: durationpb.New(42 * time.Second)},
+	}}, true)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("overall %v", resp)
+	}
+	st := resp.GetStatuses()
+	if st[0].GetCode() != rlsv3.RateLimitResponse_OK || st[0].GetCurrentLimit() != nil ||
+		st[1].GetCode() != rlsv3.RateLimitResponse_OK || st[1].GetLimitRemaining() != 4 || st[1].GetCurrentLimit().GetRequestsPerUnit() != 10 ||
+		st[2].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st[2].GetLimitRemaining() != 0 || st[2].GetDurationUntilReset().AsDuration() != 42*time.Second {
+		t.Fatalf("statuses %v", st)
+	}
+	name := c.Policies()[1].GetName()
+	h := resp.GetResponseHeadersToAdd()
+	if len(h) != 2 || h[0].GetKey() != "RateLimit-Policy" || h[0].GetValue() != `"`+name+`";q=3;w=60` ||
+		h[1].GetKey() != "RateLimit" || h[1].GetValue() != `"`+name+`";r=0;t=42` {
+		t.Fatalf("headers %v", h)
+	}
+}
