@@ -2776,7 +2776,11 @@ type Policy struct {
 	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// Concurrency only: how long a lease lives unless renewed (1s to 24h);
 	// unset means 1m (an explicit 0s is refused).
-	LeaseTtl      *durationpb.Duration `protobuf:"bytes,12,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,12,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// Local decisions: clients decide this policy's requests in memory from
+	// budget they hold (see AdmissionService.Grant). Unset: every request is
+	// decided here, one by one.
+	Local         *LocalDecisions `protobuf:"bytes,13,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2895,6 +2899,82 @@ func (x *Policy) GetLeaseTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Policy) GetLocal() *LocalDecisions {
+	if x != nil {
+		return x.Local
+	}
+	return nil
+}
+
+// LocalDecisions lets clients decide a policy's requests in memory.
+type LocalDecisions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "reserve" (budget leases): a client spends only units granted to it
+	// and already spent in the log, so local and remote decisions together
+	// never exceed the policy. Token_bucket, fixed_window, sliding_window and
+	// quota policies.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Most units one holder may hold unspent; unset means a tenth of the
+	// burst (at least 1). 1 to the burst.
+	MaxGrant *int64 `protobuf:"varint,2,opt,name=max_grant,json=maxGrant,proto3,oneof" json:"max_grant,omitempty"`
+	// How long a grant lives unless renewed (log time; window policies also
+	// end it with the window); unset means 10s. 100ms to 1h.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalDecisions) Reset() {
+	*x = LocalDecisions{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalDecisions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalDecisions) ProtoMessage() {}
+
+func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalDecisions.ProtoReflect.Descriptor instead.
+func (*LocalDecisions) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *LocalDecisions) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *LocalDecisions) GetMaxGrant() int64 {
+	if x != nil && x.MaxGrant != nil {
+		return *x.MaxGrant
+	}
+	return 0
+}
+
+func (x *LocalDecisions) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
 type ApplyPoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
@@ -2904,7 +2984,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +2996,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3009,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -2949,7 +3029,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3041,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3054,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2992,7 +3072,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3084,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3097,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type ListPoliciesResponse struct {
@@ -3029,7 +3109,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3121,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3134,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3073,7 +3153,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3165,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3178,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -3117,7 +3197,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3209,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3222,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -3161,7 +3241,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3253,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3266,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -3206,7 +3286,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3298,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3311,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -3440,7 +3520,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18( \x01(\tR\tclusterId\"-\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18( \x01(\tR\tclusterId\"\xc8\x03\n" +
+	"cluster_id\x18( \x01(\tR\tclusterId\"\xfa\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -3454,9 +3534,16 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\bcalendar\x18\n" +
 	" \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x126\n" +
-	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtlB\b\n" +
+	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x120\n" +
+	"\x05local\x18\r \x01(\v2\x1a.quorate.v1.LocalDecisionsR\x05localB\b\n" +
 	"\x06_burstB\v\n" +
-	"\t_max_cost\"F\n" +
+	"\t_max_cost\"\x81\x01\n" +
+	"\x0eLocalDecisions\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12 \n" +
+	"\tmax_grant\x18\x02 \x01(\x03H\x00R\bmaxGrant\x88\x01\x01\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\f\n" +
+	"\n" +
+	"_max_grant\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"G\n" +
 	"\x15ApplyPoliciesResponse\x12.\n" +
@@ -3512,7 +3599,7 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_quorate_v1_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),       // 0: quorate.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 1: quorate.v1.ListAuditResponse
@@ -3557,24 +3644,25 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*JoinRequest)(nil),            // 40: quorate.v1.JoinRequest
 	(*JoinResponse)(nil),           // 41: quorate.v1.JoinResponse
 	(*Policy)(nil),                 // 42: quorate.v1.Policy
-	(*ApplyPoliciesRequest)(nil),   // 43: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 44: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 45: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 46: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 47: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 48: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 49: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 50: quorate.v1.DeletePoliciesResponse
-	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
+	(*LocalDecisions)(nil),         // 43: quorate.v1.LocalDecisions
+	(*ApplyPoliciesRequest)(nil),   // 44: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 45: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),    // 46: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 47: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),       // 48: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),      // 49: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),  // 50: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil), // 51: quorate.v1.DeletePoliciesResponse
+	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: quorate.v1.ListAuditResponse.entries:type_name -> quorate.v1.AuditEntry
-	51, // 1: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	52, // 1: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	20, // 2: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
 	20, // 3: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
 	21, // 4: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	52, // 5: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	53, // 5: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
 	32, // 6: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
 	30, // 7: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
 	31, // 8: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
@@ -3583,63 +3671,65 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	37, // 11: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
 	36, // 12: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
 	39, // 13: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
-	51, // 14: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	52, // 14: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
 	38, // 15: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
-	52, // 16: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	52, // 17: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	52, // 18: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	42, // 19: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	42, // 20: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 21: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 22: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	42, // 23: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	28, // 24: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	33, // 25: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	40, // 26: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	43, // 27: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	45, // 28: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	47, // 29: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	49, // 30: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	26, // 31: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	24, // 32: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	22, // 33: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	13, // 34: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	14, // 35: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	15, // 36: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	16, // 37: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	18, // 38: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	7,  // 39: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	5,  // 40: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	3,  // 41: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	0,  // 42: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
-	9,  // 43: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	11, // 44: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	29, // 45: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	34, // 46: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	41, // 47: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	44, // 48: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	46, // 49: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	48, // 50: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	50, // 51: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	27, // 52: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	25, // 53: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	23, // 54: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	19, // 55: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	19, // 56: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	19, // 57: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	17, // 58: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	19, // 59: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	8,  // 60: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	6,  // 61: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	4,  // 62: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	1,  // 63: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
-	10, // 64: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	12, // 65: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	45, // [45:66] is the sub-list for method output_type
-	24, // [24:45] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	53, // 16: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	53, // 17: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	53, // 18: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	43, // 19: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
+	53, // 20: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
+	42, // 21: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	42, // 22: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 23: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 24: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	42, // 25: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	28, // 26: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	33, // 27: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	40, // 28: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	44, // 29: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	46, // 30: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	48, // 31: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	50, // 32: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	26, // 33: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	24, // 34: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	22, // 35: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	13, // 36: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	14, // 37: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	15, // 38: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	16, // 39: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	18, // 40: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	7,  // 41: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	5,  // 42: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	3,  // 43: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	0,  // 44: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
+	9,  // 45: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	11, // 46: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	29, // 47: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	34, // 48: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	41, // 49: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	45, // 50: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	47, // 51: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	49, // 52: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	51, // 53: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	27, // 54: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	25, // 55: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	23, // 56: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	19, // 57: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	19, // 58: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	19, // 59: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	17, // 60: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	19, // 61: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	8,  // 62: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	6,  // 63: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	4,  // 64: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	1,  // 65: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
+	10, // 66: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	12, // 67: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	47, // [47:68] is the sub-list for method output_type
+	26, // [26:47] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -3648,13 +3738,14 @@ func file_quorate_v1_admin_proto_init() {
 		return
 	}
 	file_quorate_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
+	file_quorate_v1_admin_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1758,6 +1758,286 @@ func (x *GroupRoute) GetLeaderUrl() string {
 	return ""
 }
 
+type GrantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A token_bucket, fixed_window, sliding_window or quota policy whose
+	// local.mode is "reserve".
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// As AdmitRequest.key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Names the holder: 1 to 64 bytes the client chooses (the Go client: 128
+	// random bits per Client). With caller it names the holder's grant of
+	// (policy, key): a holder has at most one.
+	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// As AdmitRequest.caller; up to 128 bytes.
+	Caller string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The holder's count of calls for this grant: 0 asks for a new grant,
+	// each renewal and the release one more. A call with the grant's current
+	// seq is a retry and gets the answer the first got (duplicate=true); an
+	// older seq is refused (failed_precondition), changing nothing.
+	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Units the holder would like to hold, unspent, after this call: 1 to
+	// the policy's local.max_grant. Ignored on release.
+	Want int64 `protobuf:"varint,6,opt,name=want,proto3" json:"want,omitempty"`
+	// Units the holder spent from this grant so far, over all its renewals:
+	// 0 to total. On release, total - used go back to the key.
+	Used int64 `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
+	// Units per second the holder spent recently (its demand, 0 to 1e12):
+	// the grant is sized by this holder's share of the key's demand.
+	Demand float64 `protobuf:"fixed64,8,opt,name=demand,proto3" json:"demand,omitempty"`
+	// End the grant: what was granted and not used is given back.
+	Release       bool `protobuf:"varint,9,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRequest) Reset() {
+	*x = GrantRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRequest) ProtoMessage() {}
+
+func (x *GrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
+func (*GrantRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GrantRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GrantRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GrantRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *GrantRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *GrantRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GrantRequest) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *GrantRequest) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *GrantRequest) GetDemand() float64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *GrantRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+type GrantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Units granted over the grant's life, every renewal included.
+	Total int64 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// Units this call added (0 when the key had none to spare or the holder
+	// already holds what its share allows).
+	Added int64 `protobuf:"varint,2,opt,name=added,proto3" json:"added,omitempty"`
+	// Log time the grant began. A different value than the holder knew means
+	// a new grant: the old one had ended, and its unspent units with it.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// Log time after which the grant's units must not be spent. The holder
+	// stops earlier, by its own clock: the time it sent this call plus
+	// (expires_at - decided_at).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// The policy's limit and the units left to the key after this call.
+	Limit     int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining int64 `protobuf:"varint,7,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// When nothing was added and the key has no units: time until it has one.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	PolicyVersion uint64               `protobuf:"varint,9,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// Release: the units given back to the key.
+	Returned int64 `protobuf:"varint,10,opt,name=returned,proto3" json:"returned,omitempty"`
+	// This holder's share of the key's recent demand, 0 to 1.
+	Share float64 `protobuf:"fixed64,11,opt,name=share,proto3" json:"share,omitempty"`
+	// A retry of a call already applied (same seq): this is its answer.
+	Duplicate bool `protobuf:"varint,12,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// As AdmitResponse.window.
+	Window        *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantResponse) Reset() {
+	*x = GrantResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantResponse) ProtoMessage() {}
+
+func (x *GrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
+func (*GrantResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GrantResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetAdded() int64 {
+	if x != nil {
+		return x.Added
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *GrantResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *GrantResponse) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *GrantResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *GrantResponse) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetReturned() int64 {
+	if x != nil {
+		return x.Returned
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *GrantResponse) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
 var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 
 const file_quorate_v1_admission_proto_rawDesc = "" +
@@ -1910,7 +2190,36 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
-	"leader_url\x18\x03 \x01(\tR\tleaderUrl2\xed\x03\n" +
+	"leader_url\x18\x03 \x01(\tR\tleaderUrl\"\xd4\x01\n" +
+	"\fGrantRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04want\x18\x06 \x01(\x03R\x04want\x12\x12\n" +
+	"\x04used\x18\a \x01(\x03R\x04used\x12\x16\n" +
+	"\x06demand\x18\b \x01(\x01R\x06demand\x12\x18\n" +
+	"\arelease\x18\t \x01(\bR\arelease\"\x86\x04\n" +
+	"\rGrantResponse\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05added\x18\x02 \x01(\x03R\x05added\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
+	"\n" +
+	"decided_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\a \x01(\x03R\tremaining\x12:\n" +
+	"\vretry_after\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12%\n" +
+	"\x0epolicy_version\x18\t \x01(\x04R\rpolicyVersion\x12\x1a\n" +
+	"\breturned\x18\n" +
+	" \x01(\x03R\breturned\x12\x14\n" +
+	"\x05share\x18\v \x01(\x01R\x05share\x12\x1c\n" +
+	"\tduplicate\x18\f \x01(\bR\tduplicate\x121\n" +
+	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window2\xad\x04\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
 	"\n" +
@@ -1919,7 +2228,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x06Refund\x12\x19.quorate.v1.RefundRequest\x1a\x1a.quorate.v1.RefundResponse\"\x00\x12D\n" +
 	"\aReserve\x12\x1a.quorate.v1.ReserveRequest\x1a\x1b.quorate.v1.ReserveResponse\"\x00\x12A\n" +
 	"\x06Commit\x12\x19.quorate.v1.CommitRequest\x1a\x1a.quorate.v1.CommitResponse\"\x00\x12A\n" +
-	"\x06Routes\x12\x19.quorate.v1.RoutesRequest\x1a\x1a.quorate.v1.RoutesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x06Routes\x12\x19.quorate.v1.RoutesRequest\x1a\x1a.quorate.v1.RoutesResponse\"\x00\x12>\n" +
+	"\x05Grant\x12\x18.quorate.v1.GrantRequest\x1a\x19.quorate.v1.GrantResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admission_proto_rawDescOnce sync.Once
@@ -1933,7 +2243,7 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
 	(*AdmitBatchRequest)(nil),     // 1: quorate.v1.AdmitBatchRequest
@@ -1958,55 +2268,64 @@ var file_quorate_v1_admission_proto_goTypes = []any{
 	(*RoutesResponse)(nil),        // 20: quorate.v1.RoutesResponse
 	(*SlotRoute)(nil),             // 21: quorate.v1.SlotRoute
 	(*GroupRoute)(nil),            // 22: quorate.v1.GroupRoute
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*GrantRequest)(nil),          // 23: quorate.v1.GrantRequest
+	(*GrantResponse)(nil),         // 24: quorate.v1.GrantResponse
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
 	5,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
-	23, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	25, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 2: quorate.v1.AdmitBatchRequest.requests:type_name -> quorate.v1.AdmitRequest
 	3,  // 3: quorate.v1.AdmitBatchResponse.results:type_name -> quorate.v1.AdmitBatchResult
 	6,  // 4: quorate.v1.AdmitBatchResult.response:type_name -> quorate.v1.AdmitResponse
 	4,  // 5: quorate.v1.AdmitBatchResult.error:type_name -> quorate.v1.AdmitBatchError
-	23, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	23, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	24, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	23, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	25, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	25, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	26, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	25, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
 	7,  // 10: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
-	23, // 11: quorate.v1.AdmitResponse.window:type_name -> google.protobuf.Duration
-	23, // 12: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
-	23, // 13: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	23, // 14: quorate.v1.CheckResult.window:type_name -> google.protobuf.Duration
-	23, // 15: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
-	23, // 16: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
-	24, // 17: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
-	24, // 18: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
-	23, // 19: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 20: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
-	24, // 21: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 22: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
-	24, // 23: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	25, // 11: quorate.v1.AdmitResponse.window:type_name -> google.protobuf.Duration
+	25, // 12: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	25, // 13: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	25, // 14: quorate.v1.CheckResult.window:type_name -> google.protobuf.Duration
+	25, // 15: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	25, // 16: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	26, // 17: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	26, // 18: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	25, // 19: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	25, // 20: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
+	26, // 21: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 22: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
+	26, // 23: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
 	21, // 24: quorate.v1.RoutesResponse.slots:type_name -> quorate.v1.SlotRoute
 	22, // 25: quorate.v1.RoutesResponse.groups:type_name -> quorate.v1.GroupRoute
-	0,  // 26: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	1,  // 27: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
-	8,  // 28: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	10, // 29: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	15, // 30: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
-	17, // 31: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
-	19, // 32: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
-	6,  // 33: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	2,  // 34: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
-	9,  // 35: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	11, // 36: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	16, // 37: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
-	18, // 38: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
-	20, // 39: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	26, // 26: quorate.v1.GrantResponse.started_at:type_name -> google.protobuf.Timestamp
+	26, // 27: quorate.v1.GrantResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 28: quorate.v1.GrantResponse.decided_at:type_name -> google.protobuf.Timestamp
+	25, // 29: quorate.v1.GrantResponse.retry_after:type_name -> google.protobuf.Duration
+	25, // 30: quorate.v1.GrantResponse.window:type_name -> google.protobuf.Duration
+	0,  // 31: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	1,  // 32: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
+	8,  // 33: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	10, // 34: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	15, // 35: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	17, // 36: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	19, // 37: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
+	23, // 38: quorate.v1.AdmissionService.Grant:input_type -> quorate.v1.GrantRequest
+	6,  // 39: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	2,  // 40: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
+	9,  // 41: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	11, // 42: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // 43: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	18, // 44: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	20, // 45: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
+	24, // 46: quorate.v1.AdmissionService.Grant:output_type -> quorate.v1.GrantResponse
+	39, // [39:47] is the sub-list for method output_type
+	31, // [31:39] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -2027,7 +2346,7 @@ func file_quorate_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -114,6 +114,7 @@ type Envelope struct {
 	//	*Envelope_UpdatePlan
 	//	*Envelope_CancelPlan
 	//	*Envelope_SetClusterId
+	//	*Envelope_Grant
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -388,6 +389,15 @@ func (x *Envelope) GetSetClusterId() *SetClusterID {
 	return nil
 }
 
+func (x *Envelope) GetGrant() *Grant {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Grant); ok {
+			return x.Grant
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -498,6 +508,11 @@ type Envelope_SetClusterId struct {
 	SetClusterId *SetClusterID `protobuf:"bytes,40,opt,name=set_cluster_id,json=setClusterId,proto3,oneof"`
 }
 
+type Envelope_Grant struct {
+	// Feature level 7.
+	Grant *Grant `protobuf:"bytes,32,opt,name=grant,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -543,6 +558,8 @@ func (*Envelope_UpdatePlan) isEnvelope_Body() {}
 func (*Envelope_CancelPlan) isEnvelope_Body() {}
 
 func (*Envelope_SetClusterId) isEnvelope_Body() {}
+
+func (*Envelope_Grant) isEnvelope_Body() {}
 
 // Actor is who asked for an admin change: an authenticated caller and how
 // it was authenticated ("certificate", "token"; "none" for an anonymous
@@ -1830,8 +1847,10 @@ type Policy struct {
 	Calendar             string                 `protobuf:"bytes,9,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	Shadow               bool                   `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	LeaseTtlNanos        int64                  `protobuf:"varint,11,opt,name=lease_ttl_nanos,json=leaseTtlNanos,proto3" json:"lease_ttl_nanos,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Absent unless clients may decide locally (feature level 7).
+	Local         *LocalDecisions `protobuf:"bytes,12,opt,name=local,proto3" json:"local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
@@ -1941,6 +1960,187 @@ func (x *Policy) GetLeaseTtlNanos() int64 {
 	return 0
 }
 
+func (x *Policy) GetLocal() *LocalDecisions {
+	if x != nil {
+		return x.Local
+	}
+	return nil
+}
+
+// LocalDecisions is the stored form of a policy's local decisions.
+type LocalDecisions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// 0 = the default (a tenth of the burst, at least 1).
+	MaxGrant int64 `protobuf:"varint,2,opt,name=max_grant,json=maxGrant,proto3" json:"max_grant,omitempty"`
+	// 0 = the default (10s).
+	TtlNanos      int64 `protobuf:"varint,3,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalDecisions) Reset() {
+	*x = LocalDecisions{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalDecisions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalDecisions) ProtoMessage() {}
+
+func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalDecisions.ProtoReflect.Descriptor instead.
+func (*LocalDecisions) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LocalDecisions) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *LocalDecisions) GetMaxGrant() int64 {
+	if x != nil {
+		return x.MaxGrant
+	}
+	return 0
+}
+
+func (x *LocalDecisions) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
+// Grant asks for, tops up or releases a budget lease: units of (policy,
+// key) spent now and held by (caller, holder) to spend in memory.
+type Grant struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Holder string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Caller string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	Seq    uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Want   int64                  `protobuf:"varint,6,opt,name=want,proto3" json:"want,omitempty"`
+	Used   int64                  `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
+	// Units per second × 1000.
+	DemandMilli   int64 `protobuf:"varint,8,opt,name=demand_milli,json=demandMilli,proto3" json:"demand_milli,omitempty"`
+	Release       bool  `protobuf:"varint,9,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Grant) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Grant) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Grant) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Grant) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *Grant) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Grant) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *Grant) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *Grant) GetDemandMilli() int64 {
+	if x != nil {
+		return x.DemandMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
 // SetClusterID records the cluster's ID, made at bootstrap: nodes refuse
 // peer connections and joins from another cluster. Meta group only; applied
 // once (a second, different ID is refused). Feature level 4.
@@ -1954,7 +2154,7 @@ type SetClusterID struct {
 
 func (x *SetClusterID) Reset() {
 	*x = SetClusterID{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2166,7 @@ func (x *SetClusterID) String() string {
 func (*SetClusterID) ProtoMessage() {}
 
 func (x *SetClusterID) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[21]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2179,7 @@ func (x *SetClusterID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterID.ProtoReflect.Descriptor instead.
 func (*SetClusterID) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{21}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetClusterID) GetId() string {
@@ -2008,7 +2208,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2220,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[22]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2233,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{22}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -2075,7 +2275,7 @@ type RemoveNode struct {
 
 func (x *RemoveNode) Reset() {
 	*x = RemoveNode{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2287,7 @@ func (x *RemoveNode) String() string {
 func (*RemoveNode) ProtoMessage() {}
 
 func (x *RemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[23]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2300,7 @@ func (x *RemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNode.ProtoReflect.Descriptor instead.
 func (*RemoveNode) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{23}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveNode) GetId() string {
@@ -2140,14 +2340,17 @@ type SnapshotHeader struct {
 	ClusterId string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// The meta group's audit records (feature level 5), which follow every
 	// other record; 0 (absent) when it has none.
-	AuditCount    uint64 `protobuf:"varint,16,opt,name=audit_count,json=auditCount,proto3" json:"audit_count,omitempty"`
+	AuditCount uint64 `protobuf:"varint,16,opt,name=audit_count,json=auditCount,proto3" json:"audit_count,omitempty"`
+	// Budget leases (feature level 7), after the reservations; 0 (absent)
+	// when there are none.
+	GrantCount    uint64 `protobuf:"varint,17,opt,name=grant_count,json=grantCount,proto3" json:"grant_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2362,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[24]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2375,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{24}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -2294,6 +2497,13 @@ func (x *SnapshotHeader) GetAuditCount() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetGrantCount() uint64 {
+	if x != nil {
+		return x.GrantCount
+	}
+	return 0
+}
+
 // PolicyRecord is a policy with its version, in a snapshot.
 type PolicyRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2305,7 +2515,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2527,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[25]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2540,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{25}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PolicyRecord) GetPolicy() *Policy {
@@ -2374,7 +2584,7 @@ type BucketRecord struct {
 
 func (x *BucketRecord) Reset() {
 	*x = BucketRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2596,7 @@ func (x *BucketRecord) String() string {
 func (*BucketRecord) ProtoMessage() {}
 
 func (x *BucketRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[26]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2609,7 @@ func (x *BucketRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRecord.ProtoReflect.Descriptor instead.
 func (*BucketRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{26}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BucketRecord) GetKey() string {
@@ -2469,7 +2679,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2691,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[27]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2704,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{27}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -2533,7 +2743,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2755,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[28]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2768,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{28}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2640,7 +2850,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2862,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2875,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -2787,7 +2997,7 @@ type CheckRecord struct {
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3009,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3022,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -2906,7 +3116,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3128,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3141,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -2975,7 +3185,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3197,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3210,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -3052,7 +3262,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3274,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3287,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -3174,7 +3384,7 @@ type ReservationRecord struct {
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3396,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3409,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -3251,6 +3461,177 @@ func (x *ReservationRecord) GetExpiresAtUnixNano() int64 {
 	return 0
 }
 
+// GrantRecord is one live budget lease, in a snapshot and in the answer a
+// retry of its last call gets.
+type GrantRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Holder string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	Caller string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The seq of the last call applied.
+	Seq uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Units granted over the grant's life, and those the holder reported spent.
+	Total             int64 `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
+	Used              int64 `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
+	DemandMilli       int64 `protobuf:"varint,8,opt,name=demand_milli,json=demandMilli,proto3" json:"demand_milli,omitempty"`
+	StartedAtUnixNano int64 `protobuf:"varint,9,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
+	ExpiresAtUnixNano int64 `protobuf:"varint,10,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	// The last top-up: when, how many units, and the ExpiresAt of the key's
+	// state right after it (what a release can still give back).
+	LastAddedAtUnixNano int64 `protobuf:"varint,11,opt,name=last_added_at_unix_nano,json=lastAddedAtUnixNano,proto3" json:"last_added_at_unix_nano,omitempty"`
+	LastAdded           int64 `protobuf:"varint,12,opt,name=last_added,json=lastAdded,proto3" json:"last_added,omitempty"`
+	SpentUntilUnixNano  int64 `protobuf:"varint,13,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
+	// The last call's answer fields that a retry gets back.
+	LastDecidedAtUnixNano int64  `protobuf:"varint,14,opt,name=last_decided_at_unix_nano,json=lastDecidedAtUnixNano,proto3" json:"last_decided_at_unix_nano,omitempty"`
+	LastRemaining         int64  `protobuf:"varint,15,opt,name=last_remaining,json=lastRemaining,proto3" json:"last_remaining,omitempty"`
+	LastPolicyVersion     uint64 `protobuf:"varint,16,opt,name=last_policy_version,json=lastPolicyVersion,proto3" json:"last_policy_version,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *GrantRecord) Reset() {
+	*x = GrantRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRecord) ProtoMessage() {}
+
+func (x *GrantRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
+func (*GrantRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GrantRecord) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetDemandMilli() int64 {
+	if x != nil {
+		return x.DemandMilli
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetStartedAtUnixNano() int64 {
+	if x != nil {
+		return x.StartedAtUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetLastAddedAtUnixNano() int64 {
+	if x != nil {
+		return x.LastAddedAtUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetLastAdded() int64 {
+	if x != nil {
+		return x.LastAdded
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetSpentUntilUnixNano() int64 {
+	if x != nil {
+		return x.SpentUntilUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetLastDecidedAtUnixNano() int64 {
+	if x != nil {
+		return x.LastDecidedAtUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetLastRemaining() int64 {
+	if x != nil {
+		return x.LastRemaining
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetLastPolicyVersion() uint64 {
+	if x != nil {
+		return x.LastPolicyVersion
+	}
+	return 0
+}
+
 // ReserveRecord is the recorded answer of a Reserve or a Commit, returned to
 // its retries.
 type ReserveRecord struct {
@@ -3273,7 +3654,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3285,7 +3666,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3298,7 +3679,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -3396,7 +3777,7 @@ type FreezeSlots struct {
 
 func (x *FreezeSlots) Reset() {
 	*x = FreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3789,7 @@ func (x *FreezeSlots) String() string {
 func (*FreezeSlots) ProtoMessage() {}
 
 func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3802,7 @@ func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSlots.ProtoReflect.Descriptor instead.
 func (*FreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FreezeSlots) GetMigration() uint64 {
@@ -3455,7 +3836,7 @@ type UnfreezeSlots struct {
 
 func (x *UnfreezeSlots) Reset() {
 	*x = UnfreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3848,7 @@ func (x *UnfreezeSlots) String() string {
 func (*UnfreezeSlots) ProtoMessage() {}
 
 func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3861,7 @@ func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeSlots.ProtoReflect.Descriptor instead.
 func (*UnfreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UnfreezeSlots) GetMigration() uint64 {
@@ -3522,7 +3903,7 @@ type ImportSlots struct {
 
 func (x *ImportSlots) Reset() {
 	*x = ImportSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3915,7 @@ func (x *ImportSlots) String() string {
 func (*ImportSlots) ProtoMessage() {}
 
 func (x *ImportSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3928,7 @@ func (x *ImportSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSlots.ProtoReflect.Descriptor instead.
 func (*ImportSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImportSlots) GetMigration() uint64 {
@@ -3633,7 +4014,7 @@ type SlotState struct {
 
 func (x *SlotState) Reset() {
 	*x = SlotState{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +4026,7 @@ func (x *SlotState) String() string {
 func (*SlotState) ProtoMessage() {}
 
 func (x *SlotState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +4039,7 @@ func (x *SlotState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
 func (*SlotState) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SlotState) GetBuckets() []*BucketRecord {
@@ -3703,7 +4084,7 @@ type DropImport struct {
 
 func (x *DropImport) Reset() {
 	*x = DropImport{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +4096,7 @@ func (x *DropImport) String() string {
 func (*DropImport) ProtoMessage() {}
 
 func (x *DropImport) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +4109,7 @@ func (x *DropImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
 func (*DropImport) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DropImport) GetMigration() uint64 {
@@ -3769,7 +4150,7 @@ type ImportProgress struct {
 
 func (x *ImportProgress) Reset() {
 	*x = ImportProgress{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4162,7 @@ func (x *ImportProgress) String() string {
 func (*ImportProgress) ProtoMessage() {}
 
 func (x *ImportProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4175,7 @@ func (x *ImportProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
 func (*ImportProgress) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ImportProgress) GetMigration() uint64 {
@@ -3876,7 +4257,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4269,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4282,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Plan) GetId() uint64 {
@@ -3993,7 +4374,7 @@ type PlanStep struct {
 
 func (x *PlanStep) Reset() {
 	*x = PlanStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4386,7 @@ func (x *PlanStep) String() string {
 func (*PlanStep) ProtoMessage() {}
 
 func (x *PlanStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4399,7 @@ func (x *PlanStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
 func (*PlanStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PlanStep) GetAction() isPlanStep_Action {
@@ -4115,7 +4496,7 @@ type AddGroupStep struct {
 
 func (x *AddGroupStep) Reset() {
 	*x = AddGroupStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +4508,7 @@ func (x *AddGroupStep) String() string {
 func (*AddGroupStep) ProtoMessage() {}
 
 func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +4521,7 @@ func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
 func (*AddGroupStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddGroupStep) GetGroup() uint32 {
@@ -4171,7 +4552,7 @@ type MoveSlotsStep struct {
 
 func (x *MoveSlotsStep) Reset() {
 	*x = MoveSlotsStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4564,7 @@ func (x *MoveSlotsStep) String() string {
 func (*MoveSlotsStep) ProtoMessage() {}
 
 func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4577,7 @@ func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
 func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MoveSlotsStep) GetFrom() uint32 {
@@ -4238,7 +4619,7 @@ type CreatePlan struct {
 
 func (x *CreatePlan) Reset() {
 	*x = CreatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4631,7 @@ func (x *CreatePlan) String() string {
 func (*CreatePlan) ProtoMessage() {}
 
 func (x *CreatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4644,7 @@ func (x *CreatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
 func (*CreatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreatePlan) GetPlan() *Plan {
@@ -4298,7 +4679,7 @@ type UpdatePlan struct {
 
 func (x *UpdatePlan) Reset() {
 	*x = UpdatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4691,7 @@ func (x *UpdatePlan) String() string {
 func (*UpdatePlan) ProtoMessage() {}
 
 func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4704,7 @@ func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
 func (*UpdatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdatePlan) GetId() uint64 {
@@ -4407,7 +4788,7 @@ type CancelPlan struct {
 
 func (x *CancelPlan) Reset() {
 	*x = CancelPlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4800,7 @@ func (x *CancelPlan) String() string {
 func (*CancelPlan) ProtoMessage() {}
 
 func (x *CancelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4813,7 @@ func (x *CancelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
 func (*CancelPlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelPlan) GetId() uint64 {
@@ -4446,7 +4827,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xe9\f\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x9c\r\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -4478,7 +4859,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"updatePlan\x12A\n" +
 	"\vcancel_plan\x18\x1f \x01(\v2\x1e.quorate.raftcmd.v1.CancelPlanH\x00R\n" +
 	"cancelPlan\x12H\n" +
-	"\x0eset_cluster_id\x18( \x01(\v2 .quorate.raftcmd.v1.SetClusterIDH\x00R\fsetClusterId\x12\x1b\n" +
+	"\x0eset_cluster_id\x18( \x01(\v2 .quorate.raftcmd.v1.SetClusterIDH\x00R\fsetClusterId\x121\n" +
+	"\x05grant\x18  \x01(\v2\x19.quorate.raftcmd.v1.GrantH\x00R\x05grant\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpoch\x12/\n" +
 	"\x05actor\x18\x04 \x01(\v2\x19.quorate.raftcmd.v1.ActorR\x05actorB\x06\n" +
 	"\x04body\"Q\n" +
@@ -4585,7 +4967,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\"\b\n" +
 	"\x06Expire\"E\n" +
 	"\vPutPolicies\x126\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\xdd\x02\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x1a.quorate.raftcmd.v1.PolicyR\bpolicies\"\x97\x03\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -4598,7 +4980,22 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bcalendar\x18\t \x01(\tR\bcalendar\x12\x16\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12&\n" +
-	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\"\x1e\n" +
+	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\x128\n" +
+	"\x05local\x18\f \x01(\v2\".quorate.raftcmd.v1.LocalDecisionsR\x05local\"^\n" +
+	"\x0eLocalDecisions\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1b\n" +
+	"\tmax_grant\x18\x02 \x01(\x03R\bmaxGrant\x12\x1b\n" +
+	"\tttl_nanos\x18\x03 \x01(\x03R\bttlNanos\"\xd8\x01\n" +
+	"\x05Grant\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04want\x18\x06 \x01(\x03R\x04want\x12\x12\n" +
+	"\x04used\x18\a \x01(\x03R\x04used\x12!\n" +
+	"\fdemand_milli\x18\b \x01(\x03R\vdemandMilli\x12\x18\n" +
+	"\arelease\x18\t \x01(\bR\arelease\"\x1e\n" +
 	"\fSetClusterID\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"{\n" +
 	"\fRegisterNode\x12\x0e\n" +
@@ -4608,7 +5005,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\rfeature_level\x18\x04 \x01(\rR\ffeatureLevel\"\x1c\n" +
 	"\n" +
 	"RemoveNode\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xe4\x05\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x85\x06\n" +
 	"\x0eSnapshotHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12+\n" +
 	"\x12last_now_unix_nano\x18\x02 \x01(\x03R\x0flastNowUnixNano\x12!\n" +
@@ -4630,7 +5027,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18( \x01(\tR\tclusterId\x12\x1f\n" +
 	"\vaudit_count\x18\x10 \x01(\x04R\n" +
-	"auditCount\"\\\n" +
+	"auditCount\x12\x1f\n" +
+	"\vgrant_count\x18\x11 \x01(\x04R\n" +
+	"grantCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
@@ -4718,7 +5117,26 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bestimate\x18\x04 \x01(\x03R\bestimate\x121\n" +
 	"\x15reserved_at_unix_nano\x18\x05 \x01(\x03R\x12reservedAtUnixNano\x121\n" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\x83\x03\n" +
+	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\xc1\x04\n" +
+	"\vGrantRecord\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x03R\x05total\x12\x12\n" +
+	"\x04used\x18\a \x01(\x03R\x04used\x12!\n" +
+	"\fdemand_milli\x18\b \x01(\x03R\vdemandMilli\x12/\n" +
+	"\x14started_at_unix_nano\x18\t \x01(\x03R\x11startedAtUnixNano\x12/\n" +
+	"\x14expires_at_unix_nano\x18\n" +
+	" \x01(\x03R\x11expiresAtUnixNano\x124\n" +
+	"\x17last_added_at_unix_nano\x18\v \x01(\x03R\x13lastAddedAtUnixNano\x12\x1d\n" +
+	"\n" +
+	"last_added\x18\f \x01(\x03R\tlastAdded\x121\n" +
+	"\x15spent_until_unix_nano\x18\r \x01(\x03R\x12spentUntilUnixNano\x128\n" +
+	"\x19last_decided_at_unix_nano\x18\x0e \x01(\x03R\x15lastDecidedAtUnixNano\x12%\n" +
+	"\x0elast_remaining\x18\x0f \x01(\x03R\rlastRemaining\x12.\n" +
+	"\x13last_policy_version\x18\x10 \x01(\x04R\x11lastPolicyVersion\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
@@ -4834,7 +5252,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -4858,39 +5276,42 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*Expire)(nil),            // 19: quorate.raftcmd.v1.Expire
 	(*PutPolicies)(nil),       // 20: quorate.raftcmd.v1.PutPolicies
 	(*Policy)(nil),            // 21: quorate.raftcmd.v1.Policy
-	(*SetClusterID)(nil),      // 22: quorate.raftcmd.v1.SetClusterID
-	(*RegisterNode)(nil),      // 23: quorate.raftcmd.v1.RegisterNode
-	(*RemoveNode)(nil),        // 24: quorate.raftcmd.v1.RemoveNode
-	(*SnapshotHeader)(nil),    // 25: quorate.raftcmd.v1.SnapshotHeader
-	(*PolicyRecord)(nil),      // 26: quorate.raftcmd.v1.PolicyRecord
-	(*BucketRecord)(nil),      // 27: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 28: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 29: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 30: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 31: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 32: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 33: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 34: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 35: quorate.raftcmd.v1.ReservationRecord
-	(*ReserveRecord)(nil),     // 36: quorate.raftcmd.v1.ReserveRecord
-	(*FreezeSlots)(nil),       // 37: quorate.raftcmd.v1.FreezeSlots
-	(*UnfreezeSlots)(nil),     // 38: quorate.raftcmd.v1.UnfreezeSlots
-	(*ImportSlots)(nil),       // 39: quorate.raftcmd.v1.ImportSlots
-	(*SlotState)(nil),         // 40: quorate.raftcmd.v1.SlotState
-	(*DropImport)(nil),        // 41: quorate.raftcmd.v1.DropImport
-	(*ImportProgress)(nil),    // 42: quorate.raftcmd.v1.ImportProgress
-	(*Plan)(nil),              // 43: quorate.raftcmd.v1.Plan
-	(*PlanStep)(nil),          // 44: quorate.raftcmd.v1.PlanStep
-	(*AddGroupStep)(nil),      // 45: quorate.raftcmd.v1.AddGroupStep
-	(*MoveSlotsStep)(nil),     // 46: quorate.raftcmd.v1.MoveSlotsStep
-	(*CreatePlan)(nil),        // 47: quorate.raftcmd.v1.CreatePlan
-	(*UpdatePlan)(nil),        // 48: quorate.raftcmd.v1.UpdatePlan
-	(*CancelPlan)(nil),        // 49: quorate.raftcmd.v1.CancelPlan
+	(*LocalDecisions)(nil),    // 22: quorate.raftcmd.v1.LocalDecisions
+	(*Grant)(nil),             // 23: quorate.raftcmd.v1.Grant
+	(*SetClusterID)(nil),      // 24: quorate.raftcmd.v1.SetClusterID
+	(*RegisterNode)(nil),      // 25: quorate.raftcmd.v1.RegisterNode
+	(*RemoveNode)(nil),        // 26: quorate.raftcmd.v1.RemoveNode
+	(*SnapshotHeader)(nil),    // 27: quorate.raftcmd.v1.SnapshotHeader
+	(*PolicyRecord)(nil),      // 28: quorate.raftcmd.v1.PolicyRecord
+	(*BucketRecord)(nil),      // 29: quorate.raftcmd.v1.BucketRecord
+	(*LogEntry)(nil),          // 30: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 31: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 32: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 33: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 34: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 35: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 36: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 37: quorate.raftcmd.v1.ReservationRecord
+	(*GrantRecord)(nil),       // 38: quorate.raftcmd.v1.GrantRecord
+	(*ReserveRecord)(nil),     // 39: quorate.raftcmd.v1.ReserveRecord
+	(*FreezeSlots)(nil),       // 40: quorate.raftcmd.v1.FreezeSlots
+	(*UnfreezeSlots)(nil),     // 41: quorate.raftcmd.v1.UnfreezeSlots
+	(*ImportSlots)(nil),       // 42: quorate.raftcmd.v1.ImportSlots
+	(*SlotState)(nil),         // 43: quorate.raftcmd.v1.SlotState
+	(*DropImport)(nil),        // 44: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 45: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 46: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 47: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 48: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 49: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 50: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 51: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 52: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	11, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
 	20, // 1: quorate.raftcmd.v1.Envelope.put_policies:type_name -> quorate.raftcmd.v1.PutPolicies
-	23, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
+	25, // 2: quorate.raftcmd.v1.Envelope.register_node:type_name -> quorate.raftcmd.v1.RegisterNode
 	19, // 3: quorate.raftcmd.v1.Envelope.expire:type_name -> quorate.raftcmd.v1.Expire
 	13, // 4: quorate.raftcmd.v1.Envelope.peek:type_name -> quorate.raftcmd.v1.Peek
 	17, // 5: quorate.raftcmd.v1.Envelope.delete_policies:type_name -> quorate.raftcmd.v1.DeletePolicies
@@ -4902,49 +5323,51 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	9,  // 11: quorate.raftcmd.v1.Envelope.set_ownership:type_name -> quorate.raftcmd.v1.SetOwnership
 	10, // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
 	4,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
-	24, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
-	37, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
-	38, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
-	39, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
-	41, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
-	47, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
-	48, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
-	49, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
-	22, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
-	2,  // 23: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
-	1,  // 24: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	6,  // 25: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	7,  // 26: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	5,  // 27: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 28: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	26, // 29: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	12, // 30: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 31: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	21, // 32: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	5,  // 33: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	9,  // 34: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	37, // 35: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
-	42, // 36: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
-	43, // 37: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
-	21, // 38: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	28, // 39: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	31, // 40: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	33, // 41: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	33, // 42: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	40, // 43: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
-	27, // 44: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
-	32, // 45: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
-	35, // 46: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
-	29, // 47: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
-	44, // 48: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
-	45, // 49: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
-	46, // 50: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
-	43, // 51: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	26, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
+	40, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
+	41, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
+	42, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
+	44, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	50, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	51, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	52, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	24, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
+	23, // 23: quorate.raftcmd.v1.Envelope.grant:type_name -> quorate.raftcmd.v1.Grant
+	2,  // 24: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
+	1,  // 25: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	6,  // 26: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	7,  // 27: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	5,  // 28: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 29: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	28, // 30: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	12, // 31: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 32: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	21, // 33: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	22, // 34: quorate.raftcmd.v1.Policy.local:type_name -> quorate.raftcmd.v1.LocalDecisions
+	5,  // 35: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	9,  // 36: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	40, // 37: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	45, // 38: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	46, // 39: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	21, // 40: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	30, // 41: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	33, // 42: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	35, // 43: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	35, // 44: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	43, // 45: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	29, // 46: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	34, // 47: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	37, // 48: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	31, // 49: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	47, // 50: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	48, // 51: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	49, // 52: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	46, // 53: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -4976,9 +5399,10 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_UpdatePlan)(nil),
 		(*Envelope_CancelPlan)(nil),
 		(*Envelope_SetClusterId)(nil),
+		(*Envelope_Grant)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[13].OneofWrappers = []any{}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[43].OneofWrappers = []any{
+	file_quorate_raftcmd_v1_command_proto_msgTypes[46].OneofWrappers = []any{
 		(*PlanStep_AddGroup)(nil),
 		(*PlanStep_MoveSlots)(nil),
 	}
@@ -4988,7 +5412,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -52,6 +52,8 @@ const (
 	AdmissionServiceCommitProcedure = "/quorate.v1.AdmissionService/Commit"
 	// AdmissionServiceRoutesProcedure is the fully-qualified name of the AdmissionService's Routes RPC.
 	AdmissionServiceRoutesProcedure = "/quorate.v1.AdmissionService/Routes"
+	// AdmissionServiceGrantProcedure is the fully-qualified name of the AdmissionService's Grant RPC.
+	AdmissionServiceGrantProcedure = "/quorate.v1.AdmissionService/Grant"
 )
 
 // AdmissionServiceClient is a client for the quorate.v1.AdmissionService service.
@@ -101,6 +103,16 @@ type AdmissionServiceClient interface {
 	// little stale, which the client notices by a forwarded or refused call
 	// and corrects by asking again.
 	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
+	// Grant asks for, tops up or ends a budget lease: units of a policy whose
+	// local.mode is "reserve", spent from the key's state in its group's log
+	// when granted and then spent by the holder in memory, so that requests
+	// decided from grants and requests decided here never together exceed
+	// the policy. Each holder's part is sized by its share of the key's
+	// recent demand and never exceeds local.max_grant. A grant ends at
+	// expires_at (log time) unless renewed; its unspent units then stay spent
+	// (a holder that dies under-admits, never over-admits). Release gives
+	// back what was granted and not used.
+	Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error)
 }
 
 // NewAdmissionServiceClient constructs a client for the quorate.v1.AdmissionService service. By
@@ -156,6 +168,12 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Routes")),
 			connect.WithClientOptions(opts...),
 		),
+		grant: connect.NewClient[v1.GrantRequest, v1.GrantResponse](
+			httpClient,
+			baseURL+AdmissionServiceGrantProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Grant")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -168,6 +186,7 @@ type admissionServiceClient struct {
 	reserve    *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
 	commit     *connect.Client[v1.CommitRequest, v1.CommitResponse]
 	routes     *connect.Client[v1.RoutesRequest, v1.RoutesResponse]
+	grant      *connect.Client[v1.GrantRequest, v1.GrantResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
@@ -203,6 +222,11 @@ func (c *admissionServiceClient) Commit(ctx context.Context, req *connect.Reques
 // Routes calls quorate.v1.AdmissionService.Routes.
 func (c *admissionServiceClient) Routes(ctx context.Context, req *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error) {
 	return c.routes.CallUnary(ctx, req)
+}
+
+// Grant calls quorate.v1.AdmissionService.Grant.
+func (c *admissionServiceClient) Grant(ctx context.Context, req *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error) {
+	return c.grant.CallUnary(ctx, req)
 }
 
 // AdmissionServiceHandler is an implementation of the quorate.v1.AdmissionService service.
@@ -252,6 +276,16 @@ type AdmissionServiceHandler interface {
 	// little stale, which the client notices by a forwarded or refused call
 	// and corrects by asking again.
 	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
+	// Grant asks for, tops up or ends a budget lease: units of a policy whose
+	// local.mode is "reserve", spent from the key's state in its group's log
+	// when granted and then spent by the holder in memory, so that requests
+	// decided from grants and requests decided here never together exceed
+	// the policy. Each holder's part is sized by its share of the key's
+	// recent demand and never exceeds local.max_grant. A grant ends at
+	// expires_at (log time) unless renewed; its unspent units then stay spent
+	// (a holder that dies under-admits, never over-admits). Release gives
+	// back what was granted and not used.
+	Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error)
 }
 
 // NewAdmissionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -303,6 +337,12 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Routes")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServiceGrantHandler := connect.NewUnaryHandler(
+		AdmissionServiceGrantProcedure,
+		svc.Grant,
+		connect.WithSchema(admissionServiceMethods.ByName("Grant")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdmissionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
@@ -319,6 +359,8 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 			admissionServiceCommitHandler.ServeHTTP(w, r)
 		case AdmissionServiceRoutesProcedure:
 			admissionServiceRoutesHandler.ServeHTTP(w, r)
+		case AdmissionServiceGrantProcedure:
+			admissionServiceGrantHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -354,4 +396,8 @@ func (UnimplementedAdmissionServiceHandler) Commit(context.Context, *connect.Req
 
 func (UnimplementedAdmissionServiceHandler) Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Routes is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Grant is not implemented"))
 }
