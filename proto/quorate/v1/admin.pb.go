@@ -2463,10 +2463,15 @@ type HotKey struct {
 	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Decisions counted for the pair (an upper bound), and by how much at
 	// most it exceeds the true count.
-	Count         uint64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
-	Error         uint64 `protobuf:"varint,4,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Count uint64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Error uint64 `protobuf:"varint,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Budget leases on the pair (a policy with local decisions): how many
+	// holders have a live grant, and the units granted to them not yet
+	// reported spent.
+	GrantHolders   uint32 `protobuf:"varint,5,opt,name=grant_holders,json=grantHolders,proto3" json:"grant_holders,omitempty"`
+	GrantedUnspent int64  `protobuf:"varint,6,opt,name=granted_unspent,json=grantedUnspent,proto3" json:"granted_unspent,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HotKey) Reset() {
@@ -2523,6 +2528,20 @@ func (x *HotKey) GetCount() uint64 {
 func (x *HotKey) GetError() uint64 {
 	if x != nil {
 		return x.Error
+	}
+	return 0
+}
+
+func (x *HotKey) GetGrantHolders() uint32 {
+	if x != nil {
+		return x.GrantHolders
+	}
+	return 0
+}
+
+func (x *HotKey) GetGrantedUnspent() int64 {
+	if x != nil {
+		return x.GrantedUnspent
 	}
 	return 0
 }
@@ -3497,12 +3516,14 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x06frozen\x18< \x03(\v2\x17.quorate.v1.FrozenSlotsR\x06frozen\x12#\n" +
 	"\rstorage_error\x18P \x01(\tR\fstorageError\x12D\n" +
 	"\x10storage_error_at\x18Q \x01(\v2\x1a.google.protobuf.TimestampR\x0estorageErrorAt\x12-\n" +
-	"\bhot_keys\x18Z \x03(\v2\x12.quorate.v1.HotKeyR\ahotKeys\"^\n" +
+	"\bhot_keys\x18Z \x03(\v2\x12.quorate.v1.HotKeyR\ahotKeys\"\xac\x01\n" +
 	"\x06HotKey\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x04R\x05count\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\x04R\x05error\"\x9a\x01\n" +
+	"\x05error\x18\x04 \x01(\x04R\x05error\x12#\n" +
+	"\rgrant_holders\x18\x05 \x01(\rR\fgrantHolders\x12'\n" +
+	"\x0fgranted_unspent\x18\x06 \x01(\x03R\x0egrantedUnspent\"\x9a\x01\n" +
 	"\vFrozenSlots\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\x12\x1c\n" +
