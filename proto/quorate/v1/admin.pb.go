@@ -2930,15 +2930,24 @@ type LocalDecisions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "reserve" (budget leases): a client spends only units granted to it
 	// and already spent in the log, so local and remote decisions together
-	// never exceed the policy. Token_bucket, fixed_window, sliding_window and
+	// never exceed the policy. "sync" (local-plus-global): clients admit from
+	// allowances sized to their share of the key's demand and report what
+	// they admitted every sync_interval; a key may be over-admitted by at
+	// most the bound above. Token_bucket, fixed_window, sliding_window and
 	// quota policies.
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
 	// Most units one holder may hold unspent; unset means a tenth of the
 	// burst (at least 1). 1 to the burst.
 	MaxGrant *int64 `protobuf:"varint,2,opt,name=max_grant,json=maxGrant,proto3,oneof" json:"max_grant,omitempty"`
 	// How long a grant lives unless renewed (log time; window policies also
-	// end it with the window); unset means 10s. 100ms to 1h.
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// end it with the window); unset means 10s. 100ms to 1h. Reserve only.
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// "sync" (local-plus-global) only: how often each client reports what it
+	// admitted and gets its allowance for the next interval; unset means 1s.
+	// 10ms to 1m. Clients admit without asking, within allowances that
+	// together never exceed ceil(limit × sync_interval / period) units: the
+	// most a key can be over-admitted by (shown by quorate policy get).
+	SyncInterval  *durationpb.Duration `protobuf:"bytes,4,opt,name=sync_interval,json=syncInterval,proto3" json:"sync_interval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2990,6 +2999,13 @@ func (x *LocalDecisions) GetMaxGrant() int64 {
 func (x *LocalDecisions) GetTtl() *durationpb.Duration {
 	if x != nil {
 		return x.Ttl
+	}
+	return nil
+}
+
+func (x *LocalDecisions) GetSyncInterval() *durationpb.Duration {
+	if x != nil {
+		return x.SyncInterval
 	}
 	return nil
 }
@@ -3558,11 +3574,12 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tlease_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x120\n" +
 	"\x05local\x18\r \x01(\v2\x1a.quorate.v1.LocalDecisionsR\x05localB\b\n" +
 	"\x06_burstB\v\n" +
-	"\t_max_cost\"\x81\x01\n" +
+	"\t_max_cost\"\xc1\x01\n" +
 	"\x0eLocalDecisions\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12 \n" +
 	"\tmax_grant\x18\x02 \x01(\x03H\x00R\bmaxGrant\x88\x01\x01\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttlB\f\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12>\n" +
+	"\rsync_interval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\fsyncIntervalB\f\n" +
 	"\n" +
 	"_max_grant\"F\n" +
 	"\x14ApplyPoliciesRequest\x12.\n" +
@@ -3699,58 +3716,59 @@ var file_quorate_v1_admin_proto_depIdxs = []int32{
 	53, // 18: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
 	43, // 19: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
 	53, // 20: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
-	42, // 21: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	42, // 22: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 23: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 24: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	42, // 25: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	28, // 26: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	33, // 27: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	40, // 28: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	44, // 29: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	46, // 30: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	48, // 31: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	50, // 32: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	26, // 33: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	24, // 34: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	22, // 35: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	13, // 36: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	14, // 37: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	15, // 38: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	16, // 39: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	18, // 40: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	7,  // 41: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	5,  // 42: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	3,  // 43: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	0,  // 44: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
-	9,  // 45: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	11, // 46: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	29, // 47: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	34, // 48: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	41, // 49: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	45, // 50: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	47, // 51: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	49, // 52: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	51, // 53: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	27, // 54: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	25, // 55: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	23, // 56: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	19, // 57: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	19, // 58: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	19, // 59: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	17, // 60: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	19, // 61: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	8,  // 62: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	6,  // 63: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	4,  // 64: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	1,  // 65: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
-	10, // 66: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	12, // 67: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	47, // [47:68] is the sub-list for method output_type
-	26, // [26:47] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	53, // 21: quorate.v1.LocalDecisions.sync_interval:type_name -> google.protobuf.Duration
+	42, // 22: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	42, // 23: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 24: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	42, // 25: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	42, // 26: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	28, // 27: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	33, // 28: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	40, // 29: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	44, // 30: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	46, // 31: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	48, // 32: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	50, // 33: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	26, // 34: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	24, // 35: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	22, // 36: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	13, // 37: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	14, // 38: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	15, // 39: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	16, // 40: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	18, // 41: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	7,  // 42: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	5,  // 43: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	3,  // 44: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	0,  // 45: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
+	9,  // 46: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	11, // 47: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	29, // 48: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	34, // 49: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	41, // 50: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	45, // 51: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	47, // 52: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	49, // 53: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	51, // 54: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	27, // 55: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	25, // 56: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	23, // 57: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	19, // 58: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	19, // 59: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	19, // 60: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	17, // 61: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	19, // 62: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	8,  // 63: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	6,  // 64: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	4,  // 65: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	1,  // 66: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
+	10, // 67: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	12, // 68: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	48, // [48:69] is the sub-list for method output_type
+	27, // [27:48] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }

@@ -1974,9 +1974,11 @@ type LocalDecisions struct {
 	// 0 = the default (a tenth of the burst, at least 1).
 	MaxGrant int64 `protobuf:"varint,2,opt,name=max_grant,json=maxGrant,proto3" json:"max_grant,omitempty"`
 	// 0 = the default (10s).
-	TtlNanos      int64 `protobuf:"varint,3,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TtlNanos int64 `protobuf:"varint,3,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	// Sync mode; 0 = the default (1s).
+	SyncIntervalNanos int64 `protobuf:"varint,4,opt,name=sync_interval_nanos,json=syncIntervalNanos,proto3" json:"sync_interval_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LocalDecisions) Reset() {
@@ -2026,6 +2028,13 @@ func (x *LocalDecisions) GetMaxGrant() int64 {
 func (x *LocalDecisions) GetTtlNanos() int64 {
 	if x != nil {
 		return x.TtlNanos
+	}
+	return 0
+}
+
+func (x *LocalDecisions) GetSyncIntervalNanos() int64 {
+	if x != nil {
+		return x.SyncIntervalNanos
 	}
 	return 0
 }
@@ -4981,11 +4990,12 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12&\n" +
 	"\x0flease_ttl_nanos\x18\v \x01(\x03R\rleaseTtlNanos\x128\n" +
-	"\x05local\x18\f \x01(\v2\".quorate.raftcmd.v1.LocalDecisionsR\x05local\"^\n" +
+	"\x05local\x18\f \x01(\v2\".quorate.raftcmd.v1.LocalDecisionsR\x05local\"\x8e\x01\n" +
 	"\x0eLocalDecisions\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1b\n" +
 	"\tmax_grant\x18\x02 \x01(\x03R\bmaxGrant\x12\x1b\n" +
-	"\tttl_nanos\x18\x03 \x01(\x03R\bttlNanos\"\xd8\x01\n" +
+	"\tttl_nanos\x18\x03 \x01(\x03R\bttlNanos\x12.\n" +
+	"\x13sync_interval_nanos\x18\x04 \x01(\x03R\x11syncIntervalNanos\"\xd8\x01\n" +
 	"\x05Grant\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
