@@ -166,6 +166,9 @@ func FormatMatrix(results []MatrixResult) string {
 // gets the equivalent command), each argument quoted for a POSIX shell
 // when it needs to be. Defaults are filled in as Run fills them.
 func ReproduceCommand(o Options) string {
+	seed := o.Seed
+	_ = o.defaults() // on the copy; an unknown workload is printed as it is
+	o.Seed = seed    // 0 (from the time) stays 0
 	interval := o.Nemesis.Interval
 	if interval == 0 {
 		interval = 2 * time.Second // Nemesis.Run's default
