@@ -120,8 +120,21 @@
 // the same faults hit the multi-Raft path: routing by slot, forwarding over
 // the peer mux, many groups electing at once.
 //
-// Run writes a report directory: summary.txt, index.html with porcupine
-// timelines (with a nemesis row), history.jsonl, node logs, the seed; every
-// report names the command that replays its schedule. Binaries built with a
+// Run writes a report directory: summary.txt, index.html, porcupine
+// timelines (with a nemesis row), history.jsonl, node logs, the seed.
+// summary.txt's first line is PASS or FAIL with a one-line reason
+// (Report.Outcome: every checker passed and the run completed), its second
+// the command that replays the schedule (ReproduceCommand: built from the
+// run's options, defaults filled in, so a run driven from a test gets the
+// equivalent quorate-jepsen command); it counts the fault families that
+// ran from the recorded faults (FaultFamilies), then lists every fault and
+// verdict. index.html (Report.WriteHTML, self-contained: no script, no
+// external asset) shows a green PASS or red FAIL banner, the reproduce
+// command, the run's facts, each checker's verdict, a table of the fault
+// families that ran with their counts, errors, time under fault and
+// kinds, and two inline SVG charts over time (ReportCharts): ops completed
+// per second by outcome (ok, fail, unknown) and p50/p99 latency per bin on
+// a log scale, with each fault's interval shaded in its family's colour,
+// labelled, with its kind, nodes and error on hover. Binaries built with a
 // planted bug (PlantedBugs) must make checkers fail: the self-test.
 package jepsen

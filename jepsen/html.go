@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"html"
-	"html/template"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +118,8 @@ func faultColor(kind string) string {
 		return "#b0d8ff"
 	case strings.HasPrefix(kind, "scale"):
 		return "#c0f0d0"
+	case strings.HasPrefix(kind, "rolling"), strings.HasPrefix(kind, "restart"):
+		return "#f5e08a"
 	}
 	return "#d0d0d0"
 }
@@ -133,66 +134,4 @@ func fileSafe(s string) string {
 		}
 		return '_'
 	}, s)
-}
-
-var indexTemplate = template.Must(template.New("index").Parse(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="UTF-8">
-<title>{{.Title}}</title>
-<style>
-body { font-family: sans-serif; margin: 2em; }
-pre { background: #f4f4f4; padding: 1em; overflow-x: auto; }
-.fail { color: #b00000; font-weight: bold; }
-</style>
-</head>
-<body>
-<h1>{{.Title}}</h1>
-<h2>Summary</h2>
-<pre>{{range .Lines}}{{if .Fail}}<span class="fail">{{.Text}}</span>{{else}}{{.Text}}{{end}}
-{{end}}</pre>
-<h2>Timelines</h2>
-{{if .Files}}<ul>
-{{range .Files}}<li><a href="{{.Href}}">{{.Name}}</a></li>
-{{end}}</ul>{{else}}<p>None written.</p>{{end}}
-</body>
-</html>
-`))
-
-// WriteIndexHTML writes a self-contained page at path with title, the
-// summary text (lines starting with FAIL highlighted) and links to files:
-// paths relative to path's directory are used as they are, absolute ones
-// are made relative to it.
-func WriteIndexHTML(path string, title string, summary string, files []string) error {
-	type line struct {
-		Text string
-		Fail bool
-	}
-	type link struct{ Href, Name string }
-	data := struct {
-		Title string
-		Lines []line
-		Files []link
-	}{Title: title}
-	for _, l := range strings.Split(strings.TrimRight(summary, "\n"), "\n") {
-		data.Lines = append(data.Lines, line{Text: l, Fail: strings.HasPrefix(l, "FAIL")})
-	}
-	dir := filepath.Dir(path)
-	for _, f := range files {
-		href := f
-		if filepath.IsAbs(f) {
-			if rel, err := filepath.Rel(dir, f); err == nil {
-				href = rel
-			}
-		}
-		data.Files = append(data.Files, link{Href: filepath.ToSlash(href), Name: filepath.ToSlash(href)})
-	}
-	var buf bytes.Buffer
-	if err := indexTemplate.Execute(&buf, data); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
 }

@@ -160,33 +160,19 @@ func FormatMatrix(results []MatrixResult) string {
 	return b.String()
 }
 
-// faultCounts summarises faults by kind family, e.g. "kill×3 pause×2".
-func faultCounts(faults []Fault) string {
-	counts := map[string]int{}
-	var order []string
-	for _, f := range faults {
-		k, _, _ := strings.Cut(f.Kind, "-")
-		if strings.HasPrefix(k, "clock") {
-			k = "clock"
-		}
-		if counts[k] == 0 {
-			order = append(order, k)
-		}
-		counts[k]++
-	}
-	if len(order) == 0 {
-		return "none"
-	}
-	parts := make([]string, len(order))
-	for i, k := range order {
-		parts[i] = fmt.Sprintf("%s×%d", k, counts[k])
-	}
-	return strings.Join(parts, " ")
-}
-
 // ReproduceCommand is the quorate-jepsen command line that replays opts'
-// schedule: the same seed, workloads, faults and sizes.
+// schedule: the same seed, workloads, faults, sizes and every other flag
+// that changes the run, built from the options (a run driven from a test
+// gets the equivalent command), each argument quoted for a POSIX shell
+// when it needs to be. Defaults are filled in as Run fills them.
 func ReproduceCommand(o Options) string {
+	seed := o.Seed
+	_ = o.defaults() // on the copy; an unknown workload is printed as it is
+	o.Seed = seed    // 0 (from the time) stays 0
+	interval := o.Nemesis.Interval
+	if interval == 0 {
+		interval = 2 * time.Second // Nemesis.Run's default
+	}
 	args := []string{"quorate-jepsen", "--seed", fmt.Sprint(o.Seed), "--duration", o.Duration.String(),
 		"--nodes", fmt.Sprint(max(o.Nodes, 3)), "--workload", strings.Join(o.Workloads, ","),
 		"--faults", familiesArg(o.Nemesis.Families), "--clients", fmt.Sprint(o.Clients), "--keys", fmt.Sprint(o.Keys),
@@ -204,13 +190,23 @@ func ReproduceCommand(o Options) string {
 	if o.TLS {
 		args = append(args, "--tls")
 	}
-	if o.Nemesis.Interval != 0 {
-		args = append(args, "--interval", o.Nemesis.Interval.String())
-	}
+	args = append(args, "--interval", interval.String())
 	if o.BuildTags != "" {
 		args = append(args, "--planted-bug", plantedName(o.BuildTags))
 	}
+	for i, a := range args {
+		args[i] = shellQuote(a)
+	}
 	return strings.Join(args, " ")
+}
+
+// shellQuote quotes s for a POSIX shell unless it is made only of
+// characters no shell treats specially.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/=+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func familiesArg(f []string) string {

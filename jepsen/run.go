@@ -304,8 +304,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	summary := r.Summary(healErr)
 	errs = append(errs,
 		os.WriteFile(filepath.Join(opts.ReportDir, "summary.txt"), []byte(summary), 0o644),
-		WriteIndexHTML(filepath.Join(opts.ReportDir, "index.html"),
-			fmt.Sprintf("Quorate fault-injection run, seed %d", r.Seed), summary, r.Timelines))
+		r.WriteHTML(filepath.Join(opts.ReportDir, "index.html"), summary, healErr))
 	if err := errors.Join(errs...); err != nil {
 		return r, err
 	}
@@ -345,9 +344,18 @@ func named(v Verdict, workload string) Verdict {
 	return v
 }
 
-// Summary renders summary.txt.
+// Summary renders summary.txt: a first line PASS or FAIL with its reason
+// (Outcome), the command that reproduces the run, the run's facts, the
+// fault families that ran with their counts, every fault, and each
+// checker's verdict.
 func (r *Report) Summary(healErr error) string {
 	var b strings.Builder
+	ok, reason := r.Outcome(healErr)
+	status := "PASS"
+	if !ok {
+		status = "FAIL"
+	}
+	fmt.Fprintf(&b, "%s: %s\nreproduce: %s\n", status, reason, ReproduceCommand(r.Options))
 	fmt.Fprintf(&b, "seed: %d\nworkloads: %s\nfault families: %s (network faults via %s)\ndata groups: %d\n", r.Seed,
 		strings.Join(r.Workloads, ", "), familiesArg(r.Families), r.NetMode, max(r.Options.Groups, 1))
 	if r.Options.TLS {
@@ -362,7 +370,14 @@ func (r *Report) Summary(healErr error) string {
 	}
 	fmt.Fprintf(&b, "by call: admit %d, acquire %d, renew %d, check %d, release %d\n",
 		perKind[KindAdmit], perKind[KindAcquire], perKind[KindRenew], perKind[KindCheck], perKind[KindRelease])
-	fmt.Fprintf(&b, "faults: %d\n", len(r.Faults))
+	fmt.Fprintf(&b, "faults: %d (%s)\n", len(r.Faults), faultCounts(r.Faults))
+	if fams := FaultFamilies(r.Faults); len(fams) > 0 {
+		fmt.Fprintf(&b, "fault families that ran:\n  %-10s %5s %6s %9s  %s\n", "family", "count", "errors", "time", "kinds")
+		for _, c := range fams {
+			fmt.Fprintf(&b, "  %-10s %5d %6d %9s  %s\n", c.Family, c.Count, c.Errors, c.Total.Round(10*time.Millisecond), c.KindsString())
+		}
+		fmt.Fprintf(&b, "faults in order:\n")
+	}
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "  %-30s %-16s %s until %s %s\n", f.Kind, f.Node, f.Start.Format("15:04:05.000"), f.End.Format("15:04:05.000"), f.Error)
 		if f.Plan != nil {

@@ -2,6 +2,8 @@ package jepsen
 
 import (
 	"context"
+	"fmt"
+	"html/template"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,6 +99,41 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 	for _, name := range []string{"summary.txt", "index.html", "history.jsonl", "seed", "logs/n1.log"} {
 		if _, err := os.Stat(filepath.Join(r.Dir, name)); err != nil {
 			t.Errorf("%s: report lacks %s: %v", m.Run.Name, name, err)
+		}
+	}
+	checkReportFiles(t, m)
+}
+
+// checkReportFiles wants summary.txt to open with the verdict and the
+// reproduce command, and index.html to show the banner, the command, the
+// fault families that ran and the charts.
+func checkReportFiles(t *testing.T, m MatrixResult) {
+	t.Helper()
+	r := m.Report
+	sum, err := os.ReadFile(filepath.Join(r.Dir, "summary.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(r.Dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdict, banner := "PASS: ", `class="banner pass"`
+	if !m.OK() {
+		verdict, banner = "FAIL: ", `class="banner failed"`
+	}
+	cmd := ReproduceCommand(r.Options)
+	lines := strings.SplitN(string(sum), "\n", 3)
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], verdict) || lines[1] != "reproduce: "+cmd {
+		t.Errorf("%s: summary.txt does not open with %q and the reproduce command %q:\n%s", m.Run.Name, verdict, cmd, sum)
+	}
+	want := []string{banner, `id="reproduce">` + template.HTMLEscapeString(cmd) + "<", `<svg class="chart throughput"`, `<svg class="chart latency"`}
+	for _, c := range FaultFamilies(r.Faults) {
+		want = append(want, fmt.Sprintf(`data-family="%s"><td>`, c.Family), fmt.Sprintf("%s×%d", c.Family, c.Count))
+	}
+	for _, w := range want {
+		if !strings.Contains(string(page), w) {
+			t.Errorf("%s: index.html lacks %q", m.Run.Name, w)
 		}
 	}
 }

@@ -8,8 +8,12 @@
 // answers per request ID, linearizability per key (porcupine), lease
 // fencing and durability, and with data groups that every group ends with
 // its replicas serving on live nodes. It writes a report directory
-// (summary.txt, index.html with porcupine timelines, history.jsonl, node
-// logs, seed) and exits 1 when a checker fails.
+// (summary.txt, whose first line is PASS or FAIL and second the command
+// that reproduces the run; index.html with a PASS/FAIL banner, the
+// reproduce command, the fault families that ran with their counts,
+// throughput and latency over time with the faults shaded, and porcupine
+// timelines; history.jsonl, node logs, seed) and exits 1 when a checker
+// fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
 //	               [--workload all|token-bucket,fixed-window,lease]
@@ -34,7 +38,7 @@
 //	quorate-jepsen --tls --faults kill,partition --duration 30s
 //
 // Re-running with the same --seed and options replays the same fault
-// schedule; every report ends with the command line that does so.
+// schedule; every report starts with the command line that does so.
 package main
 
 import (
@@ -95,7 +99,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	r, err := jepsen.Run(ctx, opts)
 	if r != nil {
 		fmt.Fprint(stdout, r.Summary(err))
-		fmt.Fprintf(stdout, "report: %s/index.html\nreproduce: %s\n", opts.ReportDir, jepsen.ReproduceCommand(r.Options))
+		fmt.Fprintf(stdout, "report: %s/index.html\n", opts.ReportDir)
 	}
 	if err != nil {
 		return err

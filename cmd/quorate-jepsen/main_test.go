@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quorate/quorate/jepsen"
 )
@@ -66,6 +67,23 @@ func TestReproduceCommandRoundTrips(t *testing.T) {
 		if !reflect.DeepEqual(o1, o2) {
 			t.Errorf("%v → %q parses to\n%+v\nwant\n%+v", args, line, o2, o1)
 		}
+	}
+}
+
+// A run driven from a test (options without the command's defaults, no
+// interval) reproduces as the command of the same run.
+func TestReproduceCommandOfATestRun(t *testing.T) {
+	line := jepsen.ReproduceCommand(jepsen.Options{Seed: 42, Duration: 20 * time.Second, Groups: 8,
+		Nemesis: jepsen.NemesisOptions{Families: []string{jepsen.FamilyPartition}}})
+	var out bytes.Buffer
+	o, _, err := parse(strings.Fields(line)[1:], &out)
+	if err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	if o.Seed != 42 || o.Duration != 20*time.Second || o.Groups != 8 || o.Nodes != 3 || o.Clients != 6 || o.Keys != 6 ||
+		o.Nemesis.Interval != 2*time.Second || !slices.Equal(o.Nemesis.Families, []string{jepsen.FamilyPartition}) ||
+		!slices.Equal(o.Workloads, slices.Sorted(slices.Values(jepsen.Workloads))) {
+		t.Errorf("%q parses to %+v", line, o)
 	}
 }
 
