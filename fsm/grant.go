@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -24,15 +23,6 @@ const (
 	// MaxGrantsPerKey holders fits in an int64 (2^10 × 2^50).
 	maxDemandMilli = 1 << 50
 )
-
-// ErrGrantSeq is returned by a Grant whose seq is below the one its grant
-// recorded: an older call, overtaken. Nothing changes.
-var ErrGrantSeq = errors.New("fsm: grant call out of order")
-
-// ErrTooManyGrants is returned by a Grant that would start a grant beyond
-// MaxGrantsPerKey holders of its key or MaxGrants in the group. It wraps
-// ErrGroupFull. Nothing changes.
-var ErrTooManyGrants = fmt.Errorf("%w: too many budget leases", ErrGroupFull)
 
 // GrantResult is the Apply result of a Grant.
 type GrantResult struct {
@@ -294,8 +284,5 @@ func (f *FSM) GrantsOf(policy, key string) []GrantInfo {
 func (f *FSM) GrantStats() (live int, units int64, wasted int64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, r := range f.data.grants.entries() {
-		units += r.State.total - r.State.used
-	}
-	return f.data.grants.len(), units, f.data.wastedUnits
+	return f.data.grants.len(), f.data.grants.units, f.data.wastedUnits
 }

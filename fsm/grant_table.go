@@ -41,6 +41,8 @@ type grantAgg struct {
 type grantTable struct {
 	t    *table.StateTable[grant]
 	aggs map[string]*grantAgg
+	// units is what the grants hold unspent: Σ total − used.
+	units int64
 }
 
 // newGrantTable returns an empty table whose sweep calls onExpire with each
@@ -77,8 +79,10 @@ func (gt *grantTable) agg(policy, key string) *grantAgg { return gt.aggs[BucketK
 func (gt *grantTable) put(id string, g grant) {
 	bk := BucketKey(g.policy, g.key)
 	a := gt.aggs[bk]
+	gt.units += g.total - g.used
 	if old, ok := gt.t.Get(id); ok {
 		a.demand += g.demand - old.demand
+		gt.units -= old.total - old.used
 	} else {
 		if a == nil {
 			a = &grantAgg{}
@@ -100,6 +104,7 @@ func (gt *grantTable) remove(id string) {
 
 // forget takes grant g (id) out of its key's aggregate.
 func (gt *grantTable) forget(id string, g grant) {
+	gt.units -= g.total - g.used
 	bk := BucketKey(g.policy, g.key)
 	a := gt.aggs[bk]
 	if a == nil {
