@@ -5,11 +5,14 @@
 //
 //   - Policy: one admission policy as an operator writes it (name,
 //     algorithm, limit, period, burst, max_cost, calendar, shadow,
-//     on_unavailable, dedupe_retention), its defaults (Policy.WithDefaults)
+//     on_unavailable, dedupe_retention, local), its defaults (Policy.WithDefaults)
 //     and its validation (Policy.Validate), which rejects nonsense with the
 //     field's yaml/json name and bounds every field so that no integer
 //     arithmetic in this package can overflow.
 //   - Request validation (Policy.CheckRequest, CheckKeyCost): key and cost.
+//   - Local decisions (Local, local.go): a policy's budget leases (mode
+//     reserve, max_grant, ttl) and when a grant expires (GrantExpiry: no
+//     later than the end of a window or quota period, WindowEnd).
 //   - The algorithms, all strict and in integer nanoseconds, behind one
 //     dispatch: Decide(policy, state, cost, now) (state, decision),
 //     ExpiresAt(policy, state), Peek(policy, state, now) and

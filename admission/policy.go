@@ -94,6 +94,9 @@ type Policy struct {
 	// is remembered by request ID, so a retry gets the same answer; 0 =
 	// DefaultDedupeRetention.
 	DedupeRetention time.Duration
+	// local: decisions clients may take locally (budget leases); the zero
+	// value (no mode) means none.
+	Local Local
 }
 
 // Bounds of Policy.DedupeRetention.
@@ -104,8 +107,10 @@ const (
 )
 
 // WithDefaults returns a copy of p with Burst (0 → Limit), then MaxCost
-// (0 → Burst), OnUnavailable ("" → deny) and DedupeRetention (0 →
-// DefaultDedupeRetention) filled in. It does not validate.
+// (0 → Burst), OnUnavailable ("" → deny), DedupeRetention (0 →
+// DefaultDedupeRetention) and, when Local.Mode is set, Local.MaxGrant (0 →
+// max(1, burst/10)) and Local.TTL (0 → DefaultGrantTTL) filled in. It does
+// not validate.
 func (p Policy) WithDefaults() Policy {
 	if p.Burst == 0 {
 		p.Burst = p.Limit
@@ -122,13 +127,14 @@ func (p Policy) WithDefaults() Policy {
 	if p.Algorithm == AlgorithmConcurrency && p.LeaseTTL == 0 {
 		p.LeaseTTL = DefaultLeaseTTL
 	}
+	p.Local = p.Local.withDefaults(p.Burst)
 	return p
 }
 
 // Validate checks p.WithDefaults() and returns the first problem found, in
 // the order name, algorithm, the algorithm's own fields (for every
 // algorithm: calendar, limit, period, burst, max_cost),
-// on_unavailable, dedupe_retention, as a *FieldError wrapping
+// on_unavailable, dedupe_retention, local, as a *FieldError wrapping
 // ErrInvalidPolicy. It does not modify p.
 //
 // Accepted values:
@@ -187,6 +193,10 @@ func (p Policy) WithDefaults() Policy {
 //
 //   - on_unavailable: "allow", "deny" or "local" ("" means deny).
 //   - dedupe_retention: 1s..24h (0 means 10m).
+//   - local.mode: unset, or reserve (budget leases) for token_bucket,
+//     fixed_window, sliding_window or quota; local.max_grant 1..burst (0
+//     means max(1, burst/10)) and local.ttl 100ms..1h (0 means 10s), both
+//     unset without a mode.
 //
 // No overflow: the emission interval T is at most 366 days (3.2e16ns) and
 // burst × T, which bounds every cost × T and every offset of a bucket's state
@@ -211,6 +221,9 @@ func (p Policy) Validate() error {
 	}
 	if p.DedupeRetention < MinDedupeRetention || p.DedupeRetention > MaxDedupeRetention {
 		return policyError("dedupe_retention", "must be between %v and %v (got %v)", MinDedupeRetention, MaxDedupeRetention, p.DedupeRetention)
+	}
+	if fe := checkLocal(p); fe != nil {
+		return fe
 	}
 	return nil
 }

@@ -39,8 +39,10 @@ type dataState struct {
 	sems    *table.StateTable[lease.Semaphore]
 	// reservations are keyed by reservation ID.
 	reservations *table.StateTable[reservation]
-	dedupe       *dedupe.Table
-	callers      callerNames // one copy of each caller's name for dedupe
+	// grants are the budget leases (grant.go), by grant ID.
+	grants  *grantTable
+	dedupe  *dedupe.Table
+	callers callerNames // one copy of each caller's name for dedupe
 
 	// owned is a data group's owned slots (nil: it applies every data
 	// command if it is the meta group, none if it is a data group);
@@ -57,6 +59,10 @@ type dataState struct {
 	// exported (migrate.go): not replicated state, guarded by exportMu.
 	exportMu    sync.Mutex
 	exportCache *exportIndex
+
+	// wastedUnits counts the units of grants that ended without a release
+	// (GrantStats): not replicated state, it decides nothing.
+	wastedUnits int64
 }
 
 // init makes d empty, with the bounds of opts (already defaulted).
@@ -71,6 +77,7 @@ func (d *dataState) empty() *dataState {
 		buckets:      table.NewBucketTable(),
 		sems:         table.NewStateTable(semExpires),
 		reservations: d.newReservationTable(),
+		grants:       newGrantTable(d.wasteGrant),
 		dedupe:       dedupe.New(d.maxDedupe),
 		callers:      callerNames{},
 		frozen:       map[uint64]shard.SlotRange{},
@@ -79,9 +86,11 @@ func (d *dataState) empty() *dataState {
 }
 
 // install replaces d's replicated state by n's (the FSM's lock held, or d
-// not shared yet). The export cache stays: it decides nothing.
+// not shared yet). The export cache and the waste count stay: they decide
+// nothing.
 func (d *dataState) install(n *dataState) {
 	d.buckets, d.sems, d.reservations, d.dedupe, d.callers = n.buckets, n.sems, n.reservations, n.dedupe, n.callers
+	d.grants = n.grants
 	d.owned, d.policiesMetaIndex = n.owned, n.policiesMetaIndex
 	d.frozen, d.imports = n.frozen, n.imports
 }
@@ -96,9 +105,11 @@ func (d *dataState) newReservationTable() *table.StateTable[reservation] {
 
 // sweep deletes up to limit expired states from each table, in the order
 // of their (expiry, key): reservations first, so that their units are back
-// before any decision, then buckets, semaphores and request-ID entries.
+// before any decision, then grants (which give nothing back), buckets,
+// semaphores and request-ID entries.
 func (d *dataState) sweep(now int64, limit int) {
 	d.reservations.Sweep(now, limit, noPolicy)
+	d.grants.sweep(now, limit)
 	d.buckets.Sweep(now, limit, d.policies.ofStateKey)
 	d.sems.Sweep(now, limit, d.policies.ofStateKey)
 	d.dedupe.Sweep(now, limit)
@@ -119,6 +130,7 @@ type dataSnapshot struct {
 	buckets           []table.BucketRecord
 	sems              []table.Record[lease.Semaphore]
 	reserved          []table.Record[reservation]
+	grants            []table.Record[grant]
 	dedupe            []dedupe.Entry
 	ownership         *raftcmdv1.SetOwnership
 	policiesMetaIndex uint64
@@ -132,6 +144,7 @@ func (d *dataState) snapshot() dataSnapshot {
 		buckets:           d.buckets.Entries(),
 		sems:              d.sems.Entries(),
 		reserved:          d.reservations.Entries(),
+		grants:            d.grants.entries(),
 		dedupe:            d.dedupe.Entries(),
 		ownership:         ownershipToProto(d.owned),
 		policiesMetaIndex: d.policiesMetaIndex,
@@ -147,12 +160,14 @@ func (s *dataSnapshot) sort() {
 	slices.SortFunc(s.dedupe, dedupe.Compare)
 	slices.SortFunc(s.sems, func(a, b table.Record[lease.Semaphore]) int { return cmp.Compare(a.Key, b.Key) })
 	slices.SortFunc(s.reserved, func(a, b table.Record[reservation]) int { return cmp.Compare(a.Key, b.Key) })
+	sortGrants(s.grants)
 }
 
 // header fills the header fields of the data part.
 func (s *dataSnapshot) header(h *raftcmdv1.SnapshotHeader) {
 	h.BucketCount, h.DedupeCount = uint64(len(s.buckets)), uint64(len(s.dedupe))
 	h.SemaphoreCount, h.ReservationCount = uint64(len(s.sems)), uint64(len(s.reserved))
+	h.GrantCount = uint64(len(s.grants)) // 0, absent, when none: older snapshots stay byte-identical
 	h.Ownership, h.PoliciesMetaIndex = s.ownership, s.policiesMetaIndex
 	h.Frozen, h.Imports = s.frozen, s.imports
 }
@@ -183,6 +198,11 @@ func (s *dataSnapshot) writeRecords(enc *recordWriter) {
 	for _, r := range s.reserved {
 		reservationToRecord(&rrec, r)
 		enc.write(&rrec)
+	}
+	var grec raftcmdv1.GrantRecord
+	for _, r := range s.grants {
+		grantToRecord(&grec, r.State)
+		enc.write(&grec)
 	}
 }
 
@@ -226,6 +246,14 @@ func readDataSnapshot(h *raftcmdv1.SnapshotHeader, dec *recordReader) (dataSnaps
 		}
 		s.reserved = append(s.reserved, reservationFromRecord(&r))
 	}
+	for range h.GetGrantCount() {
+		var r raftcmdv1.GrantRecord
+		if err := dec.read(&r); err != nil {
+			return s, err
+		}
+		id, g := grantFromRecord(&r)
+		s.grants = append(s.grants, table.Record[grant]{Key: id, State: g, ExpiresAt: g.expiresAt})
+	}
 	return s, nil
 }
 
@@ -243,6 +271,9 @@ func (d *dataState) restored(s *dataSnapshot) *dataState {
 	}
 	for _, e := range s.reserved {
 		n.reservations.Put(e.Key, e.State, e.ExpiresAt)
+	}
+	for _, e := range s.grants {
+		n.grants.put(e.Key, e.State) // rebuilds the per-key aggregates
 	}
 	for _, e := range s.dedupe {
 		e.Key.Caller = n.callers.intern(e.Key.Caller)

@@ -1,8 +1,8 @@
 // Package fsm is the replicated state machine of one Quorate Raft group: it
 // decodes log entries (raftcmdv1.Envelope), applies them to the group's state
 // — policies, node addresses, the states of keys (buckets, semaphores,
-// reservations) and the request-ID table — and writes and restores
-// snapshots.
+// reservations, budget leases) and the request-ID table — and writes and
+// restores snapshots.
 //
 // # Meta and data groups
 //
@@ -50,6 +50,17 @@
 // decision, allowed or denied, is recorded before the bucket is spent, so a
 // full table (ErrDedupeFull) refuses the request without spending.
 //
+// # Budget leases
+//
+// A Grant (grant.go, from feature level 7) gives a holder units of a key
+// of a policy with local decisions, spent from the key's state when
+// granted, sized by the holder's share of the key's reported demand; the
+// holder spends them in memory, renews (seq+1) to top up, and releases to
+// give back what it did not use. An expired grant gives nothing back: its
+// unspent units are waste, bounded by max_grant and counted
+// (GrantStats). Strict decisions and local ones together never exceed the
+// policy.
+//
 // # Determinism
 //
 // Every replica applies the same entries in the same order and must reach the
@@ -71,8 +82,8 @@
 // # Memory
 //
 // A state past its expiry — a token bucket that has refilled completely, a
-// semaphore without a live lease, a reservation past its TTL, a request-ID
-// entry past its retention — is equal to none, so each Apply reclaims up to
+// semaphore without a live lease, a reservation or a grant past its TTL, a
+// request-ID entry past its retention — is equal to none, so each Apply reclaims up to
 // SweepPerApply from each table in order of expiry (deterministic indexes
 // ordered by (expiry, key)), and an Expire entry, which the leader proposes
 // when its replica holds expired state, reclaims up to ExpireBatch more.

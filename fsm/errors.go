@@ -39,6 +39,15 @@ var (
 	ErrNoReservation = errors.New("fsm: no such outstanding reservation")
 )
 
+// ErrGrantSeq is returned by a Grant whose seq is below the one its grant
+// recorded: an older call, overtaken. Nothing changes.
+var ErrGrantSeq = errors.New("fsm: grant call out of order")
+
+// ErrTooManyGrants is returned by a Grant that would start a grant beyond
+// MaxGrantsPerKey holders of its key or MaxGrants in the group. It wraps
+// ErrGroupFull. Nothing changes.
+var ErrTooManyGrants = fmt.Errorf("%w: too many budget leases", ErrGroupFull)
+
 // ErrNotBatchable is returned (as the result of that op) when a batch op's
 // kind may not be batched (anything but Admit, Peek, Refund, LeaseOp and
 // Commit, a nested Batch included). The other ops of the batch are applied.

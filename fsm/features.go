@@ -5,13 +5,15 @@ package fsm
 // by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
 // the cluster ID, imports bounded by MaxClockSkew, the policy cap and
 // keyed request IDs; 5: the meta group's audit trail; 6: Raft over the
-// shared peer connection (no entry kind: see FeatureRaftMux). A node proposes an entry kind of level L only when
+// shared peer connection (no entry kind: see FeatureRaftMux); 7: budget
+// leases (Grant entries, policies with local decisions). A node proposes
+// an entry kind of level L only when
 // every registered node is at L or above (MinFeatureLevel), so no replica meets
 // an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
 // applies to an entry only when every node registered at that point of
 // the log is at L or above: the registrations are in the log, so every
 // replica, and every replay of an older log, decides the entry alike.
-const FeatureLevel = 6
+const FeatureLevel = 7
 
 // Feature levels of entry kinds.
 const (
@@ -49,6 +51,10 @@ const (
 	// older binary, or one held back by --max-feature-level) is still sent
 	// to over the group's channel.
 	FeatureRaftMux = 6
+	// FeatureBudgetLeases: Grant entries, and policies with local
+	// decisions (admission.Local), which an older binary would store
+	// without their local part.
+	FeatureBudgetLeases = 7
 )
 
 // MinFeatureLevel is the lowest feature level among registered nodes (0

@@ -21,8 +21,8 @@ import (
 const EnvelopeVersion = 1
 
 // SweepPerApply is the most expired states one Apply deletes from each of
-// the group's tables: buckets, semaphores, reservations and request-ID
-// entries.
+// the group's tables: buckets, semaphores, reservations, grants and
+// request-ID entries.
 const SweepPerApply = 32
 
 // ExpireBatch is the most expired states an Expire entry deletes from each
@@ -314,6 +314,8 @@ func (f *FSM) applyOp(o op) interface{} {
 		return d.applyReserve(body.Reserve, o)
 	case *raftcmdv1.Envelope_Commit:
 		return d.applyCommit(body.Commit, o)
+	case *raftcmdv1.Envelope_Grant:
+		return d.applyGrant(body.Grant, o)
 	case *raftcmdv1.Envelope_FreezeSlots:
 		return d.applyFreeze(body.FreezeSlots)
 	case *raftcmdv1.Envelope_UnfreezeSlots:

@@ -217,7 +217,7 @@ func TestEveryCommandKindIsClassified(t *testing.T) {
 		"set_shard_map": "SetShardMap", "put_policies": "PutPolicies", "delete_policies": "DeletePolicies",
 		"create_plan": "CreatePlan", "update_plan": "UpdatePlan", "cancel_plan": "CancelPlan",
 	}
-	dataFields := []string{"admit", "peek", "refund", "lease", "reserve", "commit", "batch", "expire",
+	dataFields := []string{"admit", "peek", "refund", "lease", "reserve", "commit", "grant", "batch", "expire",
 		"set_ownership", "set_policies", "freeze_slots", "unfreeze_slots", "import_slots", "drop_import"}
 	if len(metaFields) != len(meta) {
 		t.Fatalf("metaCommands has %d kinds, metaFields %d", len(meta), len(metaFields))

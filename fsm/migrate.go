@@ -294,7 +294,7 @@ func (d *dataState) ownershipChanged(old *ownership) {
 	}
 }
 
-// deleteSlots deletes every state of the slots in set. Request-ID entries
+// deleteSlots deletes every state of the slots in set (grants too). Request-ID entries
 // of unknown slot stay.
 func (d *dataState) deleteSlots(set *slotSet) {
 	var keys []string
@@ -326,6 +326,11 @@ func (d *dataState) deleteSlots(set *slotSet) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		d.reservations.Remove(k)
+	}
+	// Grants do not move with their slots: the units they hold stay spent
+	// in the moved bucket, and count as waste here.
+	for _, g := range d.grants.deleteSlots(set) {
+		d.wasteGrant(g)
 	}
 	d.dedupe.DeleteFunc(func(e *dedupe.Entry) bool { return e.Slot != dedupe.NoSlot && set.has(shard.Slot(e.Slot)) })
 }

@@ -127,7 +127,27 @@ func PolicyFromProto(p *raftcmdv1.Policy) admission.Policy {
 		Calendar:        admission.Calendar(p.GetCalendar()),
 		Shadow:          p.GetShadow(),
 		LeaseTTL:        time.Duration(p.GetLeaseTtlNanos()),
+		Local:           localFromProto(p.GetLocal()),
 	}
+}
+
+// localFromProto converts the stored form of a policy's local decisions
+// (nil: none).
+func localFromProto(l *raftcmdv1.LocalDecisions) admission.Local {
+	if l == nil {
+		return admission.Local{}
+	}
+	return admission.Local{Mode: admission.LocalMode(l.GetMode()), MaxGrant: l.GetMaxGrant(), TTL: time.Duration(l.GetTtlNanos())}
+}
+
+// localToProto converts a policy's local decisions to their stored form:
+// absent without a mode, so a policy without local decisions encodes as it
+// did before they existed.
+func localToProto(l admission.Local) *raftcmdv1.LocalDecisions {
+	if l == (admission.Local{}) {
+		return nil
+	}
+	return &raftcmdv1.LocalDecisions{Mode: string(l.Mode), MaxGrant: l.MaxGrant, TtlNanos: int64(l.TTL)}
 }
 
 // PolicyToProto converts a policy to its stored form.
@@ -144,6 +164,7 @@ func PolicyToProto(p admission.Policy) *raftcmdv1.Policy {
 		Calendar:             string(p.Calendar),
 		Shadow:               p.Shadow,
 		LeaseTtlNanos:        int64(p.LeaseTTL),
+		Local:                localToProto(p.Local),
 	}
 }
 

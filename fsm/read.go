@@ -70,7 +70,7 @@ func (f *FSM) DedupeBytes() int64 {
 }
 
 // NextExpiry is the earliest time at which some held state (a bucket, a
-// semaphore, a reservation or a request-ID entry) expires, and false when
+// semaphore, a reservation, a grant or a request-ID entry) expires, and false when
 // nothing is held. The leader proposes Expire once its now passes it.
 func (f *FSM) NextExpiry() (int64, bool) {
 	f.mu.RLock()
@@ -79,7 +79,7 @@ func (f *FSM) NextExpiry() (int64, bool) {
 	if b, bok := f.data.buckets.NextExpiry(); bok && (!ok || b < next) {
 		next, ok = b, true
 	}
-	for _, t := range []interface{ NextExpiry() (int64, bool) }{f.data.sems, f.data.reservations} {
+	for _, t := range []interface{ NextExpiry() (int64, bool) }{f.data.sems, f.data.reservations, f.data.grants.t} {
 		if b, bok := t.NextExpiry(); bok && (!ok || b < next) {
 			next, ok = b, true
 		}

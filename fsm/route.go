@@ -65,6 +65,8 @@ func routeKey(env *raftcmdv1.Envelope) (string, bool) {
 		return b.Lease.GetKey(), true
 	case *raftcmdv1.Envelope_Reserve:
 		return b.Reserve.GetKey(), true
+	case *raftcmdv1.Envelope_Grant:
+		return b.Grant.GetKey(), true
 	case *raftcmdv1.Envelope_Commit:
 		_, key, _ := parseReservationID(b.Commit.GetReservationId())
 		return key, true

@@ -1,0 +1,288 @@
+package fsm
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+
+	"github.com/quorate/quorate/admission"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+)
+
+// Bounds of budget leases.
+const (
+	// MaxGrantsPerKey is the most holders one (policy, key) grants to at
+	// once.
+	MaxGrantsPerKey = 1024
+	// MaxGrants is the most live grants of one group.
+	MaxGrants = 1 << 20
+	// MaxHolderBytes is the longest holder name.
+	MaxHolderBytes = 256
+	// maxDemandMilli caps a reported demand, so that the sum over a key's
+	// MaxGrantsPerKey holders fits in an int64 (2^10 × 2^50).
+	maxDemandMilli = 1 << 50
+)
+
+// GrantResult is the Apply result of a Grant.
+type GrantResult struct {
+	Total, Added, Used, Returned    int64              // Used: as recorded after the call
+	StartedAt, ExpiresAt, DecidedAt int64              // unix nanos, log time
+	Decision                        admission.Decision // the key after the call: Limit, Remaining, RetryAfter (when nothing was added and nothing is left)
+	PolicyVersion                   uint64
+	ShareMicro                      int64 // the holder's share of the key's demand × 1e6
+	Duplicate                       bool
+}
+
+// GrantInfo describes one live grant, for status.
+type GrantInfo struct {
+	Holder, Caller           string
+	Total, Used, DemandMilli int64
+	StartedAt, ExpiresAt     int64
+}
+
+// applyGrant starts, tops up or releases a budget lease (DESIGN.md,
+// "Budget leases").
+func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
+	now := o.now
+	pv, ok := d.policies.byName[c.GetPolicy()]
+	if !ok {
+		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(c.GetPolicy()))
+	}
+	p := pv.Policy
+	if err := checkGrant(c); err != nil {
+		return err
+	}
+	id := grantID(c.GetPolicy(), c.GetKey(), c.GetCaller(), c.GetHolder())
+	g, exists := d.grants.get(id)
+	live := exists && g.expiresAt > now
+	if p.Local.Mode != admission.LocalReserve && !(live && c.GetRelease()) {
+		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("%s has no local decisions (local.mode %s)", admission.Quote(c.GetPolicy()), admission.LocalReserve)}
+	}
+	if live {
+		switch seq := c.GetSeq(); {
+		case seq == g.seq:
+			return d.grantAnswer(p, g, now)
+		case seq < g.seq:
+			return fmt.Errorf("%w: seq %d, the grant is at seq %d", ErrGrantSeq, seq, g.seq)
+		}
+		if u := c.GetUsed(); u < g.used || u > g.total {
+			return &admission.FieldError{Field: "used", Err: admission.ErrInvalidRequest,
+				Reason: fmt.Sprintf("must be between the recorded %d and the granted %d (got %d)", g.used, g.total, u)}
+		}
+	}
+	if !c.GetRelease() && c.GetWant() < 1 {
+		return &admission.FieldError{Field: "want", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be at least 1 (got %d)", c.GetWant())}
+	}
+	bk := BucketKey(c.GetPolicy(), c.GetKey())
+	st, _ := d.buckets.Get(bk)
+	if c.GetRelease() {
+		return d.releaseGrant(id, g, exists, live, pv, st, c.GetUsed(), now)
+	}
+
+	// Size the top-up. A new grant reports nothing used: what a call for a
+	// grant that expired reports belongs to the old one.
+	others, holders := int64(0), 0
+	if a := d.grants.agg(c.GetPolicy(), c.GetKey()); a != nil {
+		others, holders = a.demand, len(a.ids)
+	}
+	if exists {
+		others -= g.demand
+		holders--
+	}
+	if !live {
+		g = grant{policy: c.GetPolicy(), key: c.GetKey(), caller: c.GetCaller(), holder: c.GetHolder(), startedAt: now}
+	} else {
+		g.used = c.GetUsed()
+	}
+	g.seq, g.demand = c.GetSeq(), min(c.GetDemandMilli(), maxDemandMilli)
+	dm := max(g.demand, 1)
+	avail := admission.Peek(p, st, now).Remaining
+	unspent := g.total - g.used
+	topUp := max(0, min(c.GetWant()-unspent, p.Local.MaxGrant-unspent, fairShare(avail, dm, others+dm), avail))
+	next := st
+	if topUp > 0 {
+		var dec admission.Decision
+		if next, dec = admission.Decide(p, st, topUp, now); !dec.Allowed {
+			next, topUp = st, 0
+		}
+	}
+	if !live && topUp == 0 {
+		// Nothing to hold: no grant is stored (an expired one goes).
+		if exists {
+			d.endGrant(id, g, now)
+		}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+	}
+	if !live {
+		if holders >= MaxGrantsPerKey {
+			return fmt.Errorf("%w: %s already grants to %d holders", ErrTooManyGrants, admission.Quote(c.GetKey()), holders)
+		}
+		if n := d.grants.len(); !exists && n >= MaxGrants {
+			d.grants.sweep(now, n-MaxGrants+1)
+			if d.grants.len() >= MaxGrants {
+				return fmt.Errorf("%w: the group holds %d", ErrTooManyGrants, MaxGrants)
+			}
+		}
+	}
+	if topUp > 0 {
+		var states pendingStates
+		states.set(bk, next)
+		if err := d.makeRoom(&states, now); err != nil {
+			return err
+		}
+	}
+	if exists && !live {
+		d.endGrant(id, g, now)
+	}
+	if topUp > 0 {
+		g.total += topUp
+		g.lastAddedAt, g.spentUntil = now, admission.ExpiresAt(p, next)
+		d.buckets.Put(bk, next, g.spentUntil)
+	}
+	dec := keyDecision(p, next, now, g.total > g.used)
+	g.expiresAt = max(g.expiresAt, p.GrantExpiry(now))
+	g.lastAdded, g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion = topUp, now, dec.Remaining, pv.Version
+	d.grants.put(id, g)
+	return &GrantResult{Total: g.total, Added: topUp, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
+		DecidedAt: now, Decision: dec, PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, others+dm)}
+}
+
+// checkGrant checks the fields of a Grant that need no state: key, holder
+// and demand.
+func checkGrant(c *raftcmdv1.Grant) error {
+	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
+		return err
+	}
+	switch h := c.GetHolder(); {
+	case h == "":
+		return &admission.FieldError{Field: "holder", Err: admission.ErrInvalidRequest, Reason: "must not be empty"}
+	case len(h) > MaxHolderBytes:
+		return &admission.FieldError{Field: "holder", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be at most %d bytes (got %d)", MaxHolderBytes, len(h))}
+	}
+	if c.GetDemandMilli() < 0 {
+		return &admission.FieldError{Field: "demand_milli", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be at least 0 (got %d)", c.GetDemandMilli())}
+	}
+	return nil
+}
+
+// releaseGrant ends grant id, giving back what the holder did not use:
+// total − used, as the last top-up's spend (admission.Refund). A release of
+// no live grant answers with nothing returned.
+func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv PolicyVersion, st admission.State, used, now int64) interface{} {
+	p := pv.Policy
+	if !live {
+		if exists {
+			d.endGrant(id, g, now)
+		}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+	}
+	g.used = used
+	returned := g.total - g.used
+	bk := BucketKey(g.policy, g.key)
+	if _, ok := d.buckets.Get(bk); ok && returned > 0 {
+		st = admission.Refund(p, st, admission.Spend{Cost: returned, At: g.lastAddedAt, Until: g.spentUntil}, now)
+		d.buckets.Put(bk, st, admission.ExpiresAt(p, st))
+	}
+	d.grants.remove(id)
+	return &GrantResult{Total: g.total, Used: g.used, Returned: returned, StartedAt: g.startedAt, ExpiresAt: now,
+		DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+}
+
+// grantAnswer is the answer a retry of grant g's last call gets.
+func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantResult {
+	st, _ := d.buckets.Get(BucketKey(g.policy, g.key))
+	dec := keyDecision(p, st, now, g.total > g.used || g.lastAdded > 0)
+	dec.Remaining = g.lastRemaining
+	dm, sum := max(g.demand, 1), int64(0)
+	if a := d.grants.agg(g.policy, g.key); a != nil {
+		sum = a.demand - g.demand
+	}
+	return &GrantResult{Total: g.total, Added: g.lastAdded, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
+		DecidedAt: g.lastDecidedAt, Decision: dec, PolicyVersion: g.lastPolicyVersion, ShareMicro: shareMicro(dm, sum+dm), Duplicate: true}
+}
+
+// keyDecision describes the key's state st at now: Limit, Remaining and,
+// unless the holder holds units (holds), RetryAfter.
+func keyDecision(p admission.Policy, st admission.State, now int64, holds bool) admission.Decision {
+	dec := admission.Peek(p, st, now)
+	dec.Allowed = holds
+	if holds {
+		dec.RetryAfter = 0
+	}
+	return dec
+}
+
+// endGrant deletes an expired grant: its unspent units are not given back
+// (the holder may have spent them) and count as waste.
+func (d *dataState) endGrant(id string, g grant, _ int64) {
+	d.grants.remove(id)
+	d.wasteGrant(g)
+}
+
+// wasteGrant counts what grant g, gone without a release, did not report
+// spent.
+func (d *dataState) wasteGrant(g grant) { d.wastedUnits += max(0, g.total-g.used) }
+
+// fairShare is ceil(avail × d / sum) in 128-bit arithmetic (d ≤ sum).
+func fairShare(avail, d, sum int64) int64 {
+	if avail <= 0 || sum <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(avail), uint64(d))
+	q, r := bits.Div64(hi, lo, uint64(sum)) // hi < sum: the quotient is at most avail
+	if r != 0 {
+		q++
+	}
+	return int64(q)
+}
+
+// shareMicro is d / sum × 1e6.
+func shareMicro(d, sum int64) int64 {
+	if sum <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(d), 1_000_000)
+	q, _ := bits.Div64(hi, lo, uint64(sum))
+	return int64(q)
+}
+
+// GrantsOf returns the live grants of (policy, key), by caller then
+// holder, as of the last applied entry.
+func (f *FSM) GrantsOf(policy, key string) []GrantInfo {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	a := f.data.grants.agg(policy, key)
+	if a == nil {
+		return nil
+	}
+	out := make([]GrantInfo, 0, len(a.ids))
+	for _, id := range a.ids {
+		if g, ok := f.data.grants.get(id); ok && g.expiresAt > f.lastNow {
+			out = append(out, GrantInfo{Holder: g.holder, Caller: g.caller, Total: g.total, Used: g.used,
+				DemandMilli: g.demand, StartedAt: g.startedAt, ExpiresAt: g.expiresAt})
+		}
+	}
+	slices.SortFunc(out, func(x, y GrantInfo) int {
+		if c := strings.Compare(x.Caller, y.Caller); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Holder, y.Holder)
+	})
+	return out
+}
+
+// GrantStats returns the group's grants held (expired ones not yet swept
+// included), the units they hold unspent, and the units this replica saw
+// wasted since it started: granted but neither reported spent nor given
+// back, when a grant expired or its slot left the group (not replicated
+// state: it decides nothing).
+func (f *FSM) GrantStats() (live int, units int64, wasted int64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.data.grants.len(), f.data.grants.units, f.data.wastedUnits
+}

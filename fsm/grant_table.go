@@ -1,0 +1,167 @@
+package fsm
+
+import (
+	"cmp"
+	"encoding/binary"
+	"slices"
+
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/fsm/internal/table"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
+	"github.com/quorate/quorate/shard"
+)
+
+// grant is one budget lease: units of (policy, key) spent from the key's
+// state when granted and held by (caller, holder) to spend in memory.
+type grant struct {
+	policy, key, caller, holder string
+	seq                         uint64 // of the last call applied
+	total, used, demand         int64  // granted over its life; reported spent; demand_milli
+	startedAt, expiresAt        int64
+	// The last top-up's time and the ExpiresAt of the key's state right
+	// after it: what a release can still give back (admission.Spend).
+	lastAddedAt, spentUntil int64
+	// The last call's answer, which a retry of it gets back: its top-up
+	// (0 when it added nothing), time, remaining units and policy version.
+	lastAdded, lastDecidedAt, lastRemaining int64
+	lastPolicyVersion                       uint64
+}
+
+// grantAgg is what a key's live grants add up to: the sum of their
+// demands, and their IDs (one per holder).
+type grantAgg struct {
+	demand int64
+	ids    []string
+}
+
+// grantTable is a group's budget leases by grant ID (grantID), in their
+// expiry order, with per-key aggregates (by BucketKey) that every change
+// keeps: Put, Remove, the sweep (OnExpire) and restore (put again). The
+// aggregates are derived state: not in snapshots, rebuilt from the grants.
+type grantTable struct {
+	t    *table.StateTable[grant]
+	aggs map[string]*grantAgg
+	// units is what the grants hold unspent: Σ total − used.
+	units int64
+}
+
+// newGrantTable returns an empty table whose sweep calls onExpire with each
+// grant it deletes (after the aggregates forgot it).
+func newGrantTable(onExpire func(g grant)) *grantTable {
+	gt := &grantTable{t: table.NewStateTable(grantExpires), aggs: map[string]*grantAgg{}}
+	gt.t.OnExpire = func(id string, g grant, _ int64) {
+		gt.forget(id, g)
+		onExpire(g)
+	}
+	return gt
+}
+
+func grantExpires(_ admission.Policy, g grant) int64 { return g.expiresAt }
+
+// grantID names a grant by (policy, key, caller, holder), each length-prefixed
+// so that no two tuples share an ID.
+func grantID(policy, key, caller, holder string) string {
+	b := make([]byte, 0, len(policy)+len(key)+len(caller)+len(holder)+8)
+	for _, s := range []string{policy, key, caller} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return string(append(b, holder...))
+}
+
+func (gt *grantTable) get(id string) (grant, bool) { return gt.t.Get(id) }
+func (gt *grantTable) len() int                    { return gt.t.Len() }
+
+// agg returns the aggregate of (policy, key), nil when it has no grant.
+func (gt *grantTable) agg(policy, key string) *grantAgg { return gt.aggs[BucketKey(policy, key)] }
+
+// put stores grant g under id and updates its key's aggregate.
+func (gt *grantTable) put(id string, g grant) {
+	bk := BucketKey(g.policy, g.key)
+	a := gt.aggs[bk]
+	gt.units += g.total - g.used
+	if old, ok := gt.t.Get(id); ok {
+		a.demand += g.demand - old.demand
+		gt.units -= old.total - old.used
+	} else {
+		if a == nil {
+			a = &grantAgg{}
+			gt.aggs[bk] = a
+		}
+		a.demand += g.demand
+		a.ids = append(a.ids, id)
+	}
+	gt.t.Put(id, g, g.expiresAt)
+}
+
+// remove deletes the grant id, if any.
+func (gt *grantTable) remove(id string) {
+	if g, ok := gt.t.Get(id); ok {
+		gt.forget(id, g)
+		gt.t.Remove(id)
+	}
+}
+
+// forget takes grant g (id) out of its key's aggregate.
+func (gt *grantTable) forget(id string, g grant) {
+	gt.units -= g.total - g.used
+	bk := BucketKey(g.policy, g.key)
+	a := gt.aggs[bk]
+	if a == nil {
+		return
+	}
+	a.demand -= g.demand
+	if i := slices.Index(a.ids, id); i >= 0 {
+		a.ids = slices.Delete(a.ids, i, i+1)
+	}
+	if len(a.ids) == 0 {
+		delete(gt.aggs, bk)
+	}
+}
+
+// sweep deletes up to limit expired grants, smallest (expiry, ID) first.
+func (gt *grantTable) sweep(now int64, limit int) { gt.t.Sweep(now, limit, noPolicy) }
+
+// entries copies every grant, unsorted.
+func (gt *grantTable) entries() []table.Record[grant] { return gt.t.Entries() }
+
+// deleteSlots deletes the grants of keys in set, in ID order, and returns
+// them.
+func (gt *grantTable) deleteSlots(set *slotSet) []grant {
+	var ids []string
+	for _, r := range gt.t.Entries() {
+		if set.has(shard.SlotOf(r.State.key)) {
+			ids = append(ids, r.Key)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]grant, 0, len(ids))
+	for _, id := range ids {
+		g, _ := gt.t.Get(id)
+		out = append(out, g)
+		gt.remove(id)
+	}
+	return out
+}
+
+// sortGrants orders grant records by ID, as snapshots write them.
+func sortGrants(rs []table.Record[grant]) {
+	slices.SortFunc(rs, func(a, b table.Record[grant]) int { return cmp.Compare(a.Key, b.Key) })
+}
+
+func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
+	rec.Policy, rec.Key, rec.Holder, rec.Caller, rec.Seq = g.policy, g.key, g.holder, g.caller, g.seq
+	rec.Total, rec.Used, rec.DemandMilli = g.total, g.used, g.demand
+	rec.StartedAtUnixNano, rec.ExpiresAtUnixNano = g.startedAt, g.expiresAt
+	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
+	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
+}
+
+func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
+	g := grant{policy: rec.GetPolicy(), key: rec.GetKey(), holder: rec.GetHolder(), caller: rec.GetCaller(), seq: rec.GetSeq(),
+		total: rec.GetTotal(), used: rec.GetUsed(), demand: rec.GetDemandMilli(),
+		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
+		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(),
+		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion()}
+	return grantID(g.policy, g.key, g.caller, g.holder), g
+}
