@@ -227,6 +227,12 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 		names = append(names, ap.Name)
+		if ap.Local.Mode != "" {
+			if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureBudgetLeases {
+				return nil, n.toConnectError(fmt.Errorf("%w: policies[%d].local: a registered node applies log feature level %d, local decisions need %d: upgrade every node first",
+					ErrFeatureUnsupported, i, lvl, fsm.FeatureBudgetLeases))
+			}
+		}
 	}
 	return leaderCall(ctx, n, routing{idempotent: true}, req,
 		func(ctx context.Context, _ dest) (*quoratev1.ApplyPoliciesResponse, error) {
@@ -317,6 +323,10 @@ func CheckExplicitZeros(p *quoratev1.Policy) error {
 		return zero("dedupe_retention", admission.DefaultDedupeRetention.String())
 	case p.LeaseTtl != nil && p.GetLeaseTtl().AsDuration() == 0:
 		return zero("lease_ttl", admission.DefaultLeaseTTL.String())
+	case p.GetLocal().MaxGrant != nil && p.GetLocal().GetMaxGrant() == 0:
+		return zero("local.max_grant", "a tenth of the burst")
+	case p.GetLocal().GetTtl() != nil && p.GetLocal().GetTtl().AsDuration() == 0:
+		return zero("local.ttl", admission.DefaultGrantTTL.String())
 	}
 	return nil
 }
@@ -336,6 +346,11 @@ func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 		Calendar:        admission.Calendar(p.GetCalendar()),
 		Shadow:          p.GetShadow(),
 		LeaseTTL:        p.GetLeaseTtl().AsDuration(),
+		Local: admission.Local{
+			Mode:     admission.LocalMode(p.GetLocal().GetMode()),
+			MaxGrant: p.GetLocal().GetMaxGrant(),
+			TTL:      p.GetLocal().GetTtl().AsDuration(),
+		},
 	}
 }
 
@@ -364,6 +379,15 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 	}
 	if p.DedupeRetention != 0 {
 		out.DedupeRetention = durationpb.New(p.DedupeRetention)
+	}
+	if l := p.Local; l != (admission.Local{}) {
+		out.Local = &quoratev1.LocalDecisions{Mode: string(l.Mode)}
+		if l.MaxGrant != 0 {
+			out.Local.MaxGrant = &l.MaxGrant
+		}
+		if l.TTL != 0 {
+			out.Local.Ttl = durationpb.New(l.TTL)
+		}
 	}
 	return out
 }

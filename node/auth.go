@@ -65,6 +65,9 @@ var procedureActions = map[string]access.Action{
 	quoratev1connect.AdmissionServiceReserveProcedure:    access.ActionReserve,
 	quoratev1connect.AdmissionServiceCommitProcedure:     access.ActionCommit,
 	quoratev1connect.AdmissionServiceRoutesProcedure:     access.ActionRoutes,
+	// A grant is admission decided in bulk: whoever may admit under a
+	// policy may hold its grants.
+	quoratev1connect.AdmissionServiceGrantProcedure: access.ActionAdmit,
 
 	quoratev1connect.LeaseServiceAcquireLeaseProcedure: access.ActionAcquireLease,
 	quoratev1connect.LeaseServiceRenewLeaseProcedure:   access.ActionRenewLease,
@@ -231,6 +234,8 @@ func requestPolicies(msg any) []string {
 		return []string{m.GetPolicy()}
 	case *quoratev1.ReserveRequest:
 		return []string{m.GetPolicy()}
+	case *quoratev1.GrantRequest:
+		return []string{m.GetPolicy()}
 	case *quoratev1.CommitRequest:
 		return nonEmpty(fsm.ReservationPolicy(m.GetReservationId()))
 	case *quoratev1.AcquireLeaseRequest:
@@ -294,6 +299,8 @@ func resolveCallers(msg any, resolve func(requested string) (string, error)) err
 	case *quoratev1.RefundRequest:
 		set(&m.Caller)
 	case *quoratev1.ReserveRequest:
+		set(&m.Caller)
+	case *quoratev1.GrantRequest:
 		set(&m.Caller)
 	case *quoratev1.CommitRequest:
 		set(&m.Caller)

@@ -40,7 +40,7 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
 		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported), errors.Is(err, ErrNodeLive), errors.Is(err, ErrOtherCluster),
 		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, ErrUnplanned),
-		errors.Is(err, fsm.ErrNotMetaGroup):
+		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict):
 		return connect.NewError(connect.CodeAborted, err)

@@ -2,14 +2,106 @@ package node
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"math"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/dedupe"
+	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// Grant serves budget leases (AdmissionService.Grant).
-func (h *admissionHandler) Grant(context.Context, *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("budget leases are not served by this node yet"))
+// Bounds of GrantRequest fields.
+const (
+	// MaxHolderBytes bounds GrantRequest.holder.
+	MaxHolderBytes = 64
+	// MaxGrantDemand bounds GrantRequest.demand (units per second).
+	MaxGrantDemand = 1e12
+)
+
+// Grant serves budget leases (AdmissionService.Grant): a holder's grant of
+// a policy's units on a key, sized and spent by the key's group through
+// its log (fsm.GrantResult). Every node of the cluster must apply feature
+// level 7 (fsm.FeatureBudgetLeases) first, so that no replica meets an
+// entry it cannot decode.
+func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
+	n := h.n
+	cmd, err := grantCommand(req.Msg)
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureBudgetLeases {
+		return nil, n.toConnectError(fmt.Errorf("%w: a registered node applies log feature level %d, budget leases need %d: upgrade every node first",
+			ErrFeatureUnsupported, lvl, fsm.FeatureBudgetLeases))
+	}
+	// A repeat of a call is answered from the grant's record (same seq),
+	// so a Grant may be retried anywhere.
+	return commandCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: true}, req,
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
+		func(res any) *quoratev1.GrantResponse {
+			return grantResponse(res.(*fsm.GrantResult), n.meta.fsm, cmd.GetPolicy())
+		},
+		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
+			return p.admission.Grant(ctx, fwd)
+		})
+}
+
+// grantCommand checks a GrantRequest without state and builds its command.
+func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
+	if err := checkPolicyName("policy", m.GetPolicy()); err != nil {
+		return nil, err
+	}
+	if err := admission.CheckKeyCost(m.GetKey(), 1); err != nil {
+		return nil, err
+	}
+	switch h := m.GetHolder(); {
+	case h == "":
+		return nil, badRequest("holder", "must not be empty")
+	case len(h) > MaxHolderBytes:
+		return nil, badRequest("holder", "must be at most %d bytes (got %d)", MaxHolderBytes, len(h))
+	}
+	if len(m.GetCaller()) > dedupe.MaxCallerBytes {
+		return nil, badRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(m.GetCaller()))
+	}
+	if !m.GetRelease() && m.GetWant() < 1 {
+		return nil, badRequest("want", "must be at least 1 (got %d)", m.GetWant())
+	}
+	if m.GetUsed() < 0 {
+		return nil, badRequest("used", "must be at least 0 (got %d)", m.GetUsed())
+	}
+	d := m.GetDemand()
+	if math.IsNaN(d) || d < 0 || d > MaxGrantDemand {
+		return nil, badRequest("demand", "must be a number of units per second from 0 to %g (got %v)", MaxGrantDemand, d)
+	}
+	return &raftcmdv1.Grant{
+		Policy: m.GetPolicy(), Key: m.GetKey(), Holder: m.GetHolder(), Caller: m.GetCaller(),
+		Seq: m.GetSeq(), Want: max(m.GetWant(), 0), Used: m.GetUsed(),
+		DemandMilli: int64(math.Round(d * 1000)), Release: m.GetRelease(),
+	}, nil
+}
+
+// grantResponse is the API's form of a Grant's result; the window is the
+// policy's at the decision's log time, as for Admit, when ps (this node's
+// replica of the meta group's table) holds the version decided with.
+func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1.GrantResponse {
+	out := &quoratev1.GrantResponse{
+		Total: r.Total, Added: r.Added, Limit: r.Decision.Limit, Remaining: r.Decision.Remaining,
+		DecidedAt: unixTime(r.DecidedAt), PolicyVersion: r.PolicyVersion, Returned: r.Returned,
+		Share: float64(r.ShareMicro) / 1e6, Duplicate: r.Duplicate,
+	}
+	if r.StartedAt != 0 {
+		out.StartedAt = unixTime(r.StartedAt)
+		out.ExpiresAt = unixTime(r.ExpiresAt)
+	}
+	if r.Decision.RetryAfter > 0 {
+		out.RetryAfter = durationpb.New(r.Decision.RetryAfter)
+	}
+	if pv, ok := ps.Policy(policy); ok && pv.Version == r.PolicyVersion {
+		out.Window = windowOf(pv.Policy.Window(r.DecidedAt))
+	}
+	return out
 }

@@ -18,6 +18,7 @@ type Entry struct {
 	err    Error                 // template for errors about this entry
 	values map[string]*yaml.Node // field → value (aliases resolved); set by Check
 	lines  map[string]int        // field → line of its value, unset ones too
+	prefix string                // names a nested entry's fields in errors ("local.")
 }
 
 // newEntry refuses an item that is not a mapping and picks the entry's name.
@@ -115,8 +116,30 @@ func (e *Entry) Line(field string) int {
 // whole entry when ""), wrapping cause (or nil).
 func (e *Entry) Fail(line int, field string, cause error, format string, args ...any) error {
 	fe := e.err
+	if field != "" {
+		field = e.prefix + field
+	} else if e.prefix != "" {
+		field = strings.TrimSuffix(e.prefix, ".")
+	}
 	fe.Line, fe.Field, fe.Reason, fe.Err = line, field, fmt.Sprintf(format, args...), cause
 	return &fe
+}
+
+// Nested returns field's value, a mapping of the fields fields, as an entry
+// of its own (nil when unset): its errors name the entry as e's do, and its
+// fields as field.name ("local.ttl"). Call Check on it before reading values.
+func (e *Entry) Nested(field string, fields []string) (*Entry, error) {
+	v := e.values[field]
+	if v == nil {
+		return nil, nil
+	}
+	if v.Kind != yaml.MappingNode {
+		return nil, e.Fail(v.Line, field, nil, "expected a mapping of %s, got %s", strings.Join(fields, ", "), e.spec.describe(v))
+	}
+	sub := *e.spec
+	sub.Fields, sub.Required, sub.NameField = fields, nil, ""
+	return &Entry{spec: &sub, node: v, at: v.Line, err: e.err, values: make(map[string]*yaml.Node),
+		lines: make(map[string]int), prefix: e.prefix + field + "."}, nil
 }
 
 // scalar returns field's value node, nil when unset, refusing a

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -199,10 +200,11 @@ func fmtTimestamp(t *timestamppb.Timestamp) string {
 // quota's calendar period ("-" for other algorithms); LEASE_TTL is how long a
 // concurrency policy's leases live unless renewed ("-" for other
 // algorithms); SHADOW is yes for a policy that decides and counts but never
-// denies.
+// denies; LOCAL is how clients may decide in memory ("-": every request is
+// decided by the cluster; "reserve max=N ttl=D": from budget leases, exact).
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tLEASE_TTL\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION")
+	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tLEASE_TTL\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION\tLOCAL")
 	for _, p := range policies {
 		retention := admission.DefaultDedupeRetention.String() // unset: the server's default
 		if p.GetDedupeRetention() != nil {
@@ -219,12 +221,22 @@ func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 		if p.GetShadow() {
 			shadow = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			p.GetName(), p.GetVersion(), p.GetAlgorithm(), p.GetLimit(), fmtPeriod(p.GetPeriod()), dash(p.GetCalendar()), leaseTTL,
 			orDefault(p.GetBurst(), "=limit"), orDefault(p.GetMaxCost(), "=burst"), orDefaultStr(p.GetOnUnavailable(), "deny"),
-			shadow, retention)
+			shadow, retention, fmtLocal(p))
 	}
 	return tw.Flush()
+}
+
+// fmtLocal describes a policy's local decisions with their defaults filled
+// in, as the cluster applies them; "-" for none.
+func fmtLocal(p *quoratev1.Policy) string {
+	l := node.PolicyFromAPI(p).WithDefaults().Local
+	if l.Mode == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%s max=%d ttl=%s", l.Mode, l.MaxGrant, l.TTL)
 }
 
 // fmtPeriod formats a policy's duration; "-" when unset (e.g. a quota's

@@ -31,6 +31,14 @@ import (
 //	    algorithm: concurrency  # a semaphore of `limit` leases per key (quorate lease)
 //	    limit: 2
 //	    lease_ttl: 2m       # concurrency only, optional: a Go duration, 1s..24h; default 1m
+//	  - name: search-api
+//	    algorithm: token_bucket
+//	    limit: 10000
+//	    period: 1s
+//	    local:              # optional: clients decide in memory from budget leases
+//	      mode: reserve     # exact: units are spent in the log before a client spends them
+//	      max_grant: 500    # optional, most units one client holds; default a tenth of the burst
+//	      ttl: 10s          # optional, how long a grant lives unless renewed, 100ms..1h; default 10s
 //
 // It is read strictly: an unknown or repeated field, a value of the wrong
 // type or a policy that admission.Policy.Validate refuses is an error naming
@@ -42,7 +50,7 @@ import (
 var policyFile = yamllist.Spec{
 	Key: "policies",
 	Fields: []string{"name", "algorithm", "limit", "period", "calendar", "burst", "max_cost",
-		"on_unavailable", "shadow", "dedupe_retention", "lease_ttl"},
+		"on_unavailable", "shadow", "dedupe_retention", "lease_ttl", "local"},
 	NameField:  "name",
 	NullUnset:  true,
 	ShowValues: true,
@@ -108,7 +116,11 @@ const (
 	periodHint    = "use a number and a unit, e.g. 500ms, 1s, 1m, 15m, 24h"
 	retentionHint = "use a number and a unit between 1s and 24h, e.g. 30s, 10m, 1h"
 	leaseTTLHint  = "use a number and a unit between 1s and 24h, e.g. 30s, 2m, 1h"
+	grantTTLHint  = "use a number and a unit between 100ms and 1h, e.g. 500ms, 10s, 1m"
 )
+
+// localFields are the fields of a policy's local mapping, in file order.
+var localFields = []string{"mode", "max_grant", "ttl"}
 
 // parsePolicy decodes and validates one policy, field by field in file
 // order, so that the first error in the file is the one reported.
@@ -145,6 +157,8 @@ func parsePolicy(e *yamllist.Entry) (*quoratev1.Policy, error) {
 			p.Burst, err = e.Int(field)
 		case "max_cost":
 			p.MaxCost, err = e.Int(field)
+		case "local":
+			p.Local, err = parseLocal(e)
 		}
 		if err != nil {
 			return err
@@ -165,6 +179,38 @@ func parsePolicy(e *yamllist.Entry) (*quoratev1.Policy, error) {
 		return nil, e.Fail(e.Line(fe.Field), fe.Field, err, "%s", fe.Reason)
 	}
 	return node.PolicyToAPI(p, 0), nil
+}
+
+// parseLocal decodes a policy's local mapping; its errors name its fields
+// as local.mode, local.max_grant and local.ttl.
+func parseLocal(e *yamllist.Entry) (admission.Local, error) {
+	var l admission.Local
+	sub, err := e.Nested("local", localFields)
+	if err != nil || sub == nil {
+		return l, err
+	}
+	err = sub.Check(func(field string) error {
+		var err error
+		switch field {
+		case "mode":
+			var s string
+			s, err = sub.Scalar(field)
+			l.Mode = admission.LocalMode(s)
+		case "max_grant":
+			if l.MaxGrant, err = sub.Int(field); err == nil && l.MaxGrant == 0 {
+				err = sub.Fail(sub.Line(field), field, admission.ErrInvalidPolicy, "must not be 0: leave it out for the default (a tenth of the burst)")
+			}
+		case "ttl":
+			if l.TTL, err = sub.Duration(field, grantTTLHint); err == nil && l.TTL == 0 {
+				err = sub.Fail(sub.Line(field), field, admission.ErrInvalidPolicy, "must not be 0: leave it out for the default (%s)", admission.DefaultGrantTTL)
+			}
+		}
+		return err
+	})
+	if err == nil && l.Mode == "" && l != (admission.Local{}) {
+		err = sub.Fail(sub.At(), "mode", admission.ErrInvalidPolicy, "missing; local decisions need a mode (reserve)")
+	}
+	return l, err
 }
 
 // zeroMeansDefault are the fields whose zero is the default, and that

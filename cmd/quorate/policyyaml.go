@@ -45,7 +45,26 @@ func policyFileFields(p admission.Policy) []policyField {
 	add("shadow", "true", "!!bool", p.Shadow)
 	add("dedupe_retention", fileDuration(p.DedupeRetention), "!!str", p.DedupeRetention != 0)
 	add("lease_ttl", fileDuration(p.LeaseTTL), "!!str", p.LeaseTTL != 0)
+	add("local.mode", string(p.Local.Mode), "!!str", p.Local.Mode != "")
+	add("local.max_grant", strconv.FormatInt(p.Local.MaxGrant, 10), "!!int", p.Local.MaxGrant != 0)
+	add("local.ttl", fileDuration(p.Local.TTL), "!!str", p.Local.TTL != 0)
 	return fields
+}
+
+// policyFieldNames are the names policyFileFields gives, in its order: the
+// file's fields with local's spelled out (local.mode, ...).
+func policyFieldNames() []string {
+	var out []string
+	for _, f := range policyFile.Fields {
+		if f != "local" {
+			out = append(out, f)
+			continue
+		}
+		for _, l := range localFields {
+			out = append(out, "local."+l)
+		}
+	}
+	return out
 }
 
 // withoutDefaults undoes admission.Policy.WithDefaults, which the cluster
@@ -70,6 +89,14 @@ func withoutDefaults(p admission.Policy) admission.Policy {
 	}
 	if p.Algorithm == admission.AlgorithmConcurrency && p.LeaseTTL == admission.DefaultLeaseTTL {
 		p.LeaseTTL = 0
+	}
+	if p.Local.Mode != "" {
+		if p.Local.MaxGrant == max(1, burst/10) {
+			p.Local.MaxGrant = 0
+		}
+		if p.Local.TTL == admission.DefaultGrantTTL {
+			p.Local.TTL = 0
+		}
 	}
 	return p
 }
@@ -96,12 +123,21 @@ func writePolicyFile(w io.Writer, policies []*quoratev1.Policy) error {
 	}
 	for _, p := range policies {
 		entry := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		var local *yaml.Node
 		for _, f := range policyFileFields(withoutDefaults(node.PolicyFromAPI(p))) {
 			value := &yaml.Node{Kind: yaml.ScalarNode, Tag: f.tag, Value: f.value}
 			if f.name == "name" && p.GetVersion() != 0 {
 				value.LineComment = "version " + strconv.FormatUint(p.GetVersion(), 10)
 			}
-			entry.Content = append(entry.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.name}, value)
+			into, name := entry, f.name
+			if sub, ok := strings.CutPrefix(f.name, "local."); ok {
+				if local == nil {
+					local = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+					entry.Content = append(entry.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "local"}, local)
+				}
+				into, name = local, sub
+			}
+			into.Content = append(into.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, value)
 		}
 		list.Content = append(list.Content, entry)
 	}
@@ -174,7 +210,7 @@ func diffFields(from, to []policyField) []fieldChange {
 		return ""
 	}
 	var out []fieldChange
-	for _, name := range policyFile.Fields {
+	for _, name := range policyFieldNames() {
 		if a, b := value(from, name), value(to, name); a != b {
 			out = append(out, fieldChange{name, a, b})
 		}
