@@ -114,7 +114,7 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		if exists {
 			d.endGrant(id, g, now)
 		}
-		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version}
 	}
 	if !live {
 		if holders >= MaxGrantsPerKey {
@@ -142,7 +142,7 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		g.lastAddedAt, g.spentUntil = now, admission.ExpiresAt(p, next)
 		d.buckets.Put(bk, next, g.spentUntil)
 	}
-	dec := keyDecision(p, next, now, g.total > g.used)
+	dec := keyDecision(p, next, now, g.total > g.used, topUp > 0)
 	g.expiresAt = max(g.expiresAt, p.GrantExpiry(now))
 	g.lastAdded, g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion = topUp, now, dec.Remaining, pv.Version
 	d.grants.put(id, g)
@@ -179,7 +179,7 @@ func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv Polic
 		if exists {
 			d.endGrant(id, g, now)
 		}
-		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version}
 	}
 	g.used = used
 	returned := g.total - g.used
@@ -190,13 +190,13 @@ func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv Polic
 	}
 	d.grants.remove(id)
 	return &GrantResult{Total: g.total, Used: g.used, Returned: returned, StartedAt: g.startedAt, ExpiresAt: now,
-		DecidedAt: now, Decision: keyDecision(p, st, now, false), PolicyVersion: pv.Version}
+		DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version}
 }
 
 // grantAnswer is the answer a retry of grant g's last call gets.
 func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantResult {
 	st, _ := d.buckets.Get(BucketKey(g.policy, g.key))
-	dec := keyDecision(p, st, now, g.total > g.used || g.lastAdded > 0)
+	dec := keyDecision(p, st, now, g.total > g.used || g.lastAdded > 0, g.lastAdded > 0)
 	dec.Remaining = g.lastRemaining
 	dm, sum := max(g.demand, 1), int64(0)
 	if a := d.grants.agg(g.policy, g.key); a != nil {
@@ -206,12 +206,13 @@ func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantRe
 		DecidedAt: g.lastDecidedAt, Decision: dec, PolicyVersion: g.lastPolicyVersion, ShareMicro: shareMicro(dm, sum+dm), Duplicate: true}
 }
 
-// keyDecision describes the key's state st at now: Limit, Remaining and,
-// unless the holder holds units (holds), RetryAfter.
-func keyDecision(p admission.Policy, st admission.State, now int64, holds bool) admission.Decision {
+// keyDecision describes the key's state st at now: Limit, Remaining,
+// Allowed when the holder holds units (holds) and, unless the call added
+// some (added), RetryAfter: when the key has a unit again, the time to ask.
+func keyDecision(p admission.Policy, st admission.State, now int64, holds, added bool) admission.Decision {
 	dec := admission.Peek(p, st, now)
 	dec.Allowed = holds
-	if holds {
+	if added {
 		dec.RetryAfter = 0
 	}
 	return dec
