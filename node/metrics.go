@@ -73,7 +73,7 @@ func newMetrics(n *Node) *metrics {
 	m := &metrics{n: n, reg: prometheus.NewRegistry(), policiesLabelled: map[string]bool{}}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quorate_decisions_total",
-		Help: "Decisions answered by this node's API (Admit, AdmitBatch items, AcquireLease), by policy and result: allowed, denied, shadow_denied, duplicate, or the error's code.",
+		Help: "Decisions answered by this node's API (Admit, AdmitBatch items, AcquireLease, ShouldRateLimit), by policy and result: allowed, denied, shadow_denied, duplicate, or the error's code.",
 	}, []string{"policy", "result"})
 	m.decisionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "quorate_decision_duration_seconds",
