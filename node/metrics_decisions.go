@@ -34,10 +34,18 @@ func (c decisionsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c decisionsCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m.n.meta == nil {
+	if c.m.n.meta == nil || c.m.n.meta.fsm == nil {
 		return
 	}
+	// Every policy of the table (as many as quorate_policy_info shows) has
+	// its series from the start, on every node, whether it leads or not.
 	byLabel := map[string]policySummary{}
+	for i, pv := range c.m.n.meta.fsm.Policies() {
+		if i == maxPolicyLabels {
+			break
+		}
+		byLabel[c.m.policyLabel(pv.Policy.Name)] = policySummary{}
+	}
 	for name, s := range c.m.n.decisions.summary() {
 		l := c.m.policyLabel(name)
 		t := byLabel[l]
