@@ -142,3 +142,38 @@ func (s *decisionStats) byPolicy(now time.Time) []*quoratev1.PolicyDecisions {
 	slices.SortFunc(out, func(a, b *quoratev1.PolicyDecisions) int { return strings.Compare(a.Policy, b.Policy) })
 	return out
 }
+
+// policySummary is one policy's counts and hot keys, as the metrics read
+// them (metrics_decisions.go).
+type policySummary struct {
+	decisions, denied, shadowDenied uint64
+	// heavyKeys counts the policy's keys whose share of their group's
+	// decisions surely (their count less its error) exceeds
+	// 1/hotKeyCounters; heaviest is the largest such sure count.
+	heavyKeys int
+	heaviest  uint64
+}
+
+// summary is every policy's counts and hot keys, by name.
+func (s *decisionStats) summary() map[string]policySummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]policySummary, len(s.policies))
+	for name, pc := range s.policies {
+		out[name] = policySummary{decisions: pc.decisions, denied: pc.denied, shadowDenied: pc.shadowDenied}
+	}
+	for _, sk := range s.groups {
+		for _, e := range sk.Top(-1) {
+			sure := e.Count - e.Error
+			if sure*hotKeyCounters <= sk.Total() {
+				continue
+			}
+			policy, _, _ := strings.Cut(e.Key, "\x00")
+			ps := out[policy]
+			ps.heavyKeys++
+			ps.heaviest = max(ps.heaviest, sure)
+			out[policy] = ps
+		}
+	}
+	return out
+}

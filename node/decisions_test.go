@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,5 +54,33 @@ func TestDecisionStatsCountsAndRates(t *testing.T) {
 	ps = s.byPolicy(t0.Add(150 * time.Second))
 	if ps[0].GetDecisionsPerSecond() != 0 || ps[0].GetDecisions() != 31 {
 		t.Fatalf("api two minutes later: %v", ps[0])
+	}
+}
+
+// The metrics' summary: a key with a third of a policy's decisions among a
+// hundred keys decided once each is its one hot key; the cold ones, which
+// outnumber the sketch's counters, are not hot.
+func TestDecisionStatsSummary(t *testing.T) {
+	var s decisionStats
+	now := time.Unix(1_000_000, 0)
+	admit := func(policy, key string, allowed bool) {
+		s.add(1, &fsm.AdmitResult{Checks: []fsm.CheckResult{{Policy: policy, Key: key, Decision: admission.Decision{Allowed: allowed}}}}, now)
+	}
+	for i := range 150 {
+		if i%3 == 0 {
+			admit("api", "hot", i%6 == 0)
+			continue
+		}
+		admit("api", fmt.Sprintf("cold-%d", i), true)
+	}
+	admit("login", "ip", false)
+	sum := s.summary()
+	api, login := sum["api"], sum["login"]
+	if len(sum) != 2 || api.decisions != 150 || api.denied != 25 || api.heavyKeys != 1 || api.heaviest != 50 {
+		t.Fatalf("api: %+v (all %+v)", api, sum)
+	}
+	// login's one key has 1 of the group's 151 decisions: not hot.
+	if login.decisions != 1 || login.denied != 1 || login.heavyKeys != 0 {
+		t.Fatalf("login: %+v", login)
 	}
 }

@@ -60,6 +60,8 @@ type metrics struct {
 	entryCommands    *prometheus.HistogramVec // group
 	leaderChanges    *prometheus.CounterVec   // group
 	fsyncSeconds     prometheus.Histogram
+	pacingSeconds    *prometheus.HistogramVec // policy, kind
+	pacing           pacingQueue
 	mu               sync.Mutex
 	policiesLabelled map[string]bool
 }
@@ -71,7 +73,7 @@ func newMetrics(n *Node) *metrics {
 	m := &metrics{n: n, reg: prometheus.NewRegistry(), policiesLabelled: map[string]bool{}}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quorate_decisions_total",
-		Help: "Decisions answered by this node's API (Admit, AdmitBatch items, AcquireLease), by policy and result: allowed, denied, shadow_denied, duplicate, or the error's code.",
+		Help: "Decisions answered by this node's API (Admit, AdmitBatch items, AcquireLease, ShouldRateLimit), by policy and result: allowed, denied, shadow_denied, duplicate, or the error's code.",
 	}, []string{"policy", "result"})
 	m.decisionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "quorate_decision_duration_seconds",
@@ -101,8 +103,13 @@ func newMetrics(n *Node) *metrics {
 		Help:    "Duration of the shared Raft log's fdatasync calls (--log-store shared).",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 	})
+	m.pacingSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "quorate_pacing_wait_seconds",
+		Help:    "Calls with max_wait answered by this node's API, by policy and kind: admit (the wait an admitted Admit was given, 0 when admitted at once), lease (the time an AcquireLease waited for a slot).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
+	}, []string{"policy", "kind"})
 	m.reg.MustRegister(m.decisions, m.decisionSeconds, m.proposeSeconds, m.entries, m.entryCommands,
-		m.leaderChanges, m.fsyncSeconds, groupCollector{m},
+		m.leaderChanges, m.fsyncSeconds, m.pacingSeconds, &m.pacing, groupCollector{m}, decisionsCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -194,6 +201,13 @@ func (m *metrics) admitted(req *quoratev1.AdmitRequest, resp *quoratev1.AdmitRes
 		policy = resp.GetChecks()[i].GetPolicy()
 	}
 	m.decided(policy, resp.GetAllowed(), resp.GetShadowDenied(), resp.GetDuplicate(), err)
+	if req.GetMaxWait() != nil && resp.GetAllowed() && !resp.GetDuplicate() {
+		wait := resp.GetWait().AsDuration()
+		m.pacingSeconds.WithLabelValues(m.policyLabel(policy), pacingAdmit).Observe(wait.Seconds())
+		if wait > 0 {
+			m.pacing.paced(m.policyLabel(policy), time.Now(), wait)
+		}
+	}
 }
 
 // metricsInterceptor times the decision calls of the API (not those
@@ -217,6 +231,9 @@ func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 			return next(ctx, req)
 		}
 		start := time.Now()
+		if r, ok := req.Any().(*quoratev1.AcquireLeaseRequest); ok && r.GetMaxWait() != nil {
+			defer i.m.pacing.parked(i.m.policyLabel(r.GetPolicy()), start)()
+		}
 		resp, err := next(ctx, req)
 		i.m.decisionSeconds.WithLabelValues(rpc).Observe(time.Since(start).Seconds())
 		i.m.counted(req.Any(), resp, err)
@@ -251,6 +268,9 @@ func (m *metrics) counted(req any, resp connect.AnyResponse, err error) {
 	case *quoratev1.AcquireLeaseRequest:
 		out, _ := msg.(*quoratev1.AcquireLeaseResponse)
 		m.decided(r.GetPolicy(), out.GetAllowed(), false, out.GetDuplicate(), err)
+		if r.GetMaxWait() != nil && out != nil && !out.GetDuplicate() {
+			m.pacingSeconds.WithLabelValues(m.policyLabel(r.GetPolicy()), pacingLease).Observe(out.GetWaited().AsDuration().Seconds())
+		}
 	}
 }
 

@@ -16,10 +16,11 @@ import (
 // counts, the newest snapshot's size), the meta replica's policies and
 // plans, and lease saturation on the groups led here.
 //
-// Raft's own go-metrics are not bridged: hashicorp/raft emits them to the
-// process-wide go-metrics sink, which every group and every node of a
-// process would share, so they could not be told apart by group or node.
-// The numbers that matter are read per replica instead.
+// Raft's own go-metrics go to the process-wide go-metrics sink, which every
+// group and every node of a process would share, so they cannot be told
+// apart by group or node: the node leaves them alone (quorate serve, one
+// node per process, routes them into the registry), and the numbers that
+// matter per group are read per replica here.
 
 var (
 	descRaftState   = groupDesc("quorate_raft_state", "1 for the Raft state this node's replica of the group is in (leader, follower, candidate, shutdown).", "state")

@@ -3,6 +3,7 @@ package node
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -24,10 +25,12 @@ const (
 	quietFactor = 5 / 2.0
 )
 
-// quietness is one replica's quiet state.
+// quietness is one replica's quiet state. quiet is read without the lock
+// (wake, on every proposal); mu serializes its changes, each with the
+// reload of raft's configuration that makes it true.
 type quietness struct {
 	mu    sync.Mutex
-	quiet bool
+	quiet atomic.Bool
 	// lastIndex and since are the sweep's: the replica's last log index at
 	// the previous sweep, and when it last changed.
 	lastIndex uint64
@@ -65,13 +68,10 @@ func (g *group) sweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
 	}
 }
 
-// wake restores g's normal heartbeat pace before an entry is proposed.
+// wake restores g's normal heartbeat pace before an entry is proposed: one
+// atomic load while g is loud, the lock only to turn it loud.
 func (g *group) wake(cfg *Config, log *slog.Logger) {
-	q := &g.quiet
-	q.mu.Lock()
-	quiet := q.quiet
-	q.mu.Unlock()
-	if quiet {
+	if g.quiet.quiet.Load() {
 		g.setQuiet(false, cfg, log)
 	}
 }
@@ -82,7 +82,7 @@ func (g *group) setQuiet(quiet bool, cfg *Config, log *slog.Logger) {
 	q := &g.quiet
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.quiet == quiet || g.raft == nil {
+	if q.quiet.Load() == quiet || g.raft == nil {
 		return
 	}
 	hb, et := cfg.HeartbeatTimeout, cfg.ElectionTimeout
@@ -93,13 +93,19 @@ func (g *group) setQuiet(quiet bool, cfg *Config, log *slog.Logger) {
 		}
 		hb, et = qt, max(et, qt)
 	}
+	// Turning quiet, the flag is set before the slower pace: a wake that
+	// reads it meanwhile waits on mu for the change, then undoes it.
+	if quiet {
+		q.quiet.Store(true)
+	}
 	rc := g.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = hb, et
 	if err := g.raft.ReloadConfig(rc); err != nil {
 		log.Warn("changing a replica's heartbeat pace", "group", g.id, "quiet", quiet, "error", err)
+		q.quiet.Store(!quiet)
 		return
 	}
-	q.quiet = quiet
+	q.quiet.Store(quiet)
 }
 
 // heartbeatTimeout is the HeartbeatTimeout g's replica runs with now.

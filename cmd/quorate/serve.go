@@ -67,6 +67,12 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopRaftMetrics, err := bridgeRaftMetrics(n.Registry())
+			if err != nil {
+				_ = n.Close()
+				return err
+			}
+			defer stopRaftMetrics()
 			fmt.Fprintf(cmd.ErrOrStderr(), "quorate: node %s: API on %s, Raft on %s\n", cfg.ID, n.APIAddr(), n.RaftAddr())
 			if reload != nil {
 				stop := make(chan struct{})
