@@ -83,7 +83,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 			}
 		}
 		gs.Frozen = frozenStatus(g.fsm.Frozen(), plans)
-		gs.HotKeys = n.decisions.hotKeys(g.id)
+		gs.HotKeys = withGrants(n.decisions.hotKeys(g.id), g.fsm)
 		out.Groups = append(out.Groups, gs)
 		out.Buckets += gs.Keys
 		out.DedupeEntries += gs.DedupeEntries
@@ -323,7 +323,7 @@ func CheckExplicitZeros(p *quoratev1.Policy) error {
 		return zero("dedupe_retention", admission.DefaultDedupeRetention.String())
 	case p.LeaseTtl != nil && p.GetLeaseTtl().AsDuration() == 0:
 		return zero("lease_ttl", admission.DefaultLeaseTTL.String())
-	case p.GetLocal().MaxGrant != nil && p.GetLocal().GetMaxGrant() == 0:
+	case p.GetLocal() != nil && p.GetLocal().MaxGrant != nil && p.GetLocal().GetMaxGrant() == 0:
 		return zero("local.max_grant", "a tenth of the burst")
 	case p.GetLocal().GetTtl() != nil && p.GetLocal().GetTtl().AsDuration() == 0:
 		return zero("local.ttl", admission.DefaultGrantTTL.String())

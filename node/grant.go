@@ -105,3 +105,15 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 	}
 	return out
 }
+
+// withGrants adds to each hot key the budget leases its group's replica f
+// holds on it: live holders and the units granted and not reported spent.
+func withGrants(hot []*quoratev1.HotKey, f *fsm.FSM) []*quoratev1.HotKey {
+	for _, h := range hot {
+		for _, g := range f.GrantsOf(h.GetPolicy(), h.GetKey()) {
+			h.GrantHolders++
+			h.GrantedUnspent += max(0, g.Total-g.Used)
+		}
+	}
+	return hot
+}

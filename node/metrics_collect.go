@@ -36,6 +36,10 @@ var (
 	descRequestIDs  = groupDesc("quorate_group_request_ids", "Request-ID entries the replica holds (expired ones not yet reclaimed included).")
 	descRequestIDB  = groupDesc("quorate_group_request_id_bytes", "Estimated memory of the replica's request-ID entries.")
 	descReserved    = groupDesc("quorate_group_reservations", "Outstanding reservations the replica holds.")
+	descGrants      = groupDesc("quorate_group_grants", "Budget leases the replica holds (expired ones not yet reclaimed included).")
+	descGrantUnits  = groupDesc("quorate_group_granted_units", "Units granted by the replica's budget leases and not reported spent.")
+	descGrantWaste  = prometheus.NewDesc("quorate_group_grant_wasted_units_total",
+		"Units granted but neither reported spent nor given back (a holder that never released: under-admission), as this replica applied since it started.", []string{"group"}, nil)
 	descSnapBytes   = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (absent before the first).")
 
 	descPolicyInfo = prometheus.NewDesc("quorate_policy_info",
@@ -61,7 +65,7 @@ type groupCollector struct{ m *metrics }
 
 func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommitIndex, descAppliedIdx, descLastLogIdx,
-		descAppliedLag, descFSMPending, descLastContact, descVoters, descKeys, descRequestIDs, descRequestIDB, descReserved,
+		descAppliedLag, descFSMPending, descLastContact, descVoters, descKeys, descRequestIDs, descRequestIDB, descReserved, descGrants, descGrantUnits, descGrantWaste,
 		descSnapBytes, descPolicyInfo, descLeasesHeld, descLeaseCap, descPlans, descPlanSteps, descPlanStepsDone} {
 		ch <- d
 	}
@@ -131,6 +135,10 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 	gauge(descRequestIDs, float64(g.fsm.DedupeLen()))
 	gauge(descRequestIDB, float64(max(0, g.fsm.DedupeBytes())))
 	gauge(descReserved, float64(g.fsm.ReservationCount()))
+	grants, units, wasted := g.fsm.GrantStats()
+	gauge(descGrants, float64(grants))
+	gauge(descGrantUnits, float64(units))
+	ch <- prometheus.MustNewConstMetric(descGrantWaste, prometheus.CounterValue, float64(wasted), gl)
 	if g.snaps != nil {
 		if list, err := g.snaps.List(); err == nil && len(list) > 0 {
 			gauge(descSnapBytes, float64(list[0].Size))

@@ -17,8 +17,10 @@ const hotKeysListed = 10
 
 // writeHotKeys prints the heaviest (policy, key) pairs of the groups: each
 // member counts the decisions of the groups it led since it started
-// (GroupState.hot_keys), and the members' counts of a pair add up. Nothing
-// when no decision was counted.
+// (GroupState.hot_keys), and the members' counts of a pair add up. GRANTS
+// and GRANTED are the pair's budget leases: live holders, and the units
+// granted to them not yet reported spent ("-" for none). Nothing when no
+// decision was counted.
 func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	type id struct {
 		group       uint32
@@ -27,6 +29,8 @@ func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	type row struct {
 		id
 		count, err uint64
+		holders    uint32
+		granted    int64
 	}
 	sum := map[id]*row{}
 	for _, m := range s.GetMembers() {
@@ -40,6 +44,10 @@ func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 				}
 				r.count += h.GetCount()
 				r.err += h.GetError()
+				// Grants are the group's state: every member that reports
+				// the pair reads the same replica state (the leader's).
+				r.holders = max(r.holders, h.GetGrantHolders())
+				r.granted = max(r.granted, h.GetGrantedUnspent())
 			}
 		}
 	}
@@ -56,9 +64,13 @@ func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	rows = rows[:min(len(rows), hotKeysListed)]
 	fmt.Fprintln(w, "\nhot keys (decisions counted by the groups' leaders since they started; a count is at most ERROR above the truth)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tPOLICY\tKEY\tDECISIONS\tERROR")
+	fmt.Fprintln(tw, "GROUP\tPOLICY\tKEY\tDECISIONS\tERROR\tGRANTS\tGRANTED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\n", r.group, r.policy, strconv.Quote(r.key), r.count, r.err)
+		grants, granted := "-", "-"
+		if r.holders > 0 {
+			grants, granted = strconv.FormatUint(uint64(r.holders), 10), strconv.FormatInt(r.granted, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", r.group, r.policy, strconv.Quote(r.key), r.count, r.err, grants, granted)
 	}
 	return tw.Flush()
 }

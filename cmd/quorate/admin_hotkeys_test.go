@@ -14,11 +14,12 @@ func TestWriteHotKeysAddsUpMembers(t *testing.T) {
 	}
 	s := &quoratev1.ClusterStatusResponse{Members: []*quoratev1.MemberStatus{
 		{Id: "n1", Status: &quoratev1.NodeState{Groups: []*quoratev1.GroupState{
-			group(1, &quoratev1.HotKey{Policy: "api", Key: "user 42", Count: 30}, &quoratev1.HotKey{Policy: "api", Key: "b", Count: 5, Error: 2}),
+			group(1, &quoratev1.HotKey{Policy: "api", Key: "user 42", Count: 30, GrantHolders: 2, GrantedUnspent: 40}, &quoratev1.HotKey{Policy: "api", Key: "b", Count: 5, Error: 2}),
 		}}},
-		// n2 led group 1 before n1, and leads group 2.
+		// n2 led group 1 before n1, and leads group 2; its replica of
+		// group 1's grants lags n1's (the larger figures are shown).
 		{Id: "n2", Status: &quoratev1.NodeState{Groups: []*quoratev1.GroupState{
-			group(1, &quoratev1.HotKey{Policy: "api", Key: "user 42", Count: 12}),
+			group(1, &quoratev1.HotKey{Policy: "api", Key: "user 42", Count: 12, GrantHolders: 1, GrantedUnspent: 10}),
 			group(2, &quoratev1.HotKey{Policy: "login", Key: "ip-1", Count: 7}),
 		}}},
 		{Id: "n3", Error: "unreachable"},
@@ -31,7 +32,7 @@ func TestWriteHotKeysAddsUpMembers(t *testing.T) {
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "hot keys") {
 		t.Fatalf("output:\n%s", b.String())
 	}
-	for i, want := range [][]string{{"GROUP", "POLICY", "KEY", "DECISIONS", "ERROR"}, {"1", "api", `"user 42"`, "42", "0"}, {"2", "login", `"ip-1"`, "7", "0"}, {"1", "api", `"b"`, "5", "2"}} {
+	for i, want := range [][]string{{"GROUP", "POLICY", "KEY", "DECISIONS", "ERROR", "GRANTS", "GRANTED"}, {"1", "api", `"user 42"`, "42", "0", "2", "40"}, {"2", "login", `"ip-1"`, "7", "0", "-", "-"}, {"1", "api", `"b"`, "5", "2", "-", "-"}} {
 		if got := strings.Fields(lines[i+1]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("line %d: %q, want %q", i+1, got, want)
 		}
@@ -69,8 +70,8 @@ func TestAdminStatusShowsHotKeys(t *testing.T) {
 		t.Fatalf("no hot keys section:\n%s", out)
 	}
 	lines := strings.Split(section, "\n")
-	if len(lines) < 4 || strings.Join(strings.Fields(lines[2]), " ") != `0 api-free "tenant-hot" 5 0` ||
-		strings.Join(strings.Fields(lines[3]), " ") != `0 api-free "tenant-cold" 1 0` {
+	if len(lines) < 4 || strings.Join(strings.Fields(lines[2]), " ") != `0 api-free "tenant-hot" 5 0 - -` ||
+		strings.Join(strings.Fields(lines[3]), " ") != `0 api-free "tenant-cold" 1 0 - -` {
 		t.Errorf("hot keys section:\n%s", section)
 	}
 	var st quoratev1.ClusterStatusResponse

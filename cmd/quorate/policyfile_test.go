@@ -197,6 +197,8 @@ func TestExamplePoliciesFile(t *testing.T) {
 		"search-smooth":     {Algorithm: "sliding_window", Limit: 100, Period: time.Minute, Shadow: true},
 		"reports-active":    {Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute},
 		"tokens":            {Algorithm: "token_bucket", Limit: 100000, Period: time.Minute, Burst: 20000, MaxCost: 8000},
+		"internal-search": {Algorithm: "token_bucket", Limit: 20000, Period: time.Second,
+			Local: admission.Local{Mode: admission.LocalReserve, MaxGrant: 2000, TTL: 5 * time.Second}},
 	}
 	if len(policies) != len(want) {
 		t.Fatalf("got %d policies, want %d", len(policies), len(want))
@@ -338,19 +340,32 @@ func TestDedupeRetentionErrorText(t *testing.T) {
 	}
 }
 
-func TestWritePoliciesRetention(t *testing.T) {
+func TestWritePoliciesRetentionAndLocal(t *testing.T) {
 	var b strings.Builder
 	err := writePolicies(&b, []*quoratev1.Policy{
 		{Name: "set", Version: 2, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second), DedupeRetention: durationpb.New(30 * time.Minute)},
 		{Name: "unset", Version: 1, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second)},
+		{Name: "local", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
+			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "DEDUPE_RETENTION") ||
-		!strings.HasSuffix(lines[1], "30m0s") || !strings.HasSuffix(lines[2], "10m0s") {
+	column := func(line, name string) string {
+		header := lines[0]
+		i := strings.Index(header, name)
+		if i < 0 || i >= len(line) {
+			return ""
+		}
+		return strings.Fields(line[i:])[0]
+	}
+	if len(lines) != 4 || column(lines[1], "DEDUPE_RETENTION") != "30m0s" || column(lines[2], "DEDUPE_RETENTION") != "10m0s" {
 		t.Errorf("want a DEDUPE_RETENTION column, 30m0s as set and the default 10m0s when unset:\n%s", b.String())
+	}
+	// LOCAL shows the defaults the cluster applies: a tenth of the burst, 10s.
+	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
+		t.Errorf("want LOCAL - without local decisions, and reserve with its defaults:\n%s", b.String())
 	}
 }
 
@@ -535,4 +550,68 @@ func tableRows(tb testing.TB, table string) map[string]map[string]string {
 		rows[f[0]] = row
 	}
 	return rows
+}
+
+func TestParsePolicyFileLocal(t *testing.T) {
+	const file = `
+policies:
+  - name: a
+    algorithm: fixed_window
+    limit: 1000
+    period: 1m
+    local:
+      mode: reserve
+      max_grant: 50
+      ttl: 2s
+  - name: b
+    algorithm: token_bucket
+    limit: 10
+    period: 1s
+    local: {mode: reserve}
+`
+	got, err := parsePolicyFile("p.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*quoratev1.Policy{
+		{Name: "a", Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
+			Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(50), Ttl: durationpb.New(2 * time.Second)}},
+		{Name: "b", Algorithm: "token_bucket", Limit: 10, Period: durationpb.New(time.Second), Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("policy %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParsePolicyFileLocalErrors(t *testing.T) {
+	const head = "policies:\n  - name: q\n    algorithm: fixed_window\n    limit: 100\n    period: 1m\n"
+	tests := []struct {
+		name, file, field, reason string
+	}{
+		{"unknown mode", head + "    local: {mode: eventually}\n", "local.mode", "eventually"},
+		{"no mode", head + "    local: {max_grant: 5}\n", "local.mode", "missing"},
+		{"unknown field", head + "    local: {mode: reserve, budget: 5}\n", "local.budget", "unknown field"},
+		{"zero max_grant", head + "    local: {mode: reserve, max_grant: 0}\n", "local.max_grant", "must not be 0"},
+		{"max_grant over the burst", head + "    local: {mode: reserve, max_grant: 101}\n", "local.max_grant", "101"},
+		{"zero ttl", head + "    local: {mode: reserve, ttl: 0s}\n", "local.ttl", "must not be 0"},
+		{"ttl too short", head + "    local: {mode: reserve, ttl: 10ms}\n", "local.ttl", "10ms"},
+		{"not a mapping", head + "    local: reserve\n", "local", "expected a mapping"},
+		{"sliding_log", "policies:\n  - name: q\n    algorithm: sliding_log\n    limit: 5\n    period: 1m\n    local: {mode: reserve}\n", "local.mode", "sliding_log"},
+	}
+	for _, tc := range tests {
+		_, err := parsePolicyFile("p.yaml", []byte(tc.file))
+		var pe *PolicyFileError
+		if !errors.As(err, &pe) || pe.Field != tc.field || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("%s: got %v (field %q), want field %s and %q", tc.name, err, fieldOfPolicyErr(pe), tc.field, tc.reason)
+		}
+	}
+}
+
+func fieldOfPolicyErr(pe *PolicyFileError) string {
+	if pe == nil {
+		return ""
+	}
+	return pe.Field
 }
