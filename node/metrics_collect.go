@@ -40,7 +40,7 @@ var (
 	descGrantUnits  = groupDesc("quorate_group_granted_units", "Units granted by the replica's budget leases and not reported spent.")
 	descGrantWaste  = prometheus.NewDesc("quorate_group_grant_wasted_units_total",
 		"Units granted but neither reported spent nor given back (a holder that never released: under-admission), as this replica applied since it started.", []string{"group"}, nil)
-	descSnapBytes   = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (absent before the first).")
+	descSnapBytes = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (absent before the first).")
 
 	descPolicyInfo = prometheus.NewDesc("quorate_policy_info",
 		"1 for each policy of the meta replica's table, with its version and algorithm (at most 200 policies).", []string{"policy", "version", "algorithm"}, nil)
