@@ -3495,8 +3495,12 @@ type GrantRecord struct {
 	LastDecidedAtUnixNano int64  `protobuf:"varint,14,opt,name=last_decided_at_unix_nano,json=lastDecidedAtUnixNano,proto3" json:"last_decided_at_unix_nano,omitempty"`
 	LastRemaining         int64  `protobuf:"varint,15,opt,name=last_remaining,json=lastRemaining,proto3" json:"last_remaining,omitempty"`
 	LastPolicyVersion     uint64 `protobuf:"varint,16,opt,name=last_policy_version,json=lastPolicyVersion,proto3" json:"last_policy_version,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// A local-plus-global allowance (policy local.mode "sync"): total is the
+	// holder's allowance until its next report, nothing is spent ahead, and
+	// used is what it reported admitting, charged as reported.
+	Sync          bool `protobuf:"varint,17,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrantRecord) Reset() {
@@ -3639,6 +3643,13 @@ func (x *GrantRecord) GetLastPolicyVersion() uint64 {
 		return x.LastPolicyVersion
 	}
 	return 0
+}
+
+func (x *GrantRecord) GetSync() bool {
+	if x != nil {
+		return x.Sync
+	}
+	return false
 }
 
 // ReserveRecord is the recorded answer of a Reserve or a Commit, returned to
@@ -5127,7 +5138,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bestimate\x18\x04 \x01(\x03R\bestimate\x121\n" +
 	"\x15reserved_at_unix_nano\x18\x05 \x01(\x03R\x12reservedAtUnixNano\x121\n" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\xc1\x04\n" +
+	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\xd5\x04\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -5146,7 +5157,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x15spent_until_unix_nano\x18\r \x01(\x03R\x12spentUntilUnixNano\x128\n" +
 	"\x19last_decided_at_unix_nano\x18\x0e \x01(\x03R\x15lastDecidedAtUnixNano\x12%\n" +
 	"\x0elast_remaining\x18\x0f \x01(\x03R\rlastRemaining\x12.\n" +
-	"\x13last_policy_version\x18\x10 \x01(\x04R\x11lastPolicyVersion\"\x83\x03\n" +
+	"\x13last_policy_version\x18\x10 \x01(\x04R\x11lastPolicyVersion\x12\x12\n" +
+	"\x04sync\x18\x11 \x01(\bR\x04sync\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
