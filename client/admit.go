@@ -26,7 +26,20 @@ import (
 // know the policy (see Config.Policies), as an *OutcomeUnknownError when
 // some attempt may have been applied. Errors about the request itself
 // (InvalidArgument, NotFound, ...) are returned at once as Connect errors.
+//
+// For a policy whose local.mode is reserve (unless Config.DisableGrants),
+// a request of one check without MaxWait is allowed in memory (Outcome
+// LocalGrant, no call, no request ID generated) when the client holds a
+// live grant of the policy for the key with at least its cost unspent; the
+// key's first such request starts acquiring one in the background.
+// Otherwise the request is decided by the cluster as above, so every
+// denial comes from the cluster.
 func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
+	if c.grants != nil {
+		if d := c.grants.admit(&r); d != nil {
+			return d, nil
+		}
+	}
 	parent := ctx
 	ctx, cancel, err := c.begin(ctx)
 	if err != nil {

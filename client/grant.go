@@ -69,7 +69,7 @@ type grants struct {
 	cancel, cancelRenew context.CancelFunc
 	wg                  sync.WaitGroup
 
-	acquired, renewed, released           atomic.Uint64
+	acquired, renewed, released            atomic.Uint64
 	unitsGranted, unitsReturned, unitsLost atomic.Uint64
 	// retired counts the local decisions of states dropped from the map.
 	retired atomic.Uint64
