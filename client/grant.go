@@ -95,8 +95,6 @@ type grantState struct {
 	// live grant is held. Local decisions CAS it down; the loop adds what
 	// each answer grants; the local deadline and a release swap it to 0.
 	avail atomic.Int64
-	// decisions counts the local decisions made from this state.
-	decisions atomic.Uint64
 	// lowWater: a local decision leaving avail below it wakes the loop to
 	// renew (a quarter of the last grant).
 	lowWater atomic.Int64
@@ -106,6 +104,11 @@ type grantState struct {
 	// kicked says a wake-up is pending in kick.
 	kicked atomic.Bool
 	_      [64]byte
+	// extra are the units above 1 that local decisions spent (cost > 1):
+	// the decisions made are the units spent minus extra. A decision of
+	// cost 1, the common case, so costs one atomic operation.
+	extra atomic.Int64
+	_     [56]byte
 
 	m    *grants
 	key  bucketKey
@@ -144,13 +147,25 @@ type grantState struct {
 // admit decides r from its key's grant when it can: nil means the caller
 // must decide r strictly.
 func (m *grants) admit(r *Request) *Decision {
-	if len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
+	g, left, ok := m.spend(r)
+	if !ok {
 		return nil
 	}
-	g := (*m.states.Load())[bucketKey{r.Policy, r.Key}]
+	d := &Decision{}
+	g.fill(d, r, left)
+	return d
+}
+
+// spend takes r's cost from its key's grant: false when it cannot (the
+// caller decides r strictly); left is what the grant has unspent after.
+func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
+	if len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
+		return nil, 0, false
+	}
+	g = (*m.states.Load())[bucketKey{r.Policy, r.Key}]
 	if g == nil {
 		m.miss(r)
-		return nil
+		return nil, 0, false
 	}
 	cost := r.Cost
 	if cost == 0 {
@@ -160,18 +175,25 @@ func (m *grants) admit(r *Request) *Decision {
 		a := g.avail.Load()
 		if a < cost {
 			g.short()
-			return nil
+			return nil, 0, false
 		}
 		if g.avail.CompareAndSwap(a, a-cost) {
-			g.decisions.Add(1)
+			if cost != 1 {
+				g.extra.Add(cost - 1)
+			}
 			if a-cost < g.lowWater.Load() {
 				g.wake()
 			}
-			return &Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
-				Remaining: a - cost, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
-				PolicyVersion: g.version.Load()}
+			return g, a - cost, true
 		}
 	}
+}
+
+// fill writes the decision of r, allowed from g with left units unspent.
+func (g *grantState) fill(d *Decision, r *Request, left int64) {
+	*d = Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
+		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
+		PolicyVersion: g.version.Load()}
 }
 
 // wake asks the loop for a renewal; it never blocks.
@@ -239,9 +261,11 @@ func (m *grants) evictLocked(old map[bucketKey]*grantState) map[bucketKey]*grant
 	for k, g := range old {
 		g.mu.Lock()
 		idle := !g.running
+		if idle {
+			m.retired.Add(g.decisionsLocked())
+		}
 		g.mu.Unlock()
 		if idle {
-			m.retired.Add(g.decisions.Load())
 			continue
 		}
 		next[k] = g
@@ -310,8 +334,16 @@ func (m *grants) releaseTimeout() time.Duration { return min(m.c.cfg.Timeout, ti
 func (m *grants) stats(s *Stats) {
 	s.LocalGrant = m.retired.Load()
 	for _, g := range *m.states.Load() {
-		s.LocalGrant += g.decisions.Load()
+		g.mu.Lock()
+		s.LocalGrant += g.decisionsLocked()
+		g.mu.Unlock()
 	}
 	s.GrantsAcquired, s.GrantsRenewed, s.GrantsReleased = m.acquired.Load(), m.renewed.Load(), m.released.Load()
 	s.UnitsGranted, s.UnitsReturned, s.UnitsWasted = m.unitsGranted.Load(), m.unitsReturned.Load(), m.unitsLost.Load()
+}
+
+// decisionsLocked counts the local decisions made from g: the units spent
+// from its grants less the units above 1 of each; g.mu is held.
+func (g *grantState) decisionsLocked() uint64 {
+	return uint64(g.spentBefore + g.base - g.avail.Load() - g.extra.Load())
 }
