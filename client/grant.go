@@ -121,6 +121,9 @@ type grantState struct {
 	mu      sync.Mutex
 	running bool // a loop serves this state
 	seq     uint64
+	// seqSent is when seq was first sent, zero until then: an answer to
+	// seq, a retry's included, was decided after it.
+	seqSent time.Time
 	started time.Time // started_at of the grant held; zero when none
 	// base is the units credited to avail for this grant, net of those
 	// voided: used = base - avail.

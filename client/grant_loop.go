@@ -114,6 +114,10 @@ func (g *grantState) renew(failures *int) grantWait {
 	used := g.base - g.avail.Load()
 	g.sample(sent, g.spentBefore+used, g.strict.Load())
 	seq := g.seq
+	if g.seqSent.IsZero() {
+		g.seqSent = sent
+	}
+	first := g.seqSent
 	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
 		Seq: seq, Want: g.want(), Used: used, Demand: g.demand}
 	g.mu.Unlock()
@@ -126,7 +130,9 @@ func (g *grantState) renew(failures *int) grantWait {
 	*failures = 0
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.apply(resp, sent, used)
+	// The local deadline counts from the first send of seq: the answer may
+	// be the recorded one of an earlier attempt (duplicate).
+	return g.apply(resp, first, used)
 }
 
 // sample updates the demand estimate: units spent locally and requests
@@ -156,8 +162,8 @@ func (g *grantState) want() int64 {
 	return max(1, int64(w))
 }
 
-// apply takes in an answer to a call sent at sent reporting used; g.mu is
-// held.
+// apply takes in an answer to a call first sent at sent reporting used;
+// g.mu is held.
 func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used int64) grantWait {
 	m := g.m
 	started := resp.GetStartedAt().AsTime()
@@ -170,6 +176,7 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 		m.renewed.Add(1)
 	}
 	g.seq++
+	g.seqSent = time.Time{}
 	m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
 	g.limit.Store(resp.GetLimit())
 	g.window.Store(int64(resp.GetWindow().AsDuration()))
@@ -246,7 +253,7 @@ func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
 			// Our seq is behind the grant's record: start a new grant.
 			g.mu.Lock()
 			g.dropLocked()
-			g.seq = 0
+			g.seq, g.seqSent = 0, time.Time{}
 			g.mu.Unlock()
 			return grantWait{period: 0}
 		}
@@ -286,15 +293,23 @@ func (g *grantState) release() {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	used, seq, unspent := g.base, g.seq, a+g.voided
+	used, unspent, doubt := g.base, a+g.voided, !g.seqSent.IsZero()
 	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
-		Seq: seq, Used: used, Demand: g.demand, Release: true}
+		Seq: g.seq, Used: used, Demand: g.demand, Release: true}
 	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
 	resp, err := m.send(ctx, req)
+	if err == nil && resp.GetDuplicate() && doubt {
+		// The recorded answer of the call of this seq that failed (a
+		// renewal that was applied): release with the next seq.
+		m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
+		req.Seq++
+		resp, err = m.send(ctx, req)
+	}
 	cancel()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.seq = req.GetSeq()
 	if err == nil {
 		m.released.Add(1)
 		m.unitsReturned.Add(uint64(max(resp.GetReturned(), 0)))
@@ -303,6 +318,7 @@ func (g *grantState) release() {
 		m.unitsLost.Add(uint64(unspent))
 	}
 	g.seq++
+	g.seqSent = time.Time{}
 	g.spentBefore += used
 	g.base, g.voided = 0, 0
 	g.started = time.Time{}

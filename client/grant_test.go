@@ -6,6 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // holdGrant admits on key until a decision comes from a grant.
@@ -125,11 +129,12 @@ func TestGrantNewStartedAtVoidsOldUnits(t *testing.T) {
 		return c.grants.states.Load() != nil && (*c.grants.states.Load())[bucketKey{"p", "k"}].avail.Load() >= 10
 	})
 	g := (*c.grants.states.Load())[bucketKey{"p", "k"}]
-	unspent := g.avail.Load()
-	s.forget()
+	// Nothing is spent from here on: the old grant's unspent units are its
+	// total, as the server last recorded it, less the local decisions.
+	old := s.forget()
 	eventually(t, 10*time.Second, "a new grant", func() bool { return c.Stats().GrantsAcquired == 2 })
-	if st := c.Stats(); st.UnitsWasted != uint64(unspent) {
-		t.Fatalf("wasted %d, want the old grant's unspent %d", st.UnitsWasted, unspent)
+	if st := c.Stats(); st.UnitsWasted != uint64(old)-st.LocalGrant {
+		t.Fatalf("wasted %d, want the old grant's unspent %d", st.UnitsWasted, uint64(old)-st.LocalGrant)
 	}
 	s.mu.Lock()
 	var total int64
@@ -285,5 +290,72 @@ func TestGrantSeqConflictResyncs(t *testing.T) {
 	g := (*c.grants.states.Load())[bucketKey{"p", "k"}]
 	if g.avail.Load() != 0 {
 		t.Fatal("units spendable after the grant was dropped")
+	}
+}
+
+// TestGrantIdleReleased: a key unused for a ttl gives its grant back; its
+// next request starts a new one.
+func TestGrantIdleReleased(t *testing.T) {
+	s := newGrantServer("p", 1_000_000, 1000, 200*time.Millisecond)
+	c := grantClient(t, s, nil)
+	holdGrant(t, c, "p", "k")
+	eventually(t, 10*time.Second, "the idle grant released", func() bool { return c.Stats().GrantsReleased == 1 })
+	calls, avail := s.snapshot("k")
+	st := c.Stats()
+	if last := calls[len(calls)-1]; !last.GetRelease() || st.UnitsReturned != st.UnitsGranted-st.LocalGrant-st.UnitsWasted {
+		t.Fatalf("last call %v, stats %+v", last, st)
+	}
+	if want := 1_000_000 - int64(st.LocalGrant) - s.strictAllowed - int64(st.UnitsWasted); avail != want {
+		t.Fatalf("the key has %d units, want %d", avail, want)
+	}
+	holdGrant(t, c, "p", "k")
+	if st := c.Stats(); st.GrantsAcquired < 2 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+// TestAdmitInto: the same decisions as Admit, into the caller's Decision.
+func TestAdmitInto(t *testing.T) {
+	s := newGrantServer("p", 1_000_000, 1000, 10*time.Second)
+	c := grantClient(t, s, nil)
+	var d Decision
+	r := Request{Policy: "p", Key: "k"}
+	if err := c.AdmitInto(context.Background(), &r, &d); err != nil || d.Outcome != Verified || !d.Allowed || d.RequestID == "" {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	eventually(t, 10*time.Second, "a local decision with 200 units left", func() bool {
+		if err := c.AdmitInto(context.Background(), &r, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Outcome == LocalGrant && d.Remaining >= 200
+	})
+	if !d.Allowed || d.Limit != 1_000_000 || d.PolicyVersion != 1 || d.DeniedCheck != -1 || d.RequestID != "" {
+		t.Fatalf("%+v", d)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = c.AdmitInto(context.Background(), &r, &d) }); n != 0 {
+		t.Fatalf("%v allocations per local decision", n)
+	}
+}
+
+func TestPolicyOfLocal(t *testing.T) {
+	mg := int64(7)
+	burst := int64(50)
+	p := policyOf(&quoratev1.Policy{Name: "p", Limit: 100, Burst: &burst, Period: durationpb.New(time.Second),
+		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: &mg, Ttl: durationpb.New(time.Minute)}})
+	if p.Local != (LocalDecisions{Mode: "reserve", MaxGrant: 7, TTL: time.Minute}) {
+		t.Fatalf("%+v", p.Local)
+	}
+	if s, ok := grantSpecOf(p); !ok || s.maxGrant != 7 || s.ttl != time.Minute {
+		t.Fatalf("%+v", s)
+	}
+	p.Local = LocalDecisions{Mode: "reserve"}
+	if s, ok := grantSpecOf(p); !ok || s.maxGrant != 5 || s.ttl != 10*time.Second {
+		t.Fatalf("defaults: %+v", s)
+	}
+	if _, ok := grantSpecOf(policyOf(&quoratev1.Policy{Name: "q", Limit: 10})); ok {
+		t.Fatal("a policy without local mode has a grant spec")
+	}
+	if err := (Policy{Name: "p", Local: LocalDecisions{Mode: "overshoot"}}).validate(); err == nil {
+		t.Fatal("an unknown local mode validated")
 	}
 }

@@ -222,11 +222,16 @@ func fairShare(avail int64, d, others uint64) int64 {
 }
 
 // forget drops every grant record, as a group that lost the key's slot
-// does: the holder's next call starts a new grant.
-func (s *grantServer) forget() {
+// does: the holder's next call starts a new grant. It returns the units
+// granted by the records dropped.
+func (s *grantServer) forget() (total int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, g := range s.grants {
+		total += g.total
+	}
 	clear(s.grants)
+	return total
 }
 
 // snapshot returns the Grant calls answered so far and the key's units.
