@@ -154,9 +154,11 @@ func (m *grants) admit(r *Request) *Decision {
 	if !ok {
 		return nil
 	}
-	d := &Decision{}
-	g.fill(d, r, left)
-	return d
+	// A composite literal, not fill: copying a whole Decision into a heap
+	// object costs a bulk write barrier during a GC.
+	return &Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
+		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
+		PolicyVersion: g.version.Load()}
 }
 
 // spend takes r's cost from its key's grant: false when it cannot (the

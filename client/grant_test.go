@@ -2,11 +2,15 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -171,6 +175,18 @@ func TestGrantReleaseOnClose(t *testing.T) {
 	}
 	if _, err := c.Admit(context.Background(), Request{Policy: "p", Key: "k"}); err != ErrClosed {
 		t.Fatalf("Admit after Close: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	want := fmt.Sprintf(`
+# HELP quorate_client_grant_units_total Units of this client's grants, by fate: granted (added by the cluster), returned (given back by a release), wasted (unspent when the grant's local deadline passed, it was replaced or its release failed).
+# TYPE quorate_client_grant_units_total counter
+quorate_client_grant_units_total{fate="granted"} %d
+quorate_client_grant_units_total{fate="returned"} %d
+quorate_client_grant_units_total{fate="wasted"} 0
+`, st.UnitsGranted, st.UnitsReturned)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "quorate_client_grant_units_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 
