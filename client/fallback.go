@@ -108,6 +108,9 @@ type Stats struct {
 	// UnitsReturned those given back by releases; UnitsWasted those lost
 	// unspent: a grant whose local deadline passed, or that was replaced by
 	// a new one, or whose release failed (under-admission, never over).
+	// Units a local deadline voided that a later answer showed still
+	// granted count as granted again, so that UnitsGranted = LocalGrant's
+	// units + UnitsReturned + UnitsWasted once every grant has ended.
 	UnitsGranted, UnitsReturned, UnitsWasted uint64
 }
 

@@ -63,8 +63,8 @@ type grants struct {
 	// atomic load and a map lookup.
 	states atomic.Pointer[map[bucketKey]*grantState]
 
-	// ctx ends when Close gives up on the releases; renewCtx when Close
-	// begins (in-flight renewals end, the releases go on).
+	// ctx ends when Close gives up on the releases (and the calls in
+	// flight); renewCtx when Close begins (the loops release their grants).
 	ctx, renewCtx       context.Context
 	cancel, cancelRenew context.CancelFunc
 	wg                  sync.WaitGroup

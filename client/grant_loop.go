@@ -121,7 +121,9 @@ func (g *grantState) renew(failures *int) grantWait {
 	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
 		Seq: seq, Want: g.want(), Used: used, Demand: g.demand}
 	g.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.renewCtx, m.c.cfg.Timeout)
+	// Not cut when Close begins: a call abandoned in flight could reach
+	// the server after the release and begin a grant nobody holds.
+	ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.Timeout)
 	resp, err := m.send(ctx, req)
 	cancel()
 	if err != nil {
@@ -193,6 +195,9 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 		g.timer.Stop()
 	}
 	g.base += delta
+	// Units the local deadline voided (counted wasted) that this answer
+	// shows still granted count as granted again.
+	m.unitsGranted.Add(uint64(g.voided))
 	g.voided = 0
 	if until > 0 {
 		g.avail.Add(delta)
@@ -222,19 +227,21 @@ func (g *grantState) expire(gen uint64) {
 	}
 }
 
-// expireLocked stops local spending: the unspent units are voided (spent
-// again if the next answer shows the grant alive); g.mu is held.
+// expireLocked stops local spending: the unspent units are voided and
+// counted wasted (granted again if the next answer shows the grant alive);
+// g.mu is held.
 func (g *grantState) expireLocked() {
 	a := g.avail.Swap(0)
 	g.base -= a
 	g.voided += a
+	g.m.unitsLost.Add(uint64(a))
 }
 
 // dropLocked forgets the grant held: its unspent units are wasted; g.mu is
 // held.
 func (g *grantState) dropLocked() {
 	a := g.avail.Swap(0)
-	g.m.unitsLost.Add(uint64(a + g.voided))
+	g.m.unitsLost.Add(uint64(a))
 	g.spentBefore += g.base - a
 	g.base, g.voided = 0, 0
 	g.started = time.Time{}
@@ -293,7 +300,7 @@ func (g *grantState) release() {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	used, unspent, doubt := g.base, a+g.voided, !g.seqSent.IsZero()
+	used, doubt := g.base, !g.seqSent.IsZero()
 	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
 		Seq: g.seq, Used: used, Demand: g.demand, Release: true}
 	g.mu.Unlock()
@@ -311,11 +318,19 @@ func (g *grantState) release() {
 	defer g.mu.Unlock()
 	g.seq = req.GetSeq()
 	if err == nil {
+		// a were held; the voided units are counted wasted already: those
+		// given back beyond a count as granted again, a shortfall as waste.
+		r := max(resp.GetReturned(), 0)
 		m.released.Add(1)
-		m.unitsReturned.Add(uint64(max(resp.GetReturned(), 0)))
+		m.unitsReturned.Add(uint64(r))
+		if r >= a {
+			m.unitsGranted.Add(uint64(r - a))
+		} else {
+			m.unitsLost.Add(uint64(a - r))
+		}
 	} else {
 		m.c.cfg.Logger.Debug("grant release", "policy", g.key.policy, "error", err)
-		m.unitsLost.Add(uint64(unspent))
+		m.unitsLost.Add(uint64(a))
 	}
 	g.seq++
 	g.seqSent = time.Time{}

@@ -375,3 +375,41 @@ func TestPolicyOfLocal(t *testing.T) {
 		t.Fatal("an unknown local mode validated")
 	}
 }
+
+// TestGrantLocalDeadline: renewals that get no answer: at the grant's local
+// deadline its units stop being spent and count as wasted; requests go to
+// the server.
+func TestGrantLocalDeadline(t *testing.T) {
+	s := newGrantServer("p", 1_000_000, 1000, 400*time.Millisecond)
+	c := grantClient(t, s, nil)
+	eventually(t, 10*time.Second, "a grant of 10 units or more", func() bool {
+		return holdGrant(t, c, "p", "k").Remaining >= 10
+	})
+	s.unavailable.Store(true)
+	s.mu.Lock()
+	var total int64
+	for _, g := range s.grants {
+		total = g.total
+	}
+	s.mu.Unlock()
+	// No local decision after the deadline; the wasted units are the
+	// grant's total (no renewal got through) less the local decisions.
+	eventually(t, 10*time.Second, "the units wasted", func() bool {
+		st := c.Stats()
+		return st.UnitsWasted > 0 && st.UnitsWasted == uint64(total)-st.LocalGrant
+	})
+	for range 5 {
+		d, err := c.Admit(context.Background(), Request{Policy: "p", Key: "k"})
+		if err != nil || d.Outcome != Verified {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	s.unavailable.Store(false)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.UnitsGranted != st.LocalGrant+st.UnitsReturned+st.UnitsWasted {
+		t.Fatalf("granted %d != local %d + returned %d + wasted %d", st.UnitsGranted, st.LocalGrant, st.UnitsReturned, st.UnitsWasted)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,8 @@ type grantServer struct {
 	// unimplemented answers Grant Unimplemented, as nodes before budget
 	// leases do.
 	unimplemented bool
+	// unavailable answers Grant Unavailable (no leader), set by a test.
+	unavailable atomic.Bool
 
 	mu     sync.Mutex
 	keys   map[string]*fakeKey
@@ -128,6 +131,9 @@ func (s *grantServer) AdmitBatch(_ context.Context, req *connect.Request[quorate
 func (s *grantServer) Grant(_ context.Context, req *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
 	if s.unimplemented {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("node: Grant is not served yet"))
+	}
+	if s.unavailable.Load() {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("node: no leader"))
 	}
 	m := req.Msg
 	if m.GetPolicy() != s.policy {
