@@ -65,6 +65,9 @@ type Config struct {
 	// For short-lived clients that make a call or two, such as the quorate
 	// CLI's.
 	NoPolicyFetch bool
+	// DisableGrants: Admit never decides from budget leases, even for a
+	// policy whose local.mode is reserve; every request is a call.
+	DisableGrants bool
 }
 
 // Client is a connection to a Quorate cluster; safe for concurrent use.
@@ -74,6 +77,8 @@ type Client struct {
 	opts   []connect.ClientOption
 	routes *router
 	fb     *fallback
+	// grants are the budget leases held (nil with DisableGrants).
+	grants *grants
 	// retries counts the attempts retried, by procedure (Collector).
 	retries retryCounts
 
@@ -149,6 +154,9 @@ func New(cfg Config) (*Client, error) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.routes = newRouter(c, servers)
 	c.fb = newFallback(c, cfg.Policies)
+	if !cfg.DisableGrants {
+		c.grants = newGrants(c)
+	}
 	c.routes.refresh()
 	if !cfg.NoPolicyFetch {
 		c.fb.refreshAll()
@@ -158,7 +166,9 @@ func New(cfg Config) (*Client, error) {
 
 // Close stops the client's background work (route and policy refreshes,
 // lease renewals: the context of every lease still held ends with
-// ErrClosed) and waits for it. Calls made after Close fail with ErrClosed.
+// ErrClosed) and waits for it. It first releases every budget lease
+// (grant) held, giving back its unspent units, bounded by the shorter of
+// Config.Timeout and a second. Calls made after Close fail with ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -173,6 +183,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	for _, l := range leases {
 		l.stop(ErrClosed)
+	}
+	if c.grants != nil {
+		c.grants.close()
 	}
 	c.cancel()
 	c.wg.Wait()

@@ -34,6 +34,29 @@
 // once as a *MismatchError (AsMismatch classifies an error), never retried
 // nor hidden by a fallback.
 //
+// For a policy whose local.mode is reserve the client holds budget leases
+// (AdmissionService.Grant): per (policy, key) it admits, a grant of units
+// already spent in the key's log, acquired in the background at the key's
+// first request and decided from in memory — one CAS on the grant's
+// unspent counter, Outcome LocalGrant, no call, only when the request has
+// no Also nor MaxWait and the grant holds its cost, else the normal call,
+// so every denial comes from the cluster. Its loop renews the grant through
+// the same retry loop when the unspent units fall under a quarter of the
+// last grant or at half its local lifetime, reporting the units used and
+// the demand (units per second, averaged over the recent renewals) and
+// asking for twice the demand over half a ttl (1 to max_grant). A grant
+// stops being spent at its local deadline (the call's send time plus
+// expires_at - decided_at, less a margin), is wasted when an answer shows a
+// new started_at, and is released (total - used given back) when its key
+// was idle for a ttl and at Close. Grant answered Unimplemented,
+// InvalidArgument or FailedPrecondition makes the policy strict for a
+// while; a FailedPrecondition to a renewal (a seq behind the grant's)
+// first drops the grant and asks for a new one. Stats and Collector count
+// the local decisions, grants acquired, renewed and released, and units
+// granted, returned and wasted; Config.DisableGrants turns grants off;
+// AdmitInto writes the decision into the caller's Decision (a local one
+// allocates nothing).
+//
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews
 // itself at about a third of its ttl, exposes its fencing token, and ends

@@ -27,6 +27,22 @@ type Policy struct {
 	// OnUnavailable is "deny" (or empty), "allow" or "local".
 	OnUnavailable string
 	Version       uint64
+	// Local is the policy's local decisions (budget leases); a zero Mode
+	// means every request is decided by the cluster.
+	Local LocalDecisions
+}
+
+// LocalDecisions is a policy's local decisions (admin.proto
+// LocalDecisions): with Mode "reserve" the client decides the policy's
+// requests in memory from units granted to it (see Client.Admit).
+type LocalDecisions struct {
+	// Mode is "reserve" or empty (no local decisions).
+	Mode string
+	// MaxGrant is the most units one holder may hold unspent; 0 means a
+	// tenth of the burst (at least 1).
+	MaxGrant int64
+	// TTL is how long a grant lives unless renewed; 0 means 10s.
+	TTL time.Duration
 }
 
 func (p Policy) validate() error {
@@ -42,9 +58,18 @@ func (p Policy) validate() error {
 	}
 	switch p.OnUnavailable {
 	case "", "deny", "allow", "local":
-		return nil
+	default:
+		return fmt.Errorf("OnUnavailable must be deny, allow or local (got %q)", p.OnUnavailable)
 	}
-	return fmt.Errorf("OnUnavailable must be deny, allow or local (got %q)", p.OnUnavailable)
+	switch {
+	case p.Local.Mode != "" && p.Local.Mode != "reserve":
+		return fmt.Errorf("Local.Mode must be reserve or empty (got %q)", p.Local.Mode)
+	case p.Local.MaxGrant < 0:
+		return fmt.Errorf("Local.MaxGrant must not be negative (got %d)", p.Local.MaxGrant)
+	case p.Local.TTL < 0:
+		return fmt.Errorf("Local.TTL must not be negative (got %v)", p.Local.TTL)
+	}
+	return nil
 }
 
 // calendarPeriods are the lengths a quota's calendar period is taken to have
@@ -58,7 +83,8 @@ func policyOf(p *quoratev1.Policy) Policy {
 		period = calendarPeriods[p.GetCalendar()]
 	}
 	return Policy{Name: p.GetName(), Limit: p.GetLimit(), Period: period, Burst: p.GetBurst(),
-		OnUnavailable: p.GetOnUnavailable(), Version: p.GetVersion()}
+		OnUnavailable: p.GetOnUnavailable(), Version: p.GetVersion(),
+		Local: LocalDecisions{Mode: p.GetLocal().GetMode(), MaxGrant: p.GetLocal().GetMaxGrant(), TTL: p.GetLocal().GetTtl().AsDuration()}}
 }
 
 // Stats counts Admit decisions by who made them.
@@ -71,12 +97,31 @@ type Stats struct {
 	Bypassed uint64
 	// Local were decided by this process's bucket (on_unavailable local).
 	Local uint64
+	// LocalGrant were allowed from a budget lease held by this client,
+	// without a call (Outcome LocalGrant).
+	LocalGrant uint64
+	// GrantsAcquired counts the grants begun (a first answer, or an answer
+	// with a new started_at), GrantsRenewed the renewals of a grant held,
+	// GrantsReleased the grants given back (idle for a ttl, or Close).
+	GrantsAcquired, GrantsRenewed, GrantsReleased uint64
+	// UnitsGranted are the units the cluster added to this client's grants;
+	// UnitsReturned those given back by releases; UnitsWasted those lost
+	// unspent: a grant whose local deadline passed, or that was replaced by
+	// a new one, or whose release failed (under-admission, never over).
+	// Units a local deadline voided that a later answer showed still
+	// granted count as granted again, so that UnitsGranted = LocalGrant's
+	// units + UnitsReturned + UnitsWasted once every grant has ended.
+	UnitsGranted, UnitsReturned, UnitsWasted uint64
 }
 
 // Stats returns how many Admit decisions of each Outcome this client made.
 func (c *Client) Stats() Stats {
-	return Stats{Verified: c.fb.counts[Verified].Load(), Unavailable: c.fb.counts[Unavailable].Load(),
+	s := Stats{Verified: c.fb.counts[Verified].Load(), Unavailable: c.fb.counts[Unavailable].Load(),
 		Bypassed: c.fb.counts[Bypassed].Load(), Local: c.fb.counts[LocalDecision].Load()}
+	if c.grants != nil {
+		c.grants.stats(&s)
+	}
+	return s
 }
 
 // Policies returns the policies the client keeps for on_unavailable, by

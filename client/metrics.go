@@ -35,7 +35,14 @@ func (r *retryCounts) snapshot() map[string]uint64 {
 var (
 	descClientDecisions = prometheus.NewDesc("quorate_client_decisions_total",
 		"Admit decisions this client made, by who made them: verified (the cluster), unavailable (denied without the cluster), "+
-			"bypassed (allowed without being counted), local (this process's bucket).", []string{"outcome"}, nil)
+			"bypassed (allowed without being counted), local (this process's bucket), grant (from a budget lease this client holds).", []string{"outcome"}, nil)
+	descClientGrants = prometheus.NewDesc("quorate_client_grants_total",
+		"Budget leases (grants) of this client, by event: acquired (a grant begun), renewed, released (given back).",
+		[]string{"event"}, nil)
+	descClientGrantUnits = prometheus.NewDesc("quorate_client_grant_units_total",
+		"Units of this client's grants, by fate: granted (added by the cluster), returned (given back by a release), "+
+			"wasted (unspent when the grant's local deadline passed, it was replaced or its release failed).",
+		[]string{"fate"}, nil)
 	descClientRetries = prometheus.NewDesc("quorate_client_retries_total",
 		"Attempts this client retried after a retryable failure, by procedure.", []string{"procedure"}, nil)
 )
@@ -54,6 +61,8 @@ type clientCollector struct{ c *Client }
 
 func (cc clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descClientDecisions
+	ch <- descClientGrants
+	ch <- descClientGrantUnits
 	ch <- descClientRetries
 }
 
@@ -62,8 +71,20 @@ func (cc clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, o := range []struct {
 		name string
 		v    uint64
-	}{{"verified", s.Verified}, {"unavailable", s.Unavailable}, {"bypassed", s.Bypassed}, {"local", s.Local}} {
+	}{{"verified", s.Verified}, {"unavailable", s.Unavailable}, {"bypassed", s.Bypassed}, {"local", s.Local}, {"grant", s.LocalGrant}} {
 		ch <- prometheus.MustNewConstMetric(descClientDecisions, prometheus.CounterValue, float64(o.v), o.name)
+	}
+	for _, o := range []struct {
+		name string
+		v    uint64
+	}{{"acquired", s.GrantsAcquired}, {"renewed", s.GrantsRenewed}, {"released", s.GrantsReleased}} {
+		ch <- prometheus.MustNewConstMetric(descClientGrants, prometheus.CounterValue, float64(o.v), o.name)
+	}
+	for _, o := range []struct {
+		name string
+		v    uint64
+	}{{"granted", s.UnitsGranted}, {"returned", s.UnitsReturned}, {"wasted", s.UnitsWasted}} {
+		ch <- prometheus.MustNewConstMetric(descClientGrantUnits, prometheus.CounterValue, float64(o.v), o.name)
 	}
 	for p, v := range cc.c.retries.snapshot() {
 		ch <- prometheus.MustNewConstMetric(descClientRetries, prometheus.CounterValue, float64(v), p)

@@ -33,9 +33,10 @@ func TestCollectorCountsBypass(t *testing.T) {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	want := `
-# HELP quorate_client_decisions_total Admit decisions this client made, by who made them: verified (the cluster), unavailable (denied without the cluster), bypassed (allowed without being counted), local (this process's bucket).
+# HELP quorate_client_decisions_total Admit decisions this client made, by who made them: verified (the cluster), unavailable (denied without the cluster), bypassed (allowed without being counted), local (this process's bucket), grant (from a budget lease this client holds).
 # TYPE quorate_client_decisions_total counter
 quorate_client_decisions_total{outcome="bypassed"} 1
+quorate_client_decisions_total{outcome="grant"} 0
 quorate_client_decisions_total{outcome="local"} 0
 quorate_client_decisions_total{outcome="unavailable"} 0
 quorate_client_decisions_total{outcome="verified"} 0

@@ -53,6 +53,12 @@ const (
 	// is local: this process decided with its own token bucket, sized to its
 	// configured share of the policy.
 	LocalDecision
+	// LocalGrant: the request was allowed by this process from units of a
+	// budget lease (grant) it holds for the policy and key, already spent
+	// in the key's log when granted: exact, but without a call. Only
+	// allowed requests are decided so; every denial comes from the
+	// cluster.
+	LocalGrant
 )
 
 func (o Outcome) String() string {
@@ -65,6 +71,8 @@ func (o Outcome) String() string {
 		return "bypassed"
 	case LocalDecision:
 		return "local"
+	case LocalGrant:
+		return "grant"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -80,7 +88,7 @@ type Decision struct {
 	// Cause is why the decision is not Verified: the last attempt's error.
 	Cause error
 	// RequestID is the request's ID (the one generated, when the caller gave
-	// none).
+	// none; a LocalGrant decision generates none: it made no call).
 	RequestID string
 
 	Limit      int64

@@ -1,0 +1,354 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Budget leases (AdmissionService.Grant), the client's side. For a policy
+// whose local.mode is reserve the client holds, per key it admits, a grant:
+// units already spent in the key's log, which it spends in memory. The hot
+// path (grants.admit) is one load of a copy-on-write map and a CAS on the
+// grant's unspent counter: no lock, no clock, no allocation beyond the
+// Decision. Everything else — acquiring, renewing, expiring, releasing — is
+// done in the background by one goroutine per grant held (grant_loop.go),
+// through the client's one retry loop (call).
+
+const (
+	// maxGrantStates bounds the keys the client keeps grant state for;
+	// beyond it keys without state are decided strictly.
+	maxGrantStates = 10_000
+	// grantRefusedBackoff is how long a policy whose Grant was refused
+	// (Unimplemented, InvalidArgument, FailedPrecondition, NotFound) is
+	// decided strictly before the client asks for grants again.
+	grantRefusedBackoff = 30 * time.Second
+	// defaultGrantTTL is a grant's ttl when the policy leaves it unset.
+	defaultGrantTTL = 10 * time.Second
+)
+
+// grantSpec is what the client needs of a reserve-mode policy.
+type grantSpec struct {
+	maxGrant int64
+	ttl      time.Duration
+}
+
+// grantSpecOf is p's grant spec with the server's defaults; false when p is
+// not in reserve mode.
+func grantSpecOf(p Policy) (grantSpec, bool) {
+	if p.Local.Mode != "reserve" {
+		return grantSpec{}, false
+	}
+	burst := p.Burst
+	if burst == 0 {
+		burst = p.Limit
+	}
+	s := grantSpec{maxGrant: p.Local.MaxGrant, ttl: p.Local.TTL}
+	if s.maxGrant <= 0 {
+		s.maxGrant = max(1, burst/10)
+	}
+	if s.ttl <= 0 {
+		s.ttl = defaultGrantTTL
+	}
+	return s, true
+}
+
+// grants are a client's budget leases, by (policy, key).
+type grants struct {
+	c *Client
+	// holder names this client's grants: 128 random bits.
+	holder string
+	// states is copied on write (under mu): the hot path reads it with one
+	// atomic load and a map lookup.
+	states atomic.Pointer[map[bucketKey]*grantState]
+
+	// ctx ends when Close gives up on the releases (and the calls in
+	// flight); renewCtx when Close begins (the loops release their grants).
+	ctx, renewCtx       context.Context
+	cancel, cancelRenew context.CancelFunc
+	wg                  sync.WaitGroup
+
+	acquired, renewed, released            atomic.Uint64
+	unitsGranted, unitsReturned, unitsLost atomic.Uint64
+	// retired counts the local decisions of states dropped from the map.
+	retired atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	refused map[string]time.Time // policy -> strict until
+}
+
+func newGrants(c *Client) *grants {
+	m := &grants{c: c, holder: NewRequestID(), refused: map[string]time.Time{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.renewCtx, m.cancelRenew = context.WithCancel(m.ctx)
+	empty := map[bucketKey]*grantState{}
+	m.states.Store(&empty)
+	return m
+}
+
+// grantState is one (policy, key)'s grant. The fields up to the padding are
+// the hot path's; the rest belong to the grant's loop (under mu).
+type grantState struct {
+	// avail is the grant's units this client may still spend; 0 when no
+	// live grant is held. Local decisions CAS it down; the loop adds what
+	// each answer grants; the local deadline and a release swap it to 0.
+	avail atomic.Int64
+	// lowWater: a local decision leaving avail below it wakes the loop to
+	// renew (a quarter of the last grant).
+	lowWater atomic.Int64
+	// What a LocalGrant Decision reports, from the last answer.
+	limit, window atomic.Int64
+	version       atomic.Uint64
+	// kicked says a wake-up is pending in kick.
+	kicked atomic.Bool
+	_      [64]byte
+	// extra are the units above 1 that local decisions spent (cost > 1):
+	// the decisions made are the units spent minus extra. A decision of
+	// cost 1, the common case, so costs one atomic operation.
+	extra atomic.Int64
+	_     [56]byte
+
+	m    *grants
+	key  bucketKey
+	spec grantSpec
+	kick chan struct{}
+	// strict counts the requests for this key decided by the cluster while
+	// the grant was short: demand too.
+	strict atomic.Int64
+
+	mu      sync.Mutex
+	running bool // a loop serves this state
+	seq     uint64
+	// seqSent is when seq was first sent, zero until then: an answer to
+	// seq, a retry's included, was decided after it.
+	seqSent time.Time
+	started time.Time // started_at of the grant held; zero when none
+	// base is the units credited to avail for this grant, net of those
+	// voided: used = base - avail.
+	base int64
+	// voided are the units the local deadline took from avail since the
+	// last answer: given again if the next answer shows the grant alive,
+	// else wasted.
+	voided int64
+	gen    uint64 // expiry timers of an older answer do nothing
+	timer  *time.Timer
+	// spentBefore are the units spent from this key's earlier grants.
+	spentBefore int64
+	// Demand sampling: at sampleAt the key had spent sampleSpent and seen
+	// sampleStrict strict requests; demand is the EWMA of units per second.
+	sampleAt                  time.Time
+	sampleSpent, sampleStrict int64
+	demand                    float64
+	// activeAt is when the loop last saw the key used (idleSpent units
+	// spent, idleStrict strict requests).
+	activeAt              time.Time
+	idleSpent, idleStrict int64
+}
+
+// admit decides r from its key's grant when it can: nil means the caller
+// must decide r strictly.
+func (m *grants) admit(r *Request) *Decision {
+	g, left, ok := m.spend(r)
+	if !ok {
+		return nil
+	}
+	// A composite literal, not fill: copying a whole Decision into a heap
+	// object costs a bulk write barrier during a GC.
+	return &Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
+		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
+		PolicyVersion: g.version.Load()}
+}
+
+// spend takes r's cost from its key's grant: false when it cannot (the
+// caller decides r strictly); left is what the grant has unspent after.
+func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
+	if len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
+		return nil, 0, false
+	}
+	g = (*m.states.Load())[bucketKey{r.Policy, r.Key}]
+	if g == nil {
+		m.miss(r)
+		return nil, 0, false
+	}
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	for {
+		a := g.avail.Load()
+		if a < cost {
+			g.short()
+			return nil, 0, false
+		}
+		if g.avail.CompareAndSwap(a, a-cost) {
+			if cost != 1 {
+				g.extra.Add(cost - 1)
+			}
+			if a-cost < g.lowWater.Load() {
+				g.wake()
+			}
+			return g, a - cost, true
+		}
+	}
+}
+
+// fill writes the decision of r, allowed from g with left units unspent.
+func (g *grantState) fill(d *Decision, r *Request, left int64) {
+	*d = Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
+		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
+		PolicyVersion: g.version.Load()}
+}
+
+// wake asks the loop for a renewal; it never blocks.
+func (g *grantState) wake() {
+	if g.kicked.CompareAndSwap(false, true) {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// short notes a request the grant could not decide (it goes to the
+// cluster) and makes sure a loop is acquiring or renewing.
+func (g *grantState) short() {
+	g.strict.Add(1)
+	g.m.start(g)
+}
+
+// miss is the slow path of a key without grant state: when r's policy is
+// in reserve mode, a state is made and its loop starts acquiring a grant.
+func (m *grants) miss(r *Request) {
+	m.c.fb.mu.Lock()
+	p, ok := m.c.fb.policies[r.Policy]
+	m.c.fb.mu.Unlock()
+	if !ok {
+		return
+	}
+	spec, ok := grantSpecOf(p)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	if m.closed || time.Now().Before(m.refused[r.Policy]) {
+		m.mu.Unlock()
+		return
+	}
+	k := bucketKey{r.Policy, r.Key}
+	old := *m.states.Load()
+	g, ok := old[k]
+	if !ok {
+		if len(old) >= maxGrantStates {
+			old = m.evictLocked(old)
+			if len(old) >= maxGrantStates {
+				m.mu.Unlock()
+				return
+			}
+		}
+		g = &grantState{m: m, key: k, spec: spec, kick: make(chan struct{}, 1)}
+		next := make(map[bucketKey]*grantState, len(old)+1)
+		for kk, v := range old {
+			next[kk] = v
+		}
+		next[k] = g
+		m.states.Store(&next)
+	}
+	m.mu.Unlock()
+	m.start(g)
+}
+
+// evictLocked drops the states no loop serves (they hold nothing) and
+// returns the map left; m.mu is held.
+func (m *grants) evictLocked(old map[bucketKey]*grantState) map[bucketKey]*grantState {
+	next := make(map[bucketKey]*grantState, len(old))
+	for k, g := range old {
+		g.mu.Lock()
+		idle := !g.running
+		if idle {
+			m.retired.Add(g.decisionsLocked())
+		}
+		g.mu.Unlock()
+		if idle {
+			continue
+		}
+		next[k] = g
+	}
+	m.states.Store(&next)
+	return next
+}
+
+// start runs g's loop unless one runs, the client is closing or g's policy
+// is refused grants for now; else it wakes the loop.
+func (m *grants) start(g *grantState) {
+	m.mu.Lock()
+	if m.closed || time.Now().Before(m.refused[g.key.policy]) {
+		m.mu.Unlock()
+		return
+	}
+	g.mu.Lock()
+	if g.running {
+		g.mu.Unlock()
+		m.mu.Unlock()
+		g.wake()
+		return
+	}
+	g.running = true
+	g.mu.Unlock()
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go g.loop()
+}
+
+// refuse decides policy strictly for a while.
+func (m *grants) refuse(policy string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refused[policy] = time.Now().Add(grantRefusedBackoff)
+}
+
+// closing reports whether Close began.
+func (m *grants) closing() bool { return m.renewCtx.Err() != nil }
+
+// close releases every grant held, waiting at most the shorter of
+// Config.Timeout and a second for the answers, then ends every loop.
+func (m *grants) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.cancelRenew()
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.releaseTimeout())
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	m.cancel()
+	<-done
+}
+
+func (m *grants) releaseTimeout() time.Duration { return min(m.c.cfg.Timeout, time.Second) }
+
+// stats adds the grants' counters to s.
+func (m *grants) stats(s *Stats) {
+	s.LocalGrant = m.retired.Load()
+	for _, g := range *m.states.Load() {
+		g.mu.Lock()
+		s.LocalGrant += g.decisionsLocked()
+		g.mu.Unlock()
+	}
+	s.GrantsAcquired, s.GrantsRenewed, s.GrantsReleased = m.acquired.Load(), m.renewed.Load(), m.released.Load()
+	s.UnitsGranted, s.UnitsReturned, s.UnitsWasted = m.unitsGranted.Load(), m.unitsReturned.Load(), m.unitsLost.Load()
+}
+
+// decisionsLocked counts the local decisions made from g: the units spent
+// from its grants less the units above 1 of each; g.mu is held.
+func (g *grantState) decisionsLocked() uint64 {
+	return uint64(g.spentBefore + g.base - g.avail.Load() - g.extra.Load())
+}

@@ -1,0 +1,352 @@
+package client
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// A grant's loop: it acquires the grant, renews it when the unspent units
+// fall under a quarter of the last grant (a local decision wakes it) or at
+// half its local lifetime, releases it when the key was not used for a
+// ttl or Close begins, and then ends (the state stays, idle, for the key's
+// next request to start a loop again).
+
+// grantWait is what the loop waits for after a call: no renewal before gap
+// (a kick waits), one at the latest after period.
+type grantWait struct {
+	gap, period time.Duration
+	end         bool // the loop ends (the grant was refused or dropped)
+}
+
+func (g *grantState) loop() {
+	m := g.m
+	defer m.wg.Done()
+	g.kicked.Store(false)
+	select {
+	case <-g.kick:
+	default:
+	}
+	g.mu.Lock()
+	g.activeAt = time.Now()
+	g.mu.Unlock()
+	failures := 0
+	for {
+		if m.closing() {
+			g.release()
+			g.stopped()
+			return
+		}
+		w := g.renew(&failures)
+		if w.end {
+			g.stopped()
+			return
+		}
+		kicked, closing := g.wait(w)
+		if closing {
+			continue
+		}
+		if !kicked && g.idle() {
+			g.release()
+			g.stopped()
+			return
+		}
+	}
+}
+
+// stopped marks g as served by no loop.
+func (g *grantState) stopped() {
+	g.mu.Lock()
+	g.running = false
+	g.mu.Unlock()
+}
+
+// wait waits for w: a kick after w.gap, or w.period. closing: Close began.
+func (g *grantState) wait(w grantWait) (kicked, closing bool) {
+	done := g.m.renewCtx.Done()
+	if w.gap > 0 {
+		t := time.NewTimer(w.gap)
+		select {
+		case <-done:
+			t.Stop()
+			return false, true
+		case <-t.C:
+		}
+	}
+	t := time.NewTimer(max(w.period-w.gap, 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return false, true
+	case <-g.kick:
+		g.kicked.Store(false)
+		return true, false
+	case <-t.C:
+		return false, false
+	}
+}
+
+// idle reports whether the key saw no request since the loop last looked,
+// a ttl or more ago.
+func (g *grantState) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	spent, strict := g.spentBefore+g.base-g.avail.Load(), g.strict.Load()
+	now := time.Now()
+	if spent != g.idleSpent || strict != g.idleStrict {
+		g.idleSpent, g.idleStrict, g.activeAt = spent, strict, now
+		return false
+	}
+	return now.Sub(g.activeAt) >= g.spec.ttl
+}
+
+// renew makes one Grant call (a new grant or a renewal) and applies its
+// answer.
+func (g *grantState) renew(failures *int) grantWait {
+	m := g.m
+	sent := time.Now()
+	g.mu.Lock()
+	used := g.base - g.avail.Load()
+	g.sample(sent, g.spentBefore+used, g.strict.Load())
+	seq := g.seq
+	if g.seqSent.IsZero() {
+		g.seqSent = sent
+	}
+	first := g.seqSent
+	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
+		Seq: seq, Want: g.want(), Used: used, Demand: g.demand}
+	g.mu.Unlock()
+	// Not cut when Close begins: a call abandoned in flight could reach
+	// the server after the release and begin a grant nobody holds.
+	ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.Timeout)
+	resp, err := m.send(ctx, req)
+	cancel()
+	if err != nil {
+		return g.failed(err, seq, failures)
+	}
+	*failures = 0
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// The local deadline counts from the first send of seq: the answer may
+	// be the recorded one of an earlier attempt (duplicate).
+	return g.apply(resp, first, used)
+}
+
+// sample updates the demand estimate: units spent locally and requests
+// decided strictly per second since the last call, averaged over the recent
+// renewal periods (EWMA, half weight to the last).
+func (g *grantState) sample(now time.Time, spent, strict int64) {
+	if !g.sampleAt.IsZero() {
+		if dt := now.Sub(g.sampleAt).Seconds(); dt > 0 {
+			r := float64(spent-g.sampleSpent+strict-g.sampleStrict) / dt
+			if g.demand == 0 {
+				g.demand = r
+			} else {
+				g.demand = (g.demand + r) / 2
+			}
+		}
+	}
+	g.sampleAt, g.sampleSpent, g.sampleStrict = now, spent, strict
+}
+
+// want is what to hold unspent after a call: enough for two half-ttl
+// renewal periods at the estimated demand, 1 to max_grant.
+func (g *grantState) want() int64 {
+	w := math.Ceil(2 * g.demand * g.spec.ttl.Seconds() / 2)
+	if w >= float64(g.spec.maxGrant) {
+		return g.spec.maxGrant
+	}
+	return max(1, int64(w))
+}
+
+// apply takes in an answer to a call first sent at sent reporting used;
+// g.mu is held.
+func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used int64) grantWait {
+	m := g.m
+	started := resp.GetStartedAt().AsTime()
+	if !started.Equal(g.started) {
+		// A new grant: whatever the old one left unspent ended with it.
+		g.dropLocked()
+		g.started = started
+		m.acquired.Add(1)
+	} else {
+		m.renewed.Add(1)
+	}
+	g.seq++
+	g.seqSent = time.Time{}
+	m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
+	g.limit.Store(resp.GetLimit())
+	g.window.Store(int64(resp.GetWindow().AsDuration()))
+	g.version.Store(resp.GetPolicyVersion())
+
+	// The units the answer says are unspent, minus those spent since the
+	// call was sent, are what this client may spend: total - used now.
+	delta := max(resp.GetTotal()-g.base, 0)
+	lifetime := resp.GetExpiresAt().AsTime().Sub(resp.GetDecidedAt().AsTime())
+	margin := min(lifetime/10, 100*time.Millisecond)
+	until := time.Until(sent.Add(lifetime - margin))
+	g.gen++
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.base += delta
+	// Units the local deadline voided (counted wasted) that this answer
+	// shows still granted count as granted again.
+	m.unitsGranted.Add(uint64(g.voided))
+	g.voided = 0
+	if until > 0 {
+		g.avail.Add(delta)
+		gen := g.gen
+		g.timer = time.AfterFunc(until, func() { g.expire(gen) })
+	} else {
+		g.expireLocked()
+	}
+	unspent := resp.GetTotal() - used
+	g.lowWater.Store((unspent + 3) / 4)
+
+	w := grantWait{period: max(lifetime/2-time.Since(sent), time.Millisecond)}
+	if resp.GetAdded() == 0 {
+		// Nothing to spare (or the share is held): no renewal at once.
+		w.gap = min(max(resp.GetRetryAfter().AsDuration(), 10*time.Millisecond), w.period)
+	}
+	return w
+}
+
+// expire ends local spending at the local deadline of the answer of
+// generation gen.
+func (g *grantState) expire(gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gen == g.gen {
+		g.expireLocked()
+	}
+}
+
+// expireLocked stops local spending: the unspent units are voided and
+// counted wasted (granted again if the next answer shows the grant alive);
+// g.mu is held.
+func (g *grantState) expireLocked() {
+	a := g.avail.Swap(0)
+	g.base -= a
+	g.voided += a
+	g.m.unitsLost.Add(uint64(a))
+}
+
+// dropLocked forgets the grant held: its unspent units are wasted; g.mu is
+// held.
+func (g *grantState) dropLocked() {
+	a := g.avail.Swap(0)
+	g.m.unitsLost.Add(uint64(a))
+	g.spentBefore += g.base - a
+	g.base, g.voided = 0, 0
+	g.started = time.Time{}
+	g.gen++
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+}
+
+// failed handles a failed call of seq.
+func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
+	m := g.m
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition:
+		if seq > 0 {
+			// Our seq is behind the grant's record: start a new grant.
+			g.mu.Lock()
+			g.dropLocked()
+			g.seq, g.seqSent = 0, time.Time{}
+			g.mu.Unlock()
+			return grantWait{period: 0}
+		}
+		fallthrough
+	case connect.CodeUnimplemented, connect.CodeInvalidArgument, connect.CodeNotFound,
+		connect.CodePermissionDenied, connect.CodeUnauthenticated:
+		// This policy gets no grants here (not built, not in reserve mode,
+		// not allowed): strict decisions for a while.
+		m.c.cfg.Logger.Debug("grant refused", "policy", g.key.policy, "error", err)
+		m.refuse(g.key.policy)
+		g.mu.Lock()
+		g.dropLocked()
+		g.mu.Unlock()
+		return grantWait{end: true}
+	}
+	// No answer: the same seq again later (a retry of a call that was
+	// applied gets its answer); the local deadline voids the units meanwhile.
+	m.c.cfg.Logger.Debug("grant", "policy", g.key.policy, "seq", seq, "error", err)
+	*failures++
+	d := min(50*time.Millisecond<<min(*failures, 8), g.spec.ttl/2)
+	return grantWait{gap: d, period: d}
+}
+
+// release stops local spending and gives the grant back: total - used
+// return to the key.
+func (g *grantState) release() {
+	m := g.m
+	g.mu.Lock()
+	if g.started.IsZero() {
+		g.dropLocked()
+		g.mu.Unlock()
+		return
+	}
+	a := g.avail.Swap(0)
+	g.base -= a
+	g.gen++
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	used, doubt := g.base, !g.seqSent.IsZero()
+	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
+		Seq: g.seq, Used: used, Demand: g.demand, Release: true}
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
+	resp, err := m.send(ctx, req)
+	if err == nil && resp.GetDuplicate() && doubt {
+		// The recorded answer of the call of this seq that failed (a
+		// renewal that was applied): release with the next seq.
+		m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
+		req.Seq++
+		resp, err = m.send(ctx, req)
+	}
+	cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq = req.GetSeq()
+	if err == nil {
+		// a were held; the voided units are counted wasted already: those
+		// given back beyond a count as granted again, a shortfall as waste.
+		r := max(resp.GetReturned(), 0)
+		m.released.Add(1)
+		m.unitsReturned.Add(uint64(r))
+		if r >= a {
+			m.unitsGranted.Add(uint64(r - a))
+		} else {
+			m.unitsLost.Add(uint64(a - r))
+		}
+	} else {
+		m.c.cfg.Logger.Debug("grant release", "policy", g.key.policy, "error", err)
+		m.unitsLost.Add(uint64(a))
+	}
+	g.seq++
+	g.seqSent = time.Time{}
+	g.spentBefore += used
+	g.base, g.voided = 0, 0
+	g.started = time.Time{}
+}
+
+// send makes one Grant call through the client's routing and retries.
+func (m *grants) send(ctx context.Context, req *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error) {
+	resp, err := call(ctx, m.c, callSpec{procedure: "Grant", key: req.Key},
+		func(ctx context.Context, server string) (*quoratev1.GrantResponse, http.Header, error) {
+			return unary(ctx, req, m.c.admission(server).Grant)
+		})
+	if err != nil {
+		return nil, publicError(err, "")
+	}
+	return resp, nil
+}
