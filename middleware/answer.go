@@ -75,6 +75,12 @@ func (l *Limiter) decide(r *http.Request) verdict {
 		}
 		results = unspent(results, p.costs, i)
 	}
+	if d.Outcome == client.LocalGrant {
+		// Exact (spent from a budget lease the cluster granted), but the
+		// client knows its own grant, not the key's remaining units or
+		// reset: no RateLimit fields rather than misleading ones.
+		return v
+	}
 	if d.Outcome != client.Verified {
 		if l.cfg.unverified != nil {
 			l.cfg.unverified(r, d)

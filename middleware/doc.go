@@ -38,6 +38,9 @@
 //
 // # Answers
 //
+// A decision the client made from a budget lease (client.LocalGrant: a
+// single-limit request under a policy with local decisions) is exact and
+// passes without RateLimit fields: the client knows its grant, not the key.
 // A verified decision (client.Verified) sets on every answer
 //
 //	RateLimit-Policy: "per-user";q=20;w=60, "per-route";q=5;w=1
