@@ -19,7 +19,7 @@ import (
 )
 
 // applyPolicies stores ps through any running node.
-func applyPolicies(t *testing.T, c *nodetest.Cluster, ps ...*quoratev1.Policy) {
+func applyPolicies(t testing.TB, c *nodetest.Cluster, ps ...*quoratev1.Policy) {
 	t.Helper()
 	c.Eventually(t, 10*time.Second, "policies applied", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -36,7 +36,7 @@ func longBucket(name string, capacity int64) *quoratev1.Policy {
 }
 
 // newClient is a client of every node of c, closed when the test ends.
-func newClient(t *testing.T, c *nodetest.Cluster, cfg client.Config) *client.Client {
+func newClient(t testing.TB, c *nodetest.Cluster, cfg client.Config) *client.Client {
 	t.Helper()
 	for i := range c.Len() {
 		cfg.Servers = append(cfg.Servers, c.APIURL(i))

@@ -134,6 +134,8 @@ type grantState struct {
 	voided int64
 	gen    uint64 // expiry timers of an older answer do nothing
 	timer  *time.Timer
+	// deadline is the local deadline of the last answer.
+	deadline time.Time
 	// spentBefore are the units spent from this key's earlier grants.
 	spentBefore int64
 	// Demand sampling: at sampleAt the key had spent sampleSpent and seen

@@ -155,9 +155,16 @@ func (g *grantState) sample(now time.Time, spent, strict int64) {
 }
 
 // want is what to hold unspent after a call: enough for two half-ttl
-// renewal periods at the estimated demand, 1 to max_grant.
+// renewal periods at the estimated demand, 1 to max_grant. A window
+// policy's grant ends with its window, whatever a renewal asks: it wants
+// no more than the demand until its local deadline, so that little is
+// left unspent when the window ends; g.mu is held.
 func (g *grantState) want() int64 {
-	w := math.Ceil(2 * g.demand * g.spec.ttl.Seconds() / 2)
+	horizon := g.spec.ttl
+	if left := time.Until(g.deadline); g.window.Load() > 0 && left > 0 {
+		horizon = min(horizon, left)
+	}
+	w := math.Ceil(g.demand * horizon.Seconds())
 	if w >= float64(g.spec.maxGrant) {
 		return g.spec.maxGrant
 	}
@@ -189,7 +196,8 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 	delta := max(resp.GetTotal()-g.base, 0)
 	lifetime := resp.GetExpiresAt().AsTime().Sub(resp.GetDecidedAt().AsTime())
 	margin := min(lifetime/10, 100*time.Millisecond)
-	until := time.Until(sent.Add(lifetime - margin))
+	g.deadline = sent.Add(lifetime - margin)
+	until := time.Until(g.deadline)
 	g.gen++
 	if g.timer != nil {
 		g.timer.Stop()

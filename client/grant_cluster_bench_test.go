@@ -1,0 +1,177 @@
+package client_test
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/node/nodetest"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// BenchmarkLocalAdmitOnCluster is BenchmarkLocalAdmit (AdmitInto) with a
+// real 3-node cluster in the same process granting and renewing: every
+// goroutine on one key of a token bucket large enough never to deny.
+// decisions/s counts every decision, local or strict; p99-ns is of a
+// sample (one call in 16 per goroutine, the two clock reads included).
+func BenchmarkLocalAdmitOnCluster(b *testing.B) {
+	c := nodetest.NewCluster(b, 3)
+	const burst = 1_000_000_000
+	applyPolicies(b, c, &quoratev1.Policy{Name: "hot", Algorithm: "token_bucket", Limit: burst, Period: durationpb.New(time.Second),
+		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(50_000_000), Ttl: durationpb.New(10 * time.Second)}})
+	cl := newClient(b, c, client.Config{})
+	ctx := context.Background()
+	r := client.Request{Policy: "hot", Key: "{k}"}
+	var d client.Decision
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if err := cl.AdmitInto(ctx, &r, &d); err != nil {
+			b.Fatal(err)
+		}
+		if d.Outcome == client.LocalGrant && d.Remaining > 1_000_000 {
+			break
+		}
+	}
+	var mu sync.Mutex
+	merged := hdrhistogram.New(1, int64(time.Second), 3)
+	var strict atomic.Int64
+	before := cl.Stats()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		h := hdrhistogram.New(1, int64(time.Second), 3)
+		r := r
+		var d client.Decision
+		var n, remote int64
+		for pb.Next() {
+			var err error
+			if n&15 == 0 {
+				t0 := time.Now()
+				err = cl.AdmitInto(ctx, &r, &d)
+				_ = h.RecordValue(int64(time.Since(t0)))
+			} else {
+				err = cl.AdmitInto(ctx, &r, &d)
+			}
+			if err != nil || !d.Allowed {
+				b.Errorf("%+v, %v", d, err)
+				return
+			}
+			if d.Outcome != client.LocalGrant {
+				remote++
+			}
+			n++
+		}
+		strict.Add(remote)
+		mu.Lock()
+		merged.Merge(h)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	after := cl.Stats()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(merged.ValueAtQuantile(99)), "p99-ns")
+	b.ReportMetric(float64(merged.ValueAtQuantile(50)), "p50-ns")
+	b.ReportMetric(float64(after.GrantsRenewed-before.GrantsRenewed), "renewals")
+	b.ReportMetric(1-float64(strict.Load())/float64(b.N), "local-share")
+}
+
+// clusterShares are the traffic shares of the 10 simulated gateways.
+var clusterShares = []float64{0.70, 0.20, 0.05, 0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.005}
+
+// BenchmarkUnevenTrafficOnCluster: one key of a fixed window (2,000 units
+// a second) on a real 3-node cluster; 10 gateways, each its own Client,
+// offer about twice the limit between them in the shares above.
+// fraction-of-limit is what was admitted per window over the limit (mean,
+// min, max over the windows after the first); even-split-fraction is what
+// static local buckets of limit/10 per gateway would admit of the same
+// offered traffic (each gateway admits at most its tenth).
+func BenchmarkUnevenTrafficOnCluster(b *testing.B) {
+	const limit, window = 2000, time.Second
+	c := nodetest.NewCluster(b, 3)
+	applyPolicies(b, c, &quoratev1.Policy{Name: "uneven", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(window),
+		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(limit / 2), Ttl: durationpb.New(window)}})
+	clients := make([]*client.Client, len(clusterShares))
+	for i := range clients {
+		clients[i] = newClient(b, c, client.Config{})
+	}
+	windows := max(b.N, 3) + 1
+	start := time.Now().Truncate(window).Add(window)
+	end := start.Add(time.Duration(windows) * window)
+	counts := make([]atomic.Int64, windows)
+	offered := make([]atomic.Int64, len(clients))
+	b.ResetTimer()
+	time.Sleep(time.Until(start)) // load generation begins at a window's start
+	var wg sync.WaitGroup
+	const workers = 4 // per gateway, so that its strict calls keep up
+	for i, cl := range clients {
+		for range workers {
+			wg.Go(func() {
+				offer(b, cl, clusterShares[i]*2*limit/window.Seconds()/workers, start, end, window, counts, &offered[i])
+			})
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	var sum int64
+	lo, hi := math.Inf(1), 0.0
+	for i := 1; i < windows; i++ {
+		n := counts[i].Load()
+		sum += n
+		lo, hi = min(lo, float64(n)/limit), max(hi, float64(n)/limit)
+	}
+	var even, total, local, wasted float64
+	for i := range clients {
+		per := float64(offered[i].Load()) / float64(windows)
+		even += min(per, limit/float64(len(clients)))
+		total += per
+		s := clients[i].Stats()
+		local += float64(s.LocalGrant)
+		wasted += float64(s.UnitsWasted)
+	}
+	b.ReportMetric(float64(sum)/float64(windows-1)/limit, "fraction-of-limit")
+	b.ReportMetric(lo, "min-fraction")
+	b.ReportMetric(hi, "max-fraction")
+	b.ReportMetric(even/limit, "even-split-fraction")
+	b.ReportMetric(total/limit, "offered-x-limit")
+	b.ReportMetric(local/float64(windows)/limit, "local-fraction")
+	b.ReportMetric(wasted/float64(windows)/limit, "wasted-fraction")
+}
+
+// offer admits on cl at rate requests a second from start to end, counting
+// the allowed ones by window: a strict decision by its decided_at, a local
+// one by the time of the call (its units were granted in that window).
+func offer(b *testing.B, cl *client.Client, rate float64, start, end time.Time, window time.Duration, counts []atomic.Int64, offered *atomic.Int64) {
+	ctx := context.Background()
+	r := client.Request{Policy: "uneven", Key: "{k}"}
+	var d client.Decision
+	var issued int64
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		due := int64(rate * now.Sub(start).Seconds())
+		issued = max(issued, due-int64(rate*0.005)) // a gateway more than 5 ms behind drops its backlog
+		for ; issued < due; issued++ {
+			t0 := time.Now()
+			if err := cl.AdmitInto(ctx, &r, &d); err != nil {
+				b.Error(err)
+				return
+			}
+			offered.Add(1)
+			at := t0
+			if d.Outcome == client.Verified {
+				at = d.DecidedAt
+			}
+			if w := int(at.Sub(start) / window); d.Allowed && w >= 0 && w < len(counts) {
+				counts[w].Add(1)
+			}
+		}
+		time.Sleep(time.Millisecond) // pacing the offered load
+	}
+}
