@@ -57,7 +57,9 @@ func TestSyncDefaultsAndValidate(t *testing.T) {
 }
 
 func TestSyncBound(t *testing.T) {
-	loc := func(iv time.Duration) admission.Local { return admission.Local{Mode: admission.LocalSync, SyncInterval: iv} }
+	loc := func(iv time.Duration) admission.Local {
+		return admission.Local{Mode: admission.LocalSync, SyncInterval: iv}
+	}
 	for _, tc := range []struct {
 		name string
 		p    admission.Policy
