@@ -63,6 +63,10 @@ type dataState struct {
 	// wastedUnits counts the units of grants that ended without a release
 	// (GrantStats): not replicated state, it decides nothing.
 	wastedUnits int64
+	// syncOvershoot counts the units local-plus-global holders reported
+	// admitting beyond what their key had left when charged (SyncStats):
+	// not replicated state, it decides nothing.
+	syncOvershoot int64
 }
 
 // init makes d empty, with the bounds of opts (already defaulted).
