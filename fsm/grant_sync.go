@@ -138,6 +138,7 @@ func (d *dataState) releaseSync(c *raftcmdv1.Grant, id string, g grant, exists, 
 // group has no room for.
 func (d *dataState) endMismatched(id string, g grant, pv PolicyVersion, used, now int64) error {
 	if !g.sync {
+		g.used = used // checked: what the holder spent of it is not waste
 		d.endGrant(id, g, now)
 		return nil
 	}
