@@ -81,7 +81,7 @@ func (d *dataState) empty() *dataState {
 		buckets:      table.NewBucketTable(),
 		sems:         table.NewStateTable(semExpires),
 		reservations: d.newReservationTable(),
-		grants:       newGrantTable(d.wasteGrant),
+		grants:       newGrantTable(d.expireGrant),
 		dedupe:       dedupe.New(d.maxDedupe),
 		callers:      callerNames{},
 		frozen:       map[uint64]shard.SlotRange{},

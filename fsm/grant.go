@@ -88,25 +88,21 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		return d.releaseSync(c, id, g, exists, live, pv, now)
 	case c.GetRelease():
 		return d.releaseGrant(id, g, exists, live, pv, st, c.GetUsed(), now)
-	case live && g.sync != syncMode:
+	case exists && g.sync != syncMode:
 		// The policy changed mode: the old record ends (a reserve grant
-		// without refund, as waste; a sync allowance charged as reported)
-		// and a new one starts in the current mode.
-		if err := d.endMismatched(id, g, pv, c.GetUsed(), now); err != nil {
+		// without refund, as waste; a sync allowance charged what the call
+		// reports, or whole once expired) and a new one starts in the
+		// current mode. What the call reports belongs to the old record.
+		if err := d.endMismatched(id, g, live, pv, c.GetUsed(), now); err != nil {
 			return err
 		}
-		st, _ = d.buckets.Get(bk)
 		if syncMode {
-			// The used reported is the reserve grant's: already spent.
-			return d.applySyncGrant(c, id, grant{}, false, pv, 0, now)
+			return d.applySyncGrant(c, id, grant{}, false, pv, now)
 		}
+		st, _ = d.buckets.Get(bk)
 		g, exists, live = grant{}, false, false
 	case syncMode:
-		delta := c.GetUsed()
-		if live {
-			delta -= g.used
-		}
-		return d.applySyncGrant(c, id, g, exists, pv, delta, now)
+		return d.applySyncGrant(c, id, g, exists, pv, now)
 	}
 
 	// Size the top-up. A new grant reports nothing used: what a call for a
@@ -242,7 +238,7 @@ func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantRe
 	dec.Remaining = g.lastRemaining
 	dm, sum := max(g.demand, 1), int64(0)
 	if g.sync {
-		_, sum, _ = d.syncOthers(g.policy, g.key, grantID(g.policy, g.key, g.caller, g.holder), now)
+		_, sum, _ = d.syncOthers(g.policy, g.key, grantID(g.policy, g.key, g.caller, g.holder))
 	} else if a := d.grants.agg(g.policy, g.key); a != nil {
 		sum = a.demand - g.demand
 	}
@@ -263,9 +259,20 @@ func keyDecision(p admission.Policy, st admission.State, now int64, holds, added
 }
 
 // endGrant deletes an expired grant: its unspent units are not given back
-// (the holder may have spent them) and count as waste.
-func (d *dataState) endGrant(id string, g grant, _ int64) {
+// (the holder may have spent them) and count as waste; an expired sync
+// allowance is charged whole (expireGrant).
+func (d *dataState) endGrant(id string, g grant, now int64) {
 	d.grants.remove(id)
+	d.expireGrant(g, now)
+}
+
+// expireGrant ends grant g, deleted unreleased at now: a reserve grant's
+// unspent units are waste; a sync allowance is charged (chargeExpired).
+func (d *dataState) expireGrant(g grant, now int64) {
+	if g.sync {
+		d.chargeExpired(g, now)
+		return
+	}
 	d.wasteGrant(g)
 }
 

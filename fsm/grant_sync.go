@@ -6,46 +6,56 @@ import (
 )
 
 // applySyncGrant serves a Grant call of a policy in local.mode sync
-// (DESIGN.md, "Budget leases", local-plus-global): it charges what the
-// holder reports admitting since its last call (delta, spent from the key
-// even past its limit: it already happened), then gives the holder its
-// allowance until its next report, sized from its share of the key's
-// demand so that the live allowances of a key never add up to more than
-// Policy.SyncBound. g is the holder's record (exists: stored, maybe
-// expired); the call's seq and used were checked.
-func (d *dataState) applySyncGrant(c *raftcmdv1.Grant, id string, g grant, exists bool, pv PolicyVersion, delta, now int64) interface{} {
+// (DESIGN.md, "Budget leases", local-plus-global). For a live record it
+// charges what the holder reports admitting since its last call (used −
+// the recorded used, spent from the key even past its limit: it already
+// happened); an expired record is charged its whole allowance instead
+// (chargeExpired) and the call's used is ignored, as it belongs to that
+// record. Then it gives the holder its allowance until its next report,
+// sized from its share of the key's demand so that the allowances of a
+// key's sync records never add up to more than Policy.SyncBound. g is the
+// holder's record (exists: stored, maybe expired) of the policy's mode;
+// the call's seq and used were checked.
+func (d *dataState) applySyncGrant(c *raftcmdv1.Grant, id string, g grant, exists bool, pv PolicyVersion, now int64) interface{} {
 	p := pv.Policy
 	live := exists && g.expiresAt > now
 	bk := BucketKey(c.GetPolicy(), c.GetKey())
 	st, _ := d.buckets.Get(bk)
-	next, over := d.chargeSync(p, st, delta, now)
-	if delta > 0 {
+	next, over, charged := st, int64(0), false
+	switch {
+	case live && c.GetUsed() > g.used:
+		next, over = d.chargeSync(p, st, c.GetUsed()-g.used, now)
+		charged = true
+	case exists && !live && g.total > 0:
+		next, charged = admission.Charge(p, st, g.total, now), true
+	}
+	if charged {
 		var states pendingStates
 		states.set(bk, next)
 		if err := d.makeRoom(&states, now); err != nil {
 			return err
 		}
 	}
-	othersAlloc, othersDemand, holders := d.syncOthers(c.GetPolicy(), c.GetKey(), id, now)
+	if exists && !live {
+		d.grants.remove(id) // before summing the others: it is not one
+		d.wastedUnits += g.total
+		g = grant{}
+	}
+	othersAlloc, othersDemand, holders := d.syncOthers(c.GetPolicy(), c.GetKey(), id)
 	demand := min(c.GetDemandMilli(), maxDemandMilli)
 	dm, bound := max(demand, 1), p.SyncBound()
 	availAfter := admission.Peek(p, next, now).Remaining
 	allowance := max(0, min(c.GetWant(), fairShare(bound, dm, othersDemand+dm), bound-othersAlloc, availAfter))
-	// Everything below changes state: nothing may fail from here on.
 	d.syncOvershoot += over
-	if delta > 0 {
+	if charged {
 		d.buckets.Put(bk, next, admission.ExpiresAt(p, next))
 	}
-	if exists && !live {
-		d.endGrant(id, g, now)
-	}
 	dec := keyDecision(p, next, now, allowance > 0, allowance > 0)
-	store := live || holders < MaxGrantsPerKey && d.roomForGrant(now)
-	if !store {
-		// No room for a record: the charge stands, no allowance is given.
-		dec = keyDecision(p, next, now, false, false)
-		return &GrantResult{Used: c.GetUsed(), DecidedAt: now, Decision: dec, PolicyVersion: pv.Version,
-			ShareMicro: shareMicro(dm, othersDemand+dm)}
+	if !live && (holders >= MaxGrantsPerKey || !d.roomForGrant(now)) {
+		// No room for a record: no allowance is given (what was charged
+		// stays charged).
+		return &GrantResult{Used: c.GetUsed(), DecidedAt: now, Decision: keyDecision(p, next, now, false, false),
+			PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, othersDemand+dm)}
 	}
 	if !live {
 		g = grant{sync: true, policy: c.GetPolicy(), key: c.GetKey(), caller: c.GetCaller(), holder: c.GetHolder(), startedAt: now}
@@ -78,10 +88,32 @@ func (d *dataState) chargeSync(p admission.Policy, st admission.State, delta, no
 	return admission.Charge(p, st, delta, now), max(0, delta-avail)
 }
 
-// syncOthers sums over the live sync allowances of (policy, key) other
-// than id: their allowances and demands, and counts the key's other
-// records of any kind (for MaxGrantsPerKey).
-func (d *dataState) syncOthers(policy, key, id string, now int64) (alloc, demand int64, holders int) {
+// chargeExpired charges the whole allowance of sync record g, deleted
+// unreleased at now (expired, or ended by a mode change): its holder may
+// have admitted all of it and will never report it (a late report of an
+// expired record is ignored). What it did not admit is waste, bounded by
+// the allowance. Without room for a new bucket, nothing is charged.
+func (d *dataState) chargeExpired(g grant, now int64) {
+	pv, ok := d.policies.byName[g.policy]
+	if !ok || g.total <= 0 {
+		return
+	}
+	bk := BucketKey(g.policy, g.key)
+	st, has := d.buckets.Get(bk)
+	if !has && d.buckets.Len() >= d.maxStates {
+		return
+	}
+	if next := admission.Charge(pv.Policy, st, g.total, now); next.Kind != admission.KindNone {
+		d.buckets.Put(bk, next, admission.ExpiresAt(pv.Policy, next))
+		d.wastedUnits += g.total
+	}
+}
+
+// syncOthers sums over the sync records of (policy, key) other than id,
+// expired ones not yet deleted included (their holders may have admitted
+// their allowances, not charged yet): their allowances and demands; and
+// counts the key's other records of any kind (for MaxGrantsPerKey).
+func (d *dataState) syncOthers(policy, key, id string) (alloc, demand int64, holders int) {
 	a := d.grants.agg(policy, key)
 	if a == nil {
 		return 0, 0, 0
@@ -91,7 +123,7 @@ func (d *dataState) syncOthers(policy, key, id string, now int64) (alloc, demand
 			continue
 		}
 		holders++
-		if o, ok := d.grants.get(oid); ok && o.sync && o.expiresAt > now {
+		if o, ok := d.grants.get(oid); ok && o.sync {
 			alloc += o.total
 			demand += o.demand
 		}
@@ -99,19 +131,23 @@ func (d *dataState) syncOthers(policy, key, id string, now int64) (alloc, demand
 	return alloc, demand, holders
 }
 
-// releaseSync ends the holder's sync allowance id (g when live): what the
-// holder reports admitting since its last call is charged (all of used
-// when no allowance is live), the record goes, and nothing comes back.
+// releaseSync ends the holder's sync allowance id: what the holder reports
+// admitting since its last call is charged, the record goes, and nothing
+// comes back. A release of an expired record charges its allowance whole
+// (chargeExpired); of no record, nothing.
 func (d *dataState) releaseSync(c *raftcmdv1.Grant, id string, g grant, exists, live bool, pv PolicyVersion, now int64) interface{} {
 	p := pv.Policy
-	delta := c.GetUsed()
-	if live {
-		delta -= g.used
-	}
 	bk := BucketKey(c.GetPolicy(), c.GetKey())
 	st, _ := d.buckets.Get(bk)
-	next, over := d.chargeSync(p, st, delta, now)
-	if delta > 0 {
+	if !live {
+		if exists {
+			d.endGrant(id, g, now)
+			st, _ = d.buckets.Get(bk)
+		}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version}
+	}
+	next, over := d.chargeSync(p, st, c.GetUsed()-g.used, now)
+	if c.GetUsed() > g.used {
 		var states pendingStates
 		states.set(bk, next)
 		if err := d.makeRoom(&states, now); err != nil {
@@ -120,29 +156,29 @@ func (d *dataState) releaseSync(c *raftcmdv1.Grant, id string, g grant, exists, 
 		d.syncOvershoot += over
 		d.buckets.Put(bk, next, admission.ExpiresAt(p, next))
 	}
-	res := &GrantResult{Used: c.GetUsed(), DecidedAt: now, Decision: keyDecision(p, next, now, false, false), PolicyVersion: pv.Version}
-	switch {
-	case live:
-		d.grants.remove(id)
-		res.Total, res.StartedAt, res.ExpiresAt = g.total, g.startedAt, now
-	case exists:
-		d.endGrant(id, g, now)
-	}
-	return res
+	d.grants.remove(id)
+	return &GrantResult{Total: g.total, Used: c.GetUsed(), StartedAt: g.startedAt, ExpiresAt: now, DecidedAt: now,
+		Decision: keyDecision(p, next, now, false, false), PolicyVersion: pv.Version}
 }
 
-// endMismatched ends the live record g of a holder whose policy changed
-// local mode: a reserve grant goes without refund (its unspent units are
-// waste), a sync allowance is charged what the call reports admitting
-// (used). It fails, changing nothing, when the charge needs a bucket the
-// group has no room for.
-func (d *dataState) endMismatched(id string, g grant, pv PolicyVersion, used, now int64) error {
+// endMismatched ends the record g (live or not) of a holder whose policy
+// changed local mode: a reserve grant goes without refund (its unspent
+// units are waste); a live sync allowance is charged what the call reports
+// admitting (used), an expired one its whole allowance. It fails, changing
+// nothing, when the charge needs a bucket the group has no room for.
+func (d *dataState) endMismatched(id string, g grant, live bool, pv PolicyVersion, used, now int64) error {
 	if !g.sync {
-		g.used = used // checked: what the holder spent of it is not waste
+		if live {
+			g.used = used // checked: what the holder spent of it is not waste
+		}
 		d.endGrant(id, g, now)
 		return nil
 	}
-	if delta := used - g.used; delta > 0 {
+	delta := used - g.used
+	if !live {
+		delta = g.total
+	}
+	if delta > 0 {
 		bk := BucketKey(g.policy, g.key)
 		st, _ := d.buckets.Get(bk)
 		next, over := d.chargeSync(pv.Policy, st, delta, now)
@@ -151,7 +187,11 @@ func (d *dataState) endMismatched(id string, g grant, pv PolicyVersion, used, no
 		if err := d.makeRoom(&states, now); err != nil {
 			return err
 		}
-		d.syncOvershoot += over
+		if live {
+			d.syncOvershoot += over
+		} else {
+			d.wastedUnits += delta
+		}
 		d.buckets.Put(bk, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	d.grants.remove(id)

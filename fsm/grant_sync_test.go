@@ -85,22 +85,44 @@ func TestSyncChargesPastTheLimit(t *testing.T) {
 	if got := a.f.SyncStats(); got != 2 {
 		t.Errorf("SyncStats = %d, want an overshoot of 2", got)
 	}
-	// A holder whose record is gone reports what it admitted since its
-	// last answer: all of it is charged.
+	// A new record's used is its baseline: what it reports belongs to a
+	// record that is gone, charged when that one ended.
 	r = a.grant(now+2, gcall{policy: "fs", key: "k", holder: "h3", want: 5, used: 3, demand: 1})
-	if r.Total != 0 || r.Used != 3 {
+	if r.Total != 0 || r.Used != 3 || r.StartedAt != now+2 {
 		t.Fatalf("new record reporting 3 = %+v", r)
 	}
-	if got := a.f.SyncStats(); got != 5 {
-		t.Errorf("SyncStats = %d, want 5", got)
+	if got := a.f.SyncStats(); got != 2 {
+		t.Errorf("SyncStats = %d, want 2", got)
 	}
-	// The window's allowance expires with the window; expiry wastes nothing.
-	if r.ExpiresAt != (now/int64(time.Minute)+1)*int64(time.Minute) && r.ExpiresAt != now+2+int64(2*time.Second) {
-		t.Errorf("expires at %d", r.ExpiresAt)
-	}
+	// Records with no allowance expire wasting nothing.
 	a.apply(expireEnv(now + int64(time.Minute)))
 	if live, _, wasted := a.f.GrantStats(); live != 0 || wasted != 0 {
 		t.Errorf("after expiry: %d records, %d wasted; want none", live, wasted)
+	}
+}
+
+func TestSyncExpiryChargesTheAllowance(t *testing.T) {
+	a := syncApplier(t)
+	now := t0 + 1
+	a.grant(now, gcall{policy: "ts", key: "k", holder: "h1", want: 50, demand: 1000})
+	if r := a.grant(now, gcall{policy: "ts", key: "k", holder: "h2", want: 50, demand: 1000}); r.Total != 0 {
+		t.Fatalf("h2 = %+v, want nothing while h1 holds the bound", r)
+	}
+	// h1 dies. Its record's end (here by the sweep of the next entry)
+	// charges all of its allowance as waste: it may have admitted it.
+	exp := now + int64(200*time.Millisecond)
+	r := a.grant(exp, gcall{policy: "ts", key: "k", holder: "h2", seq: 1, want: 50, demand: 1000})
+	if r.Total != 10 || r.Decision.Remaining != 90 {
+		t.Fatalf("h2 once h1's allowance ended = %+v, want the bound, 90 left", r)
+	}
+	if _, _, wasted := a.f.GrantStats(); wasted != 10 {
+		t.Errorf("wasted %d, want 10", wasted)
+	}
+	// A late call of h1 starts a new record; what it reports is not
+	// charged again.
+	r = a.grant(exp+1, gcall{policy: "ts", key: "k", holder: "h1", seq: 1, want: 50, used: 4, demand: 1000})
+	if r.StartedAt != exp+1 || r.Used != 4 || r.Total != 0 || r.Decision.Remaining != 90 {
+		t.Fatalf("late call of h1 = %+v, want a new record, nothing charged", r)
 	}
 }
 
@@ -124,10 +146,10 @@ func TestSyncRelease(t *testing.T) {
 	if len(a.f.GrantsOf("ts", "k")) != 0 {
 		t.Error("a released allowance is still recorded")
 	}
-	// A release with no record charges what it reports.
+	// A release with no record charges nothing.
 	r = a.grant(now+2, gcall{policy: "ts", key: "k", holder: "h2", used: 3, release: true})
-	if r.Decision.Remaining != 90 || r.StartedAt != 0 {
-		t.Fatalf("release without a record = %+v, want 3 charged", r)
+	if r.Decision.Remaining != 93 || r.StartedAt != 0 {
+		t.Fatalf("release without a record = %+v, want nothing charged", r)
 	}
 }
 

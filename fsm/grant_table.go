@@ -52,12 +52,12 @@ type grantTable struct {
 }
 
 // newGrantTable returns an empty table whose sweep calls onExpire with each
-// grant it deletes (after the aggregates forgot it).
-func newGrantTable(onExpire func(g grant)) *grantTable {
+// grant it deletes (after the aggregates forgot it) and the sweep's time.
+func newGrantTable(onExpire func(g grant, now int64)) *grantTable {
 	gt := &grantTable{t: table.NewStateTable(grantExpires), aggs: map[string]*grantAgg{}}
-	gt.t.OnExpire = func(id string, g grant, _ int64) {
+	gt.t.OnExpire = func(id string, g grant, now int64) {
 		gt.forget(id, g)
-		onExpire(g)
+		onExpire(g, now)
 	}
 	return gt
 }
