@@ -12,11 +12,15 @@
 //   - Request validation (Policy.CheckRequest, CheckKeyCost): key and cost.
 //   - Local decisions (Local, local.go): a policy's budget leases (mode
 //     reserve, max_grant, ttl) and when a grant expires (GrantExpiry: no
-//     later than the end of a window or quota period, WindowEnd).
+//     later than the end of a window or quota period, WindowEnd); the
+//     local-plus-global mode (sync, sync_interval), its over-admission
+//     bound (SyncBound) and allowance expiry (SyncExpiry).
 //   - The algorithms, all strict and in integer nanoseconds, behind one
 //     dispatch: Decide(policy, state, cost, now) (state, decision),
 //     ExpiresAt(policy, state), Peek(policy, state, now) and
-//     Refund(policy, state, spend, now), where a Spend records what one
+//     Refund(policy, state, spend, now), Charge(policy, state, cost, now)
+//     (consumption already admitted, spent even past the limit), where a
+//     Spend records what one
 //     admitted request took (its cost, when it was decided, the state's
 //     expiry right after it). State is one value type for every
 //     algorithm, tagged with the Kind that wrote it:

@@ -38,7 +38,7 @@ func TestLocalValidate(t *testing.T) {
 		field string
 		in    string
 	}{
-		{"unknown mode", with(func(p *admission.Policy) { p.Local.Mode = "sync" }), "local.mode", `"sync"`},
+		{"unknown mode", with(func(p *admission.Policy) { p.Local.Mode = "gossip" }), "local.mode", `"gossip"`},
 		{"sliding_log", reserve(func(p *admission.Policy) { p.Algorithm = admission.AlgorithmSlidingLog; p.Burst = 0; p.MaxCost = 0 }), "local.mode", "sliding_log"},
 		{"concurrency", reserve(func(p *admission.Policy) {
 			p.Algorithm = admission.AlgorithmConcurrency

@@ -108,8 +108,9 @@ const (
 
 // WithDefaults returns a copy of p with Burst (0 → Limit), then MaxCost
 // (0 → Burst), OnUnavailable ("" → deny), DedupeRetention (0 →
-// DefaultDedupeRetention) and, when Local.Mode is set, Local.MaxGrant (0 →
-// max(1, burst/10)) and Local.TTL (0 → DefaultGrantTTL) filled in. It does
+// DefaultDedupeRetention) and, in local.mode reserve, Local.MaxGrant (0 →
+// max(1, burst/10)) and Local.TTL (0 → DefaultGrantTTL), in local.mode
+// sync, Local.SyncInterval (0 → DefaultSyncInterval) filled in. It does
 // not validate.
 func (p Policy) WithDefaults() Policy {
 	if p.Burst == 0 {
@@ -193,10 +194,11 @@ func (p Policy) WithDefaults() Policy {
 //
 //   - on_unavailable: "allow", "deny" or "local" ("" means deny).
 //   - dedupe_retention: 1s..24h (0 means 10m).
-//   - local.mode: unset, or reserve (budget leases) for token_bucket,
-//     fixed_window, sliding_window or quota; local.max_grant 1..burst (0
-//     means max(1, burst/10)) and local.ttl 100ms..1h (0 means 10s), both
-//     unset without a mode.
+//   - local.mode: unset, reserve (budget leases) or sync (local-plus-global)
+//     for token_bucket, fixed_window, sliding_window or quota; reserve only:
+//     local.max_grant 1..burst (0 means max(1, burst/10)) and local.ttl
+//     100ms..1h (0 means 10s); sync only: local.sync_interval 10ms..1m (0
+//     means 1s); all unset without a mode.
 //
 // No overflow: the emission interval T is at most 366 days (3.2e16ns) and
 // burst × T, which bounds every cost × T and every offset of a bucket's state

@@ -63,6 +63,10 @@ type dataState struct {
 	// wastedUnits counts the units of grants that ended without a release
 	// (GrantStats): not replicated state, it decides nothing.
 	wastedUnits int64
+	// syncOvershoot counts the units local-plus-global holders reported
+	// admitting beyond what their key had left when charged (SyncStats):
+	// not replicated state, it decides nothing.
+	syncOvershoot int64
 }
 
 // init makes d empty, with the bounds of opts (already defaulted).
@@ -77,7 +81,7 @@ func (d *dataState) empty() *dataState {
 		buckets:      table.NewBucketTable(),
 		sems:         table.NewStateTable(semExpires),
 		reservations: d.newReservationTable(),
-		grants:       newGrantTable(d.wasteGrant),
+		grants:       newGrantTable(d.expireGrant),
 		dedupe:       dedupe.New(d.maxDedupe),
 		callers:      callerNames{},
 		frozen:       map[uint64]shard.SlotRange{},

@@ -59,7 +59,10 @@
 // give back what it did not use. An expired grant gives nothing back: its
 // unspent units are waste, bounded by max_grant and counted
 // (GrantStats). Strict decisions and local ones together never exceed the
-// policy.
+// policy. A policy in local.mode sync gives allowances instead
+// (grant_sync.go): nothing spent ahead, what holders report is charged
+// (Charge), and a key's allowances never add up to more than its
+// SyncBound, the most it may be over-admitted by (SyncStats counts it).
 //
 // # Determinism
 //

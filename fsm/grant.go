@@ -36,6 +36,7 @@ type GrantResult struct {
 
 // GrantInfo describes one live grant, for status.
 type GrantInfo struct {
+	Sync                     bool // a local-plus-global allowance: Total is the allowance, Used what was reported admitted
 	Holder, Caller           string
 	Total, Used, DemandMilli int64
 	StartedAt, ExpiresAt     int64
@@ -56,9 +57,10 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 	id := grantID(c.GetPolicy(), c.GetKey(), c.GetCaller(), c.GetHolder())
 	g, exists := d.grants.get(id)
 	live := exists && g.expiresAt > now
-	if p.Local.Mode != admission.LocalReserve && !(live && c.GetRelease()) {
+	syncMode := p.Local.Mode == admission.LocalSync
+	if p.Local.Mode == "" && !(live && c.GetRelease()) {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%s has no local decisions (local.mode %s)", admission.Quote(c.GetPolicy()), admission.LocalReserve)}
+			Reason: fmt.Sprintf("%s has no local decisions (local.mode %s or %s)", admission.Quote(c.GetPolicy()), admission.LocalReserve, admission.LocalSync)}
 	}
 	if live {
 		switch seq := c.GetSeq(); {
@@ -67,19 +69,40 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		case seq < g.seq:
 			return fmt.Errorf("%w: seq %d, the grant is at seq %d", ErrGrantSeq, seq, g.seq)
 		}
-		if u := c.GetUsed(); u < g.used || u > g.total {
-			return &admission.FieldError{Field: "used", Err: admission.ErrInvalidRequest,
-				Reason: fmt.Sprintf("must be between the recorded %d and the granted %d (got %d)", g.used, g.total, u)}
+		if err := checkUsed(g, c.GetUsed()); err != nil {
+			return err
 		}
 	}
 	if !c.GetRelease() && c.GetWant() < 1 {
 		return &admission.FieldError{Field: "want", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("must be at least 1 (got %d)", c.GetWant())}
 	}
+	if c.GetUsed() < 0 && (syncMode || live && g.sync) {
+		return &admission.FieldError{Field: "used", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be at least 0 (got %d)", c.GetUsed())}
+	}
 	bk := BucketKey(c.GetPolicy(), c.GetKey())
 	st, _ := d.buckets.Get(bk)
-	if c.GetRelease() {
+	switch {
+	case c.GetRelease() && (live && g.sync || !live && syncMode):
+		return d.releaseSync(c, id, g, exists, live, pv, now)
+	case c.GetRelease():
 		return d.releaseGrant(id, g, exists, live, pv, st, c.GetUsed(), now)
+	case exists && g.sync != syncMode:
+		// The policy changed mode: the old record ends (a reserve grant
+		// without refund, as waste; a sync allowance charged what the call
+		// reports, or whole once expired) and a new one starts in the
+		// current mode. What the call reports belongs to the old record.
+		if err := d.endMismatched(id, g, live, pv, c.GetUsed(), now); err != nil {
+			return err
+		}
+		if syncMode {
+			return d.applySyncGrant(c, id, grant{}, false, pv, now)
+		}
+		st, _ = d.buckets.Get(bk)
+		g, exists, live = grant{}, false, false
+	case syncMode:
+		return d.applySyncGrant(c, id, g, exists, pv, now)
 	}
 
 	// Size the top-up. A new grant reports nothing used: what a call for a
@@ -89,7 +112,7 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		others, holders = a.demand, len(a.ids)
 	}
 	if exists {
-		others -= g.demand
+		others -= g.reserveDemand()
 		holders--
 	}
 	if !live {
@@ -170,6 +193,21 @@ func checkGrant(c *raftcmdv1.Grant) error {
 	return nil
 }
 
+// checkUsed checks the used a call reports for live grant g: for a reserve
+// grant between the recorded used and the total, for a sync allowance at
+// least the recorded used.
+func checkUsed(g grant, u int64) error {
+	switch {
+	case g.sync && u < g.used:
+		return &admission.FieldError{Field: "used", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be at least the recorded %d (got %d)", g.used, u)}
+	case !g.sync && (u < g.used || u > g.total):
+		return &admission.FieldError{Field: "used", Err: admission.ErrInvalidRequest,
+			Reason: fmt.Sprintf("must be between the recorded %d and the granted %d (got %d)", g.used, g.total, u)}
+	}
+	return nil
+}
+
 // releaseGrant ends grant id, giving back what the holder did not use:
 // total − used, as the last top-up's spend (admission.Refund). A release of
 // no live grant answers with nothing returned.
@@ -199,7 +237,9 @@ func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantRe
 	dec := keyDecision(p, st, now, g.total > g.used || g.lastAdded > 0, g.lastAdded > 0)
 	dec.Remaining = g.lastRemaining
 	dm, sum := max(g.demand, 1), int64(0)
-	if a := d.grants.agg(g.policy, g.key); a != nil {
+	if g.sync {
+		_, sum, _ = d.syncOthers(g.policy, g.key, grantID(g.policy, g.key, g.caller, g.holder))
+	} else if a := d.grants.agg(g.policy, g.key); a != nil {
 		sum = a.demand - g.demand
 	}
 	return &GrantResult{Total: g.total, Added: g.lastAdded, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
@@ -219,15 +259,26 @@ func keyDecision(p admission.Policy, st admission.State, now int64, holds, added
 }
 
 // endGrant deletes an expired grant: its unspent units are not given back
-// (the holder may have spent them) and count as waste.
-func (d *dataState) endGrant(id string, g grant, _ int64) {
+// (the holder may have spent them) and count as waste; an expired sync
+// allowance is charged whole (expireGrant).
+func (d *dataState) endGrant(id string, g grant, now int64) {
 	d.grants.remove(id)
+	d.expireGrant(g, now)
+}
+
+// expireGrant ends grant g, deleted unreleased at now: a reserve grant's
+// unspent units are waste; a sync allowance is charged (chargeExpired).
+func (d *dataState) expireGrant(g grant, now int64) {
+	if g.sync {
+		d.chargeExpired(g, now)
+		return
+	}
 	d.wasteGrant(g)
 }
 
 // wasteGrant counts what grant g, gone without a release, did not report
-// spent.
-func (d *dataState) wasteGrant(g grant) { d.wastedUnits += max(0, g.total-g.used) }
+// spent (nothing for a sync allowance: nothing was spent ahead).
+func (d *dataState) wasteGrant(g grant) { d.wastedUnits += max(0, g.unspent()) }
 
 // fairShare is ceil(avail × d / sum) in 128-bit arithmetic (d ≤ sum).
 func fairShare(avail, d, sum int64) int64 {
@@ -264,7 +315,7 @@ func (f *FSM) GrantsOf(policy, key string) []GrantInfo {
 	out := make([]GrantInfo, 0, len(a.ids))
 	for _, id := range a.ids {
 		if g, ok := f.data.grants.get(id); ok && g.expiresAt > f.lastNow {
-			out = append(out, GrantInfo{Holder: g.holder, Caller: g.caller, Total: g.total, Used: g.used,
+			out = append(out, GrantInfo{Sync: g.sync, Holder: g.holder, Caller: g.caller, Total: g.total, Used: g.used,
 				DemandMilli: g.demand, StartedAt: g.startedAt, ExpiresAt: g.expiresAt})
 		}
 	}

@@ -12,8 +12,13 @@ import (
 )
 
 // grant is one budget lease: units of (policy, key) spent from the key's
-// state when granted and held by (caller, holder) to spend in memory.
+// state when granted and held by (caller, holder) to spend in memory; or,
+// when sync is set, a local-plus-global allowance (grant_sync.go): total is
+// what the holder may admit until its next report, nothing spent ahead, and
+// used what it reported admitting over the record's life, charged as
+// reported.
 type grant struct {
+	sync                        bool
 	policy, key, caller, holder string
 	seq                         uint64 // of the last call applied
 	total, used, demand         int64  // granted over its life; reported spent; demand_milli
@@ -27,8 +32,9 @@ type grant struct {
 	lastPolicyVersion                       uint64
 }
 
-// grantAgg is what a key's live grants add up to: the sum of their
-// demands, and their IDs (one per holder).
+// grantAgg is what a key's grants add up to: the sum of the demands of its
+// reserve grants (a sync record's demand is summed over the live ones when
+// needed, syncOthers), and the IDs of all (one per holder).
 type grantAgg struct {
 	demand int64
 	ids    []string
@@ -41,17 +47,17 @@ type grantAgg struct {
 type grantTable struct {
 	t    *table.StateTable[grant]
 	aggs map[string]*grantAgg
-	// units is what the grants hold unspent: Σ total − used.
+	// units is what the reserve grants hold unspent: Σ total − used.
 	units int64
 }
 
 // newGrantTable returns an empty table whose sweep calls onExpire with each
-// grant it deletes (after the aggregates forgot it).
-func newGrantTable(onExpire func(g grant)) *grantTable {
+// grant it deletes (after the aggregates forgot it) and the sweep's time.
+func newGrantTable(onExpire func(g grant, now int64)) *grantTable {
 	gt := &grantTable{t: table.NewStateTable(grantExpires), aggs: map[string]*grantAgg{}}
-	gt.t.OnExpire = func(id string, g grant, _ int64) {
+	gt.t.OnExpire = func(id string, g grant, now int64) {
 		gt.forget(id, g)
-		onExpire(g)
+		onExpire(g, now)
 	}
 	return gt
 }
@@ -79,19 +85,36 @@ func (gt *grantTable) agg(policy, key string) *grantAgg { return gt.aggs[BucketK
 func (gt *grantTable) put(id string, g grant) {
 	bk := BucketKey(g.policy, g.key)
 	a := gt.aggs[bk]
-	gt.units += g.total - g.used
+	gt.units += g.unspent()
 	if old, ok := gt.t.Get(id); ok {
-		a.demand += g.demand - old.demand
-		gt.units -= old.total - old.used
+		a.demand += g.reserveDemand() - old.reserveDemand()
+		gt.units -= old.unspent()
 	} else {
 		if a == nil {
 			a = &grantAgg{}
 			gt.aggs[bk] = a
 		}
-		a.demand += g.demand
+		a.demand += g.reserveDemand()
 		a.ids = append(a.ids, id)
 	}
 	gt.t.Put(id, g, g.expiresAt)
+}
+
+// unspent is what a reserve grant holds unspent; a sync allowance holds
+// nothing spent.
+func (g grant) unspent() int64 {
+	if g.sync {
+		return 0
+	}
+	return g.total - g.used
+}
+
+// reserveDemand is g's demand in its key's reserve aggregate.
+func (g grant) reserveDemand() int64 {
+	if g.sync {
+		return 0
+	}
+	return g.demand
 }
 
 // remove deletes the grant id, if any.
@@ -104,13 +127,13 @@ func (gt *grantTable) remove(id string) {
 
 // forget takes grant g (id) out of its key's aggregate.
 func (gt *grantTable) forget(id string, g grant) {
-	gt.units -= g.total - g.used
+	gt.units -= g.unspent()
 	bk := BucketKey(g.policy, g.key)
 	a := gt.aggs[bk]
 	if a == nil {
 		return
 	}
-	a.demand -= g.demand
+	a.demand -= g.reserveDemand()
 	if i := slices.Index(a.ids, id); i >= 0 {
 		a.ids = slices.Delete(a.ids, i, i+1)
 	}
@@ -155,6 +178,7 @@ func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
 	rec.StartedAtUnixNano, rec.ExpiresAtUnixNano = g.startedAt, g.expiresAt
 	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
 	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
+	rec.Sync = g.sync
 }
 
 func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
@@ -162,6 +186,7 @@ func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
 		total: rec.GetTotal(), used: rec.GetUsed(), demand: rec.GetDemandMilli(),
 		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
 		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(),
-		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion()}
+		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion(),
+		sync: rec.GetSync()}
 	return grantID(g.policy, g.key, g.caller, g.holder), g
 }

@@ -137,7 +137,8 @@ func localFromProto(l *raftcmdv1.LocalDecisions) admission.Local {
 	if l == nil {
 		return admission.Local{}
 	}
-	return admission.Local{Mode: admission.LocalMode(l.GetMode()), MaxGrant: l.GetMaxGrant(), TTL: time.Duration(l.GetTtlNanos())}
+	return admission.Local{Mode: admission.LocalMode(l.GetMode()), MaxGrant: l.GetMaxGrant(), TTL: time.Duration(l.GetTtlNanos()),
+		SyncInterval: time.Duration(l.GetSyncIntervalNanos())}
 }
 
 // localToProto converts a policy's local decisions to their stored form:
@@ -147,7 +148,8 @@ func localToProto(l admission.Local) *raftcmdv1.LocalDecisions {
 	if l == (admission.Local{}) {
 		return nil
 	}
-	return &raftcmdv1.LocalDecisions{Mode: string(l.Mode), MaxGrant: l.MaxGrant, TtlNanos: int64(l.TTL)}
+	return &raftcmdv1.LocalDecisions{Mode: string(l.Mode), MaxGrant: l.MaxGrant, TtlNanos: int64(l.TTL),
+		SyncIntervalNanos: int64(l.SyncInterval)}
 }
 
 // PolicyToProto converts a policy to its stored form.

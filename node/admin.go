@@ -305,9 +305,10 @@ func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.
 }
 
 // CheckExplicitZeros refuses a policy that sets burst, max_cost,
-// dedupe_retention or lease_ttl to zero: zero is how the stored form says
-// "the default", so an explicit zero would silently become the default
-// (burst: limit, max_cost: burst, dedupe_retention: 10m, lease_ttl: 1m).
+// dedupe_retention, lease_ttl, local.max_grant, local.ttl or
+// local.sync_interval to zero: zero is how the stored form says "the
+// default", so an explicit zero would silently become the default (burst:
+// limit, max_cost: burst, dedupe_retention: 10m, lease_ttl: 1m, ...).
 // Leave such a field unset for its default.
 func CheckExplicitZeros(p *quoratev1.Policy) error {
 	zero := func(field, def string) error {
@@ -327,6 +328,8 @@ func CheckExplicitZeros(p *quoratev1.Policy) error {
 		return zero("local.max_grant", "a tenth of the burst")
 	case p.GetLocal().GetTtl() != nil && p.GetLocal().GetTtl().AsDuration() == 0:
 		return zero("local.ttl", admission.DefaultGrantTTL.String())
+	case p.GetLocal().GetSyncInterval() != nil && p.GetLocal().GetSyncInterval().AsDuration() == 0:
+		return zero("local.sync_interval", admission.DefaultSyncInterval.String())
 	}
 	return nil
 }
@@ -350,6 +353,8 @@ func PolicyFromAPI(p *quoratev1.Policy) admission.Policy {
 			Mode:     admission.LocalMode(p.GetLocal().GetMode()),
 			MaxGrant: p.GetLocal().GetMaxGrant(),
 			TTL:      p.GetLocal().GetTtl().AsDuration(),
+			// sync_interval: sync mode only.
+			SyncInterval: p.GetLocal().GetSyncInterval().AsDuration(),
 		},
 	}
 }
@@ -387,6 +392,9 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 		}
 		if l.TTL != 0 {
 			out.Local.Ttl = durationpb.New(l.TTL)
+		}
+		if l.SyncInterval != 0 {
+			out.Local.SyncInterval = durationpb.New(l.SyncInterval)
 		}
 	}
 	return out

@@ -107,12 +107,17 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 }
 
 // withGrants adds to each hot key the budget leases its group's replica f
-// holds on it: live holders and the units granted and not reported spent.
+// holds on it: live holders and the units granted and not reported spent
+// (for a local-plus-global holder, its allowance).
 func withGrants(hot []*quoratev1.HotKey, f *fsm.FSM) []*quoratev1.HotKey {
 	for _, h := range hot {
 		for _, g := range f.GrantsOf(h.GetPolicy(), h.GetKey()) {
 			h.GrantHolders++
-			h.GrantedUnspent += max(0, g.Total-g.Used)
+			if g.Sync {
+				h.GrantedUnspent += g.Total
+			} else {
+				h.GrantedUnspent += max(0, g.Total-g.Used)
+			}
 		}
 	}
 	return hot

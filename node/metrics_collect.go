@@ -40,6 +40,8 @@ var (
 	descGrantUnits  = groupDesc("quorate_group_granted_units", "Units granted by the replica's budget leases and not reported spent.")
 	descGrantWaste  = prometheus.NewDesc("quorate_group_grant_wasted_units_total",
 		"Units granted but neither reported spent nor given back (a holder that never released: under-admission), as this replica applied since it started.", []string{"group"}, nil)
+	descSyncOver = prometheus.NewDesc("quorate_group_sync_overshoot_units_total",
+		"Units local-plus-global (local.mode sync) holders reported admitting beyond what their key had left, as this replica applied since it started: over-admission, bounded per key and window by the policy's sync bound.", []string{"group"}, nil)
 	descSnapBytes = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (absent before the first).")
 
 	descPolicyInfo = prometheus.NewDesc("quorate_policy_info",
@@ -65,7 +67,7 @@ type groupCollector struct{ m *metrics }
 
 func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descCommitIndex, descAppliedIdx, descLastLogIdx,
-		descAppliedLag, descFSMPending, descLastContact, descVoters, descKeys, descRequestIDs, descRequestIDB, descReserved, descGrants, descGrantUnits, descGrantWaste,
+		descAppliedLag, descFSMPending, descLastContact, descVoters, descKeys, descRequestIDs, descRequestIDB, descReserved, descGrants, descGrantUnits, descGrantWaste, descSyncOver,
 		descSnapBytes, descPolicyInfo, descLeasesHeld, descLeaseCap, descPlans, descPlanSteps, descPlanStepsDone} {
 		ch <- d
 	}
@@ -139,6 +141,7 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 	gauge(descGrants, float64(grants))
 	gauge(descGrantUnits, float64(units))
 	ch <- prometheus.MustNewConstMetric(descGrantWaste, prometheus.CounterValue, float64(wasted), gl)
+	ch <- prometheus.MustNewConstMetric(descSyncOver, prometheus.CounterValue, float64(g.fsm.SyncStats()), gl)
 	if g.snaps != nil {
 		if list, err := g.snaps.List(); err == nil && len(list) > 0 {
 			gauge(descSnapBytes, float64(list[0].Size))

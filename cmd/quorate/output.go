@@ -230,13 +230,18 @@ func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 }
 
 // fmtLocal describes a policy's local decisions with their defaults filled
-// in, as the cluster applies them; "-" for none.
+// in, as the cluster applies them; "-" for none. A sync policy shows its
+// bound: the most a key may be over-admitted by (Policy.SyncBound).
 func fmtLocal(p *quoratev1.Policy) string {
-	l := node.PolicyFromAPI(p).WithDefaults().Local
-	if l.Mode == "" {
+	ap := node.PolicyFromAPI(p).WithDefaults()
+	switch l := ap.Local; l.Mode {
+	case "":
 		return "-"
+	case admission.LocalSync:
+		return fmt.Sprintf("%s every=%s bound=%d", l.Mode, l.SyncInterval, ap.SyncBound())
+	default:
+		return fmt.Sprintf("%s max=%d ttl=%s", l.Mode, l.MaxGrant, l.TTL)
 	}
-	return fmt.Sprintf("%s max=%d ttl=%s", l.Mode, l.MaxGrant, l.TTL)
 }
 
 // fmtPeriod formats a policy's duration; "-" when unset (e.g. a quota's

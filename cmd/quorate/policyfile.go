@@ -117,10 +117,11 @@ const (
 	retentionHint = "use a number and a unit between 1s and 24h, e.g. 30s, 10m, 1h"
 	leaseTTLHint  = "use a number and a unit between 1s and 24h, e.g. 30s, 2m, 1h"
 	grantTTLHint  = "use a number and a unit between 100ms and 1h, e.g. 500ms, 10s, 1m"
+	syncHint      = "use a number and a unit between 10ms and 1m, e.g. 100ms, 500ms, 1s"
 )
 
 // localFields are the fields of a policy's local mapping, in file order.
-var localFields = []string{"mode", "max_grant", "ttl"}
+var localFields = []string{"mode", "max_grant", "ttl", "sync_interval"}
 
 // parsePolicy decodes and validates one policy, field by field in file
 // order, so that the first error in the file is the one reported.
@@ -182,7 +183,7 @@ func parsePolicy(e *yamllist.Entry) (*quoratev1.Policy, error) {
 }
 
 // parseLocal decodes a policy's local mapping; its errors name its fields
-// as local.mode, local.max_grant and local.ttl.
+// as local.mode, local.max_grant, local.ttl and local.sync_interval.
 func parseLocal(e *yamllist.Entry) (admission.Local, error) {
 	var l admission.Local
 	sub, err := e.Nested("local", localFields)
@@ -204,11 +205,15 @@ func parseLocal(e *yamllist.Entry) (admission.Local, error) {
 			if l.TTL, err = sub.Duration(field, grantTTLHint); err == nil && l.TTL == 0 {
 				err = sub.Fail(sub.Line(field), field, admission.ErrInvalidPolicy, "must not be 0: leave it out for the default (%s)", admission.DefaultGrantTTL)
 			}
+		case "sync_interval":
+			if l.SyncInterval, err = sub.Duration(field, syncHint); err == nil && l.SyncInterval == 0 {
+				err = sub.Fail(sub.Line(field), field, admission.ErrInvalidPolicy, "must not be 0: leave it out for the default (%s)", admission.DefaultSyncInterval)
+			}
 		}
 		return err
 	})
 	if err == nil && l.Mode == "" && l != (admission.Local{}) {
-		err = sub.Fail(sub.At(), "mode", admission.ErrInvalidPolicy, "missing; local decisions need a mode (reserve)")
+		err = sub.Fail(sub.At(), "mode", admission.ErrInvalidPolicy, "missing; local decisions need a mode (reserve or sync)")
 	}
 	return l, err
 }

@@ -48,6 +48,7 @@ func policyFileFields(p admission.Policy) []policyField {
 	add("local.mode", string(p.Local.Mode), "!!str", p.Local.Mode != "")
 	add("local.max_grant", strconv.FormatInt(p.Local.MaxGrant, 10), "!!int", p.Local.MaxGrant != 0)
 	add("local.ttl", fileDuration(p.Local.TTL), "!!str", p.Local.TTL != 0)
+	add("local.sync_interval", fileDuration(p.Local.SyncInterval), "!!str", p.Local.SyncInterval != 0)
 	return fields
 }
 
@@ -96,6 +97,9 @@ func withoutDefaults(p admission.Policy) admission.Policy {
 		}
 		if p.Local.TTL == admission.DefaultGrantTTL {
 			p.Local.TTL = 0
+		}
+		if p.Local.SyncInterval == admission.DefaultSyncInterval {
+			p.Local.SyncInterval = 0
 		}
 	}
 	return p

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+func TestParsePolicyFileLocalSync(t *testing.T) {
+	const file = `
+policies:
+  - name: a
+    algorithm: token_bucket
+    limit: 100
+    period: 1s
+    local: {mode: sync, sync_interval: 500ms}
+  - name: b
+    algorithm: quota
+    limit: 86400
+    calendar: day
+    local:
+      mode: sync
+`
+	got, err := parsePolicyFile("p.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*quoratev1.Policy{
+		{Name: "a", Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
+			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(500 * time.Millisecond)}},
+		{Name: "b", Algorithm: "quota", Limit: 86400, Period: durationpb.New(0), Calendar: "day", Local: &quoratev1.LocalDecisions{Mode: "sync"}},
+	}
+	for i := range want {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("policy %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParsePolicyFileLocalSyncErrors(t *testing.T) {
+	const head = "policies:\n  - name: q\n    algorithm: fixed_window\n    limit: 100\n    period: 1m\n"
+	tests := []struct {
+		name, file, field, reason string
+	}{
+		{"zero sync_interval", head + "    local: {mode: sync, sync_interval: 0s}\n", "local.sync_interval", "must not be 0"},
+		{"sync_interval too short", head + "    local: {mode: sync, sync_interval: 5ms}\n", "local.sync_interval", "5ms"},
+		{"sync_interval too long", head + "    local: {mode: sync, sync_interval: 2m}\n", "local.sync_interval", "between"},
+		{"sync_interval not a duration", head + "    local: {mode: sync, sync_interval: soon}\n", "local.sync_interval", "10ms and 1m"},
+		{"sync_interval in reserve mode", head + "    local: {mode: reserve, sync_interval: 1s}\n", "local.sync_interval", "sync only"},
+		{"max_grant in sync mode", head + "    local: {mode: sync, max_grant: 5}\n", "local.max_grant", "reserve only"},
+		{"ttl in sync mode", head + "    local: {mode: sync, ttl: 5s}\n", "local.ttl", "reserve only"},
+		{"sync_interval without a mode", head + "    local: {sync_interval: 1s}\n", "local.mode", "reserve or sync"},
+	}
+	for _, tc := range tests {
+		_, err := parsePolicyFile("p.yaml", []byte(tc.file))
+		var pe *PolicyFileError
+		if !errors.As(err, &pe) || pe.Field != tc.field || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("%s: got %v (field %q), want field %s and %q", tc.name, err, fieldOfPolicyErr(pe), tc.field, tc.reason)
+		}
+	}
+}
+
+func TestWritePoliciesLocalSyncBound(t *testing.T) {
+	var b strings.Builder
+	err := writePolicies(&b, []*quoratev1.Policy{
+		{Name: "feed", Version: 1, Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second),
+			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(250 * time.Millisecond)}},
+		{Name: "daily", Version: 1, Algorithm: "quota", Limit: 86400, Calendar: "day", Local: &quoratev1.LocalDecisions{Mode: "sync"}},
+		{Name: "lease", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
+			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	// The bound is ceil(limit × sync_interval / period): 1000 × 0.25s / 1s,
+	// and 86400 a day × 1s (the default interval).
+	if len(lines) != 4 || !strings.HasSuffix(lines[1], "sync every=250ms bound=250") ||
+		!strings.HasSuffix(lines[2], "sync every=1s bound=1") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
+		t.Errorf("want LOCAL with the sync bound:\n%s", b.String())
+	}
+}
+
+func TestWritePolicyFileLocalSync(t *testing.T) {
+	var b strings.Builder
+	err := writePolicyFile(&b, []*quoratev1.Policy{
+		{Name: "a", Version: 1, Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
+			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(500 * time.Millisecond)}},
+		{Name: "b", Version: 1, Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
+			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(time.Second)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "sync_interval: 500ms") || strings.Count(out, "sync_interval") != 1 {
+		t.Errorf("want sync_interval 500ms written and the default 1s left out:\n%s", out)
+	}
+	back, err := parsePolicyFile("p.yaml", []byte(out))
+	if err != nil {
+		t.Fatalf("the written file does not parse: %v\n%s", err, out)
+	}
+	if back[0].GetLocal().GetSyncInterval().AsDuration() != 500*time.Millisecond || back[1].GetLocal().GetMode() != "sync" || back[1].GetLocal().GetSyncInterval() != nil {
+		t.Errorf("round trip: %v", back)
+	}
+}
