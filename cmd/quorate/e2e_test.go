@@ -34,7 +34,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// Applying the same file again keeps the versions; text output lists them.
 	out, _, err := runCLI(t, "policy", "apply", "-f", "../../examples/policies.yaml", "--server", strings.TrimPrefix(c.APIURL(1), "http://"))
-	if err != nil || !strings.Contains(out, "applied 10 policies") || !strings.Contains(out, "api-free") {
+	if err != nil || !strings.Contains(out, "applied 11 policies") || !strings.Contains(out, "api-free") {
 		t.Fatalf("second apply: %v\n%s", err, out)
 	}
 	var listed quoratev1.ListPoliciesResponse

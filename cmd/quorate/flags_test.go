@@ -110,7 +110,7 @@ func TestDevMissingPoliciesFile(t *testing.T) {
 
 func TestPolicyValidate(t *testing.T) {
 	out, _, err := runCLI(t, "policy", "validate", "-f", "../../examples/policies.yaml")
-	if err != nil || !strings.Contains(out, "10 policies OK") {
+	if err != nil || !strings.Contains(out, "11 policies OK") {
 		t.Fatalf("got %q, %v", out, err)
 	}
 }
