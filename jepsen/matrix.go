@@ -177,7 +177,7 @@ func ReproduceCommand(o Options) string {
 		"--nodes", fmt.Sprint(max(o.Nodes, 3)), "--workload", strings.Join(o.Workloads, ","),
 		"--faults", familiesArg(o.Nemesis.Families), "--clients", fmt.Sprint(o.Clients), "--keys", fmt.Sprint(o.Keys),
 		"--capacity", fmt.Sprint(o.Capacity), "--limit", fmt.Sprint(o.Limit), "--window", o.Window.String(),
-		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String()}
+		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String(), "--grant-limit", fmt.Sprint(o.GrantLimit)}
 	if o.Net != "" {
 		args = append(args, "--net", o.Net)
 	}
@@ -222,6 +222,14 @@ var PlantedBugs = map[string]string{
 	"dedupe":     "quorate_planted_bug",        // Admit ignores request IDs: retries spend again
 	"local-read": "quorate_planted_local_read", // Admit answered from the local replica before the log
 }
+
+// PlantedClientOverspend is the build tag that plants a bug in package
+// client: a client spends up to 5 units past its grant (see
+// client/planted_overspend_on.go). The grant workload's clients run in the
+// harness's own process, so it is the harness that is built with it
+// (go build -tags quorate_planted_overspend ./cmd/quorate-jepsen); its
+// no-over-admission checker must then fail.
+const PlantedClientOverspend = "quorate_planted_overspend"
 
 func plantedName(tags string) string {
 	for name, tag := range PlantedBugs {
