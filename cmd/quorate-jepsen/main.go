@@ -1,7 +1,9 @@
 // Command quorate-jepsen runs Quorate's fault-injection harness against a
 // real cluster of `quorate serve` processes on this machine: concurrent
-// clients drive token-bucket admits, fixed-window admits and fenced leases
-// through the public API while a seeded nemesis partitions the network,
+// clients drive token-bucket admits, fixed-window admits, fenced leases and
+// budget-leasing clients beside strict ones (the grant workload, which
+// kills and pauses its own clients) through the public API while a seeded
+// nemesis partitions the network,
 // kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes — and, named
 // only, moves data group replicas (move) or slots with their state between
 // data groups (slots); checkers then verify no over-admission, at-most-once
