@@ -104,7 +104,9 @@ type grantState struct {
 	// decidedAt is the log time (unix nanoseconds) of the last answer of
 	// the grant held, stored before its units are added to avail: a spend
 	// reads it after its CAS, so it names the window its units were
-	// granted in (every top-up of a window grant lies in one window).
+	// granted in (every top-up of a window grant lies in one window). A
+	// spend held up between its CAS and the load across a new grant of
+	// the key reads the newer time: a later window, never an earlier one.
 	decidedAt atomic.Int64
 	// kicked says a wake-up is pending in kick.
 	kicked atomic.Bool
