@@ -55,7 +55,14 @@
 // the local decisions, grants acquired, renewed and released, and units
 // granted, returned and wasted; Config.DisableGrants turns grants off;
 // AdmitInto writes the decision into the caller's Decision (a local one
-// allocates nothing).
+// allocates nothing). A LocalGrant Decision's DecidedAt is the log time its
+// units were granted (the latest answer of the grant they came from: every
+// top-up of a window grant lies in one window, so it names the unit's
+// window), stored before the units are made available and read after the
+// spend's CAS — one more atomic load. Built with -tags
+// quorate_planted_overspend (planted_overspend_on.go), the client spends up
+// to 5 units past its grant after each answer without telling the cluster:
+// a planted bug for the fault-injection harness's self-test, never to ship.
 //
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews

@@ -101,6 +101,13 @@ type grantState struct {
 	// What a LocalGrant Decision reports, from the last answer.
 	limit, window atomic.Int64
 	version       atomic.Uint64
+	// decidedAt is the log time (unix nanoseconds) of the last answer of
+	// the grant held, stored before its units are added to avail: a spend
+	// reads it after its CAS, so it names the window its units were
+	// granted in (every top-up of a window grant lies in one window). A
+	// spend held up between its CAS and the load across a new grant of
+	// the key reads the newer time: a later window, never an earlier one.
+	decidedAt atomic.Int64
 	// kicked says a wake-up is pending in kick.
 	kicked atomic.Bool
 	_      [64]byte
@@ -117,6 +124,9 @@ type grantState struct {
 	// strict counts the requests for this key decided by the cluster while
 	// the grant was short: demand too.
 	strict atomic.Int64
+	// overdrawn counts the units spent past the grant since the last
+	// answer: always 0 but in a build with the planted overspend bug.
+	overdrawn atomic.Int64
 
 	mu      sync.Mutex
 	running bool // a loop serves this state
@@ -160,7 +170,7 @@ func (m *grants) admit(r *Request) *Decision {
 	// object costs a bulk write barrier during a GC.
 	return &Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
 		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
-		PolicyVersion: g.version.Load()}
+		PolicyVersion: g.version.Load(), DecidedAt: time.Unix(0, g.decidedAt.Load()).UTC()}
 }
 
 // spend takes r's cost from its key's grant: false when it cannot (the
@@ -181,6 +191,9 @@ func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
 	for {
 		a := g.avail.Load()
 		if a < cost {
+			if plantedOverspend && plantedOverdraw(g, cost) {
+				return g, 0, true
+			}
 			g.short()
 			return nil, 0, false
 		}
@@ -200,7 +213,16 @@ func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
 func (g *grantState) fill(d *Decision, r *Request, left int64) {
 	*d = Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
 		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
-		PolicyVersion: g.version.Load()}
+		PolicyVersion: g.version.Load(), DecidedAt: time.Unix(0, g.decidedAt.Load()).UTC()}
+}
+
+// granting notes the log time of an answer whose units are about to be
+// added to avail; g.mu is held.
+func (g *grantState) granting(decidedAt time.Time) {
+	g.decidedAt.Store(decidedAt.UnixNano())
+	if plantedOverspend {
+		g.overdrawn.Store(0)
+	}
 }
 
 // wake asks the loop for a renewal; it never blocks.

@@ -202,6 +202,7 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 	if g.timer != nil {
 		g.timer.Stop()
 	}
+	g.granting(resp.GetDecidedAt().AsTime()) // before the units are added
 	g.base += delta
 	// Units the local deadline voided (counted wasted) that this answer
 	// shows still granted count as granted again.

@@ -102,7 +102,11 @@ type Decision struct {
 	Window        time.Duration
 	PolicyVersion uint64
 	// DecidedAt is the server time of the decision, from the log; zero
-	// unless Verified.
+	// unless Verified or LocalGrant. For LocalGrant it is the log time at
+	// which the units were granted: that of the latest answer of the grant
+	// they came from. Every top-up of a window grant lies in one window
+	// (a grant expires at the latest at the end of the window it began
+	// in), so it names the window the unit was spent in.
 	DecidedAt time.Time
 	// Duplicate: the recorded answer to an earlier attempt with this
 	// request ID; nothing was spent now.

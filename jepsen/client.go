@@ -29,6 +29,12 @@ import (
 // call whose context carries a trail (withTrail), the nodes its attempts
 // went to. Close it when done.
 func (c *Cluster) NewClient(caller string) (*client.Client, error) {
+	return client.New(c.clientConfig(caller))
+}
+
+// clientConfig is NewClient's configuration: every current member, the
+// harness's HTTP client behind a transport recording trails.
+func (c *Cluster) clientConfig(caller string) client.Config {
 	var servers []string
 	for _, i := range c.Live() {
 		servers = append(servers, c.url(i))
@@ -38,7 +44,7 @@ func (c *Cluster) NewClient(caller string) (*client.Client, error) {
 		ids[n.APIAddr] = n.ID
 	}
 	hc := &http.Client{Transport: trailTransport{base: c.http.Transport, ids: ids}}
-	return client.New(client.Config{Servers: servers, HTTPClient: hc, Caller: caller})
+	return client.Config{Servers: servers, HTTPClient: hc, Caller: caller}
 }
 
 // trail is the nodes one call's HTTP requests went to, in order.

@@ -13,7 +13,26 @@
 //     window of log time (RunWorkload);
 //   - lease: AcquireLease, RenewLease, CheckFence, ReleaseLease, abandoned
 //     leases that expire, and late calls with released tokens
-//     (RunLeaseWorkload).
+//     (RunLeaseWorkload);
+//   - grant: budget leases under faults (RunGrantWorkload): a fixed-window
+//     policy in local reserve mode (GrantPolicy: Options.GrantLimit per 1 s
+//     window, grants of at most a fifth of it living at most 2 s) on three
+//     keys, admitted by three leasing clients — each its own client.Client
+//     with its own HTTP client, deciding in memory from its grants — beside
+//     two strict ones (client.Config.DisableGrants), offering several times
+//     the limit so that the windows fill. The workload kills and pauses its
+//     leasing clients itself, one fault every ~1.5 s, recorded as faults of
+//     the families client-kill and client-pause: a kill stops the client's
+//     workers at once and makes its transport (cutTransport) fail every call
+//     from then on, so it never renews nor releases and its grants expire in
+//     the cluster with their unspent units (a kill -9 of a gateway, as the
+//     cluster sees it), and a fresh client (a new holder) takes its place; a
+//     pause blocks its workers and every call of its transport, renewals
+//     included, for 0.3–1.5 s. Every admit is an op; one decided from a grant
+//     (Outcome client.LocalGrant) is allowed and marked Local, its DecidedAt
+//     the log time its units were granted (which names the window the
+//     cluster spent them in). The nemesis hits the servers as for the other
+//     workloads.
 //
 // Every workload and the final read call the cluster through package
 // client, as an application does (Cluster.NewClient, one client per
@@ -89,6 +108,12 @@
 // Checkers:
 //   - CheckOverAdmission / CheckFixedWindow: acknowledged admits per key
 //     (and window) never exceed the bound;
+//   - CheckGrants (the grant workload): CheckFixedWindow over its strict
+//     and local admits together against the policy's limit, and a
+//     grant/decisions verdict summing up local, strict allowed and denied
+//     decisions, the key-windows that reached the limit, client kills and
+//     pauses and the clients' grant counts (it fails only when no admit was
+//     local);
 //   - CheckAtMostOnce: every answer for one request ID equals the first;
 //   - CheckLinearizable: per-key histories linearize against a sequential
 //     model with porcupine (unknown outcomes stay open-ended);
@@ -136,5 +161,13 @@
 // per second by outcome (ok, fail, unknown) and p50/p99 latency per bin on
 // a log scale, with each fault's interval shaded in its family's colour,
 // labelled, with its kind, nodes and error on hover. Binaries built with a
-// planted bug (PlantedBugs) must make checkers fail: the self-test.
+// planted bug (PlantedBugs) must make checkers fail: the self-test. A
+// client bug is planted in the harness itself (its clients run in its own
+// process): cmd/quorate-jepsen built with -tags quorate_planted_overspend
+// (PlantedClientOverspend), whose leasing clients spend up to 5 units past
+// their grants after each answer, must fail a short grant run on
+// grant/no-over-admission-per-window (exit 1), where the normal build
+// passes the same run (TestPlantedOverspendIsCaught, TestGrantWorkload).
+// The short matrix runs the grant workload in its kill+pause row
+// (MatrixRun.Workloads; its other rows run the other workloads).
 package jepsen

@@ -58,6 +58,9 @@ type Op struct {
 	DecidedAt int64     `json:"decided_at,omitempty"` // unix nanoseconds
 	Duplicate bool      `json:"duplicate,omitempty"`
 	Error     string    `json:"error,omitempty"`
+	// Local: an admit decided in memory from a grant (client.LocalGrant);
+	// DecidedAt is then the log time its units were granted.
+	Local bool `json:"local,omitempty"`
 
 	// Lease calls only.
 	LeaseID   string `json:"lease_id,omitempty"`

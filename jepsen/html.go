@@ -120,6 +120,8 @@ func faultColor(kind string) string {
 		return "#c0f0d0"
 	case strings.HasPrefix(kind, "rolling"), strings.HasPrefix(kind, "restart"):
 		return "#f5e08a"
+	case strings.HasPrefix(kind, "client"):
+		return "#a8e8e8"
 	}
 	return "#d0d0d0"
 }

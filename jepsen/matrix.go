@@ -20,7 +20,14 @@ type MatrixRun struct {
 	Scale    bool          // run the scale scenario too (Options.Scale)
 	Interval time.Duration // quiet time between faults (NemesisOptions.Interval); 0: the matrix's default
 	TLS      bool          // on a TLS cluster (Options.TLS); the matrix's Options.TLS puts every row on one
+	// Workloads of the row when the matrix's Options name none; nil: every
+	// workload.
+	Workloads []string
 }
+
+// serverWorkloads are the workloads of a short-matrix row that leaves the
+// grant workload (and its client faults) to another row.
+var serverWorkloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease}
 
 // FullMatrix is `make jepsen`: each fault family alone, then all mixed, on
 // one Raft group; then all mixed again on 8 data groups; replica moves and
@@ -43,15 +50,18 @@ func FullMatrix() []MatrixRun {
 // kills and pauses (and clock jumps and restarts), on one Raft group and on
 // 8 data groups, replica moves with kills on 5 nodes, slot moves with
 // kills on 4 data groups, and kills with partitions on a TLS cluster (15 s).
+// The grant workload (budget-leasing clients, which it kills and pauses
+// itself) runs in the kill+pause row, beside kills and pauses of servers.
 // (The scale scenario has its own test.)
 func ShortMatrix() []MatrixRun {
+	w := serverWorkloads
 	return []MatrixRun{
-		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8},
+		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8, Workloads: w},
 		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
-		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8},
-		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
-		{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3, Interval: time.Second},
-		{Name: "kill+partition-tls", Families: []string{FamilyKill, FamilyPartition}, Duration: 15 * time.Second, TLS: true},
+		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8, Workloads: w},
+		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5, Workloads: w},
+		{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3, Interval: time.Second, Workloads: w},
+		{Name: "kill+partition-tls", Families: []string{FamilyKill, FamilyPartition}, Duration: 15 * time.Second, TLS: true, Workloads: w},
 	}
 }
 
@@ -85,6 +95,9 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts.Groups = row.Groups
 		opts.Scale = row.Scale
 		opts.TLS = base.TLS || row.TLS
+		if len(base.Workloads) == 0 {
+			opts.Workloads = row.Workloads
+		}
 		if row.Interval != 0 {
 			opts.Nemesis.Interval = row.Interval
 		}
@@ -177,7 +190,7 @@ func ReproduceCommand(o Options) string {
 		"--nodes", fmt.Sprint(max(o.Nodes, 3)), "--workload", strings.Join(o.Workloads, ","),
 		"--faults", familiesArg(o.Nemesis.Families), "--clients", fmt.Sprint(o.Clients), "--keys", fmt.Sprint(o.Keys),
 		"--capacity", fmt.Sprint(o.Capacity), "--limit", fmt.Sprint(o.Limit), "--window", o.Window.String(),
-		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String()}
+		"--holders", fmt.Sprint(o.Holders), "--lease-ttl", o.LeaseTTL.String(), "--grant-limit", fmt.Sprint(o.GrantLimit)}
 	if o.Net != "" {
 		args = append(args, "--net", o.Net)
 	}
@@ -222,6 +235,14 @@ var PlantedBugs = map[string]string{
 	"dedupe":     "quorate_planted_bug",        // Admit ignores request IDs: retries spend again
 	"local-read": "quorate_planted_local_read", // Admit answered from the local replica before the log
 }
+
+// PlantedClientOverspend is the build tag that plants a bug in package
+// client: a client spends up to 5 units past its grant (see
+// client/planted_overspend_on.go). The grant workload's clients run in the
+// harness's own process, so it is the harness that is built with it
+// (go build -tags quorate_planted_overspend ./cmd/quorate-jepsen); its
+// no-over-admission checker must then fail.
+const PlantedClientOverspend = "quorate_planted_overspend"
 
 func plantedName(tags string) string {
 	for name, tag := range PlantedBugs {

@@ -15,6 +15,13 @@ const FamilyScale = "scale"
 // familyOther is the family of a fault kind no family claims.
 const familyOther = "other"
 
+// The grant workload's own faults (RunGrantWorkload), of its leasing
+// clients rather than of servers; they run whenever the workload does.
+const (
+	FamilyClientKill  = "client-kill"
+	FamilyClientPause = "client-pause"
+)
+
 // faultFamily maps a recorded fault kind to its family, a rank that orders
 // the families in a report, and what the family does.
 func faultFamily(kind string) (family string, rank int, what string) {
@@ -35,8 +42,12 @@ func faultFamily(kind string) (family string, rank int, what string) {
 		return FamilySlots, 6, "move slots with their state between groups, cancel a move, split a group"
 	case strings.HasPrefix(kind, FamilyScale):
 		return FamilyScale, 7, "scale scenario: join, split, move, drain, remove, stop"
+	case strings.HasPrefix(kind, FamilyClientKill):
+		return FamilyClientKill, 8, "kill a budget-leasing client: its calls fail for ever, its grants expire; a fresh client replaces it"
+	case strings.HasPrefix(kind, FamilyClientPause):
+		return FamilyClientPause, 9, "pause a budget-leasing client: its admits and calls block, then go on"
 	}
-	return familyOther, 8, "a fault of an unknown kind"
+	return familyOther, 10, "a fault of an unknown kind"
 }
 
 // FamilyCount is how many faults of one family a run injected, counted

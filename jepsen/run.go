@@ -20,10 +20,11 @@ const (
 	WorkloadTokenBucket = "token-bucket" // admits on token buckets that never refill within a run: admitted ≤ capacity per key
 	WorkloadFixedWindow = "fixed-window" // admits on fixed windows: admitted ≤ limit per key and window
 	WorkloadLease       = "lease"        // acquire/renew/check/release of concurrency leases with fencing tokens
+	WorkloadGrant       = "grant"        // budget-leasing clients (killed and paused) beside strict ones on fixed windows: admitted ≤ limit per key and window
 )
 
 // Workloads lists the workloads Run knows.
-var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease}
+var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease, WorkloadGrant}
 
 // ParseWorkloads parses a comma-separated list of workloads ("all" = every one).
 func ParseWorkloads(s string) ([]string, error) {
@@ -45,6 +46,7 @@ type Options struct {
 	Window     time.Duration // fixed-window: window length (whole seconds); default 2s
 	Holders    int64         // lease: leases per key; default 2
 	LeaseTTL   time.Duration // lease: TTL asked on acquire and renew; default 2s
+	GrantLimit int64         // grant: units per key and 1 s window (grants of at most a fifth of it); default 200
 	Duration   time.Duration // workload time; default 20s
 	Seed       uint64        // nemesis and client seed; 0 means time-based
 	Net        string        // network fault mechanism: "" (auto), "nftables" or "proxy"
@@ -79,6 +81,7 @@ func (o *Options) defaults() error {
 	setDefault(&o.Window, 2*time.Second)
 	setDefault(&o.Holders, 2)
 	setDefault(&o.LeaseTTL, 2*time.Second)
+	setDefault(&o.GrantLimit, 200)
 	setDefault(&o.Duration, 20*time.Second)
 	setDefault(&o.Seed, uint64(time.Now().UnixNano()))
 	if o.Scale {
@@ -108,8 +111,9 @@ type Report struct {
 	FinalRemaining map[string]int64 // token-bucket keys after healing
 	Verdicts       []Verdict
 	Counts         map[Outcome]int
-	Timelines      []string // porcupine HTML files, relative to Dir
-	Members        []string // the members at the end
+	Timelines      []string    // porcupine HTML files, relative to Dir
+	Members        []string    // the members at the end
+	Grant          *GrantStats // the grant workload's client counts; nil without it
 }
 
 // OK reports whether every checker passed.
@@ -127,6 +131,7 @@ const (
 	policyTokenBucket = "jepsen-bucket"
 	policyFixedWindow = "jepsen-window"
 	policyLease       = "jepsen-lease"
+	policyGrant       = "jepsen-grant"
 )
 
 // Run starts a cluster, runs the workloads under the nemesis, heals, reads
@@ -169,6 +174,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		{WorkloadTokenBucket, TokenBucketPolicy(policyTokenBucket, opts.Capacity)},
 		{WorkloadFixedWindow, FixedWindowPolicy(policyFixedWindow, opts.Limit, opts.Window)},
 		{WorkloadLease, ConcurrencyPolicy(policyLease, opts.Holders, opts.LeaseTTL)},
+		{WorkloadGrant, GrantPolicy(policyGrant, opts.GrantLimit, grantWindow, grantTTL)},
 	} {
 		if has(p.w) {
 			if err := ApplyPolicy(actx, c, p.p); err != nil {
@@ -177,12 +183,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	bucketKeys := keyNames("bucket", opts.Keys)
-	windowKeys, leaseKeys := keyNames("window", 3), keyNames("lease", 3)
+	windowKeys, leaseKeys, grantKeys := keyNames("window", 3), keyNames("lease", 3), keyNames("grant", 3)
 	nemOpts := opts.Nemesis
 	for _, w := range []struct {
 		w    string
 		keys []string
-	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}} {
+	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}} {
 		if has(w.w) {
 			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
 		}
@@ -218,7 +224,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		sleepCtx(wctx, time.Until(end))
 	}()
 	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
-	var bucketErr, windowErr, leaseErr error
+	var bucketErr, windowErr, leaseErr, grantErr error
+	var grantStats GrantStats
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
 			bucketErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
@@ -237,8 +244,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				Seed: opts.Seed, TTL: opts.LeaseTTL, ClientBase: 200}, h)
 		})
 	}
+	if has(WorkloadGrant) {
+		wg.Go(func() {
+			grantStats, grantErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrant, Keys: grantKeys,
+				Seed: opts.Seed ^ 0x9a, ClientBase: 300}, h, nem.record)
+		})
+	}
 	wg.Wait()
-	if err := errors.Join(bucketErr, windowErr, leaseErr); err != nil {
+	if err := errors.Join(bucketErr, windowErr, leaseErr, grantErr); err != nil {
 		return nil, err
 	}
 
@@ -276,6 +289,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(WorkloadLease) {
 		r.Verdicts = append(r.Verdicts, CheckLeases(opsOf(r.Ops, policyLease), opts.Holders))
+	}
+	if has(WorkloadGrant) {
+		r.Grant = &grantStats
+		r.Verdicts = append(r.Verdicts, CheckGrants(opsOf(r.Ops, policyGrant), opts.GrantLimit, grantWindow, grantStats)...)
 	}
 	if opts.Groups > 0 {
 		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))
@@ -374,7 +391,7 @@ func (r *Report) Summary(healErr error) string {
 	if fams := FaultFamilies(r.Faults); len(fams) > 0 {
 		fmt.Fprintf(&b, "fault families that ran:\n  %-10s %5s %6s %9s  %s\n", "family", "count", "errors", "time", "kinds")
 		for _, c := range fams {
-			fmt.Fprintf(&b, "  %-10s %5d %6d %9s  %s\n", c.Family, c.Count, c.Errors, c.Total.Round(10*time.Millisecond), c.KindsString())
+			fmt.Fprintf(&b, "  %-12s %5d %6d %9s  %s\n", c.Family, c.Count, c.Errors, c.Total.Round(10*time.Millisecond), c.KindsString())
 		}
 		fmt.Fprintf(&b, "faults in order:\n")
 	}

@@ -51,6 +51,11 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 		t.Errorf("%s: a checker failed:\n%s", m.Run.Name, r.Summary(m.Err))
 	}
 	want := 7 // at-most-once + 3 token-bucket + 2 fixed-window + leases
+	grant := m.Run.Workloads == nil
+	if grant {
+		want += 2 // grant: no over-admission per window, decisions
+		checkGrantRun(t, r)
+	}
 	if m.Run.Groups > 0 {
 		want++ // group-replicas
 	}
@@ -65,7 +70,7 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 		t.Errorf("%s: only %d faults injected, want ≥ 2", m.Run.Name, len(r.Faults))
 	}
 	for _, f := range r.Faults {
-		if !faultInFamilies(f, m.Run.Families) {
+		if !faultInFamilies(f, m.Run.Families) && !(grant && faultInFamilies(f, []string{FamilyClientKill, FamilyClientPause})) {
 			t.Errorf("%s: fault %s is not of families %v", m.Run.Name, f.Kind, m.Run.Families)
 		}
 	}

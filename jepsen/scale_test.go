@@ -25,7 +25,8 @@ func TestScaleThreeFiveThree(t *testing.T) {
 	began := time.Now()
 	// Duration about the scenario's length, so token-bucket keys open
 	// throughout it rather than all being spent before the nodes join.
-	r, err := Run(ctx, Options{ReportDir: dir, Duration: 30 * time.Second, Seed: 11, Nodes: 3, Groups: 4, Scale: true})
+	r, err := Run(ctx, Options{ReportDir: dir, Duration: 30 * time.Second, Seed: 11, Nodes: 3, Groups: 4, Scale: true,
+		Workloads: serverWorkloads})
 	if r != nil {
 		t.Logf("report %s (%v):\n%s", dir, time.Since(began).Round(time.Second), r.Summary(err))
 	}

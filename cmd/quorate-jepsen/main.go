@@ -1,7 +1,9 @@
 // Command quorate-jepsen runs Quorate's fault-injection harness against a
 // real cluster of `quorate serve` processes on this machine: concurrent
-// clients drive token-bucket admits, fixed-window admits and fenced leases
-// through the public API while a seeded nemesis partitions the network,
+// clients drive token-bucket admits, fixed-window admits, fenced leases and
+// budget-leasing clients beside strict ones (the grant workload, which
+// kills and pauses its own clients) through the public API while a seeded
+// nemesis partitions the network,
 // kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes — and, named
 // only, moves data group replicas (move) or slots with their state between
 // data groups (slots); checkers then verify no over-admission, at-most-once
@@ -16,7 +18,7 @@
 // fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
-//	               [--workload all|token-bucket,fixed-window,lease]
+//	               [--workload all|token-bucket,fixed-window,lease,grant] [--grant-limit 200]
 //	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
 //	               [--groups N] [--scale] [--interval 2s]
 //	               [--net auto|nftables|proxy] [--tls] [--planted-bug dedupe|local-read]
@@ -132,11 +134,13 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Window, "window", 2*time.Second, "fixed-window: window length (whole seconds)")
 	fs.Int64Var(&opts.Holders, "holders", 2, "lease: leases per key")
 	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", 2*time.Second, "lease: TTL asked on acquire and renew (≥ 1s)")
+	fs.Int64Var(&opts.GrantLimit, "grant-limit", 200, "grant: units per key and 1s window (grants of at most a fifth of it)")
 	fs.BoolVar(&opts.TLS, "tls", false, "run the cluster with TLS on both ports of every node (a throwaway CA; the clients verify the nodes against it) and check that it does; with --matrix, every run")
 	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
 	fs.IntVar(&opts.Groups, "groups", 0, "data groups the cluster hashes keys to (quorate serve --groups); 0: one group")
 	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
-	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs) or local-read (answers from the local replica)")
+	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs) or local-read (answers from the local replica); "+
+		"a client bug is planted by building this harness with -tags "+jepsen.PlantedClientOverspend+" instead")
 	if err := fs.Parse(args); err != nil {
 		return opts, "", err
 	}
@@ -168,6 +172,8 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 		return opts, "", fmt.Errorf("--holders: must be at least 1 (got %d)", opts.Holders)
 	case opts.LeaseTTL < time.Second:
 		return opts, "", fmt.Errorf("--lease-ttl: must be at least 1s (got %v)", opts.LeaseTTL)
+	case opts.GrantLimit < 5:
+		return opts, "", fmt.Errorf("--grant-limit: must be at least 5 (got %d)", opts.GrantLimit)
 	case opts.Groups < 0 || opts.Groups > 64:
 		return opts, "", fmt.Errorf("--groups: must be between 0 and 64 (got %d)", opts.Groups)
 	case slices.Contains(opts.Nemesis.Families, jepsen.FamilySlots) && opts.Groups < 2:

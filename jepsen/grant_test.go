@@ -1,0 +1,121 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// grantSelfTestArgs is the short grant-only run of the self-test: the
+// leasing clients are killed and paused, the servers are not.
+var grantSelfTestArgs = []string{"--workload", "grant", "--faults", "none", "--duration", "5s", "--seed", "7"}
+
+// The grant workload in the normal build: budget-leasing clients, killed
+// and paused, beside strict ones, never admit more than the limit per key
+// and window; most admits are local, the windows fill up.
+func TestGrantWorkload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real 3-node cluster for ~15s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r, err := Run(ctx, Options{ReportDir: dir, Duration: 5 * time.Second, Seed: 7, Workloads: []string{WorkloadGrant}})
+	if r != nil {
+		t.Logf("report %s:\n%s", dir, r.Summary(err))
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !r.OK() {
+		t.Fatalf("a checker failed")
+	}
+	checkGrantRun(t, r)
+}
+
+// checkGrantRun wants local and strict decisions, windows at the limit and
+// client faults in r.
+func checkGrantRun(t *testing.T, r *Report) {
+	t.Helper()
+	var local, strict, denied int
+	full := map[string]int{}
+	for _, op := range opsOf(r.Ops, policyGrant) {
+		switch {
+		case op.Outcome == OutcomeAllowed && op.Local:
+			local++
+			if op.DecidedAt == 0 {
+				t.Errorf("a local admit without the log time of its grant: %+v", op)
+			}
+		case op.Outcome == OutcomeAllowed:
+			strict++
+		case op.Outcome == OutcomeDenied:
+			denied++
+		}
+		if op.Outcome == OutcomeAllowed {
+			full[op.Key+"@"+fmtNanos(windowOf(op.DecidedAt, int64(grantWindow)))]++
+		}
+	}
+	atLimit := 0
+	for _, n := range full {
+		if int64(n) == r.Options.GrantLimit {
+			atLimit++
+		}
+	}
+	if local == 0 || strict+denied == 0 || denied == 0 {
+		t.Errorf("local %d, strict allowed %d, denied %d: want local and strict decisions and denials", local, strict, denied)
+	}
+	if atLimit == 0 {
+		t.Errorf("no key-window reached the limit %d: the windows never filled", r.Options.GrantLimit)
+	}
+	fams := map[string]int{}
+	for _, c := range FaultFamilies(r.Faults) {
+		fams[c.Family] = c.Count
+	}
+	if fams[FamilyClientKill]+fams[FamilyClientPause] == 0 || r.Grant == nil || r.Grant.Kills+r.Grant.Pauses == 0 {
+		t.Errorf("no client was killed or paused: %v", fams)
+	}
+	t.Logf("local %d, strict allowed %d, denied %d, key-windows at the limit %d of %d", local, strict, denied, atLimit, len(full))
+}
+
+// The planted client bug: a harness built with -tags
+// quorate_planted_overspend, whose clients spend up to 5 units past their
+// grants, must fail the same short run on no-over-admission.
+func TestPlantedOverspendIsCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the harness and starts a real 3-node cluster for ~15s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	root, err := FindModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "quorate-jepsen-planted")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", PlantedClientOverspend, "-o", bin, "./cmd/quorate-jepsen")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags %s: %v\n%s", PlantedClientOverspend, err, out)
+	}
+	dir := t.TempDir()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--report", dir}, grantSelfTestArgs...)...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	t.Logf("planted harness:\n%s", out)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the planted harness exited with %v, want exit status 1", err)
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(sum), "\n")
+	if !strings.HasPrefix(first, "FAIL") || !strings.Contains(first, WorkloadGrant+"/no-over-admission-per-window") {
+		t.Fatalf("summary's first line %q, want FAIL naming %s/no-over-admission-per-window", first, WorkloadGrant)
+	}
+}

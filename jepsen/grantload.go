@@ -1,0 +1,341 @@
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quorate/quorate/client"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+)
+
+// The grant workload: budget-leasing clients next to strict ones on the
+// same fixed-window keys. Each client is its own client.Client (its own
+// grants, holder and HTTP client), as each gateway of a fleet is. The
+// workload kills and pauses its leasing clients itself, as the nemesis
+// kills and pauses servers:
+//   - client-kill: the client's workers stop at once and its transport
+//     fails every call from then on, so it never renews nor releases: its
+//     grants expire in the cluster with what they had unspent (a kill -9 of
+//     a gateway, as the cluster sees it). A fresh client (a new holder)
+//     takes its place shortly after.
+//   - client-pause: the client's workers and every call of its transport
+//     (its grants' renewals included) block for a while, then go on.
+//
+// Every Admit is an op; one decided in memory from a grant (Outcome
+// client.LocalGrant) is allowed, marked Local, with the log time its units
+// were granted as DecidedAt (Decision.DecidedAt), which names the window the
+// cluster spent them in. CheckFixedWindow over strict and local admits
+// together must hold: grants are spent in the log when granted, so a
+// client never admits more than the cluster counted.
+
+// Grant workload constants: a small limit per short window so that the
+// windows fill, and grants living across a window or two.
+const (
+	grantWindow        = time.Second
+	grantTTL           = 2 * time.Second
+	grantClients       = 3 // leasing clients at a time
+	grantStrictClients = 2
+	grantWorkers       = 3 // per client
+)
+
+// GrantPolicy is a fixed_window policy of limit units per window in local
+// reserve mode: grants of at most max(limit/5, 1) units living at most ttl
+// (and never past their window).
+func GrantPolicy(name string, limit int64, window, ttl time.Duration) *quoratev1.Policy {
+	p := FixedWindowPolicy(name, limit, window)
+	p.Local = &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(max(limit/5, 1)), Ttl: durationpb.New(ttl)}
+	return p
+}
+
+// GrantWorkloadOptions configures RunGrantWorkload.
+type GrantWorkloadOptions struct {
+	Policy        string // a GrantPolicy
+	Keys          []string
+	GrantClients  int // leasing clients at a time; default 3
+	StrictClients int // clients with Config.DisableGrants; default 2
+	Workers       int // per client; default 3
+	Seed          uint64
+	Timeout       time.Duration // per call, the client's retries included; default 1.5s
+	// FaultEvery is the mean time between client faults (each a kill or a
+	// pause of a random leasing client); default 1.5s, negative: none.
+	FaultEvery time.Duration
+	// ClientBase: worker numbers start here (and name the callers).
+	ClientBase int
+}
+
+// GrantStats are the grant workload's client-side counts.
+type GrantStats struct {
+	ClientsMade   int // leasing clients made, replacements included
+	Kills, Pauses int
+	// Summed over every client's client.Stats.
+	Acquired, Renewed, Released              uint64
+	UnitsGranted, UnitsReturned, UnitsWasted uint64
+}
+
+// RunGrantWorkload runs the grant workload until ctx ends, recording every
+// Admit into h and every client fault through fault. It returns an error
+// only when a client cannot be made.
+func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions, h *History, fault func(Fault)) (GrantStats, error) {
+	setDefault(&opts.GrantClients, grantClients)
+	setDefault(&opts.StrictClients, grantStrictClients)
+	setDefault(&opts.Workers, grantWorkers)
+	setDefault(&opts.Timeout, 1500*time.Millisecond)
+	setDefault(&opts.FaultEvery, 1500*time.Millisecond)
+	g := &grantWorkload{c: c, opts: opts, h: h, ctx: ctx}
+	defer g.closeAll()
+	for i := range opts.StrictClients {
+		if _, err := g.start(fmt.Sprintf("s%d", i+1), i, true); err != nil {
+			return GrantStats{}, err
+		}
+	}
+	slots := make([]*grantClient, opts.GrantClients)
+	for i := range slots {
+		var err error
+		if slots[i], err = g.start(fmt.Sprintf("g%d", i+1), opts.StrictClients+i, false); err != nil {
+			return GrantStats{}, err
+		}
+	}
+	if opts.FaultEvery > 0 && len(slots) > 0 {
+		rng := rand.New(rand.NewPCG(opts.Seed, 0xc11e47))
+		for sleepCtx(ctx, opts.FaultEvery/2+time.Duration(rng.Int64N(int64(opts.FaultEvery)))) {
+			i := rng.IntN(len(slots))
+			if rng.IntN(3) == 0 {
+				fault(g.kill(rng, slots, i))
+			} else {
+				fault(g.pause(rng, slots[i]))
+			}
+		}
+	}
+	<-ctx.Done()
+	return g.closeAll(), nil
+}
+
+// grantWorkload is what the clients of one RunGrantWorkload share.
+type grantWorkload struct {
+	c    *Cluster
+	opts GrantWorkloadOptions
+	h    *History
+	ctx  context.Context
+	wg   sync.WaitGroup // the workers
+
+	mu      sync.Mutex
+	clients []*grantClient // every client made
+	stats   GrantStats
+	closed  bool
+}
+
+// grantClient is one client.Client and its workers.
+type grantClient struct {
+	name, caller string
+	num          int // its workers are ClientBase + 10·num + w
+	strict       bool
+	cc           *client.Client
+	tr           *cutTransport
+	cancel       context.CancelFunc // stops the workers
+}
+
+// start makes a client named name (gen-th of its slot) and its workers.
+func (g *grantWorkload) start(name string, num int, strict bool) (*grantClient, error) {
+	g.mu.Lock()
+	gen := 0
+	for _, o := range g.clients {
+		if o.name == name {
+			gen++
+		}
+	}
+	g.mu.Unlock()
+	gc := &grantClient{name: name, num: num, strict: strict,
+		caller: fmt.Sprintf("jepsen-grant-%d-%s.%d", g.opts.ClientBase, name, gen)}
+	cfg := g.c.clientConfig(gc.caller)
+	cfg.DisableGrants = strict
+	gc.tr = &cutTransport{base: cfg.HTTPClient.Transport}
+	cfg.HTTPClient = &http.Client{Transport: gc.tr}
+	cc, err := client.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("jepsen: grant workload %s: %w", g.opts.Policy, err)
+	}
+	gc.cc = cc
+	wctx, cancel := context.WithCancel(g.ctx)
+	gc.cancel = cancel
+	g.mu.Lock()
+	g.clients = append(g.clients, gc)
+	if !strict {
+		g.stats.ClientsMade++
+	}
+	g.mu.Unlock()
+	for w := range g.opts.Workers {
+		cl := g.opts.ClientBase + 10*num + w
+		g.wg.Go(func() { g.work(wctx, gc, cl, rand.New(rand.NewPCG(g.opts.Seed, uint64(cl)<<8|uint64(gen)))) })
+	}
+	return gc, nil
+}
+
+// kill kills slots[i] and, after a while, puts a fresh client in its place.
+func (g *grantWorkload) kill(rng *rand.Rand, slots []*grantClient, i int) Fault {
+	old := slots[i]
+	f := Fault{Kind: "client-kill", Node: old.name, Start: time.Now()}
+	old.cancel()
+	old.tr.kill()
+	sleepCtx(g.ctx, time.Duration(200+rng.IntN(600))*time.Millisecond)
+	g.mu.Lock()
+	g.stats.Kills++
+	g.mu.Unlock()
+	if g.ctx.Err() == nil {
+		gc, err := g.start(old.name, old.num, false)
+		if err != nil {
+			f.Error = err.Error()
+		} else {
+			slots[i] = gc
+		}
+	}
+	f.End = time.Now()
+	return f
+}
+
+// pause blocks gc's workers and calls for 0.3–1.5 s.
+func (g *grantWorkload) pause(rng *rand.Rand, gc *grantClient) Fault {
+	f := Fault{Kind: "client-pause", Node: gc.name, Start: time.Now()}
+	gc.tr.pause()
+	sleepCtx(g.ctx, time.Duration(300+rng.IntN(1200))*time.Millisecond)
+	gc.tr.resume()
+	f.End = time.Now()
+	g.mu.Lock()
+	g.stats.Pauses++
+	g.mu.Unlock()
+	return f
+}
+
+// closeAll closes every client (a killed one releases nothing: its
+// transport fails) and returns the stats; only the first call closes.
+func (g *grantWorkload) closeAll() GrantStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return g.stats
+	}
+	g.closed = true
+	for _, gc := range g.clients {
+		gc.cancel()
+		gc.tr.resume()
+	}
+	g.wg.Wait()
+	var wg sync.WaitGroup
+	for _, gc := range g.clients {
+		wg.Go(func() { _ = gc.cc.Close() })
+	}
+	wg.Wait()
+	for _, gc := range g.clients {
+		s := gc.cc.Stats()
+		g.stats.Acquired += s.GrantsAcquired
+		g.stats.Renewed += s.GrantsRenewed
+		g.stats.Released += s.GrantsReleased
+		g.stats.UnitsGranted += s.UnitsGranted
+		g.stats.UnitsReturned += s.UnitsReturned
+		g.stats.UnitsWasted += s.UnitsWasted
+	}
+	return g.stats
+}
+
+// work admits on random keys through gc until ctx ends: a short random
+// pause after each admit (longer after a denial) keeps the offered load
+// well above the limit without spinning.
+func (g *grantWorkload) work(ctx context.Context, gc *grantClient, cl int, rng *rand.Rand) {
+	var d client.Decision
+	for seq := 0; gc.tr.gate(ctx); seq++ {
+		key := g.opts.Keys[rng.IntN(len(g.opts.Keys))]
+		op := Op{Kind: KindAdmit, Policy: g.opts.Policy, Client: cl, RequestID: fmt.Sprintf("c%d-g%d", cl, seq),
+			Caller: gc.caller, Key: key}
+		tr := &trail{}
+		cctx, cancel := context.WithTimeout(withTrail(ctx, tr), g.opts.Timeout)
+		op.Start = time.Now()
+		err := gc.cc.AdmitInto(cctx, &client.Request{Policy: op.Policy, Key: key, RequestID: op.RequestID, NoFallback: true}, &d)
+		op.End = time.Now()
+		cancel()
+		tr.record(&op)
+		if err == nil && d.Outcome == client.LocalGrant {
+			op.Outcome, op.Local, op.Remaining, op.DecidedAt = OutcomeAllowed, true, d.Remaining, nanos(d.DecidedAt)
+		} else {
+			recordDecision(&op, &d, err)
+		}
+		if d.RequestID != "" && err == nil {
+			op.RequestID = d.RequestID
+		}
+		g.h.Add(op)
+		pause := time.Duration(rng.IntN(3000)) * time.Microsecond
+		if op.Outcome != OutcomeAllowed {
+			pause = time.Duration(10+rng.IntN(30)) * time.Millisecond
+		}
+		sleepCtx(ctx, pause)
+	}
+}
+
+// errClientKilled is every call of a killed client's transport.
+var errClientKilled = errors.New("jepsen: client killed")
+
+// cutTransport is a client's transport that the workload can pause (every
+// call waits until resumed) and kill (every call fails, for ever).
+type cutTransport struct {
+	base http.RoundTripper
+
+	mu     sync.Mutex
+	killed bool
+	paused chan struct{} // closed on resume; nil when not paused
+}
+
+func (t *cutTransport) kill() {
+	t.mu.Lock()
+	t.killed = true
+	t.mu.Unlock()
+}
+
+func (t *cutTransport) pause() {
+	t.mu.Lock()
+	if t.paused == nil {
+		t.paused = make(chan struct{})
+	}
+	t.mu.Unlock()
+}
+
+func (t *cutTransport) resume() {
+	t.mu.Lock()
+	if t.paused != nil {
+		close(t.paused)
+		t.paused = nil
+	}
+	t.mu.Unlock()
+}
+
+// gate waits while t is paused: false when ctx ended or t was killed.
+func (t *cutTransport) gate(ctx context.Context) bool {
+	t.mu.Lock()
+	killed, paused := t.killed, t.paused
+	t.mu.Unlock()
+	if paused != nil {
+		select {
+		case <-paused:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil && !killed
+}
+
+func (t *cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !t.gate(r.Context()) {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+		return nil, errClientKilled
+	}
+	return t.base.RoundTrip(r)
+}
