@@ -132,7 +132,7 @@ type Stats struct {
 	// UnitsReported are the units admitted locally that answered reports
 	// told the cluster of (charged to their keys). Once every allowance
 	// ended with an answered report, UnitsReported is the units of the
-	// sync-mode LocalGrant decisions.
+	// sync-mode LocalGrant decisions. (Not exported by Collector yet.)
 	UnitsAllowed, UnitsReported uint64
 }
 
