@@ -64,6 +64,25 @@
 // to 5 units past its grant after each answer without telling the cluster:
 // a planted bug for the fault-injection harness's self-test, never to ship.
 //
+// For a policy whose local.mode is sync (local-plus-global, grant_sync.go)
+// the same state holds an allowance instead of a grant: units the client
+// may admit until its next report, nothing spent ahead. The caller sees
+// the same thing (Outcome LocalGrant, the strict call once the allowance
+// is spent; the hot path is the same CAS). Every local.sync_interval
+// (default 1s), and early — at most every quarter interval — when the
+// allowance runs out while the key is in demand, the loop reports the
+// units admitted over the state's life (used) and its demand, asking for
+// twice the demand over an interval; the answer's allowance replaces the
+// last, less what was admitted while the report was in flight. It stops
+// being used at its local deadline, as a grant; a key idle for two sync
+// intervals, and Close, send a final report (release). A key may then be
+// over-admitted by at most the policy's bound, ceil(limit × sync_interval
+// / period) units per window: a bound, not exactness. Stats counts
+// allowances and reports in GrantsAcquired/Renewed/Released and
+// UnitsAllowed/UnitsReported; UnitsGranted, UnitsReturned and UnitsWasted
+// are reserve-mode counts (the cluster counts what it charged for
+// allowances never reported).
+//
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews
 // itself at about a third of its ttl, exposes its fencing token, and ends

@@ -34,15 +34,20 @@ type Policy struct {
 
 // LocalDecisions is a policy's local decisions (admin.proto
 // LocalDecisions): with Mode "reserve" the client decides the policy's
-// requests in memory from units granted to it (see Client.Admit).
+// requests in memory from units granted to it, with Mode "sync" from an
+// allowance it reports against every SyncInterval (see Client.Admit).
 type LocalDecisions struct {
-	// Mode is "reserve" or empty (no local decisions).
+	// Mode is "reserve", "sync" or empty (no local decisions).
 	Mode string
 	// MaxGrant is the most units one holder may hold unspent; 0 means a
-	// tenth of the burst (at least 1).
+	// tenth of the burst (at least 1). Reserve only.
 	MaxGrant int64
-	// TTL is how long a grant lives unless renewed; 0 means 10s.
+	// TTL is how long a grant lives unless renewed; 0 means 10s. Reserve
+	// only.
 	TTL time.Duration
+	// SyncInterval is how often a holder reports what it admitted and gets
+	// its next allowance; 0 means 1s. Sync only.
+	SyncInterval time.Duration
 }
 
 func (p Policy) validate() error {
@@ -62,12 +67,14 @@ func (p Policy) validate() error {
 		return fmt.Errorf("OnUnavailable must be deny, allow or local (got %q)", p.OnUnavailable)
 	}
 	switch {
-	case p.Local.Mode != "" && p.Local.Mode != "reserve":
-		return fmt.Errorf("Local.Mode must be reserve or empty (got %q)", p.Local.Mode)
+	case p.Local.Mode != "" && p.Local.Mode != "reserve" && p.Local.Mode != "sync":
+		return fmt.Errorf("Local.Mode must be reserve, sync or empty (got %q)", p.Local.Mode)
 	case p.Local.MaxGrant < 0:
 		return fmt.Errorf("Local.MaxGrant must not be negative (got %d)", p.Local.MaxGrant)
 	case p.Local.TTL < 0:
 		return fmt.Errorf("Local.TTL must not be negative (got %v)", p.Local.TTL)
+	case p.Local.SyncInterval < 0:
+		return fmt.Errorf("Local.SyncInterval must not be negative (got %v)", p.Local.SyncInterval)
 	}
 	return nil
 }
@@ -84,7 +91,8 @@ func policyOf(p *quoratev1.Policy) Policy {
 	}
 	return Policy{Name: p.GetName(), Limit: p.GetLimit(), Period: period, Burst: p.GetBurst(),
 		OnUnavailable: p.GetOnUnavailable(), Version: p.GetVersion(),
-		Local: LocalDecisions{Mode: p.GetLocal().GetMode(), MaxGrant: p.GetLocal().GetMaxGrant(), TTL: p.GetLocal().GetTtl().AsDuration()}}
+		Local: LocalDecisions{Mode: p.GetLocal().GetMode(), MaxGrant: p.GetLocal().GetMaxGrant(), TTL: p.GetLocal().GetTtl().AsDuration(),
+			SyncInterval: p.GetLocal().GetSyncInterval().AsDuration()}}
 }
 
 // Stats counts Admit decisions by who made them.
@@ -111,7 +119,21 @@ type Stats struct {
 	// Units a local deadline voided that a later answer showed still
 	// granted count as granted again, so that UnitsGranted = LocalGrant's
 	// units + UnitsReturned + UnitsWasted once every grant has ended.
+	// These three count reserve-mode grants only: a sync-mode allowance is
+	// not spent ahead, so nothing of it is granted, returned or wasted on
+	// the client's side (the cluster counts what it charges for expired
+	// allowances).
 	UnitsGranted, UnitsReturned, UnitsWasted uint64
+	// Sync mode (local-plus-global): GrantsAcquired counts the allowance
+	// records begun, GrantsRenewed the reports answered, GrantsReleased the
+	// final reports (idle for two sync intervals, or Close). UnitsAllowed
+	// are the allowances the cluster answered, added up (each replaces the
+	// last: an upper bound on what could be admitted, not units spent);
+	// UnitsReported are the units admitted locally that answered reports
+	// told the cluster of (charged to their keys). Once every allowance
+	// ended with an answered report, UnitsReported is the units of the
+	// sync-mode LocalGrant decisions. (Not exported by Collector yet.)
+	UnitsAllowed, UnitsReported uint64
 }
 
 // Stats returns how many Admit decisions of each Outcome this client made.

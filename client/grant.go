@@ -9,7 +9,9 @@ import (
 
 // Budget leases (AdmissionService.Grant), the client's side. For a policy
 // whose local.mode is reserve the client holds, per key it admits, a grant:
-// units already spent in the key's log, which it spends in memory. The hot
+// units already spent in the key's log, which it spends in memory. In sync
+// mode (grant_sync.go) the same state holds an allowance instead: units it
+// may admit until its next report, charged when reported. The hot
 // path (grants.admit) is one load of a copy-on-write map and a CAS on the
 // grant's unspent counter: no lock, no clock, no allocation beyond the
 // Decision. Everything else — acquiring, renewing, expiring, releasing — is
@@ -28,16 +30,28 @@ const (
 	defaultGrantTTL = 10 * time.Second
 )
 
-// grantSpec is what the client needs of a reserve-mode policy.
+// grantSpec is what the client needs of a policy with local decisions.
 type grantSpec struct {
 	maxGrant int64
 	ttl      time.Duration
+	// sync: local-plus-global mode (grant_sync.go), reporting every
+	// interval; maxGrant and ttl are unused then.
+	sync     bool
+	interval time.Duration
 }
 
-// grantSpecOf is p's grant spec with the server's defaults; false when p is
-// not in reserve mode.
+// grantSpecOf is p's grant spec with the server's defaults; false when p
+// has no local decisions.
 func grantSpecOf(p Policy) (grantSpec, bool) {
-	if p.Local.Mode != "reserve" {
+	switch p.Local.Mode {
+	case "sync":
+		s := grantSpec{sync: true, interval: p.Local.SyncInterval}
+		if s.interval <= 0 {
+			s.interval = defaultSyncInterval
+		}
+		return s, true
+	case "reserve":
+	default:
 		return grantSpec{}, false
 	}
 	burst := p.Burst
@@ -71,6 +85,8 @@ type grants struct {
 
 	acquired, renewed, released            atomic.Uint64
 	unitsGranted, unitsReturned, unitsLost atomic.Uint64
+	// Sync mode: allowances answered and units reported (Stats).
+	unitsAllowed, unitsReported atomic.Uint64
 	// retired counts the local decisions of states dropped from the map.
 	retired atomic.Uint64
 
@@ -134,10 +150,15 @@ type grantState struct {
 	// seqSent is when seq was first sent, zero until then: an answer to
 	// seq, a retry's included, was decided after it.
 	seqSent time.Time
+	// seqUsed is the used the first send of seq reported (sync mode sends
+	// it again on a retry of seq).
+	seqUsed int64
 	started time.Time // started_at of the grant held; zero when none
 	// base is the units credited to avail for this grant, net of those
-	// voided: used = base - avail.
-	base int64
+	// voided: used = base - avail. In sync mode used runs over the
+	// state's life (never reset: the cluster takes a new record's first
+	// used as its baseline), and reported is the used of the last answer.
+	base, reported int64
 	// voided are the units the local deadline took from avail since the
 	// last answer: given again if the next answer shows the grant alive,
 	// else wasted.
@@ -242,8 +263,8 @@ func (g *grantState) short() {
 	g.m.start(g)
 }
 
-// miss is the slow path of a key without grant state: when r's policy is
-// in reserve mode, a state is made and its loop starts acquiring a grant.
+// miss is the slow path of a key without grant state: when r's policy has
+// local decisions, a state is made and its loop starts acquiring a grant.
 func (m *grants) miss(r *Request) {
 	m.c.fb.mu.Lock()
 	p, ok := m.c.fb.policies[r.Policy]
@@ -369,6 +390,7 @@ func (m *grants) stats(s *Stats) {
 	}
 	s.GrantsAcquired, s.GrantsRenewed, s.GrantsReleased = m.acquired.Load(), m.renewed.Load(), m.released.Load()
 	s.UnitsGranted, s.UnitsReturned, s.UnitsWasted = m.unitsGranted.Load(), m.unitsReturned.Load(), m.unitsLost.Load()
+	s.UnitsAllowed, s.UnitsReported = m.unitsAllowed.Load(), m.unitsReported.Load()
 }
 
 // decisionsLocked counts the local decisions made from g: the units spent

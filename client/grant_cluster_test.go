@@ -2,6 +2,9 @@ package client_test
 
 import (
 	"context"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,5 +93,86 @@ func TestGrantsOnACluster(t *testing.T) {
 	}
 	if local.Load() < allowed.Load()/2 {
 		t.Errorf("only %d of %d decisions were local", local.Load(), allowed.Load())
+	}
+}
+
+// The local-plus-global mode against a real 3-node cluster: three clients
+// with four goroutines each offer far more than a fixed window's limit
+// (1000 a second, sync_interval 100ms, so the bound is 100) for several
+// windows. Counting every admit in the window of its DecidedAt (a local
+// one's is the log time of the allowance it was admitted from), no window
+// admits more than limit + bound; the measured overshoot and the fraction
+// of decisions made locally are logged.
+func TestSyncOnACluster(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	const limit, bound, period = 1000, 100, time.Second
+	applyPolicies(t, c, &quoratev1.Policy{Name: "sync", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(period),
+		Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(100 * time.Millisecond)}})
+	var clients []*client.Client
+	for range 3 {
+		clients = append(clients, newClient(t, c, client.Config{}))
+	}
+	var mu sync.Mutex
+	perWindow := map[int64]int64{}
+	var local, strict, denied atomic.Int64
+	end := time.Now().Add(4500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mine := map[int64]int64{}
+				var d client.Decision
+				for time.Now().Before(end) {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := cl.AdmitInto(ctx, &client.Request{Policy: "sync", Key: "{k}"}, &d)
+					cancel()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					switch {
+					case !d.Allowed:
+						if d.Outcome != client.Verified {
+							t.Errorf("a denial not from the cluster: %v", d.Outcome)
+						}
+						denied.Add(1)
+						continue
+					case d.Outcome == client.LocalGrant:
+						local.Add(1)
+					default:
+						strict.Add(1)
+					}
+					mine[d.DecidedAt.UnixNano()/int64(period)]++
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for w, n := range mine {
+					perWindow[w] += n
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, cl := range clients {
+		if err := cl.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overshoot := int64(math.MinInt64)
+	for _, w := range slices.Sorted(maps.Keys(perWindow)) {
+		n := perWindow[w]
+		t.Logf("window %d: admitted %d (limit %d, bound %d)", w, n, limit, bound)
+		overshoot = max(overshoot, n-limit)
+		if n > limit+bound {
+			t.Errorf("window %d admitted %d > limit %d + bound %d", w, n, limit, bound)
+		}
+	}
+	allowed := local.Load() + strict.Load()
+	t.Logf("measured overshoot %d (bound %d) over %d windows; allowed %d, %.1f%% locally; denied %d",
+		overshoot, bound, len(perWindow), allowed, 100*float64(local.Load())/float64(max(allowed, 1)), denied.Load())
+	if local.Load() < allowed/2 {
+		t.Errorf("only %d of %d admits were local", local.Load(), allowed)
 	}
 }

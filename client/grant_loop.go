@@ -102,7 +102,16 @@ func (g *grantState) idle() bool {
 		g.idleSpent, g.idleStrict, g.activeAt = spent, strict, now
 		return false
 	}
-	return now.Sub(g.activeAt) >= g.spec.ttl
+	return now.Sub(g.activeAt) >= g.idleAfter()
+}
+
+// idleAfter is how long a key goes unused before its grant is released: a
+// ttl, or in sync mode two sync intervals.
+func (g *grantState) idleAfter() time.Duration {
+	if g.spec.sync {
+		return 2 * g.spec.interval
+	}
+	return g.spec.ttl
 }
 
 // renew makes one Grant call (a new grant or a renewal) and applies its
@@ -115,7 +124,11 @@ func (g *grantState) renew(failures *int) grantWait {
 	g.sample(sent, g.spentBefore+used, g.strict.Load())
 	seq := g.seq
 	if g.seqSent.IsZero() {
-		g.seqSent = sent
+		g.seqSent, g.seqUsed = sent, used
+	} else if g.spec.sync {
+		// A retry of seq reports what its first send did: a duplicate's
+		// allowance counts from that used.
+		used = g.seqUsed
 	}
 	first := g.seqSent
 	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
@@ -160,6 +173,9 @@ func (g *grantState) sample(now time.Time, spent, strict int64) {
 // no more than the demand until its local deadline, so that little is
 // left unspent when the window ends; g.mu is held.
 func (g *grantState) want() int64 {
+	if g.spec.sync {
+		return g.wantSync()
+	}
 	horizon := g.spec.ttl
 	if left := time.Until(g.deadline); g.window.Load() > 0 && left > 0 {
 		horizon = min(horizon, left)
@@ -174,6 +190,9 @@ func (g *grantState) want() int64 {
 // apply takes in an answer to a call first sent at sent reporting used;
 // g.mu is held.
 func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used int64) grantWait {
+	if g.spec.sync {
+		return g.applySync(resp, sent, used)
+	}
 	m := g.m
 	started := resp.GetStartedAt().AsTime()
 	if !started.Equal(g.started) {
@@ -242,6 +261,9 @@ func (g *grantState) expire(gen uint64) {
 func (g *grantState) expireLocked() {
 	a := g.avail.Swap(0)
 	g.base -= a
+	if g.spec.sync {
+		return // an allowance is not spent ahead: nothing is lost
+	}
 	g.voided += a
 	g.m.unitsLost.Add(uint64(a))
 }
@@ -250,9 +272,14 @@ func (g *grantState) expireLocked() {
 // held.
 func (g *grantState) dropLocked() {
 	a := g.avail.Swap(0)
-	g.m.unitsLost.Add(uint64(a))
-	g.spentBefore += g.base - a
-	g.base, g.voided = 0, 0
+	if g.spec.sync {
+		// used keeps running: the next record takes it as its baseline.
+		g.base -= a
+	} else {
+		g.m.unitsLost.Add(uint64(a))
+		g.spentBefore += g.base - a
+		g.base, g.voided = 0, 0
+	}
 	g.started = time.Time{}
 	g.gen++
 	if g.timer != nil {
@@ -290,12 +317,19 @@ func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
 	m.c.cfg.Logger.Debug("grant", "policy", g.key.policy, "seq", seq, "error", err)
 	*failures++
 	d := min(50*time.Millisecond<<min(*failures, 8), g.spec.ttl/2)
+	if g.spec.sync {
+		d = min(d, g.spec.interval/2)
+	}
 	return grantWait{gap: d, period: d}
 }
 
 // release stops local spending and gives the grant back: total - used
 // return to the key.
 func (g *grantState) release() {
+	if g.spec.sync {
+		g.releaseSync()
+		return
+	}
 	m := g.m
 	g.mu.Lock()
 	if g.started.IsZero() {

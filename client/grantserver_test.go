@@ -42,6 +42,10 @@ type grantServer struct {
 	unimplemented bool
 	// unavailable answers Grant Unavailable (no leader), set by a test.
 	unavailable atomic.Bool
+	// syncInterval > 0 makes the policy local.mode sync
+	// (grantserver_sync_test.go); sync are its counters.
+	syncInterval time.Duration
+	sync         syncCounters
 
 	mu     sync.Mutex
 	keys   map[string]*fakeKey
@@ -77,6 +81,10 @@ func newGrantServer(policy string, units, maxGrant int64, ttl time.Duration) *gr
 
 // clientPolicy is the policy as a client is given it.
 func (s *grantServer) clientPolicy() Policy {
+	if s.syncInterval > 0 {
+		return Policy{Name: s.policy, Limit: s.limit, Period: time.Hour, Version: 1,
+			Local: LocalDecisions{Mode: "sync", SyncInterval: s.syncInterval}}
+	}
 	return Policy{Name: s.policy, Limit: s.limit, Period: time.Hour, Version: 1,
 		Local: LocalDecisions{Mode: "reserve", MaxGrant: s.maxGrant, TTL: s.ttl}}
 }
@@ -138,6 +146,9 @@ func (s *grantServer) Grant(_ context.Context, req *connect.Request[quoratev1.Gr
 	m := req.Msg
 	if m.GetPolicy() != s.policy {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("policy %q has no local decisions", m.GetPolicy()))
+	}
+	if s.syncInterval > 0 {
+		return s.grantSync(m)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
