@@ -179,10 +179,12 @@ func TestGrantReleaseOnClose(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c.Collector())
 	want := fmt.Sprintf(`
-# HELP quorate_client_grant_units_total Units of this client's grants, by fate: granted (added by the cluster), returned (given back by a release), wasted (unspent when the grant's local deadline passed, it was replaced or its release failed).
+# HELP quorate_client_grant_units_total Units of this client's grants, by fate: granted (added by the cluster), returned (given back by a release), wasted (unspent when the grant's local deadline passed, it was replaced or its release failed); for sync (local-plus-global) policies, allowed (allowances answered, each replacing the last) and reported (units admitted locally that the cluster was told of).
 # TYPE quorate_client_grant_units_total counter
+quorate_client_grant_units_total{fate="allowed"} 0
 quorate_client_grant_units_total{fate="granted"} %d
 quorate_client_grant_units_total{fate="returned"} %d
+quorate_client_grant_units_total{fate="reported"} 0
 quorate_client_grant_units_total{fate="wasted"} 0
 `, st.UnitsGranted, st.UnitsReturned)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "quorate_client_grant_units_total"); err != nil {

@@ -41,7 +41,9 @@ var (
 		[]string{"event"}, nil)
 	descClientGrantUnits = prometheus.NewDesc("quorate_client_grant_units_total",
 		"Units of this client's grants, by fate: granted (added by the cluster), returned (given back by a release), "+
-			"wasted (unspent when the grant's local deadline passed, it was replaced or its release failed).",
+			"wasted (unspent when the grant's local deadline passed, it was replaced or its release failed); "+
+			"for sync (local-plus-global) policies, allowed (allowances answered, each replacing the last) and "+
+			"reported (units admitted locally that the cluster was told of).",
 		[]string{"fate"}, nil)
 	descClientRetries = prometheus.NewDesc("quorate_client_retries_total",
 		"Attempts this client retried after a retryable failure, by procedure.", []string{"procedure"}, nil)
@@ -83,7 +85,8 @@ func (cc clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, o := range []struct {
 		name string
 		v    uint64
-	}{{"granted", s.UnitsGranted}, {"returned", s.UnitsReturned}, {"wasted", s.UnitsWasted}} {
+	}{{"granted", s.UnitsGranted}, {"returned", s.UnitsReturned}, {"wasted", s.UnitsWasted},
+		{"allowed", s.UnitsAllowed}, {"reported", s.UnitsReported}} {
 		ch <- prometheus.MustNewConstMetric(descClientGrantUnits, prometheus.CounterValue, float64(o.v), o.name)
 	}
 	for p, v := range cc.c.retries.snapshot() {
