@@ -24,8 +24,8 @@ func TestEndToEnd(t *testing.T) {
 
 	var applied quoratev1.ApplyPoliciesResponse
 	mustRunJSON(t, &applied, "policy", "apply", "-f", "../../examples/policies.yaml", "--server", c.APIURL(0), "-o", "json")
-	if len(applied.GetPolicies()) != 10 {
-		t.Fatalf("applied %d policies, want 10: %v", len(applied.GetPolicies()), &applied)
+	if len(applied.GetPolicies()) != 11 {
+		t.Fatalf("applied %d policies, want 11: %v", len(applied.GetPolicies()), &applied)
 	}
 	for _, p := range applied.GetPolicies() {
 		if p.GetVersion() != 1 {
