@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,42 +62,24 @@ func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request
 	}
 	var mu sync.Mutex
 	merged := hdrhistogram.New(1, int64(time.Second), 3)
-	var strict, next atomic.Int64
+	var strict atomic.Int64
 	before := cl.Stats()
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		h := hdrhistogram.New(1, int64(time.Second), 3)
-		reqs := slices.Clone(keys)
-		k := int(next.Add(1))
-		var d client.Decision
-		var n, remote int64
-		for pb.Next() {
-			r := &reqs[k%len(reqs)]
-			k++
-			var err error
-			if n&15 == 0 {
-				t0 := time.Now()
-				err = cl.AdmitInto(ctx, r, &d)
-				_ = h.RecordValue(int64(time.Since(t0)))
-			} else {
-				err = cl.AdmitInto(ctx, r, &d)
-			}
-			if err != nil || !d.Allowed {
-				b.Errorf("%+v, %v", d, err)
-				return
-			}
-			if d.Outcome != client.LocalGrant {
-				remote++
-			}
-			n++
+	// GOMAXPROCS goroutines share b.N, each with its own counter
+	// (testing.PB's per-goroutine state is written on every call and may
+	// share a cache line with another goroutine's).
+	procs := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for p := range procs {
+		quota := b.N / procs
+		if p < b.N%procs {
+			quota++
 		}
-		strict.Add(remote)
-		mu.Lock()
-		merged.Merge(h)
-		mu.Unlock()
-	})
+		wg.Go(func() { runGrantCalls(b, cl, keys, quota, uint64(p+1), merged, &mu, &strict) })
+	}
+	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
 	after := cl.Stats()
@@ -105,6 +89,53 @@ func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request
 	b.ReportMetric(float64(after.GrantsRenewed-before.GrantsRenewed), "renewals")
 	b.ReportMetric(1-float64(strict.Load())/float64(b.N), "local-share")
 	b.ReportMetric(float64(clockP99()), "clock-p99-ns")
+}
+
+// runGrantCalls makes n calls on keys, in an order of its own (seed),
+// timing one in 16 into merged, and adds the strict decisions to strict.
+func runGrantCalls(b *testing.B, cl *client.Client, keys []client.Request, n int, seed uint64, merged *hdrhistogram.Histogram, mu *sync.Mutex, strict *atomic.Int64) {
+	ctx := context.Background()
+	{
+		h := hdrhistogram.New(1, int64(time.Second), 3)
+		// Each goroutine visits the keys in an order of its own, as
+		// independent requests would.
+		reqs := slices.Clone(keys)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+		k := 0
+		// Each goroutine's Decision on cache lines of its own: two
+		// written side by side would slow both down (false sharing).
+		var buf struct {
+			_ [128]byte
+			d client.Decision
+			_ [128]byte
+		}
+		d := &buf.d
+		var remote int64
+		for i := range n {
+			r := &reqs[k%len(reqs)]
+			k++
+			var err error
+			if i&15 == 0 {
+				t0 := time.Now()
+				err = cl.AdmitInto(ctx, r, d)
+				_ = h.RecordValue(int64(time.Since(t0)))
+			} else {
+				err = cl.AdmitInto(ctx, r, d)
+			}
+			if err != nil || !d.Allowed {
+				b.Errorf("%+v, %v", d, err)
+				return
+			}
+			if d.Outcome != client.LocalGrant {
+				remote++
+			}
+		}
+		strict.Add(remote)
+		mu.Lock()
+		merged.Merge(h)
+		mu.Unlock()
+	}
 }
 
 // clockP99 is the p99 of an empty timed region: what the two clock reads
