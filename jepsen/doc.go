@@ -33,6 +33,10 @@
 //     the log time its units were granted (which names the window the
 //     cluster spent them in). The nemesis hits the servers as for the other
 //     workloads.
+//   - grant-sync: the same clients and faults on a fixed window in local
+//     sync mode (local-plus-global, sync_interval 100 ms): clients admit from
+//     allowances and report every interval, so a key may go over its limit
+//     by the policy's bound (a tenth of the limit here), and no further.
 //
 // Every workload and the final read call the cluster through package
 // client, as an application does (Cluster.NewClient, one client per
@@ -113,7 +117,8 @@
 //     grant/decisions verdict summing up local, strict allowed and denied
 //     decisions, the key-windows that reached the limit, client kills and
 //     pauses and the clients' grant counts (it fails only when no admit was
-//     local);
+//     local); CheckGrantSync the same for grant-sync against limit + bound
+//     per window, its summary giving the most a window went over;
 //   - CheckAtMostOnce: every answer for one request ID equals the first;
 //   - CheckLinearizable: per-key histories linearize against a sequential
 //     model with porcupine (unknown outcomes stay open-ended);

@@ -14,7 +14,18 @@ import (
 // limit and the clients' grant counts (stats). The latter fails only when
 // no admit was decided locally: the run then showed nothing of grants.
 func CheckGrants(ops []Op, limit int64, window time.Duration, stats GrantStats) []Verdict {
-	v := Verdict{Checker: WorkloadGrant + "/decisions", OK: true}
+	return checkGrants(WorkloadGrant, ops, limit, 0, window, stats)
+}
+
+// CheckGrantSync is CheckGrants for the grant-sync workload: a key may be
+// over-admitted by bound per window (the policy's SyncBound), so each
+// window may hold limit + bound admits, and no more.
+func CheckGrantSync(ops []Op, limit, bound int64, window time.Duration, stats GrantStats) []Verdict {
+	return checkGrants(WorkloadGrantSync, ops, limit, bound, window, stats)
+}
+
+func checkGrants(workload string, ops []Op, limit, bound int64, window time.Duration, stats GrantStats) []Verdict {
+	v := Verdict{Checker: workload + "/decisions", OK: true}
 	var local, allowed, denied, unknown int
 	type keyWindow struct {
 		key string
@@ -39,11 +50,12 @@ func CheckGrants(ops []Op, limit int64, window time.Duration, stats GrantStats) 
 			perWindow[keyWindow{op.Key, windowOf(op.DecidedAt, int64(window))}]++
 		}
 	}
-	full := 0
+	full, over := 0, int64(0)
 	for _, n := range perWindow {
 		if n >= limit {
 			full++
 		}
+		over = max(over, n-limit)
 	}
 	if local == 0 {
 		v.violate("no admit was decided locally from a grant")
@@ -54,5 +66,9 @@ func CheckGrants(ops []Op, limit int64, window time.Duration, stats GrantStats) 
 		local+allowed+denied+unknown, local, allowed, denied, unknown, len(perWindow), full, limit,
 		stats.ClientsMade, stats.Kills, stats.Pauses, stats.Acquired, stats.Renewed, stats.Released,
 		stats.UnitsGranted, stats.UnitsReturned, stats.UnitsWasted)
-	return []Verdict{named(CheckFixedWindow(ops, limit, window), WorkloadGrant), v}
+	if bound > 0 {
+		v.Summary += fmt.Sprintf("; allowances %d, units reported %d; most over the limit in a window %d (bound %d)",
+			stats.UnitsAllowed, stats.UnitsReported, max(over, 0), bound)
+	}
+	return []Verdict{named(CheckFixedWindow(ops, limit+bound, window), workload), v}
 }

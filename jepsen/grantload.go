@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/client"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -41,7 +42,8 @@ import (
 const (
 	grantWindow        = time.Second
 	grantTTL           = 2 * time.Second
-	grantClients       = 3 // leasing clients at a time
+	grantSyncInterval  = 100 * time.Millisecond // grant-sync: the bound is a tenth of the limit
+	grantClients       = 3                      // leasing clients at a time
 	grantStrictClients = 2
 	grantWorkers       = 3 // per client
 )
@@ -53,6 +55,22 @@ func GrantPolicy(name string, limit int64, window, ttl time.Duration) *quoratev1
 	p := FixedWindowPolicy(name, limit, window)
 	p.Local = &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(max(limit/5, 1)), Ttl: durationpb.New(ttl)}
 	return p
+}
+
+// GrantSyncPolicy is a fixed_window policy of limit units per window in
+// local sync mode (local-plus-global): clients admit from allowances and
+// report every interval; a key may be over-admitted by GrantSyncBound.
+func GrantSyncPolicy(name string, limit int64, window, interval time.Duration) *quoratev1.Policy {
+	p := FixedWindowPolicy(name, limit, window)
+	p.Local = &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(interval)}
+	return p
+}
+
+// GrantSyncBound is the most a key of GrantSyncPolicy may be over-admitted
+// by per window: the policy's bound, as quorate policy get shows it.
+func GrantSyncBound(limit int64, window, interval time.Duration) int64 {
+	return admission.Policy{Algorithm: admission.AlgorithmFixedWindow, Limit: limit, Period: window,
+		Local: admission.Local{Mode: admission.LocalSync, SyncInterval: interval}}.SyncBound()
 }
 
 // GrantWorkloadOptions configures RunGrantWorkload.
@@ -78,6 +96,9 @@ type GrantStats struct {
 	// Summed over every client's client.Stats.
 	Acquired, Renewed, Released              uint64
 	UnitsGranted, UnitsReturned, UnitsWasted uint64
+	// Sync mode: allowances answered, and units admitted locally that the
+	// cluster was told of.
+	UnitsAllowed, UnitsReported uint64
 }
 
 // RunGrantWorkload runs the grant workload until ctx ends, recording every
@@ -240,6 +261,8 @@ func (g *grantWorkload) closeAll() GrantStats {
 		g.stats.UnitsGranted += s.UnitsGranted
 		g.stats.UnitsReturned += s.UnitsReturned
 		g.stats.UnitsWasted += s.UnitsWasted
+		g.stats.UnitsAllowed += s.UnitsAllowed
+		g.stats.UnitsReported += s.UnitsReported
 	}
 	return g.stats
 }

@@ -21,10 +21,11 @@ const (
 	WorkloadFixedWindow = "fixed-window" // admits on fixed windows: admitted ≤ limit per key and window
 	WorkloadLease       = "lease"        // acquire/renew/check/release of concurrency leases with fencing tokens
 	WorkloadGrant       = "grant"        // budget-leasing clients (killed and paused) beside strict ones on fixed windows: admitted ≤ limit per key and window
+	WorkloadGrantSync   = "grant-sync"   // the same with local-plus-global (sync) clients: admitted ≤ limit + the policy's bound per key and window
 )
 
 // Workloads lists the workloads Run knows.
-var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease, WorkloadGrant}
+var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease, WorkloadGrant, WorkloadGrantSync}
 
 // ParseWorkloads parses a comma-separated list of workloads ("all" = every one).
 func ParseWorkloads(s string) ([]string, error) {
@@ -114,6 +115,7 @@ type Report struct {
 	Timelines      []string    // porcupine HTML files, relative to Dir
 	Members        []string    // the members at the end
 	Grant          *GrantStats // the grant workload's client counts; nil without it
+	GrantSync      *GrantStats // the grant-sync workload's; nil without it
 }
 
 // OK reports whether every checker passed.
@@ -132,6 +134,7 @@ const (
 	policyFixedWindow = "jepsen-window"
 	policyLease       = "jepsen-lease"
 	policyGrant       = "jepsen-grant"
+	policyGrantSync   = "jepsen-grant-sync"
 )
 
 // Run starts a cluster, runs the workloads under the nemesis, heals, reads
@@ -175,6 +178,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		{WorkloadFixedWindow, FixedWindowPolicy(policyFixedWindow, opts.Limit, opts.Window)},
 		{WorkloadLease, ConcurrencyPolicy(policyLease, opts.Holders, opts.LeaseTTL)},
 		{WorkloadGrant, GrantPolicy(policyGrant, opts.GrantLimit, grantWindow, grantTTL)},
+		{WorkloadGrantSync, GrantSyncPolicy(policyGrantSync, opts.GrantLimit, grantWindow, grantSyncInterval)},
 	} {
 		if has(p.w) {
 			if err := ApplyPolicy(actx, c, p.p); err != nil {
@@ -184,11 +188,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	bucketKeys := keyNames("bucket", opts.Keys)
 	windowKeys, leaseKeys, grantKeys := keyNames("window", 3), keyNames("lease", 3), keyNames("grant", 3)
+	syncKeys := keyNames("gsync", 3)
 	nemOpts := opts.Nemesis
 	for _, w := range []struct {
 		w    string
 		keys []string
-	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}} {
+	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}, {WorkloadGrantSync, syncKeys}} {
 		if has(w.w) {
 			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
 		}
@@ -225,7 +230,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}()
 	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
 	var bucketErr, windowErr, leaseErr, grantErr error
-	var grantStats GrantStats
+	var grantStats, syncStats GrantStats
+	var syncErr error
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
 			bucketErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
@@ -250,8 +256,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				Seed: opts.Seed ^ 0x9a, ClientBase: 300}, h, nem.record)
 		})
 	}
+	if has(WorkloadGrantSync) {
+		wg.Go(func() {
+			syncStats, syncErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantSync, Keys: syncKeys,
+				Seed: opts.Seed ^ 0x5c, ClientBase: 400}, h, nem.record)
+		})
+	}
 	wg.Wait()
-	if err := errors.Join(bucketErr, windowErr, leaseErr, grantErr); err != nil {
+	if err := errors.Join(bucketErr, windowErr, leaseErr, grantErr, syncErr); err != nil {
 		return nil, err
 	}
 
@@ -293,6 +305,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if has(WorkloadGrant) {
 		r.Grant = &grantStats
 		r.Verdicts = append(r.Verdicts, CheckGrants(opsOf(r.Ops, policyGrant), opts.GrantLimit, grantWindow, grantStats)...)
+	}
+	if has(WorkloadGrantSync) {
+		r.GrantSync = &syncStats
+		bound := GrantSyncBound(opts.GrantLimit, grantWindow, grantSyncInterval)
+		r.Verdicts = append(r.Verdicts, CheckGrantSync(opsOf(r.Ops, policyGrantSync), opts.GrantLimit, bound, grantWindow, syncStats)...)
 	}
 	if opts.Groups > 0 {
 		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))

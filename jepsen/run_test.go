@@ -53,8 +53,9 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 	want := 7 // at-most-once + 3 token-bucket + 2 fixed-window + leases
 	grant := m.Run.Workloads == nil
 	if grant {
-		want += 2 // grant: no over-admission per window, decisions
-		checkGrantRun(t, r)
+		want += 4 // grant and grant-sync: no over-admission per window, decisions
+		checkGrantRun(t, r, policyGrant, r.Grant)
+		checkGrantRun(t, r, policyGrantSync, r.GrantSync)
 	}
 	if m.Run.Groups > 0 {
 		want++ // group-replicas

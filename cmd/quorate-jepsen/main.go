@@ -2,7 +2,8 @@
 // real cluster of `quorate serve` processes on this machine: concurrent
 // clients drive token-bucket admits, fixed-window admits, fenced leases and
 // budget-leasing clients beside strict ones (the grant workload, which
-// kills and pauses its own clients) through the public API while a seeded
+// kills and pauses its own clients; grant-sync the same with
+// local-plus-global clients) through the public API while a seeded
 // nemesis partitions the network,
 // kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes — and, named
 // only, moves data group replicas (move) or slots with their state between
@@ -18,7 +19,7 @@
 // fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
-//	               [--workload all|token-bucket,fixed-window,lease,grant] [--grant-limit 200]
+//	               [--workload all|token-bucket,fixed-window,lease,grant,grant-sync] [--grant-limit 200]
 //	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
 //	               [--groups N] [--scale] [--interval 2s]
 //	               [--net auto|nftables|proxy] [--tls] [--planted-bug dedupe|local-read]
@@ -134,7 +135,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Window, "window", 2*time.Second, "fixed-window: window length (whole seconds)")
 	fs.Int64Var(&opts.Holders, "holders", 2, "lease: leases per key")
 	fs.DurationVar(&opts.LeaseTTL, "lease-ttl", 2*time.Second, "lease: TTL asked on acquire and renew (≥ 1s)")
-	fs.Int64Var(&opts.GrantLimit, "grant-limit", 200, "grant: units per key and 1s window (grants of at most a fifth of it)")
+	fs.Int64Var(&opts.GrantLimit, "grant-limit", 200, "grant, grant-sync: units per key and 1s window (grants of at most a fifth of it; grant-sync may go over by a tenth of it, its bound)")
 	fs.BoolVar(&opts.TLS, "tls", false, "run the cluster with TLS on both ports of every node (a throwaway CA; the clients verify the nodes against it) and check that it does; with --matrix, every run")
 	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
 	fs.IntVar(&opts.Groups, "groups", 0, "data groups the cluster hashes keys to (quorate serve --groups); 0: one group")
