@@ -187,11 +187,8 @@ func (m *grants) admit(r *Request) *Decision {
 	if !ok {
 		return nil
 	}
-	// A composite literal, not fill: copying a whole Decision into a heap
-	// object costs a bulk write barrier during a GC.
-	return &Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
-		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
-		PolicyVersion: g.version.Load(), DecidedAt: time.Unix(0, g.decidedAt.Load()).UTC()}
+	d := g.decision(r, left)
+	return &d
 }
 
 // spend takes r's cost from its key's grant: false when it cannot (the
@@ -231,8 +228,12 @@ func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
 }
 
 // fill writes the decision of r, allowed from g with left units unspent.
-func (g *grantState) fill(d *Decision, r *Request, left int64) {
-	*d = Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
+func (g *grantState) fill(d *Decision, r *Request, left int64) { *d = g.decision(r, left) }
+
+// decision is r's decision, allowed from g with left units unspent: the
+// one place a local decision is built.
+func (g *grantState) decision(r *Request, left int64) Decision {
+	return Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
 		Remaining: left, Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
 		PolicyVersion: g.version.Load(), DecidedAt: time.Unix(0, g.decidedAt.Load()).UTC()}
 }

@@ -239,29 +239,7 @@ func TestGrantDeterminism(t *testing.T) {
 					want: rng.Int64N(50), used: rng.Int64N(40), demand: rng.Int64N(3000), release: x == 9}.env(now))
 			}
 		}
-		a, b := newApplier(t, fsm.Options{}), newApplier(t, fsm.Options{})
-		half := len(envs) / 2
-		var c *applier
-		for i, env := range envs {
-			if i == half {
-				c = newApplier(t, fsm.Options{})
-				c.index = a.index
-				restoreFrom(t, c.f, snapshotBytes(t, a.f))
-			}
-			ra, rb := fmt.Sprintf("%+v", a.apply(env)), fmt.Sprintf("%+v", b.apply(env))
-			if ra != rb {
-				t.Fatalf("seed %d entry %d: %s vs %s", seed, i, ra, rb)
-			}
-			if c != nil {
-				if rc := fmt.Sprintf("%+v", c.apply(env)); rc != ra {
-					t.Fatalf("seed %d entry %d after a restore: %s, want %s", seed, i, rc, ra)
-				}
-			}
-		}
-		sa := snapshotBytes(t, a.f)
-		if string(sa) != string(snapshotBytes(t, b.f)) || string(sa) != string(snapshotBytes(t, c.f)) {
-			t.Errorf("seed %d: final snapshots differ", seed)
-		}
+		a, _ := applyTwiceAndRestored(t, seed, envs)
 		if live, _, _ := a.f.GrantStats(); live == 0 {
 			t.Logf("seed %d: no grant live at the end", seed)
 		}
