@@ -66,6 +66,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}})); err != nil {
 		t.Fatal(err)
 	}
+	// v2 reaches the key's data group a little after ApplyPolicies returns:
+	// the admits below must all be decided under it (a Peek spends nothing).
+	c.Eventually(t, time.Minute, "checkout v2 in user-42's group", func() error {
+		p, err := c.Admission(0).Peek(ctx, connect.NewRequest(&quoratev1.PeekRequest{Policy: "checkout", Key: "user-42"}))
+		if err != nil {
+			return err
+		}
+		if v := p.Msg.GetPolicyVersion(); v != 2 {
+			return fmt.Errorf("checkout version %d", v)
+		}
+		return nil
+	})
 	// user-42 is hot: 40 admits, 30 allowed and 10 denied; a few others once.
 	for i := range 40 {
 		if _, err := c.Admission(i%3).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "checkout", Key: "user-42"})); err != nil {
