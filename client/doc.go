@@ -37,8 +37,9 @@
 // For a policy whose local.mode is reserve the client holds budget leases
 // (AdmissionService.Grant): per (policy, key) it admits, a grant of units
 // already spent in the key's log, acquired in the background at the key's
-// first request and decided from in memory — one CAS on the grant's
-// unspent counter, Outcome LocalGrant, no call, only when the request has
+// first request and decided from in memory — one CAS on the processor's
+// stripe of the grant's unspent units (grant_units.go), Outcome
+// LocalGrant, no call, only when the request has
 // no Also nor MaxWait and the grant holds its cost, else the normal call,
 // so every denial comes from the cluster. Its loop renews the grant through
 // the same retry loop when the unspent units fall under a quarter of the

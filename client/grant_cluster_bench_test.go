@@ -21,33 +21,43 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// BenchmarkLocalAdmitOnCluster is BenchmarkLocalAdmit (AdmitInto) with a
-// real 3-node cluster in the same process granting and renewing, on a
-// token bucket large enough never to deny: one-key puts every goroutine on
-// one key (one contended counter, the worst case); 64-keys spreads each
-// goroutine's calls over 64 hot keys. decisions/s counts every decision,
-// local or strict; p50-ns and p99-ns are of a sample (one call in 16 per
-// goroutine, the two clock reads included: clock-p99-ns is what they add).
+// BenchmarkLocalAdmitOnCluster measures local decisions from grants that
+// a real 3-node cluster in the same process grants and renews, on a token
+// bucket large enough never to deny, with GOMAXPROCS goroutines: one-key
+// puts every goroutine on one key (the worst case: one grant's units,
+// spent from its stripes); 64-keys spreads each goroutine's calls over 64
+// hot keys. AdmitInto reuses the caller's Decision; Admit returns a new
+// one. decisions/s counts every decision, local or strict; p50-ns and
+// p99-ns are of a sample (one call in 16 per goroutine, the two clock
+// reads included: clock-p99-ns is what they add).
 func BenchmarkLocalAdmitOnCluster(b *testing.B) {
 	c := nodetest.NewCluster(b, 3)
 	const burst = 1_000_000_000
 	applyPolicies(b, c, &quoratev1.Policy{Name: "hot", Algorithm: "token_bucket", Limit: burst, Period: durationpb.New(time.Second),
 		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(50_000_000), Ttl: durationpb.New(10 * time.Second)}})
 	cl := newClient(b, c, client.Config{})
-	for _, n := range []int{1, 64} {
-		keys := make([]client.Request, n)
+	into := func(ctx context.Context, r *client.Request, d *client.Decision) error { return cl.AdmitInto(ctx, r, d) }
+	admit := func(ctx context.Context, r *client.Request, d *client.Decision) error {
+		res, err := cl.Admit(ctx, *r)
+		if err == nil {
+			*d = *res
+		}
+		return err
+	}
+	for _, run := range []struct {
+		name  string
+		keys  int
+		admit func(context.Context, *client.Request, *client.Decision) error
+	}{{"one-key/AdmitInto", 1, into}, {"64-keys/AdmitInto", 64, into}, {"one-key/Admit", 1, admit}} {
+		keys := make([]client.Request, run.keys)
 		for i := range keys {
 			keys[i] = client.Request{Policy: "hot", Key: fmt.Sprintf("{k%d}", i)}
 		}
-		name := "one-key"
-		if n > 1 {
-			name = fmt.Sprintf("%d-keys", n)
-		}
-		b.Run(name, func(b *testing.B) { benchGrantsOnCluster(b, cl, keys) })
+		b.Run(run.name, func(b *testing.B) { benchGrantsOnCluster(b, cl, keys, run.admit) })
 	}
 }
 
-func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request) {
+func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request, admit func(context.Context, *client.Request, *client.Decision) error) {
 	ctx := context.Background()
 	var d client.Decision
 	for _, r := range keys { // warm up until each key's grant is large
@@ -77,7 +87,7 @@ func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request
 		if p < b.N%procs {
 			quota++
 		}
-		wg.Go(func() { runGrantCalls(b, cl, keys, quota, uint64(p+1), merged, &mu, &strict) })
+		wg.Go(func() { runGrantCalls(b, admit, keys, quota, uint64(p+1), merged, &mu, &strict) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -91,9 +101,10 @@ func benchGrantsOnCluster(b *testing.B, cl *client.Client, keys []client.Request
 	b.ReportMetric(float64(clockP99()), "clock-p99-ns")
 }
 
-// runGrantCalls makes n calls on keys, in an order of its own (seed),
-// timing one in 16 into merged, and adds the strict decisions to strict.
-func runGrantCalls(b *testing.B, cl *client.Client, keys []client.Request, n int, seed uint64, merged *hdrhistogram.Histogram, mu *sync.Mutex, strict *atomic.Int64) {
+// runGrantCalls makes n calls of admit on keys, in an order of its own
+// (seed), timing one in 16 into merged, and adds the strict decisions to
+// strict.
+func runGrantCalls(b *testing.B, admit func(context.Context, *client.Request, *client.Decision) error, keys []client.Request, n int, seed uint64, merged *hdrhistogram.Histogram, mu *sync.Mutex, strict *atomic.Int64) {
 	ctx := context.Background()
 	{
 		h := hdrhistogram.New(1, int64(time.Second), 3)
@@ -118,10 +129,10 @@ func runGrantCalls(b *testing.B, cl *client.Client, keys []client.Request, n int
 			var err error
 			if i&15 == 0 {
 				t0 := time.Now()
-				err = cl.AdmitInto(ctx, r, d)
+				err = admit(ctx, r, d)
 				_ = h.RecordValue(int64(time.Since(t0)))
 			} else {
-				err = cl.AdmitInto(ctx, r, d)
+				err = admit(ctx, r, d)
 			}
 			if err != nil || !d.Allowed {
 				b.Errorf("%+v, %v", d, err)

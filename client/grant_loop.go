@@ -96,7 +96,7 @@ func (g *grantState) wait(w grantWait) (kicked, closing bool) {
 func (g *grantState) idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	spent, strict := g.spentBefore+g.base-g.avail.Load(), g.strict.Load()
+	spent, strict := g.spentBefore+g.base-g.avail.sum(), g.strict.Load()
 	now := time.Now()
 	if spent != g.idleSpent || strict != g.idleStrict {
 		g.idleSpent, g.idleStrict, g.activeAt = spent, strict, now
@@ -120,7 +120,7 @@ func (g *grantState) renew(failures *int) grantWait {
 	m := g.m
 	sent := time.Now()
 	g.mu.Lock()
-	used := g.base - g.avail.Load()
+	used := g.base - g.avail.sum()
 	g.sample(sent, g.spentBefore+used, g.strict.Load())
 	seq := g.seq
 	if g.seqSent.IsZero() {
@@ -228,14 +228,14 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 	m.unitsGranted.Add(uint64(g.voided))
 	g.voided = 0
 	if until > 0 {
-		g.avail.Add(delta)
+		g.avail.add(delta)
 		gen := g.gen
 		g.timer = time.AfterFunc(until, func() { g.expire(gen) })
 	} else {
 		g.expireLocked()
 	}
 	unspent := resp.GetTotal() - used
-	g.lowWater.Store((unspent + 3) / 4)
+	g.setLowWater((unspent + 3) / 4)
 
 	w := grantWait{period: max(lifetime/2-time.Since(sent), time.Millisecond)}
 	if resp.GetAdded() == 0 {
@@ -259,7 +259,7 @@ func (g *grantState) expire(gen uint64) {
 // counted wasted (granted again if the next answer shows the grant alive);
 // g.mu is held.
 func (g *grantState) expireLocked() {
-	a := g.avail.Swap(0)
+	a := g.avail.drain()
 	g.base -= a
 	if g.spec.sync {
 		return // an allowance is not spent ahead: nothing is lost
@@ -271,7 +271,7 @@ func (g *grantState) expireLocked() {
 // dropLocked forgets the grant held: its unspent units are wasted; g.mu is
 // held.
 func (g *grantState) dropLocked() {
-	a := g.avail.Swap(0)
+	a := g.avail.drain()
 	if g.spec.sync {
 		// used keeps running: the next record takes it as its baseline.
 		g.base -= a
@@ -337,7 +337,7 @@ func (g *grantState) release() {
 		g.mu.Unlock()
 		return
 	}
-	a := g.avail.Swap(0)
+	a := g.avail.drain()
 	g.base -= a
 	g.gen++
 	if g.timer != nil {

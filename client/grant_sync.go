@@ -13,7 +13,7 @@ import (
 // next report. Nothing was spent ahead; the cluster charges what a report
 // says was admitted, past the limit if need be, and answers the allowance
 // for the next interval, which replaces the previous one. The hot path is
-// the reserve mode's (one CAS on avail); only the loop differs:
+// the reserve mode's (one CAS on a stripe of avail); only the loop differs:
 //
 //   - used (base − avail) runs over the state's life and is never reset: a
 //     call that starts a new record has its used taken as the baseline, and
@@ -23,12 +23,13 @@ import (
 //     admitted since the report was sent (used_now − used_sent) were taken
 //     from the old allowance, which the answer replaced: they count against
 //     A, so avail becomes A − (used_now − used_sent), which is
-//     avail.Add(A − base + used_sent) with base = A + used_sent after it
-//     (used = base − avail stays used_now). It may be negative: local
-//     decisions then wait for the next allowance.
+//     avail.add(A − base + used_sent) with base = A + used_sent after it
+//     (used = base − avail stays used_now). It may be negative (a debt
+//     on stripe 0): local decisions then wait for the next allowance.
 //   - Reports every sync interval, and early — at most every quarter
 //     interval — when the allowance runs out while the key is in demand (a
-//     local decision leaving avail at 0, or a strict one, wakes the loop).
+//     local decision leaving its stripe of avail at 0, or a strict one, wakes
+//     the loop).
 //   - At the local deadline (the first send of the call + expires_at −
 //     decided_at − margin, as in reserve mode) avail goes to 0; nothing is
 //     counted lost: the cluster counts what it charged unreported.
@@ -90,7 +91,7 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 	g.granting(resp.GetDecidedAt().AsTime()) // before the units are added
 	// The old allowance is void; what was admitted since the report was
 	// sent counts against the new one.
-	g.avail.Add(allowance - g.base + usedSent)
+	g.avail.add(allowance - g.base + usedSent)
 	g.base = allowance + usedSent
 	g.voided = 0
 	if allowance > 0 {
@@ -99,7 +100,7 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 	} else {
 		g.expireLocked()
 	}
-	g.lowWater.Store(1) // the allowance running out wakes the loop
+	g.lowWater.Store(1) // a stripe of the allowance running out wakes the loop
 
 	iv := g.spec.interval
 	period := iv - time.Since(sent)
@@ -119,7 +120,7 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 func (g *grantState) releaseSync() {
 	m := g.m
 	g.mu.Lock()
-	a := g.avail.Swap(0)
+	a := g.avail.drain()
 	g.base -= a
 	g.gen++
 	if g.timer != nil {

@@ -92,7 +92,8 @@ func TestSyncInFlightCountsAgainstTheNewAllowance(t *testing.T) {
 	m := c.grants
 	spec, _ := grantSpecOf(s.clientPolicy())
 	k := bucketKey{"p", "k"}
-	g := &grantState{m: m, key: k, spec: spec, kick: make(chan struct{}, 1), running: true} // no loop
+	g := newGrantState(m, k, spec)
+	g.running = true // no loop
 	m.states.Store(&map[bucketKey]*grantState{k: g})
 	started := time.Now()
 	answer := func(allowance int64) *quoratev1.GrantResponse {
@@ -103,7 +104,7 @@ func TestSyncInFlightCountsAgainstTheNewAllowance(t *testing.T) {
 	report := func() int64 {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.base - g.avail.Load()
+		return g.base - g.avail.sum()
 	}
 	apply := func(allowance, usedSent int64) {
 		g.mu.Lock()
@@ -127,7 +128,7 @@ func TestSyncInFlightCountsAgainstTheNewAllowance(t *testing.T) {
 		t.Fatalf("spent %d of 3", got)
 	}
 	apply(10, u)
-	if a := g.avail.Load(); a != 7 {
+	if a := g.avail.sum(); a != 7 {
 		t.Fatalf("avail %d after an allowance of 10 with 3 admitted in flight, want 7", a)
 	}
 	// More admitted in flight than the new allowance: nothing until the

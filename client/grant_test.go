@@ -130,7 +130,7 @@ func TestGrantNewStartedAtVoidsOldUnits(t *testing.T) {
 	})
 	// Wait for the renewal the last decision may have asked for, then stop.
 	eventually(t, 10*time.Second, "a settled grant", func() bool {
-		return c.grants.states.Load() != nil && (*c.grants.states.Load())[bucketKey{"p", "k"}].avail.Load() >= 10
+		return c.grants.states.Load() != nil && (*c.grants.states.Load())[bucketKey{"p", "k"}].avail.sum() >= 10
 	})
 	g := (*c.grants.states.Load())[bucketKey{"p", "k"}]
 	// Nothing is spent from here on: the old grant's unspent units are its
@@ -146,7 +146,7 @@ func TestGrantNewStartedAtVoidsOldUnits(t *testing.T) {
 		total = sg.total
 	}
 	s.mu.Unlock()
-	if a := g.avail.Load(); a != total {
+	if a := g.avail.sum(); a != total {
 		t.Fatalf("%d units spendable after the new grant of %d", a, total)
 	}
 }
@@ -306,7 +306,7 @@ func TestGrantSeqConflictResyncs(t *testing.T) {
 		t.Fatalf("calls after the claim: %v", calls[n:])
 	}
 	g := (*c.grants.states.Load())[bucketKey{"p", "k"}]
-	if g.avail.Load() != 0 {
+	if g.avail.sum() != 0 {
 		t.Fatal("units spendable after the grant was dropped")
 	}
 }

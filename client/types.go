@@ -91,7 +91,10 @@ type Decision struct {
 	// none; a LocalGrant decision generates none: it made no call).
 	RequestID string
 
-	Limit      int64
+	Limit int64
+	// Remaining is what the policy leaves for the key after this request;
+	// for a LocalGrant decision, a lower bound of the units this client's
+	// grant holds unspent (those of the stripe it spent from).
 	Remaining  int64
 	ResetAfter time.Duration
 	// RetryAfter is, when denied, the time after which the same request
