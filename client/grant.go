@@ -72,14 +72,20 @@ func grantSpecOf(p Policy) (grantSpec, bool) {
 
 // grants are a client's budget leases, by (policy, key).
 type grants struct {
-	c *Client
-	// holder names this client's grants: 128 random bits.
-	holder string
+	// The hot path's fields, read on every decision and written never or
+	// rarely, on cache lines of their own (not shared with a neighbour
+	// object's writes nor with the counters below).
+	_ [64]byte
 	// states is copied on write (under mu): the hot path reads it with one
 	// atomic load and a map lookup.
 	states atomic.Pointer[map[bucketKey]*grantState]
 	// hints pick the stripe of a grant's units a decision spends from.
 	hints *stripeHints
+	_     [64]byte
+
+	c *Client
+	// holder names this client's grants: 128 random bits.
+	holder string
 
 	// ctx ends when Close gives up on the releases (and the calls in
 	// flight); renewCtx when Close begins (the loops release their grants).
@@ -111,6 +117,7 @@ func newGrants(c *Client) *grants {
 // grantState is one (policy, key)'s grant. The fields up to the padding are
 // the hot path's; the rest belong to the grant's loop (under mu).
 type grantState struct {
+	_ [64]byte // the hot path's fields share no line with a neighbour object
 	// avail are the grant's units this client may still spend, in stripes
 	// (grant_units.go); none when no live grant is held. Local decisions
 	// take from them; the loop adds what each answer grants; the local
