@@ -20,16 +20,27 @@ import (
 )
 
 // Budget leases against a real 3-node cluster: four clients with eight
-// goroutines each admit on one key of a fixed window until they are
-// denied. Most decisions are made in memory from grants, every denial
-// comes from the cluster, and once the clients close (releasing their
-// grants) what they admitted plus what the key has left is exactly the
-// limit, less what the clients counted as wasted.
+// goroutines each admit on one key until they are denied, on a fixed
+// window and on a token bucket that does not refill within the test. Most
+// decisions are made in memory from grants, every denial comes from the
+// cluster, and once the clients close (releasing their grants) what they
+// admitted plus what the key has left is exactly the limit, less what the
+// clients counted as wasted.
 func TestGrantsOnACluster(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	const limit = 3000
-	applyPolicies(t, c, &quoratev1.Policy{Name: "hot", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(24 * time.Hour),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(200), Ttl: durationpb.New(10 * time.Second)}})
+	local := &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(200), Ttl: durationpb.New(10 * time.Second)}
+	applyPolicies(t, c,
+		&quoratev1.Policy{Name: "window", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(24 * time.Hour), Local: local},
+		// limit = burst over 366 days: not a unit refills in the test.
+		&quoratev1.Policy{Name: "bucket", Algorithm: "token_bucket", Limit: limit, Burst: proto.Int64(limit),
+			Period: durationpb.New(366 * 24 * time.Hour), Local: local})
+	for _, policy := range []string{"window", "bucket"} {
+		t.Run(policy, func(t *testing.T) { grantUntilDenied(t, c, policy, limit) })
+	}
+}
+
+func grantUntilDenied(t *testing.T, c *nodetest.Cluster, policy string, limit int64) {
 	var clients []*client.Client
 	for range 4 {
 		clients = append(clients, newClient(t, c, client.Config{}))
@@ -44,7 +55,7 @@ func TestGrantsOnACluster(t *testing.T) {
 				var d client.Decision
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					err := cl.AdmitInto(ctx, &client.Request{Policy: "hot", Key: "{k}"}, &d)
+					err := cl.AdmitInto(ctx, &client.Request{Policy: policy, Key: "{k}"}, &d)
 					cancel()
 					if err != nil {
 						t.Error(err)
@@ -78,7 +89,7 @@ func TestGrantsOnACluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	peek, err := c.Admission(0).Peek(ctx, connect.NewRequest(&quoratev1.PeekRequest{Policy: "hot", Key: "{k}"}))
+	peek, err := c.Admission(0).Peek(ctx, connect.NewRequest(&quoratev1.PeekRequest{Policy: policy, Key: "{k}"}))
 	if err != nil {
 		t.Fatal(err)
 	}
