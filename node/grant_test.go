@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,6 +74,28 @@ func TestGrantOnACluster(t *testing.T) {
 	if r, err := c.Admission(2).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k"})); err != nil || r.Msg.GetAllowed() {
 		t.Fatalf("one more strict admit: %v, %v; want denied", r, err)
 	}
+	// The key is hot at its group's leader, which shows the two holders
+	// and the 580 units they hold unspent (a 400, b 180: none reported
+	// used yet).
+	nodetest.Eventually(t, 30*time.Second, "the hot key with its grants", func() error {
+		for i := range c.Len() {
+			st, err := c.Admin(i).NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+			if err != nil {
+				return err
+			}
+			for _, g := range st.Msg.GetNode().GetGroups() {
+				for _, h := range g.GetHotKeys() {
+					if h.GetPolicy() == "search" && h.GetKey() == "{t}:k" {
+						if h.GetGrantHolders() != 2 || h.GetGrantedUnspent() != 580 {
+							return fmt.Errorf("node %d: hot key %v, want 2 holders, 580 units", i, h)
+						}
+						return nil
+					}
+				}
+			}
+		}
+		return errors.New("no node shows {t}:k hot")
+	})
 	// a renews (seq 1) having used 350: nothing is left to add.
 	renew := &quoratev1.GrantRequest{Holder: "a", Seq: 1, Want: 400, Used: 350, Demand: 7}
 	r1, err := grant(2, proto.Clone(renew).(*quoratev1.GrantRequest))
