@@ -2,9 +2,7 @@ package client_test
 
 import (
 	"context"
-	"maps"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,37 +44,17 @@ func grantUntilDenied(t *testing.T, c *nodetest.Cluster, policy string, limit in
 		clients = append(clients, newClient(t, c, client.Config{}))
 	}
 	var allowed, local, denied atomic.Int64
-	var wg sync.WaitGroup
-	for _, cl := range clients {
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var d client.Decision
-				for {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					err := cl.AdmitInto(ctx, &client.Request{Policy: policy, Key: "{k}"}, &d)
-					cancel()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					switch {
-					case !d.Allowed:
-						if d.Outcome != client.Verified {
-							t.Errorf("a denial not from the cluster: %v", d.Outcome)
-						}
-						denied.Add(1)
-						return
-					case d.Outcome == client.LocalGrant:
-						local.Add(1)
-					}
-					allowed.Add(1)
-				}
-			}()
+	admitFrom(t, clients, 8, client.Request{Policy: policy, Key: "{k}"}, func(d *client.Decision) bool {
+		switch {
+		case !d.Allowed:
+			denied.Add(1)
+			return false
+		case d.Outcome == client.LocalGrant:
+			local.Add(1)
 		}
-	}
-	wg.Wait()
+		allowed.Add(1)
+		return true
+	})
 	var wasted, granted, returned int64
 	for _, cl := range clients {
 		if err := cl.Close(); err != nil {
@@ -123,57 +101,42 @@ func TestSyncOnACluster(t *testing.T) {
 	for range 3 {
 		clients = append(clients, newClient(t, c, client.Config{}))
 	}
-	var mu sync.Mutex
-	perWindow := map[int64]int64{}
+	// Admits by window of their DecidedAt, from the window the test
+	// starts in.
+	var perWindow [8]atomic.Int64
+	first := time.Now().UnixNano() / int64(period)
 	var local, strict, denied atomic.Int64
 	end := time.Now().Add(4500 * time.Millisecond)
-	var wg sync.WaitGroup
-	for _, cl := range clients {
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				mine := map[int64]int64{}
-				var d client.Decision
-				for time.Now().Before(end) {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					err := cl.AdmitInto(ctx, &client.Request{Policy: "sync", Key: "{k}"}, &d)
-					cancel()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					switch {
-					case !d.Allowed:
-						if d.Outcome != client.Verified {
-							t.Errorf("a denial not from the cluster: %v", d.Outcome)
-						}
-						denied.Add(1)
-						continue
-					case d.Outcome == client.LocalGrant:
-						local.Add(1)
-					default:
-						strict.Add(1)
-					}
-					mine[d.DecidedAt.UnixNano()/int64(period)]++
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				for w, n := range mine {
-					perWindow[w] += n
-				}
-			}()
+	admitFrom(t, clients, 4, client.Request{Policy: "sync", Key: "{k}"}, func(d *client.Decision) bool {
+		switch {
+		case !d.Allowed:
+			denied.Add(1)
+			return time.Now().Before(end)
+		case d.Outcome == client.LocalGrant:
+			local.Add(1)
+		default:
+			strict.Add(1)
 		}
-	}
-	wg.Wait()
+		w := d.DecidedAt.UnixNano()/int64(period) - first
+		if w < 0 || w >= int64(len(perWindow)) {
+			t.Errorf("an admit decided at %v, outside the test's windows", d.DecidedAt)
+			return false
+		}
+		perWindow[w].Add(1)
+		return time.Now().Before(end)
+	})
 	for _, cl := range clients {
 		if err := cl.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	overshoot := int64(math.MinInt64)
-	for _, w := range slices.Sorted(maps.Keys(perWindow)) {
-		n := perWindow[w]
+	overshoot, windows := int64(math.MinInt64), 0
+	for w := range perWindow {
+		n := perWindow[w].Load()
+		if n == 0 {
+			continue
+		}
+		windows++
 		t.Logf("window %d: admitted %d (limit %d, bound %d)", w, n, limit, bound)
 		overshoot = max(overshoot, n-limit)
 		if n > limit+bound {
@@ -182,8 +145,39 @@ func TestSyncOnACluster(t *testing.T) {
 	}
 	allowed := local.Load() + strict.Load()
 	t.Logf("measured overshoot %d (bound %d) over %d windows; allowed %d, %.1f%% locally; denied %d",
-		overshoot, bound, len(perWindow), allowed, 100*float64(local.Load())/float64(max(allowed, 1)), denied.Load())
+		overshoot, bound, windows, allowed, 100*float64(local.Load())/float64(max(allowed, 1)), denied.Load())
 	if local.Load() < allowed/2 {
 		t.Errorf("only %d of %d admits were local", local.Load(), allowed)
 	}
+}
+
+// admitFrom admits r from goroutines goroutines of each client, each
+// calling AdmitInto until seen, given each decision, returns false. A
+// denial not from the cluster, or an error, fails t.
+func admitFrom(t *testing.T, clients []*client.Client, goroutines int, r client.Request, seen func(*client.Decision) bool) {
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		for range goroutines {
+			wg.Go(func() {
+				r := r
+				var d client.Decision
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := cl.AdmitInto(ctx, &r, &d)
+					cancel()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed && d.Outcome != client.Verified {
+						t.Errorf("a denial not from the cluster: %v", d.Outcome)
+					}
+					if !seen(&d) {
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
 }

@@ -271,20 +271,15 @@ func (g *grantState) expireLocked() {
 // dropLocked forgets the grant held: its unspent units are wasted; g.mu is
 // held.
 func (g *grantState) dropLocked() {
-	a := g.avail.drain()
-	if g.spec.sync {
-		// used keeps running: the next record takes it as its baseline.
-		g.base -= a
-	} else {
+	a := g.stopLocked()
+	if !g.spec.sync {
+		// (In sync mode used keeps running: the next record takes it as
+		// its baseline.)
 		g.m.unitsLost.Add(uint64(a))
-		g.spentBefore += g.base - a
+		g.spentBefore += g.base
 		g.base, g.voided = 0, 0
 	}
 	g.started = time.Time{}
-	g.gen++
-	if g.timer != nil {
-		g.timer.Stop()
-	}
 }
 
 // failed handles a failed call of seq.
@@ -337,28 +332,16 @@ func (g *grantState) release() {
 		g.mu.Unlock()
 		return
 	}
-	a := g.avail.drain()
-	g.base -= a
-	g.gen++
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	used, doubt := g.base, !g.seqSent.IsZero()
-	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
-		Seq: g.seq, Used: used, Demand: g.demand, Release: true}
+	a := g.stopLocked()
+	req, doubt := g.releaseRequestLocked()
 	g.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
-	resp, err := m.send(ctx, req)
-	if err == nil && resp.GetDuplicate() && doubt {
-		// The recorded answer of the call of this seq that failed (a
-		// renewal that was applied): release with the next seq.
-		m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
-		req.Seq++
-		resp, err = m.send(ctx, req)
-	}
-	cancel()
+	resp, err := m.sendRelease(req, doubt, func(dup *quoratev1.GrantResponse) {
+		// A renewal that was applied: its units were granted.
+		m.unitsGranted.Add(uint64(max(dup.GetAdded(), 0)))
+	})
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	used := req.GetUsed()
 	g.seq = req.GetSeq()
 	if err == nil {
 		// a were held; the voided units are counted wasted already: those
@@ -380,6 +363,44 @@ func (g *grantState) release() {
 	g.spentBefore += used
 	g.base, g.voided = 0, 0
 	g.started = time.Time{}
+}
+
+// stopLocked stops local spending: the unspent units are taken back (and
+// returned) and the expiry timers of earlier answers do nothing; g.mu is
+// held.
+func (g *grantState) stopLocked() int64 {
+	a := g.avail.drain()
+	g.base -= a
+	g.gen++
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	return a
+}
+
+// releaseRequestLocked is the release of the grant held, reporting the
+// units used; doubt says a call of its seq failed (and may have been
+// applied); g.mu is held.
+func (g *grantState) releaseRequestLocked() (req *quoratev1.GrantRequest, doubt bool) {
+	m := g.m
+	return &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
+		Seq: g.seq, Used: g.base, Demand: g.demand, Release: true}, !g.seqSent.IsZero()
+}
+
+// sendRelease sends a release, waiting at most releaseTimeout. When the
+// answer is the recorded one of an earlier call of its seq that failed
+// (doubt), that call was applied: dup sees its answer and the release goes
+// again with the next seq (req.Seq is then that seq).
+func (m *grants) sendRelease(req *quoratev1.GrantRequest, doubt bool, dup func(*quoratev1.GrantResponse)) (*quoratev1.GrantResponse, error) {
+	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
+	defer cancel()
+	resp, err := m.send(ctx, req)
+	if err == nil && resp.GetDuplicate() && doubt {
+		dup(resp)
+		req.Seq++
+		resp, err = m.send(ctx, req)
+	}
+	return resp, err
 }
 
 // send makes one Grant call through the client's routing and retries.

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"math"
 	"time"
 
@@ -120,29 +119,16 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 func (g *grantState) releaseSync() {
 	m := g.m
 	g.mu.Lock()
-	a := g.avail.drain()
-	g.base -= a
-	g.gen++
-	if g.timer != nil {
-		g.timer.Stop()
-	}
+	g.stopLocked()
 	if g.started.IsZero() {
 		g.mu.Unlock()
 		return
 	}
-	used, doubt := g.base, !g.seqSent.IsZero()
-	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
-		Seq: g.seq, Used: used, Demand: g.demand, Release: true}
+	req, doubt := g.releaseRequestLocked()
 	g.mu.Unlock()
-	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
-	resp, err := m.send(ctx, req)
-	if err == nil && resp.GetDuplicate() && doubt {
-		// The recorded answer of the report of this seq that failed: the
-		// release goes with the next seq.
-		req.Seq++
-		_, err = m.send(ctx, req)
-	}
-	cancel()
+	// (A report of this seq that failed was applied: nothing to count.)
+	_, err := m.sendRelease(req, doubt, func(*quoratev1.GrantResponse) {})
+	used := req.GetUsed()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.seq = req.GetSeq()

@@ -192,15 +192,19 @@ const maxStripes = 64
 // The objects are the elements of a fixed array, so that New allocates
 // nothing (a pool may drop objects: at a GC, or at random under the race
 // detector), and each holds a stripe index, dealt round-robin (a grant
-// takes it modulo its stripes). Two processors that end up on one stripe
-// (a pool's objects are dealt again after GCs) part at once: a spend that
-// loses a CAS on its stripe moves its processor's hint to the next stripe.
+// takes it modulo its stripes). The objects are never written: New may
+// deal one that a goroutine holds, so two may hold it at once. Two
+// processors that end up on one stripe (a pool's objects are dealt again
+// after GCs) part at once: a spend that loses a CAS on its stripe puts back
+// the next slot in place of its own, moving its processor to the next
+// stripe.
 type stripeHints struct {
 	pool  sync.Pool
 	slots []stripeSlot
 	next  atomic.Uint32
 }
 
+// stripeSlot is a pool object: slots[i] holds i.
 type stripeSlot struct{ i int }
 
 func newStripeHints() *stripeHints {
@@ -217,11 +221,11 @@ func newStripeHints() *stripeHints {
 // processor on its own stripe). Give it back with put.
 func (h *stripeHints) get() *stripeSlot { return h.pool.Get().(*stripeSlot) }
 
-// put gives s back, moved to the next stripe when a spend from its stripe
-// was contended.
+// put gives s back, or the next slot when a spend from s's stripe was
+// contended.
 func (h *stripeHints) put(s *stripeSlot, contended bool) {
 	if contended {
-		s.i++
+		s = &h.slots[(s.i+1)%len(h.slots)]
 	}
 	h.pool.Put(s)
 }

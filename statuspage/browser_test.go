@@ -55,14 +55,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer cancel()
 
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
-		{Name: "checkout", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(time.Minute)},
+		// Periods of a day: not a token refills during the test, however slow.
+		{Name: "checkout", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour)},
 		{Name: "search", Algorithm: "sliding_window", Limit: 100, Period: durationpb.New(time.Second), Shadow: true},
 	}})); err != nil {
 		t.Fatal(err)
 	}
 	// v2 of checkout.
 	if _, err := c.Admin(1).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{
-		{Name: "checkout", Algorithm: "token_bucket", Limit: 30, Period: durationpb.New(time.Minute)},
+		{Name: "checkout", Algorithm: "token_bucket", Limit: 30, Period: durationpb.New(24 * time.Hour)},
 	}})); err != nil {
 		t.Fatal(err)
 	}
