@@ -49,11 +49,15 @@ func BenchmarkLocalAdmitOnCluster(b *testing.B) {
 		keys  int
 		admit func(context.Context, *client.Request, *client.Decision) error
 	}{{"one-key/AdmitInto", 1, into}, {"64-keys/AdmitInto", 64, into}, {"one-key/Admit", 1, admit}} {
-		keys := make([]client.Request, run.keys)
-		for i := range keys {
-			keys[i] = client.Request{Policy: "hot", Key: fmt.Sprintf("{k%d}", i)}
-		}
-		b.Run(run.name, func(b *testing.B) { benchGrantsOnCluster(b, cl, keys, run.admit) })
+		b.Run(run.name, func(b *testing.B) {
+			// Keys of their own per GOMAXPROCS (-cpu): a grant's stripes
+			// are as many as the processors when it was made.
+			keys := make([]client.Request, run.keys)
+			for i := range keys {
+				keys[i] = client.Request{Policy: "hot", Key: fmt.Sprintf("{k%d-p%d}", i, runtime.GOMAXPROCS(0))}
+			}
+			benchGrantsOnCluster(b, cl, keys, run.admit)
+		})
 	}
 }
 
