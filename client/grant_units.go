@@ -182,9 +182,10 @@ func stripesFor(procs int) int {
 	return min(1<<bits.Len(uint(procs-1)), maxStripes)
 }
 
-// maxStripes bounds the stripes of a grant (a grant's stripes take
-// stripeBytes each).
-const maxStripes = 64
+// maxStripes bounds the stripes of a grant: they take stripeBytes each,
+// for every key the client holds grant state for (up to maxGrantStates),
+// so 2 KiB a key at most. Past 16 processors some share a stripe.
+const maxStripes = 16
 
 // stripeHints give each processor its own stripe: a sync.Pool keeps one
 // object per processor (P), so a Get on a goroutine returns, almost

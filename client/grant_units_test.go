@@ -133,7 +133,7 @@ func TestUnitsTakeFallsBack(t *testing.T) {
 // which drops a quarter of the objects put back, this would show a write).
 
 func TestStripeHints(t *testing.T) {
-	for procs, want := range map[int]int{1: 1, 2: 2, 3: 4, 8: 8, 9: 16, 1000: maxStripes} {
+	for procs, want := range map[int]int{1: 1, 2: 2, 3: 4, 8: 8, 9: 16, 17: 16, 1000: 16} {
 		if n := stripesFor(procs); n != want {
 			t.Errorf("%d stripes for %d processors, want %d", n, procs, want)
 		}
