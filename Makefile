@@ -120,7 +120,7 @@ jepsen: build
 		else echo "jepsen: the planted $$bug bug was NOT caught (data/jepsen/planted-$$bug.txt)"; exit 1; fi; \
 	done
 	@# The client bug lives in the harness's own clients: the harness is built with it.
-	@$(GO) run -tags quorate_planted_overspend ./cmd/quorate-jepsen --binary $(BIN) --workload grant --faults kill,pause \
+	@$(GO) run -tags quorate_planted_overspend ./cmd/quorate-jepsen --binary $(BIN) --workload grant,grant-bucket --faults kill,pause \
 		--duration 15s --report data/jepsen/planted-overspend > data/jepsen/planted-overspend.txt 2>&1; \
 	if grep -q '^FAIL ' data/jepsen/planted-overspend.txt; then \
 		echo "jepsen: the planted overspend bug was caught by: $$(grep '^FAIL ' data/jepsen/planted-overspend.txt | cut -d: -f1 | cut -c6- | tr '\n' ' ')"; \

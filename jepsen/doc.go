@@ -37,6 +37,11 @@
 //     sync mode (local-plus-global, sync_interval 100 ms): clients admit from
 //     allowances and report every interval, so a key may go over its limit
 //     by the policy's bound (a tenth of the limit here), and no further.
+//   - grant-bucket: the same clients and faults on token buckets of the
+//     grant limit that never refill within a run, in local reserve mode; as
+//     in token-bucket a fresh key opens every Duration/Keys, so buckets
+//     drain through grants throughout the run. Admitted, local and strict
+//     together, never exceed the capacity per key.
 //
 // Every workload and the final read call the cluster through package
 // client, as an application does (Cluster.NewClient, one client per
@@ -119,6 +124,8 @@
 //     pauses and the clients' grant counts (it fails only when no admit was
 //     local); CheckGrantSync the same for grant-sync against limit + bound
 //     per window, its summary giving the most a window went over;
+//     CheckGrantBucket CheckOverAdmission over grant-bucket's admits and
+//     its decisions, with the keys drained to capacity;
 //   - CheckAtMostOnce: every answer for one request ID equals the first;
 //   - CheckLinearizable: per-key histories linearize against a sequential
 //     model with porcupine (unknown outcomes stay open-ended);

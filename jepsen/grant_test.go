@@ -11,9 +11,12 @@ import (
 	"time"
 )
 
-// grantSelfTestArgs is the short grant-only run of the self-test: the
-// leasing clients are killed and paused, the servers are not.
-var grantSelfTestArgs = []string{"--workload", "grant", "--faults", "none", "--duration", "5s", "--seed", "7"}
+// grantSelfTestArgs are the args of a short run of the self-test on
+// workload w: the leasing clients are killed and paused, the servers are
+// not.
+func grantSelfTestArgs(w string) []string {
+	return []string{"--workload", w, "--faults", "none", "--duration", "5s", "--seed", "7"}
+}
 
 // The grant workloads in the normal build: budget-leasing clients, killed
 // and paused, beside strict ones, never admit more than the limit per key
@@ -38,6 +41,65 @@ func TestGrantWorkload(t *testing.T) {
 	}
 	checkGrantRun(t, r, policyGrant, r.Grant)
 	checkGrantRun(t, r, policyGrantSync, r.GrantSync)
+}
+
+// The grant-bucket workload in the normal build, alone (beside the other
+// two it would starve them on two cores): budget-leasing clients, killed
+// and paused, beside strict ones, never admit more than a never-refilling
+// bucket's capacity per key; admits are local, buckets drain.
+func TestGrantBucketWorkload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real 3-node cluster for ~15s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	r, err := Run(ctx, Options{ReportDir: dir, Duration: 5 * time.Second, Seed: 7, Workloads: []string{WorkloadGrantBucket}})
+	if r != nil {
+		t.Logf("report %s:\n%s", dir, r.Summary(err))
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !r.OK() {
+		t.Fatalf("a checker failed")
+	}
+	checkGrantBucketRun(t, r)
+}
+
+// checkGrantBucketRun wants local and strict decisions, keys drained to
+// the capacity and client faults in the grant-bucket part of r.
+func checkGrantBucketRun(t *testing.T, r *Report) {
+	t.Helper()
+	var local, strict, denied int
+	perKey := map[string]int64{}
+	for _, op := range opsOf(r.Ops, policyGrantBucket) {
+		switch {
+		case op.Outcome == OutcomeAllowed && op.Local:
+			local++
+		case op.Outcome == OutcomeAllowed:
+			strict++
+		case op.Outcome == OutcomeDenied:
+			denied++
+		}
+		if op.Outcome == OutcomeAllowed {
+			perKey[op.Key]++
+		}
+	}
+	drained := 0
+	for _, n := range perKey {
+		if n >= r.Options.GrantLimit {
+			drained++
+		}
+	}
+	if local == 0 || denied == 0 || drained == 0 {
+		t.Errorf("grant-bucket: local %d, strict allowed %d, denied %d, keys drained %d: want local admits, denials and a drained key",
+			local, strict, denied, drained)
+	}
+	if st := r.GrantBucket; st == nil || st.Kills+st.Pauses == 0 {
+		t.Errorf("grant-bucket: no client was killed or paused: %+v", st)
+	}
+	t.Logf("grant-bucket: local %d, strict allowed %d, denied %d, keys drained %d of %d", local, strict, denied, drained, len(perKey))
 }
 
 // checkGrantRun wants local and strict decisions, windows at the limit and
@@ -86,7 +148,8 @@ func checkGrantRun(t *testing.T, r *Report, policy string, stats *GrantStats) {
 
 // The planted client bug: a harness built with -tags
 // quorate_planted_overspend, whose clients spend up to 5 units past their
-// grants, must fail the same short run on no-over-admission.
+// grants, must fail a short run on no-over-admission: on windows (grant)
+// and on buckets (grant-bucket).
 func TestPlantedOverspendIsCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the harness and starts a real 3-node cluster for ~15s")
@@ -103,21 +166,25 @@ func TestPlantedOverspendIsCaught(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -tags %s: %v\n%s", PlantedClientOverspend, err, out)
 	}
-	dir := t.TempDir()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--report", dir}, grantSelfTestArgs...)...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	t.Logf("planted harness:\n%s", out)
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("the planted harness exited with %v, want exit status 1", err)
-	}
-	sum, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _, _ := strings.Cut(string(sum), "\n")
-	if !strings.HasPrefix(first, "FAIL") || !strings.Contains(first, WorkloadGrant+"/no-over-admission-per-window") {
-		t.Fatalf("summary's first line %q, want FAIL naming %s/no-over-admission-per-window", first, WorkloadGrant)
+	for w, checker := range map[string]string{WorkloadGrant: "/no-over-admission-per-window", WorkloadGrantBucket: "/no-over-admission"} {
+		t.Run(w, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.CommandContext(ctx, bin, append([]string{"--report", dir}, grantSelfTestArgs(w)...)...)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			t.Logf("planted harness:\n%s", out)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("the planted harness exited with %v, want exit status 1", err)
+			}
+			sum, err := os.ReadFile(filepath.Join(dir, "summary.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(sum), "\n")
+			if !strings.HasPrefix(first, "FAIL") || !strings.Contains(first, w+checker) {
+				t.Fatalf("summary's first line %q, want FAIL naming %s%s", first, w, checker)
+			}
+		})
 	}
 }

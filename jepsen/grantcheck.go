@@ -24,14 +24,50 @@ func CheckGrantSync(ops []Op, limit, bound int64, window time.Duration, stats Gr
 	return checkGrants(WorkloadGrantSync, ops, limit, bound, window, stats)
 }
 
+// CheckGrantBucket checks the grant-bucket workload's admits: strict and
+// local together, no key admits more distinct requests than its bucket's
+// capacity (it never refills within a run), and the decisions summed up as
+// by CheckGrants, with the keys that were drained to capacity.
+func CheckGrantBucket(ops []Op, capacity int64, stats GrantStats) []Verdict {
+	v, perKey := grantDecisions(WorkloadGrantBucket, ops, stats, func(op Op) string { return op.Key })
+	drained := 0
+	for _, n := range perKey {
+		if n >= capacity {
+			drained++
+		}
+	}
+	v.Summary = fmt.Sprintf("%s; %d keys with admits, %d of them drained to the capacity %d", v.Summary, len(perKey), drained, capacity)
+	return []Verdict{named(CheckOverAdmission(ops, capacity), WorkloadGrantBucket), v}
+}
+
 func checkGrants(workload string, ops []Op, limit, bound int64, window time.Duration, stats GrantStats) []Verdict {
+	v, perWindow := grantDecisions(workload, ops, stats, func(op Op) string {
+		return op.Key + "@" + fmtNanos(windowOf(op.DecidedAt, int64(window)))
+	})
+	full, over := 0, int64(0)
+	for _, n := range perWindow {
+		if n >= limit {
+			full++
+		}
+		over = max(over, n-limit)
+	}
+	v.Summary = fmt.Sprintf("%s; %d key-windows with admits, %d of them at the limit %d", v.Summary, len(perWindow), full, limit)
+	if bound > 0 {
+		v.Summary += fmt.Sprintf("; allowances %d, units reported %d; most over the limit in a window %d (bound %d)",
+			stats.UnitsAllowed, stats.UnitsReported, max(over, 0), bound)
+	}
+	return []Verdict{named(CheckFixedWindow(ops, limit+bound, window), workload), v}
+}
+
+// grantDecisions is a grant workload's "decisions" verdict: the decisions
+// summed up — local, strict allowed, strict denied, unknown — with the
+// clients' grant counts (stats), failing only when no admit was decided
+// locally (the run then showed nothing of grants); and the first answers
+// allowed, counted by group(op).
+func grantDecisions(workload string, ops []Op, stats GrantStats, group func(Op) string) (Verdict, map[string]int64) {
 	v := Verdict{Checker: workload + "/decisions", OK: true}
 	var local, allowed, denied, unknown int
-	type keyWindow struct {
-		key string
-		w   int64
-	}
-	perWindow := map[keyWindow]int64{}
+	per := map[string]int64{}
 	for _, op := range ops {
 		if !isAdmitOp(op) {
 			continue
@@ -47,28 +83,16 @@ func checkGrants(workload string, ops []Op, limit, bound int64, window time.Dura
 			unknown++
 		}
 		if op.Outcome == OutcomeAllowed && op.Attempt == 0 && !op.Duplicate {
-			perWindow[keyWindow{op.Key, windowOf(op.DecidedAt, int64(window))}]++
+			per[group(op)]++
 		}
-	}
-	full, over := 0, int64(0)
-	for _, n := range perWindow {
-		if n >= limit {
-			full++
-		}
-		over = max(over, n-limit)
 	}
 	if local == 0 {
 		v.violate("no admit was decided locally from a grant")
 	}
 	v.Summary = fmt.Sprintf("%d admits: %d local (from grants), %d strict allowed, %d strict denied, %d unknown or failed; "+
-		"%d key-windows with admits, %d of them at the limit %d; %d leasing clients (%d killed, %d paused): "+
-		"grants acquired %d, renewed %d, released %d; units granted %d, returned %d, wasted %d",
-		local+allowed+denied+unknown, local, allowed, denied, unknown, len(perWindow), full, limit,
+		"%d leasing clients (%d killed, %d paused): grants acquired %d, renewed %d, released %d; units granted %d, returned %d, wasted %d",
+		local+allowed+denied+unknown, local, allowed, denied, unknown,
 		stats.ClientsMade, stats.Kills, stats.Pauses, stats.Acquired, stats.Renewed, stats.Released,
 		stats.UnitsGranted, stats.UnitsReturned, stats.UnitsWasted)
-	if bound > 0 {
-		v.Summary += fmt.Sprintf("; allowances %d, units reported %d; most over the limit in a window %d (bound %d)",
-			stats.UnitsAllowed, stats.UnitsReported, max(over, 0), bound)
-	}
-	return []Verdict{named(CheckFixedWindow(ops, limit+bound, window), workload), v}
+	return v, per
 }

@@ -57,6 +57,16 @@ func GrantPolicy(name string, limit int64, window, ttl time.Duration) *quoratev1
 	return p
 }
 
+// GrantBucketPolicy is a token_bucket policy of capacity units per key that
+// does not refill within a run (limit = burst = capacity over 366 days),
+// in local reserve mode: grants of at most max(capacity/5, 1) units living
+// at most ttl.
+func GrantBucketPolicy(name string, capacity int64, ttl time.Duration) *quoratev1.Policy {
+	p := TokenBucketPolicy(name, capacity)
+	p.Local = &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(max(capacity/5, 1)), Ttl: durationpb.New(ttl)}
+	return p
+}
+
 // GrantSyncPolicy is a fixed_window policy of limit units per window in
 // local sync mode (local-plus-global): clients admit from allowances and
 // report every interval; a key may be over-admitted by GrantSyncBound.
@@ -87,6 +97,10 @@ type GrantWorkloadOptions struct {
 	FaultEvery time.Duration
 	// ClientBase: worker numbers start here (and name the callers).
 	ClientBase int
+	// KeyEvery opens Keys[i] only after i×KeyEvery, the workers mostly on
+	// the newest open keys, so that fresh buckets drain throughout the run
+	// (grant-bucket); 0 opens every key at once.
+	KeyEvery time.Duration
 }
 
 // GrantStats are the grant workload's client-side counts.
@@ -110,7 +124,7 @@ func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions
 	setDefault(&opts.Workers, grantWorkers)
 	setDefault(&opts.Timeout, 1500*time.Millisecond)
 	setDefault(&opts.FaultEvery, 1500*time.Millisecond)
-	g := &grantWorkload{c: c, opts: opts, h: h, ctx: ctx}
+	g := &grantWorkload{c: c, opts: opts, h: h, ctx: ctx, began: time.Now()}
 	defer g.closeAll()
 	for i := range opts.StrictClients {
 		if _, err := g.start(fmt.Sprintf("s%d", i+1), i, true); err != nil {
@@ -146,6 +160,8 @@ type grantWorkload struct {
 	h    *History
 	ctx  context.Context
 	wg   sync.WaitGroup // the workers
+	// began is the workload's start (KeyEvery counts from it).
+	began time.Time
 
 	mu      sync.Mutex
 	clients []*grantClient // every client made
@@ -274,6 +290,10 @@ func (g *grantWorkload) work(ctx context.Context, gc *grantClient, cl int, rng *
 	var d client.Decision
 	for seq := 0; gc.tr.gate(ctx); seq++ {
 		key := g.opts.Keys[rng.IntN(len(g.opts.Keys))]
+		if g.opts.KeyEvery > 0 {
+			open := min(len(g.opts.Keys), 1+int(time.Since(g.began)/g.opts.KeyEvery))
+			key = g.opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
+		}
 		op := Op{Kind: KindAdmit, Policy: g.opts.Policy, Client: cl, RequestID: fmt.Sprintf("c%d-g%d", cl, seq),
 			Caller: gc.caller, Key: key}
 		tr := &trail{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,14 +51,16 @@ func FullMatrix() []MatrixRun {
 // kills and pauses (and clock jumps and restarts), on one Raft group and on
 // 8 data groups, replica moves with kills on 5 nodes, slot moves with
 // kills on 4 data groups, and kills with partitions on a TLS cluster (15 s).
-// The grant workload (budget-leasing clients, which it kills and pauses
-// itself) runs in the kill+pause row, beside kills and pauses of servers.
-// (The scale scenario has its own test.)
+// The grant and grant-sync workloads (budget-leasing clients, which they
+// kill and pause themselves) run in the kill+pause row, beside kills and
+// pauses of servers; grant-bucket, which would starve them on two cores,
+// runs in the full matrix and its own test. (The scale scenario has its
+// own test.)
 func ShortMatrix() []MatrixRun {
 	w := serverWorkloads
 	return []MatrixRun{
 		{Name: "partition-8-groups", Families: []string{FamilyPartition}, Groups: 8, Workloads: w},
-		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}},
+		{Name: "kill+pause", Families: []string{FamilyKill, FamilyPause}, Workloads: slices.Concat(w, []string{WorkloadGrant, WorkloadGrantSync})},
 		{Name: "clock+restart-8-groups", Families: []string{FamilyClock, FamilyRestart}, Groups: 8, Workloads: w},
 		{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5, Workloads: w},
 		{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3, Interval: time.Second, Workloads: w},

@@ -126,7 +126,7 @@ func TestReportFaultFamilies(t *testing.T) {
 // command's defaults) names every default; odd values are shell-quoted.
 func TestReportReproduceCommand(t *testing.T) {
 	cmd := ReproduceCommand(Options{Seed: 9, Duration: 20 * time.Second})
-	want := "quorate-jepsen --seed 9 --duration 20s --nodes 3 --workload token-bucket,fixed-window,lease,grant,grant-sync --faults none " +
+	want := "quorate-jepsen --seed 9 --duration 20s --nodes 3 --workload token-bucket,fixed-window,lease,grant,grant-sync,grant-bucket --faults none " +
 		"--clients 6 --keys 6 --capacity 100 --limit 20 --window 2s --holders 2 --lease-ttl 2s --grant-limit 200 --interval 2s"
 	if cmd != want {
 		t.Errorf("got  %s\nwant %s", cmd, want)

@@ -22,10 +22,11 @@ const (
 	WorkloadLease       = "lease"        // acquire/renew/check/release of concurrency leases with fencing tokens
 	WorkloadGrant       = "grant"        // budget-leasing clients (killed and paused) beside strict ones on fixed windows: admitted ≤ limit per key and window
 	WorkloadGrantSync   = "grant-sync"   // the same with local-plus-global (sync) clients: admitted ≤ limit + the policy's bound per key and window
+	WorkloadGrantBucket = "grant-bucket" // budget-leasing clients beside strict ones on token buckets that never refill within a run, a fresh key opening every Duration/Keys: admitted ≤ the grant limit per key
 )
 
 // Workloads lists the workloads Run knows.
-var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease, WorkloadGrant, WorkloadGrantSync}
+var Workloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, WorkloadLease, WorkloadGrant, WorkloadGrantSync, WorkloadGrantBucket}
 
 // ParseWorkloads parses a comma-separated list of workloads ("all" = every one).
 func ParseWorkloads(s string) ([]string, error) {
@@ -41,7 +42,7 @@ type Options struct {
 	Nodes      int           // default 3
 	Workloads  []string      // default: all
 	Clients    int           // clients per workload; default 6
-	Keys       int           // token-bucket keys, key i opening after i×Duration/Keys; default 6 (the other workloads use 3)
+	Keys       int           // token-bucket and grant-bucket keys, key i opening after i×Duration/Keys; default 6 (the other workloads use 3)
 	Capacity   int64         // token-bucket: tokens per key; default 100
 	Limit      int64         // fixed-window: units per window; default 20
 	Window     time.Duration // fixed-window: window length (whole seconds); default 2s
@@ -116,6 +117,7 @@ type Report struct {
 	Members        []string    // the members at the end
 	Grant          *GrantStats // the grant workload's client counts; nil without it
 	GrantSync      *GrantStats // the grant-sync workload's; nil without it
+	GrantBucket    *GrantStats // the grant-bucket workload's; nil without it
 }
 
 // OK reports whether every checker passed.
@@ -135,6 +137,7 @@ const (
 	policyLease       = "jepsen-lease"
 	policyGrant       = "jepsen-grant"
 	policyGrantSync   = "jepsen-grant-sync"
+	policyGrantBucket = "jepsen-grant-bucket"
 )
 
 // Run starts a cluster, runs the workloads under the nemesis, heals, reads
@@ -179,6 +182,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		{WorkloadLease, ConcurrencyPolicy(policyLease, opts.Holders, opts.LeaseTTL)},
 		{WorkloadGrant, GrantPolicy(policyGrant, opts.GrantLimit, grantWindow, grantTTL)},
 		{WorkloadGrantSync, GrantSyncPolicy(policyGrantSync, opts.GrantLimit, grantWindow, grantSyncInterval)},
+		{WorkloadGrantBucket, GrantBucketPolicy(policyGrantBucket, opts.GrantLimit, grantTTL)},
 	} {
 		if has(p.w) {
 			if err := ApplyPolicy(actx, c, p.p); err != nil {
@@ -188,12 +192,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	bucketKeys := keyNames("bucket", opts.Keys)
 	windowKeys, leaseKeys, grantKeys := keyNames("window", 3), keyNames("lease", 3), keyNames("grant", 3)
-	syncKeys := keyNames("gsync", 3)
+	syncKeys, gbucketKeys := keyNames("gsync", 3), keyNames("gbucket", opts.Keys)
 	nemOpts := opts.Nemesis
 	for _, w := range []struct {
 		w    string
 		keys []string
-	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}, {WorkloadGrantSync, syncKeys}} {
+	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}, {WorkloadGrantSync, syncKeys}, {WorkloadGrantBucket, gbucketKeys}} {
 		if has(w.w) {
 			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
 		}
@@ -230,8 +234,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}()
 	wg.Go(func() { nem.Run(wctx, c, nemOpts) })
 	var bucketErr, windowErr, leaseErr, grantErr error
-	var grantStats, syncStats GrantStats
-	var syncErr error
+	var grantStats, syncStats, gbucketStats GrantStats
+	var syncErr, gbucketErr error
 	if has(WorkloadTokenBucket) {
 		wg.Go(func() {
 			bucketErr = RunWorkload(wctx, c, WorkloadOptions{Policy: policyTokenBucket, Keys: bucketKeys, Clients: opts.Clients,
@@ -262,8 +266,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				Seed: opts.Seed ^ 0x5c, ClientBase: 400}, h, nem.record)
 		})
 	}
+	if has(WorkloadGrantBucket) {
+		wg.Go(func() {
+			gbucketStats, gbucketErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantBucket, Keys: gbucketKeys,
+				Seed: opts.Seed ^ 0xb7, ClientBase: 500, KeyEvery: opts.Duration / time.Duration(opts.Keys)}, h, nem.record)
+		})
+	}
 	wg.Wait()
-	if err := errors.Join(bucketErr, windowErr, leaseErr, grantErr, syncErr); err != nil {
+	if err := errors.Join(bucketErr, windowErr, leaseErr, grantErr, syncErr, gbucketErr); err != nil {
 		return nil, err
 	}
 
@@ -310,6 +320,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.GrantSync = &syncStats
 		bound := GrantSyncBound(opts.GrantLimit, grantWindow, grantSyncInterval)
 		r.Verdicts = append(r.Verdicts, CheckGrantSync(opsOf(r.Ops, policyGrantSync), opts.GrantLimit, bound, grantWindow, syncStats)...)
+	}
+	if has(WorkloadGrantBucket) {
+		r.GrantBucket = &gbucketStats
+		r.Verdicts = append(r.Verdicts, CheckGrantBucket(opsOf(r.Ops, policyGrantBucket), opts.GrantLimit, gbucketStats)...)
 	}
 	if opts.Groups > 0 {
 		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))

@@ -51,11 +51,16 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 		t.Errorf("%s: a checker failed:\n%s", m.Run.Name, r.Summary(m.Err))
 	}
 	want := 7 // at-most-once + 3 token-bucket + 2 fixed-window + leases
-	grant := m.Run.Workloads == nil
+	runs := func(w string) bool { return m.Run.Workloads == nil || slices.Contains(m.Run.Workloads, w) }
+	grant := runs(WorkloadGrant)
 	if grant {
 		want += 4 // grant and grant-sync: no over-admission per window, decisions
 		checkGrantRun(t, r, policyGrant, r.Grant)
 		checkGrantRun(t, r, policyGrantSync, r.GrantSync)
+	}
+	if runs(WorkloadGrantBucket) {
+		want += 2 // grant-bucket: no over-admission, decisions
+		checkGrantBucketRun(t, r)
 	}
 	if m.Run.Groups > 0 {
 		want++ // group-replicas

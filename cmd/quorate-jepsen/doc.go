@@ -3,7 +3,8 @@
 // clients drive token-bucket admits, fixed-window admits, fenced leases and
 // budget-leasing clients beside strict ones (the grant workload, which
 // kills and pauses its own clients; grant-sync the same with
-// local-plus-global clients) through the public API while a seeded
+// local-plus-global clients; grant-bucket on token buckets) through the
+// public API while a seeded
 // nemesis partitions the network,
 // kills (-9), pauses (SIGSTOP), jumps clocks and restarts nodes — and, named
 // only, moves data group replicas (move) or slots with their state between
@@ -19,7 +20,7 @@
 // fails.
 //
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
-//	               [--workload all|token-bucket,fixed-window,lease,grant,grant-sync] [--grant-limit 200]
+//	               [--workload all|token-bucket,fixed-window,lease,grant,grant-sync,grant-bucket] [--grant-limit 200]
 //	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
 //	               [--groups N] [--scale] [--interval 2s]
 //	               [--net auto|nftables|proxy] [--tls] [--planted-bug dedupe|local-read]

@@ -85,7 +85,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.DurationVar(&opts.Nemesis.Interval, "interval", 2*time.Second, "mean quiet time between faults (each drawn from half to 1.5 times it)")
 	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed, then move, slots and scale runs on data groups) or short (CI's)")
 	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")
-	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket keys; key i opens after i×duration/keys")
+	fs.IntVar(&opts.Keys, "keys", 6, "token-bucket and grant-bucket keys; key i opens after i×duration/keys")
 	fs.Int64Var(&opts.Capacity, "capacity", 100, "token-bucket: tokens per key (no refill: the bound is exact)")
 	fs.Int64Var(&opts.Limit, "limit", 20, "fixed-window: units per key and window")
 	fs.DurationVar(&opts.Window, "window", 2*time.Second, "fixed-window: window length (whole seconds)")
