@@ -11,8 +11,10 @@ import (
 // moving one counter's cache line between them on every decision (which
 // costs a few hundred nanoseconds at the tail). A spend takes from the
 // stripe of the processor it runs on, and from the others only when that
-// one is short; only the grant's loop (under its mutex) adds units or takes
-// them back, so between two of its changes every stripe only decreases.
+// one is short; only the grant's loop adds units or takes them back, and
+// only the holder of the grant's mutex (the loop, or a spender evening the
+// stripes out) moves them, so between two changes every stripe only
+// decreases.
 // That keeps the sum exact for the loop: a sum read while decisions are
 // made lies between the sums before and after, as a single counter's load
 // would.
@@ -41,7 +43,7 @@ func newUnits(n int) units { return units{stripes: make([]unitStripe, n)} }
 // other stripe that has them. left is what that stripe holds after: a lower
 // bound of the units unspent. ok is false when no stripe alone holds cost
 // (a spend of more than 1 may fail while the stripes hold cost between
-// them; the loop's next addition gathers them). contended says a CAS on
+// them: it then goes to the cluster, as when the grant is short). contended says a CAS on
 // stripe i lost to another spend: another processor spends from it too;
 // stole that stripe i was short and the units came from another.
 func (u *units) take(i int, cost int64) (left int64, contended, stole, ok bool) {
