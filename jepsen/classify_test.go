@@ -103,8 +103,11 @@ func TestClassifyByCode(t *testing.T) {
 		{"client: outcome unknown, then InvalidArgument", clientAdmit(t, srv.URL, "unknown-then-bad"), OutcomeUnknown},
 		{"outcome unknown, the last attempt InvalidArgument", &client.OutcomeUnknownError{RequestID: "r", Attempts: 2, Last: admit(srv.URL, "bad")}, OutcomeUnknown},
 		// Out of time, every attempt certainly not applied: the error
-		// matches DeadlineExceeded and carries the last answer.
-		{"client: out of time, every attempt answered not proposed", clientAdmit(t, srv.URL, "not-proposed"), OutcomeFail},
+		// matches DeadlineExceeded and carries the last answer. (The wait
+		// before a second attempt passes the deadline: the client stops
+		// at once, with no attempt in flight, whose cut would make the
+		// outcome unknown.)
+		{"client: out of time, every attempt answered not proposed", clientAdmitOnce(t, srv.URL, "not-proposed"), OutcomeFail},
 		{"never sent", errors.Join(client.ErrNotSent, context.DeadlineExceeded), OutcomeFail},
 		{"never sent, wrapped", fmt.Errorf("jepsen: %w", errors.Join(client.ErrNotSent, context.Canceled)), OutcomeFail},
 	} {
@@ -128,6 +131,21 @@ func clientAdmit(t *testing.T, base, key string) error {
 	}
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = cc.Admit(ctx, clientRequest("p", key, "r"))
+	return err
+}
+
+// clientAdmitOnce is clientAdmit with a first wait between attempts (a
+// minute) far past its deadline (5 s): one attempt, then the client stops.
+func clientAdmitOnce(t *testing.T, base, key string) error {
+	t.Helper()
+	cc, err := client.New(client.Config{Servers: []string{base}, Caller: "test", InitialBackoff: time.Minute, MaxBackoff: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err = cc.Admit(ctx, clientRequest("p", key, "r"))
 	return err
