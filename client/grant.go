@@ -273,7 +273,7 @@ func (g *grantState) setLowWater(total int64) {
 // fill writes into d the decision of r, allowed from g with left units
 // unspent: the one place a local decision is built. It writes d's fields
 // one by one over a cleared d: a Decision built apart and copied in costs
-// two copies of the struct, a third of a local decision's time.
+// two copies of the struct, a quarter of a local decision's time.
 func (g *grantState) fill(d *Decision, r *Request, left int64) {
 	*d = Decision{}
 	d.Allowed, d.Outcome, d.RequestID, d.DeniedCheck = true, LocalGrant, r.RequestID, -1

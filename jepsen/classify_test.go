@@ -124,28 +124,24 @@ func TestClassifyByCode(t *testing.T) {
 // clientAdmit is the error of an Admit through package client, as the
 // workloads send it (NoFallback), to base with a 300ms deadline.
 func clientAdmit(t *testing.T, base, key string) error {
-	t.Helper()
-	cc, err := client.New(client.Config{Servers: []string{base}, Caller: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err = cc.Admit(ctx, clientRequest("p", key, "r"))
-	return err
+	return clientAdmitWith(t, client.Config{Servers: []string{base}, Caller: "test"}, key, 300*time.Millisecond)
 }
 
 // clientAdmitOnce is clientAdmit with a first wait between attempts (a
 // minute) far past its deadline (5 s): one attempt, then the client stops.
 func clientAdmitOnce(t *testing.T, base, key string) error {
+	return clientAdmitWith(t, client.Config{Servers: []string{base}, Caller: "test", InitialBackoff: time.Minute, MaxBackoff: time.Minute},
+		key, 5*time.Second)
+}
+
+func clientAdmitWith(t *testing.T, cfg client.Config, key string, deadline time.Duration) error {
 	t.Helper()
-	cc, err := client.New(client.Config{Servers: []string{base}, Caller: "test", InitialBackoff: time.Minute, MaxBackoff: time.Minute})
+	cc, err := client.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	_, err = cc.Admit(ctx, clientRequest("p", key, "r"))
 	return err

@@ -45,6 +45,7 @@ policies:
 	}
 }
 
+// Every bad local: block, in reserve and sync mode, names its field.
 func TestParsePolicyFileLocalErrors(t *testing.T) {
 	const head = "policies:\n  - name: q\n    algorithm: fixed_window\n    limit: 100\n    period: 1m\n"
 	tests := []struct {
@@ -59,6 +60,15 @@ func TestParsePolicyFileLocalErrors(t *testing.T) {
 		{"ttl too short", head + "    local: {mode: reserve, ttl: 10ms}\n", "local.ttl", "10ms"},
 		{"not a mapping", head + "    local: reserve\n", "local", "expected a mapping"},
 		{"sliding_log", "policies:\n  - name: q\n    algorithm: sliding_log\n    limit: 5\n    period: 1m\n    local: {mode: reserve}\n", "local.mode", "sliding_log"},
+		// Sync mode (local-plus-global).
+		{"zero sync_interval", head + "    local: {mode: sync, sync_interval: 0s}\n", "local.sync_interval", "must not be 0"},
+		{"sync_interval too short", head + "    local: {mode: sync, sync_interval: 5ms}\n", "local.sync_interval", "5ms"},
+		{"sync_interval too long", head + "    local: {mode: sync, sync_interval: 2m}\n", "local.sync_interval", "between"},
+		{"sync_interval not a duration", head + "    local: {mode: sync, sync_interval: soon}\n", "local.sync_interval", "10ms and 1m"},
+		{"sync_interval in reserve mode", head + "    local: {mode: reserve, sync_interval: 1s}\n", "local.sync_interval", "sync only"},
+		{"max_grant in sync mode", head + "    local: {mode: sync, max_grant: 5}\n", "local.max_grant", "reserve only"},
+		{"ttl in sync mode", head + "    local: {mode: sync, ttl: 5s}\n", "local.ttl", "reserve only"},
+		{"sync_interval without a mode", head + "    local: {sync_interval: 1s}\n", "local.mode", "reserve or sync"},
 	}
 	for _, tc := range tests {
 		_, err := parsePolicyFile("p.yaml", []byte(tc.file))
