@@ -197,6 +197,7 @@ func (c *conn) runLane(l *lane) {
 			case resp := <-l.answers:
 				c.answer(l, resp)
 			case <-t.shutdown:
+				c.answerReady(l)
 				c.shutLane(l)
 				return
 			case <-c.closed:
@@ -210,6 +211,7 @@ func (c *conn) runLane(l *lane) {
 		case resp := <-l.answers:
 			c.answer(l, resp)
 		case <-t.shutdown:
+			c.answerReady(l)
 			c.shutLane(l)
 			return
 		case <-c.closed:
@@ -236,6 +238,27 @@ func (c *conn) answer(l *lane, resp raft.RPCResponse) {
 	l.inflight = l.inflight[1:]
 	l.mu.Unlock()
 	c.respond(f, resp)
+}
+
+// answerReady writes the answers raft already gave to l's requests in
+// flight: a heartbeat handler answers before it returns, and Close waits
+// for it, so its answer is ready when the shutdown is, and a select
+// choosing between the two must not turn it into a refusal.
+func (c *conn) answerReady(l *lane) {
+	for {
+		l.mu.Lock()
+		n := len(l.inflight)
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case resp := <-l.answers:
+			c.answer(l, resp)
+		default:
+			return
+		}
+	}
 }
 
 // shutLane answers every request of l with the group's shutdown, in order,
