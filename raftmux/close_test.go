@@ -75,3 +75,42 @@ func TestCloseWaitsForTheHeartbeatHandler(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 1 (none after Close)", calls)
 	}
 }
+
+// An answer raft gave before its transport closed reaches the caller: the
+// lane must not refuse with the group's shutdown a request whose answer
+// was ready when the shutdown came. Each round answers a request and
+// closes the group's transport at once, so the lane finds both ready.
+func TestAnswerGivenBeforeCloseIsWritten(t *testing.T) {
+	n := newTestNet(t)
+	ha, aa := n.newHub(Options{})
+	hb, ab := n.newHub(Options{})
+	const rounds = 200
+	for g := uint32(1); g <= rounds; g++ {
+		ta, err := ha.Transport(g, aa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := hb.Transport(g, ab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{Addr: []byte(aa)}, Term: 3,
+			Entries: []*raft.Log{{Index: 1, Term: 3, Type: raft.LogCommand, Data: []byte("x")}}}
+		sent := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			sent <- ta.AppendEntries("n1", ab, req, &resp)
+		}()
+		select {
+		case rpc := <-tb.Consumer():
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 3, Success: true}, nil)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the request never reached the consumer", g)
+		}
+		_ = tb.Close()
+		if err := <-sent; err != nil {
+			t.Fatalf("round %d: a request answered before Close: %v", g, err)
+		}
+		_ = ta.Close()
+	}
+}
