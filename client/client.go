@@ -219,6 +219,13 @@ func (c *Client) admission(server string) quoratev1connect.AdmissionServiceClien
 // begin gives ctx the default deadline when it has none, and fails once the
 // client is closed.
 func (c *Client) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	return c.beginWaiting(ctx, 0)
+}
+
+// beginWaiting is begin for a call the server may hold for up to wait (an
+// acquire with max_wait): a context without a deadline gets Config.Timeout
+// plus wait.
+func (c *Client) beginWaiting(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -229,7 +236,7 @@ func (c *Client) begin(ctx context.Context) (context.Context, context.CancelFunc
 		ctx, cancel := context.WithCancel(ctx)
 		return ctx, cancel, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout+wait)
 	return ctx, cancel, nil
 }
 

@@ -93,7 +93,12 @@
 // each renewal) and whether it was a duplicate — and AcquireLeaseWith takes
 // the caller's request ID and LeaseOptions.ManualRenew, which leaves the
 // renewals to Renew (or RenewWithID), each returning its answer's log
-// times. CheckFence answers a FenceCheck (held, expiry, decided_at).
+// times. LeaseOptions.MaxWait parks the acquire until a slot frees (the
+// call's default deadline grows by it), and ReservePolicy/ReserveEstimate
+// hold units of a rate or quota policy with the lease, which ReleaseWith
+// settles at the work's real cost (ReleaseOptions.ActualCost) and Release
+// at the whole estimate. CheckFence answers a FenceCheck (held, expiry,
+// decided_at).
 // Config.NoPolicyFetch keeps a short-lived client from asking for
 // policies it will not use. Invoke sends a request the
 // caller built itself (any RPC of the API) through the same routing and

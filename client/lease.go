@@ -56,6 +56,33 @@ type LeaseOptions struct {
 	// it with Renew before ExpiresAt, and its Context ends only on Release,
 	// Abandon, Close or a Renew that finds it lost.
 	ManualRenew bool
+	// MaxWait: when every slot is held, wait up to this long (at most a
+	// minute) for one to free instead of being denied; waiters of a key are
+	// served first come, first served. A call whose context has no deadline
+	// gets Config.Timeout plus MaxWait.
+	MaxWait time.Duration
+	// ReservePolicy and ReserveEstimate also hold ReserveEstimate units of
+	// a rate or quota policy on the same key for as long as the lease
+	// lives: acquired together or not at all. Release charges the whole
+	// estimate, ReleaseWith the work's real cost (ReleaseOptions.ActualCost);
+	// a lease that expires gives the units back.
+	ReservePolicy   string
+	ReserveEstimate int64
+}
+
+// ReleaseOptions are ReleaseWith's options.
+type ReleaseOptions struct {
+	// RequestID identifies the release for retries; empty means a fresh
+	// one. Releasing again with the ID of a release whose outcome is
+	// unknown gets its recorded answer (Duplicate) if it was applied, where
+	// a fresh ID would be refused (FailedPrecondition: the token holds no
+	// slot).
+	RequestID string
+	// ActualCost is the work's real cost, for a lease acquired with a
+	// reservation: charged as Commit charges it. Nil charges the whole
+	// estimate; set for a lease without a reservation, the release is
+	// refused (InvalidArgument).
+	ActualCost *int64
 }
 
 // LeaseAnswer is the cluster's answer to a lease call that changed state
@@ -71,6 +98,10 @@ type LeaseAnswer struct {
 	// Duplicate: the answer is the recorded one of an earlier call with
 	// the same request ID, which was applied; nothing changed now.
 	Duplicate bool
+	// Settled is, for the release of a lease acquired with a reservation,
+	// what the release charged of it (Duplicate as the answer's); nil
+	// otherwise.
+	Settled *CommitResult
 }
 
 // FenceCheck is CheckFence's answer.
@@ -93,6 +124,8 @@ type Lease struct {
 	token       int64
 	ttl         time.Duration
 	acquired    LeaseAnswer // the acquire's answer
+	waited      time.Duration
+	reservation string // the reservation held with the lease, if any
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 	done        chan struct{} // closed when the renewal loop ends (at once for a manual lease)
@@ -118,20 +151,27 @@ func (c *Client) AcquireLease(ctx context.Context, policy, key string, ttl time.
 // ttl: the client renews such a lease at once, unless ManualRenew.
 func (c *Client) AcquireLeaseWith(ctx context.Context, policy, key string, opts LeaseOptions) (*Lease, error) {
 	parent := ctx
-	ctx, cancel, err := c.begin(ctx)
+	switch {
+	case opts.TTL < 0:
+		return nil, fmt.Errorf("client: LeaseOptions.TTL must not be negative (got %v)", opts.TTL)
+	case opts.MaxWait < 0:
+		return nil, fmt.Errorf("client: LeaseOptions.MaxWait must not be negative (got %v)", opts.MaxWait)
+	}
+	ctx, cancel, err := c.beginWaiting(ctx, opts.MaxWait)
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	if opts.TTL < 0 {
-		return nil, fmt.Errorf("client: LeaseOptions.TTL must not be negative (got %v)", opts.TTL)
-	}
 	if opts.RequestID == "" {
 		opts.RequestID = NewRequestID()
 	}
-	req := &quoratev1.AcquireLeaseRequest{Policy: policy, Key: key, RequestId: opts.RequestID, Caller: c.cfg.Caller}
+	req := &quoratev1.AcquireLeaseRequest{Policy: policy, Key: key, RequestId: opts.RequestID, Caller: c.cfg.Caller,
+		ReservePolicy: opts.ReservePolicy, ReserveEstimate: opts.ReserveEstimate}
 	if opts.TTL > 0 {
 		req.Ttl = durationpb.New(opts.TTL)
+	}
+	if opts.MaxWait > 0 {
+		req.MaxWait = durationpb.New(opts.MaxWait)
 	}
 	sent := time.Now()
 	m, err := call(ctx, c, callSpec{procedure: "AcquireLease", key: key, requestID: req.RequestId},
@@ -150,8 +190,12 @@ func (c *Client) AcquireLeaseWith(ctx context.Context, policy, key string, opts 
 		ttl = m.GetExpiresAt().AsTime().Sub(m.GetDecidedAt().AsTime())
 	}
 	a := LeaseAnswer{RequestID: req.RequestId, DecidedAt: logTime(m.GetDecidedAt()), ExpiresAt: logTime(m.GetExpiresAt()), Duplicate: m.GetDuplicate()}
+	// The slot was granted at least waited after the request left: the
+	// local expiry stays no later than the cluster's.
+	waited := m.GetWaited().AsDuration()
 	l := &Lease{c: c, policy: policy, key: key, id: m.GetLeaseId(), token: m.GetFencingToken(), ttl: ttl, acquired: a,
-		done: make(chan struct{}), local: sent.Add(ttl), decidedAt: a.DecidedAt, expiresAt: a.ExpiresAt}
+		waited: waited, reservation: m.GetReservationId(),
+		done: make(chan struct{}), local: sent.Add(waited + ttl), decidedAt: a.DecidedAt, expiresAt: a.ExpiresAt}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(parent))
 	c.mu.Lock()
 	if c.closed {
@@ -205,6 +249,13 @@ func (l *Lease) RequestID() string { return l.acquired.RequestID }
 // DecidedAt is the log time at which the lease was granted (by the first
 // acquire with its request ID, when Duplicate).
 func (l *Lease) DecidedAt() time.Time { return l.acquired.DecidedAt }
+
+// Waited is how long the acquire waited for a slot (LeaseOptions.MaxWait).
+func (l *Lease) Waited() time.Duration { return l.waited }
+
+// ReservationID names the reservation held with the lease
+// (LeaseOptions.ReservePolicy); empty when it holds none.
+func (l *Lease) ReservationID() string { return l.reservation }
 
 // Duplicate says the acquire's answer was the recorded one of an earlier
 // acquire with the same request ID: the lease was granted then, not now.
@@ -350,16 +401,14 @@ func (l *Lease) Abandon() {
 // Release stops the renewals, ends the lease's context and frees its slot,
 // retried with one request ID like Admit.
 func (l *Lease) Release(ctx context.Context) error {
-	_, err := l.ReleaseWithID(ctx, "")
+	_, err := l.ReleaseWith(ctx, ReleaseOptions{})
 	return err
 }
 
-// ReleaseWithID is Release with the caller's request ID (a fresh one when
-// empty), returning the answer: releasing again with the ID of a release
-// whose outcome is unknown gets its recorded answer (Duplicate) if it was
-// applied, where a fresh ID would be refused (FailedPrecondition: the
-// token holds no slot).
-func (l *Lease) ReleaseWithID(ctx context.Context, requestID string) (LeaseAnswer, error) {
+// ReleaseWith is Release with options (the caller's request ID, the work's
+// real cost), returning the answer.
+func (l *Lease) ReleaseWith(ctx context.Context, opts ReleaseOptions) (LeaseAnswer, error) {
+	requestID := opts.RequestID
 	l.stop(ErrLeaseReleased)
 	<-l.done
 	ctx, cancel, err := l.c.begin(ctx)
@@ -370,7 +419,8 @@ func (l *Lease) ReleaseWithID(ctx context.Context, requestID string) (LeaseAnswe
 	if requestID == "" {
 		requestID = NewRequestID()
 	}
-	req := &quoratev1.ReleaseLeaseRequest{LeaseId: l.id, FencingToken: l.token, RequestId: requestID, Caller: l.c.cfg.Caller}
+	req := &quoratev1.ReleaseLeaseRequest{LeaseId: l.id, FencingToken: l.token, RequestId: requestID, Caller: l.c.cfg.Caller,
+		ActualCost: opts.ActualCost}
 	m, err := call(ctx, l.c, callSpec{procedure: "ReleaseLease", key: l.key, requestID: req.RequestId},
 		func(ctx context.Context, server string) (*quoratev1.ReleaseLeaseResponse, http.Header, error) {
 			return unary(ctx, req, l.c.conn(server).lease.ReleaseLease)
@@ -378,7 +428,11 @@ func (l *Lease) ReleaseWithID(ctx context.Context, requestID string) (LeaseAnswe
 	if err != nil {
 		return LeaseAnswer{RequestID: requestID}, publicError(err, req.RequestId)
 	}
-	return LeaseAnswer{RequestID: requestID, DecidedAt: logTime(m.GetDecidedAt()), Duplicate: m.GetDuplicate()}, nil
+	a := LeaseAnswer{RequestID: requestID, DecidedAt: logTime(m.GetDecidedAt()), Duplicate: m.GetDuplicate()}
+	if l.reservation != "" {
+		a.Settled = &CommitResult{Charged: m.GetCharged(), Released: m.GetReleasedUnits(), Over: m.GetOver(), Duplicate: m.GetDuplicate()}
+	}
+	return a, nil
 }
 
 // CheckFence asks whether token still holds a slot of policy on key (and

@@ -220,15 +220,15 @@ func TestLeaseSameIDIsDuplicate(t *testing.T) {
 		t.Fatalf("the same renewal again: %+v, %v; want the recorded %+v, duplicate", r2, err, r1)
 	}
 
-	rel1, err := l.ReleaseWithID(ctx, "release-1")
+	rel1, err := l.ReleaseWith(ctx, client.ReleaseOptions{RequestID: "release-1"})
 	if err != nil || rel1.Duplicate || rel1.DecidedAt.Before(r1.DecidedAt) {
 		t.Fatalf("release: %+v, %v", rel1, err)
 	}
-	rel2, err := l.ReleaseWithID(ctx, "release-1")
+	rel2, err := l.ReleaseWith(ctx, client.ReleaseOptions{RequestID: "release-1"})
 	if err != nil || !rel2.Duplicate || !rel2.DecidedAt.Equal(rel1.DecidedAt) {
 		t.Fatalf("the same release again: %+v, %v; want the recorded %+v, duplicate", rel2, err, rel1)
 	}
-	if _, err := l.ReleaseWithID(ctx, "release-2"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+	if _, err := l.ReleaseWith(ctx, client.ReleaseOptions{RequestID: "release-2"}); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("a second release: %v, want FailedPrecondition", err)
 	}
 	if _, err := l.RenewWithID(ctx, "renew-2"); !errors.Is(err, client.ErrLeaseLost) || connect.CodeOf(err) != connect.CodeFailedPrecondition {

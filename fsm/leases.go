@@ -100,7 +100,7 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 			hold, err = d.prepareReservation(leaseReservationID(key, dec.Lease.Token), c.GetReservePolicy(), c.GetKey(),
 				c.GetReserveEstimate(), dec.Lease.ExpiresAt, now)
 			if err != nil {
-				return err
+				return reserveFieldError(err)
 			}
 			if !hold.res.Allowed {
 				res.Allowed, res.Lease, res.Held, res.RetryAfter = false, lease.Lease{}, lease.Live(s, now), hold.res.Decision.RetryAfter
@@ -283,4 +283,21 @@ func semFromRecord(rec *raftcmdv1.SemaphoreRecord) table.Record[lease.Semaphore]
 			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()})
 	}
 	return table.Record[lease.Semaphore]{Key: rec.GetKey(), State: s, ExpiresAt: rec.GetExpiresAtUnixNano()}
+}
+
+// reserveFieldError names an acquire's own fields in the error of the
+// reservation it holds: its policy is reserve_policy, its estimate
+// reserve_estimate.
+func reserveFieldError(err error) error {
+	fe, ok := err.(*admission.FieldError)
+	if !ok {
+		return err
+	}
+	switch fe.Field {
+	case "policy":
+		return &admission.FieldError{Field: "reserve_policy", Reason: fe.Reason, Err: fe.Err}
+	case "estimate":
+		return &admission.FieldError{Field: "reserve_estimate", Reason: fe.Reason, Err: fe.Err}
+	}
+	return err
 }

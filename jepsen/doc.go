@@ -62,7 +62,7 @@
 //
 // The lease workload acquires with client.LeaseOptions.ManualRenew and its
 // own request IDs, renews with Lease.RenewWithID, releases with
-// Lease.ReleaseWithID, leaves leases to expire with Lease.Abandon and
+// Lease.ReleaseWith, leaves leases to expire with Lease.Abandon and
 // checks fences with Client.CheckFence: each answer carries the log times
 // (decided_at, expires_at) and duplicate flag its checker needs. A
 // FailedPrecondition answer (the token holds no slot) is a denial, marked

@@ -203,7 +203,7 @@ func (w *leaseWorker) renew(ctx context.Context, l *client.Lease, id string, n i
 // release releases l with request ID id.
 func (w *leaseWorker) release(ctx context.Context, l *client.Lease, id string, n int) Outcome {
 	return w.do(ctx, leaseOp(KindRelease, l, id), n, func(ctx context.Context, op *Op) error {
-		a, err := l.ReleaseWithID(ctx, id)
+		a, err := l.ReleaseWith(ctx, client.ReleaseOptions{RequestID: id})
 		if err == nil {
 			op.Outcome, op.Duplicate, op.DecidedAt = OutcomeAllowed, a.Duplicate, nanos(a.DecidedAt)
 		}
