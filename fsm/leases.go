@@ -97,10 +97,10 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 		res.Allowed, res.Lease, res.Held, res.RetryAfter = dec.Allowed, dec.Lease, dec.Held, dec.RetryAfter
 		if dec.Allowed && c.GetReservePolicy() != "" {
 			// Lease and reservation together or not at all.
-			hold, err = d.prepareReservation(leaseReservationID(key, dec.Lease.Token), c.GetReservePolicy(), c.GetKey(),
+			hold, err = d.prepareReservation(reserveFields{"reserve_policy", "reserve_estimate"}, leaseReservationID(key, dec.Lease.Token), c.GetReservePolicy(), c.GetKey(),
 				c.GetReserveEstimate(), dec.Lease.ExpiresAt, now)
 			if err != nil {
-				return reserveFieldError(err)
+				return err
 			}
 			if !hold.res.Allowed {
 				res.Allowed, res.Lease, res.Held, res.RetryAfter = false, lease.Lease{}, lease.Live(s, now), hold.res.Decision.RetryAfter
@@ -283,21 +283,4 @@ func semFromRecord(rec *raftcmdv1.SemaphoreRecord) table.Record[lease.Semaphore]
 			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()})
 	}
 	return table.Record[lease.Semaphore]{Key: rec.GetKey(), State: s, ExpiresAt: rec.GetExpiresAtUnixNano()}
-}
-
-// reserveFieldError names an acquire's own fields in the error of the
-// reservation it holds: its policy is reserve_policy, its estimate
-// reserve_estimate.
-func reserveFieldError(err error) error {
-	fe, ok := err.(*admission.FieldError)
-	if !ok {
-		return err
-	}
-	switch fe.Field {
-	case "policy":
-		return &admission.FieldError{Field: "reserve_policy", Reason: fe.Reason, Err: fe.Err}
-	case "estimate":
-		return &admission.FieldError{Field: "reserve_estimate", Reason: fe.Reason, Err: fe.Err}
-	}
-	return err
 }

@@ -82,7 +82,7 @@ func (d *dataState) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
 		id = base64.RawURLEncoding.EncodeToString([]byte(c.GetPolicy() + "\x00" + c.GetKey() + "\x00" +
 			strconv.FormatUint(index, 10) + "." + strconv.Itoa(k)))
 	}
-	hold, err := d.prepareReservation(id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
+	hold, err := d.prepareReservation(reserveFields{"policy", "estimate"}, id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
 	if err != nil {
 		return err
 	}
@@ -105,22 +105,28 @@ type pendingReservation struct {
 	retention time.Duration   // the policy's dedupe retention
 }
 
+// reserveFields names the fields of a command that holds a reservation, for
+// its errors: a Reserve's policy and estimate, an acquire's reserve_policy
+// and reserve_estimate.
+type reserveFields struct{ policy, estimate string }
+
 // prepareReservation decides whether estimate units of (policy, key) can be
 // held until expiresAt, without changing anything: the caller stores the
-// result with storeReservation when the whole operation goes ahead.
-func (d *dataState) prepareReservation(id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
+// result with storeReservation when the whole operation goes ahead. Its
+// errors name the command's fields as f says.
+func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
 	pv, ok := d.policies.byName[policy]
 	if !ok {
 		return nil, fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(policy))
 	}
 	p := pv.Policy
 	if p.Algorithm == admission.AlgorithmConcurrency {
-		return nil, &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
+		return nil, &admission.FieldError{Field: f.policy, Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%s is a concurrency policy: reservations hold units of rate and quota policies", admission.Quote(policy))}
 	}
 	if err := p.CheckRequest(key, estimate); err != nil {
 		if fe, ok := err.(*admission.FieldError); ok && fe.Field == "cost" {
-			err = &admission.FieldError{Field: "estimate", Reason: fe.Reason, Err: fe.Err}
+			err = &admission.FieldError{Field: f.estimate, Reason: fe.Reason, Err: fe.Err}
 		}
 		return nil, err
 	}

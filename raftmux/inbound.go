@@ -197,7 +197,6 @@ func (c *conn) runLane(l *lane) {
 			case resp := <-l.answers:
 				c.answer(l, resp)
 			case <-t.shutdown:
-				c.answerReady(l)
 				c.shutLane(l)
 				return
 			case <-c.closed:
@@ -211,7 +210,6 @@ func (c *conn) runLane(l *lane) {
 		case resp := <-l.answers:
 			c.answer(l, resp)
 		case <-t.shutdown:
-			c.answerReady(l)
 			c.shutLane(l)
 			return
 		case <-c.closed:
@@ -261,9 +259,11 @@ func (c *conn) answerReady(l *lane) {
 	}
 }
 
-// shutLane answers every request of l with the group's shutdown, in order,
-// and ends l's goroutine.
+// shutLane writes the answers raft already gave (answerReady), answers
+// every other request of l with the group's shutdown, in order, and ends
+// l's goroutine.
 func (c *conn) shutLane(l *lane) {
+	c.answerReady(l)
 	l.mu.Lock()
 	fs := append([]frame(nil), l.inflight...)
 	for _, r := range l.waiting {
