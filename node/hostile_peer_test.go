@@ -74,6 +74,7 @@ func TestHostilePeers(t *testing.T) {
 	other := bytes.Repeat([]byte{0x5a}, 16)
 	hdr := func(ch []byte, id []byte) []byte { return append(append([]byte{magicID}, ch...), id...) }
 	meta, fwd := []byte{0}, []byte{0x80, 0x80, 0x80, 0x80, 0x10} // channels 0 and 1<<32
+	raft := []byte{0x81, 0x80, 0x80, 0x80, 0x10}                 // channel 1<<32 + 1
 	runHostilePeers(t, c, []hostilePeer{
 		{name: "connects and sends nothing", within: handshake},
 		{name: "magic byte only", send: []byte{magicID}, within: handshake},
@@ -90,6 +91,9 @@ func TestHostilePeers(t *testing.T) {
 		// Past the handshake: Raft has the connection, the idle timeout
 		// closes it (a partial RPC type byte waits for the rest).
 		{name: "meta group header and a Raft RPC type, then nothing", send: append(hdr(meta, id), 0), within: handshake + idle},
+		// The shared Raft connection is exempt from the idle timeout
+		// between frames, not within one: a frame begun must finish.
+		{name: "shared Raft header and one byte of a frame", send: append(hdr(raft, id), 0), within: handshake + idle},
 		{name: "forwarding header and half an HTTP/2 preface", send: append(hdr(fwd, id), "PRI * HTTP/2.0\r\n"...), within: handshake + 2*time.Second},
 	})
 }

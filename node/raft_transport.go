@@ -70,7 +70,8 @@ func newRaftMux(m *peermux.Mux, level uint32, hb time.Duration, meta *atomic.Poi
 	hub, err := raftmux.New(raftmux.Options{
 		Dial: dial(peermux.ChannelRaft), DialSnapshot: dial(peermux.ChannelRaftSnapshot),
 		Listener: l, SnapshotListener: sl, Timeout: peermux.RaftTimeout, Logger: hlog,
-		Linger: max(hb/20, time.Millisecond),
+		FrameTimeout: m.IdleTimeout(), // the shared connection is exempt from it between frames only
+		Linger:       max(hb/20, time.Millisecond),
 	})
 	if err != nil {
 		_ = l.Close()

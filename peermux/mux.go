@@ -152,6 +152,11 @@ func New(ln net.Listener, d *Dialer, advertise net.Addr, log *slog.Logger, o Opt
 	return m
 }
 
+// IdleTimeout is the idle timeout of the connections the mux accepts
+// (Options.IdleTimeout). A shared Raft connection (ChannelRaft) is exempt
+// from it; its reader bounds each frame by it instead (package raftmux).
+func (m *Mux) IdleTimeout() time.Duration { return m.idleTimeout }
+
 // Addr is the address peers dial to reach this mux.
 func (m *Mux) Addr() net.Addr { return m.addr }
 

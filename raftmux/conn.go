@@ -109,10 +109,13 @@ func (c *conn) readLoop() error {
 	br := bufio.NewReaderSize(c.nc, readBuffer)
 	armed := false
 	fr := frameReader{r: br, max: c.h.opts.MaxFrame}
-	fr.beforePayload = func(n int) {
-		// A frame's payload must follow its header within the timeout.
-		if br.Buffered() < n {
-			_ = c.nc.SetReadDeadline(time.Now().Add(c.h.opts.Timeout))
+	fr.started = func(n int) {
+		// Between frames the connection may stay quiet for as long as it
+		// likes (a node that leads no group here sends nothing), but a
+		// frame that has begun must arrive whole within FrameTimeout: a
+		// peer that sends part of one and stops is gone or hostile.
+		if !armed && br.Buffered() < n {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.h.opts.FrameTimeout))
 			armed = true
 		}
 	}

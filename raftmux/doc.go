@@ -35,7 +35,11 @@
 // allocates nothing by itself. DefaultMaxFrame (128 MiB) holds a batch of
 // Quorate's largest default entries (peer requests up to 64 MiB); an
 // AppendEntries that encodes larger is sent as a prefix of its entries,
-// which raft sees in its request and resumes after.
+// which raft sees in its request and resumes after. A shared connection
+// may be quiet between frames for as long as it likes (the peer port
+// exempts it from its idle timeout), but a frame whose first byte has
+// arrived must arrive whole within Options.FrameTimeout, or the connection
+// is closed: a peer that sends a byte and stops holds nothing for long.
 //
 // Sending. A caller encodes its frame, registers a call under a new
 // request ID and queues the frame. If no goroutine is writing, the caller

@@ -102,16 +102,23 @@ type frameReader struct {
 	r   io.Reader
 	max int
 	hdr [frameFullHeader]byte
-	// beforePayload, when set, is called once a header has been read and
-	// before its payload is (to arm a read deadline).
-	beforePayload func(n int)
+	// started, when set, is called (to arm a read deadline) once a frame
+	// has begun: after its first byte, with the bytes its header still
+	// needs, and again after its header, with its payload's length.
+	started func(n int)
 }
 
 // next reads one frame. A length over the maximum fails with
 // errFrameTooLarge before anything of the payload is read or allocated.
 func (fr *frameReader) next() (frame, error) {
-	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:1]); err != nil {
 		return frame{}, err
+	}
+	if fr.started != nil {
+		fr.started(frameFullHeader - 1)
+	}
+	if _, err := io.ReadFull(fr.r, fr.hdr[1:]); err != nil {
+		return frame{}, noEOF(err)
 	}
 	n := binary.BigEndian.Uint32(fr.hdr[0:4])
 	if n < frameHeaderSize {
@@ -126,8 +133,8 @@ func (fr *frameReader) next() (frame, error) {
 		kind:  kind(fr.hdr[8]),
 		id:    binary.BigEndian.Uint64(fr.hdr[9:17]),
 	}
-	if fr.beforePayload != nil && size > 0 {
-		fr.beforePayload(int(size))
+	if fr.started != nil && size > 0 {
+		fr.started(int(size))
 	}
 	p, err := readPayload(fr.r, int(size))
 	if err != nil {

@@ -70,6 +70,12 @@ type Options struct {
 	// (DefaultTimeout when zero). An InstallSnapshot gets Timeout per
 	// TimeoutScale bytes.
 	Timeout time.Duration
+	// FrameTimeout bounds how long a frame may take to arrive once its
+	// first byte has, on every shared connection (Timeout when zero or
+	// longer). A shared connection may be quiet between frames for as long
+	// as it likes; a peer that starts a frame and stops is cut off. A node
+	// sets it to its peer port's idle timeout.
+	FrameTimeout time.Duration
 	// TimeoutScale: see Timeout (raft.DefaultTimeoutScale when zero).
 	TimeoutScale int64
 	// MaxFrame bounds a frame's payload (DefaultMaxFrame when zero).
@@ -135,6 +141,9 @@ func New(opts Options) (*Hub, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.FrameTimeout <= 0 || opts.FrameTimeout > opts.Timeout {
+		opts.FrameTimeout = opts.Timeout
 	}
 	if opts.TimeoutScale <= 0 {
 		opts.TimeoutScale = raft.DefaultTimeoutScale

@@ -1,8 +1,12 @@
 package raftmux
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -55,4 +59,76 @@ func TestOverPeerMux(t *testing.T) {
 		}
 	}
 	applyEverywhere(tc, allGroups(groups), 10, 10)
+}
+
+// TestStartedFrameMustFinish: over a peer mux, a shared connection that
+// sends one byte of a frame and stops is closed within the frame timeout
+// (the peer port's idle timeout, which the shared channel is otherwise
+// exempt from), while one that is quiet between frames is kept.
+func TestStartedFrameMustFinish(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := peermux.New(ln, peermux.NewDialer(ln.Addr(), nil), nil, nil, peermux.Options{IdleTimeout: idle})
+	go m.Serve()
+	t.Cleanup(func() { _ = m.Close() })
+	l, err := m.Listener(peermux.ChannelRaft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := m.Listener(peermux.ChannelRaftSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := func(context.Context, raft.ServerAddress) (net.Conn, error) { return nil, errors.New("no dials here") }
+	h, err := New(Options{Dial: never, DialSnapshot: never, Listener: l, SnapshotListener: sl, FrameTimeout: m.IdleTimeout()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+
+	dial := func(then []byte) (net.Conn, *frameReader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Write(append(peermux.AppendHeader(nil, peermux.ChannelRaft, ""), then...)); err != nil {
+			t.Fatal(err)
+		}
+		return c, &frameReader{r: bufio.NewReader(c), max: 1 << 20}
+	}
+	ask := func(c net.Conn, fr *frameReader, id uint64) {
+		t.Helper()
+		if _, err := c.Write(appendFrame(nil, 7, kindRequestVote, id, []byte{0xc0})); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := fr.next()
+		if err != nil || f.kind != kindError || f.id != id {
+			t.Fatalf("answer to request %d: %+v, %v; want a transport error (no group 7)", id, f, err)
+		}
+	}
+
+	quiet, qr := dial(nil)
+	ask(quiet, qr, 1)
+	partial, _ := dial(appendFrame(nil, 7, kindRequestVote, 1, []byte{0xc0})[:1])
+	start := time.Now()
+	_ = partial.SetReadDeadline(start.Add(idle + 5*time.Second)) // slack for a busy machine
+	if n, err := partial.Read(make([]byte, 1)); n > 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("a connection with one byte of a frame: read %d bytes, %v after %v; want it closed (EOF) within %v",
+			n, err, time.Since(start), idle)
+	}
+	t.Logf("one byte of a frame: closed after %v", time.Since(start).Round(time.Millisecond))
+	// The quiet connection has been quiet for longer than the idle timeout
+	// between frames, and still answers.
+	if d := time.Since(start); d < 2*idle {
+		_ = quiet.SetReadDeadline(start.Add(2 * idle))
+		if _, err := quiet.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a connection quiet between frames: %v; want it kept", err)
+		}
+	}
+	ask(quiet, qr, 2)
 }
