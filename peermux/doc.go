@@ -20,6 +20,13 @@
 // configs accept is the caller's (package node builds them with package
 // certs).
 //
+// With Options.Secret, the cluster's peer secret, every connection also
+// runs a challenge–response after its header (auth.go): each end proves
+// with an HMAC over fresh nonces that it holds the secret, which never
+// crosses the wire, before any of the channel's bytes; a dialer that knows
+// only the cluster ID is closed there. It is how a plaintext peer port
+// authenticates its peers, and adds to TLS where both are set.
+//
 // The node decides what the mux knows of its cluster ID (SetClusterID):
 // recording the ID, learning it from a join address or the meta group, is
 // package node's. This package knows nothing of nodes, groups' state or

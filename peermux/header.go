@@ -1,6 +1,7 @@
 package peermux
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -29,6 +30,12 @@ import (
 // and the first byte after it must arrive within the handshake timeout;
 // only then is the connection handed to its channel (peerconn.go).
 //
+// A mux with a peer secret (Options.Secret) sends magic 0xA9 instead: the
+// channel ID, the cluster ID (16 zero bytes when it knows none) and a
+// 32-byte nonce, and the two ends then prove the secret to each other
+// before the channel's bytes (auth.go). Such a mux refuses the other
+// headers, and a mux without a secret refuses this one.
+//
 // The magic byte doubles as the header's version: a different layout gets a
 // different byte. It is far from Raft's own first bytes (RPC types 0–5), from
 // TLS (0x16) and from ASCII, so a pre-mux Raft peer, an HTTP client or a port
@@ -49,6 +56,11 @@ const (
 	// ID: the magic, the channel ID, then the 16 bytes of the cluster ID
 	// (cluster.go). A dialer that knows none sends muxMagic's header.
 	muxMagicCluster byte = 0xA8
+
+	// muxMagicAuth opens the header of a dialer that authenticates with
+	// the cluster's peer secret: the magic, the channel ID, the cluster ID
+	// (zeros for none) and the dialer's nonce (auth.go).
+	muxMagicAuth byte = 0xA9
 
 	// ClusterIDLen is the length of a cluster ID in bytes (its hex form,
 	// which the mux's methods take, has twice as many digits).
@@ -84,8 +96,8 @@ const (
 	muxMaxHandshakesPerIP = 1024
 
 	// muxMaxHeaderLen is the longest header: the magic byte, a 64-bit
-	// uvarint and a cluster ID.
-	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + ClusterIDLen
+	// uvarint, a cluster ID and a nonce.
+	muxMaxHeaderLen = 1 + binary.MaxVarintLen64 + ClusterIDLen + authNonceLen
 
 	// muxAcceptQueue is how many handshaken connections may wait for a
 	// channel's Accept.
@@ -115,6 +127,34 @@ func AppendHeader(b []byte, ch uint64, cluster string) []byte {
 	return append(binary.AppendUvarint(append(b, muxMagicCluster), ch), raw...)
 }
 
+// peerHeader is what a connection's header says.
+type peerHeader struct {
+	ch      uint64
+	cluster string // the dialer's cluster ID in hex; "" for none
+	auth    bool   // muxMagicAuth: rawID and nonce are set, and auth.go's exchange follows
+	rawID   [ClusterIDLen]byte
+	nonce   [authNonceLen]byte
+}
+
+// authHeader returns the header a mux with a peer secret opens a
+// connection on channel ch with, from a node of cluster (a cluster ID in
+// hex, or "" when it knows none), with a fresh nonce.
+func authHeader(ch uint64, cluster string) peerHeader {
+	h := peerHeader{ch: ch, auth: true}
+	if raw, err := hex.DecodeString(cluster); err == nil && len(raw) == ClusterIDLen {
+		copy(h.rawID[:], raw)
+		h.cluster = hex.EncodeToString(raw)
+	}
+	_, _ = rand.Read(h.nonce[:]) // never fails (crypto/rand)
+	return h
+}
+
+// appendAuth appends h's header in muxMagicAuth's layout.
+func (h *peerHeader) appendAuth(b []byte) []byte {
+	b = binary.AppendUvarint(append(b, muxMagicAuth), h.ch)
+	return append(append(b, h.rawID[:]...), h.nonce[:]...)
+}
+
 // readMuxHeader reads a connection's header from r one byte at a time, so
 // that nothing past it is consumed, and returns the channel ID.
 func readMuxHeader(r io.Reader) (uint64, error) {
@@ -125,29 +165,51 @@ func readMuxHeader(r io.Reader) (uint64, error) {
 // readPeerHeader reads a connection's header like readMuxHeader and also
 // returns the dialer's cluster ID ("" when its header carries none).
 func readPeerHeader(r io.Reader) (uint64, string, error) {
+	var h peerHeader
+	if err := readHeader(r, &h); err != nil {
+		return 0, "", err
+	}
+	return h.ch, h.cluster, nil
+}
+
+// readHeader reads a connection's header into h without consuming
+// anything past it; on error h is left zero.
+func readHeader(r io.Reader, h *peerHeader) error {
 	br := byteReader{r: r}
 	magic, err := br.ReadByte()
 	if err != nil {
-		return 0, "", err
+		return err
 	}
-	if magic != muxMagic && magic != muxMagicCluster {
-		return 0, "", fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
+	if magic != muxMagic && magic != muxMagicCluster && magic != muxMagicAuth {
+		return fmt.Errorf("%w (first byte %#02x)", errMuxBadMagic, magic)
 	}
 	ch, err := binary.ReadUvarint(&br)
 	if err != nil {
 		if br.err != nil { // EOF, a deadline, a reset: not the varint's fault
-			return 0, "", err
+			return err
 		}
-		return 0, "", fmt.Errorf("%w: %v", errMuxChannelID, err)
+		return fmt.Errorf("%w: %v", errMuxChannelID, err)
 	}
 	if magic == muxMagic {
-		return ch, "", nil
+		*h = peerHeader{ch: ch}
+		return nil
 	}
-	raw := make([]byte, ClusterIDLen)
-	if _, err := io.ReadFull(r, raw); err != nil {
-		return 0, "", err
+	var raw [ClusterIDLen]byte
+	if _, err := io.ReadFull(r, raw[:]); err != nil {
+		return err
 	}
-	return ch, hex.EncodeToString(raw), nil
+	got := peerHeader{ch: ch, rawID: raw}
+	if magic == muxMagicAuth {
+		if _, err := io.ReadFull(r, got.nonce[:]); err != nil {
+			return err
+		}
+		got.auth = true
+	}
+	if magic == muxMagicCluster || raw != ([ClusterIDLen]byte{}) {
+		got.cluster = hex.EncodeToString(raw[:])
+	}
+	*h = got
+	return nil
 }
 
 // byteReader is an io.ByteReader without read-ahead.

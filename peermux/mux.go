@@ -23,6 +23,7 @@ type Stats struct {
 	OtherCluster int64 // refused: another cluster's, or no, cluster ID
 	Dials        int64 // connections opened by Dial (Raft's, the stream layers' and ChannelRaft*, not counted)
 	TLSRefused   int64 // closed: the TLS handshake failed (before any header byte was read)
+	AuthRefused  int64 // closed: no proof of the peer secret, or a wrong, truncated or late one (auth.go)
 }
 
 // Stats returns the mux's counts so far.
@@ -36,6 +37,7 @@ func (m *Mux) Stats() Stats {
 		OtherCluster: m.stats.otherCluster.Load(),
 		Dials:        m.stats.dials.Load(),
 		TLSRefused:   m.stats.tlsRefused.Load(),
+		AuthRefused:  m.stats.authRefused.Load(),
 	}
 }
 
@@ -50,6 +52,7 @@ type muxStats struct {
 	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
 	dials        atomic.Int64 // connections opened by Dial
 	tlsRefused   atomic.Int64 // closed: the TLS handshake failed
+	authRefused  atomic.Int64 // closed: the peer secret not proven
 }
 
 // Mux multiplexes one peer listener into channels (see the header
@@ -76,6 +79,7 @@ type Mux struct {
 	stats          muxStats
 	serverTLS      *tls.Config // nil: plaintext
 	clientTLS      *tls.Config // nil: plaintext
+	secret         []byte      // nil: no peer authentication but TLS's (auth.go)
 
 	mu        sync.Mutex
 	closed    bool
@@ -85,6 +89,7 @@ type Mux struct {
 	shaking   map[string]int // accepted connections in their handshake, by remote IP
 	refusedAt time.Time      // when a refusal at a limit was last logged
 	tlsLogAt  time.Time      // when a failed TLS handshake was last logged as a warning
+	authLogAt time.Time      // when a failed peer authentication was last logged as a warning
 	cluster   clusterGate    // which dialers' cluster IDs to admit (cluster.go)
 	wg        sync.WaitGroup
 	done      chan struct{} // closed by Close
@@ -114,6 +119,13 @@ type Options struct {
 	// every node of a cluster speaks TLS on its peer port, or none does.
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
+	// Secret, when set, is the cluster's peer secret (at least
+	// MinSecretLen bytes, the same on every node): every connection the
+	// mux accepts or dials proves, both ways, that its other end holds it
+	// before the channel's bytes, and a dialer without it is refused
+	// (auth.go). It is never sent. Nil: the cluster ID and TLS, if any,
+	// are the port's only gates.
+	Secret []byte
 }
 
 // New returns a mux over ln whose connections to peers d opens (from the
@@ -137,6 +149,7 @@ func New(ln net.Listener, d *Dialer, advertise net.Addr, log *slog.Logger, o Opt
 		fwdIdleTimeout: o.ForwardIdleTimeout,
 		serverTLS:      o.ServerTLS,
 		clientTLS:      o.ClientTLS,
+		secret:         o.Secret,
 		limits:         muxLimits{conns: muxMaxConns, handshakesPerIP: muxMaxHandshakesPerIP},
 		shaking:        make(map[string]int),
 		listeners:      make(map[uint64]*muxListener),
@@ -271,15 +284,23 @@ func (m *Mux) handshake(c *trackedConn) {
 		c.Close()
 		return
 	}
-	ch, cluster, err := readPeerHeader(c.Conn)
-	if err != nil {
+	var h peerHeader
+	if err := readHeader(c.Conn, &h); err != nil {
 		m.log.Debug("rejected a peer connection", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
 	}
-	if !m.clusterAdmits(c, ch, cluster) {
+	ch := h.ch
+	if !m.authModeAdmits(c, &h) || !m.clusterAdmits(c, ch, h.cluster) {
 		c.Close()
 		return
+	}
+	if m.secret != nil {
+		if err := m.authenticateDialer(c.Conn, &h, deadline); err != nil {
+			m.refuseAuth(c, ch, err)
+			c.Close()
+			return
+		}
 	}
 	m.mu.Lock()
 	l := m.listeners[ch]
@@ -326,14 +347,7 @@ func (m *Mux) handshake(c *trackedConn) {
 // logTLSRefusal logs a failed TLS handshake: as a warning at most once a
 // minute (a peer of another CA retries all the time), else at debug level.
 func (m *Mux) logTLSRefusal(remote net.Addr, err error) {
-	m.mu.Lock()
-	now := time.Now()
-	warn := now.Sub(m.tlsLogAt) >= time.Minute
-	if warn {
-		m.tlsLogAt = now
-	}
-	m.mu.Unlock()
-	if warn {
+	if m.warnAtMostOnceAMinute(&m.tlsLogAt) {
 		m.log.Warn("refused a peer connection at the TLS handshake (further ones logged at debug level for a minute)",
 			"remote", remote, "err", err, "refused_so_far", m.stats.tlsRefused.Load())
 		return
@@ -411,7 +425,16 @@ func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) 
 		}
 	}
 	deadline, _ := ctx.Deadline()
+	var h peerHeader
 	hdr := AppendHeader(make([]byte, 0, muxMaxHeaderLen), ch, m.ClusterID())
+	if m.secret != nil {
+		h = authHeader(ch, m.ClusterID())
+		hdr = h.appendAuth(hdr[:0])
+		// The peer's answer is read by the handshake timeout at the latest.
+		if d := time.Now().Add(m.headerTimeout); deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+	}
 	if err := tc.SetWriteDeadline(deadline); err != nil {
 		tc.Close()
 		return nil, err
@@ -419,6 +442,12 @@ func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) 
 	if _, err := tc.Write(hdr); err != nil {
 		tc.Close()
 		return nil, fmt.Errorf("peermux: peer %s: writing the mux header: %w", addr, err)
+	}
+	if m.secret != nil {
+		if err := m.authenticateListener(tc, &h, deadline); err != nil {
+			tc.Close()
+			return nil, fmt.Errorf("peermux: peer %s: %w", addr, err)
+		}
 	}
 	if err := tc.SetWriteDeadline(time.Time{}); err != nil {
 		tc.Close()
