@@ -287,6 +287,17 @@ type Config struct {
 	// files are reloaded when they change, without a restart. See tls.go.
 	TLSCertFile, TLSKeyFile, TLSCAFile string
 
+	// PeerSecretFile is the file of the cluster's peer secret
+	// (--peer-secret-file): the base64 of at least 32 random bytes, the
+	// same file on every node, readable by the node alone. With it, the
+	// two ends of every peer connection prove to each other that they hold
+	// the secret before the connection carries anything (package peermux,
+	// auth.go); the secret never crosses the wire. A cluster with an access
+	// file whose peer port is plaintext on a non-loopback address needs it
+	// (peersecret.go). Create one with
+	// `head -c 32 /dev/urandom | base64 > peer.secret; chmod 600 peer.secret`.
+	PeerSecretFile string
+
 	// InsecurePlaintext allows a non-loopback API or Raft address (listen
 	// or advertised) without TLS (--insecure-plaintext): anyone who reaches
 	// the ports can then read and write the cluster's state. Without it,
@@ -442,6 +453,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.checkTLS(bad); err != nil {
+		return err
+	}
+	if err := c.checkPeerSecret(bad); err != nil {
 		return err
 	}
 	if c.MaxFeatureLevel > fsm.FeatureLevel {

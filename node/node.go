@@ -154,12 +154,20 @@ func New(cfg Config) (_ *Node, err error) {
 		raftLn.Close()
 		return nil, fmt.Errorf("node: --raft-addr: %w", errRaftNotAdvertisable)
 	}
+	var peerSecret []byte
+	if cfg.PeerSecretFile != "" {
+		if peerSecret, err = readPeerSecret(cfg.PeerSecretFile); err != nil {
+			raftLn.Close()
+			return nil, fmt.Errorf("%w: --peer-secret-file: %w", ErrInvalidConfig, err)
+		}
+	}
 	n.mux = peermux.New(raftLn, peermux.NewDialer(raftLn.Addr(), cfg.DebugDialMap), advertise, n.log, peermux.Options{
 		HandshakeTimeout:   cfg.PeerHandshakeTimeout,
 		IdleTimeout:        cfg.PeerIdleTimeout,
 		ForwardIdleTimeout: 2 * cfg.RequestTimeout,
 		ServerTLS:          peerServerTLS,
 		ClientTLS:          peerClientTLS,
+		Secret:             peerSecret,
 	})
 	if err := n.initClusterID(); err != nil {
 		raftLn.Close()

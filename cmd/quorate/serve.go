@@ -109,6 +109,9 @@ func newServeCmd() *cobra.Command {
 		"port; with --tls-key and --tls-ca, both ports are TLS (mutual between nodes). Reloaded when it changes")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", cfg.TLSKeyFile, "PEM private key of --tls-cert")
 	fs.StringVar(&cfg.TLSCAFile, "tls-ca", cfg.TLSCAFile, "PEM CA bundle that verifies other nodes' and callers' certificates (and signs --tls-cert)")
+	fs.StringVar(&cfg.PeerSecretFile, "peer-secret-file", cfg.PeerSecretFile, "file of the cluster's peer secret (the same on every node; create it with\n"+
+		"head -c 32 /dev/urandom | base64 > peer.secret; chmod 600 peer.secret): peers prove they hold it before the peer port\n"+
+		"serves them. Required with --access-file when the peer port is plaintext beyond loopback")
 	fs.BoolVar(&cfg.InsecurePlaintext, "insecure-plaintext", cfg.InsecurePlaintext, "serve a non-loopback --api-addr or --raft-addr without TLS: anyone who reaches the ports\n"+
 		"can read and change the cluster's state. Without it, a plaintext node listens on loopback only")
 	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (1 to %d; 0: this binary's, %d); lower it to hold new\n"+
