@@ -270,7 +270,8 @@ type Config struct {
 	TokenFile string
 
 	// NodeToken is the bearer token this node presents on other nodes' API
-	// ports (--node-token, or QUORATE_NODE_TOKEN): its first join through
+	// ports (cmd/quorate reads it from --node-token-file, or
+	// $QUORATE_NODE_TOKEN; never an argument): its first join through
 	// --join, the only call it makes there (members talk over the peer
 	// port). With an access file, its caller needs the admin role. With TLS
 	// the node's certificate is enough: a certificate naming a node may

@@ -129,7 +129,9 @@ func New(cfg Config) (_ *Node, err error) {
 		if n.pprofLn, err = n.listen("pprof-addr", cfg.PprofAddr); err != nil {
 			return nil, err
 		}
-		n.pprofServer = n.newPprofServer()
+		if n.pprofServer, err = n.newPprofServer(); err != nil {
+			return nil, err
+		}
 	}
 	n.apiAddr = cfg.AdvertiseAPIAddr
 	if n.apiAddr == "" {
@@ -349,7 +351,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
 	if n.pprofServer != nil {
-		go func() { _ = n.pprofServer.Serve(n.pprofLn) }() // ends with the node
+		go n.servePprof() // ends with the node
 		n.log.Info("profiling endpoint", "url", n.pprofURL())
 	}
 	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState)

@@ -190,7 +190,6 @@ func TestPeerSecretGatesPlaintextPeerPort(t *testing.T) {
 	}
 }
 
-
 // admitsEverywhere checks that an admit through each node (as the
 // cluster's client, ops) gets an answer.
 func admitsEverywhere(t *testing.T, c *nodetest.Cluster) {

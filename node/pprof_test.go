@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 )
@@ -46,5 +49,103 @@ func TestPprofEndpoint(t *testing.T) {
 	cfg.ID, cfg.DataDir, cfg.Bootstrap, cfg.PprofAddr = "n1", t.TempDir(), true, "0.0.0.0:6060"
 	if err := cfg.Validate(); !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), "--pprof-addr:") {
 		t.Fatalf("Validate with a non-loopback --pprof-addr: %v", err)
+	}
+}
+
+// pprofStatus GETs url with client (adding token as a bearer token when
+// not empty) and returns the status and body.
+func pprofStatus(t *testing.T, client *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// With an access file, the profiling endpoint serves only the admin role:
+// /debug/pprof/cmdline (the process's arguments) and every profile are
+// refused to an anonymous caller (401), a bad token (401) and a client
+// (403).
+func TestPprofNeedsAdminWithAccessFile(t *testing.T) {
+	dir := t.TempDir()
+	tokens := map[string]string{"ops": access.NewToken(), "app": access.NewToken()}
+	accessPath, tokenPath := filepath.Join(dir, "access.yaml"), filepath.Join(dir, "tokens.yaml")
+	writeAtomic(t, accessPath, "callers:\n  - caller: ops\n    roles: [admin]\n  - caller: app\n    roles: [client]\n")
+	writeAtomic(t, tokenPath, tokenFile(tokens))
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Token: tokens["ops"], Configure: func(_ int, cfg *node.Config) {
+		cfg.AccessFile, cfg.TokenFile, cfg.PprofAddr = accessPath, tokenPath, "127.0.0.1:0"
+	}})
+	base := "http://" + c.Node(0).PprofAddr() + "/debug/pprof/"
+	for _, path := range []string{"cmdline", "heap?debug=1", "goroutine?debug=2", ""} {
+		for _, tc := range []struct {
+			who, token string
+			want       int
+		}{
+			{"anonymous", "", http.StatusUnauthorized},
+			{"an unknown token", access.NewToken(), http.StatusUnauthorized},
+			{"a client", tokens["app"], http.StatusForbidden},
+			{"an admin", tokens["ops"], http.StatusOK},
+		} {
+			code, body := pprofStatus(t, http.DefaultClient, base+path, tc.token)
+			if code != tc.want {
+				t.Errorf("GET %s as %s: HTTP %d, want %d: %.200s", path, tc.who, code, tc.want, body)
+			}
+			if code != http.StatusOK && (strings.Contains(body, "goroutine") || strings.Contains(body, "heap")) {
+				t.Errorf("GET %s as %s: the refusal shows a profile: %.200s", path, tc.who, body)
+			}
+		}
+	}
+}
+
+// On a TLS node with an access file the endpoint is TLS, and an admin's
+// client certificate reaches it while a client's does not.
+func TestPprofTLSAdminCertificate(t *testing.T) {
+	dir := t.TempDir()
+	accessPath := filepath.Join(dir, "access.yaml")
+	writeAtomic(t, accessPath, "callers:\n  - caller: "+certs.DevAdminIdentity+"\n    roles: [admin, client]\n  - caller: "+
+		certs.DevClientIdentity+"\n    roles: [client]\n")
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, TLS: true, Configure: func(_ int, cfg *node.Config) {
+		cfg.AccessFile, cfg.PprofAddr = accessPath, "127.0.0.1:0"
+	}})
+	url := "https://" + c.Node(0).PprofAddr() + "/debug/pprof/cmdline"
+	client := func(kp *certs.KeyPair) *http.Client {
+		o := certs.Options{CAFile: c.CA().CAFile, Interval: -1}
+		if kp != nil {
+			o.CertFile, o.KeyFile = kp.CertFile, kp.KeyFile
+		}
+		src, err := certs.NewSource(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := src.ClientConfig(certs.ClientOptions{ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true} // certs.ClientConfig offers h2
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	for _, tc := range []struct {
+		who  string
+		kp   *certs.KeyPair
+		want int
+	}{
+		{"no certificate", nil, http.StatusUnauthorized},
+		{"a client's certificate", &c.CA().Client, http.StatusForbidden},
+		{"an admin's certificate", &c.CA().Admin, http.StatusOK},
+	} {
+		if code, body := pprofStatus(t, client(tc.kp), url, ""); code != tc.want {
+			t.Errorf("GET cmdline with %s: HTTP %d, want %d: %.200s", tc.who, code, tc.want, body)
+		}
 	}
 }

@@ -104,7 +104,7 @@ func newBenchCmd() *cobra.Command {
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	var auth clientOptions // only its --token: calls take it from the context
+	var auth clientOptions // only its --token-file: calls take the token from the context
 	addTokenFlag(cmd, &auth)
 	fs := cmd.Flags()
 	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")

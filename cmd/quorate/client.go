@@ -24,14 +24,15 @@ const defaultServer = "http://127.0.0.1:7070"
 
 // clientOptions are the flags every client command shares.
 type clientOptions struct {
-	server  string
-	timeout time.Duration
-	token   string
-	tls     tlsFlags     // --tls-ca, --tls-cert, --tls-key
-	hc      *http.Client // built by beginServers from tls
+	server    string
+	timeout   time.Duration
+	tokenFile string       // --token-file (--auth-token-file)
+	tls       tlsFlags     // --tls-ca, --tls-cert, --tls-key
+	hc        *http.Client // built by beginServers from tls
 }
 
-// tokenEnv names the environment variable --token defaults to.
+// tokenEnv names the environment variable the token defaults to without
+// --token-file.
 const tokenEnv = "QUORATE_TOKEN"
 
 // serverEnv names the environment variable --server defaults to; the flag
@@ -56,7 +57,7 @@ func serverFromEnv(cmd *cobra.Command) error {
 	return nil
 }
 
-// addClientFlags registers --server, --timeout and --token on cmd.
+// addClientFlags registers --server, --timeout and --token-file on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
 	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
@@ -67,20 +68,22 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	addTokenFlag(cmd, o)
 }
 
-// addTokenFlag registers --token on cmd (--auth-token on the lease
-// commands, whose --token is a fencing token), and has every call the
-// command makes from its context send the token (apiHTTPClient).
+// addTokenFlag registers --token-file on cmd (--auth-token-file on the
+// lease commands, whose --token is a fencing token), and has every call the
+// command makes from its context send the token of that file, or of
+// $QUORATE_TOKEN (apiHTTPClient). The token itself is never an argument
+// (secretflags.go).
 func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
 	name := "token"
 	if cmd.Flags().Lookup(name) != nil {
 		name = "auth-token"
 	}
-	cmd.Flags().StringVar(&o.token, name, "", "bearer token to authenticate with (default $"+tokenEnv+"); see quorate token create")
+	cmd.Flags().StringVar(&o.tokenFile, name+"-file", "", "file holding the bearer token to authenticate with (default $"+tokenEnv+"); see quorate token create")
 	pre := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		token := o.token
-		if token == "" {
-			token = os.Getenv(tokenEnv)
+		token, err := secretFromFileOrEnv(name+"-file", o.tokenFile, tokenEnv)
+		if err != nil {
+			return err
 		}
 		if token != "" {
 			cmd.SetContext(context.WithValue(cmd.Context(), tokenKey{}, token))
@@ -90,6 +93,7 @@ func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
 		}
 		return nil
 	}
+	refuseSecretFlag(cmd, name, name+"-file", tokenEnv)
 }
 
 // addServersFlags registers --server, which takes a comma-separated list of
@@ -170,7 +174,7 @@ func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ 
 type tokenKey struct{}
 
 // apiHTTPClient is the HTTP client of every API call the commands make: it
-// sends the bearer token of the call's context (--token), if any.
+// sends the bearer token of the call's context (--token-file), if any.
 var apiHTTPClient = &http.Client{Transport: tokenTransport{next: http.DefaultTransport}}
 
 // tokenTransport adds the context's bearer token to each request.

@@ -74,8 +74,8 @@
 //
 //	quorate token create --caller NAME
 //	    a new bearer token and its --token-file entry; client commands send
-//	    one with --token (lease renew/release/check: --auth-token) or
-//	    $QUORATE_TOKEN
+//	    the one in --token-file (lease renew/release/check:
+//	    --auth-token-file) or $QUORATE_TOKEN; a token is never an argument
 //
 // Benchmarks:
 //

@@ -39,7 +39,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: "Quorate decides admission (rate limits) strictly across a cluster: every decision\n" +
 			"goes through a Raft log, so all nodes share one budget.\n\n" +
 			"Client commands send to --server, default $" + serverEnv + " or " + defaultServer + ",\n" +
-			"with the bearer token --token, default $" + tokenEnv + ".\n\n" + exitStatusHelp,
+			"with the bearer token of --token-file, default $" + tokenEnv + ".\n\n" + exitStatusHelp,
 		SilenceUsage:  true, // a failed RPC is not a usage mistake
 		SilenceErrors: true, // main prints the error once
 		// $QUORATE_SERVER is the default of every command's --server.

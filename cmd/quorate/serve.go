@@ -15,12 +15,13 @@ import (
 	"github.com/quorate/quorate/node"
 )
 
-// nodeTokenEnv names the environment variable --node-token defaults to.
+// nodeTokenEnv names the environment variable the node token defaults to
+// without --node-token-file.
 const nodeTokenEnv = "QUORATE_NODE_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var clockFile string
+	var clockFile, nodeTokenFile string
 	cmd := &cobra.Command{
 		Use:   "serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR)",
 		Short: "Run one node of a Quorate cluster",
@@ -37,9 +38,11 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.LogOutput = cmd.ErrOrStderr()
-			if cfg.NodeToken == "" {
-				cfg.NodeToken = os.Getenv(nodeTokenEnv)
+			token, err := secretFromFileOrEnv("node-token-file", nodeTokenFile, nodeTokenEnv)
+			if err != nil {
+				return err
 			}
+			cfg.NodeToken = token
 			var reload chan os.Signal
 			if clockFile != "" {
 				// Listen before the first read: a SIGUSR1 sent after the
@@ -122,8 +125,9 @@ func newServeCmd() *cobra.Command {
 		"descriptors, in the rate-limit service's YAML format; repeatable; reloaded when it changes. The node applies its policies")
 	fs.BoolVar(&cfg.EnvoyHeaders, "envoy-headers", cfg.EnvoyHeaders, "add the RateLimit-Policy and RateLimit header fields to the rate-limit service's answers")
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
-	fs.StringVar(&cfg.NodeToken, "node-token", cfg.NodeToken, "bearer token this node sends on its --join, for a cluster without TLS that has an access file: a caller\n"+
-		"with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")
+	fs.StringVar(&nodeTokenFile, "node-token-file", "", "file holding the bearer token this node sends on its --join, for a cluster without TLS that has an\n"+
+		"access file: a caller with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")
+	refuseSecretFlag(cmd, "node-token", "node-token-file", nodeTokenEnv)
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")

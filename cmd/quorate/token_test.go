@@ -29,7 +29,7 @@ func createToken(t *testing.T, caller string) (token, entry string) {
 }
 
 // The CLI against a cluster with an access file: tokens from token create,
-// sent by --token or $QUORATE_TOKEN.
+// sent from --token-file or $QUORATE_TOKEN, never taken as arguments.
 func TestTokenEndToEnd(t *testing.T) {
 	opsToken, opsEntry := createToken(t, "ops")
 	appToken, appEntry := createToken(t, "app")
@@ -52,9 +52,23 @@ func TestTokenEndToEnd(t *testing.T) {
 	server := c.APIURL(0)
 	_, _, err := runCLI(t, "policy", "apply", "-f", file, "--server", server)
 	wantErrNaming(t, err, "unauthenticated")
-	_, _, err = runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token", appToken)
+	opsFile, appFile := filepath.Join(dir, "ops.token"), filepath.Join(dir, "app.token")
+	for f, tok := range map[string]string{opsFile: opsToken, appFile: appToken} {
+		if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token-file", appFile)
 	wantErrNaming(t, err, "permission_denied", "app", "admin")
-	if _, errOut, err := runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token", opsToken); err != nil {
+	// A token as an argument is refused, naming the file flag, and not echoed.
+	_, _, err = runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token", opsToken)
+	wantErrNaming(t, err, "--token", "--token-file")
+	if err != nil && strings.Contains(err.Error(), opsToken) {
+		t.Errorf("the refusal of --token echoes the token: %v", err)
+	}
+	_, _, err = runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token-file", filepath.Join(dir, "absent"))
+	wantErrNaming(t, err, "--token-file", "absent")
+	if _, errOut, err := runCLI(t, "policy", "apply", "-f", file, "--server", server, "--token-file", opsFile); err != nil {
 		t.Fatalf("policy apply as ops: %v\n%s", err, errOut)
 	}
 
@@ -80,9 +94,12 @@ func TestTokenEndToEnd(t *testing.T) {
 	if err != nil || strings.Contains(out+errOut, "unauthenticated") || strings.Contains(out+errOut, "permission") {
 		t.Errorf("bench with $%s: %v\n%s%s", tokenEnv, err, out, errOut)
 	}
-	// The lease commands take it as --auth-token, as --token is the fencing token.
-	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token", opsToken)
+	// The lease commands take it as --auth-token-file, as --token is the
+	// fencing token.
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token-file", opsFile)
 	wantErrNaming(t, err, "permission_denied", "ops", "client")
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token", opsToken)
+	wantErrNaming(t, err, "--auth-token", "--auth-token-file")
 }
 
 func TestTokenCreateRefusesABadCaller(t *testing.T) {
