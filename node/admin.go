@@ -187,6 +187,9 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	if err := checkJoinRequest(req.Msg); err != nil {
 		return nil, n.toConnectError(err)
 	}
+	// Where the call came from, for the audit trail (a call forwarded over
+	// the peer port keeps what its first node noted).
+	ctx = withCallerAddr(ctx, req.Peer().Addr)
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.JoinResponse, error) {
 			return &quoratev1.JoinResponse{ClusterId: n.controller.knownClusterID()}, n.controller.joinAsLeader(ctx, req.Msg)

@@ -164,27 +164,28 @@ func TestAdmitBatchSharesEntries(t *testing.T) {
 // level, decisions share entries again.
 func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 	// A node without a level can no longer join, and a cluster whose nodes
-	// are all current refuses a registration without one: node 2 plays a
+	// are all current refuses a registration without one: node 0 plays a
 	// binary that predates the cluster ID (whose level refuses such a
 	// registration), and the registry then gets the entry a leader that
-	// predates levels wrote for it.
+	// predates levels wrote for it. It bootstraps the cluster: a node
+	// below the cluster's level could not join it.
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
-		if i == 2 {
+		if i == 0 {
 			cfg.MaxFeatureLevel = node.ClusterIDLevel() - 1
 		}
 	}})
 	applyBucket(t, c, "p", 1_000)
-	leader := c.Leader(t) // may be node 2: a leader's own level matters alike
-	c.Eventually(t, 10*time.Second, "node 2 registered below the cluster ID's level", func() error {
+	leader := c.Leader(t) // may be node 0: a leader's own level matters alike
+	c.Eventually(t, 10*time.Second, "node 0 registered below the cluster ID's level", func() error {
 		if got := node.MinFeatureLevel(c.Node(leader)); got != node.ClusterIDLevel()-1 {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
 		return nil
 	})
-	if err := node.RegisterAtLevel(c.Node(leader), c.Node(2).ID(), 0); err != nil {
+	if err := node.RegisterAtLevel(c.Node(leader), c.Node(0).ID(), 0); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(t, 10*time.Second, "node 2 registered at level 0", func() error {
+	c.Eventually(t, 10*time.Second, "node 0 registered at level 0", func() error {
 		if got := node.MinFeatureLevel(c.Node(leader)); got != 0 {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
@@ -208,10 +209,10 @@ func TestBatchEntriesWaitForEveryNodesFeatureLevel(t *testing.T) {
 		t.Fatalf("60 decisions took %d entries with an old node registered, want one each", e)
 	}
 
-	// Node 2 restarts with the current binary and registers its level.
-	c.Stop(2)
-	c.Config(2).MaxFeatureLevel = 0
-	c.Start(2)
+	// Node 0 restarts with the current binary and registers its level.
+	c.Stop(0)
+	c.Config(0).MaxFeatureLevel = 0
+	c.Start(0)
 	leader = c.Leader(t)
 	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {
 		if got := node.MinFeatureLevel(c.Node(leader)); got < 1 {

@@ -97,7 +97,7 @@ func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[R
 	it.forward = func(ctx context.Context, p *peerClient) error {
 		fwd := connect.NewRequest(req.Msg)
 		fwd.Header().Set(forwardedHeader, n.cfg.ID)
-		setForwardedIdentity(fwd.Header(), identityOf(ctx))
+		setForwardedIdentity(ctx, fwd.Header())
 		resp, err := remote(ctx, p, fwd)
 		if err == nil {
 			*out = resp.Msg

@@ -32,18 +32,20 @@ func actorOf(ctx context.Context, request string) *raftcmdv1.Actor {
 // selfActor is the Actor of a change the control plane makes on its own
 // (a plan's steps): "node:<id>" of this node.
 func (c *controller) selfActor() *raftcmdv1.Actor {
-	return &raftcmdv1.Actor{Caller: "node:" + c.cfg.ID, Source: "node"}
+	id := nodeIdentity(c.cfg.ID)
+	return &raftcmdv1.Actor{Caller: id.Caller, Source: string(id.Source)}
 }
 
-// joinActor is the Actor of node id's registration: the authenticated
-// caller that asked, or, when none was, the node the request names (with
-// source "none": a claim, not an identity).
-func joinActor(ctx context.Context, id string) *raftcmdv1.Actor {
-	a := actorOf(ctx, "join")
-	if a.GetCaller() == "" {
-		a.Caller = "node:" + id
+// joinActor is the Actor of a registration asked for by ctx's request: who
+// asked, as the API edge authenticated it (anonymous when nobody was), or
+// the node itself for its own join; and, when the node the caller called
+// noted it, the address the call came from ("join from <addr>").
+func joinActor(ctx context.Context) *raftcmdv1.Actor {
+	req := "join"
+	if addr := callerAddrOf(ctx); addr != "" {
+		req += " from " + addr
 	}
-	return a
+	return actorOf(ctx, req)
 }
 
 // ListAudit answers from this node's meta replica once it has applied

@@ -107,18 +107,34 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 }
 
 // withGrants adds to each hot key the budget leases its group's replica f
-// holds on it: live holders and the units granted and not reported spent
-// (for a local-plus-global holder, its allowance).
+// holds on it (fsm.GrantedKey: live holders, and the units granted and not
+// reported spent, a local-plus-global holder's allowance whole), then up to
+// grantKeysShown more keys that hold grants, the most units first, with no
+// decisions counted. Grants are the group's replicated state, so any
+// replica shows them — a new leader after a failover, whose hot keys (what
+// it counted while leading) are new, as well.
 func withGrants(hot []*quoratev1.HotKey, f *fsm.FSM) []*quoratev1.HotKey {
+	type id struct{ policy, key string }
+	shown := make(map[id]bool, len(hot))
 	for _, h := range hot {
-		for _, g := range f.GrantsOf(h.GetPolicy(), h.GetKey()) {
-			h.GrantHolders++
-			if g.Sync {
-				h.GrantedUnspent += g.Total
-			} else {
-				h.GrantedUnspent += max(0, g.Total-g.Used)
-			}
+		shown[id{h.GetPolicy(), h.GetKey()}] = true
+		if gk, ok := f.GrantedKeyOf(h.GetPolicy(), h.GetKey()); ok {
+			h.GrantHolders, h.GrantedUnspent = gk.Holders, gk.Unspent
+		}
+	}
+	extra := 0
+	for _, gk := range f.GrantedKeys(len(hot) + grantKeysShown) {
+		if extra == grantKeysShown {
+			break
+		}
+		if !shown[id{gk.Policy, gk.Key}] {
+			hot = append(hot, &quoratev1.HotKey{Policy: gk.Policy, Key: gk.Key, GrantHolders: gk.Holders, GrantedUnspent: gk.Unspent})
+			extra++
 		}
 	}
 	return hot
 }
+
+// grantKeysShown is how many keys that hold grants but are not among its
+// hot keys a group's status lists.
+const grantKeysShown = 10

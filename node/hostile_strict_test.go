@@ -399,7 +399,7 @@ func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 2, 3
 		cfg.MigrationChunkBytes = 1024
-		if i == 2 {
+		if i == 0 { // it bootstraps: below the cluster's level it could not join
 			cfg.MaxFeatureLevel = fsm.FeatureMigrate
 		}
 	}})
@@ -446,7 +446,7 @@ func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 		}
 	}
 
-	c.Eventually(t, 10*time.Second, "node 2's level recorded", func() error {
+	c.Eventually(t, 10*time.Second, "node 0's level recorded", func() error {
 		if l := node.MinFeatureLevel(c.Node(0)); l != fsm.FeatureMigrate {
 			return fmt.Errorf("min level %d", l)
 		}
@@ -455,9 +455,9 @@ func TestImportBoundFollowsFeatureLevel(t *testing.T) {
 	hook()
 	move(1, 2, false)
 
-	c.Config(2).MaxFeatureLevel = 0
-	c.Stop(2)
-	c.Start(2)
+	c.Config(0).MaxFeatureLevel = 0
+	c.Stop(0)
+	c.Start(0)
 	hook()
 	c.Eventually(t, 20*time.Second, "every node at the current level", func() error {
 		for i := range c.Len() {

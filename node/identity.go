@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"net/http"
+	"strings"
+	"unicode"
 
 	"github.com/quorate/quorate/access"
 )
@@ -26,20 +28,47 @@ func identityOf(ctx context.Context) access.Identity {
 	return access.Anonymous()
 }
 
+// sourceNode is the Source of a node's own call (its join, the control
+// plane's changes): made by the node itself, or sent by it over the peer
+// port, which only nodes reach. Its caller is "node:<id>" (nodeIdentity).
+// The API edge never gives it: there, only credentials count.
+const sourceNode access.Source = "node"
+
+// nodeCallerPrefix leads the caller of a node's own call.
+const nodeCallerPrefix = "node:"
+
+// nodeIdentity is the identity of node id's own calls.
+func nodeIdentity(id string) access.Identity {
+	return access.Identity{Caller: nodeCallerPrefix + id, Source: sourceNode}
+}
+
 // The identity of a request a node forwards to a group's leader travels in
 // these headers, over the peer port's forwarding channel only: the leader's
 // forwarding server does not authenticate callers (the node that forwarded
-// did), but it records who asked (the audit trail) from them. Headers
-// arriving on the API port are ignored: there, only credentials count.
+// did), but it records who asked (the audit trail) from them, and where the
+// call came from when the handler noted it (withCallerAddr: a join).
+// Headers arriving on the API port are ignored: there, only credentials
+// count.
 const (
 	forwardedCallerHeader = "Quorate-Forwarded-Caller"
 	forwardedSourceHeader = "Quorate-Forwarded-Caller-Source"
+	forwardedAddrHeader   = "Quorate-Forwarded-Caller-Addr"
 )
 
-// setForwardedIdentity marks a request this node forwards with id, the
-// identity it authenticated (nothing for an anonymous one).
-func setForwardedIdentity(h http.Header, id access.Identity) {
-	if id.Source != access.SourceCertificate && id.Source != access.SourceToken {
+// maxCallerAddrBytes bounds a forwarded caller address: host:port of an
+// IPv6 address with a zone fits.
+const maxCallerAddrBytes = 128
+
+// setForwardedIdentity marks a request this node forwards with the
+// identity of ctx's request, the one its edge authenticated or a node's
+// own (nothing for an anonymous one), and with the caller's address, when
+// ctx has one.
+func setForwardedIdentity(ctx context.Context, h http.Header) {
+	if addr := callerAddrOf(ctx); addr != "" {
+		h.Set(forwardedAddrHeader, addr)
+	}
+	id := identityOf(ctx)
+	if id.Source != access.SourceCertificate && id.Source != access.SourceToken && id.Source != sourceNode {
 		return
 	}
 	h.Set(forwardedCallerHeader, id.Caller)
@@ -48,20 +77,51 @@ func setForwardedIdentity(h http.Header, id access.Identity) {
 
 // forwardedIdentity is the identity a forwarded request carries, read by
 // the forwarding server; anonymous when the headers are absent or not of a
-// form a node writes (an unknown source, a caller access would not accept).
+// form a node writes (an unknown source, a caller access would not accept,
+// a node's call not named "node:<id>").
 func forwardedIdentity(h http.Header) access.Identity {
 	caller, src := h.Get(forwardedCallerHeader), access.Source(h.Get(forwardedSourceHeader))
 	if caller == "" || len(caller) > access.MaxCallerBytes ||
-		(src != access.SourceCertificate && src != access.SourceToken) {
+		(src != access.SourceCertificate && src != access.SourceToken && src != sourceNode) ||
+		(src == sourceNode && !strings.HasPrefix(caller, nodeCallerPrefix)) {
 		return access.Anonymous()
 	}
 	return access.Identity{Caller: caller, Source: src}
 }
 
 // withForwardedIdentity is the forwarding server's middleware: each request
-// runs with the identity its forwarding node sent (forwardedIdentity).
+// runs with the identity its forwarding node sent (forwardedIdentity), and
+// with the caller address it sent, if any: a request on the peer port has
+// no other (its connection's is a node's).
 func withForwardedIdentity(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(withIdentity(r.Context(), forwardedIdentity(r.Header))))
+		ctx := withIdentity(r.Context(), forwardedIdentity(r.Header))
+		addr := r.Header.Get(forwardedAddrHeader)
+		if len(addr) > maxCallerAddrBytes || strings.IndexFunc(addr, unicode.IsControl) >= 0 {
+			addr = ""
+		}
+		ctx = context.WithValue(ctx, callerAddrKey{}, addr)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// callerAddrKey is the context key of the network address a request came
+// from, as the node the client called saw it.
+type callerAddrKey struct{}
+
+// withCallerAddr returns ctx noting addr, the remote address of the
+// connection its request came on, unless ctx already has one: a request
+// the forwarding server serves keeps the address the forwarding node sent
+// (or none).
+func withCallerAddr(ctx context.Context, addr string) context.Context {
+	if _, ok := ctx.Value(callerAddrKey{}).(string); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, callerAddrKey{}, addr)
+}
+
+// callerAddrOf is the caller's address ctx notes ("" for none).
+func callerAddrOf(ctx context.Context) string {
+	addr, _ := ctx.Value(callerAddrKey{}).(string)
+	return addr
 }

@@ -32,7 +32,9 @@ func TestForwardedIdentity(t *testing.T) {
 		{"certificate", "spiffe://x/y", "certificate", access.Identity{Caller: "spiffe://x/y", Source: access.SourceCertificate}},
 		{"none", "", "", access.Anonymous()},
 		{"no source", "app-a", "", access.Anonymous()},
-		{"unknown source", "app-a", "node", access.Anonymous()},
+		{"unknown source", "app-a", "admin", access.Anonymous()},
+		{"node", "node:node3", "node", access.Identity{Caller: "node:node3", Source: sourceNode}},
+		{"node source, not a node's caller", "app-a", "node", access.Anonymous()},
 		{"source none", "app-a", "none", access.Anonymous()},
 		{"caller too long", long, "token", access.Anonymous()},
 	} {
@@ -49,15 +51,42 @@ func TestForwardedIdentity(t *testing.T) {
 			}
 		})
 	}
-	// A node writes only authenticated identities, and reads back what it wrote.
+	// A node writes only authenticated identities and its own, and reads
+	// back what it wrote.
 	h := http.Header{}
-	setForwardedIdentity(h, access.Anonymous())
+	setForwardedIdentity(context.Background(), h)
 	if len(h) != 0 {
 		t.Fatalf("an anonymous identity wrote headers %v", h)
 	}
-	id := access.Identity{Caller: "ops", Source: access.SourceToken}
-	setForwardedIdentity(h, id)
-	if got := forwardedIdentity(h); got != id {
-		t.Fatalf("round trip: got %+v, want %+v", got, id)
+	for _, id := range []access.Identity{{Caller: "ops", Source: access.SourceToken}, nodeIdentity("node2")} {
+		h := http.Header{}
+		setForwardedIdentity(withIdentity(context.Background(), id), h)
+		if got := forwardedIdentity(h); got != id {
+			t.Fatalf("round trip: got %+v, want %+v", got, id)
+		}
+	}
+}
+
+// A caller proves to be a node by a certificate or token of caller
+// quorate://node/<id>, or by being the node (its own call); any other
+// identity proves no node.
+func TestProvenNode(t *testing.T) {
+	for _, tc := range []struct {
+		id   access.Identity
+		want string
+	}{
+		{access.Identity{Caller: "quorate://node/node3", Source: access.SourceCertificate}, "node3"},
+		{access.Identity{Caller: "quorate://node/node3", Source: access.SourceToken}, "node3"},
+		{nodeIdentity("node3"), "node3"},
+		{access.Identity{Caller: "ops", Source: access.SourceToken}, ""},
+		{access.Identity{Caller: "node:node3", Source: access.SourceToken}, ""},
+		{access.Identity{Caller: "quorate://node/node3?x=1", Source: access.SourceCertificate}, ""},
+		{access.Identity{Caller: "node:", Source: sourceNode}, ""},
+		{access.Anonymous(), ""},
+	} {
+		got, ok := provenNode(tc.id)
+		if ok != (tc.want != "") || got != tc.want {
+			t.Errorf("%+v: node %q (%v), want %q", tc.id, got, ok, tc.want)
+		}
 	}
 }

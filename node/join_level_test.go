@@ -3,6 +3,8 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -15,29 +17,45 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// A Join without a feature level, or with one above what the binary knows,
-// is refused on every node (naming the field) and changes nothing: the
-// cluster's level stays, and removals still work.
+// A Join without a feature level, with one above what the binary knows,
+// or with one below the cluster's (the lowest of its registered nodes: a
+// node there could not apply what the cluster writes) is refused on every
+// node, naming the field, for a new node and for a registered one at its
+// own addresses alike; it changes nothing: the registry and the cluster's
+// level stay, and removals still work.
 func TestJoinFeatureLevelIsChecked(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
+	before := node.Registry(c.Node(0))
+	self := before["node3"]
+	intruder := func(level uint32) *quoratev1.JoinRequest {
+		return &quoratev1.JoinRequest{Id: "intruder", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:2", FeatureLevel: level}
+	}
+	below := fmt.Sprintf("is below %d, the cluster's feature level", fsm.FeatureLevel)
 	for _, tc := range []struct {
-		name  string
-		level uint32
-		want  string
+		name string
+		req  *quoratev1.JoinRequest
+		want string
 	}{
-		{"no level", 0, "must be set"},
-		{"unknown level", 99, "99 is above"},
+		{"no level", intruder(0), "must be set"},
+		{"unknown level", intruder(99), "99 is above"},
+		{"level 1", intruder(1), "1 " + below},
+		{"node3 at level 1", &quoratev1.JoinRequest{Id: "node3", RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: 1}, below},
+		{"node3 one level down", &quoratev1.JoinRequest{Id: "node3", RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: fsm.FeatureLevel - 1}, below},
 	} {
 		for i := range c.Len() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := c.Admin(i).Join(ctx, connect.NewRequest(&quoratev1.JoinRequest{
-				Id: "intruder", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:2", FeatureLevel: tc.level}))
+			_, err := c.Admin(i).Join(ctx, connect.NewRequest(tc.req))
 			cancel()
 			var ce *connect.Error
 			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument ||
 				!strings.Contains(err.Error(), "feature_level") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%s through node %d: %v; want invalid_argument naming feature_level (%q)", tc.name, i, err, tc.want)
 			}
+		}
+	}
+	for i := range c.Len() {
+		if got := node.Registry(c.Node(i)); !maps.Equal(got, before) {
+			t.Fatalf("node %d: registry %v, want %v", i, got, before)
 		}
 	}
 	for i := range c.Len() {

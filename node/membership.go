@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -40,9 +41,10 @@ func checkJoinLevel(level uint32) error {
 // state asks Config.Join; a node with state asks the leader it knows.
 func (c *controller) register(ctx context.Context) {
 	self := c.self
+	ctx = withIdentity(ctx, nodeIdentity(self.ID)) // its own join, whoever leads
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
 	b := doubling(20*time.Millisecond, time.Second)
-	registered := false
+	registered, lastRefusal := false, ""
 	_, _ = retry(ctx, b, func() error {
 		nodes := c.meta.fsm.Nodes()
 		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
@@ -61,11 +63,29 @@ func (c *controller) register(ctx context.Context) {
 			return nil
 		}
 		err := c.joinOnce(ctx, req)
-		if err != nil && ctx.Err() == nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case refusedJoin(err) && err.Error() != lastRefusal:
+			// The cluster says no (feature level, addresses, rights):
+			// retrying changes nothing until an operator does.
+			lastRefusal = err.Error()
+			c.log.Warn("the cluster refuses this node's join; retrying", "err", err)
+		default:
 			c.log.Debug("joining", "err", err)
 		}
 		return errNotRecorded
 	})
+}
+
+// refusedJoin reports whether err is a join's refusal (rather than a
+// failure to reach the leader).
+func refusedJoin(err error) bool {
+	var fe *admission.FieldError
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeUnauthenticated:
+		return true
+	}
+	return errors.As(err, &fe) || errors.Is(err, ErrNodeLive) || errors.Is(err, access.ErrPermissionDenied)
 }
 
 // errNotRecorded tells the join loop's retry that this node is not yet
@@ -97,7 +117,10 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 	return c.req.onLeader(ctx, routing{idempotent: true},
 		func(ctx context.Context, _ dest) error { return c.joinAsLeader(ctx, req) },
 		func(ctx context.Context, p *peerClient) error {
-			resp, err := p.admin.Join(ctx, connect.NewRequest(req))
+			// Over the peer port: the leader learns it is this node's own.
+			fwd := connect.NewRequest(req)
+			setForwardedIdentity(ctx, fwd.Header())
+			resp, err := p.admin.Join(ctx, fwd)
 			if err != nil {
 				return err
 			}
@@ -118,23 +141,29 @@ func (c *controller) joined(resp *quoratev1.JoinResponse, from string) error {
 
 // joinAsLeader records the node's addresses (unless already recorded) and
 // makes it a member at its Raft address (unless it already is one): a voter,
-// or a non-voter once a cluster with data groups has MetaVoters voters.
+// or a non-voter once a cluster with data groups has MetaVoters voters. It
+// first checks what the join may change (checkJoin) and records nothing
+// when refused.
 func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
 	if err := c.checkJoinCluster(r); err != nil {
+		return err
+	}
+	// One membership change at a time: the checks and the voter count read
+	// below must include the change before, or concurrent joins all become
+	// voters (or pass checks the one before would fail).
+	c.joinMu.Lock()
+	defer c.joinMu.Unlock()
+	if err := c.checkJoin(ctx, r); err != nil {
 		return err
 	}
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	if !slices.Contains(c.meta.fsm.Nodes(), want) {
 		if _, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
 			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
-		}, Actor: joinActor(ctx, want.ID)}); err != nil {
+		}, Actor: joinActor(ctx)}); err != nil {
 			return err
 		}
 	}
-	// One membership change at a time: the voter count read below must
-	// include the change before, or concurrent joins all become voters.
-	c.joinMu.Lock()
-	defer c.joinMu.Unlock()
 	cf := c.meta.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)

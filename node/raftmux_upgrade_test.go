@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -29,15 +30,16 @@ func appliedAsMuch(t *testing.T, c *nodetest.Cluster, i, j int) {
 // started with --max-feature-level below it) is neither sent to nor sends
 // over the shared Raft connection, yet replicates with nodes that use it
 // between themselves; once it registers the level, Raft traffic to and
-// from it moves to the shared connection too.
+// from it moves to the shared connection too. (The old node, node1,
+// bootstraps the cluster: one below the cluster's level could not join.)
 func TestMixedRaftTransportsThenSwitch(t *testing.T) {
 	below := node.RaftMuxLevel() - 1
 	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		if i == 2 {
+		if i == 0 {
 			cfg.MaxFeatureLevel = below
 		}
 	}})
-	c.Eventually(t, 10*time.Second, "node3 registered below the level", func() error {
+	c.Eventually(t, 10*time.Second, "node1 registered below the level", func() error {
 		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != below {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
@@ -47,48 +49,52 @@ func TestMixedRaftTransportsThenSwitch(t *testing.T) {
 	for k := range 16 {
 		admitOnce(t, c, k%3, "p", fmt.Sprintf("k%d", k), fmt.Sprintf("a%d", k))
 	}
-	for _, j := range []int{0, 1} {
-		appliedAsMuch(t, c, 2, j)
+	for _, j := range []int{1, 2} {
+		appliedAsMuch(t, c, 0, j)
 	}
-	if s := node.RaftMuxStats(c.Node(2)); s.Dials+s.Accepted+s.FramesReceived != 0 {
-		t.Fatalf("node3, below the level, used shared connections: %+v", s)
+	if s := node.RaftMuxStats(c.Node(0)); s.Dials+s.Accepted+s.FramesReceived != 0 {
+		t.Fatalf("node1, below the level, used shared connections: %+v", s)
 	}
 	// A node reads the registry for its peers' levels at most once a
 	// second: the meta leader's RPCs to the other node at the level move
-	// to a shared connection within about that.
+	// to a shared connection within about that. node1, below the level,
+	// sends to nobody over them: it hands its leadership over.
 	c.Eventually(t, 10*time.Second, "the meta leader's RPCs to its peer at the level on a shared connection", func() error {
 		l := c.Leader(t)
-		if l == 2 {
-			return nil // below the level: it sends to nobody over them
+		if l == 0 {
+			if err := node.TransferMetaLeadership(c.Node(0)); err != nil {
+				return fmt.Errorf("handing node1's leadership over: %w", err)
+			}
+			return errors.New("node1 led")
 		}
 		if s := node.RaftMuxStats(c.Node(l)); s.Dials == 0 || s.FramesSent == 0 {
 			return fmt.Errorf("meta leader node%d sent nothing over shared connections: %+v", l+1, s)
 		}
 		return nil
 	})
-	if s := node.RaftMuxStats(c.Node(2)); s.Dials+s.Accepted+s.FramesReceived != 0 {
-		t.Fatalf("node3, below the level, used shared connections: %+v", s)
+	if s := node.RaftMuxStats(c.Node(0)); s.Dials+s.Accepted+s.FramesReceived != 0 {
+		t.Fatalf("node1, below the level, used shared connections: %+v", s)
 	}
 
-	c.Stop(2)
-	c.Config(2).MaxFeatureLevel = 0
-	c.Start(2)
-	c.Eventually(t, 20*time.Second, "node3 registered at the level", func() error {
+	c.Stop(0)
+	c.Config(0).MaxFeatureLevel = 0
+	c.Start(0)
+	c.Eventually(t, 20*time.Second, "node1 registered at the level", func() error {
 		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != node.FeatureLevel() {
 			return fmt.Errorf("lowest feature level %d", got)
 		}
 		return nil
 	})
-	c.Eventually(t, 20*time.Second, "node3's Raft traffic on shared connections", func() error {
-		if s := node.RaftMuxStats(c.Node(2)); s.FramesReceived == 0 {
-			return fmt.Errorf("node3's hub: %+v", s)
+	c.Eventually(t, 20*time.Second, "node1's Raft traffic on shared connections", func() error {
+		if s := node.RaftMuxStats(c.Node(0)); s.FramesReceived == 0 {
+			return fmt.Errorf("node1's hub: %+v", s)
 		}
 		return nil
 	})
 	for k := range 16 {
 		admitOnce(t, c, k%3, "p", fmt.Sprintf("k%d", k), fmt.Sprintf("b%d", k))
 	}
-	for _, j := range []int{0, 1} {
-		appliedAsMuch(t, c, 2, j)
+	for _, j := range []int{1, 2} {
+		appliedAsMuch(t, c, 0, j)
 	}
 }

@@ -181,30 +181,14 @@ func (c *controller) uncordon(ctx context.Context, id string) (uint64, error) {
 const liveCheckTimeout = time.Second
 
 // nodeLive reports whether node id runs: it is this node, or it answers a
-// status call, as id, on its API port or its peer port (its forwarding
-// channel), each within liveCheckTimeout. It names where it answered.
+// status call, as id, at its registered addresses (answerAsNode). It names
+// where it answered.
 func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
-	if id == c.cfg.ID {
-		return "own API (it is the meta leader)", true
-	}
 	m, ok := c.meta.fsm.Node(id)
-	if !ok {
+	if !ok && id != c.cfg.ID {
 		return "", false
 	}
-	ask := func(p *peers, addr, where string) (string, bool) {
-		if addr == "" {
-			return "", false
-		}
-		ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
-		defer cancel()
-		resp, err := p.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
-		if err != nil || resp.Msg.GetNode().GetId() != id {
-			return "", false
-		}
-		return where + " " + addr, true
-	}
-	if where, ok := ask(c.fwd, m.RaftAddr, "peer port"); ok {
-		return where, true
-	}
-	return ask(c.peers, m.APIAddr, "API")
+	m.ID = id
+	where, _, live := c.answerAsNode(ctx, m)
+	return where, live
 }

@@ -208,7 +208,8 @@ func slotRanges(as []shard.Assignment) string {
 }
 
 // hotKeysOnPageOf adds up the hot keys every member counted for each group
-// (a member counts while it leads the group) and keeps the heaviest.
+// (a member counts while it leads the group) and keeps the heaviest; a key
+// listed for its grants alone (no decisions counted) is not hot.
 func hotKeysOnPageOf(members []*quoratev1.MemberStatus) []statuspage.HotKey {
 	type id struct {
 		group       uint32
@@ -218,6 +219,9 @@ func hotKeysOnPageOf(members []*quoratev1.MemberStatus) []statuspage.HotKey {
 	for _, m := range members {
 		for _, g := range m.GetStatus().GetGroups() {
 			for _, h := range g.GetHotKeys() {
+				if h.GetCount() == 0 {
+					continue
+				}
 				k := id{g.GetId(), h.GetPolicy(), h.GetKey()}
 				e := sum[k]
 				if e == nil {

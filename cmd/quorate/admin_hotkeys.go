@@ -19,8 +19,10 @@ const hotKeysListed = 10
 // member counts the decisions of the groups it led since it started
 // (GroupState.hot_keys), and the members' counts of a pair add up. GRANTS
 // and GRANTED are the pair's budget leases: live holders, and the units
-// granted to them not yet reported spent ("-" for none). Nothing when no
-// decision was counted.
+// granted to them not yet reported spent ("-" for none), which every
+// replica of the group reports from its state; a pair that holds grants is
+// listed after the heaviest even with no decisions counted (its group's
+// leader changed since it was hot, say). Nothing when no pair is.
 func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	type id struct {
 		group       uint32
@@ -61,8 +63,14 @@ func writeHotKeys(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	slices.SortFunc(rows, func(a, b *row) int {
 		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.group, b.group), cmp.Compare(a.policy, b.policy), cmp.Compare(a.key, b.key))
 	})
+	rest := rows[min(len(rows), hotKeysListed):]
 	rows = rows[:min(len(rows), hotKeysListed)]
-	fmt.Fprintln(w, "\nhot keys (decisions counted by the groups' leaders since they started; a count is at most ERROR above the truth)")
+	for _, r := range rest {
+		if r.holders > 0 && len(rows) < 2*hotKeysListed {
+			rows = append(rows, r)
+		}
+	}
+	fmt.Fprintln(w, "\nhot keys (decisions counted by the groups' leaders since they started; a count is at most ERROR above the truth; keys holding grants too)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tPOLICY\tKEY\tDECISIONS\tERROR\tGRANTS\tGRANTED")
 	for _, r := range rows {

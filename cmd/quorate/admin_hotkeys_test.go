@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,6 +41,34 @@ func TestWriteHotKeysAddsUpMembers(t *testing.T) {
 	b.Reset()
 	if err := writeHotKeys(&b, &quoratev1.ClusterStatusResponse{}); err != nil || b.Len() != 0 {
 		t.Fatalf("no hot keys: %q, %v", b.String(), err)
+	}
+}
+
+// A pair that holds grants is listed after the heaviest pairs even when no
+// decision on it was counted (its group's leader is new since it was hot);
+// one with neither is not there to list.
+func TestWriteHotKeysListsGrantedPairs(t *testing.T) {
+	var hot []*quoratev1.HotKey
+	for i := range hotKeysListed + 2 {
+		hot = append(hot, &quoratev1.HotKey{Policy: "api", Key: fmt.Sprintf("k%02d", i), Count: uint64(100 - i)})
+	}
+	hot = append(hot, &quoratev1.HotKey{Policy: "search", Key: "granted", GrantHolders: 1, GrantedUnspent: 400})
+	s := &quoratev1.ClusterStatusResponse{Members: []*quoratev1.MemberStatus{
+		{Id: "n1", Status: &quoratev1.NodeState{Groups: []*quoratev1.GroupState{{Id: 1, HotKeys: hot}}}},
+	}}
+	var b strings.Builder
+	if err := writeHotKeys(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2+hotKeysListed+1 {
+		t.Fatalf("%d lines, want the header, %d heaviest pairs and the granted one:\n%s", len(lines), hotKeysListed, b.String())
+	}
+	if got, want := strings.Fields(lines[len(lines)-1]), []string{"1", "search", `"granted"`, "0", "0", "1", "400"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("last line %q, want %q", got, want)
+	}
+	if strings.Contains(b.String(), `"k10"`) {
+		t.Fatalf("a pair past the heaviest without grants is listed:\n%s", b.String())
 	}
 }
 

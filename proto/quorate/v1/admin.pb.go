@@ -2306,9 +2306,12 @@ type GroupState struct {
 	StorageErrorAt *timestamppb.Timestamp `protobuf:"bytes,81,opt,name=storage_error_at,json=storageErrorAt,proto3" json:"storage_error_at,omitempty"`
 	// The group's heaviest keys by decisions, heaviest first, as this node
 	// counted them while it led the group (a bounded top-k sketch: counts
-	// are upper bounds, each at most its error above the truth). Empty on a
-	// replica that decided nothing. Keys are data: AdminService is for the
-	// admin role only.
+	// are upper bounds, each at most its error above the truth); then up to
+	// 10 more keys that hold budget leases, the most units first, with no
+	// count. Grants are read from this replica's state, so every replica
+	// shows them, a new leader after a failover too. Empty on a replica that
+	// decided nothing and holds no grant. Keys are data: AdminService is for
+	// the admin role only.
 	HotKeys       []*HotKey `protobuf:"bytes,90,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
