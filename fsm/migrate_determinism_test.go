@@ -57,7 +57,7 @@ func (d *driver) op() *raftcmdv1.Envelope {
 	case 4:
 		op := acquireOp("conc", k).withTTL(time.Duration(1+d.rng.IntN(20)) * time.Second)
 		if d.rng.IntN(2) == 0 {
-			op = op.withID("c", rid)
+			op = op.withID("svc", rid)
 		}
 		return op.env(d.now)
 	case 5, 6:
@@ -66,7 +66,7 @@ func (d *driver) op() *raftcmdv1.Envelope {
 			if d.rng.IntN(2) == 0 {
 				return renewOp("conc", k, tok).env(d.now)
 			}
-			return releaseOp("conc", k, tok).withID("c", rid).env(d.now)
+			return releaseOp("conc", k, tok).withID("svc", rid).env(d.now)
 		}
 		return checkOp("conc", k, 1).env(d.now)
 	case 7:
