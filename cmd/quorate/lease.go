@@ -279,7 +279,9 @@ func addRequestIDFlags(cmd *cobra.Command, requestID, caller *string) {
 	fs := cmd.Flags()
 	fs.StringVar(requestID, "request-id", "", "identifies the request for exactly-once retries: a repeat with the same caller\n"+
 		"and request ID gets the first answer and changes nothing; default a random 128-bit hex ID")
-	fs.StringVar(caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes)")
+	fs.StringVar(caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes); on a\n"+
+		"cluster without an access file also who holds what it takes: renew, release, check and\n"+
+		"commit must name the same caller")
 }
 
 // checkTTLFlag checks --ttl against the bounds the server enforces
