@@ -97,8 +97,10 @@
 // call's default deadline grows by it), and ReservePolicy/ReserveEstimate
 // hold units of a rate or quota policy with the lease, which ReleaseWith
 // settles at the work's real cost (ReleaseOptions.ActualCost) and Release
-// at the whole estimate. CheckFence answers a FenceCheck (held, expiry,
-// decided_at).
+// at the whole estimate. Lease.CheckFence answers a FenceCheck (held,
+// expiry, decided_at); only the lease's holder may ask. A lease's ID
+// (and a reservation's) carries a secret: keep it as private as a
+// credential.
 // Config.NoPolicyFetch keeps a short-lived client from asking for
 // policies it will not use. Invoke sends a request the
 // caller built itself (any RPC of the API) through the same routing and

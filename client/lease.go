@@ -435,16 +435,19 @@ func (l *Lease) ReleaseWith(ctx context.Context, opts ReleaseOptions) (LeaseAnsw
 	return a, nil
 }
 
-// CheckFence asks whether token still holds a slot of policy on key (and
-// until when), through the key's log. It changes nothing.
-func (c *Client) CheckFence(ctx context.Context, policy, key string, token int64) (FenceCheck, error) {
+// CheckFence asks whether the lease still holds its slot (and until when),
+// through the key's log. It changes nothing, and only the lease's holder
+// may ask: the lease ID carries its secret, and the cluster answers
+// another caller that it holds nothing.
+func (l *Lease) CheckFence(ctx context.Context) (FenceCheck, error) {
+	c := l.c
 	ctx, cancel, err := c.begin(ctx)
 	if err != nil {
 		return FenceCheck{}, err
 	}
 	defer cancel()
-	req := &quoratev1.CheckFenceRequest{Policy: policy, Key: key, FencingToken: token}
-	m, err := call(ctx, c, callSpec{procedure: "CheckFence", key: key, readOnly: true},
+	req := &quoratev1.CheckFenceRequest{LeaseId: l.id, FencingToken: l.token, Caller: c.cfg.Caller}
+	m, err := call(ctx, c, callSpec{procedure: "CheckFence", key: l.key, readOnly: true},
 		func(ctx context.Context, server string) (*quoratev1.CheckFenceResponse, http.Header, error) {
 			return unary(ctx, req, c.conn(server).lease.CheckFence)
 		})

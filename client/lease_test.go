@@ -38,7 +38,7 @@ func TestLease(t *testing.T) {
 		}
 		return nil
 	})
-	if f, err := cl.CheckFence(ctx, "jobs", "a", l.Token()); err != nil || !f.Held || f.DecidedAt.IsZero() || !f.ExpiresAt.After(f.DecidedAt) {
+	if f, err := l.CheckFence(ctx); err != nil || !f.Held || f.DecidedAt.IsZero() || !f.ExpiresAt.After(f.DecidedAt) {
 		t.Fatalf("fence of a renewed lease: %+v, %v", f, err)
 	}
 	if l.Context().Err() != nil {
@@ -50,7 +50,7 @@ func TestLease(t *testing.T) {
 	if !errors.Is(context.Cause(l.Context()), client.ErrLeaseReleased) {
 		t.Fatalf("after release: cause %v", context.Cause(l.Context()))
 	}
-	if f, err := cl.CheckFence(ctx, "jobs", "a", l.Token()); err != nil || f.Held || f.DecidedAt.IsZero() || !f.ExpiresAt.IsZero() {
+	if f, err := l.CheckFence(ctx); err != nil || f.Held || f.DecidedAt.IsZero() || !f.ExpiresAt.IsZero() {
 		t.Fatalf("fence of a released lease: %+v, %v", f, err)
 	}
 
@@ -107,14 +107,14 @@ func TestManualRenew(t *testing.T) {
 	if n := l.Renewals(); n != 3 {
 		t.Fatalf("%d renewals, want the 3 of Renew", n)
 	}
-	f, err := cl.CheckFence(ctx, "jobs", "m", l.Token())
+	f, err := l.CheckFence(ctx)
 	if err != nil || !f.Held || !f.ExpiresAt.Equal(expires) || f.DecidedAt.Before(decided) {
 		t.Fatalf("fence after the renewals: %+v, %v; want held until %v", f, err, expires)
 	}
 
 	// Nobody renews it: it expires.
 	c.Eventually(t, 10*time.Second, "the manual lease expired", func() error {
-		f, err := cl.CheckFence(ctx, "jobs", "m", l.Token())
+		f, err := l.CheckFence(ctx)
 		if err != nil || f.Held {
 			return fmt.Errorf("fence %+v, %v", f, err)
 		}
@@ -163,7 +163,7 @@ func TestAbandon(t *testing.T) {
 	}
 	renewals := l.Renewals()
 	c.Eventually(t, 10*time.Second, "the abandoned lease expired", func() error {
-		f, err := cl.CheckFence(ctx, "jobs", "x", l.Token())
+		f, err := l.CheckFence(ctx)
 		if err != nil || f.Held {
 			return fmt.Errorf("fence %+v, %v", f, err)
 		}

@@ -102,7 +102,7 @@ func TestBatchRefusesUnbatchableOpsAlone(t *testing.T) {
 		admitEnv(0, "p", "a", 1),
 		putPoliciesEnv(0, tokenBucket("q", 1, time.Second, 1, 1)),
 		batchEnv(0, admitEnv(0, "p", "a", 1)),
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: &raftcmdv1.Reserve{Policy: "p", Key: "a", Estimate: 1}}},
+		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: &raftcmdv1.Reserve{Policy: "p", Key: "a", Estimate: 1, Secret: testSecret}}},
 		&raftcmdv1.Envelope{},
 		admitEnv(0, "p", "a", 1),
 	)))

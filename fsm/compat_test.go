@@ -138,7 +138,7 @@ func compatLog(tb testing.TB, c compatCase) (entries []compatEntry, outs []strin
 			}
 			return commitEnv(now, id, r.Int64N(6), rid)
 		case x < 42:
-			c := &raftcmdv1.LeaseOp{Policy: "cc", Key: key(), Kind: raftcmdv1.LeaseOp_Kind(1 + r.IntN(4))}
+			c := &raftcmdv1.LeaseOp{Policy: "cc", Key: key(), Kind: raftcmdv1.LeaseOp_Kind(1 + r.IntN(4)), Secret: testSecret}
 			if r.IntN(20) == 0 {
 				c.Policy = policy()
 			}
@@ -148,6 +148,7 @@ func compatLog(tb testing.TB, c compatCase) (entries []compatEntry, outs []strin
 					c.ReservePolicy, c.ReserveEstimate = rateOrQuota(), 1+r.Int64N(2)
 				}
 				c.TtlNanos = leaseTTL(r)
+				c.TokenJitter = r.Uint32N(1000)
 			case kRelease:
 				c.Token = token()
 				if r.IntN(2) == 0 {

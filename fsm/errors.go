@@ -35,7 +35,9 @@ var (
 	// denied: it spent nothing.
 	ErrNotAdmitted = errors.New("fsm: the recorded request was not admitted")
 	// ErrNoReservation is returned by Commit for a reservation that is unknown,
-	// already committed or expired (an expired one has given its units back).
+	// already committed or expired (an expired one has given its units back),
+	// and for one that is not the caller's or named with another secret:
+	// the same answer, so that it does not confirm the reservation exists.
 	ErrNoReservation = errors.New("fsm: no such outstanding reservation")
 )
 

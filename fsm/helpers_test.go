@@ -12,12 +12,21 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
 // t0 is an arbitrary leader timestamp (2023-11-14T22:13:20Z) that the tests
 // start from.
 const t0 = int64(1_700_000_000) * int64(time.Second)
+
+// testSecret is the secret of the tests' leases and reservations, as a
+// leader's handler would have drawn it.
+var testSecret = []byte("0123456789abcdef")
+
+// svcHolder holds the leases the tests acquire without a caller of their
+// own (leaseOp.env).
+var svcHolder = lease.Holder{Caller: "svc", Secret: [lease.SecretSize]byte(testSecret)}
 
 // memSink is an in-memory raft.SnapshotSink.
 type memSink struct {

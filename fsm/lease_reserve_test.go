@@ -17,7 +17,7 @@ func TestLeaseReservationFollowsItsLease(t *testing.T) {
 		admission.Policy{Name: "tokens", Algorithm: admission.AlgorithmQuota, Limit: 100, Calendar: admission.CalendarYear})
 	sec := int64(time.Second)
 	acquire := &raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_Lease{Lease: &raftcmdv1.LeaseOp{
-		Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: "calls", Key: "k", ReservePolicy: "tokens", ReserveEstimate: 60}}}
+		Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: "calls", Key: "k", ReservePolicy: "tokens", ReserveEstimate: 60, Caller: "svc", Secret: testSecret}}}
 	res, ok := l.apply(acquire).(*fsm.LeaseResult)
 	if !ok || !res.Allowed || res.ReservationID == "" {
 		t.Fatalf("acquire with a reservation: %+v", res)
@@ -45,7 +45,7 @@ func TestLeaseReservationFollowsItsLease(t *testing.T) {
 	}
 	// Not enough tokens: the acquire takes no slot.
 	big := &raftcmdv1.Envelope{NowUnixNano: t0 + 19*sec, Body: &raftcmdv1.Envelope_Lease{Lease: &raftcmdv1.LeaseOp{
-		Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: "calls", Key: "k", ReservePolicy: "tokens", ReserveEstimate: 100}}}
+		Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: "calls", Key: "k", ReservePolicy: "tokens", ReserveEstimate: 100, Caller: "svc", Secret: testSecret}}}
 	if r := l.apply(big).(*fsm.LeaseResult); !r.Allowed {
 		t.Fatalf("100 of 100 tokens: %+v", r)
 	}

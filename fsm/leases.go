@@ -43,7 +43,9 @@ func semExpires(_ admission.Policy, s lease.Semaphore) int64 { return lease.Expi
 // applyLease acquires, renews, releases or checks a lease of a concurrency
 // policy's key. Acquire, renew and release with a request ID are recorded:
 // a repeat gets the first answer and changes nothing. A token that holds no
-// live lease is refused with lease.ErrStale.
+// live lease of the command's holder (its caller and the secret of its
+// lease ID) is refused with lease.ErrStale, another holder's lease
+// included: to anyone but its holder a lease does not exist.
 func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	now := o.now
 	kind := c.GetKind()
@@ -74,6 +76,12 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 	if err := admission.CheckKeyCost(c.GetKey(), 1); err != nil {
 		return err
 	}
+	// Without a secret of the right size the holder has the zero secret,
+	// which holds nothing: refused below like any other holder.
+	holder, okSecret := holderOf(c.GetCaller(), c.GetSecret())
+	if kind == raftcmdv1.LeaseOp_KIND_ACQUIRE && !okSecret {
+		return errSecret(c.GetSecret())
+	}
 	ttl := time.Duration(c.GetTtlNanos())
 	if ttl != 0 {
 		if fe := admission.CheckLeaseTTL("ttl", ttl); fe != nil {
@@ -93,12 +101,12 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 			ttl = p.LeaseTTL
 		}
 		var dec lease.Decision
-		next, dec = lease.Acquire(s, p.Limit, int64(ttl), now)
+		next, dec = lease.Acquire(s, p.Limit, int64(ttl), now, lease.Claim{Holder: holder, Jitter: c.GetTokenJitter()})
 		res.Allowed, res.Lease, res.Held, res.RetryAfter = dec.Allowed, dec.Lease, dec.Held, dec.RetryAfter
 		if dec.Allowed && c.GetReservePolicy() != "" {
 			// Lease and reservation together or not at all.
 			hold, err = d.prepareReservation(reserveFields{"reserve_policy", "reserve_estimate"}, leaseReservationID(key, dec.Lease.Token), c.GetReservePolicy(), c.GetKey(),
-				c.GetReserveEstimate(), dec.Lease.ExpiresAt, now)
+				c.GetReserveEstimate(), holder, dec.Lease.ExpiresAt, now)
 			if err != nil {
 				return err
 			}
@@ -116,21 +124,14 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 			}
 		}
 	case raftcmdv1.LeaseOp_KIND_RENEW:
-		next, res.Lease, err = lease.Renew(s, c.GetToken(), int64(ttl), now)
+		next, res.Lease, err = lease.Renew(s, c.GetToken(), int64(ttl), now, holder)
 	case raftcmdv1.LeaseOp_KIND_RELEASE:
-		next, res.Lease, err = lease.Release(s, c.GetToken(), now)
+		next, res.Lease, err = lease.Release(s, c.GetToken(), now, holder)
 		if err == nil {
 			settleRes, err = d.prepareSettle(key, c, res, now)
 		}
 	case raftcmdv1.LeaseOp_KIND_CHECK:
-		res.Allowed = lease.Holds(s, c.GetToken(), now)
-		if res.Allowed {
-			for _, l := range s.Leases {
-				if l.Token == c.GetToken() {
-					res.Lease = l
-				}
-			}
-		}
+		res.Lease, res.Allowed = lease.Holds(s, c.GetToken(), now, holder)
 		res.Held = lease.Live(s, now)
 		return res
 	}
@@ -223,10 +224,16 @@ func (d *dataState) shiftLeases(by int64) {
 	})
 }
 
-// leaseFingerprint identifies what a lease operation asks.
+// leaseFingerprint identifies what a lease operation asks: an acquire's
+// secret and jitter are not part of it (each attempt's handler draws them
+// afresh, and a retry gets the first attempt's lease), a renewal's or
+// release's secret is (it is part of the lease ID asked about).
 func leaseFingerprint(c *raftcmdv1.LeaseOp) [16]byte {
 	fp := newFingerprint("lease").count(int(c.GetKind())).str(c.GetPolicy()).str(c.GetKey()).
 		num(c.GetToken()).num(c.GetTtlNanos())
+	if c.GetKind() != raftcmdv1.LeaseOp_KIND_ACQUIRE {
+		fp = fp.str(string(c.GetSecret()))
+	}
 	if c.GetReservePolicy() != "" || c.ActualCost != nil {
 		fp = fp.str(c.GetReservePolicy()).num(c.GetReserveEstimate())
 		if c.ActualCost != nil {
@@ -239,9 +246,8 @@ func leaseFingerprint(c *raftcmdv1.LeaseOp) [16]byte {
 func encodeLeaseRecord(r *LeaseResult) []byte {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&raftcmdv1.LeaseOpRecord{
 		Allowed: r.Allowed,
-		Lease: &raftcmdv1.LeaseRecord{Token: r.Lease.Token, AcquiredAtUnixNano: r.Lease.AcquiredAt,
-			ExpiresAtUnixNano: r.Lease.ExpiresAt, TtlNanos: r.Lease.TTL},
-		Limit: r.Limit, Held: r.Held, RetryAfterNanos: int64(r.RetryAfter),
+		Lease:   leaseToRecord(r.Lease),
+		Limit:   r.Limit, Held: r.Held, RetryAfterNanos: int64(r.RetryAfter),
 		PolicyVersion: r.PolicyVersion, DecidedAtUnixNano: r.DecidedAt,
 		ReservationId: r.ReservationID, Charged: r.Charged, Released: r.Released, Over: r.Over,
 	})
@@ -259,9 +265,8 @@ func decodeLeaseRecord(e dedupe.Entry) *LeaseResult {
 	l := rec.GetLease()
 	return &LeaseResult{
 		Allowed: rec.GetAllowed(),
-		Lease: lease.Lease{Token: l.GetToken(), AcquiredAt: l.GetAcquiredAtUnixNano(),
-			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()},
-		Limit: rec.GetLimit(), Held: rec.GetHeld(), RetryAfter: time.Duration(rec.GetRetryAfterNanos()),
+		Lease:   leaseFromRecord(l),
+		Limit:   rec.GetLimit(), Held: rec.GetHeld(), RetryAfter: time.Duration(rec.GetRetryAfterNanos()),
 		PolicyVersion: rec.GetPolicyVersion(), DecidedAt: rec.GetDecidedAtUnixNano(), Duplicate: true,
 		ReservationID: rec.GetReservationId(), Charged: rec.GetCharged(), Released: rec.GetReleased(), Over: rec.GetOver(),
 	}
@@ -271,16 +276,33 @@ func semToRecord(rec *raftcmdv1.SemaphoreRecord, r table.Record[lease.Semaphore]
 	rec.Key, rec.LastToken, rec.ExpiresAtUnixNano = r.Key, r.State.LastToken, r.ExpiresAt
 	rec.Leases = rec.Leases[:0]
 	for _, l := range r.State.Leases {
-		rec.Leases = append(rec.Leases, &raftcmdv1.LeaseRecord{Token: l.Token, AcquiredAtUnixNano: l.AcquiredAt,
-			ExpiresAtUnixNano: l.ExpiresAt, TtlNanos: l.TTL})
+		rec.Leases = append(rec.Leases, leaseToRecord(l))
 	}
 }
 
 func semFromRecord(rec *raftcmdv1.SemaphoreRecord) table.Record[lease.Semaphore] {
 	s := lease.Semaphore{LastToken: rec.GetLastToken()}
 	for _, l := range rec.GetLeases() {
-		s.Leases = append(s.Leases, lease.Lease{Token: l.GetToken(), AcquiredAt: l.GetAcquiredAtUnixNano(),
-			ExpiresAt: l.GetExpiresAtUnixNano(), TTL: l.GetTtlNanos()})
+		s.Leases = append(s.Leases, leaseFromRecord(l))
 	}
 	return table.Record[lease.Semaphore]{Key: rec.GetKey(), State: s, ExpiresAt: rec.GetExpiresAtUnixNano()}
+}
+
+// leaseToRecord is a lease's stored form, its holder included (nil
+// secret for the zero Lease of a denied answer).
+func leaseToRecord(l lease.Lease) *raftcmdv1.LeaseRecord {
+	rec := &raftcmdv1.LeaseRecord{Token: l.Token, AcquiredAtUnixNano: l.AcquiredAt,
+		ExpiresAtUnixNano: l.ExpiresAt, TtlNanos: l.TTL, Caller: l.Holder.Caller}
+	if l.Token != 0 {
+		rec.Secret = append([]byte(nil), l.Holder.Secret[:]...)
+	}
+	return rec
+}
+
+// leaseFromRecord reverses leaseToRecord. A secret of the wrong length
+// (a damaged record) leaves the zero secret, which no command carries.
+func leaseFromRecord(rec *raftcmdv1.LeaseRecord) lease.Lease {
+	h, _ := holderOf(rec.GetCaller(), rec.GetSecret())
+	return lease.Lease{Token: rec.GetToken(), AcquiredAt: rec.GetAcquiredAtUnixNano(),
+		ExpiresAt: rec.GetExpiresAtUnixNano(), TTL: rec.GetTtlNanos(), Holder: h}
 }

@@ -34,14 +34,17 @@ var leaseKeys = []string{"k0", "k1", "k2"}
 // leaseModel tracks, from the results the FSM gave, which leases are live
 // and what each request ID recorded, and checks every new result against
 // it: never more than limit live leases per key, tokens strictly increasing
-// per key, exact RetryAfter and Held, retries answered as recorded.
+// per key (max(last+1, now+jitter) exactly), exact RetryAfter and Held,
+// retries answered as recorded, and a lease acting only for its holder (the
+// caller that acquired it, with its secret).
 type leaseModel struct {
 	tb       testing.TB
 	policies map[string]admission.Policy
 	lastNow  int64
 	lastTerm uint64
-	leases   map[string]map[int64]int64 // state key → token → ExpiresAt
-	issued   map[string][]int64         // state key → every token issued
+	leases   map[string]map[int64]int64  // state key → token → ExpiresAt
+	holders  map[string]map[int64]string // state key → token → caller that acquired it
+	issued   map[string][]int64          // state key → every token issued
 	lastTok  map[string]int64
 	recorded map[string]recordedLease // caller/request ID
 	recent   []leaseOp                // recent operations with a request ID
@@ -55,7 +58,7 @@ type recordedLease struct {
 }
 
 func newLeaseModel(tb testing.TB) *leaseModel {
-	m := &leaseModel{tb: tb, policies: map[string]admission.Policy{}, leases: map[string]map[int64]int64{},
+	m := &leaseModel{tb: tb, policies: map[string]admission.Policy{}, leases: map[string]map[int64]int64{}, holders: map[string]map[int64]string{},
 		issued: map[string][]int64{}, lastTok: map[string]int64{}, recorded: map[string]recordedLease{}, tally: map[string]int{}}
 	for _, p := range leasePolicies {
 		m.policies[p.Name] = p.WithDefaults()
@@ -115,13 +118,14 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 		if rec, ok := m.recorded[id]; ok && now < rec.until {
 			want := rec.res
 			want.Duplicate = true
+			same := sameAsk(rec.op, op)
 			switch {
-			case rec.op == op && (!isLease || *lr != want):
+			case same && (!isLease || *lr != want):
 				fail("want the recorded answer %+v", want)
-			case rec.op != op && !errors.Is(asErr(res), fsm.ErrRequestIDReused):
+			case !same && !errors.Is(asErr(res), fsm.ErrRequestIDReused):
 				fail("want ErrRequestIDReused (recorded for %+v)", rec.op)
 			}
-			m.tally[fmt.Sprint("duplicate ", rec.op == op)]++
+			m.tally[fmt.Sprint("duplicate ", same)]++
 			return
 		}
 	}
@@ -132,11 +136,14 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 		case expectErr == "unknown" && errors.Is(err, fsm.ErrUnknownPolicy):
 		case expectErr != "" && fieldOf(err) == expectErr && errors.Is(err, admission.ErrInvalidRequest):
 		case expectErr == "" && errors.Is(err, lease.ErrStale) && (op.kind == kRenew || op.kind == kRelease):
-			if _, live := m.leases[key][op.token]; live {
-				fail("stale, but the token holds a live lease")
+			if m.holds(key, op) {
+				fail("stale, but the token holds a live lease of the op's holder")
 			}
 		default:
 			fail("unexpected error (expected %q)", expectErr)
+		}
+		if _, exists := m.leases[key][op.token]; exists && op.kind != kAcquire {
+			m.tally["another holder refused"]++
 		}
 		if errors.Is(err, lease.ErrStale) {
 			m.tally["error stale"]++
@@ -149,7 +156,8 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 		fail("want a fresh *fsm.LeaseResult decided at now (expected error %q)", expectErr)
 	}
 	p := m.policies[op.policy]
-	exp, live := m.leases[key][op.token]
+	exp := m.leases[key][op.token]
+	live := m.holds(key, op)
 	switch op.kind {
 	case kAcquire:
 		ttl := cmp.Or(op.ttl, p.LeaseTTL)
@@ -161,14 +169,16 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 			break
 		}
 		l := lr.Lease
-		if n >= p.Limit || lr.Held != n+1 || l.ExpiresAt != now+int64(ttl) || l.Token <= m.lastTok[key] {
+		if n >= p.Limit || lr.Held != n+1 || l.ExpiresAt != now+int64(ttl) || l.Token <= m.lastTok[key] ||
+			l.Token != max(m.lastTok[key]+1, now+int64(op.jitter)) || l.Holder.Caller != op.holder() {
 			fail("allowed with %d of %d live, last token %d", n, p.Limit, m.lastTok[key])
 		}
 		m.lastTok[key] = l.Token
 		if m.leases[key] == nil {
-			m.leases[key] = map[int64]int64{}
+			m.leases[key], m.holders[key] = map[int64]int64{}, map[int64]string{}
 		}
 		m.leases[key][l.Token] = l.ExpiresAt
+		m.holders[key][l.Token] = op.holder()
 		m.issued[key] = append(m.issued[key], l.Token)
 		m.tally["acquire allowed"]++
 	case kRenew:
@@ -189,6 +199,9 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 		}
 		m.tally[fmt.Sprint("check ", live)]++
 	}
+	if _, exists := m.leases[key][op.token]; exists && !live && op.kind != kAcquire {
+		m.tally["another holder refused"]++
+	}
 	if op.rid != "" && op.kind != kCheck && lr.Allowed { // a denied acquire is not recorded
 		m.recorded[id] = recordedLease{op: op, res: *lr, until: now + int64(p.DedupeRetention)}
 		m.recent = append(m.recent, op)
@@ -202,6 +215,23 @@ func (m *leaseModel) check(op leaseOp, expectErr string, now int64, res any) {
 			m.tb.Fatalf("%s: %d live leases, limit %d", k, len(ls), m.policies[name].Limit)
 		}
 	}
+}
+
+// holds reports whether op's token is a live lease of key held by op's
+// caller, asked with the lease's secret.
+func (m *leaseModel) holds(key string, op leaseOp) bool {
+	_, live := m.leases[key][op.token]
+	return live && !op.badSecret && m.holders[key][op.token] == op.holder()
+}
+
+// sameAsk reports whether a and b ask the same, as the FSM's request-ID
+// fingerprint sees it: an acquire's jitter is drawn afresh by each
+// attempt's handler and is not part of what it asks.
+func sameAsk(a, b leaseOp) bool {
+	if a.kind == kAcquire && b.kind == kAcquire {
+		a.jitter, b.jitter = 0, 0
+	}
+	return a == b
 }
 
 // genLeaseOp draws the next operation from r and the model: mostly valid
@@ -266,6 +296,12 @@ func genLeaseOp(r *rand.Rand, m *leaseModel, rid *int) (op leaseOp, expectErr st
 	if r.IntN(2) == 0 {
 		*rid++
 		op = op.withID([]string{"c1", "c2"}[r.IntN(2)], fmt.Sprintf("r%d", *rid))
+	}
+	switch {
+	case op.kind == kAcquire && r.IntN(2) == 0:
+		op.jitter = r.Uint32N(uint32(time.Second))
+	case op.kind != kAcquire && r.IntN(10) == 0:
+		op.badSecret = true
 	}
 	return op, expectErr
 }
@@ -343,7 +379,8 @@ func TestLeaseDeterminismRandomized(t *testing.T) {
 	}
 	t.Logf("outcomes: %v", total)
 	for _, k := range []string{"acquire allowed", "acquire denied", "renewed", "released", "check true", "check false",
-		"duplicate true", "duplicate false", "term shift", "error stale", "error unknown_policy", "error invalid_request"} {
+		"duplicate true", "duplicate false", "term shift", "error stale", "error unknown_policy", "error invalid_request",
+		"another holder refused"} {
 		if total[k] < 10 {
 			t.Errorf("only %d %q outcomes: the generator does not cover them", total[k], k)
 		}

@@ -36,6 +36,8 @@ type leaseOp struct {
 	token       int64
 	ttl         time.Duration
 	caller, rid string
+	jitter      uint32 // acquire: how far above the log time the token starts
+	badSecret   bool   // renew, release, check: a secret that is not the lease's
 }
 
 func acquireOp(policy, key string) leaseOp { return leaseOp{kind: kAcquire, policy: policy, key: key} }
@@ -55,11 +57,26 @@ func (o leaseOp) withTTL(ttl time.Duration) leaseOp { o.ttl = ttl; return o }
 // withID returns o carrying a caller and a request ID.
 func (o leaseOp) withID(caller, rid string) leaseOp { o.caller, o.rid = caller, rid; return o }
 
+// env is o's command at now. Its caller (who holds a lease it acquires,
+// and who asks about one) is o's, "svc" when o has none; its secret
+// testSecret.
 func (o leaseOp) env(now int64) *raftcmdv1.Envelope {
+	secret := testSecret
+	if o.badSecret {
+		secret = []byte("0123456789abcdeF")
+	}
 	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Lease{Lease: &raftcmdv1.LeaseOp{
 		Kind: o.kind, Policy: o.policy, Key: o.key, Token: o.token, TtlNanos: int64(o.ttl),
-		RequestId: o.rid, Caller: o.caller,
+		RequestId: o.rid, Caller: o.holder(), Secret: secret, TokenJitter: o.jitter,
 	}}}
+}
+
+// holder is the caller of o's command: o's, "svc" when o has none.
+func (o leaseOp) holder() string {
+	if o.caller == "" {
+		return "svc"
+	}
+	return o.caller
 }
 
 // applyTermLog applies one command entry of a Raft term.

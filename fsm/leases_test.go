@@ -31,7 +31,7 @@ func TestLeaseAcquireDenyReleaseExpire(t *testing.T) {
 
 	a := l.acquire(t0+1*sec, acquireOp("db", "k"))
 	issued(t0+1*sec, "a", a)
-	if want := (lease.Lease{Token: a.Token, AcquiredAt: t0 + 1*sec, ExpiresAt: t0 + 11*sec, TTL: 10 * sec}); a != want {
+	if want := (lease.Lease{Token: a.Token, AcquiredAt: t0 + 1*sec, ExpiresAt: t0 + 11*sec, TTL: 10 * sec, Holder: svcHolder}); a != want {
 		t.Fatalf("lease %+v, want %+v (the policy's ttl)", a, want)
 	}
 	b := l.acquire(t0+2*sec, acquireOp("db", "k").withID("svc", "b"))
@@ -136,12 +136,12 @@ func TestLeaseRenew(t *testing.T) {
 	l := newTermFSM(t, concurrency("db", 2, 10*time.Second))
 	a := l.acquire(t0, acquireOp("db", "k"))
 	r := l.ok(t0+4*sec, renewOp("db", "k", a.Token))
-	want := lease.Lease{Token: a.Token, AcquiredAt: t0, ExpiresAt: t0 + 14*sec, TTL: 10 * sec}
+	want := lease.Lease{Token: a.Token, AcquiredAt: t0, ExpiresAt: t0 + 14*sec, TTL: 10 * sec, Holder: svcHolder}
 	if !r.Allowed || r.Lease != want || r.Held != 1 || r.Limit != 2 || r.DecidedAt != t0+4*sec {
 		t.Fatalf("renew with ttl 0 = %+v, want allowed, lease %+v, Held 1", r, want)
 	}
 	r = l.ok(t0+5*sec, renewOp("db", "k", a.Token).withTTL(2*time.Second))
-	want = lease.Lease{Token: a.Token, AcquiredAt: t0, ExpiresAt: t0 + 7*sec, TTL: 2 * sec}
+	want = lease.Lease{Token: a.Token, AcquiredAt: t0, ExpiresAt: t0 + 7*sec, TTL: 2 * sec, Holder: svcHolder}
 	if !r.Allowed || r.Lease != want {
 		t.Fatalf("renew with ttl 2s = %+v, want the lease shortened to %+v", r, want)
 	}
@@ -247,7 +247,7 @@ func TestLeaseRequestIDs(t *testing.T) {
 	if r := l.ok(t0+2*sec+1, denied); r.Allowed || r.Duplicate || r.DecidedAt != t0+2*sec+1 || r.RetryAfter != 8*time.Second-1 {
 		t.Fatalf("retried denied acquire on a full key = %+v, want denied afresh", r)
 	}
-	l.ok(t0+2*sec+1, releaseOp("db", "k", b.Token))
+	l.ok(t0+2*sec+1, releaseOp("db", "k", b.Token).withID("other-svc", ""))
 	got := l.ok(t0+3*sec, denied)
 	if !got.Allowed || got.Duplicate || got.Held != 2 {
 		t.Fatalf("retried denied acquire once a slot is free = %+v, want allowed afresh", got)

@@ -56,8 +56,9 @@ func (d *driver) op() *raftcmdv1.Envelope {
 		return peekEnv(d.now, p, k)
 	case 4:
 		op := acquireOp("conc", k).withTTL(time.Duration(1+d.rng.IntN(20)) * time.Second)
+		op.jitter = d.rng.Uint32() // as a leader's handler draws it
 		if d.rng.IntN(2) == 0 {
-			op = op.withID("c", rid)
+			op = op.withID("svc", rid)
 		}
 		return op.env(d.now)
 	case 5, 6:
@@ -66,7 +67,7 @@ func (d *driver) op() *raftcmdv1.Envelope {
 			if d.rng.IntN(2) == 0 {
 				return renewOp("conc", k, tok).env(d.now)
 			}
-			return releaseOp("conc", k, tok).withID("c", rid).env(d.now)
+			return releaseOp("conc", k, tok).withID("svc", rid).env(d.now)
 		}
 		return checkOp("conc", k, 1).env(d.now)
 	case 7:
@@ -97,9 +98,14 @@ func (d *driver) run(n int) {
 			switch r := r.(type) {
 			case *fsm.LeaseResult:
 				if r.Allowed && r.Lease.Token != 0 {
-					k := env.GetLease().GetKey()
-					if k == "" {
-						k = env.GetBatch().GetOps()[2].GetLease().GetKey()
+					op := env.GetLease()
+					if op == nil {
+						op = env.GetBatch().GetOps()[2].GetLease()
+					}
+					k := op.GetKey()
+					acquired := op.GetKind() == raftcmdv1.LeaseOp_KIND_ACQUIRE && !r.Duplicate
+					if toks := d.tokens[k]; acquired && len(toks) > 0 && r.Lease.Token <= slices.Max(toks) {
+						d.tb.Fatalf("key %s: token %d after %d (tokens must increase, across moves too)", k, r.Lease.Token, slices.Max(toks))
 					}
 					d.tokens[k] = append(d.tokens[k], r.Lease.Token)
 				}
@@ -214,6 +220,9 @@ func testMigrationDeterminism(t *testing.T, seed uint64) {
 	cutImported := len(dst.entries)
 	dst.must(setOwnershipEnv(dst.now, 2, 2, g2After()...))
 	dst.epoch, dst.keys = 2, append(keys[:4:4], keys[len(keys)-3:]...)
+	for _, k := range keys[:4] { // the moved keys: their tokens keep increasing at the target
+		dst.tokens[k] = append(dst.tokens[k], src.tokens[k]...)
+	}
 	dst.run(40)
 
 	checkReplay(t, "group 1", src.logRec, opts, cutFrozen, cutFrozen+15, len(src.entries)-10)

@@ -353,9 +353,9 @@ func newMigFixture(t *testing.T) *migFixture {
 	}
 	x.both("o-tb", admitIDEnv(t1, "c", "o-tb", "tb", x.kOut, 2))
 
-	x.lease("l1", acquireOp("conc", x.kC).withID("c", "l1").env(t2))
+	x.lease("l1", acquireOp("conc", x.kC).withID("svc", "l1").env(t2))
 	x.lease("", acquireOp("conc", x.kC).env(t2))
-	x.lease("lo", acquireOp("conc", x.kOut).withID("c", "lo").env(t2))
+	x.lease("lo", acquireOp("conc", x.kOut).withID("svc", "lo").env(t2))
 
 	x.resQU = resultAs[*fsm.ReserveResult](t, "reserve", x.both("res1", reserveEnv(t3, "qu", x.kQU, 20, time.Hour, "res1"))).ReservationID
 	x.resTB = resultAs[*fsm.ReserveResult](t, "reserve", x.both("", reserveEnv(t3, "tb", x.kTB, 2, time.Hour, ""))).ReservationID

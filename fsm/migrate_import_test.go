@@ -1,7 +1,6 @@
 package fsm_test
 
 import (
-	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -314,18 +313,19 @@ func TestImportedReservationIDDoesNotCollide(t *testing.T) {
 	k := keysIn(t, "r", 1, migR)[0]
 	src.index = 500
 	moved := resultAs[*fsm.ReserveResult](t, "reserve", src.apply(stamp(reserveEnv(t0+sec, "qu", k, 10, time.Hour, ""), 1)))
-	if moved.ReservationID != fsm.ReservationIDInGroup("qu", k, 501, 1) {
+	if moved.ReservationID != fsm.ReservationID("qu", k, fsm.ReservationName(501, 1), [16]byte(testSecret)) {
 		t.Fatalf("reservation ID %q, want the one of index 501", moved.ReservationID)
 	}
 	if res := src.apply(freezeEnv(t0+sec, mig, migR)); res != nil {
 		t.Fatal(res)
 	}
 	page := exportAll(t, src.f, mig, migR, 1<<30)[0]
-	// A second record named as a collision at index 501 would be, as a
-	// source that had itself imported one would hold it.
+	// A second record named as the target's own Reserve at index 501 would
+	// be, as a source that had itself imported one would hold it.
 	second := proto.Clone(page.State.GetReservations()[0]).(*raftcmdv1.ReservationRecord)
-	second.Id = base64.RawURLEncoding.EncodeToString([]byte("qu\x00" + k + "\x00501.1"))
+	second.Id = fsm.ReservationName(501, 2)
 	second.Estimate = 7
+	secondID := fsm.ReservationID("qu", k, second.Id, [16]byte(testSecret))
 	page.State.Reservations = append(page.State.Reservations, second)
 
 	dst := dataGroup(t, 2, 1, g2Before()...)
@@ -337,7 +337,7 @@ func TestImportedReservationIDDoesNotCollide(t *testing.T) {
 	now := dst.f.LastNow()
 	dst.index = 500
 	fresh := resultAs[*fsm.ReserveResult](t, "reserve", dst.apply(stamp(reserveEnv(now, "qu", k, 5, time.Hour, ""), 2)))
-	if !fresh.Allowed || fresh.ReservationID == moved.ReservationID || fresh.ReservationID == second.GetId() {
+	if !fresh.Allowed || fresh.ReservationID == moved.ReservationID || fresh.ReservationID == secondID {
 		t.Fatalf("Reserve at index 501 of the target: %+v, want an ID of its own", fresh)
 	}
 	if fsm.ReservationKey(fresh.ReservationID) != k {
@@ -346,7 +346,7 @@ func TestImportedReservationIDDoesNotCollide(t *testing.T) {
 	for _, c := range []struct {
 		id               string
 		actual, released int64
-	}{{moved.ReservationID, 4, 6}, {fresh.ReservationID, 5, 0}, {second.GetId(), 0, 7}} {
+	}{{moved.ReservationID, 4, 6}, {fresh.ReservationID, 5, 0}, {secondID, 0, 7}} {
 		r := resultAs[*fsm.ReserveResult](t, "commit", dst.apply(stamp(commitEnv(now, c.id, c.actual, ""), 2)))
 		if r.Charged != c.actual || r.Released != c.released {
 			t.Fatalf("commit of %q at %d: %+v, want %d released", c.id, c.actual, r, c.released)

@@ -40,7 +40,7 @@ func TestFreezeRefusesDataCommandsOfFrozenSlots(t *testing.T) {
 		"multi-check":   multiEnv(now, admitOpts{}, chk{"tb", kIn, 1}, chk{"fw", kIn, 1}),
 		"peek":          peekEnv(now, "tb", kIn),
 		"refund":        refund,
-		"acquire":       acquireOp("conc", kIn).withID("c", "l2").env(now),
+		"acquire":       acquireOp("conc", kIn).withID("svc", "l2").env(now),
 		"renew":         renewOp("conc", kIn, l.Token).env(now),
 		"release":       releaseOp("conc", kIn, l.Token).env(now),
 		"check":         checkOp("conc", kIn, l.Token).env(now),
@@ -271,7 +271,7 @@ func testRoundTrip(t *testing.T, ahead bool) {
 		"a-tb": admitIDEnv(now, "c", "a-tb", "tb", x.kTB, 3),
 		"a-qu": admitIDEnv(now, "c", "a-qu", "qu", x.kQU, 10),
 		"a-sl": admitIDEnv(now, "c", "a-sl", "sl", x.kSL, 1),
-		"l1":   acquireOp("conc", x.kC).withID("c", "l1").env(now),
+		"l1":   acquireOp("conc", x.kC).withID("svc", "l1").env(now),
 		"res1": reserveEnv(now, "qu", x.kQU, 20, time.Hour, "res1"),
 	} {
 		r, first := step(env), x.first[rid]

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/fsm/internal/table"
+	"github.com/quorate/quorate/lease"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -19,9 +19,11 @@ import (
 const DefaultReservationTTL = 10 * time.Minute
 
 // reservation is estimate units of (policy, key) held until a Commit or
-// until expiresAt.
+// until expiresAt, by holder (the caller that reserved and the secret of
+// the reservation's ID; for one held with a lease, the lease's).
 type reservation struct {
 	policy, key string
+	holder      lease.Holder
 	estimate    int64
 	reservedAt  int64
 	spentUntil  int64 // ExpiresAt of the key's state right after the spend
@@ -41,22 +43,23 @@ type ReserveResult struct {
 	Duplicate               bool
 }
 
-// ReservationID names a reservation: its policy, key and the log index of
-// the Reserve, so that it is unique and routes to the key's group.
-func ReservationID(policy, key string, index uint64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" + strconv.FormatUint(index, 10)))
-}
-
-// ReservationIDInGroup is ReservationID for a data group: the log index
-// and the group, since indexes repeat across groups and reservations move
-// between groups with their slots.
-func ReservationIDInGroup(policy, key string, index uint64, group uint32) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" +
-		strconv.FormatUint(index, 10) + "@" + strconv.FormatUint(uint64(group), 10)))
+// ReservationName is a reservation's name in the reservations table: the
+// log index of its Reserve, and the group of that log in a data group
+// (group 0: none), since indexes repeat across groups and reservations
+// move between groups with their slots. Its ID (what Reserve answers)
+// adds policy, key and secret (see holdid.go).
+func ReservationName(index uint64, group uint32) string {
+	name := strconv.FormatUint(index, 10)
+	if group != 0 {
+		name += "@" + strconv.FormatUint(uint64(group), 10)
+	}
+	return name
 }
 
 // applyReserve holds estimate units of a rate or quota policy's key: an
-// Admit of that cost that is remembered until Commit or expiry.
+// Admit of that cost that is remembered until Commit or expiry. Its answer's
+// ID carries the command's secret; only the command's caller with that ID
+// commits it.
 func (d *dataState) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
 	index, now := o.index, o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, reserveFingerprint(c), c.GetRequestId() != ""
@@ -65,26 +68,34 @@ func (d *dataState) applyReserve(c *raftcmdv1.Reserve, o op) interface{} {
 			return recordedReserve(e, fp)
 		}
 	}
+	holder, ok := holderOf(c.GetCaller(), c.GetSecret())
+	if !ok {
+		return errSecret(c.GetSecret())
+	}
 	ttl := time.Duration(c.GetTtlNanos())
 	if ttl == 0 {
 		ttl = DefaultReservationTTL
 	}
-	id := ReservationID(c.GetPolicy(), c.GetKey(), index)
+	// Log indexes repeat across groups, and reservations move between
+	// them with their slots: a data group's names name the group too, so a
+	// name is never issued twice (groups are never reused).
+	var group uint32
 	if d.owned != nil {
-		// Log indexes repeat across groups, and reservations move between
-		// them with their slots: a data group's IDs name the group too, so
-		// an ID is never issued twice (groups are never reused).
-		id = ReservationIDInGroup(c.GetPolicy(), c.GetKey(), index, uint32(d.owned.group))
+		group = uint32(d.owned.group)
 	}
+	name := ReservationName(index, group)
 	// A reservation that moved here with its slot was named by another
 	// group's log index, which may be this one's.
-	for k := 1; d.reservations.Has(id); k++ {
-		id = base64.RawURLEncoding.EncodeToString([]byte(c.GetPolicy() + "\x00" + c.GetKey() + "\x00" +
-			strconv.FormatUint(index, 10) + "." + strconv.Itoa(k)))
+	for k := 1; d.reservations.Has(name); k++ {
+		name = ReservationName(index, group) + "." + strconv.Itoa(k)
 	}
-	hold, err := d.prepareReservation(reserveFields{"policy", "estimate"}, id, c.GetPolicy(), c.GetKey(), c.GetEstimate(), addSaturating(now, int64(ttl)), now)
+	hold, err := d.prepareReservation(reserveFields{"policy", "estimate"}, name, c.GetPolicy(), c.GetKey(), c.GetEstimate(),
+		holder, addSaturating(now, int64(ttl)), now)
 	if err != nil {
 		return err
+	}
+	if hold.res.Allowed {
+		hold.res.ReservationID = ReservationID(c.GetPolicy(), c.GetKey(), name, holder.Secret)
 	}
 	if recorded {
 		if err := d.record(o, dk, recordReserve, fp, encodeReserveRecord(hold.res), int64(hold.retention)); err != nil {
@@ -111,10 +122,11 @@ type pendingReservation struct {
 type reserveFields struct{ policy, estimate string }
 
 // prepareReservation decides whether estimate units of (policy, key) can be
-// held until expiresAt, without changing anything: the caller stores the
-// result with storeReservation when the whole operation goes ahead. Its
-// errors name the command's fields as f says.
-func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, estimate, expiresAt, now int64) (*pendingReservation, error) {
+// held by holder until expiresAt under the name id, without changing
+// anything: the caller stores the result with storeReservation when the
+// whole operation goes ahead. Its errors name the command's fields as f
+// says.
+func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, estimate int64, holder lease.Holder, expiresAt, now int64) (*pendingReservation, error) {
 	pv, ok := d.policies.byName[policy]
 	if !ok {
 		return nil, fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(policy))
@@ -147,7 +159,7 @@ func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, 
 			return nil, err
 		}
 		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
-		hold.r = reservation{policy: policy, key: key, estimate: estimate, reservedAt: now,
+		hold.r = reservation{policy: policy, key: key, holder: holder, estimate: estimate, reservedAt: now,
 			spentUntil: admission.ExpiresAt(p, next), expiresAt: expiresAt}
 	}
 	return hold, nil
@@ -163,7 +175,10 @@ func (d *dataState) storeReservation(hold *pendingReservation) {
 	d.reservations.Put(hold.id, hold.r, hold.r.expiresAt)
 }
 
-// applyCommit settles a reservation at its actual cost.
+// applyCommit settles a reservation at its actual cost. Only the caller that
+// reserved it, with the ID Reserve answered, may: any other caller or
+// secret is refused exactly as an ID that never existed (ErrNoReservation),
+// and changes nothing.
 func (d *dataState) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 	now := o.now
 	dk, fp, recorded := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, commitFingerprint(c), c.GetRequestId() != ""
@@ -176,13 +191,18 @@ func (d *dataState) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 		return &admission.FieldError{Field: "actual", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("must be at least 0 (got %d)", c.GetActual())}
 	}
-	r, ok := d.reservations.Get(c.GetReservationId())
-	if !ok || r.expiresAt <= now {
-		return fmt.Errorf("%w (%s)", ErrNoReservation, c.GetReservationId())
+	id, ok := parseHoldID(holdReservation, c.GetReservationId())
+	if !ok {
+		return fmt.Errorf("%w (not an ID Reserve answered)", ErrNoReservation)
+	}
+	holder, _ := holderOf(c.GetCaller(), id.secret[:])
+	r, ok := d.reservations.Get(id.name)
+	if !ok || r.expiresAt <= now || r.policy != id.policy || r.key != id.key || !r.holder.Is(holder) {
+		return fmt.Errorf("%w (policy %s, key %s)", ErrNoReservation, admission.Quote(id.policy), admission.Quote(id.key))
 	}
 	pv, ok := d.policies.byName[r.policy]
 	if !ok {
-		d.reservations.Remove(c.GetReservationId())
+		d.reservations.Remove(id.name)
 		return fmt.Errorf("%w %s", ErrUnknownPolicy, admission.Quote(r.policy))
 	}
 	res := &ReserveResult{Allowed: true, ReservationID: c.GetReservationId(), PolicyVersion: pv.Version, DecidedAt: now}
@@ -194,7 +214,7 @@ func (d *dataState) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 			return err
 		}
 	}
-	res.Charged, res.Released, res.Over = d.commitReservation(c.GetReservationId(), pv.Policy, r, c.GetActual(), now)
+	res.Charged, res.Released, res.Over = d.commitReservation(id.name, pv.Policy, r, c.GetActual(), now)
 	return res
 }
 
@@ -294,11 +314,15 @@ func reservationToRecord(rec *raftcmdv1.ReservationRecord, r table.Record[reserv
 	v := r.State
 	rec.Id, rec.Policy, rec.Key, rec.Estimate = r.Key, v.policy, v.key, v.estimate
 	rec.ReservedAtUnixNano, rec.SpentUntilUnixNano, rec.ExpiresAtUnixNano = v.reservedAt, v.spentUntil, v.expiresAt
+	rec.Caller, rec.Secret = v.holder.Caller, append(rec.Secret[:0], v.holder.Secret[:]...)
 }
 
+// reservationFromRecord reverses reservationToRecord. A secret of the wrong
+// size (a damaged record) leaves the zero secret, which holds nothing.
 func reservationFromRecord(rec *raftcmdv1.ReservationRecord) table.Record[reservation] {
+	holder, _ := holderOf(rec.GetCaller(), rec.GetSecret())
 	return table.Record[reservation]{Key: rec.GetId(), ExpiresAt: rec.GetExpiresAtUnixNano(), State: reservation{
-		policy: rec.GetPolicy(), key: rec.GetKey(), estimate: rec.GetEstimate(), reservedAt: rec.GetReservedAtUnixNano(),
+		policy: rec.GetPolicy(), key: rec.GetKey(), holder: holder, estimate: rec.GetEstimate(), reservedAt: rec.GetReservedAtUnixNano(),
 		spentUntil: rec.GetSpentUntilUnixNano(), expiresAt: rec.GetExpiresAtUnixNano()}}
 }
 

@@ -13,7 +13,7 @@ import (
 
 func reserveEnv(now int64, policy, key string, estimate int64, ttl time.Duration, rid string) *raftcmdv1.Envelope {
 	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Reserve{Reserve: &raftcmdv1.Reserve{
-		Policy: policy, Key: key, Estimate: estimate, TtlNanos: int64(ttl), RequestId: rid, Caller: "llm"}}}
+		Policy: policy, Key: key, Estimate: estimate, TtlNanos: int64(ttl), RequestId: rid, Caller: "llm", Secret: testSecret}}}
 }
 
 func commitEnv(now int64, id string, actual int64, rid string) *raftcmdv1.Envelope {

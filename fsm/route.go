@@ -1,11 +1,9 @@
 package fsm
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
@@ -68,20 +66,9 @@ func routeKey(env *raftcmdv1.Envelope) (string, bool) {
 	case *raftcmdv1.Envelope_Grant:
 		return b.Grant.GetKey(), true
 	case *raftcmdv1.Envelope_Commit:
-		_, key, _ := parseReservationID(b.Commit.GetReservationId())
-		return key, true
+		return ReservationKey(b.Commit.GetReservationId()), true
 	}
 	return "", false
-}
-
-// parseReservationID splits a ReservationID into policy and key.
-func parseReservationID(id string) (policy, key string, ok bool) {
-	b, err := base64.RawURLEncoding.DecodeString(id)
-	parts := strings.Split(string(b), "\x00")
-	if err != nil || len(parts) != 3 {
-		return "", "", false
-	}
-	return parts[0], parts[1], true
 }
 
 // checkRoute refuses a data command this group must not apply, and returns
@@ -211,18 +198,4 @@ func ownershipFromProto(o *raftcmdv1.SetOwnership) *ownership {
 		out.ranges = append(out.ranges, assignmentFromProto(a))
 	}
 	return out
-}
-
-// ReservationPolicy returns the policy a reservation ID names ("" when id
-// is not one), so that a Commit is authorized for the policy it settles.
-func ReservationPolicy(id string) string {
-	policy, _, _ := parseReservationID(id)
-	return policy
-}
-
-// ReservationKey returns the key a reservation ID names ("" when id is not
-// one), so that a Commit routes to the key's group.
-func ReservationKey(id string) string {
-	_, key, _ := parseReservationID(id)
-	return key
 }

@@ -73,7 +73,7 @@ func TestDataGroupRefusesSlotsItDoesNotOwnAndStaleEpochs(t *testing.T) {
 		{NowUnixNano: t0, MapEpoch: 3, Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: "p", Key: kHigh}}},
 		{NowUnixNano: t0, MapEpoch: 3, Body: &raftcmdv1.Envelope_Lease{Lease: &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_CHECK, Policy: "p", Key: kHigh}}},
 		{NowUnixNano: t0, MapEpoch: 3, Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{Caller: "c", RequestId: "r", Key: kHigh}}},
-		{NowUnixNano: t0, MapEpoch: 3, Body: &raftcmdv1.Envelope_Commit{Commit: &raftcmdv1.Commit{ReservationId: fsm.ReservationID("p", kHigh, 7)}}},
+		{NowUnixNano: t0, MapEpoch: 3, Body: &raftcmdv1.Envelope_Commit{Commit: &raftcmdv1.Commit{ReservationId: fsm.ReservationID("p", kHigh, fsm.ReservationName(7, 0), [16]byte(testSecret))}}},
 	} {
 		if err, _ := a.apply(env).(error); !errors.Is(err, fsm.ErrWrongGroup) {
 			t.Errorf("%T for a slot not owned: %v, want ErrWrongGroup", env.GetBody(), err)

@@ -63,7 +63,7 @@
 // The lease workload acquires with client.LeaseOptions.ManualRenew and its
 // own request IDs, renews with Lease.RenewWithID, releases with
 // Lease.ReleaseWith, leaves leases to expire with Lease.Abandon and
-// checks fences with Client.CheckFence: each answer carries the log times
+// checks fences with Lease.CheckFence: each answer carries the log times
 // (decided_at, expires_at) and duplicate flag its checker needs. A
 // FailedPrecondition answer (the token holds no slot) is a denial, marked
 // Stale. Half of the acquires whose outcome is unknown are sent once more

@@ -214,7 +214,7 @@ func (w *leaseWorker) release(ctx context.Context, l *client.Lease, id string, n
 // check asks whether l's token still holds its slot.
 func (w *leaseWorker) check(ctx context.Context, l *client.Lease) Outcome {
 	return w.do(ctx, leaseOp(KindCheck, l, ""), 0, func(ctx context.Context, op *Op) error {
-		f, err := w.cc.CheckFence(ctx, w.opts.Policy, op.Key, l.Token())
+		f, err := l.CheckFence(ctx)
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ func BenchmarkAcquire(b *testing.B) {
 	for _, n := range []int64{10, 1000} {
 		var s lease.Semaphore
 		for i := range n {
-			s, _ = lease.Acquire(s, n, 1_000_000+i, t0)
+			s, _ = lease.Acquire(s, n, 1_000_000+i, t0, claim)
 		}
 		now := t0 + 1000
 		if lease.Live(s, now) != n {
@@ -26,7 +26,7 @@ func BenchmarkAcquire(b *testing.B) {
 			b.Run(fmt.Sprintf("live=%d/%s", n, c.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, d := lease.Acquire(s, c.limit, 1000, now); d.Allowed != (c.limit > n) {
+					if _, d := lease.Acquire(s, c.limit, 1000, now, claim); d.Allowed != (c.limit > n) {
 						b.Fatalf("unexpected decision %+v", d)
 					}
 				}

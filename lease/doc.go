@@ -21,11 +21,14 @@
 // A lease is live at now iff now < ExpiresAt, where now is the log time
 // passed in; nothing else expires a lease. Acquire never makes more than
 // limit leases live. Tokens are unique and strictly increasing per key: a new
-// token is max(LastToken+1, now), so it is above every earlier token of the
-// key and never below the log time; a Semaphore reclaimed at now ≥
-// ExpiresAt(s) ≥ LastToken+1 and recreated therefore still issues greater
-// tokens. Renew, Release and Holds refuse (ErrStale, false) a token that is
-// not live at now: expired, released, never issued, or another key's.
+// token is max(LastToken+1, now+jitter) (Claim.Jitter, random, so that a
+// token does not follow from the expiry a denial shows), so it is above
+// every earlier token of the key and never below the log time; a Semaphore
+// reclaimed at now ≥ ExpiresAt(s) ≥ LastToken+1 and recreated therefore
+// still issues greater tokens. Renew, Release and Holds refuse (ErrStale,
+// false) a token that is not live at now (expired, released, never issued,
+// or another key's) or not held by the Holder asking: to anyone but the
+// caller that acquired it, with its secret, a lease does not exist.
 //
 // # Leader changes
 //

@@ -121,8 +121,8 @@ func (h *harness) token(k *key) int64 {
 func (h *harness) acquire(k *key, ttl int64) {
 	h.tb.Helper()
 	in := clone(k.s)
-	s, d := lease.Acquire(k.s, h.limit, ttl, h.now)
-	if s2, d2 := lease.Acquire(k.s, h.limit, ttl, h.now); !sameState(s, s2) || d != d2 {
+	s, d := lease.Acquire(k.s, h.limit, ttl, h.now, claim)
+	if s2, d2 := lease.Acquire(k.s, h.limit, ttl, h.now, claim); !sameState(s, s2) || d != d2 {
 		h.tb.Fatalf("Acquire not deterministic: %+v %+v then %+v %+v", s, d, s2, d2)
 	}
 	h.unchanged("Acquire", in, k.s)
@@ -130,7 +130,7 @@ func (h *harness) acquire(k *key, ttl int64) {
 	want := lease.Decision{Limit: h.limit, Held: live}
 	if live < h.limit {
 		want.Allowed, want.Held = true, live+1
-		want.Lease = lease.Lease{Token: max(k.stateLast+1, h.now), AcquiredAt: h.now, ExpiresAt: h.now + ttl, TTL: ttl}
+		want.Lease = lease.Lease{Token: max(k.stateLast+1, h.now), AcquiredAt: h.now, ExpiresAt: h.now + ttl, TTL: ttl, Holder: holder}
 		for _, o := range k.m.issued {
 			if want.Lease.Token <= o.Token {
 				h.tb.Fatalf("token %d not above earlier token %d", want.Lease.Token, o.Token)
@@ -152,10 +152,10 @@ func (h *harness) acquire(k *key, ttl int64) {
 			h.tb.Fatalf("denial changed the state: %+v became %+v", in, s)
 		}
 		// Exact: denied one nanosecond early, allowed on time.
-		if _, d1 := lease.Acquire(k.s, h.limit, ttl, h.now+int64(d.RetryAfter)-1); d1.Allowed {
+		if _, d1 := lease.Acquire(k.s, h.limit, ttl, h.now+int64(d.RetryAfter)-1, claim); d1.Allowed {
 			h.tb.Fatalf("allowed at now+RetryAfter-1: %+v", d)
 		}
-		if _, d2 := lease.Acquire(k.s, h.limit, ttl, h.now+int64(d.RetryAfter)); !d2.Allowed {
+		if _, d2 := lease.Acquire(k.s, h.limit, ttl, h.now+int64(d.RetryAfter), claim); !d2.Allowed {
 			h.tb.Fatalf("denied at now+RetryAfter: %+v then %+v", d, d2)
 		}
 	}
@@ -165,7 +165,7 @@ func (h *harness) acquire(k *key, ttl int64) {
 func (h *harness) renew(k *key, token, ttl int64) {
 	h.tb.Helper()
 	in := clone(k.s)
-	s, l, err := lease.Renew(k.s, token, ttl, h.now)
+	s, l, err := lease.Renew(k.s, token, ttl, h.now, holder)
 	h.unchanged("Renew", in, k.s)
 	i := k.m.find(token, h.now)
 	if i < 0 {
@@ -188,7 +188,7 @@ func (h *harness) renew(k *key, token, ttl int64) {
 func (h *harness) release(k *key, token int64) {
 	h.tb.Helper()
 	in := clone(k.s)
-	s, l, err := lease.Release(k.s, token, h.now)
+	s, l, err := lease.Release(k.s, token, h.now, holder)
 	h.unchanged("Release", in, k.s)
 	i := k.m.find(token, h.now)
 	if i < 0 {
@@ -208,7 +208,7 @@ func (h *harness) stale(what string, k *key, in, s lease.Semaphore, l lease.Leas
 	if !errors.Is(err, lease.ErrStale) || l != (lease.Lease{}) || !sameState(s, in) {
 		h.tb.Fatalf("%s(token %d, now %d) of a stale token = %+v, %+v, %v; want ErrStale and no change", what, token, h.now, s, l, err)
 	}
-	if lease.Holds(k.s, token, h.now) {
+	if holds(k.s, token, h.now) {
 		h.tb.Fatalf("Holds(token %d) true for a stale token", token)
 	}
 	h.st.stale++
@@ -231,7 +231,7 @@ func (h *harness) shift(d int64) {
 			if l != w {
 				h.tb.Fatalf("Shift(%d): lease %+v became %+v, want %+v", d, in.Leases[i], l, w)
 			}
-			if !lease.Holds(s, l.Token, w.ExpiresAt-1) || lease.Holds(s, l.Token, w.ExpiresAt) {
+			if !holds(s, l.Token, w.ExpiresAt-1) || holds(s, l.Token, w.ExpiresAt) {
 				h.tb.Fatalf("Shift(%d): Holds disagrees with ExpiresAt %d for %+v", d, w.ExpiresAt, l)
 			}
 		}
@@ -304,7 +304,7 @@ func (h *harness) step() {
 		h.release(k, h.token(k))
 	case op < 78:
 		tok := h.token(k)
-		if got, want := lease.Holds(k.s, tok, h.now), k.m.find(tok, h.now) >= 0; got != want {
+		if got, want := holds(k.s, tok, h.now), k.m.find(tok, h.now) >= 0; got != want {
 			h.tb.Fatalf("Holds(token %d, now %d) = %v, model %v", tok, h.now, got, want)
 		}
 	case op < 82:
@@ -371,7 +371,7 @@ func (h *harness) check(k *key) {
 	}
 	for _, o := range h.keys {
 		for _, l := range o.m.issued[max(0, len(o.m.issued)-16):] {
-			if got, want := lease.Holds(s, l.Token, h.now), k.m.find(l.Token, h.now) >= 0; got != want {
+			if got, want := holds(s, l.Token, h.now), k.m.find(l.Token, h.now) >= 0; got != want {
 				h.tb.Fatalf("Holds(token %d, now %d) = %v, model %v", l.Token, h.now, got, want)
 			}
 		}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"cmp"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
@@ -37,6 +38,38 @@ const (
 // (LastToken is math.MaxInt64).
 const NeverRetry = time.Duration(math.MaxInt64)
 
+// SecretSize is the length of a lease's secret in bytes.
+const SecretSize = 16
+
+// Holder is who holds a lease: the caller that acquired it and the secret
+// its lease ID carries (drawn at random by the leader before proposing).
+// Renew, Release and Holds act only for the same Holder; to anyone else the
+// lease does not exist (ErrStale, false), so that a refusal does not confirm
+// it does.
+type Holder struct {
+	Caller string
+	Secret [SecretSize]byte
+}
+
+// Is reports whether h and o are the same holder; the secrets are compared
+// in constant time. The zero secret is no one's: a lease without a secret
+// (the FSM never issues one) is held by nobody, and a request without one
+// holds nothing.
+func (h Holder) Is(o Holder) bool {
+	var zero [SecretSize]byte
+	same := subtle.ConstantTimeCompare(h.Secret[:], o.Secret[:]) == 1
+	return same && h.Secret != zero && h.Caller == o.Caller
+}
+
+// Claim is what an Acquire asks beyond a slot: the holder of the new lease,
+// and how far above the log time its token starts (a value the leader drew
+// at random, so that a token does not follow from the times a denial
+// shows: expiry − ttl is the acquire's log time, not its token).
+type Claim struct {
+	Holder Holder
+	Jitter uint32 // ns
+}
+
 // Lease is one held slot. Times are Unix nanoseconds of log time; a lease is
 // live at now iff now < ExpiresAt.
 type Lease struct {
@@ -44,6 +77,7 @@ type Lease struct {
 	AcquiredAt int64 // Unix ns (log time)
 	ExpiresAt  int64 // Unix ns (log time)
 	TTL        int64 // ns, as granted (renewals extend by this unless a new ttl is given)
+	Holder     Holder
 }
 
 // Semaphore is one key's state: its leases, sorted by strictly increasing
@@ -98,17 +132,17 @@ func validLimit(limit int64) bool { return limit >= 1 && limit <= MaxLimit }
 func validTTL(ttl int64) bool     { return ttl >= 1 && ttl <= MaxTTL }
 
 // Acquire takes one of limit slots at now for ttl nanoseconds if fewer than
-// limit leases are live at now. The new lease has AcquiredAt now, ExpiresAt
-// now+ttl and Token max(s.LastToken+1, now): strictly greater than every
-// token issued before for this key, and never below the log time, so still
-// greater after the key's state was reclaimed at ExpiresAt(s) and recreated
-// (see ExpiresAt). The returned state has the new lease and the live leases
-// of s; expired ones are dropped.
+// limit leases are live at now. The new lease has c's Holder, AcquiredAt
+// now, ExpiresAt now+ttl and Token max(s.LastToken+1, now+c.Jitter):
+// strictly greater than every token issued before for this key, and never
+// below the log time, so still greater after the key's state was reclaimed
+// at ExpiresAt(s) and recreated (see ExpiresAt). The returned state has the
+// new lease and the live leases of s; expired ones are dropped.
 //
 // Denied, it returns s itself and a Decision with the exact RetryAfter. An
 // invalid limit or ttl (see Check), or a key whose LastToken is
 // math.MaxInt64, is denied with NeverRetry: Acquire fails closed.
-func Acquire(s Semaphore, limit, ttl, now int64) (Semaphore, Decision) {
+func Acquire(s Semaphore, limit, ttl, now int64, c Claim) (Semaphore, Decision) {
 	live := Live(s, now)
 	d := Decision{Limit: limit, Held: live}
 	if !validLimit(limit) || !validTTL(ttl) || s.LastToken == math.MaxInt64 {
@@ -120,10 +154,11 @@ func Acquire(s Semaphore, limit, ttl, now int64) (Semaphore, Decision) {
 		return s, d
 	}
 	l := Lease{
-		Token:      max(s.LastToken+1, now),
+		Token:      max(s.LastToken+1, addSat(now, int64(c.Jitter))),
 		AcquiredAt: now,
 		ExpiresAt:  addSat(now, ttl),
 		TTL:        ttl,
+		Holder:     c.Holder,
 	}
 	leases := appendLive(make([]Lease, 0, live+1), s.Leases, now, live)
 	d.Allowed, d.Lease, d.Held = true, l, live+1
@@ -166,7 +201,7 @@ func freeAt(s Semaphore, k, now int64) int64 {
 	return exp[k-1]
 }
 
-// Renew sets the expiry of the live lease with this token to now+ttl and
+// Renew sets the expiry of h's live lease with this token to now+ttl and
 // returns the renewed lease. ttl 0 means the lease's own TTL; any other ttl
 // must be 1..MaxTTL and becomes the lease's TTL. Renewing sets, it does not
 // add: a smaller ttl than the time left shortens the lease. Token and
@@ -174,14 +209,14 @@ func freeAt(s Semaphore, k, now int64) int64 {
 // returned state.
 //
 // Errors: ErrInvalid for a ttl out of range, ErrStale if token is not a live
-// lease of s at now; s is then returned unchanged.
-func Renew(s Semaphore, token, ttl, now int64) (Semaphore, Lease, error) {
+// lease of s at now held by h; s is then returned unchanged.
+func Renew(s Semaphore, token, ttl, now int64, h Holder) (Semaphore, Lease, error) {
 	if ttl != 0 {
 		if err := checkTTL(ttl); err != nil {
 			return s, Lease{}, err
 		}
 	}
-	i, ok := find(s, token, now)
+	i, ok := find(s, token, now, h)
 	if !ok {
 		return s, Lease{}, staleError(token, now)
 	}
@@ -202,13 +237,13 @@ func Renew(s Semaphore, token, ttl, now int64) (Semaphore, Lease, error) {
 	return Semaphore{LastToken: s.LastToken, Leases: leases}, l, nil
 }
 
-// Release frees the live lease with this token and returns it as it was.
+// Release frees h's live lease with this token and returns it as it was.
 // Expired leases are dropped from the returned state. ErrStale if token is
-// not a live lease of s at now (s is then returned unchanged): a second
-// Release of the same token is ErrStale; retries of one Release request are
-// answered by the request-ID table before they reach here.
-func Release(s Semaphore, token, now int64) (Semaphore, Lease, error) {
-	i, ok := find(s, token, now)
+// not a live lease of s at now held by h (s is then returned unchanged): a
+// second Release of the same token is ErrStale; retries of one Release
+// request are answered by the request-ID table before they reach here.
+func Release(s Semaphore, token, now int64, h Holder) (Semaphore, Lease, error) {
+	i, ok := find(s, token, now, h)
 	if !ok {
 		return s, Lease{}, staleError(token, now)
 	}
@@ -221,11 +256,14 @@ func Release(s Semaphore, token, now int64) (Semaphore, Lease, error) {
 	return Semaphore{LastToken: s.LastToken, Leases: leases}, s.Leases[i], nil
 }
 
-// Holds reports whether token is a live lease of s at now: the answer to
-// CheckFence.
-func Holds(s Semaphore, token, now int64) bool {
-	_, ok := find(s, token, now)
-	return ok
+// Holds returns h's live lease of s at now with this token, if there is
+// one: the answer to CheckFence.
+func Holds(s Semaphore, token, now int64, h Holder) (Lease, bool) {
+	i, ok := find(s, token, now, h)
+	if !ok {
+		return Lease{}, false
+	}
+	return s.Leases[i], true
 }
 
 // Live returns the number of leases of s live at now.
@@ -282,19 +320,23 @@ func Shift(s Semaphore, d int64) Semaphore {
 	return Semaphore{LastToken: s.LastToken, Leases: leases}
 }
 
-// find returns the index of the lease with this token if it is live at now.
-func find(s Semaphore, token, now int64) (int, bool) {
+// find returns the index of the lease with this token if it is live at now
+// and h holds it.
+func find(s Semaphore, token, now int64, h Holder) (int, bool) {
 	i, ok := slices.BinarySearchFunc(s.Leases, token, func(l Lease, t int64) int {
 		return cmp.Compare(l.Token, t)
 	})
-	if !ok || now >= s.Leases[i].ExpiresAt {
+	if !ok || now >= s.Leases[i].ExpiresAt || !s.Leases[i].Holder.Is(h) {
 		return 0, false
 	}
 	return i, true
 }
 
+// staleError is the one refusal of a token that is not h's live lease,
+// whatever the reason: another holder's lease is refused as one that never
+// existed.
 func staleError(token, now int64) error {
-	return fmt.Errorf("%w: token %d is not a live lease at %d (expired, released or never issued)", ErrStale, token, now)
+	return fmt.Errorf("%w: token %d is not a live lease of yours at %d (expired, released or never issued)", ErrStale, token, now)
 }
 
 // addSat returns a+b for b ≥ 0, saturating at math.MaxInt64.

@@ -12,7 +12,7 @@ import (
 
 func mustAcquire(tb testing.TB, s lease.Semaphore, limit, ttl, now int64) (lease.Semaphore, lease.Lease) {
 	tb.Helper()
-	s2, d := lease.Acquire(s, limit, ttl, now)
+	s2, d := lease.Acquire(s, limit, ttl, now, claim)
 	if !d.Allowed {
 		tb.Fatalf("Acquire(%+v, %d, %d, %d) denied: %+v", s, limit, ttl, now, d)
 	}
@@ -26,18 +26,18 @@ func TestAcquireDenyRetry(t *testing.T) {
 	if a.Token != t0 || b.Token != t0+1 {
 		t.Fatalf("tokens %d, %d; want %d, %d", a.Token, b.Token, t0, t0+1)
 	}
-	want := lease.Lease{Token: t0 + 1, AcquiredAt: t0, ExpiresAt: t0 + 50, TTL: 50}
+	want := lease.Lease{Token: t0 + 1, AcquiredAt: t0, ExpiresAt: t0 + 50, TTL: 50, Holder: holder}
 	if b != want {
 		t.Fatalf("lease %+v, want %+v", b, want)
 	}
-	s2, d := lease.Acquire(s, 2, 10, t0+10)
+	s2, d := lease.Acquire(s, 2, 10, t0+10, claim)
 	if d.Allowed || d.RetryAfter != 40 || d.Held != 2 || d.Limit != 2 || d.Lease != (lease.Lease{}) {
 		t.Fatalf("full semaphore: %+v; want denied, RetryAfter 40ns, Held 2", d)
 	}
 	if !sameState(s2, s) {
 		t.Fatalf("denial changed the state")
 	}
-	if _, d := lease.Acquire(s, 2, 10, t0+49); d.Allowed {
+	if _, d := lease.Acquire(s, 2, 10, t0+49, claim); d.Allowed {
 		t.Fatalf("allowed 1ns before the earliest expiry")
 	}
 	s, c := mustAcquire(t, s, 2, 10, t0+50)
@@ -53,30 +53,30 @@ func TestLoweredLimitRetryAfter(t *testing.T) {
 	for _, ttl := range []int64{30, 10, 20} {
 		s, _ = mustAcquire(t, s, 3, ttl, t0)
 	}
-	_, d := lease.Acquire(s, 1, 5, t0)
+	_, d := lease.Acquire(s, 1, 5, t0, claim)
 	if d.Allowed || d.Held != 3 || d.RetryAfter != 30 {
 		t.Fatalf("limit lowered to 1: %+v; want denied, Held 3, RetryAfter 30ns", d)
 	}
-	if _, d := lease.Acquire(s, 2, 5, t0+1); d.RetryAfter != 19 {
+	if _, d := lease.Acquire(s, 2, 5, t0+1, claim); d.RetryAfter != 19 {
 		t.Fatalf("limit 2: RetryAfter %v, want 19ns", d.RetryAfter)
 	}
 }
 
 func TestRenew(t *testing.T) {
 	s, l := mustAcquire(t, lease.Semaphore{}, 1, 100, t0)
-	s, r, err := lease.Renew(s, l.Token, 0, t0+60)
-	if want := (lease.Lease{Token: l.Token, AcquiredAt: t0, ExpiresAt: t0 + 160, TTL: 100}); err != nil || r != want {
+	s, r, err := lease.Renew(s, l.Token, 0, t0+60, holder)
+	if want := (lease.Lease{Token: l.Token, AcquiredAt: t0, ExpiresAt: t0 + 160, TTL: 100, Holder: holder}); err != nil || r != want {
 		t.Fatalf("Renew with the lease's TTL = %+v, %v; want %+v", r, err, want)
 	}
-	s, r, err = lease.Renew(s, l.Token, 7, t0+150)
+	s, r, err = lease.Renew(s, l.Token, 7, t0+150, holder)
 	if err != nil || r.TTL != 7 || r.ExpiresAt != t0+157 {
 		t.Fatalf("Renew with ttl 7 = %+v, %v", r, err)
 	}
-	_, r, err = lease.Renew(s, l.Token, 0, t0+156)
+	_, r, err = lease.Renew(s, l.Token, 0, t0+156, holder)
 	if err != nil || r.ExpiresAt != t0+163 {
 		t.Fatalf("ttl 0 after a new ttl: %+v, %v; want ExpiresAt t0+163", r, err)
 	}
-	if !lease.Holds(s, l.Token, t0+156) || lease.Holds(s, l.Token, t0+157) {
+	if !holds(s, l.Token, t0+156) || holds(s, l.Token, t0+157) {
 		t.Fatalf("Holds disagrees with ExpiresAt %d", s.Leases[0].ExpiresAt)
 	}
 }
@@ -87,7 +87,7 @@ func TestStaleTokens(t *testing.T) {
 	s, a := mustAcquire(t, lease.Semaphore{}, 3, 100, t0)
 	s, b := mustAcquire(t, s, 3, 10, t0)
 	_, o := mustAcquire(t, lease.Semaphore{}, 3, 100, t0+5)
-	s, _, err := lease.Release(s, a.Token, t0+1)
+	s, _, err := lease.Release(s, a.Token, t0+1, holder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,14 +103,14 @@ func TestStaleTokens(t *testing.T) {
 	}
 	for _, c := range cases {
 		in := clone(s)
-		if lease.Holds(s, c.token, c.now) {
+		if holds(s, c.token, c.now) {
 			t.Errorf("%s: Holds true", c.name)
 		}
-		s2, l, err := lease.Renew(s, c.token, 0, c.now)
+		s2, l, err := lease.Renew(s, c.token, 0, c.now, holder)
 		if !errors.Is(err, lease.ErrStale) || l != (lease.Lease{}) || !sameState(s2, in) {
 			t.Errorf("%s: Renew = %+v, %+v, %v; want ErrStale, no change", c.name, s2, l, err)
 		}
-		s2, l, err = lease.Release(s, c.token, c.now)
+		s2, l, err = lease.Release(s, c.token, c.now, holder)
 		if !errors.Is(err, lease.ErrStale) || l != (lease.Lease{}) || !sameState(s2, in) {
 			t.Errorf("%s: Release = %+v, %+v, %v; want ErrStale, no change", c.name, s2, l, err)
 		}
@@ -127,7 +127,7 @@ func TestInvalid(t *testing.T) {
 		if err := lease.Check(c.limit, c.ttl); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("Check(%d, %d) = %v, want ErrInvalid", c.limit, c.ttl, err)
 		}
-		s, d := lease.Acquire(lease.Semaphore{}, c.limit, c.ttl, t0)
+		s, d := lease.Acquire(lease.Semaphore{}, c.limit, c.ttl, t0, claim)
 		if d.Allowed || d.RetryAfter != lease.NeverRetry || s.LastToken != 0 || s.Leases != nil {
 			t.Errorf("Acquire(limit %d, ttl %d) = %+v, %+v; want failed closed", c.limit, c.ttl, s, d)
 		}
@@ -139,20 +139,20 @@ func TestInvalid(t *testing.T) {
 	}
 	s, l := mustAcquire(t, lease.Semaphore{}, 1, 10, t0)
 	for _, ttl := range []int64{-1, lease.MaxTTL + 1} {
-		if s2, _, err := lease.Renew(s, l.Token, ttl, t0); !errors.Is(err, lease.ErrInvalid) || !sameState(s2, s) {
+		if s2, _, err := lease.Renew(s, l.Token, ttl, t0, holder); !errors.Is(err, lease.ErrInvalid) || !sameState(s2, s) {
 			t.Errorf("Renew ttl %d = %v, want ErrInvalid", ttl, err)
 		}
 	}
 	// Out of tokens: fail closed rather than wrap.
 	full := lease.Semaphore{LastToken: math.MaxInt64}
-	if _, d := lease.Acquire(full, 1, 1, t0); d.Allowed || d.RetryAfter != lease.NeverRetry {
+	if _, d := lease.Acquire(full, 1, 1, t0, claim); d.Allowed || d.RetryAfter != lease.NeverRetry {
 		t.Errorf("LastToken MaxInt64: %+v, want failed closed", d)
 	}
 }
 
 func TestZeroSemaphore(t *testing.T) {
 	var s lease.Semaphore
-	if lease.ExpiresAt(s) != 0 || lease.Live(s, t0) != 0 || lease.Holds(s, 0, t0) {
+	if lease.ExpiresAt(s) != 0 || lease.Live(s, t0) != 0 || holds(s, 0, t0) {
 		t.Fatal("the zero Semaphore is not empty")
 	}
 	if s2 := lease.Shift(s, 5); !sameState(s2, s) {
@@ -166,7 +166,7 @@ func TestZeroSemaphore(t *testing.T) {
 func TestReclaim(t *testing.T) {
 	t.Run("released early", func(t *testing.T) {
 		s, a := mustAcquire(t, lease.Semaphore{}, 1, 1000, t0)
-		s, _, err := lease.Release(s, a.Token, t0)
+		s, _, err := lease.Release(s, a.Token, t0, holder)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestReclaim(t *testing.T) {
 		var last lease.Lease
 		for range 5 { // five leases at one now, each released: tokens t0..t0+4
 			s, last = mustAcquire(t, s, 1, 1, t0)
-			s, _, _ = lease.Release(s, last.Token, t0)
+			s, _, _ = lease.Release(s, last.Token, t0, holder)
 		}
 		at := lease.ExpiresAt(s)
 		if at != t0+5 {
@@ -210,11 +210,11 @@ func TestReclaim(t *testing.T) {
 				}
 			case 1:
 				if len(s.Leases) > 0 {
-					s, _, _ = lease.Release(s, s.Leases[r.IntN(len(s.Leases))].Token, now)
+					s, _, _ = lease.Release(s, s.Leases[r.IntN(len(s.Leases))].Token, now, holder)
 				}
 			default:
 				var d lease.Decision
-				s, d = lease.Acquire(s, 1+r.Int64N(3), 1+r.Int64N(4), now)
+				s, d = lease.Acquire(s, 1+r.Int64N(3), 1+r.Int64N(4), now, claim)
 				if d.Allowed {
 					if d.Lease.Token <= high || d.Lease.Token < now {
 						t.Fatalf("step %d: token %d, earlier %d, now %d", i, d.Lease.Token, high, now)
@@ -246,7 +246,7 @@ func TestShift(t *testing.T) {
 				t.Fatalf("Shift(%d): %+v became %+v", d, old, x)
 			}
 			for _, at := range []int64{old.ExpiresAt - 1, old.ExpiresAt, old.ExpiresAt + d - 1, old.ExpiresAt + d} {
-				if got, want := lease.Holds(sh, x.Token, at), at < old.ExpiresAt+d; got != want {
+				if got, want := holds(sh, x.Token, at), at < old.ExpiresAt+d; got != want {
 					t.Fatalf("Shift(%d): Holds(%d, %d) = %v, want %v", d, x.Token, at, got, want)
 				}
 			}
@@ -255,7 +255,7 @@ func TestShift(t *testing.T) {
 				t.Fatalf("Shift(%d): remaining time not preserved", d)
 			}
 		}
-		if lease.Live(sh, l+d) != lease.Live(s, l) || lease.Holds(sh, s.Leases[0].Token, l+d) {
+		if lease.Live(sh, l+d) != lease.Live(s, l) || holds(sh, s.Leases[0].Token, l+d) {
 			t.Fatalf("Shift(%d): live set at L+d differs from L", d)
 		}
 	}
@@ -267,4 +267,17 @@ func TestShift(t *testing.T) {
 	if sh := lease.Shift(s, math.MaxInt64); sh.Leases[0].ExpiresAt != math.MaxInt64 {
 		t.Fatalf("Shift did not saturate: %+v", sh.Leases[0])
 	}
+}
+
+// holder holds the leases of the tests that are not about holders; claim
+// acquires them for it without jitter.
+var (
+	holder = lease.Holder{Caller: "c", Secret: [lease.SecretSize]byte{1}}
+	claim  = lease.Claim{Holder: holder}
+)
+
+// holds is Holds for holder, as a bool.
+func holds(s lease.Semaphore, token, now int64) bool {
+	_, ok := lease.Holds(s, token, now, holder)
+	return ok
 }

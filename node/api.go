@@ -372,7 +372,8 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	cmd := &raftcmdv1.Reserve{Policy: m.GetPolicy(), Key: m.GetKey(), Estimate: m.GetEstimate(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	cmd := &raftcmdv1.Reserve{Policy: m.GetPolicy(), Key: m.GetKey(), Estimate: m.GetEstimate(), RequestId: m.GetRequestId(), Caller: m.GetCaller(),
+		Secret: drawSecret()}
 	ttl, err := durationField("ttl", m.GetTtl(), admission.MinLeaseTTL, admission.MaxLeaseTTL)
 	if err != nil {
 		return nil, n.toConnectError(err)
@@ -399,8 +400,8 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
 	n := h.n
 	m := req.Msg
-	if m.GetReservationId() == "" {
-		return nil, n.toConnectError(badRequest("reservation_id", "must not be empty"))
+	if fsm.ReservationKey(m.GetReservationId()) == "" {
+		return nil, n.toConnectError(badRequest("reservation_id", "is not a reservation ID from Reserve"))
 	}
 	if m.GetActual() < 0 {
 		return nil, n.toConnectError(badRequest("actual", "must be at least 0 (got %d)", m.GetActual()))

@@ -3,12 +3,10 @@ package node
 import (
 	"context"
 	"crypto/x509"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -249,7 +247,7 @@ func requestPolicies(msg any) []string {
 	case *quoratev1.ReleaseLeaseRequest:
 		return nonEmpty(leaseIDPolicy(m.GetLeaseId()))
 	case *quoratev1.CheckFenceRequest:
-		return []string{m.GetPolicy()}
+		return nonEmpty(leaseIDPolicy(m.GetLeaseId()))
 	}
 	return nil
 }
@@ -272,12 +270,8 @@ func nonEmpty(s string) []string {
 // leaseIDPolicy is the policy a lease ID names ("" when it is not one);
 // parseLeaseID checks the rest when the call is served.
 func leaseIDPolicy(id string) string {
-	b, err := base64.RawURLEncoding.DecodeString(id)
-	parts := strings.Split(string(b), "\x00")
-	if err != nil || len(parts) != 3 {
-		return ""
-	}
-	return parts[0]
+	policy, _, _, _, _ := fsm.ParseLeaseID(id)
+	return policy
 }
 
 // resolveCallers sets the caller of every request ID msg carries to
@@ -309,6 +303,8 @@ func resolveCallers(msg any, resolve func(requested string) (string, error)) err
 	case *quoratev1.RenewLeaseRequest:
 		set(&m.Caller)
 	case *quoratev1.ReleaseLeaseRequest:
+		set(&m.Caller)
+	case *quoratev1.CheckFenceRequest:
 		set(&m.Caller)
 	}
 	return err

@@ -66,7 +66,7 @@ func TestProcedureActionsComplete(t *testing.T) {
 }
 
 func TestRequestPolicies(t *testing.T) {
-	lid := leaseID("sem", "k", 7)
+	lid := fsm.LeaseID("sem", "k", 7, [16]byte{1})
 	for _, tc := range []struct {
 		msg  any
 		want []string
@@ -75,12 +75,13 @@ func TestRequestPolicies(t *testing.T) {
 		{&quoratev1.AdmitBatchRequest{Requests: []*quoratev1.AdmitRequest{{Policy: "a"}, {Policy: "b"}}}, []string{"a", "b"}},
 		{&quoratev1.PeekRequest{Policy: "p"}, []string{"p"}},
 		{&quoratev1.ReserveRequest{Policy: "p"}, []string{"p"}},
-		{&quoratev1.CommitRequest{ReservationId: fsm.ReservationIDInGroup("quota", "k", 3, 2)}, []string{"quota"}},
+		{&quoratev1.CommitRequest{ReservationId: fsm.ReservationID("quota", "k", fsm.ReservationName(3, 2), [16]byte{1})}, []string{"quota"}},
 		{&quoratev1.CommitRequest{ReservationId: "lease:x#1"}, nil},
 		{&quoratev1.AcquireLeaseRequest{Policy: "sem", ReservePolicy: "quota"}, []string{"sem", "quota"}},
 		{&quoratev1.RenewLeaseRequest{LeaseId: lid}, []string{"sem"}},
 		{&quoratev1.ReleaseLeaseRequest{LeaseId: "garbage"}, nil},
-		{&quoratev1.CheckFenceRequest{Policy: "sem"}, []string{"sem"}},
+		{&quoratev1.CheckFenceRequest{LeaseId: lid}, []string{"sem"}},
+		{&quoratev1.CheckFenceRequest{LeaseId: "garbage"}, nil},
 		{&quoratev1.RefundRequest{Key: "k"}, nil},
 	} {
 		got := requestPolicies(tc.msg)

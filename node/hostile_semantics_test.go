@@ -221,7 +221,7 @@ func TestHostileSemantics(t *testing.T) {
 		t.Fatalf("GetPolicy(z) = %v; want not_found: a refused policy was stored", err)
 	}
 	// The lease is still held: the refused calls changed nothing.
-	ok, err := checkFence(ctxEnd, c, 0, "slots", "{h}job", held.GetFencingToken())
+	ok, err := checkFence(ctxEnd, c, 0, held)
 	if err != nil || !ok {
 		t.Fatalf("CheckFence of the held lease = %v, %v; want held", ok, err)
 	}

@@ -36,9 +36,11 @@ func acquire(ctx context.Context, c *nodetest.Cluster, i int, policy, key, id st
 	return resp.Msg, nil
 }
 
-func checkFence(ctx context.Context, c *nodetest.Cluster, i int, policy, key string, token int64) (bool, error) {
+// checkFence asks node i whether l, a lease acquire answered to caller
+// "worker", still holds its slot.
+func checkFence(ctx context.Context, c *nodetest.Cluster, i int, l *quoratev1.AcquireLeaseResponse) (bool, error) {
 	resp, err := c.Lease(i).CheckFence(ctx, connect.NewRequest(&quoratev1.CheckFenceRequest{
-		Policy: policy, Key: key, FencingToken: token}))
+		LeaseId: l.GetLeaseId(), FencingToken: l.GetFencingToken(), Caller: "worker"}))
 	if err != nil {
 		return false, err
 	}
@@ -195,7 +197,7 @@ func TestStaleHolderIsFencedOff(t *testing.T) {
 	}
 	// The first worker pauses; its lease expires in log time.
 	c.Eventually(t, 20*time.Second, "the first lease to expire", func() error {
-		held, err := checkFence(ctx, c, 1, "exports", "report-7", first.GetFencingToken())
+		held, err := checkFence(ctx, c, 1, first)
 		if err != nil {
 			return err
 		}
@@ -238,7 +240,7 @@ func TestStaleHolderIsFencedOff(t *testing.T) {
 		LeaseId: second.GetLeaseId(), FencingToken: second.GetFencingToken(), RequestId: "rel-2", Caller: "worker"})); err != nil {
 		t.Fatal(err)
 	}
-	if held, err := checkFence(ctx, c, 0, "exports", "report-7", second.GetFencingToken()); err != nil || held {
+	if held, err := checkFence(ctx, c, 0, second); err != nil || held {
 		t.Fatalf("released token: held=%v, %v", held, err)
 	}
 	_, err = c.Lease(0).RenewLease(ctx, connect.NewRequest(&quoratev1.RenewLeaseRequest{
@@ -272,7 +274,7 @@ func TestLeasesSurviveFullRestart(t *testing.T) {
 		c.Start(i)
 	}
 	c.WaitReady(t)
-	if held, err := checkFence(ctx, c, 2, "jobs", "k", a.GetFencingToken()); err != nil || !held {
+	if held, err := checkFence(ctx, c, 2, a); err != nil || !held {
 		t.Fatalf("after restart the lease is held=%v, %v", held, err)
 	}
 	again, err := acquire(ctx, c, 0, "jobs", "k", "before-1")

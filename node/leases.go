@@ -2,10 +2,9 @@ package node
 
 import (
 	"context"
-	"encoding/base64"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,34 +26,43 @@ type leaseHandler struct {
 
 var _ quoratev1connect.LeaseServiceHandler = (*leaseHandler)(nil)
 
-// leaseID names a lease: its policy, key and fencing token, so that any node
-// can route Renew and Release to the key without an index (and it stays
-// valid when the key's slot moves to another group).
-func leaseID(policy, key string, token int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(policy + "\x00" + key + "\x00" + strconv.FormatInt(token, 10)))
-}
-
-// parseLeaseID reverses leaseID and checks that the request's fencing token
-// is the lease's. A lease ID that AcquireLease cannot have made is
+// parseLeaseID splits a lease ID (fsm.LeaseID) into the lease operation it
+// names: policy, key, token and secret; the request's fencing token must be
+// the lease's. A lease ID that AcquireLease cannot have made is
 // invalid_argument; a token that is not the lease's is not its holder's,
-// refused like a stale token (lease.ErrStale: failed_precondition).
-func parseLeaseID(id string, token int64) (policy, key string, err error) {
-	b, derr := base64.RawURLEncoding.DecodeString(id)
-	parts := strings.Split(string(b), "\x00")
-	if id == "" || derr != nil || len(parts) != 3 {
-		return "", "", badRequest("lease_id", "is not a lease ID from AcquireLease")
+// refused like a stale token (lease.ErrStale: failed_precondition). Whether
+// the lease is the caller's, and the secret its own, the FSM decides: it
+// refuses another holder as it refuses a lease that never existed.
+func parseLeaseID(id string, token int64, kind raftcmdv1.LeaseOp_Kind) (*raftcmdv1.LeaseOp, error) {
+	policy, key, t, secret, ok := fsm.ParseLeaseID(id)
+	if !ok {
+		return nil, badRequest("lease_id", "is not a lease ID from AcquireLease")
 	}
 	if token < 1 {
-		return "", "", badRequest("fencing_token", "must be a token from AcquireLease (got %d)", token)
-	}
-	t, perr := strconv.ParseInt(parts[2], 10, 64)
-	if perr != nil || t < 1 {
-		return "", "", badRequest("lease_id", "is not a lease ID from AcquireLease")
+		return nil, badRequest("fencing_token", "must be a token from AcquireLease (got %d)", token)
 	}
 	if t != token {
-		return "", "", fmt.Errorf("%w: fencing_token %d is not the token of lease %s", lease.ErrStale, token, admission.Quote(id))
+		return nil, fmt.Errorf("%w: fencing_token %d is not the token of the lease of policy %s, key %s", lease.ErrStale, token, admission.Quote(policy), admission.Quote(key))
 	}
-	return parts[0], parts[1], nil
+	return &raftcmdv1.LeaseOp{Kind: kind, Policy: policy, Key: key, Token: t, Secret: secret[:]}, nil
+}
+
+// drawSecret returns the secret of a new lease or reservation: random
+// bytes drawn here, on the node that proposes the command, so that Apply
+// stays deterministic and no client chooses it.
+func drawSecret() []byte {
+	b := make([]byte, lease.SecretSize)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return b
+}
+
+// drawJitter returns how far above the log time a new lease's token starts
+// (lease.Claim): random, so that the token does not follow from the
+// expiry a denial shows.
+func drawJitter() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:])
 }
 
 func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
@@ -62,7 +70,8 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	m := req.Msg
 	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_ACQUIRE, Policy: m.GetPolicy(), Key: m.GetKey(),
 		RequestId: m.GetRequestId(), Caller: m.GetCaller(),
-		ReservePolicy: m.GetReservePolicy(), ReserveEstimate: m.GetReserveEstimate()}
+		ReservePolicy: m.GetReservePolicy(), ReserveEstimate: m.GetReserveEstimate(),
+		Secret: drawSecret(), TokenJitter: drawJitter()}
 	if err := checkLeaseOp(op, m.GetTtl(), true); err != nil {
 		return nil, n.toConnectError(err)
 	}
@@ -97,7 +106,9 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 			}
 			if r.Allowed {
 				out.ReservationId = r.ReservationID
-				out.LeaseId = leaseID(op.GetPolicy(), op.GetKey(), r.Lease.Token)
+				// A retry's answer (duplicate) names the first attempt's
+				// lease, with its secret: the record's, not this op's.
+				out.LeaseId = fsm.LeaseID(op.GetPolicy(), op.GetKey(), r.Lease.Token, r.Lease.Holder.Secret)
 				out.FencingToken, out.ExpiresAt = r.Lease.Token, unixTime(r.Lease.ExpiresAt)
 			}
 			return out, nil
@@ -110,17 +121,16 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
 	n := h.n
 	m := req.Msg
-	policy, key, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken())
+	op, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken(), raftcmdv1.LeaseOp_KIND_RENEW)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_RENEW, Policy: policy, Key: key, Token: m.GetFencingToken(),
-		RequestId: m.GetRequestId(), Caller: m.GetCaller()}
+	op.RequestId, op.Caller = m.GetRequestId(), m.GetCaller()
 	if err := checkLeaseOp(op, m.GetTtl(), false); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	// Renewing twice only extends the same lease.
-	return commandCall(ctx, n, routing{data: true, key: key, idempotent: true}, req,
+	return commandCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
 		func(res any) *quoratev1.RenewLeaseResponse {
 			r := res.(*fsm.LeaseResult)
@@ -135,12 +145,11 @@ func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quor
 func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
 	n := h.n
 	m := req.Msg
-	policy, key, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken())
+	op, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken(), raftcmdv1.LeaseOp_KIND_RELEASE)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_RELEASE, Policy: policy, Key: key, Token: m.GetFencingToken(),
-		RequestId: m.GetRequestId(), Caller: m.GetCaller(), ActualCost: m.ActualCost}
+	op.RequestId, op.Caller, op.ActualCost = m.GetRequestId(), m.GetCaller(), m.ActualCost
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
@@ -164,7 +173,11 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 	n := h.n
 	m := req.Msg
-	op := &raftcmdv1.LeaseOp{Kind: raftcmdv1.LeaseOp_KIND_CHECK, Policy: m.GetPolicy(), Key: m.GetKey(), Token: m.GetFencingToken()}
+	op, err := parseLeaseID(m.GetLeaseId(), m.GetFencingToken(), raftcmdv1.LeaseOp_KIND_CHECK)
+	if err != nil {
+		return nil, n.toConnectError(err)
+	}
+	op.Caller = m.GetCaller()
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}

@@ -262,10 +262,10 @@ func TestMoveSlotsBackAndForthUnderTraffic(t *testing.T) {
 			again.Msg.GetDuplicate(), again.Msg.GetRemaining(), again.Msg.GetAllowed(), first.Msg.GetRemaining(), first.Msg.GetAllowed())
 	}
 	// The lease moved with its fencing counter.
-	if ok, err := checkFence(ctx, c, 1, "jobs", keys[1], held.GetFencingToken()); err != nil || !ok {
+	if ok, err := checkFence(ctx, c, 1, held); err != nil || !ok {
 		t.Fatalf("the lease taken before the moves is not held after them (%v, %v)", ok, err)
 	}
-	if _, err := c.Lease(0).RenewLease(ctx, connect.NewRequest(&quoratev1.RenewLeaseRequest{LeaseId: held.GetLeaseId(), FencingToken: held.GetFencingToken()})); err != nil {
+	if _, err := c.Lease(0).RenewLease(ctx, connect.NewRequest(&quoratev1.RenewLeaseRequest{LeaseId: held.GetLeaseId(), FencingToken: held.GetFencingToken(), Caller: "worker"})); err != nil {
 		t.Fatalf("renewing the moved lease: %v", err)
 	}
 	next, err := acquire(ctx, c, 0, "jobs", keys[1], "lease-after")

@@ -79,7 +79,7 @@ func TestDevRestartKeepsState(t *testing.T) {
 		t.Fatalf("after restart: %v, want allowed with remaining 2 (state kept) under version 1 (re-apply is idempotent)", d)
 	}
 	var held quoratev1.CheckFenceResponse
-	mustRunJSON(t, &held, "lease", "check", "--server", fmt.Sprintf("127.0.0.1:%d", apiPort), "--policy", "jobs", "--key", "dev-test",
+	mustRunJSON(t, &held, "lease", "check", "--server", fmt.Sprintf("127.0.0.1:%d", apiPort), "--lease-id", lease.GetLeaseId(),
 		"--token", fmt.Sprint(lease.GetFencingToken()), "-o", "json")
 	if !held.GetHeld() {
 		t.Errorf("after restart, the lease taken before is not held: %v", &held)

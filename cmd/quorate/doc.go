@@ -44,7 +44,7 @@
 //	quorate lease release --lease-id ID --token N [--request-id ID]
 //	    extend a live lease, or free its slot (both retried with the same
 //	    request ID); a stale token is failed_precondition (exit 1)
-//	quorate lease check --policy P --key K --token N
+//	quorate lease check --lease-id ID --token N
 //	    whether a token still holds a slot: held=true or held=false (exit 0)
 //	quorate policy apply -f FILE [--dry-run]
 //	                                create or replace the policies of a YAML file;

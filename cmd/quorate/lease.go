@@ -236,24 +236,26 @@ func newLeaseCheckCmd() *cobra.Command {
 		output outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "check --policy P --key K --token N",
-		Short: "Say whether a fencing token still holds a slot of a key",
-		Long: "Check asks whether a fencing token still holds a live lease of the key, and\n" +
-			"until when. It is linearizable: it goes through the Raft log, so it sees every\n" +
-			"acquire, renew, release and expiry before it. Both answers are results: it\n" +
-			"prints held=true or held=false and exits 0.\n\n" +
+		Use:   "check --lease-id ID --token N [--caller C]",
+		Short: "Say whether a lease still holds its slot",
+		Long: "Check asks whether a lease still holds its slot of the key, and until when.\n" +
+			"It is linearizable: it goes through the Raft log, so it sees every acquire,\n" +
+			"renew, release and expiry before it. Both answers are results: it prints\n" +
+			"held=true or held=false and exits 0. Only the lease's holder may ask: to any\n" +
+			"other caller, or with a lease ID that is not the one acquire printed, a lease\n" +
+			"is not held.\n\n" +
 			"Check changes nothing, so it is retried on unavailable, a server's\n" +
 			"deadline_exceeded and connection failures, rotating through the --server list,\n" +
 			"until --timeout.",
-		Example: "  quorate lease check --policy reports-active --key tenant-a --token 7\n" +
-			"  quorate lease check --policy reports-active --key tenant-a --token 7 -o json",
+		Example: "  quorate lease check --lease-id TGNyZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3... --token 7\n" +
+			"  quorate lease check --lease-id TGNyZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3... --token 7 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "policy", "key", "token"); err != nil {
+			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
 				return err
 			}
 			req.FencingToken = token.v
-			return runCall(cmd, &api, output, dataCall{procedure: "CheckFence", key: req.GetKey(), readOnly: true},
+			return runCall(cmd, &api, output, dataCall{procedure: "CheckFence", readOnly: true},
 				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 					return s.Lease.CheckFence(ctx, connect.NewRequest(&req))
 				},
@@ -263,9 +265,9 @@ func newLeaseCheckCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&req.Policy, "policy", "", "name of a policy with algorithm concurrency (required)")
-	fs.StringVar(&req.Key, "key", "", "the key the lease was acquired for (required)")
-	fs.Var(&token, "token", "the fencing token to check (required)")
+	fs.StringVar(&req.LeaseId, "lease-id", "", "the lease ID printed by lease acquire (required)")
+	fs.Var(&token, "token", "the lease's fencing token (required)")
+	fs.StringVar(&req.Caller, "caller", "", "the caller that acquired the lease, on a cluster without an access file")
 	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
 	return cmd
@@ -277,7 +279,9 @@ func addRequestIDFlags(cmd *cobra.Command, requestID, caller *string) {
 	fs := cmd.Flags()
 	fs.StringVar(requestID, "request-id", "", "identifies the request for exactly-once retries: a repeat with the same caller\n"+
 		"and request ID gets the first answer and changes nothing; default a random 128-bit hex ID")
-	fs.StringVar(caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes)")
+	fs.StringVar(caller, "caller", "", "namespace of the request ID, e.g. the calling service's name (up to 128 bytes); on a\n"+
+		"cluster without an access file also who holds what it takes: renew, release, check and\n"+
+		"commit must name the same caller")
 }
 
 // checkTTLFlag checks --ttl against the bounds the server enforces

@@ -67,11 +67,11 @@ func TestEndToEndLeases(t *testing.T) {
 		mustRunJSON(t, &r, append([]string{"lease", "acquire", "--server", c.APIURL(server), "--policy", "e2e-active", "--key", key, "-o", "json"}, extra...)...)
 		return &r
 	}
-	check := func(server int, key string, token int64) *quoratev1.CheckFenceResponse {
+	check := func(server int, l *quoratev1.AcquireLeaseResponse) *quoratev1.CheckFenceResponse {
 		t.Helper()
 		var r quoratev1.CheckFenceResponse
-		mustRunJSON(t, &r, "lease", "check", "--server", c.APIURL(server), "--policy", "e2e-active", "--key", key,
-			"--token", strconv.FormatInt(token, 10), "-o", "json")
+		mustRunJSON(t, &r, "lease", "check", "--server", c.APIURL(server), "--lease-id", l.GetLeaseId(),
+			"--token", strconv.FormatInt(l.GetFencingToken(), 10), "-o", "json")
 		return &r
 	}
 	tok := func(r *quoratev1.AcquireLeaseResponse) string { return strconv.FormatInt(r.GetFencingToken(), 10) }
@@ -112,10 +112,10 @@ func TestEndToEndLeases(t *testing.T) {
 	// Check: the first token holds a slot, until its lease's end. (A leader
 	// change extends live leases by the time without a leader, so the end
 	// may have moved later, never earlier.)
-	if r := check(1, "tenant-a", first.GetFencingToken()); !r.GetHeld() || r.GetExpiresAt().AsTime().Before(first.GetExpiresAt().AsTime()) {
+	if r := check(1, first); !r.GetHeld() || r.GetExpiresAt().AsTime().Before(first.GetExpiresAt().AsTime()) {
 		t.Errorf("check of the first lease: %v, want held until %v or later", r, first.GetExpiresAt().AsTime())
 	}
-	out = run("lease", "check", "--server", c.APIURL(2), "--policy", "e2e-active", "--key", "tenant-a", "--token", tok(second))
+	out = run("lease", "check", "--server", c.APIURL(2), "--lease-id", second.GetLeaseId(), "--token", tok(second))
 	if want := "held=true   fencing_token=" + tok(second) + "  expires_at=" + second.GetExpiresAt().AsTime().Format("2006-01-02T"); !strings.HasPrefix(out, want) ||
 		!strings.Contains(out, "  decided_at=") {
 		t.Errorf("check as text: %q, want it to start with %q", out, want)
@@ -128,7 +128,7 @@ func TestEndToEndLeases(t *testing.T) {
 		renewed.GetExpiresAt().AsTime().Sub(renewed.GetDecidedAt().AsTime()) != 2*time.Hour || renewed.GetDuplicate() {
 		t.Errorf("renew: %v, want the same lease expiring 2h after the renewal", &renewed)
 	}
-	if r := check(1, "tenant-a", second.GetFencingToken()); !r.GetHeld() || r.GetExpiresAt().AsTime().Before(renewed.GetExpiresAt().AsTime()) {
+	if r := check(1, second); !r.GetHeld() || r.GetExpiresAt().AsTime().Before(renewed.GetExpiresAt().AsTime()) {
 		t.Errorf("check after the renewal: %v, want held until %v or later", r, renewed.GetExpiresAt().AsTime())
 	}
 
@@ -147,10 +147,10 @@ func TestEndToEndLeases(t *testing.T) {
 	}
 
 	// The released token no longer holds a slot: check says so (exit 0).
-	if r := check(2, "tenant-a", first.GetFencingToken()); r.GetHeld() || r.GetExpiresAt() != nil {
+	if r := check(2, first); r.GetHeld() || r.GetExpiresAt() != nil {
 		t.Errorf("check of the released lease: %v, want held=false", r)
 	}
-	out = run("lease", "check", "--server", c.APIURL(0), "--policy", "e2e-active", "--key", "tenant-a", "--token", tok(first))
+	out = run("lease", "check", "--server", c.APIURL(0), "--lease-id", first.GetLeaseId(), "--token", tok(first))
 	if !strings.HasPrefix(out, "held=false  fencing_token="+tok(first)+"  expires_at=-  decided_at=") {
 		t.Errorf("check of the released lease as text: %q, want held=false", out)
 	}

@@ -295,7 +295,7 @@ func TestLeaseCheck(t *testing.T) {
 		}
 	}}
 	srv := serveFakeLease(t, f, false)
-	out, _, err := runCLI(t, "lease", "check", "--server", srv.URL, "--policy", "p", "--key", "k", "--token", "7")
+	out, _, err := runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,17 +303,17 @@ func TestLeaseCheck(t *testing.T) {
 		t.Errorf("output\n%q, want\n%q", out, want)
 	}
 	// Not held is an answer too: exit 0.
-	out, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--policy", "p", "--key", "k", "--token", "6")
+	out, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "6")
 	if want := "held=false  fencing_token=6  expires_at=-  decided_at=2026-01-02T03:04:05Z\n"; err != nil || out != want {
 		t.Errorf("got %q, %v; want\n%q", out, err, want)
 	}
 	var resp quoratev1.CheckFenceResponse
-	mustRunJSON(t, &resp, "lease", "check", "--server", srv.URL, "--policy", "p", "--key", "k", "--token", "6", "-o", "json")
+	mustRunJSON(t, &resp, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "6", "-o", "json")
 	if resp.GetHeld() || resp.GetExpiresAt() != nil {
 		t.Errorf("JSON check: %v, want held false", &resp)
 	}
 	for _, r := range received(f, &f.checks) {
-		if r.GetPolicy() != "p" || r.GetKey() != "k" {
+		if r.GetLeaseId() != "L1" {
 			t.Errorf("check sent %v", r)
 		}
 	}
@@ -324,7 +324,7 @@ func TestLeaseCheck(t *testing.T) {
 		return nil, outcomeUnknownErr()
 	}}
 	srv = serveFakeLease(t, f, false)
-	_, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--policy", "p", "--key", "k", "--token", "7", "--timeout", "100ms")
+	_, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "7", "--timeout", "100ms")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the deadline", err)
 	}

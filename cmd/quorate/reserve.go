@@ -100,7 +100,9 @@ func newCommitCmd() *cobra.Command {
 		Long: "Commit settles a reservation made by `quorate reserve`: it charges --actual units\n" +
 			"and gives back the rest of the estimate. A cost above the estimate is charged as\n" +
 			"far as the limit allows; the part that could not be is reported as over. A\n" +
-			"reservation that is unknown, already committed or expired is not_found (exit 1).\n\n" +
+			"reservation that is unknown, already committed or expired is not_found (exit 1),\n" +
+			"and so is one another caller reserved: only the caller that reserved, with the\n" +
+			"reservation ID it was given, can commit it.\n\n" +
 			"Commit is retried like admit, with the same request ID, on unavailable, a\n" +
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a commit that was applied gets its recorded\n" +

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -96,9 +97,9 @@ func TestTokenEndToEnd(t *testing.T) {
 	}
 	// The lease commands take it as --auth-token-file, as --token is the
 	// fencing token.
-	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token-file", opsFile)
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", fsm.LeaseID("tok", "k", 1, [16]byte{1}), "--token", "1", "--auth-token-file", opsFile)
 	wantErrNaming(t, err, "permission_denied", "ops", "client")
-	_, _, err = runCLI(t, "lease", "check", "--server", server, "--policy", "tok", "--key", "k", "--token", "1", "--auth-token", opsToken)
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", fsm.LeaseID("tok", "k", 1, [16]byte{1}), "--token", "1", "--auth-token", opsToken)
 	wantErrNaming(t, err, "--auth-token", "--auth-token-file")
 }
 

@@ -1260,7 +1260,8 @@ func (x *ReserveRequest) GetCaller() string {
 type ReserveResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	// Names the reservation in Commit (opaque).
+	// Names the reservation in Commit (opaque). It carries a secret: only the
+	// caller that reserved, with this ID, can commit it; keep it private.
 	ReservationId string `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
 	Limit         int64  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Whole units left after holding the estimate.

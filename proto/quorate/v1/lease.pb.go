@@ -138,7 +138,9 @@ func (x *AcquireLeaseRequest) GetReserveEstimate() int64 {
 type AcquireLeaseResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	// Names the lease in RenewLease and ReleaseLease (opaque).
+	// Names the lease in RenewLease, ReleaseLease and CheckFence (opaque). It
+	// carries a secret: whoever has it can act as the holder (with the
+	// holder's caller), so keep it as private as a credential.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Strictly increasing per key: hand it to the resource the work writes to.
 	FencingToken int64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
@@ -586,10 +588,11 @@ func (x *ReleaseLeaseResponse) GetOver() int64 {
 }
 
 type CheckFenceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	FencingToken  int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease, as AcquireLease named it, and its fencing token.
+	LeaseId       string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	FencingToken  int64  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Caller        string `protobuf:"bytes,3,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -624,16 +627,9 @@ func (*CheckFenceRequest) Descriptor() ([]byte, []int) {
 	return file_quorate_v1_lease_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *CheckFenceRequest) GetPolicy() string {
+func (x *CheckFenceRequest) GetLeaseId() string {
 	if x != nil {
-		return x.Policy
-	}
-	return ""
-}
-
-func (x *CheckFenceRequest) GetKey() string {
-	if x != nil {
-		return x.Key
+		return x.LeaseId
 	}
 	return ""
 }
@@ -643,6 +639,13 @@ func (x *CheckFenceRequest) GetFencingToken() int64 {
 		return x.FencingToken
 	}
 	return 0
+}
+
+func (x *CheckFenceRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
 }
 
 type CheckFenceResponse struct {
@@ -770,11 +773,11 @@ const file_quorate_v1_lease_proto_rawDesc = "" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12\x18\n" +
 	"\acharged\x18\x03 \x01(\x03R\acharged\x12%\n" +
 	"\x0ereleased_units\x18\x04 \x01(\x03R\rreleasedUnits\x12\x12\n" +
-	"\x04over\x18\x05 \x01(\x03R\x04over\"b\n" +
-	"\x11CheckFenceRequest\x12\x16\n" +
-	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12#\n" +
-	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\"\x9e\x01\n" +
+	"\x04over\x18\x05 \x01(\x03R\x04over\"k\n" +
+	"\x11CheckFenceRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x16\n" +
+	"\x06caller\x18\x03 \x01(\tR\x06caller\"\x9e\x01\n" +
 	"\x12CheckFenceResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x129\n" +
 	"\n" +

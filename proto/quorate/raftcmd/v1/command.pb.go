@@ -1380,7 +1380,16 @@ type LeaseOp struct {
 	ReservePolicy   string `protobuf:"bytes,8,opt,name=reserve_policy,json=reservePolicy,proto3" json:"reserve_policy,omitempty"`
 	ReserveEstimate int64  `protobuf:"varint,9,opt,name=reserve_estimate,json=reserveEstimate,proto3" json:"reserve_estimate,omitempty"`
 	// Release: settle the lease's reservation at this cost (unset: the estimate).
-	ActualCost    *int64 `protobuf:"varint,10,opt,name=actual_cost,json=actualCost,proto3,oneof" json:"actual_cost,omitempty"`
+	ActualCost *int64 `protobuf:"varint,10,opt,name=actual_cost,json=actualCost,proto3,oneof" json:"actual_cost,omitempty"`
+	// Acquire: the new lease's secret, 16 bytes the leader's handler drew at
+	// random; its lease ID carries it. Renew, release, check: the secret of
+	// the lease ID the request names; a lease whose secret or caller differs
+	// is refused as if it did not exist.
+	Secret []byte `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Acquire: how far above the log time the new token starts, drawn at
+	// random by the leader's handler, so that a token does not follow from
+	// the times a denial shows (lease.Claim).
+	TokenJitter   uint32 `protobuf:"varint,12,opt,name=token_jitter,json=tokenJitter,proto3" json:"token_jitter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1485,6 +1494,20 @@ func (x *LeaseOp) GetActualCost() int64 {
 	return 0
 }
 
+func (x *LeaseOp) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *LeaseOp) GetTokenJitter() uint32 {
+	if x != nil {
+		return x.TokenJitter
+	}
+	return 0
+}
+
 // Reserve holds estimate units of a rate or quota policy's key.
 type Reserve struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1492,9 +1515,12 @@ type Reserve struct {
 	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Estimate int64                  `protobuf:"varint,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
 	// 0 = the default (10m).
-	TtlNanos      int64  `protobuf:"varint,4,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Caller        string `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	TtlNanos  int64  `protobuf:"varint,4,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller    string `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The reservation's secret, 16 bytes the leader's handler drew at random;
+	// its reservation ID carries it.
+	Secret        []byte `protobuf:"bytes,7,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1571,13 +1597,23 @@ func (x *Reserve) GetCaller() string {
 	return ""
 }
 
+func (x *Reserve) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 // Commit settles a reservation at its actual cost.
 type Commit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReservationId string                 `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
-	Actual        int64                  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
-	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Caller        string                 `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ID Reserve answered (fsm.HoldID): policy, key, name and secret. A
+	// reservation whose secret or caller differs is refused as if it did not
+	// exist.
+	ReservationId string `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Actual        int64  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Caller        string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3188,8 +3224,11 @@ type LeaseRecord struct {
 	AcquiredAtUnixNano int64                  `protobuf:"varint,2,opt,name=acquired_at_unix_nano,json=acquiredAtUnixNano,proto3" json:"acquired_at_unix_nano,omitempty"`
 	ExpiresAtUnixNano  int64                  `protobuf:"varint,3,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
 	TtlNanos           int64                  `protobuf:"varint,4,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Who holds it: the caller that acquired it and the secret of its ID.
+	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	Secret        []byte `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRecord) Reset() {
@@ -3248,6 +3287,20 @@ func (x *LeaseRecord) GetTtlNanos() int64 {
 		return x.TtlNanos
 	}
 	return 0
+}
+
+func (x *LeaseRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 // LeaseOpRecord is the recorded answer of a lease operation, returned to its
@@ -3387,8 +3440,11 @@ type ReservationRecord struct {
 	// ExpiresAt of the key's state right after the estimate was spent.
 	SpentUntilUnixNano int64 `protobuf:"varint,6,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
 	ExpiresAtUnixNano  int64 `protobuf:"varint,7,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Who holds it: the caller that reserved it and the secret of its ID.
+	Caller        string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
+	Secret        []byte `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReservationRecord) Reset() {
@@ -3468,6 +3524,20 @@ func (x *ReservationRecord) GetExpiresAtUnixNano() int64 {
 		return x.ExpiresAtUnixNano
 	}
 	return 0
+}
+
+func (x *ReservationRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ReservationRecord) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
 }
 
 // GrantRecord is one live budget lease, in a snapshot and in the answer a
@@ -4940,7 +5010,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\"0\n" +
 	"\x04Peek\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xbd\x03\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xf8\x03\n" +
 	"\aLeaseOp\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .quorate.raftcmd.v1.LeaseOp.KindR\x04kind\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -4954,7 +5024,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x10reserve_estimate\x18\t \x01(\x03R\x0freserveEstimate\x12$\n" +
 	"\vactual_cost\x18\n" +
 	" \x01(\x03H\x00R\n" +
-	"actualCost\x88\x01\x01\"`\n" +
+	"actualCost\x88\x01\x01\x12\x16\n" +
+	"\x06secret\x18\v \x01(\fR\x06secret\x12!\n" +
+	"\ftoken_jitter\x18\f \x01(\rR\vtokenJitter\"`\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_ACQUIRE\x10\x01\x12\x0e\n" +
@@ -4963,7 +5035,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fKIND_RELEASE\x10\x03\x12\x0e\n" +
 	"\n" +
 	"KIND_CHECK\x10\x04B\x0e\n" +
-	"\f_actual_cost\"\xa3\x01\n" +
+	"\f_actual_cost\"\xbb\x01\n" +
 	"\aReserve\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
@@ -4971,7 +5043,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06caller\x18\x06 \x01(\tR\x06caller\"~\n" +
+	"\x06caller\x18\x06 \x01(\tR\x06caller\x12\x16\n" +
+	"\x06secret\x18\a \x01(\fR\x06secret\"~\n" +
 	"\x06Commit\x12%\n" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x16\n" +
 	"\x06actual\x18\x02 \x01(\x03R\x06actual\x12\x1d\n" +
@@ -5112,12 +5185,14 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"last_token\x18\x02 \x01(\x03R\tlastToken\x127\n" +
 	"\x06leases\x18\x03 \x03(\v2\x1f.quorate.raftcmd.v1.LeaseRecordR\x06leases\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\xa4\x01\n" +
+	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\xd4\x01\n" +
 	"\vLeaseRecord\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x03R\x05token\x121\n" +
 	"\x15acquired_at_unix_nano\x18\x02 \x01(\x03R\x12acquiredAtUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\x03 \x01(\x03R\x11expiresAtUnixNano\x12\x1b\n" +
-	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\"\xff\x02\n" +
+	"\tttl_nanos\x18\x04 \x01(\x03R\bttlNanos\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\fR\x06secret\"\xff\x02\n" +
 	"\rLeaseOpRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x125\n" +
 	"\x05lease\x18\x02 \x01(\v2\x1f.quorate.raftcmd.v1.LeaseRecordR\x05lease\x12\x14\n" +
@@ -5130,7 +5205,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
 	"\breleased\x18\n" +
 	" \x01(\x03R\breleased\x12\x12\n" +
-	"\x04over\x18\v \x01(\x03R\x04over\"\x80\x02\n" +
+	"\x04over\x18\v \x01(\x03R\x04over\"\xb0\x02\n" +
 	"\x11ReservationRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -5138,7 +5213,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\bestimate\x18\x04 \x01(\x03R\bestimate\x121\n" +
 	"\x15reserved_at_unix_nano\x18\x05 \x01(\x03R\x12reservedAtUnixNano\x121\n" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\"\xd5\x04\n" +
+	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\x12\x16\n" +
+	"\x06caller\x18\b \x01(\tR\x06caller\x12\x16\n" +
+	"\x06secret\x18\t \x01(\fR\x06secret\"\xd5\x04\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +

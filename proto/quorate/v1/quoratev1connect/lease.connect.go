@@ -52,14 +52,18 @@ type LeaseServiceClient interface {
 	// the same lease (duplicate=true) instead of a second slot.
 	AcquireLease(context.Context, *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error)
 	// RenewLease extends a live lease. FailedPrecondition when the token no
-	// longer holds a slot (expired or released).
+	// longer holds a slot (expired or released), and when the lease is not the
+	// caller's: a lease belongs to the caller that acquired it, and its ID
+	// carries a secret no one else can derive.
 	RenewLease(context.Context, *connect.Request[v1.RenewLeaseRequest]) (*connect.Response[v1.RenewLeaseResponse], error)
 	// ReleaseLease frees a live lease's slot. FailedPrecondition when the
 	// token no longer holds one; a retry with the same request_id answers as
 	// the first release did.
 	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
-	// CheckFence says whether a fencing token still holds a slot of the key
-	// (linearizable: through the log).
+	// CheckFence says whether a lease still holds its slot of the key
+	// (linearizable: through the log). Only the lease's holder may ask: a
+	// lease ID of another caller, or one with a secret that is not its own,
+	// is answered not held.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
 }
 
@@ -136,14 +140,18 @@ type LeaseServiceHandler interface {
 	// the same lease (duplicate=true) instead of a second slot.
 	AcquireLease(context.Context, *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error)
 	// RenewLease extends a live lease. FailedPrecondition when the token no
-	// longer holds a slot (expired or released).
+	// longer holds a slot (expired or released), and when the lease is not the
+	// caller's: a lease belongs to the caller that acquired it, and its ID
+	// carries a secret no one else can derive.
 	RenewLease(context.Context, *connect.Request[v1.RenewLeaseRequest]) (*connect.Response[v1.RenewLeaseResponse], error)
 	// ReleaseLease frees a live lease's slot. FailedPrecondition when the
 	// token no longer holds one; a retry with the same request_id answers as
 	// the first release did.
 	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
-	// CheckFence says whether a fencing token still holds a slot of the key
-	// (linearizable: through the log).
+	// CheckFence says whether a lease still holds its slot of the key
+	// (linearizable: through the log). Only the lease's holder may ask: a
+	// lease ID of another caller, or one with a secret that is not its own,
+	// is answered not held.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
 }
 
