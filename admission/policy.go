@@ -61,6 +61,12 @@ const MaxNameBytes = 64
 // MaxKeyBytes is the largest key, in bytes, that CheckRequest accepts.
 const MaxKeyBytes = 512
 
+// MaxChecks is the most checks one Admit decides atomically: its own
+// (policy, key, cost) and up to MaxChecks-1 more in also. Every bound on
+// checks (the node's, the state machine's, Envoy's counted descriptors)
+// is this one.
+const MaxChecks = 9
+
 // Bounds enforced by Validate. They are chosen so that every computation in
 // this package fits in an int64 (see Validate).
 const (

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -210,11 +212,17 @@ func TestPlan(t *testing.T) {
 		}
 	}
 	many := &rlsv3.RateLimitRequest{Domain: "web"}
-	for range MaxChecks + 1 {
+	for range admission.MaxChecks {
 		many.Descriptors = append(many.Descriptors, desc("remote_address", "x"))
 	}
-	if _, err := newPlan(c, many, ""); err == nil {
-		t.Error("10 counted descriptors accepted")
+	if p, err := newPlan(c, many, ""); err != nil || len(p.checks) != admission.MaxChecks {
+		t.Errorf("%d counted descriptors: %v", admission.MaxChecks, err)
+	}
+	many.Descriptors = append(many.Descriptors, desc("remote_address", "x"))
+	want := fmt.Sprintf("descriptors: at most %d descriptors with a counted rate_limit in one request, decided together in one Admit (got %d)",
+		admission.MaxChecks, admission.MaxChecks+1)
+	if _, err := newPlan(c, many, ""); err == nil || err.Error() != want {
+		t.Errorf("%d counted descriptors: %v, want %q", admission.MaxChecks+1, err, want)
 	}
 }
 

@@ -42,21 +42,28 @@
 // group's leader; spread heavy traffic over several domains. (A tag taken
 // from the request, such as its first entry, would split a descriptor's
 // counter by whatever else the request carried, and its limit would no
-// longer mean what the file says.) A request has at most 9 counted
-// descriptors, Admit's bound on checks.
+// longer mean what the file says.) A request has at most
+// admission.MaxChecks (9) counted descriptors, the checks one Admit
+// decides; more are refused, naming descriptors.
 //
 // The cost of each descriptor is its own hits_addend when set, else the
 // request's hits_addend, at least 1. A cost above requests_per_unit can
 // never be admitted: it is answered OVER_LIMIT (OK in shadow mode) without
 // counting, and nothing of the request is charged.
 //
-// # Exactly once
+// # Exactly once (opt-in)
 //
-// When the call carries an x-request-id header (Envoy's request ID), the
-// Admit's request_id is a hash of it with the domain, descriptors and
-// hits_addend: a retried call gets the first answer and spends nothing,
-// while two calls of one HTTP request with different descriptors (two
-// filter stages) remain two decisions.
+// With Options.DedupeRequestID, when the call carries an x-request-id
+// header (Envoy's request ID), the Admit's request_id is a hash of it with
+// the domain, descriptors and hits_addend: a retried call gets the first
+// answer and spends nothing, while two calls of one HTTP request with
+// different descriptors (two filter stages) remain two decisions. It is
+// off by default because the header is only as trustworthy as its
+// source: Envoy passes a client's own x-request-id on when it trusts the
+// client's headers (preserve_external_request_id, or a request from an
+// internal address), and a client that pins the ID would have every call
+// after its first answered as a retry, uncounted. Without it each call is
+// one decision, and a call Envoy retries after a lost answer spends twice.
 //
 // # Response
 //

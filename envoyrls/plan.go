@@ -15,13 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/ratelimitheader"
 )
-
-// MaxChecks is the most counted descriptors one request may have: an
-// Admit's request and its 8 also checks.
-const MaxChecks = 9
 
 // maxKeyBytes is Quorate's longest key.
 const maxKeyBytes = 512
@@ -47,7 +44,9 @@ type plan struct {
 }
 
 // newPlan looks up each descriptor of req in c. requestID, when not empty,
-// is the caller's ID of the call (x-request-id).
+// is the caller's ID of the call (x-request-id), which makes the Admit
+// deduplicated on it; a request with more counted descriptors than an
+// Admit decides (admission.MaxChecks) is refused.
 func newPlan(c *Config, req *rlsv3.RateLimitRequest, requestID string) (*plan, error) {
 	if req.GetDomain() == "" {
 		return nil, &RequestError{"domain", "must not be empty"}
@@ -96,11 +95,13 @@ func newPlan(c *Config, req *rlsv3.RateLimitRequest, requestID string) (*plan, e
 			}
 			continue
 		}
-		if len(checks) == MaxChecks {
-			return nil, &RequestError{"descriptors", fmt.Sprintf("at most %d descriptors with a limit per request", MaxChecks)}
-		}
 		checks = append(checks, &quoratev1.Check{Policy: l.policy, Key: descriptorKey(tag, keys, values), Cost: &cost})
 		p.checks = append(p.checks, i)
+	}
+	if len(checks) > admission.MaxChecks {
+		return nil, &RequestError{"descriptors", fmt.Sprintf(
+			"at most %d descriptors with a counted rate_limit in one request, decided together in one Admit (got %d)",
+			admission.MaxChecks, len(checks))}
 	}
 	if p.over || len(checks) == 0 {
 		return p, nil

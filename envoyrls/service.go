@@ -19,7 +19,7 @@ const Procedure = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // RequestIDHeader is the metadata header whose value, Envoy's request ID,
-// makes a call exactly-once.
+// makes a call exactly-once with Options.DedupeRequestID.
 const RequestIDHeader = "X-Request-Id"
 
 // Options are a Service's dependencies.
@@ -40,6 +40,15 @@ type Options struct {
 	// Headers adds the RateLimit header fields to every answer with a
 	// counted descriptor.
 	Headers bool
+	// DedupeRequestID makes a call with an x-request-id header
+	// exactly-once: a later call with the same ID and descriptors is
+	// answered as the first and spends nothing. Off by default, since the
+	// header is only as trustworthy as whoever sets it: Envoy keeps a
+	// client's own x-request-id when it trusts the client's headers
+	// (preserve_external_request_id, or an internal address), and a client
+	// that pins the ID is then never counted after its first call. Turn it
+	// on only when Envoy always generates the ID itself.
+	DedupeRequestID bool
 }
 
 // Service answers ShouldRateLimit. Before the first decision under a
@@ -65,7 +74,11 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 // ShouldRateLimit decides every descriptor of the request in one Admit.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
 	cfg := s.opts.Config()
-	p, err := newPlan(cfg, req.Msg, req.Header().Get(RequestIDHeader))
+	var requestID string
+	if s.opts.DedupeRequestID {
+		requestID = req.Header().Get(RequestIDHeader)
+	}
+	p, err := newPlan(cfg, req.Msg, requestID)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}

@@ -10,9 +10,6 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// MaxChecks is the most checks one Admit may carry (its own and Also).
-const MaxChecks = 8
-
 // check is one (policy, key, cost) of an Admit, resolved.
 type check struct {
 	policy  PolicyVersion
@@ -22,12 +19,12 @@ type check struct {
 }
 
 // pendingStates are the new states of a request's keys as its checks leave
-// them, not stored yet: at most MaxChecks, kept in place (on the stack of
+// them, not stored yet: at most admission.MaxChecks, kept in place (on the stack of
 // applyAdmit) rather than in a map.
 type pendingStates struct {
 	n      int
-	keys   [MaxChecks]string
-	states [MaxChecks]admission.State
+	keys   [admission.MaxChecks]string
+	states [admission.MaxChecks]admission.State
 }
 
 // find is the index of key's state, or -1.
@@ -88,7 +85,7 @@ func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 			return recordedAdmit(e, fp)
 		}
 	}
-	var buf [MaxChecks]check
+	var buf [admission.MaxChecks]check
 	checks, err := d.resolveChecks(c, o.slot, buf[:0])
 	if err != nil {
 		return err
@@ -224,9 +221,9 @@ func paceTo(res *AdmitResult, checks []check) (time.Duration, bool) {
 // ("key", "also[1].cost", …).
 func (d *dataState) resolveChecks(c *raftcmdv1.Admit, slot uint16, out []check) ([]check, error) {
 	also := c.GetAlso()
-	if n := 1 + len(also); n > MaxChecks {
+	if n := 1 + len(also); n > admission.MaxChecks {
 		return nil, &admission.FieldError{Field: "also", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("at most %d checks in one request (got %d)", MaxChecks, n)}
+			Reason: fmt.Sprintf("at most %d checks in one request (got %d)", admission.MaxChecks, n)}
 	}
 	for i := range 1 + len(also) {
 		policy, key, cost, prefix := c.GetPolicy(), c.GetKey(), c.GetCost(), ""

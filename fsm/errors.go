@@ -46,9 +46,10 @@ var (
 var ErrGrantSeq = errors.New("fsm: grant call out of order")
 
 // ErrTooManyGrants is returned by a Grant that would start a grant beyond
-// MaxGrantsPerKey holders of its key or MaxGrants in the group. It wraps
-// ErrGroupFull. Nothing changes.
-var ErrTooManyGrants = fmt.Errorf("%w: too many budget leases", ErrGroupFull)
+// MaxGrantsPerCaller holders of its caller on its key, MaxGrantsPerKey
+// holders of its key, or MaxGrants in the group; the error names the bound.
+// Nothing changes.
+var ErrTooManyGrants = errors.New("fsm: budget lease refused")
 
 // ErrNotBatchable is returned (as the result of that op) when a batch op's
 // kind may not be batched (anything but Admit, Peek, Refund, LeaseOp and

@@ -92,7 +92,7 @@ func TestMultiCheckAllOrNone(t *testing.T) {
 
 	// Refusals before any decision: nothing charged either.
 	fresh := []chk{{"tenant", "{t3}:tenant", 1}, {"ip", "{t3}:ip", 1}}
-	nine := make([]chk, fsm.MaxChecks+1)
+	nine := make([]chk, admission.MaxChecks+1)
 	for i := range nine {
 		nine[i] = chk{"ip", fmt.Sprintf("{t3}:ip:%d", i), 1}
 	}
@@ -119,8 +119,8 @@ func TestMultiCheckAllOrNone(t *testing.T) {
 		t.Fatalf("refused requests were recorded: DedupeLen %d", a.f.DedupeLen())
 	}
 	// Exactly MaxChecks is fine.
-	if r := a.decide(t0, admitOpts{}, nine[:fsm.MaxChecks]...); !r.Decision.Allowed || len(r.Checks) != fsm.MaxChecks {
-		t.Fatalf("%d checks: %+v", fsm.MaxChecks, r)
+	if r := a.decide(t0, admitOpts{}, nine[:admission.MaxChecks]...); !r.Decision.Allowed || len(r.Checks) != admission.MaxChecks {
+		t.Fatalf("%d checks: %+v", admission.MaxChecks, r)
 	}
 	// A single check is not Multi but still lists itself.
 	if r := a.decide(t0, admitOpts{}, chk{"ip", "solo", 1}); r.Multi || len(r.Checks) != 1 || r.DeniedCheck != -1 || r.Checks[0].Spent != 1 {

@@ -15,10 +15,15 @@ const (
 	// MaxGrantsPerKey is the most holders one (policy, key) grants to at
 	// once.
 	MaxGrantsPerKey = 1024
+	// MaxGrantsPerCaller is the most holders one caller holds grants of
+	// one (policy, key) under: one caller cannot take a key's
+	// MaxGrantsPerKey from the others, nor hold more than this many times
+	// local.max_grant of it.
+	MaxGrantsPerCaller = 128
 	// MaxGrants is the most live grants of one group.
 	MaxGrants = 1 << 20
 	// MaxHolderBytes is the longest holder name.
-	MaxHolderBytes = 256
+	MaxHolderBytes = 64
 	// maxDemandMilli caps a reported demand, so that the sum over a key's
 	// MaxGrantsPerKey holders fits in an int64 (2^10 × 2^50).
 	maxDemandMilli = 1 << 50
@@ -31,6 +36,7 @@ type GrantResult struct {
 	Decision                        admission.Decision // the key after the call: Limit, Remaining, RetryAfter (when nothing was added and nothing is left)
 	PolicyVersion                   uint64
 	ShareMicro                      int64 // the holder's share of the key's demand × 1e6
+	DemandMilli                     int64 // the demand counted for the holder (observeSpend)
 	Duplicate                       bool
 }
 
@@ -120,7 +126,8 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 	} else {
 		g.used = c.GetUsed()
 	}
-	g.seq, g.demand = c.GetSeq(), min(c.GetDemandMilli(), maxDemandMilli)
+	g = observeSpend(g, !live, g.used, c.GetDemandMilli(), now)
+	g.seq = c.GetSeq()
 	dm := max(g.demand, 1)
 	avail := admission.Peek(p, st, now).Remaining
 	unspent := g.total - g.used
@@ -137,16 +144,17 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		if exists {
 			d.endGrant(id, g, now)
 		}
-		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version}
+		return &GrantResult{DecidedAt: now, Decision: keyDecision(p, st, now, false, false), PolicyVersion: pv.Version, DemandMilli: g.demand}
 	}
 	if !live {
-		if holders >= MaxGrantsPerKey {
-			return fmt.Errorf("%w: %s already grants to %d holders", ErrTooManyGrants, admission.Quote(c.GetKey()), holders)
+		if err := d.roomForHolder(c, exists, holders); err != nil {
+			return err
 		}
 		if n := d.grants.len(); !exists && n >= MaxGrants {
 			d.grants.sweep(now, n-MaxGrants+1)
 			if d.grants.len() >= MaxGrants {
-				return fmt.Errorf("%w: the group holds %d", ErrTooManyGrants, MaxGrants)
+				return fmt.Errorf("%w: a new grant of %s on key %s: the group holds %d grants, the most it holds",
+					ErrTooManyGrants, admission.Quote(c.GetPolicy()), admission.Quote(c.GetKey()), MaxGrants)
 			}
 		}
 	}
@@ -170,7 +178,30 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 	g.lastAdded, g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion = topUp, now, dec.Remaining, pv.Version
 	d.grants.put(id, g)
 	return &GrantResult{Total: g.total, Added: topUp, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
-		DecidedAt: now, Decision: dec, PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, others+dm)}
+		DecidedAt: now, Decision: dec, PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, others+dm), DemandMilli: g.demand}
+}
+
+// roomForHolder refuses a new holder of c's (policy, key) beyond
+// MaxGrantsPerCaller of its caller or MaxGrantsPerKey of the key, counting
+// the key's holders other than c's own (holders; exists: c's holder has a
+// record, expired).
+func (d *dataState) roomForHolder(c *raftcmdv1.Grant, exists bool, holders int) error {
+	mine := d.grants.callerGrants(c.GetPolicy(), c.GetKey(), c.GetCaller())
+	if exists {
+		mine--
+	}
+	if mine >= MaxGrantsPerCaller {
+		return fmt.Errorf("%w: a new holder %s for caller %s: it already holds grants of %s on key %s under %d holders, "+
+			"the most one caller may (one holder per process is enough: reuse it, or release the grants of holders that are gone)",
+			ErrTooManyGrants, admission.Quote(c.GetHolder()), admission.Quote(c.GetCaller()), admission.Quote(c.GetPolicy()),
+			admission.Quote(c.GetKey()), mine)
+	}
+	if holders >= MaxGrantsPerKey {
+		return fmt.Errorf("%w: a new holder %s for caller %s: key %s of %s already grants to %d holders, the most one key grants to",
+			ErrTooManyGrants, admission.Quote(c.GetHolder()), admission.Quote(c.GetCaller()), admission.Quote(c.GetKey()),
+			admission.Quote(c.GetPolicy()), holders)
+	}
+	return nil
 }
 
 // checkGrant checks the fields of a Grant that need no state: key, holder
@@ -243,7 +274,8 @@ func (d *dataState) grantAnswer(p admission.Policy, g grant, now int64) *GrantRe
 		sum = a.demand - g.demand
 	}
 	return &GrantResult{Total: g.total, Added: g.lastAdded, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
-		DecidedAt: g.lastDecidedAt, Decision: dec, PolicyVersion: g.lastPolicyVersion, ShareMicro: shareMicro(dm, sum+dm), Duplicate: true}
+		DecidedAt: g.lastDecidedAt, Decision: dec, PolicyVersion: g.lastPolicyVersion, ShareMicro: shareMicro(dm, sum+dm),
+		DemandMilli: g.demand, Duplicate: true}
 }
 
 // keyDecision describes the key's state st at now: Limit, Remaining,

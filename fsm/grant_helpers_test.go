@@ -10,17 +10,21 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
-// gcall is one Grant call.
+// gcall is one Grant call; its caller is "gw" unless set.
 type gcall struct {
-	policy, key, holder string
-	seq                 uint64
-	want, used, demand  int64
-	release             bool
+	policy, key, holder, caller string
+	seq                         uint64
+	want, used, demand          int64
+	release                     bool
 }
 
 func (c gcall) env(now int64) *raftcmdv1.Envelope {
+	caller := c.caller
+	if caller == "" {
+		caller = "gw"
+	}
 	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_Grant{Grant: &raftcmdv1.Grant{
-		Policy: c.policy, Key: c.key, Holder: c.holder, Caller: "gw", Seq: c.seq,
+		Policy: c.policy, Key: c.key, Holder: c.holder, Caller: caller, Seq: c.seq,
 		Want: c.want, Used: c.used, DemandMilli: c.demand, Release: c.release}}}
 }
 

@@ -12,13 +12,28 @@ import (
 // happened); an expired record is charged its whole allowance instead
 // (chargeExpired) and the call's used is ignored, as it belongs to that
 // record. Then it gives the holder its allowance until its next report,
-// sized from its share of the key's demand so that the allowances of a
-// key's sync records never add up to more than Policy.SyncBound. g is the
+// sized from its share of the key's demand (bounded by what it was seen
+// admitting, observeSpend) so that the allowances of a key's sync records
+// never add up to more than Policy.SyncBound. A new record beyond
+// MaxGrantsPerCaller or MaxGrantsPerKey is refused before anything is
+// charged (an expired record stays, to be charged by the sweep). g is the
 // holder's record (exists: stored, maybe expired) of the policy's mode;
 // the call's seq and used were checked.
 func (d *dataState) applySyncGrant(c *raftcmdv1.Grant, id string, g grant, exists bool, pv PolicyVersion, now int64) interface{} {
 	p := pv.Policy
 	live := exists && g.expiresAt > now
+	if !live {
+		holders := 0
+		if a := d.grants.agg(c.GetPolicy(), c.GetKey()); a != nil {
+			holders = len(a.ids)
+		}
+		if exists {
+			holders--
+		}
+		if err := d.roomForHolder(c, exists, holders); err != nil {
+			return err
+		}
+	}
 	bk := BucketKey(c.GetPolicy(), c.GetKey())
 	st, _ := d.buckets.Get(bk)
 	next, over, charged := st, int64(0), false
@@ -39,11 +54,13 @@ func (d *dataState) applySyncGrant(c *raftcmdv1.Grant, id string, g grant, exist
 	if exists && !live {
 		d.grants.remove(id) // before summing the others: it is not one
 		d.wastedUnits += g.total
-		g = grant{}
 	}
-	othersAlloc, othersDemand, holders := d.syncOthers(c.GetPolicy(), c.GetKey(), id)
-	demand := min(c.GetDemandMilli(), maxDemandMilli)
-	dm, bound := max(demand, 1), p.SyncBound()
+	if !live {
+		g = grant{sync: true, policy: c.GetPolicy(), key: c.GetKey(), caller: c.GetCaller(), holder: c.GetHolder(), startedAt: now}
+	}
+	g = observeSpend(g, !live, c.GetUsed(), c.GetDemandMilli(), now)
+	othersAlloc, othersDemand, _ := d.syncOthers(c.GetPolicy(), c.GetKey(), id)
+	dm, bound := max(g.demand, 1), p.SyncBound()
 	availAfter := admission.Peek(p, next, now).Remaining
 	allowance := max(0, min(c.GetWant(), fairShare(bound, dm, othersDemand+dm), bound-othersAlloc, availAfter))
 	d.syncOvershoot += over
@@ -51,21 +68,18 @@ func (d *dataState) applySyncGrant(c *raftcmdv1.Grant, id string, g grant, exist
 		d.buckets.Put(bk, next, admission.ExpiresAt(p, next))
 	}
 	dec := keyDecision(p, next, now, allowance > 0, allowance > 0)
-	if !live && (holders >= MaxGrantsPerKey || !d.roomForGrant(now)) {
-		// No room for a record: no allowance is given (what was charged
-		// stays charged).
+	if !live && !d.roomForGrant(now) {
+		// No room for a record in the group: no allowance is given (what
+		// was charged stays charged).
 		return &GrantResult{Used: c.GetUsed(), DecidedAt: now, Decision: keyDecision(p, next, now, false, false),
-			PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, othersDemand+dm)}
+			PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, othersDemand+dm), DemandMilli: g.demand}
 	}
-	if !live {
-		g = grant{sync: true, policy: c.GetPolicy(), key: c.GetKey(), caller: c.GetCaller(), holder: c.GetHolder(), startedAt: now}
-	}
-	g.seq, g.demand, g.used, g.total = c.GetSeq(), demand, c.GetUsed(), allowance
+	g.seq, g.used, g.total = c.GetSeq(), c.GetUsed(), allowance
 	g.expiresAt = p.SyncExpiry(now)
 	g.lastAdded, g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion = allowance, now, dec.Remaining, pv.Version
 	d.grants.put(id, g)
 	return &GrantResult{Total: allowance, Added: allowance, Used: g.used, StartedAt: g.startedAt, ExpiresAt: g.expiresAt,
-		DecidedAt: now, Decision: dec, PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, othersDemand+dm)}
+		DecidedAt: now, Decision: dec, PolicyVersion: pv.Version, ShareMicro: shareMicro(dm, othersDemand+dm), DemandMilli: g.demand}
 }
 
 // roomForGrant reports whether the group can store one more grant,

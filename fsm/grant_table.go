@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"cmp"
-	"encoding/binary"
 	"slices"
 
 	"github.com/quorate/quorate/admission"
@@ -16,13 +15,18 @@ import (
 // when sync is set, a local-plus-global allowance (grant_sync.go): total is
 // what the holder may admit until its next report, nothing spent ahead, and
 // used what it reported admitting over the record's life, charged as
-// reported.
+// reported. Its policy, key and caller share the copies its key's aggregate
+// holds (grantTable.put): a grant's own memory is its fields and holder.
 type grant struct {
 	sync                        bool
 	policy, key, caller, holder string
 	seq                         uint64 // of the last call applied
-	total, used, demand         int64  // granted over its life; reported spent; demand_milli
+	total, used, demand         int64  // granted over its life; reported spent; counted demand_milli (grant_demand.go)
 	startedAt, expiresAt        int64
+	// What the group saw the holder spend (observeSpend): the rate of its
+	// last complete observation, in milli-units per second, and the time
+	// and used at which the current one began.
+	spendRate, obsAt, obsUsed int64
 	// The last top-up's time and the ExpiresAt of the key's state right
 	// after it: what a release can still give back (admission.Spend).
 	lastAddedAt, spentUntil int64
@@ -34,19 +38,34 @@ type grant struct {
 
 // grantAgg is what a key's grants add up to: the sum of the demands of its
 // reserve grants (a sync record's demand is summed over the live ones when
-// needed, syncOthers), and the IDs of all (one per holder).
+// needed, syncOthers), the IDs of all (one per holder), and how many each
+// caller holds (for MaxGrantsPerCaller). It holds the one copy of the
+// policy's name, the key and each caller's name that the key's grants
+// share.
 type grantAgg struct {
-	demand int64
-	ids    []string
+	policy, key string
+	demand      int64
+	ids         []string
+	callers     map[string]*callerGrants
 }
 
+// callerGrants is one caller's grants of a key: the shared copy of its
+// name and their number.
+type callerGrants struct {
+	name string
+	n    int
+}
+
+// aggKey finds a key's aggregate; it shares the aggregate's strings.
+type aggKey struct{ policy, key string }
+
 // grantTable is a group's budget leases by grant ID (grantID), in their
-// expiry order, with per-key aggregates (by BucketKey) that every change
+// expiry order, with per-key aggregates (by policy and key) that every change
 // keeps: Put, Remove, the sweep (OnExpire) and restore (put again). The
 // aggregates are derived state: not in snapshots, rebuilt from the grants.
 type grantTable struct {
 	t    *table.StateTable[grant]
-	aggs map[string]*grantAgg
+	aggs map[aggKey]*grantAgg
 	// units is what the reserve grants hold unspent: Σ total − used.
 	units int64
 }
@@ -54,7 +73,7 @@ type grantTable struct {
 // newGrantTable returns an empty table whose sweep calls onExpire with each
 // grant it deletes (after the aggregates forgot it) and the sweep's time.
 func newGrantTable(onExpire func(g grant, now int64)) *grantTable {
-	gt := &grantTable{t: table.NewStateTable(grantExpires), aggs: map[string]*grantAgg{}}
+	gt := &grantTable{t: table.NewStateTable(grantExpires), aggs: map[aggKey]*grantAgg{}}
 	gt.t.OnExpire = func(id string, g grant, now int64) {
 		gt.forget(id, g)
 		onExpire(g, now)
@@ -64,36 +83,54 @@ func newGrantTable(onExpire func(g grant, now int64)) *grantTable {
 
 func grantExpires(_ admission.Policy, g grant) int64 { return g.expiresAt }
 
-// grantID names a grant by (policy, key, caller, holder), each length-prefixed
-// so that no two tuples share an ID.
+// grantID names a grant by (policy, key, caller, holder): 128 bits of the
+// SHA-256 of the four, each length-prefixed, so that an ID costs 16 bytes
+// whatever the lengths, and no caller can choose a tuple whose ID another
+// grant has (that needs a second preimage of 128 bits).
 func grantID(policy, key, caller, holder string) string {
-	b := make([]byte, 0, len(policy)+len(key)+len(caller)+len(holder)+8)
-	for _, s := range []string{policy, key, caller} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	return string(append(b, holder...))
+	sum := newFingerprint("grant").str(policy).str(key).str(caller).str(holder).sum()
+	return string(sum[:])
 }
 
 func (gt *grantTable) get(id string) (grant, bool) { return gt.t.Get(id) }
 func (gt *grantTable) len() int                    { return gt.t.Len() }
 
 // agg returns the aggregate of (policy, key), nil when it has no grant.
-func (gt *grantTable) agg(policy, key string) *grantAgg { return gt.aggs[BucketKey(policy, key)] }
+func (gt *grantTable) agg(policy, key string) *grantAgg { return gt.aggs[aggKey{policy, key}] }
 
-// put stores grant g under id and updates its key's aggregate.
+// callerGrants is the number of grants caller holds on (policy, key),
+// expired ones not yet deleted included.
+func (gt *grantTable) callerGrants(policy, key, caller string) int {
+	if a := gt.agg(policy, key); a != nil {
+		if cg := a.callers[caller]; cg != nil {
+			return cg.n
+		}
+	}
+	return 0
+}
+
+// put stores grant g under id and updates its key's aggregate; g's policy,
+// key and caller become the aggregate's copies.
 func (gt *grantTable) put(id string, g grant) {
-	bk := BucketKey(g.policy, g.key)
-	a := gt.aggs[bk]
+	a := gt.aggs[aggKey{g.policy, g.key}]
+	if a == nil {
+		a = &grantAgg{policy: g.policy, key: g.key, callers: map[string]*callerGrants{}}
+		gt.aggs[aggKey{a.policy, a.key}] = a
+	}
+	g.policy, g.key = a.policy, a.key
 	gt.units += g.unspent()
 	if old, ok := gt.t.Get(id); ok {
 		a.demand += g.reserveDemand() - old.reserveDemand()
 		gt.units -= old.unspent()
+		g.caller, g.holder = old.caller, old.holder
 	} else {
-		if a == nil {
-			a = &grantAgg{}
-			gt.aggs[bk] = a
+		cg := a.callers[g.caller]
+		if cg == nil {
+			cg = &callerGrants{name: g.caller}
+			a.callers[cg.name] = cg
 		}
+		cg.n++
+		g.caller = cg.name
 		a.demand += g.reserveDemand()
 		a.ids = append(a.ids, id)
 	}
@@ -128,8 +165,8 @@ func (gt *grantTable) remove(id string) {
 // forget takes grant g (id) out of its key's aggregate.
 func (gt *grantTable) forget(id string, g grant) {
 	gt.units -= g.unspent()
-	bk := BucketKey(g.policy, g.key)
-	a := gt.aggs[bk]
+	k := aggKey{g.policy, g.key}
+	a := gt.aggs[k]
 	if a == nil {
 		return
 	}
@@ -137,8 +174,13 @@ func (gt *grantTable) forget(id string, g grant) {
 	if i := slices.Index(a.ids, id); i >= 0 {
 		a.ids = slices.Delete(a.ids, i, i+1)
 	}
+	if cg := a.callers[g.caller]; cg != nil {
+		if cg.n--; cg.n == 0 {
+			delete(a.callers, g.caller)
+		}
+	}
 	if len(a.ids) == 0 {
-		delete(gt.aggs, bk)
+		delete(gt.aggs, k)
 	}
 }
 
@@ -179,6 +221,7 @@ func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
 	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
 	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
 	rec.Sync = g.sync
+	rec.SpendRateMilli, rec.ObservedAtUnixNano, rec.ObservedUsed = g.spendRate, g.obsAt, g.obsUsed
 }
 
 func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
@@ -187,6 +230,6 @@ func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
 		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
 		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(),
 		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion(),
-		sync: rec.GetSync()}
+		sync: rec.GetSync(), spendRate: rec.GetSpendRateMilli(), obsAt: rec.GetObservedAtUnixNano(), obsUsed: rec.GetObservedUsed()}
 	return grantID(g.policy, g.key, g.caller, g.holder), g
 }

@@ -227,17 +227,72 @@ func TestGrantCapPerKey(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
 	a.putPolicies(t0, leased(tokenBucket("big", 100_000, time.Hour, 100_000, 10), 1, time.Minute))
 	now := t0 + 1
+	caller := func(i int) string { return fmt.Sprint("c", i/fsm.MaxGrantsPerCaller) }
 	for i := range fsm.MaxGrantsPerKey {
-		a.grant(now, gcall{policy: "big", key: "k", holder: fmt.Sprint("h", i), want: 1})
+		a.grant(now, gcall{policy: "big", key: "k", holder: fmt.Sprint("h", i), caller: caller(i), want: 1})
 	}
-	err := a.grantErr(now, gcall{policy: "big", key: "k", holder: "one-more", want: 1})
-	if !errors.Is(err, fsm.ErrTooManyGrants) || !errors.Is(err, fsm.ErrGroupFull) {
-		t.Errorf("grant %d of one key: %v, want ErrTooManyGrants (ErrGroupFull)", fsm.MaxGrantsPerKey+1, err)
+	err := a.grantErr(now, gcall{policy: "big", key: "k", holder: "one-more", caller: "newcomer", want: 1})
+	if !errors.Is(err, fsm.ErrTooManyGrants) || errors.Is(err, fsm.ErrGroupFull) {
+		t.Errorf("grant %d of one key: %v, want ErrTooManyGrants, not ErrGroupFull", fsm.MaxGrantsPerKey+1, err)
 	}
-	a.grant(now, gcall{policy: "big", key: "other", holder: "one-more", want: 1})
+	const want = `fsm: budget lease refused: a new holder "one-more" for caller "newcomer": key "k" of "big" already grants to 1024 holders, the most one key grants to`
+	if err.Error() != want {
+		t.Errorf("grant %d of one key: %q, want %q", fsm.MaxGrantsPerKey+1, err, want)
+	}
+	a.grant(now, gcall{policy: "big", key: "other", holder: "one-more", caller: "newcomer", want: 1})
 	// A holder that leaves makes room.
-	a.grant(now, gcall{policy: "big", key: "k", holder: "h0", seq: 1, release: true})
-	a.grant(now, gcall{policy: "big", key: "k", holder: "one-more", want: 1})
+	a.grant(now, gcall{policy: "big", key: "k", holder: "h0", caller: caller(0), seq: 1, release: true})
+	a.grant(now, gcall{policy: "big", key: "k", holder: "one-more", caller: "newcomer", want: 1})
+}
+
+// TestGrantCapPerCaller: one caller holds grants of a key under at most
+// MaxGrantsPerCaller holders; one more is refused, naming the caller and
+// the bound, and changes nothing, while another caller still gets grants
+// of the key and the caller still gets grants of another key; a holder of
+// the caller that leaves makes room, and so does one that expires.
+func TestGrantCapPerCaller(t *testing.T) {
+	for _, mode := range []admission.LocalMode{admission.LocalReserve, admission.LocalSync} {
+		t.Run(string(mode), func(t *testing.T) {
+			a := newApplier(t, fsm.Options{})
+			p := leased(tokenBucket("big", 100_000, time.Hour, 100_000, 10), 1, time.Minute)
+			if mode == admission.LocalSync {
+				p.Local = admission.Local{Mode: admission.LocalSync, SyncInterval: time.Second}
+			}
+			a.putPolicies(t0, p)
+			now := t0 + 1
+			for i := range fsm.MaxGrantsPerCaller {
+				// (A sync allowance may be 0 once the policy's bound is
+				// given out: the record is stored all the same.)
+				if r := a.grant(now, gcall{policy: "big", key: "k", holder: fmt.Sprint("h", i), caller: "greedy", want: 1}); r.StartedAt != now {
+					t.Fatalf("grant %d: %+v", i, r)
+				}
+			}
+			err := a.grantErr(now, gcall{policy: "big", key: "k", holder: "one-more", caller: "greedy", want: 1})
+			want := fmt.Sprintf(`fsm: budget lease refused: a new holder "one-more" for caller "greedy": it already holds grants of "big" on key "k" under %d holders, `+
+				"the most one caller may (one holder per process is enough: reuse it, or release the grants of holders that are gone)", fsm.MaxGrantsPerCaller)
+			if !errors.Is(err, fsm.ErrTooManyGrants) || err.Error() != want {
+				t.Errorf("holder %d of one caller: %v, want %q", fsm.MaxGrantsPerCaller+1, err, want)
+			}
+			if r := a.grant(now, gcall{policy: "big", key: "k", holder: "h0", caller: "honest", want: 1}); r.StartedAt != now {
+				t.Errorf("another caller's grant: %+v", r)
+			}
+			if r := a.grant(now, gcall{policy: "big", key: "other", holder: "one-more", caller: "greedy", want: 1}); r.Total != 1 {
+				t.Errorf("the caller's grant of another key: %+v", r)
+			}
+			// A renewal of a holder the caller has is not a new holder.
+			if r := a.grant(now+1, gcall{policy: "big", key: "k", holder: "h1", caller: "greedy", seq: 1, want: 1}); r.Duplicate {
+				t.Errorf("renewal: %+v", r)
+			}
+			a.grant(now+1, gcall{policy: "big", key: "k", holder: "h0", caller: "greedy", seq: 1, release: true})
+			a.grant(now+1, gcall{policy: "big", key: "k", holder: "one-more", caller: "greedy", want: 1})
+			a.grantErr(now+1, gcall{policy: "big", key: "k", holder: "two-more", caller: "greedy", want: 1})
+			// Once they expired, a new holder takes the place of an expired one.
+			later := now + int64(time.Hour)
+			if r := a.grant(later, gcall{policy: "big", key: "k", holder: "two-more", caller: "greedy", want: 1}); r.Total != 1 {
+				t.Errorf("after the others expired: %+v", r)
+			}
+		})
+	}
 }
 
 func TestGrantSnapshotRoundTrip(t *testing.T) {

@@ -158,8 +158,8 @@ func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, err
 	}
-	if n := 1 + len(m.GetAlso()); n > fsm.MaxChecks {
-		return nil, badRequest("also", "at most %d checks in one request (got %d)", fsm.MaxChecks, n)
+	if n := 1 + len(m.GetAlso()); n > admission.MaxChecks {
+		return nil, badRequest("also", "at most %d checks in one request (got %d)", admission.MaxChecks, n)
 	}
 	cmd := &raftcmdv1.Admit{Policy: first.Policy, Key: first.Key, Cost: first.Cost, RequestId: m.GetRequestId(), Caller: m.GetCaller()}
 	tag := shard.HashTag(first.Key)

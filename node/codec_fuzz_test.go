@@ -215,8 +215,8 @@ func checkForwardedAdmit(t *testing.T, m *quoratev1.AdmitRequest) {
 	}
 	checks := append([]*raftcmdv1.Check{{Policy: cmd.GetPolicy(), Key: cmd.GetKey(), Cost: cmd.GetCost()}}, cmd.GetAlso()...)
 	switch {
-	case len(checks) > fsm.MaxChecks:
-		t.Fatalf("admitCommand(%v) accepted %d checks (at most %d)", m, len(checks), fsm.MaxChecks)
+	case len(checks) > admission.MaxChecks:
+		t.Fatalf("admitCommand(%v) accepted %d checks (at most %d)", m, len(checks), admission.MaxChecks)
 	case cmd.GetMaxWaitNanos() < 0 || cmd.GetMaxWaitNanos() > int64(MaxWait):
 		t.Fatalf("admitCommand(%v) accepted a wait of %v", m, time.Duration(cmd.GetMaxWaitNanos()))
 	case cmd.GetKey() != m.GetKey() || cmd.GetPolicy() != m.GetPolicy() || cmd.GetRequestId() != m.GetRequestId() || cmd.GetCaller() != m.GetCaller():

@@ -263,6 +263,14 @@ type Config struct {
 	// EnvoyHeaders adds the RateLimit header fields to the rate-limit
 	// service's answers (--envoy-headers).
 	EnvoyHeaders bool
+	// EnvoyDedupeRequestID deduplicates the rate-limit service's calls on
+	// Envoy's x-request-id (--envoy-dedupe-request-id): a call with an ID
+	// already decided is answered as the first and spends nothing. Off by
+	// default: a client whose x-request-id Envoy passes on
+	// (preserve_external_request_id, an internal address) could pin it and
+	// never be counted again; enable it only where Envoy always generates
+	// the ID.
+	EnvoyDedupeRequestID bool
 
 	// TokenFile is the token file (--token-file): callers and the SHA-256
 	// of their bearer tokens. It is reloaded when it changes. Optional:

@@ -55,6 +55,8 @@ func (n *Node) initEnvoy() error {
 		Admit:     n.envoyAdmit,
 		Apply:     n.envoyApply,
 		Headers:   n.cfg.EnvoyHeaders,
+
+		DedupeRequestID: n.cfg.EnvoyDedupeRequestID,
 	})
 	return nil
 }

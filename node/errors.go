@@ -49,7 +49,7 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrTooManyPolicies):
 		return withDetail(connect.NewError(connect.CodeResourceExhausted, err),
 			&quoratev1.FieldViolation{Field: "policies", Description: err.Error()})
-	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull), errors.Is(err, ErrRequestTooLarge):
+	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull), errors.Is(err, ErrRequestTooLarge), errors.Is(err, fsm.ErrTooManyGrants):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrOutcomeUnknown):
 		return withDetail(connect.NewError(connect.CodeUnavailable, err),

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -154,9 +155,9 @@ func TestMultiCheckRequestValidation(t *testing.T) {
 	applyPolicies(t, c, tbPolicy("a", 10, longPeriod, 10), tbPolicy("b", 10, longPeriod, 10))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	nine := []*quoratev1.Check{check("a", "{t}:0", 1)}
-	for i := range 8 {
-		nine = append(nine, check("b", fmt.Sprintf("{t}:%d", i), 1))
+	tooMany := []*quoratev1.Check{check("a", "{t}:0", 1)}
+	for i := range admission.MaxChecks {
+		tooMany = append(tooMany, check("b", fmt.Sprintf("{t}:%d", i), 1))
 	}
 	withWait := func(d time.Duration) *quoratev1.AdmitRequest {
 		r := multiReq(check("a", "{t}:x", 1))
@@ -173,7 +174,7 @@ func TestMultiCheckRequestValidation(t *testing.T) {
 		{"second also differs", multiReq(check("a", "{t}:x", 1), check("b", "{t}:y", 1), check("b", "{u}:y", 1)), connect.CodeInvalidArgument, "also[1].key"},
 		{"no tags", multiReq(check("a", "x", 1), check("b", "y", 1)), connect.CodeInvalidArgument, "also[0].key"},
 		{"tag vs untagged", multiReq(check("a", "{t}:x", 1), check("b", "x", 1)), connect.CodeInvalidArgument, "also[0].key"},
-		{"nine checks", multiReq(nine...), connect.CodeInvalidArgument, "also"},
+		{"one check more than admission.MaxChecks", multiReq(tooMany...), connect.CodeInvalidArgument, "also"},
 		{"cost 0 in also", multiReq(check("a", "{t}:x", 1), check("b", "{t}:y", 0)), connect.CodeInvalidArgument, "also[0].cost"},
 		{"cost above max_cost in also", multiReq(check("a", "{t}:x", 1), check("b", "{t}:y", 11)), connect.CodeInvalidArgument, "also[0].cost"},
 		{"empty policy in also", multiReq(check("a", "{t}:x", 1), check("", "{t}:y", 1)), connect.CodeInvalidArgument, "also[0].policy"},

@@ -15,13 +15,9 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// Bounds of GrantRequest fields.
-const (
-	// MaxHolderBytes bounds GrantRequest.holder.
-	MaxHolderBytes = 64
-	// MaxGrantDemand bounds GrantRequest.demand (units per second).
-	MaxGrantDemand = 1e12
-)
+// MaxGrantDemand bounds GrantRequest.demand (units per second); holder is
+// bounded by fsm.MaxHolderBytes.
+const MaxGrantDemand = 1e12
 
 // Grant serves budget leases (AdmissionService.Grant): a holder's grant of
 // a policy's units on a key, sized and spent by the key's group through
@@ -61,8 +57,8 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	switch h := m.GetHolder(); {
 	case h == "":
 		return nil, badRequest("holder", "must not be empty")
-	case len(h) > MaxHolderBytes:
-		return nil, badRequest("holder", "must be at most %d bytes (got %d)", MaxHolderBytes, len(h))
+	case len(h) > fsm.MaxHolderBytes:
+		return nil, badRequest("holder", "must be at most %d bytes (got %d)", fsm.MaxHolderBytes, len(h))
 	}
 	if len(m.GetCaller()) > dedupe.MaxCallerBytes {
 		return nil, badRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(m.GetCaller()))
@@ -91,7 +87,7 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 	out := &quoratev1.GrantResponse{
 		Total: r.Total, Added: r.Added, Limit: r.Decision.Limit, Remaining: r.Decision.Remaining,
 		DecidedAt: unixTime(r.DecidedAt), PolicyVersion: r.PolicyVersion, Returned: r.Returned,
-		Share: float64(r.ShareMicro) / 1e6, Duplicate: r.Duplicate,
+		Share: float64(r.ShareMicro) / 1e6, Duplicate: r.Duplicate, CountedDemand: float64(r.DemandMilli) / 1000,
 	}
 	if r.StartedAt != 0 {
 		out.StartedAt = unixTime(r.StartedAt)

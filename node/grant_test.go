@@ -49,16 +49,18 @@ func TestGrantOnACluster(t *testing.T) {
 		}
 		return resp.Msg, nil
 	}
-	// Holder a sees 7 units a second, b 3: b asks after a already holds
-	// its share; each is capped by max_grant and by its share of what is left.
-	a, err := grant(0, &quoratev1.GrantRequest{Holder: "a", Want: 1000, Demand: 7})
+	// Holder a sees 0.7 units a second, b 0.3: b asks after a already
+	// holds its share; each is capped by max_grant and by its share of what
+	// is left. (Both under 1 unit a second: holders not seen spending yet
+	// count as claimed up to that.)
+	a, err := grant(0, &quoratev1.GrantRequest{Holder: "a", Want: 1000, Demand: 0.7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.GetAdded() != 400 || a.GetTotal() != 400 || a.GetRemaining() != 600 || a.GetStartedAt() == nil || a.GetWindow().AsDuration() != time.Hour {
 		t.Fatalf("a's grant: %v", a)
 	}
-	b, err := grant(1, &quoratev1.GrantRequest{Holder: "b", Want: 1000, Demand: 3})
+	b, err := grant(1, &quoratev1.GrantRequest{Holder: "b", Want: 1000, Demand: 0.3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestGrantOnACluster(t *testing.T) {
 		return errors.New("no node shows {t}:k hot")
 	})
 	// a renews (seq 1) having used 350: nothing is left to add.
-	renew := &quoratev1.GrantRequest{Holder: "a", Seq: 1, Want: 400, Used: 350, Demand: 7}
+	renew := &quoratev1.GrantRequest{Holder: "a", Seq: 1, Want: 400, Used: 350, Demand: 0.7}
 	r1, err := grant(2, proto.Clone(renew).(*quoratev1.GrantRequest))
 	if err != nil || r1.GetAdded() != 0 || r1.GetTotal() != 400 || r1.GetRetryAfter() == nil {
 		t.Fatalf("a's renewal with nothing left: %v, %v", r1, err)
@@ -125,7 +127,7 @@ func TestGrantOnACluster(t *testing.T) {
 		running++
 	}
 	// An older seq is refused and changes nothing.
-	if _, err := grant(running, &quoratev1.GrantRequest{Holder: "a", Seq: 0, Want: 10, Demand: 7}); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+	if _, err := grant(running, &quoratev1.GrantRequest{Holder: "a", Seq: 0, Want: 10, Demand: 0.7}); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("a stale seq: %v, want FailedPrecondition", err)
 	}
 	// a releases having used 350 of 400: 50 come back and are admitted

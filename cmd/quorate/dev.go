@@ -44,6 +44,7 @@ type devOptions struct {
 	logStore        string
 	envoyConfig     []string // --envoy-config
 	envoyHeaders    bool     // --envoy-headers
+	envoyDedupe     bool     // --envoy-dedupe-request-id
 }
 
 func newDevCmd() *cobra.Command {
@@ -89,6 +90,7 @@ func newDevCmd() *cobra.Command {
 		"the summary prints the --tls-ca, --tls-cert and --tls-key flags that reach the cluster")
 	f.StringArrayVar(&o.envoyConfig, "envoy-config", nil, "serve Envoy's rate-limit service on every node with this file's domains (as serve's); repeatable")
 	f.BoolVar(&o.envoyHeaders, "envoy-headers", false, "add the RateLimit header fields to the rate-limit service's answers")
+	f.BoolVar(&o.envoyDedupe, "envoy-dedupe-request-id", false, envoyDedupeUsage)
 	return cmd
 }
 
@@ -157,7 +159,7 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.LeaderLeaseTimeout = min(cfg.LeaderLeaseTimeout, o.heartbeat)
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
 	cfg.MemoryLimit = o.memoryLimit // one process: one limit for every node
-	cfg.EnvoyConfig, cfg.EnvoyHeaders = o.envoyConfig, o.envoyHeaders
+	cfg.EnvoyConfig, cfg.EnvoyHeaders, cfg.EnvoyDedupeRequestID = o.envoyConfig, o.envoyHeaders, o.envoyDedupe
 	if i == 1 {
 		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node
 	}

@@ -124,6 +124,7 @@ func newServeCmd() *cobra.Command {
 	fs.StringArrayVar(&cfg.EnvoyConfig, "envoy-config", cfg.EnvoyConfig, "serve Envoy's rate-limit service (envoy.service.ratelimit.v3) on the API port with this file's domains and\n"+
 		"descriptors, in the rate-limit service's YAML format; repeatable; reloaded when it changes. The node applies its policies")
 	fs.BoolVar(&cfg.EnvoyHeaders, "envoy-headers", cfg.EnvoyHeaders, "add the RateLimit-Policy and RateLimit header fields to the rate-limit service's answers")
+	fs.BoolVar(&cfg.EnvoyDedupeRequestID, "envoy-dedupe-request-id", cfg.EnvoyDedupeRequestID, envoyDedupeUsage)
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
 	fs.StringVar(&nodeTokenFile, "node-token-file", "", "file holding the bearer token this node sends on its --join, for a cluster without TLS that has an\n"+
 		"access file: a caller with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")
@@ -202,3 +203,9 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.DurationVar(&cfg.PeerHandshakeTimeout, "peer-handshake-timeout", cfg.PeerHandshakeTimeout, "how long a peer connection may take to send its header and first byte")
 	fs.DurationVar(&cfg.PeerIdleTimeout, "peer-idle-timeout", cfg.PeerIdleTimeout, "close a peer connection that sent nothing for this long (the same on every node)")
 }
+
+// envoyDedupeUsage is the help of --envoy-dedupe-request-id (serve's and
+// dev's).
+const envoyDedupeUsage = "answer a rate-limit call whose x-request-id was already decided as the first, spending nothing. Only where\n" +
+	"Envoy always generates the ID: a client whose own x-request-id Envoy passes on (preserve_external_request_id,\n" +
+	"an internal address) could pin it and never be counted again"

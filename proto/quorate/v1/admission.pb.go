@@ -1768,7 +1768,9 @@ type GrantRequest struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// Names the holder: 1 to 64 bytes the client chooses (the Go client: 128
 	// random bits per Client). With caller it names the holder's grant of
-	// (policy, key): a holder has at most one.
+	// (policy, key): a holder has at most one. One caller holds grants of a
+	// key under at most 128 holders, and a key has at most 1024 holders: a
+	// new one beyond is refused (resource_exhausted, naming the bound).
 	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
 	// As AdmitRequest.caller; up to 128 bytes.
 	Caller string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
@@ -1784,7 +1786,11 @@ type GrantRequest struct {
 	// 0 to total. On release, total - used go back to the key.
 	Used int64 `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
 	// Units per second the holder spent recently (its demand, 0 to 1e12):
-	// the grant is sized by this holder's share of the key's demand.
+	// the grant is sized by this holder's share of the key's demand. The
+	// cluster counts at most 4 times the rate it saw the holder spend its
+	// grant (used over its renewals, measured over at least a second), and a
+	// holder not seen spending yet at most 1 unit per second: a claim alone
+	// takes no share from the others (counted_demand says what counted).
 	Demand float64 `protobuf:"fixed64,8,opt,name=demand,proto3" json:"demand,omitempty"`
 	// End the grant: what was granted and not used is given back.
 	Release       bool `protobuf:"varint,9,opt,name=release,proto3" json:"release,omitempty"`
@@ -1913,7 +1919,10 @@ type GrantResponse struct {
 	// A retry of a call already applied (same seq): this is its answer.
 	Duplicate bool `protobuf:"varint,12,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// As AdmitResponse.window.
-	Window        *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
+	Window *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
+	// The demand (units per second) that sized this call: demand, at most 4
+	// times the rate the cluster saw the holder spend (at least 1).
+	CountedDemand float64 `protobuf:"fixed64,14,opt,name=counted_demand,json=countedDemand,proto3" json:"counted_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2037,6 +2046,13 @@ func (x *GrantResponse) GetWindow() *durationpb.Duration {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *GrantResponse) GetCountedDemand() float64 {
+	if x != nil {
+		return x.CountedDemand
+	}
+	return 0
 }
 
 var File_quorate_v1_admission_proto protoreflect.FileDescriptor
@@ -2201,7 +2217,7 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04want\x18\x06 \x01(\x03R\x04want\x12\x12\n" +
 	"\x04used\x18\a \x01(\x03R\x04used\x12\x16\n" +
 	"\x06demand\x18\b \x01(\x01R\x06demand\x12\x18\n" +
-	"\arelease\x18\t \x01(\bR\arelease\"\x86\x04\n" +
+	"\arelease\x18\t \x01(\bR\arelease\"\xad\x04\n" +
 	"\rGrantResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
 	"\x05added\x18\x02 \x01(\x03R\x05added\x129\n" +
@@ -2220,7 +2236,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	" \x01(\x03R\breturned\x12\x14\n" +
 	"\x05share\x18\v \x01(\x01R\x05share\x12\x1c\n" +
 	"\tduplicate\x18\f \x01(\bR\tduplicate\x121\n" +
-	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window2\xad\x04\n" +
+	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window\x12%\n" +
+	"\x0ecounted_demand\x18\x0e \x01(\x01R\rcountedDemand2\xad\x04\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
 	"\n" +

@@ -2086,7 +2086,8 @@ type Grant struct {
 	Seq    uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	Want   int64                  `protobuf:"varint,6,opt,name=want,proto3" json:"want,omitempty"`
 	Used   int64                  `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
-	// Units per second × 1000.
+	// Units per second × 1000, as the holder claims it; the sizing counts at
+	// most a multiple of what the group saw the holder spend (GrantRecord).
 	DemandMilli   int64 `protobuf:"varint,8,opt,name=demand_milli,json=demandMilli,proto3" json:"demand_milli,omitempty"`
 	Release       bool  `protobuf:"varint,9,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3568,9 +3569,16 @@ type GrantRecord struct {
 	// A local-plus-global allowance (policy local.mode "sync"): total is the
 	// holder's allowance until its next report, nothing is spent ahead, and
 	// used is what it reported admitting, charged as reported.
-	Sync          bool `protobuf:"varint,17,opt,name=sync,proto3" json:"sync,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sync bool `protobuf:"varint,17,opt,name=sync,proto3" json:"sync,omitempty"`
+	// What the group saw the holder spend, which bounds the demand it counts
+	// (demand_milli is the counted one): the spend rate of its last complete
+	// observation (units per second × 1000), and the time and used at which
+	// the current observation began.
+	SpendRateMilli     int64 `protobuf:"varint,18,opt,name=spend_rate_milli,json=spendRateMilli,proto3" json:"spend_rate_milli,omitempty"`
+	ObservedAtUnixNano int64 `protobuf:"varint,19,opt,name=observed_at_unix_nano,json=observedAtUnixNano,proto3" json:"observed_at_unix_nano,omitempty"`
+	ObservedUsed       int64 `protobuf:"varint,20,opt,name=observed_used,json=observedUsed,proto3" json:"observed_used,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GrantRecord) Reset() {
@@ -3720,6 +3728,27 @@ func (x *GrantRecord) GetSync() bool {
 		return x.Sync
 	}
 	return false
+}
+
+func (x *GrantRecord) GetSpendRateMilli() int64 {
+	if x != nil {
+		return x.SpendRateMilli
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetObservedAtUnixNano() int64 {
+	if x != nil {
+		return x.ObservedAtUnixNano
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetObservedUsed() int64 {
+	if x != nil {
+		return x.ObservedUsed
+	}
+	return 0
 }
 
 // ReserveRecord is the recorded answer of a Reserve or a Commit, returned to
@@ -5215,7 +5244,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\x12\x16\n" +
 	"\x06caller\x18\b \x01(\tR\x06caller\x12\x16\n" +
-	"\x06secret\x18\t \x01(\fR\x06secret\"\xd5\x04\n" +
+	"\x06secret\x18\t \x01(\fR\x06secret\"\xd7\x05\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -5235,7 +5264,10 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x19last_decided_at_unix_nano\x18\x0e \x01(\x03R\x15lastDecidedAtUnixNano\x12%\n" +
 	"\x0elast_remaining\x18\x0f \x01(\x03R\rlastRemaining\x12.\n" +
 	"\x13last_policy_version\x18\x10 \x01(\x04R\x11lastPolicyVersion\x12\x12\n" +
-	"\x04sync\x18\x11 \x01(\bR\x04sync\"\x83\x03\n" +
+	"\x04sync\x18\x11 \x01(\bR\x04sync\x12(\n" +
+	"\x10spend_rate_milli\x18\x12 \x01(\x03R\x0espendRateMilli\x121\n" +
+	"\x15observed_at_unix_nano\x18\x13 \x01(\x03R\x12observedAtUnixNano\x12#\n" +
+	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
