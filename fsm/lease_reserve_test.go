@@ -32,6 +32,14 @@ func TestLeaseReservationFollowsItsLease(t *testing.T) {
 	if got := remaining(t0 + 1); got != 40 {
 		t.Fatalf("after the acquire %d tokens remain, want 40", got)
 	}
+	// A Commit cannot name it, not even its holder's: the lease's release
+	// settles it.
+	commit := commitEnv(t0+1, fsm.ReservationID("tokens", "k", res.ReservationID, [16]byte(testSecret)), 0, "")
+	commit.GetCommit().Caller = "svc"
+	wantErr(t, "commit of a lease's reservation", l.apply(commit), fsm.ErrNoReservation)
+	if got := remaining(t0 + 1); got != 40 {
+		t.Fatalf("after a refused commit %d tokens remain, want 40", got)
+	}
 	// Renew at +8s for 10s more: the reservation now ends at +18s too.
 	l.ok(t0+8*sec, renewOp("calls", "k", res.Lease.Token))
 	l.expire(t0 + 17*sec)

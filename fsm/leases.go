@@ -30,10 +30,14 @@ type LeaseResult struct {
 	Charged, Released, Over int64
 }
 
-// leaseReservationID names the reservation held with a lease. Its ':' keeps
-// it apart from ReservationID's base64 names.
+// leaseReservationPrefix starts the name of every reservation held with a
+// lease, apart from ReservationName's digits; a Commit cannot name one (its
+// lease's release settles it).
+const leaseReservationPrefix = "lease:"
+
+// leaseReservationID names the reservation held with a lease.
 func leaseReservationID(stateKey string, token int64) string {
-	return "lease:" + stateKey + "#" + strconv.FormatInt(token, 10)
+	return leaseReservationPrefix + stateKey + "#" + strconv.FormatInt(token, 10)
 }
 
 // semExpires is when a semaphore is equivalent to none: its leases'

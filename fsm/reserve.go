@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -197,7 +198,7 @@ func (d *dataState) applyCommit(c *raftcmdv1.Commit, o op) interface{} {
 	}
 	holder, _ := holderOf(c.GetCaller(), id.secret[:])
 	r, ok := d.reservations.Get(id.name)
-	if !ok || r.expiresAt <= now || r.policy != id.policy || r.key != id.key || !r.holder.Is(holder) {
+	if !ok || strings.HasPrefix(id.name, leaseReservationPrefix) || r.expiresAt <= now || r.policy != id.policy || r.key != id.key || !r.holder.Is(holder) {
 		return fmt.Errorf("%w (policy %s, key %s)", ErrNoReservation, admission.Quote(id.policy), admission.Quote(id.key))
 	}
 	pv, ok := d.policies.byName[r.policy]

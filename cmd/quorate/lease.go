@@ -136,8 +136,8 @@ func newLeaseRenewCmd() *cobra.Command {
 			"Renew is retried like admit, with the same request ID, on unavailable, a\n" +
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout.",
-		Example: "  quorate lease renew --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7\n" +
-			"  quorate lease renew --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7 --ttl 10m -o json",
+		Example: "  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
+			"  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 --ttl 10m -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
@@ -190,8 +190,8 @@ func newLeaseReleaseCmd() *cobra.Command {
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a release that was applied gets its recorded\n" +
 			"answer (shown as \"duplicate\"), not failed_precondition.",
-		Example: "  quorate lease release --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7\n" +
-			"  quorate lease release --lease-id cmVwb3J0cy1hY3RpdmUAdGVuYW50LWEANw --token 7 --request-id done-42 -o json",
+		Example: "  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
+			"  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 --request-id done-42 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
@@ -247,8 +247,8 @@ func newLeaseCheckCmd() *cobra.Command {
 			"Check changes nothing, so it is retried on unavailable, a server's\n" +
 			"deadline_exceeded and connection failures, rotating through the --server list,\n" +
 			"until --timeout.",
-		Example: "  quorate lease check --lease-id TGNyZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3... --token 7\n" +
-			"  quorate lease check --lease-id TGNyZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3... --token 7 -o json",
+		Example: "  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
+			"  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "lease-id", "token"); err != nil {

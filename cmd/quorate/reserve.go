@@ -107,7 +107,7 @@ func newCommitCmd() *cobra.Command {
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a commit that was applied gets its recorded\n" +
 			"answer (shown as \"duplicate\"), not not_found.",
-		Example: "  quorate commit --reservation-id dG9rZW5zAHRlbmFudC1hADE3OTY --actual 312",
+		Example: "  quorate commit --reservation-id UgZ0b2tlbnMIdGVuYW50LWEGMTc5NkAyP5EMXqJ3GNRguy4J9UOKwQ --actual 312",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireFlags(cmd, "reservation-id"); err != nil {
