@@ -48,6 +48,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		LastLogIndex:        n.meta.raft.LastIndex(),
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
+		FeatureLevel:        n.cfg.featureLevel(),
 		ClusterId:           n.mux.ClusterID(),
 		ForwardedCalls:      n.forwardedCalls.Load(),
 		PolicyDecisions:     n.decisions.byPolicy(time.Now()),

@@ -36,10 +36,17 @@ import (
 //     access file, unless the caller proves to be that node (provenNode).
 //     An open cluster has no way to tell who calls, so there the first
 //     rule alone decides: a live node keeps its addresses, whoever asks.
+//   - A registered node's feature level is what its binary says: a join
+//     that changes it is refused unless a node answers as it at the join's
+//     addresses with the join's level (a node registers its level again
+//     when it restarts, running). Otherwise anyone could raise an older
+//     node's level, and the cluster would write entries that node cannot
+//     apply.
 
 // checkJoin returns why the leader refuses r, the join asked for by ctx's
 // request (nil when it may go ahead): a feature level below the cluster's,
-// or another node's addresses (see above).
+// another node's addresses, or a registered node's level that the node
+// does not say it runs (see above).
 func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) error {
 	if lvl := c.meta.fsm.MinFeatureLevel(); r.GetFeatureLevel() < lvl && !c.firstOwnRegistration(ctx, r) {
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
@@ -48,7 +55,31 @@ func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) er
 				r.GetFeatureLevel(), lvl, lvl)}
 	}
 	m, ok := c.meta.fsm.Node(r.GetId())
-	if !ok || (m.RaftAddr == r.GetRaftAddr() && m.APIAddr == r.GetApiAddr()) {
+	if !ok {
+		return nil
+	}
+	if err := c.checkAddrChange(ctx, m, r); err != nil {
+		return err
+	}
+	if m.FeatureLevel == r.GetFeatureLevel() {
+		return nil
+	}
+	at := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr()}
+	if where, st, live := c.answerAsNode(ctx, at); !live || st.GetFeatureLevel() != r.GetFeatureLevel() {
+		says := "does not answer as it there"
+		if live {
+			says = fmt.Sprintf("says at its %s that it runs level %d", where, st.GetFeatureLevel())
+		}
+		return fmt.Errorf("%w: feature_level: node %s is registered at level %d; a join changes that only to the level the node runs, and it %s",
+			ErrNotTheNode, strconv.Quote(m.ID), m.FeatureLevel, says)
+	}
+	return nil
+}
+
+// checkAddrChange returns why r may not give node m, registered, other
+// addresses (nil when it keeps them, or may change them).
+func (c *controller) checkAddrChange(ctx context.Context, m fsm.Node, r *quoratev1.JoinRequest) error {
+	if m.RaftAddr == r.GetRaftAddr() && m.APIAddr == r.GetApiAddr() {
 		return nil
 	}
 	fields := changedAddrFields(m, r)
@@ -99,13 +130,14 @@ func changedAddrFields(m fsm.Node, r *quoratev1.JoinRequest) string {
 	return strings.Join(out, ", ")
 }
 
-// answerAsNode asks for the status of node m at its registered addresses
-// (its peer port, then its API port), each within liveCheckTimeout, and
-// returns where it answered as m and what it said; false when it answered
-// as m at neither. This node answers for itself without a call.
+// answerAsNode asks for the status of node m at m's addresses (its peer
+// port, then its API port), each within liveCheckTimeout, and returns
+// where it answered as m and what it said; false when it answered as m at
+// neither. This node answers for itself without a call.
 func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quoratev1.NodeState, bool) {
 	if m.ID == c.cfg.ID {
-		return "own API (it is the meta leader)", &quoratev1.NodeState{Id: c.self.ID, RaftAddr: c.self.RaftAddr, ApiAddr: c.self.APIAddr}, true
+		return "own API (it is the meta leader)", &quoratev1.NodeState{
+			Id: c.self.ID, RaftAddr: c.self.RaftAddr, ApiAddr: c.self.APIAddr, FeatureLevel: c.self.FeatureLevel}, true
 	}
 	ask := func(p *peers, addr, where string) (string, *quoratev1.NodeState, bool) {
 		if addr == "" {

@@ -266,3 +266,42 @@ func nodeTokenCluster(t *testing.T) nodetest.Options {
 		cfg.NodeToken = tokens[fmt.Sprintf("quorate://node/node%d", i+1)]
 	}}
 }
+
+// A join that changes a registered node's feature level is refused unless
+// the node says, at the join's addresses, that it runs that level: an
+// anonymous caller cannot raise node1 (held at level 6) to 7, which would
+// let the cluster write entries node1 cannot apply. node1's own
+// registration after its upgrade goes through.
+func TestJoinCannotChangeLiveNodesLevel(t *testing.T) {
+	below := uint32(fsm.FeatureLevel - 1)
+	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
+		if i == 0 { // it bootstraps: below the cluster's level it could not join
+			cfg.MaxFeatureLevel = below
+		}
+	}})
+	c.Eventually(t, 10*time.Second, "node1 registered below the current level", func() error {
+		if got := node.MinFeatureLevel(c.Node(0)); got != below {
+			return fmt.Errorf("lowest feature level %d", got)
+		}
+		return nil
+	})
+	before := registryOf(t, c, 0)
+	self := before["node1"]
+	for i := range c.Len() {
+		err := joinVia(c.Admin(i), &quoratev1.JoinRequest{Id: "node1", RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: fsm.FeatureLevel})
+		wantAccessCode(t, fmt.Sprintf("raising node1's level through node %d", i), err, connect.CodeFailedPrecondition,
+			"feature_level", fmt.Sprintf("registered at level %d", below), fmt.Sprintf("runs level %d", below))
+	}
+	registriesStay(t, c, before)
+	c.Stop(0)
+	c.Config(0).MaxFeatureLevel = 0
+	c.Start(0)
+	c.Eventually(t, 30*time.Second, "node1 registered at the current level after its upgrade", func() error {
+		for i := range c.Len() {
+			if got := node.MinFeatureLevel(c.Node(i)); got != fsm.FeatureLevel {
+				return fmt.Errorf("node %d: lowest feature level %d", i, got)
+			}
+		}
+		return nil
+	})
+}

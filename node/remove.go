@@ -27,6 +27,9 @@ var (
 	// ErrFeatureUnsupported refuses a change some node's binary could not
 	// apply (its log feature level is too low): upgrade it first.
 	ErrFeatureUnsupported = errors.New("node: a node's binary is too old for this change")
+	// ErrNotTheNode refuses a join that says of a registered node what the
+	// node does not say of itself (its feature level).
+	ErrNotTheNode = errors.New("node: the join does not match the node")
 )
 
 // RemoveNode takes a node out of the cluster on the meta leader.

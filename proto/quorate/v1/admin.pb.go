@@ -2032,8 +2032,12 @@ type NodeState struct {
 	// repeats of a request ID are not decisions). Not replicated: each
 	// node counts its own.
 	PolicyDecisions []*PolicyDecisions `protobuf:"bytes,42,rep,name=policy_decisions,json=policyDecisions,proto3" json:"policy_decisions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The log feature level this node registers (its binary's, or less with
+	// --max-feature-level): a join that changes a registered node's level
+	// must match what the node says here.
+	FeatureLevel  uint32 `protobuf:"varint,43,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
@@ -2183,6 +2187,13 @@ func (x *NodeState) GetPolicyDecisions() []*PolicyDecisions {
 		return x.PolicyDecisions
 	}
 	return nil
+}
+
+func (x *NodeState) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
 }
 
 // PolicyDecisions counts one policy's decisions on one node.
@@ -3489,7 +3500,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xe8\x04\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\x8d\x05\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -3509,7 +3520,8 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18( \x01(\tR\tclusterId\x12'\n" +
 	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\x12F\n" +
-	"\x10policy_decisions\x18* \x03(\v2\x1b.quorate.v1.PolicyDecisionsR\x0fpolicyDecisions\"\xe2\x01\n" +
+	"\x10policy_decisions\x18* \x03(\v2\x1b.quorate.v1.PolicyDecisionsR\x0fpolicyDecisions\x12#\n" +
+	"\rfeature_level\x18+ \x01(\rR\ffeatureLevel\"\xe2\x01\n" +
 	"\x0fPolicyDecisions\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1c\n" +
 	"\tdecisions\x18\x02 \x01(\x04R\tdecisions\x12\x16\n" +
