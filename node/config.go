@@ -296,15 +296,10 @@ type Config struct {
 	// files are reloaded when they change, without a restart. See tls.go.
 	TLSCertFile, TLSKeyFile, TLSCAFile string
 
-	// PeerSecretFile is the file of the cluster's peer secret
-	// (--peer-secret-file): the base64 of at least 32 random bytes, the
-	// same file on every node, readable by the node alone. With it, the
-	// two ends of every peer connection prove to each other that they hold
-	// the secret before the connection carries anything (package peermux,
-	// auth.go); the secret never crosses the wire. A cluster with an access
-	// file whose peer port is plaintext on a non-loopback address needs it
-	// (peersecret.go). Create one with
-	// `head -c 32 /dev/urandom | base64 > peer.secret; chmod 600 peer.secret`.
+	// PeerSecretFile is the cluster's peer secret (--peer-secret-file),
+	// the same on every node: peers prove they hold it before the peer
+	// port serves them. An access file with a plaintext peer port beyond
+	// loopback needs it (peersecret.go).
 	PeerSecretFile string
 
 	// InsecurePlaintext allows a non-loopback API or Raft address (listen

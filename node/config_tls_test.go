@@ -1,7 +1,10 @@
 package node
 
 import (
+	"encoding/base64"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,6 +17,10 @@ func TestConfigValidateTLS(t *testing.T) {
 	// A non-loopback API also needs an access file (the open mode is
 	// loopback's only): given here, so only the TLS rules are at stake.
 	base.AccessFile = "access.yaml"
+	secret := filepath.Join(t.TempDir(), "peer.secret")
+	if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	withTLS := func(c *Config) { c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "n1.pem", "n1-key.pem", "ca.pem" }
 	cases := []struct {
 		name   string
@@ -29,6 +36,7 @@ func TestConfigValidateTLS(t *testing.T) {
 		{"plaintext advertised Raft", func(c *Config) { c.AdvertiseRaftAddr = "10.0.0.5:7170" }, "--advertise-raft-addr"},
 		{"insecure plaintext allowed", func(c *Config) {
 			c.APIAddr, c.RaftAddr, c.AdvertiseRaftAddr, c.InsecurePlaintext = "0.0.0.0:7070", "0.0.0.0:7170", "10.0.0.5:7170", true
+			c.PeerSecretFile = secret // with an access file, a plaintext peer port beyond loopback needs it
 		}, ""},
 		{"TLS on all interfaces", func(c *Config) {
 			withTLS(c)

@@ -23,6 +23,11 @@ import (
 // peer port is on loopback only (quorate dev) may run without either: only
 // processes of its own host reach it.
 
+// The secret file holds the standard base64 of at least
+// peermux.MinSecretLen random bytes, readable by the node alone; create it
+// with `head -c 32 /dev/urandom | base64 > peer.secret; chmod 600
+// peer.secret` and copy it to every node.
+
 // errPeerSecret is wrapped by the errors of a peer secret file.
 var errPeerSecret = errors.New("peer secret")
 

@@ -65,6 +65,9 @@ func FuzzPeerHeader(f *testing.F) {
 		{[]byte("GET / HTTP/1.1\r\n"), 6, ""},
 		{[]byte{0x16, 0x03, 0x01, 0x02, 0x00}, 8, ""},
 		{nil, 9, ""},
+		{authSeed(10, id), 10, id},                     // an authenticating header
+		{authSeed(11, "")[:30], 11, ""},                // one cut in its nonce
+		{append(authSeed(12, ""), "proof"...), 12, ""}, // no cluster ID, the exchange after it
 	} {
 		f.Add(seed.data, false, seed.ch, seed.cluster)
 		f.Add(seed.data, true, seed.ch, seed.cluster)
@@ -73,6 +76,12 @@ func FuzzPeerHeader(f *testing.F) {
 		checkHeaderDecode(t, data, timeout)
 		checkHeaderRoundTrip(t, ch, cluster)
 	})
+}
+
+// authSeed is an authenticating header (muxMagicAuth's) of ch and cluster.
+func authSeed(ch uint64, cluster string) []byte {
+	h := authHeader(ch, cluster)
+	return h.appendAuth(nil)
 }
 
 // checkHeaderDecode reads a header from data, then a reader that fails
@@ -113,7 +122,8 @@ func checkHeaderDecode(t *testing.T, data []byte, timeout bool) {
 	if consumed > muxMaxHeaderLen {
 		t.Fatalf("the header of % x took %d bytes (at most %d)", data, consumed, muxMaxHeaderLen)
 	}
-	if data[0] == muxMagic && cluster != "" || data[0] == muxMagicCluster && len(cluster) != 2*ClusterIDLen {
+	if data[0] == muxMagic && cluster != "" || data[0] == muxMagicCluster && len(cluster) != 2*ClusterIDLen ||
+		data[0] == muxMagicAuth && cluster != "" && len(cluster) != 2*ClusterIDLen {
 		t.Fatalf("header % x: magic %#02x with cluster %q", data[:consumed], data[0], cluster)
 	}
 	// A channel ID may arrive as a non-minimal varint: the header written
