@@ -56,7 +56,7 @@ func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) er
 	}
 	m, ok := c.meta.fsm.Node(r.GetId())
 	if !ok {
-		return nil
+		return c.checkNewNodeAnswers(ctx, r)
 	}
 	if err := c.checkAddrChange(ctx, m, r); err != nil {
 		return err
@@ -74,6 +74,26 @@ func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) er
 			ErrNotTheNode, strconv.Quote(m.ID), m.FeatureLevel, says)
 	}
 	return nil
+}
+
+// checkNewNodeAnswers returns why a node not registered yet may not join
+// at r's addresses: nothing answers as it on the peer port at raft_addr.
+// The meta leader asks there, over the same authenticated peer connection
+// raft would use, so a node at a wrong address, or one without the
+// cluster's peer secret (or node certificate), is refused before it is
+// made a voter it could never reach. A meta member registering itself for
+// the first time (firstOwnRegistration) is in the configuration already.
+func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinRequest) error {
+	if c.firstOwnRegistration(ctx, r) {
+		return nil
+	}
+	at := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr()}
+	if where, _, live := c.answerAsNode(ctx, at); live && strings.HasPrefix(where, "peer port") {
+		return nil
+	}
+	return fmt.Errorf("%w: raft_addr: nothing answers as node %s on the peer port at %s within %v: "+
+		"check the address, that the node is running, and that every node has the same --peer-secret-file (or TLS files)",
+		ErrNotTheNode, strconv.Quote(r.GetId()), r.GetRaftAddr(), liveCheckTimeout)
 }
 
 // checkAddrChange returns why r may not give node m, registered, other

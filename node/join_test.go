@@ -93,10 +93,20 @@ func TestJoinCannotMoveLiveNodeOnOpenCluster(t *testing.T) {
 				tc.fields+": node \"node3\" answers at its registered", "keeps its addresses")
 		}
 	}
+	// A node nobody runs: nothing answers at its peer port, so it is not
+	// made a voter the meta group could never reach.
+	for i := range c.Len() {
+		err := joinVia(c.Admin(i), &quoratev1.JoinRequest{Id: "ghost", RaftAddr: "127.0.0.1:1", ApiAddr: "127.0.0.1:2", FeatureLevel: fsm.FeatureLevel})
+		wantAccessCode(t, fmt.Sprintf("a node nobody runs, through node %d", i), err, connect.CodeFailedPrecondition,
+			`raft_addr: nothing answers as node "ghost" on the peer port at 127.0.0.1:1`)
+	}
 	registriesStay(t, c, before)
 	for i := range c.Len() {
 		if got := node.MetaServerAddr(c.Node(i), "node3"); got != self.RaftAddr {
 			t.Fatalf("node %d: node3 in the meta configuration at %q, want %s", i, got, self.RaftAddr)
+		}
+		if got := node.MetaServerAddr(c.Node(i), "ghost"); got != "" {
+			t.Fatalf("node %d: a node nobody runs is in the meta configuration at %q", i, got)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -152,8 +152,8 @@ func TestPeerSecretGatesPlaintextPeerPort(t *testing.T) {
 	}
 
 	// A node with another secret: its join over the API port (with the
-	// node token) is answered, but no peer connection opens either way,
-	// so it never gets the meta log, not even its own registration.
+	// node token) is refused, as no peer connection opens either way, so
+	// it never gets the meta log, not even its own registration.
 	cfg := *c.Config(1)
 	cfg.ID, cfg.DataDir = "node4", filepath.Join(dir, "node4")
 	cfg.APIAddr, cfg.RaftAddr, cfg.AdminAddr, cfg.Bootstrap = "127.0.0.1:0", "127.0.0.1:0", "", false
@@ -168,14 +168,21 @@ func TestPeerSecretGatesPlaintextPeerPort(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n4.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-done })
-	// The meta leader replicates to node4 (a voter once its join is
-	// answered): node4 refuses those connections, and the leader them.
+	// The meta leader asks node4's peer port before it would add it:
+	// node4 refuses those connections, and the leader them.
 	c.Eventually(t, 30*time.Second, "node4 refusing the leader's connections", func() error {
 		if node.PeerAuthRefused(n4) < 3 {
 			return fmt.Errorf("%d refused so far", node.PeerAuthRefused(n4))
 		}
 		return nil
 	})
+	// Its join is refused: the meta leader asks node4 on its peer port
+	// before making it a voter, and cannot open that connection.
+	for i := range c.Len() {
+		if got := node.MetaServerAddr(c.Node(i), "node4"); got != "" {
+			t.Fatalf("node %d: node4, with another peer secret, is in the meta configuration at %q", i, got)
+		}
+	}
 	select {
 	case <-n4.Registered():
 		t.Fatal("node4, with another peer secret, got the meta log")
