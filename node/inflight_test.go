@@ -1,9 +1,15 @@
 package node
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -90,5 +96,37 @@ func TestBodyCharge(t *testing.T) {
 	}
 	if err := plain.add(1 << 20); err != nil || b.stats().InUse != 0 {
 		t.Errorf("after release: %v, %d in use, want nothing charged", err, b.stats().InUse)
+	}
+}
+
+// A connection is busy from the moment a request arrived whole until its
+// handler returns; what the server reads of a body after the handler (to
+// discard it) does not make it busy again, so it stays one that may be
+// closed for a new connection.
+func TestBodyReadAfterHandlerLeavesConnectionIdle(t *testing.T) {
+	l := newLimitListener(nil, connLimits{}, slog.New(slog.DiscardHandler), "api-addr")
+	conn := &limitedConn{l: l}
+	g := newBodyGuard(&Node{}, listenerLimits{maxBytes: 1 << 20, bodyTimeout: time.Minute}, 4<<20)
+	var body io.Reader
+	var busyInHandler int32
+	serve := func(read bool) {
+		h := g.handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			body = r.Body
+			if read {
+				_, _ = io.ReadAll(r.Body)
+				busyInHandler = conn.busy.Load()
+			}
+		}))
+		r := httptest.NewRequest(http.MethodPost, "/quorate.v1.AdmissionService/Admit", strings.NewReader(`{"policy":"p"}`))
+		h.ServeHTTP(httptest.NewRecorder(), r.WithContext(context.WithValue(r.Context(), connKey{}, conn)))
+	}
+	serve(true)
+	if busyInHandler != 1 || conn.busy.Load() != 0 {
+		t.Fatalf("busy %d in the handler, %d after it; want 1, 0", busyInHandler, conn.busy.Load())
+	}
+	serve(false)
+	_, _ = io.ReadAll(body) // as the server discards what the handler left
+	if conn.busy.Load() != 0 {
+		t.Fatalf("busy %d after the rest of an unread body was read", conn.busy.Load())
 	}
 }

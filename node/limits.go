@@ -276,7 +276,7 @@ type guardedBody struct {
 	// Guarded by g.mu.
 	cut      bool // by shutdown
 	ended    bool // read to io.EOF
-	received bool // conn told the request arrived whole
+	received bool // conn told the request arrived whole (or the handler returned)
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -318,8 +318,9 @@ func (b *guardedBody) done() {
 	b.charge.release()
 	b.g.mu.Lock()
 	received := b.received
+	b.received = true // the rest of a body the server reads afterwards tells nothing
 	b.g.mu.Unlock()
-	if received {
+	if received && b.conn != nil {
 		b.conn.requestDone()
 	}
 }
