@@ -3,15 +3,18 @@ package node
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/fsm"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -106,14 +109,19 @@ func (n *Node) initAccess() error {
 // the request's identity.
 type authErrorKey struct{}
 
-// authenticate is the API server's middleware that establishes who each
-// request is from (access.Authenticate): the verified client certificate
-// when the connection is TLS with one, and the bearer token of the
-// Authorization header against the token file. The identity travels in the
-// request's context (withIdentity); a credential that does not check out
-// travels too, and authInterceptor refuses the request with it unless it
-// is a health check.
-func (n *Node) authenticate(next http.Handler) http.Handler {
+// authenticate is the middleware of the API server and the admin listener
+// (kind) that establishes who each request is from (access.Authenticate):
+// the verified client certificate when the connection is TLS with one, and
+// the bearer token of the Authorization header against the token file. The
+// identity travels in the request's context (withIdentity).
+//
+// It refuses, before a byte of the body is read, what the headers alone
+// decide (refuseBeforeBody), so that a caller without rights costs no more
+// than its headers. What depends on the message (the policies a call
+// names, the callers of its request IDs, the node a certificate joins as)
+// authInterceptor decides once it is decoded.
+func (n *Node) authenticate(kind serverKind, next http.Handler) http.Handler {
+	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var cert *x509.Certificate
 		// Only a chain the TLS stack verified names a caller; a certificate
@@ -126,12 +134,68 @@ func (n *Node) authenticate(next http.Handler) http.Handler {
 			tokens = n.tokens.Current()
 		}
 		id, err := access.Authenticate(cert, r.Header.Get("Authorization"), tokens)
+		if refusal := n.refuseBeforeBody(kind, r.URL.Path, id, err); refusal != nil {
+			writeRefusal(errs, w, r, n.toConnectError(refusal))
+			return
+		}
 		ctx := withIdentity(r.Context(), id)
 		if err != nil {
 			ctx = context.WithValue(ctx, authErrorKey{}, err)
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// refuseBeforeBody returns why a call to path with identity id (err: why
+// its credential did not check out) is refused whatever its message: an
+// admin call on the API port of a node with an admin listener; under an
+// access file, a call whose credential does not check out, or an anonymous
+// one, to a procedure that needs a role. Its errors are those
+// authInterceptor would give. Health checks, and paths that are no
+// procedure (the status page, metrics), pass.
+func (n *Node) refuseBeforeBody(kind serverKind, path string, id access.Identity, err error) error {
+	if kind == serveAPI && n.adminLn != nil && strings.HasPrefix(path, "/"+quoratev1connect.AdminServiceName+"/") {
+		return ErrAdminElsewhere // whoever makes it
+	}
+	if n.authz.IsOpen() {
+		return nil
+	}
+	action, ok := procedureActions[path]
+	if !ok && path == envoyrls.Procedure {
+		// Envoy's service authorizes each call itself, as an Admit
+		// (envoy.go); none is allowed without a credential.
+		action, ok = access.ActionAdmit, true
+	}
+	switch {
+	case !ok || action.Class() == access.ClassHealth:
+		return nil
+	case err != nil:
+		return err
+	case id.Source == access.SourceNone:
+		return n.authz.Authorize(id, action, nil) // unauthenticated, whatever the message
+	}
+	return nil
+}
+
+// writeRefusal answers r with err, a *connect.Error, in r's protocol
+// (Connect, gRPC or gRPC-Web), or as plain text to a request that is none.
+func writeRefusal(errs *connect.ErrorWriter, w http.ResponseWriter, r *http.Request, err error) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		ce = connect.NewError(connect.CodeInternal, err)
+	}
+	if errs.IsSupported(r) {
+		_ = errs.Write(w, r, ce)
+		return
+	}
+	status := http.StatusForbidden
+	switch ce.Code() {
+	case connect.CodeUnauthenticated:
+		status = http.StatusUnauthorized
+	case connect.CodeUnimplemented:
+		status = http.StatusNotImplemented
+	}
+	http.Error(w, ce.Message(), status)
 }
 
 // authInterceptor authorizes each call of the API server by its procedure's
@@ -308,24 +372,4 @@ func resolveCallers(msg any, resolve func(requested string) (string, error)) err
 		set(&m.Caller)
 	}
 	return err
-}
-
-// refuseCalls is an interceptor that refuses every call with err.
-type refuseCalls struct {
-	n   *Node
-	err error
-}
-
-func (r refuseCalls) WrapUnary(connect.UnaryFunc) connect.UnaryFunc {
-	return func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
-		return nil, r.n.toConnectError(r.err)
-	}
-}
-
-func (r refuseCalls) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (r refuseCalls) WrapStreamingHandler(connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(context.Context, connect.StreamingHandlerConn) error { return r.n.toConnectError(r.err) }
 }

@@ -141,7 +141,7 @@ func TestAuthenticateMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{tokens: w}
+	n := &Node{tokens: w, authz: access.Open()} // open: nothing is refused before the handler
 	cert := &x509.Certificate{URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/svc"}}}
 	for _, tc := range []struct {
 		name    string
@@ -162,7 +162,7 @@ func TestAuthenticateMiddleware(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got access.Identity
 			var gotErr bool
-			h := n.authenticate(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			h := n.authenticate(serveAPI, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 				got = identityOf(r.Context())
 				_, gotErr = r.Context().Value(authErrorKey{}).(error)
 			}))

@@ -130,6 +130,18 @@ type Config struct {
 	// means DefaultMaxPeerRequestBytes.
 	MaxPeerRequestBytes int
 
+	// MaxInflightBytes bounds the request bytes one listener (the API port,
+	// the admin listener) holds at once across all its requests
+	// (--max-inflight-bytes): bodies as read, and what their compressed
+	// part may inflate to. A request that would pass it is refused at once
+	// with resource_exhausted and a Retry-After header (inflight.go). The
+	// peer port's forwarding server has a budget of its own, at least
+	// twice MaxPeerRequestBytes. 0 means a default sized to the memory
+	// limit (MemoryLimit, else GOMEMLIMIT, else the cgroup's): a 16th of
+	// it, at least twice MaxRequestBytes; DefaultMaxInflightBytes when
+	// there is no limit.
+	MaxInflightBytes int64
+
 	// RequestBodyTimeout bounds how long a request's body may take to arrive
 	// after its headers, on both ports (--request-body-timeout); a slower
 	// body is cut with deadline_exceeded. It does not bound the call: an

@@ -26,6 +26,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"--data-dir", func(c *Config) { c.DataDir = "" }},
 		{"--memory-limit", func(c *Config) { c.MemoryLimit = MinMemoryLimit - 1 }},
 		{"--memory-limit", func(c *Config) { c.MemoryLimit = -1 }},
+		{"--max-inflight-bytes", func(c *Config) { c.MaxInflightBytes = 2*DefaultMaxRequestBytes - 1 }},
+		{"--max-inflight-bytes", func(c *Config) { c.MaxInflightBytes = -1 }},
 		{"--api-addr", func(c *Config) { c.APIAddr = "7070" }},
 		{"--raft-addr", func(c *Config) { c.RaftAddr = "localhost" }},
 		{"--advertise-api-addr", func(c *Config) { c.AdvertiseAPIAddr = "0.0.0.0:7070" }},

@@ -83,7 +83,10 @@
 // decompression and its body as sent (Config.MaxRequestBytes,
 // MaxPeerRequestBytes), the messages it decodes to, and the time its body
 // takes to arrive (Config.RequestBodyTimeout; bodies still arriving are cut
-// when the server shuts down). JSON requests with fields their message does
+// when the server shuts down), and the request bytes all their requests
+// hold at once, a compressed body counted as what it may inflate to
+// (Config.MaxInflightBytes, inflight.go; past it a call is refused at once
+// with resource_exhausted). JSON requests with fields their message does
 // not declare are refused; binary protobuf keeps unknown fields.
 //
 // # Callers and rights
@@ -91,7 +94,8 @@
 // With Config.AccessFile, the API server authenticates every call (a
 // verified client certificate, or a bearer token of Config.TokenFile) and
 // allows it by the caller's roles and policies (package access; auth.go);
-// the caller of a request's ID is the authenticated one. Without it the
+// a call without a credential that checks out is refused before its body
+// is read. The caller of a request's ID is the authenticated one. Without it the
 // node is open, which Validate allows only on loopback addresses. The peer
 // port's forwarding server serves nodes and does not authenticate callers
 // again: what a node forwards, its own API edge authorized.

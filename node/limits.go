@@ -73,6 +73,9 @@ func (c Config) checkLimits(bad func(flag, format string, args ...any) error) er
 		return bad("max-peer-request-bytes", "must be ≥ --max-request-bytes (%d < %d): the peer port carries the requests other nodes forward",
 			c.peerLimits().maxBytes, c.apiLimits().maxBytes)
 	}
+	if err := c.checkInflight(bad); err != nil {
+		return err
+	}
 	if c.RequestBodyTimeout != 0 && c.RequestBodyTimeout < 10*time.Millisecond {
 		return bad("request-body-timeout", "must be at least 10ms, or 0 for the default (got %v)", c.RequestBodyTimeout)
 	}
@@ -183,30 +186,42 @@ func (d *boundedGzip) Reset(r io.Reader) error {
 // (an acquire parked for its max_wait) is not cut; http.Server.ReadTimeout
 // would cut it on HTTP/1.1 (the connection's background read fails at the
 // deadline and cancels the request).
+//
+// It also charges each body to the listener's in-flight budget (inflight.go)
+// and tells the request's connection when the request has arrived whole and
+// when its handler returned (limitListener).
 type bodyGuard struct {
 	n      *Node
 	limits listenerLimits
+	budget *inflightBudget
 
 	mu      sync.Mutex
 	closing bool
 	reading map[*guardedBody]struct{}
 }
 
-func newBodyGuard(n *Node, l listenerLimits) *bodyGuard {
-	return &bodyGuard{n: n, limits: l, reading: map[*guardedBody]struct{}{}}
+func newBodyGuard(n *Node, l listenerLimits, inflight int64) *bodyGuard {
+	return &bodyGuard{n: n, limits: l, budget: &inflightBudget{max: inflight}, reading: map[*guardedBody]struct{}{}}
 }
 
 // handler guards the bodies of the requests next serves.
 func (g *bodyGuard) handler(next http.Handler) http.Handler {
 	wire := int64(g.limits.maxBytes) + wireSlack
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn := connOf(r.Context())
 		if r.Body == nil || r.Body == http.NoBody {
+			if conn != nil {
+				conn.requestReceived()
+				defer conn.requestDone()
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &guardedBody{g: g, body: http.MaxBytesReader(w, r.Body, wire), rc: http.NewResponseController(w)}
+		b := &guardedBody{g: g, body: http.MaxBytesReader(w, r.Body, wire), rc: http.NewResponseController(w),
+			charge: newBodyCharge(g.budget, g.limits.maxBytes, r.Header), conn: conn}
 		g.start(b)
 		defer g.finish(b)
+		defer b.done()
 		r.Body = b
 		next.ServeHTTP(w, r)
 	})
@@ -253,21 +268,32 @@ func (g *bodyGuard) shutdown() {
 
 // guardedBody is a request body under a bodyGuard.
 type guardedBody struct {
-	g    *bodyGuard
-	body io.ReadCloser
-	rc   *http.ResponseController
+	g      *bodyGuard
+	body   io.ReadCloser
+	rc     *http.ResponseController
+	charge *bodyCharge
+	conn   *limitedConn // nil on the peer port
 	// Guarded by g.mu.
-	cut   bool // by shutdown
-	ended bool // read to io.EOF
+	cut      bool // by shutdown
+	ended    bool // read to io.EOF
+	received bool // conn told the request arrived whole (or the handler returned)
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
+	if cerr := b.charge.add(n); cerr != nil {
+		return 0, cerr
+	}
 	switch {
 	case err == io.EOF:
 		b.g.mu.Lock()
 		b.ended = true
+		tell := b.conn != nil && !b.received
+		b.received = b.received || tell
 		b.g.mu.Unlock()
+		if tell {
+			b.conn.requestReceived()
+		}
 		b.g.finish(b)
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		b.g.mu.Lock()
@@ -285,3 +311,16 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 }
 
 func (b *guardedBody) Close() error { return b.body.Close() }
+
+// done ends the request when its handler returns: it gives back its charge
+// and tells its connection.
+func (b *guardedBody) done() {
+	b.charge.release()
+	b.g.mu.Lock()
+	received := b.received
+	b.received = true // the rest of a body the server reads afterwards tells nothing
+	b.g.mu.Unlock()
+	if received && b.conn != nil {
+		b.conn.requestDone()
+	}
+}

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +16,10 @@ import (
 // The client-facing listeners (the API port and the admin port) bound the
 // connections they hold: in all, and from one client address, so that one
 // host opening connections in a loop cannot take the node's file
-// descriptors from every other client. A connection past a bound is closed
-// as soon as it is accepted, before TLS or HTTP reads a byte of it. Each
+// descriptors from every other client. A connection past --max-conns is
+// closed as soon as it is accepted, before TLS or HTTP reads a byte of it;
+// one past --max-conns-per-ip takes the place of its address's least useful
+// connection (limitListener). Each
 // HTTP/2 connection carries at most MaxStreamsPerConn calls at once. The
 // peer port has its own bounds (peermux).
 const (
@@ -71,8 +75,19 @@ func (c Config) checkConnLimits(bad func(flag, format string, args ...any) error
 	return nil
 }
 
-// limitListener is a net.Listener that holds at most limits' connections,
-// closing those past a bound as it accepts them. Safe for concurrent use.
+// limitListener is a net.Listener that holds at most limits' connections.
+// Safe for concurrent use.
+//
+// Past --max-conns, a new connection is closed as soon as it is accepted.
+// Past --max-conns-per-ip, a new connection takes the place of that
+// address's least useful one: of those with no request running that
+// arrived whole, the one that has gone longest without completing a
+// request (since it was accepted, when it never did). Only when every one
+// is running such a request is the new connection closed instead. So
+// connections that sit idle, or send their requests too slowly to finish
+// them, cannot lock out a client that shares their address and completes
+// requests: its connections stay the most recently useful, and a new one
+// of its takes the place of the attacker's oldest.
 type limitListener struct {
 	net.Listener
 	limits connLimits
@@ -81,13 +96,14 @@ type limitListener struct {
 
 	mu      sync.Mutex
 	open    int
-	perIP   map[string]int
+	perIP   map[string]map[*limitedConn]struct{}
 	lastLog time.Time
 	refused atomic.Int64
+	evicted atomic.Int64
 }
 
 func newLimitListener(ln net.Listener, limits connLimits, log *slog.Logger, name string) *limitListener {
-	return &limitListener{Listener: ln, limits: limits, log: log, name: name, perIP: make(map[string]int)}
+	return &limitListener{Listener: ln, limits: limits, log: log, name: name, perIP: make(map[string]map[*limitedConn]struct{})}
 }
 
 // Accept returns the next connection within the bounds.
@@ -97,39 +113,77 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c)
-		if why := l.admit(ip); why != "" {
+		lc := &limitedConn{Conn: c, l: l, ip: remoteIP(c)}
+		lc.lastUseful.Store(time.Now().UnixNano())
+		victim, why := l.admit(lc)
+		if why != "" {
 			// Counted before closing: whoever sees the connection closed
 			// sees it counted.
-			l.refusedOne(ip, why)
+			l.refusedOne(lc.ip, why)
 			_ = c.Close()
 			continue
 		}
-		return &limitedConn{Conn: c, release: func() { l.release(ip) }}, nil
+		if victim != nil {
+			l.evictedOne(victim)
+			_ = victim.Close()
+		}
+		return lc, nil
 	}
 }
 
-// admit counts a connection from ip in, or says which bound it passes.
-func (l *limitListener) admit(ip string) string {
+// admit counts c in, or says which bound it passes. At its address's bound,
+// it returns the connection c takes the place of, already counted out.
+func (l *limitListener) admit(c *limitedConn) (victim *limitedConn, why string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch {
-	case l.limits.total > 0 && l.open >= l.limits.total:
-		return fmt.Sprintf("%d connections open (--max-conns)", l.open)
-	case l.limits.perIP > 0 && l.perIP[ip] >= l.limits.perIP:
-		return fmt.Sprintf("%d connections open from %s (--max-conns-per-ip)", l.perIP[ip], ip)
+	if l.limits.total > 0 && l.open >= l.limits.total {
+		return nil, fmt.Sprintf("%d connections open (--max-conns)", l.open)
 	}
+	conns := l.perIP[c.ip]
+	if l.limits.perIP > 0 && len(conns) >= l.limits.perIP {
+		if victim = l.leastUseful(conns); victim == nil {
+			return nil, fmt.Sprintf("%d connections open from %s, each running a request (--max-conns-per-ip)", len(conns), c.ip)
+		}
+		delete(conns, victim)
+		l.open--
+	}
+	if conns == nil {
+		conns = make(map[*limitedConn]struct{})
+		l.perIP[c.ip] = conns
+	}
+	conns[c] = struct{}{}
 	l.open++
-	l.perIP[ip]++
-	return ""
+	return victim, ""
 }
 
-func (l *limitListener) release(ip string) {
+// leastUseful is the connection of conns that may be closed for a new
+// one: with no request running that arrived whole, the one that has gone
+// longest without completing one. nil when every one has such a request.
+func (l *limitListener) leastUseful(conns map[*limitedConn]struct{}) *limitedConn {
+	var victim *limitedConn
+	var oldest int64
+	for c := range conns {
+		if c.busy.Load() > 0 {
+			continue
+		}
+		if t := c.lastUseful.Load(); victim == nil || t < oldest {
+			victim, oldest = c, t
+		}
+	}
+	return victim
+}
+
+func (l *limitListener) release(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	conns := l.perIP[c.ip]
+	if _, ok := conns[c]; !ok {
+		return // evicted: counted out then
+	}
+	delete(conns, c)
 	l.open--
-	if l.perIP[ip]--; l.perIP[ip] <= 0 {
-		delete(l.perIP, ip)
+	if len(conns) == 0 {
+		delete(l.perIP, c.ip)
 	}
 }
 
@@ -137,41 +191,96 @@ func (l *limitListener) release(ip string) {
 // refusalLogEvery.
 func (l *limitListener) refusedOne(ip, why string) {
 	total := l.refused.Add(1)
-	l.mu.Lock()
-	now := time.Now()
-	logIt := now.Sub(l.lastLog) >= refusalLogEvery
-	if logIt {
-		l.lastLog = now
-	}
-	l.mu.Unlock()
-	if logIt {
+	if l.logNow() {
 		l.log.Warn("refusing connections", "listener", l.name, "from", ip, "because", why, "refused_so_far", total)
 	}
 }
 
-// ConnStats are a client-facing listener's connection counts.
+// evictedOne counts a connection closed for a new one from its address
+// and warns, at most every refusalLogEvery.
+func (l *limitListener) evictedOne(c *limitedConn) {
+	total := l.evicted.Add(1)
+	if l.logNow() {
+		l.log.Warn("closing idle or slow connections for new ones (--max-conns-per-ip)", "listener", l.name, "from", c.ip,
+			"unused_for", time.Since(time.Unix(0, c.lastUseful.Load())).Round(time.Millisecond), "closed_so_far", total)
+	}
+}
+
+func (l *limitListener) logNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.lastLog) < refusalLogEvery {
+		return false
+	}
+	l.lastLog = now
+	return true
+}
+
+// ConnStats are a client-facing listener's connection counts: open now,
+// refused, and closed to make room for another from their address.
 type ConnStats struct {
-	Open, Refused int64
+	Open, Refused, Evicted int64
 }
 
 func (l *limitListener) stats() ConnStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ConnStats{Open: int64(l.open), Refused: l.refused.Load()}
+	return ConnStats{Open: int64(l.open), Refused: l.refused.Load(), Evicted: l.evicted.Load()}
 }
 
-// limitedConn releases its place in its listener's bounds once, when
-// closed.
+// limitedConn is a connection within its listener's bounds. It releases
+// its place once, when closed, and records its use (requestReceived,
+// requestDone) for the per-address bound.
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l    *limitListener
+	ip   string
+	once sync.Once
+	// lastUseful is when the connection was accepted or last completed
+	// a request (UnixNano); busy counts its requests received whole
+	// whose handlers still run.
+	lastUseful atomic.Int64
+	busy       atomic.Int32
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.l.release(c) })
 	return err
+}
+
+// requestReceived records that a request arrived whole (its headers and
+// body); requestDone, that its handler returned.
+func (c *limitedConn) requestReceived() {
+	c.busy.Add(1)
+	c.lastUseful.Store(time.Now().UnixNano())
+}
+
+func (c *limitedConn) requestDone() {
+	c.lastUseful.Store(time.Now().UnixNano())
+	c.busy.Add(-1)
+}
+
+// connKey is the context key of a request's *limitedConn.
+type connKey struct{}
+
+// withConn is the http.Server's ConnContext: it puts the connection's
+// *limitedConn, under TLS or not, in its requests' contexts.
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	if lc, ok := c.(*limitedConn); ok {
+		return context.WithValue(ctx, connKey{}, lc)
+	}
+	return ctx
+}
+
+// connOf is the *limitedConn of a request's context; nil on the peer port.
+func connOf(ctx context.Context) *limitedConn {
+	lc, _ := ctx.Value(connKey{}).(*limitedConn)
+	return lc
 }
 
 // CloseWrite half-closes the TCP connection. The HTTP server closes a
@@ -229,3 +338,12 @@ func (n *Node) APIConnStats() (api, admin ConnStats) {
 // ErrAdminElsewhere is returned for an admin call to the API port of a node
 // that serves them on an admin listener (Config.AdminAddr).
 var ErrAdminElsewhere = errors.New("node: admin calls are served on this node's admin listener (--admin-addr), not on its API port")
+
+// InflightStats returns the in-flight request bytes of the API port, the
+// admin listener (zero without one) and the peer port's forwarding server.
+func (n *Node) InflightStats() (api, admin, peer InflightStats) {
+	if g := n.bodyGuards[serveAdmin]; g != nil {
+		admin = g.budget.stats()
+	}
+	return n.bodyGuards[serveAPI].budget.stats(), admin, n.bodyGuards[servePeer].budget.stats()
+}

@@ -85,8 +85,9 @@ func TestAdminListenerOnTLSCluster(t *testing.T) {
 }
 
 // The API port holds at most --max-conns connections and --max-conns-per-ip
-// from one address; one past either is closed as soon as it is accepted,
-// and a place freed is taken again.
+// from one address; one past the first is closed as soon as it is
+// accepted, one past the second takes the place of its address's oldest
+// idle connection, and a place freed is taken again.
 func TestAPIConnectionBounds(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(_ int, cfg *node.Config) {
 		cfg.MaxConns, cfg.MaxConnsPerIP = 16, 10
@@ -126,23 +127,86 @@ func TestAPIConnectionBounds(t *testing.T) {
 		first = append(first, dial("127.0.0.1"))
 	}
 	openConns(10)
-	refused(dial("127.0.0.1"), "the 11th connection from 127.0.0.1")
+	dial("127.0.0.1")
+	refused(first[0], "the oldest idle connection from 127.0.0.1, once an 11th arrives")
+	openConns(10)
 	for range 6 {
 		dial("127.0.0.2")
 	}
 	openConns(16)
 	refused(dial("127.0.0.2"), "the 17th connection in all")
-	if api, _ := n.APIConnStats(); api.Refused != 2 {
-		t.Fatalf("refused %d connections, want 2", api.Refused)
+	if api, _ := n.APIConnStats(); api.Refused != 1 || api.Evicted != 1 {
+		t.Fatalf("refused %d connections and closed %d for others, want 1 and 1", api.Refused, api.Evicted)
 	}
 
-	first[0].Close()
+	first[1].Close()
 	openConns(15)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Admin(0).NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{})); err != nil {
 		t.Fatalf("a call once a place is free: %v", err)
 	}
+}
+
+// An attacker that holds its address's --max-conns-per-ip with connections
+// that never complete a request (idle, slow headers, a slow body, HTTP/2
+// idle after its preface), and opens new ones as fast as they are closed,
+// does not lock out a client at the same address that completes requests:
+// each of the client's calls is answered.
+func TestPerIPBoundServesClientsThatCompleteRequests(t *testing.T) {
+	const perIP = 16
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(_ int, cfg *node.Config) {
+		cfg.MaxConnsPerIP = perIP
+	}})
+	applyPolicy(t, c, "per-ip", 1000, time.Minute, 1000)
+	n := c.Node(0)
+	c.HTTPClient().CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hold := []string{
+		"",                                     // idle
+		"POST /" + admitPath + " HTTP/1.1\r\n", // slow headers
+		"POST /" + admitPath + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", // slow body
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",                                          // HTTP/2, idle
+	}
+	attackerDone := make(chan struct{})
+	go func() {
+		defer close(attackerDone)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", n.APIAddr())
+			if err == nil {
+				_, _ = conn.Write([]byte(hold[i%len(hold)]))
+				context.AfterFunc(ctx, func() { conn.Close() })
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	c.Eventually(t, 20*time.Second, "the attacker reaches the bound", func() error {
+		if api, _ := n.APIConnStats(); api.Refused+api.Evicted == 0 {
+			return fmt.Errorf("%d open", api.Open)
+		}
+		return nil
+	})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := quoratev1connect.NewAdmissionServiceClient(&http.Client{Transport: tr}, c.APIURL(0))
+	for i := range 30 {
+		callCtx, callCancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := client.Admit(callCtx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "per-ip", Key: "k"}))
+		callCancel()
+		if err != nil {
+			t.Fatalf("call %d of the client sharing the attacker's address: %v", i, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the client's pace, not a synchronization
+	}
+	cancel()
+	<-attackerDone
 }
 
 // Each HTTP/2 connection to the API port is told it may carry at most

@@ -73,6 +73,8 @@ type Node struct {
 	// stopping is set once Run begins to stop: the node is no longer
 	// ready (ready.go), and peers' connections failing is expected (hclog.go).
 	stopping atomic.Bool
+	// bodyGuards are the servers' body guards, by serverKind (newServer).
+	bodyGuards [servePeer + 1]*bodyGuard
 }
 
 // New opens the node's stores, binds its API and Raft listeners and starts
@@ -250,7 +252,8 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		limits = n.cfg.peerLimits()
 	}
-	guard := newBodyGuard(n, limits)
+	guard := newBodyGuard(n, limits, n.cfg.inflightLimit(peer))
+	n.bodyGuards[kind] = guard
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
 	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
@@ -265,14 +268,9 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 		mux.Handle(quoratev1connect.NewAdmissionServiceHandler(&admissionHandler{n: n}, handlerOpts))
 		mux.Handle(quoratev1connect.NewLeaseServiceHandler(&leaseHandler{n: n}, handlerOpts))
 	}
-	adminOpts := handlerOpts
-	if kind == serveAPI && n.adminLn != nil {
-		// Refused before authorization: the call is in the wrong place
-		// whoever makes it.
-		adminOpts = connect.WithHandlerOptions(append([]connect.HandlerOption{
-			connect.WithInterceptors(refuseCalls{n: n, err: ErrAdminElsewhere})}, opts...)...)
-	}
-	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, adminOpts))
+	// On the API port of a node with an admin listener, authenticate
+	// refuses admin calls.
+	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
 	n.registerHealth(mux, kind, handlerOpts)     // ready.go
 	n.registerReflection(mux, kind, handlerOpts) // reflect.go
 	if peer {
@@ -287,7 +285,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		handler = withForwardedIdentity(mux)
 	} else {
-		handler = n.authenticate(mux)
+		handler = n.authenticate(kind, mux)
 	}
 	srv := &http.Server{
 		// Every request, even to an unknown path: after the handler, the
@@ -295,6 +293,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 		Handler:           guard.handler(handler),
 		Protocols:         &protocols,
 		HTTP2:             n.cfg.http2Config(),
+		ConnContext:       withConn, // for the per-address bound (listeners.go)
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),

@@ -27,6 +27,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"serve long migration-progress-interval", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--migration-progress-interval", "1h"}, []string{"--migration-progress-interval"}},
 		{"serve tiny request-body-timeout", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--request-body-timeout", "1ms"}, []string{"--request-body-timeout"}},
 		{"serve bad log store", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--log-store", "lsm"}, []string{"--log-store"}},
+		{"serve max-inflight-bytes below two requests", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--max-inflight-bytes", "16MiB"}, []string{"--max-inflight-bytes"}},
 		{"serve tiny memory-limit", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--memory-limit", "1MiB"}, []string{"--memory-limit"}},
 		{"serve bad memory-limit", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--memory-limit", "1GB"}, []string{"--memory-limit"}},
 		{"dev tiny memory-limit", []string{"dev", "--dir", dir, "--memory-limit", "1000"}, []string{"--memory-limit"}},

@@ -189,6 +189,11 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.IntVar(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn, fmt.Sprintf("calls one HTTP/2 connection carries at once, on every port (default %d)", node.DefaultMaxStreamsPerConn))
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest API request, after decompression; larger ones are refused while read (resource_exhausted)")
 	fs.IntVar(&cfg.MaxPeerRequestBytes, "max-peer-request-bytes", cfg.MaxPeerRequestBytes, "largest request on the peer port (forwarded calls, slot-migration pages); ≥ --max-request-bytes")
+	fs.Var(byteSize{&cfg.MaxInflightBytes}, "max-inflight-bytes", "request bytes the API port (and the admin listener, each) holds at once across all its calls (256MiB, 1GiB):\n"+
+		"bodies as read, and what compressed ones may inflate to (1032 times their size, up to --max-request-bytes);\n"+
+		"a call past it is refused at once (resource_exhausted, Retry-After). Default: a 16th of the memory limit\n"+
+		"(--memory-limit, else GOMEMLIMIT, else the cgroup's), at least twice --max-request-bytes; 64MiB without a limit.\n"+
+		"The peer port's forwarding server gets at least twice --max-peer-request-bytes")
 	fs.IntVar(&cfg.MigrationChunkBytes, "migration-chunk-bytes", cfg.MigrationChunkBytes, fmt.Sprintf("state one chunk of a slot move carries (%d to %d); the same on every node",
 		1<<10, node.MaxMigrationChunkBytes))
 	fs.DurationVar(&cfg.MigrationProgressInterval, "migration-progress-interval", cfg.MigrationProgressInterval, "how often a slot move's copy records its progress in the plan, and so how soon a cancel\n"+
