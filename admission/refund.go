@@ -68,3 +68,25 @@ func Refund(p Policy, s State, sp Spend, now int64) State {
 	}
 	return s
 }
+
+// Refundable is how many of spend sp's units a Refund at now still gives
+// back whole, at most sp.Cost: for a token bucket, the whole emission
+// intervals of its span [Until − cost×T, Until] still ahead of now (so a
+// spend's later units, whose span ends at Until, come back first); for the
+// other algorithms its cost, Refund deciding by the window that holds At.
+// A later spend that stacks its own units on what this much of sp still
+// holds can refund both as one spend ending at its Until (DESIGN.md of the
+// fsm package, "Budget leases").
+func Refundable(p Policy, sp Spend, now int64) int64 {
+	if sp.Cost < 1 {
+		return 0
+	}
+	if p.Algorithm != AlgorithmTokenBucket {
+		return sp.Cost
+	}
+	t, _, ok := gcraParams(p)
+	if !ok || sp.Until <= now {
+		return 0
+	}
+	return min(sp.Cost, (sp.Until-now)/t)
+}

@@ -65,3 +65,29 @@ func mustDecide(tb testing.TB, p admission.Policy, s admission.State, cost, now 
 	}
 	return next
 }
+
+// Refundable counts a token bucket spend's whole intervals still ahead of
+// now, at most its cost; for a window, its cost.
+func TestRefundable(t *testing.T) {
+	tb := admission.Policy{Name: "tb", Algorithm: admission.AlgorithmTokenBucket, Limit: 100, Period: time.Second, Burst: 50}
+	fw := admission.Policy{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 5, Period: time.Minute}
+	ms := int64(time.Millisecond)
+	sp := admission.Spend{Cost: 10, At: 0, Until: 100 * ms} // 10 units of 10ms
+	for _, c := range []struct {
+		p         admission.Policy
+		sp        admission.Spend
+		now, want int64
+	}{
+		{tb, sp, 0, 10},
+		{tb, sp, 35 * ms, 6}, // 65ms ahead: 6 whole intervals
+		{tb, sp, 99 * ms, 0},
+		{tb, sp, 100 * ms, 0},
+		{tb, admission.Spend{Cost: 3, At: 0, Until: 100 * ms}, 0, 3},
+		{tb, admission.Spend{Cost: 0, Until: 100 * ms}, 0, 0},
+		{fw, sp, 35 * ms, 10},
+	} {
+		if got := admission.Refundable(c.p, c.sp, c.now); got != c.want {
+			t.Errorf("Refundable(%s, %+v, %d) = %d, want %d", c.p.Name, c.sp, c.now, got, c.want)
+		}
+	}
+}

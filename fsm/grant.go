@@ -169,7 +169,13 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		d.endGrant(id, g, now)
 	}
 	if topUp > 0 {
+		// What a release can give back: this top-up, and of the units
+		// still unspent, those the previous top-ups' span still holds
+		// ahead of now (a token bucket's schedule only keeps those; the
+		// rest rolled out, and later spends stacked on them).
+		carried := min(unspent, admission.Refundable(p, admission.Spend{Cost: g.refundable, At: g.lastAddedAt, Until: g.spentUntil}, now))
 		g.total += topUp
+		g.refundable = max(0, carried) + topUp
 		g.lastAddedAt, g.spentUntil = now, admission.ExpiresAt(p, next)
 		d.buckets.Put(bk, next, g.spentUntil)
 	}
@@ -254,7 +260,12 @@ func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv Polic
 	returned := g.total - g.used
 	bk := BucketKey(g.policy, g.key)
 	if _, ok := d.buckets.Get(bk); ok && returned > 0 {
-		st = admission.Refund(p, st, admission.Spend{Cost: returned, At: g.lastAddedAt, Until: g.spentUntil}, now)
+		// Only the refundable units come back as the last top-up's spend:
+		// units of earlier top-ups lie earlier in the schedule, partly
+		// rolled out, and may have let later spends start earlier than
+		// they would have without them.
+		sp := admission.Spend{Cost: min(returned, g.refundable), At: g.lastAddedAt, Until: g.spentUntil}
+		st = admission.Refund(p, st, sp, now)
 		d.buckets.Put(bk, st, admission.ExpiresAt(p, st))
 	}
 	d.grants.remove(id)

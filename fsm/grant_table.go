@@ -28,8 +28,10 @@ type grant struct {
 	// and used at which the current one began.
 	spendRate, obsAt, obsUsed int64
 	// The last top-up's time and the ExpiresAt of the key's state right
-	// after it: what a release can still give back (admission.Spend).
-	lastAddedAt, spentUntil int64
+	// after it, and how many of the grant's latest units a release can
+	// give back as that one spend (admission.Spend): the top-up's own and
+	// those carried from earlier top-ups (admission.Refundable).
+	lastAddedAt, spentUntil, refundable int64
 	// The last call's answer, which a retry of it gets back: its top-up
 	// (0 when it added nothing), time, remaining units and policy version.
 	lastAdded, lastDecidedAt, lastRemaining int64
@@ -219,6 +221,7 @@ func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
 	rec.Total, rec.Used, rec.DemandMilli = g.total, g.used, g.demand
 	rec.StartedAtUnixNano, rec.ExpiresAtUnixNano = g.startedAt, g.expiresAt
 	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
+	rec.Refundable = g.refundable
 	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
 	rec.Sync = g.sync
 	rec.SpendRateMilli, rec.ObservedAtUnixNano, rec.ObservedUsed = g.spendRate, g.obsAt, g.obsUsed
@@ -228,7 +231,7 @@ func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
 	g := grant{policy: rec.GetPolicy(), key: rec.GetKey(), holder: rec.GetHolder(), caller: rec.GetCaller(), seq: rec.GetSeq(),
 		total: rec.GetTotal(), used: rec.GetUsed(), demand: rec.GetDemandMilli(),
 		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
-		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(),
+		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(), refundable: rec.GetRefundable(),
 		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion(),
 		sync: rec.GetSync(), spendRate: rec.GetSpendRateMilli(), obsAt: rec.GetObservedAtUnixNano(), obsUsed: rec.GetObservedUsed()}
 	return grantID(g.policy, g.key, g.caller, g.holder), g

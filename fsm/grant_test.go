@@ -105,6 +105,41 @@ func TestGrantReleaseRefundsUnused(t *testing.T) {
 	}
 }
 
+// A release gives back only what the grant's top-ups still hold ahead in
+// a token bucket's schedule: units of an earlier top-up whose span partly
+// rolled out (later spends stacked on what was left of it) do not come
+// back as if they were the last top-up's. Here a full bucket (burst 50,
+// one unit per 10ms) grants 10 at 0, strict admits take 40 at 50ms, the
+// grant tops up 1 and is released unspent: without the grant the 40 would
+// have left 10 units, so 10 more admits at most, not 15.
+func TestGrantReleaseOfSeveralTopUps(t *testing.T) {
+	a := newApplier(t, fsm.Options{})
+	a.putPolicies(t0, leased(tokenBucket("tb", 100, time.Second, 50, 5), 20, 5*time.Second))
+	now := t0 + int64(time.Millisecond)
+	if r := a.grant(now, gcall{policy: "tb", key: "k", holder: "h", want: 10, demand: 1000}); r.Added != 10 {
+		t.Fatalf("grant = %+v, want 10 added", r)
+	}
+	now += int64(50 * time.Millisecond)
+	for range 8 {
+		if !a.mustAdmit(now, "tb", "k", 5).Decision.Allowed {
+			t.Fatal("an admit of 5 of the 40 was denied")
+		}
+	}
+	if r := a.grant(now, gcall{policy: "tb", key: "k", holder: "h", seq: 1, want: 11, demand: 1000}); r.Added != 1 || r.Total != 11 {
+		t.Fatalf("renewal = %+v, want 1 added", r)
+	}
+	if r := a.grant(now, gcall{policy: "tb", key: "k", holder: "h", seq: 2, release: true}); r.Returned != 11 {
+		t.Fatalf("release = %+v, want 11 returned", r)
+	}
+	admitted := int64(0)
+	for a.mustAdmit(now, "tb", "k", 1).Decision.Allowed {
+		admitted++
+	}
+	if admitted != 10 {
+		t.Errorf("after the release %d more admitted at once, want 10 (burst 50, 40 admitted)", admitted)
+	}
+}
+
 func TestGrantExpiryWastesAndRestarts(t *testing.T) {
 	a := grantApplier(t)
 	now := t0 + int64(time.Millisecond)

@@ -3577,8 +3577,13 @@ type GrantRecord struct {
 	SpendRateMilli     int64 `protobuf:"varint,18,opt,name=spend_rate_milli,json=spendRateMilli,proto3" json:"spend_rate_milli,omitempty"`
 	ObservedAtUnixNano int64 `protobuf:"varint,19,opt,name=observed_at_unix_nano,json=observedAtUnixNano,proto3" json:"observed_at_unix_nano,omitempty"`
 	ObservedUsed       int64 `protobuf:"varint,20,opt,name=observed_used,json=observedUsed,proto3" json:"observed_used,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How many of the grant's latest unspent units a release gives back as
+	// the last top-up's spend (at last_added_at_unix_nano, until
+	// spent_until_unix_nano): that top-up's units and those of earlier
+	// top-ups still ahead of it in a token bucket's schedule.
+	Refundable    int64 `protobuf:"varint,21,opt,name=refundable,proto3" json:"refundable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrantRecord) Reset() {
@@ -3747,6 +3752,13 @@ func (x *GrantRecord) GetObservedAtUnixNano() int64 {
 func (x *GrantRecord) GetObservedUsed() int64 {
 	if x != nil {
 		return x.ObservedUsed
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetRefundable() int64 {
+	if x != nil {
+		return x.Refundable
 	}
 	return 0
 }
@@ -5244,7 +5256,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\x12\x16\n" +
 	"\x06caller\x18\b \x01(\tR\x06caller\x12\x16\n" +
-	"\x06secret\x18\t \x01(\fR\x06secret\"\xd7\x05\n" +
+	"\x06secret\x18\t \x01(\fR\x06secret\"\xf7\x05\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -5267,7 +5279,10 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04sync\x18\x11 \x01(\bR\x04sync\x12(\n" +
 	"\x10spend_rate_milli\x18\x12 \x01(\x03R\x0espendRateMilli\x121\n" +
 	"\x15observed_at_unix_nano\x18\x13 \x01(\x03R\x12observedAtUnixNano\x12#\n" +
-	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\"\x83\x03\n" +
+	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\x12\x1e\n" +
+	"\n" +
+	"refundable\x18\x15 \x01(\x03R\n" +
+	"refundable\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
