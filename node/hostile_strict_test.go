@@ -24,10 +24,15 @@ import (
 )
 
 // foreignPeer is a PeerService client as any process that reaches a node's
-// peer port can make one, with none of the node's code: a TCP connection,
-// the mux header naming the forwarding channel with the cluster's ID (which
-// admin status shows to anyone), then cleartext HTTP/2.
+// peer port can make one, with none of the node's code (foreignTransport).
 func foreignPeer(t *testing.T, peerAddr, cluster string) quoratev1connect.PeerServiceClient {
+	return quoratev1connect.NewPeerServiceClient(&http.Client{Transport: foreignTransport(t, peerAddr, cluster)}, "http://"+peerAddr)
+}
+
+// foreignTransport makes connections to the peer port at peerAddr: a TCP
+// connection, the mux header naming the forwarding channel with the
+// cluster's ID (which admin status shows to anyone), then cleartext HTTP/2.
+func foreignTransport(t *testing.T, peerAddr, cluster string) *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	tr := &http.Transport{Protocols: &protocols, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -43,7 +48,7 @@ func foreignPeer(t *testing.T, peerAddr, cluster string) quoratev1connect.PeerSe
 		return c, nil
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	return quoratev1connect.NewPeerServiceClient(&http.Client{Transport: tr}, "http://"+peerAddr)
+	return tr
 }
 
 // foreignPeers returns a foreign client of every member's peer port, as

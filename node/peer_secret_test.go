@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,29 +35,14 @@ func writePeerSecret(t *testing.T, dir, name string) string {
 }
 
 // forwardingClient is an HTTP/2 client of the forwarding channel of the
-// peer port at peerAddr as any process that reaches the port can make one:
-// the mux header with the cluster's ID (which admins see), no secret, and
-// the headers a node sets on what it forwards for caller.
+// peer port at peerAddr as any process that reaches the port can make one
+// (foreignTransport: the mux header with the cluster's ID, which admins
+// see, and no secret), with the headers a node sets on what it forwards
+// for caller.
 func forwardingClient(t *testing.T, peerAddr, cluster, caller string) *http.Client {
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &protocols, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", peerAddr)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := c.Write(node.ForwardingHeader(cluster)); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return c, nil
-	}}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: forwardedAs{next: tr, caller: caller}}
+	return &http.Client{Transport: forwardedAs{next: foreignTransport(t, peerAddr, cluster), caller: caller}}
 }
 
-// forwardedAs sets the forwarded-caller headers a node writes.
 type forwardedAs struct {
 	next   http.RoundTripper
 	caller string
