@@ -80,11 +80,14 @@ func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) er
 // at r's addresses: nothing answers as it on the peer port at raft_addr.
 // The meta leader asks there, over the same authenticated peer connection
 // raft would use, so a node at a wrong address, or one without the
-// cluster's peer secret (or node certificate), is refused before it is
-// made a voter it could never reach. A meta member registering itself for
-// the first time (firstOwnRegistration) is in the configuration already.
+// cluster's peer secret, is refused before it is made a voter it could
+// never reach. A meta member registering itself for the first time
+// (firstOwnRegistration) is in the configuration already. With TLS the
+// node's certificate is what lets it join (nodeMayCall), and a peer port
+// accepts only certificates of registered nodes, so there is nothing to
+// ask before the registration.
 func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinRequest) error {
-	if c.firstOwnRegistration(ctx, r) {
+	if c.cfg.tlsEnabled() || c.firstOwnRegistration(ctx, r) {
 		return nil
 	}
 	at := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr()}
@@ -92,7 +95,7 @@ func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinR
 		return nil
 	}
 	return fmt.Errorf("%w: raft_addr: nothing answers as node %s on the peer port at %s within %v: "+
-		"check the address, that the node is running, and that every node has the same --peer-secret-file (or TLS files)",
+		"check the address, that the node is running, and that every node has the same --peer-secret-file",
 		ErrNotTheNode, strconv.Quote(r.GetId()), r.GetRaftAddr(), liveCheckTimeout)
 }
 
