@@ -228,3 +228,88 @@ func TestInflightBudget(t *testing.T) {
 		return nil
 	})
 }
+
+// The burst of the report, on a node with the default bounds: 200 gzip
+// bodies of 16 KB sent at once, each inflating to 16 MiB (the default
+// message bound), with a client calling every 100 ms beside them. Each
+// bomb is answered at once — refused with resource_exhausted and a
+// Retry-After past the in-flight budget, or inflated within it (zeros are
+// no JSON: invalid_argument) — the client's every call is answered, the
+// heap grows by at most 300 MiB, and the budget is free again after.
+func TestGzipBurstWithinBudget(t *testing.T) {
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1})
+	applyPolicy(t, c, "burst", 100000, time.Minute, 100000)
+	h := newBodiesEnv(t, c)
+	n := c.Node(0)
+	bomb := gzipZeros(t, 16<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	legitDone, stopLegit := make(chan struct{}), make(chan struct{})
+	var legitCalls int
+	go func() {
+		defer close(legitDone)
+		for {
+			if _, err := c.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "burst", Key: "k"})); err != nil {
+				t.Errorf("the client's call %d: %v", legitCalls, err)
+				return
+			}
+			legitCalls++
+			select {
+			case <-stopLegit:
+				return
+			case <-time.After(100 * time.Millisecond): // the client's pace
+			}
+		}
+	}()
+
+	stop := watchHeap()
+	type answer struct {
+		r          hostileReply
+		retryAfter string
+	}
+	answers := make([]answer, 200)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			r, ra := inflightBomb(ctx, h, bytes.NewReader(bomb), int64(len(bomb)))
+			answers[i] = answer{r, ra}
+		})
+	}
+	wg.Wait()
+	growth := stop()
+	close(stopLegit)
+	<-legitDone
+	refused, inflated := 0, 0
+	for i, a := range answers {
+		switch {
+		case a.r.err != nil:
+			t.Errorf("bomb %d: no answer: %v", i, a.r.err)
+		case a.r.code == connect.CodeResourceExhausted:
+			refused++
+			if a.retryAfter == "" {
+				t.Errorf("bomb %d refused without a Retry-After: %q", i, a.r.message)
+			}
+		case a.r.code == connect.CodeInvalidArgument:
+			inflated++
+		default:
+			t.Errorf("bomb %d: %s (%q)", i, codeName(a.r.code), a.r.message)
+		}
+	}
+	t.Logf("200 bombs: %d refused, %d inflated; heap grew by at most %d MiB; the client made %d calls", refused, inflated, growth>>20, legitCalls)
+	if refused == 0 {
+		t.Errorf("no bomb was refused: the budget bounded nothing")
+	}
+	if growth > 300<<20 {
+		t.Errorf("heap grew by %d MiB, want at most 300", growth>>20)
+	}
+	if legitCalls < 2 {
+		t.Errorf("the client made %d calls", legitCalls)
+	}
+	c.Eventually(t, 20*time.Second, "the budget is free again", func() error {
+		if api, _, _ := n.InflightStats(); api.InUse != 0 {
+			return fmt.Errorf("%d bytes in flight", api.InUse)
+		}
+		return nil
+	})
+}
