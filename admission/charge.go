@@ -37,9 +37,6 @@ func Charge(p Policy, s State, cost, now int64) State {
 	if s.Kind != k {
 		s = State{}
 	}
-	if k == KindTokenBucket && s.TAT <= now {
-		s.Start, s.Refunded = now, 0 // full, as new: a new incarnation (State)
-	}
 	switch p.Algorithm {
 	case AlgorithmTokenBucket:
 		t, _, ok := gcraParams(p)
@@ -52,9 +49,9 @@ func Charge(p Policy, s State, cost, now int64) State {
 		}
 		hi, need := bits.Mul64(uint64(cost), uint64(t))
 		if hi != 0 || need > uint64(math.MaxInt64) || base > limit-int64(need) {
-			return State{Kind: k, TAT: max(base, limit), Start: s.Start, Refunded: s.Refunded}
+			return State{Kind: k, TAT: max(base, limit)}
 		}
-		return State{Kind: k, TAT: base + int64(need), Start: s.Start, Refunded: s.Refunded}
+		return State{Kind: k, TAT: base + int64(need)}
 	case AlgorithmFixedWindow:
 		if checkFixedWindow(p) != nil {
 			return s

@@ -20,18 +20,12 @@
 //     ExpiresAt(policy, state), Peek(policy, state, now) and
 //     Refund(policy, state, spend, now), Charge(policy, state, cost, now)
 //     (consumption already admitted, spent even past the limit), where a
-//     Spend (Spent) records what one admitted request took: its cost, when
-//     it was decided, the state's expiry right after it and, for a token
-//     bucket, the state's incarnation and refund total then. State is one
-//     value type for every algorithm, tagged with the Kind that wrote it:
+//     Spend records what one
+//     admitted request took (its cost, when it was decided, the state's
+//     expiry right after it). State is one value type for every
+//     algorithm, tagged with the Kind that wrote it:
 //   - token_bucket: GCRA, one theoretical arrival time per key; bursts up to
 //     burst, limit per period sustained, weighted costs, exact retry_after.
-//     Refunds are strict: a refund never gives back more of the schedule
-//     than the spend still holds ahead of now. A spend's share ends at its
-//     recorded Until moved back by every refund on the key since (the state
-//     counts them in Refunded), and a spend of an earlier incarnation of the
-//     state (another Start: the bucket was full since, and swept or spent
-//     from anew, which deciding treats alike) gives nothing back.
 //   - fixed_window: a counter per window of one period aligned to the Unix
 //     epoch. It admits up to 2×limit around a window boundary.
 //   - sliding_window: the previous window's count weighted by how much of

@@ -39,13 +39,7 @@ func kindOf(a Algorithm) Kind {
 // zero State is a key never seen. Each algorithm uses some fields and leaves
 // the others zero:
 //
-//   - token_bucket: TAT (the GCRA theoretical arrival time), Start (the
-//     log time the bucket was last found full and spent from: which
-//     incarnation of the key's state this is, since a full bucket is the
-//     same as none, which the caller may delete) and Refunded (the schedule
-//     time, in ns, that refunds have moved TAT back since Start; it only
-//     grows). A Spend records both so that Refund can tell where the
-//     spend's share of the schedule ends now.
+//   - token_bucket: TAT (the GCRA theoretical arrival time).
 //   - fixed_window and quota: Start (the current window's start, Unix ns)
 //     and Count (units admitted in it).
 //   - sliding_window: Start and Count of the current window, Prev (units
@@ -62,8 +56,6 @@ type State struct {
 	Count int64
 	Prev  int64
 	Log   []LogEntry
-	// Refunded is token_bucket only: see above.
-	Refunded int64
 }
 
 // LogEntry is one admitted request of a sliding log.
@@ -88,12 +80,7 @@ func Decide(p Policy, s State, cost, now int64) (State, Decision) {
 	case AlgorithmTokenBucket:
 		var b Bucket
 		b, d = DecideTokenBucket(p, Bucket{TAT: s.TAT}, cost, now)
-		next = State{TAT: b.TAT, Start: s.Start, Refunded: s.Refunded}
-		if s.Kind != k || s.TAT <= now {
-			// A full bucket is a new one (deleting it changes nothing):
-			// a new incarnation.
-			next.Start, next.Refunded = now, 0
-		}
+		next = State{TAT: b.TAT}
 	case AlgorithmFixedWindow:
 		next, d = decideFixedWindow(p, s, cost, now)
 	case AlgorithmSlidingWindow:

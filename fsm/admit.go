@@ -114,7 +114,7 @@ func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 	if res.DeniedCheck >= 0 {
 		top = res.DeniedCheck
 		for i := range res.Checks {
-			res.Checks[i].Spent, res.Checks[i].spentStart, res.Checks[i].spentRefunded = 0, 0, 0
+			res.Checks[i].Spent = 0
 		}
 	}
 	res.Decision, res.PolicyVersion, res.ShadowDenied = res.Checks[top].Decision, res.Checks[top].PolicyVersion, res.Checks[top].ShadowDenied
@@ -170,8 +170,6 @@ func (d *dataState) decideChecks(checks []check, now, at int64, scratch *pending
 		case dec.Allowed:
 			scratch.set(ch.key, next)
 			cr.Spent = cr.Cost
-			sp := admission.Spent(p, next, ch.cost, at)
-			cr.spentStart, cr.spentRefunded = sp.Start, sp.Refunded
 		case p.Shadow:
 			cr.ShadowDenied = true
 			cr.Decision.Allowed = true
@@ -337,11 +335,9 @@ func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 			continue // already expired: nothing left to give back
 		}
 		next := admission.Refund(pv.Policy, st, admission.Spend{
-			Cost:     ch.GetSpent(),
-			At:       rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
-			Until:    rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
-			Start:    ch.GetSpentStartUnixNano(),
-			Refunded: ch.GetSpentRefundedNanos(),
+			Cost:  ch.GetSpent(),
+			At:    rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
+			Until: rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
 		}, now)
 		d.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}

@@ -99,9 +99,6 @@ type CheckResult struct {
 	// Spent is what the check took from its state: Cost when the request
 	// was allowed and the check not shadow-denied, else 0.
 	Spent int64
-	// A token bucket's Start and Refunded right after the spend, which
-	// the admit's record keeps for a Refund (admission.Spend).
-	spentStart, spentRefunded int64
 }
 
 // PeekResult is the Apply result of a Peek.

@@ -173,11 +173,10 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		// still unspent, those the previous top-ups' span still holds
 		// ahead of now (a token bucket's schedule only keeps those; the
 		// rest rolled out, and later spends stacked on them).
-		carried := min(unspent, admission.Refundable(p, st, g.lastSpend(g.refundable), now))
+		carried := min(unspent, admission.Refundable(p, admission.Spend{Cost: g.refundable, At: g.lastAddedAt, Until: g.spentUntil}, now))
 		g.total += topUp
 		g.refundable = max(0, carried) + topUp
-		sp := admission.Spent(p, next, topUp, now)
-		g.lastAddedAt, g.spentUntil, g.spentStart, g.spentRefunded = sp.At, sp.Until, sp.Start, sp.Refunded
+		g.lastAddedAt, g.spentUntil = now, admission.ExpiresAt(p, next)
 		d.buckets.Put(bk, next, g.spentUntil)
 	}
 	dec := keyDecision(p, next, now, g.total > g.used, topUp > 0)
@@ -265,7 +264,8 @@ func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv Polic
 		// units of earlier top-ups lie earlier in the schedule, partly
 		// rolled out, and may have let later spends start earlier than
 		// they would have without them.
-		st = admission.Refund(p, st, g.lastSpend(min(returned, g.refundable)), now)
+		sp := admission.Spend{Cost: min(returned, g.refundable), At: g.lastAddedAt, Until: g.spentUntil}
+		st = admission.Refund(p, st, sp, now)
 		d.buckets.Put(bk, st, admission.ExpiresAt(p, st))
 	}
 	d.grants.remove(id)

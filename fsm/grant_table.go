@@ -27,13 +27,11 @@ type grant struct {
 	// last complete observation, in milli-units per second, and the time
 	// and used at which the current one began.
 	spendRate, obsAt, obsUsed int64
-	// The last top-up's time, the ExpiresAt of the key's state right after
-	// it and, for a token bucket, that state's Start and Refunded (the
-	// admission.Spend a release refunds), and how many of the grant's
-	// latest units a release can give back as that one spend: the
-	// top-up's own and those carried from earlier top-ups
-	// (admission.Refundable).
-	lastAddedAt, spentUntil, spentStart, spentRefunded, refundable int64
+	// The last top-up's time and the ExpiresAt of the key's state right
+	// after it, and how many of the grant's latest units a release can
+	// give back as that one spend (admission.Spend): the top-up's own and
+	// those carried from earlier top-ups (admission.Refundable).
+	lastAddedAt, spentUntil, refundable int64
 	// The last call's answer, which a retry of it gets back: its top-up
 	// (0 when it added nothing), time, remaining units and policy version.
 	lastAdded, lastDecidedAt, lastRemaining int64
@@ -223,7 +221,7 @@ func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
 	rec.Total, rec.Used, rec.DemandMilli = g.total, g.used, g.demand
 	rec.StartedAtUnixNano, rec.ExpiresAtUnixNano = g.startedAt, g.expiresAt
 	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
-	rec.Refundable, rec.SpentStartUnixNano, rec.SpentRefundedNanos = g.refundable, g.spentStart, g.spentRefunded
+	rec.Refundable = g.refundable
 	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
 	rec.Sync = g.sync
 	rec.SpendRateMilli, rec.ObservedAtUnixNano, rec.ObservedUsed = g.spendRate, g.obsAt, g.obsUsed
@@ -234,13 +232,7 @@ func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
 		total: rec.GetTotal(), used: rec.GetUsed(), demand: rec.GetDemandMilli(),
 		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
 		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(), refundable: rec.GetRefundable(),
-		spentStart: rec.GetSpentStartUnixNano(), spentRefunded: rec.GetSpentRefundedNanos(),
 		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion(),
 		sync: rec.GetSync(), spendRate: rec.GetSpendRateMilli(), obsAt: rec.GetObservedAtUnixNano(), obsUsed: rec.GetObservedUsed()}
 	return grantID(g.policy, g.key, g.caller, g.holder), g
-}
-
-// lastSpend is the last top-up's spend, standing for cost units.
-func (g grant) lastSpend(cost int64) admission.Spend {
-	return admission.Spend{Cost: cost, At: g.lastAddedAt, Until: g.spentUntil, Start: g.spentStart, Refunded: g.spentRefunded}
 }

@@ -112,7 +112,6 @@ func encodeAdmitRecord(r *AdmitResult) []byte {
 			Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 			ResetAfterNanos: int64(cd.ResetAfter), RetryAfterNanos: int64(cd.RetryAfter),
 			PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Spent: c.Spent,
-			SpentStartUnixNano: c.spentStart, SpentRefundedNanos: c.spentRefunded,
 		})
 	}
 	return marshalRecord(rec)
@@ -165,7 +164,6 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 				ResetAfter: time.Duration(c.GetResetAfterNanos()), RetryAfter: time.Duration(c.GetRetryAfterNanos()),
 			},
 			PolicyVersion: c.GetPolicyVersion(), ShadowDenied: c.GetShadowDenied(), Spent: c.GetSpent(),
-			spentStart: c.GetSpentStartUnixNano(), spentRefunded: c.GetSpentRefundedNanos(),
 		})
 	}
 	return res

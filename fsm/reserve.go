@@ -28,9 +28,7 @@ type reservation struct {
 	estimate    int64
 	reservedAt  int64
 	spentUntil  int64 // ExpiresAt of the key's state right after the spend
-	// A token bucket's Start and Refunded right after the spend.
-	spentStart, spentRefunded int64
-	expiresAt                 int64
+	expiresAt   int64
 }
 
 // ReserveResult is the Apply result of a Reserve or a Commit.
@@ -162,9 +160,8 @@ func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, 
 			return nil, err
 		}
 		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
-		sp := admission.Spent(p, next, estimate, now)
 		hold.r = reservation{policy: policy, key: key, holder: holder, estimate: estimate, reservedAt: now,
-			spentUntil: sp.Until, spentStart: sp.Start, spentRefunded: sp.Refunded, expiresAt: expiresAt}
+			spentUntil: admission.ExpiresAt(p, next), expiresAt: expiresAt}
 	}
 	return hold, nil
 }
@@ -243,7 +240,7 @@ func settle(p admission.Policy, st admission.State, r reservation, actual, now i
 	switch {
 	case actual < r.estimate:
 		released = r.estimate - actual
-		return actual, released, 0, admission.Refund(p, st, r.spend(released), now)
+		return actual, released, 0, admission.Refund(p, st, admission.Spend{Cost: released, At: r.reservedAt, Until: r.spentUntil}, now)
 	case actual > r.estimate:
 		extra := min(actual-r.estimate, admission.Peek(p, st, now).Remaining, p.WithDefaults().MaxCost)
 		if extra > 0 {
@@ -271,13 +268,8 @@ func (d *dataState) expireReservation(_ string, r reservation, now int64) {
 	if !exists {
 		return
 	}
-	st = admission.Refund(pv.Policy, st, r.spend(r.estimate), now)
+	st = admission.Refund(pv.Policy, st, admission.Spend{Cost: r.estimate, At: r.reservedAt, Until: r.spentUntil}, now)
 	d.buckets.Put(key, st, admission.ExpiresAt(pv.Policy, st))
-}
-
-// spend is the reservation's spend, standing for cost of its units.
-func (r reservation) spend(cost int64) admission.Spend {
-	return admission.Spend{Cost: cost, At: r.reservedAt, Until: r.spentUntil, Start: r.spentStart, Refunded: r.spentRefunded}
 }
 
 func reservationExpires(_ admission.Policy, r reservation) int64 { return r.expiresAt }
@@ -323,7 +315,6 @@ func reservationToRecord(rec *raftcmdv1.ReservationRecord, r table.Record[reserv
 	v := r.State
 	rec.Id, rec.Policy, rec.Key, rec.Estimate = r.Key, v.policy, v.key, v.estimate
 	rec.ReservedAtUnixNano, rec.SpentUntilUnixNano, rec.ExpiresAtUnixNano = v.reservedAt, v.spentUntil, v.expiresAt
-	rec.SpentStartUnixNano, rec.SpentRefundedNanos = v.spentStart, v.spentRefunded
 	rec.Caller, rec.Secret = v.holder.Caller, append(rec.Secret[:0], v.holder.Secret[:]...)
 }
 
@@ -333,8 +324,7 @@ func reservationFromRecord(rec *raftcmdv1.ReservationRecord) table.Record[reserv
 	holder, _ := holderOf(rec.GetCaller(), rec.GetSecret())
 	return table.Record[reservation]{Key: rec.GetId(), ExpiresAt: rec.GetExpiresAtUnixNano(), State: reservation{
 		policy: rec.GetPolicy(), key: rec.GetKey(), holder: holder, estimate: rec.GetEstimate(), reservedAt: rec.GetReservedAtUnixNano(),
-		spentUntil: rec.GetSpentUntilUnixNano(), spentStart: rec.GetSpentStartUnixNano(), spentRefunded: rec.GetSpentRefundedNanos(),
-		expiresAt: rec.GetExpiresAtUnixNano()}}
+		spentUntil: rec.GetSpentUntilUnixNano(), expiresAt: rec.GetExpiresAtUnixNano()}}
 }
 
 // noPolicy makes the reservations' sweep delete every expired entry: their

@@ -177,7 +177,7 @@ func bucketToRecord(rec *raftcmdv1.BucketRecord, b table.BucketRecord) {
 	st := b.State
 	rec.Key, rec.Kind, rec.TatUnixNano = b.Key, uint32(st.Kind), st.TAT
 	rec.WindowStartUnixNano, rec.Count, rec.PrevCount = st.Start, st.Count, st.Prev
-	rec.ExpiresAtUnixNano, rec.RefundedNanos = b.ExpiresAt, st.Refunded
+	rec.ExpiresAtUnixNano = b.ExpiresAt
 	rec.Log = rec.Log[:0]
 	for _, e := range st.Log {
 		rec.Log = append(rec.Log, &raftcmdv1.LogEntry{AtUnixNano: e.At, Cost: e.Cost})
@@ -191,8 +191,6 @@ func bucketFromRecord(rec *raftcmdv1.BucketRecord) table.BucketRecord {
 		Start: rec.GetWindowStartUnixNano(),
 		Count: rec.GetCount(),
 		Prev:  rec.GetPrevCount(),
-		// How far refunds moved a token bucket's schedule back.
-		Refunded: rec.GetRefundedNanos(),
 	}
 	if n := len(rec.GetLog()); n > 0 {
 		st.Log = make([]admission.LogEntry, n)

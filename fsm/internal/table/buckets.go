@@ -15,14 +15,13 @@ import (
 // states and recorded expiries, but stores each in the smallest of four
 // slot shapes that holds it exactly:
 //
-//   - gcra (48 bytes): a token bucket whose recorded expiry is its TAT, as
-//     every token bucket's is (Bucket.ExpiresAt): key, TAT, Start and
-//     Refunded.
+//   - gcra (32 bytes): a token bucket whose recorded expiry is its TAT, as
+//     every token bucket's is (Bucket.ExpiresAt): key and TAT.
 //   - counter (56 bytes): a state without TAT or log (fixed and sliding
 //     windows, quotas): key, Start, Count, Prev, Kind and the expiry.
 //   - log (56 bytes): a state with a log and no numbers (sliding logs):
 //     key, Log, Kind and the expiry.
-//   - other (104 bytes): any state, verbatim (the rare token bucket recorded
+//   - other (96 bytes): any state, verbatim (the rare token bucket recorded
 //     with another expiry: written under a policy that changed algorithm).
 //
 // A ref (see refindex.Index) is a slot's index in its shape's slice times four
@@ -49,9 +48,9 @@ const (
 
 // gcraSlot is a token bucket whose recorded expiry is its TAT.
 type gcraSlot struct {
-	key                  string
-	tat, start, refunded int64
-	pos                  int32
+	key string
+	tat int64
+	pos int32
 }
 
 // counterSlot is a state with no TAT and no log.
@@ -62,7 +61,7 @@ type counterSlot struct {
 	kind                    admission.Kind
 }
 
-// logSlot is a state with a log and no TAT, Start, Count, Prev or Refunded.
+// logSlot is a state with a log and no TAT, Start, Count or Prev.
 type logSlot struct {
 	key  string
 	log  []admission.LogEntry
@@ -80,13 +79,13 @@ func NewBucketTable() *BucketTable { return &BucketTable{index: refindex.New(map
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
 func shapeFor(s admission.State, exp int64) uint32 {
 	switch {
-	case s.Log != nil && s.TAT == 0 && s.Start == 0 && s.Count == 0 && s.Prev == 0 && s.Refunded == 0:
+	case s.Log != nil && s.TAT == 0 && s.Start == 0 && s.Count == 0 && s.Prev == 0:
 		return shapeLog
 	case s.Log != nil:
 		return shapeOther
-	case s.Kind == admission.KindTokenBucket && exp == s.TAT && s.Count == 0 && s.Prev == 0:
+	case s.Kind == admission.KindTokenBucket && exp == s.TAT && s.Start == 0 && s.Count == 0 && s.Prev == 0:
 		return shapeGCRA
-	case s.TAT == 0 && s.Refunded == 0:
+	case s.TAT == 0:
 		return shapeCounter
 	default:
 		return shapeOther
@@ -164,8 +163,7 @@ func (t *BucketTable) before(a, b uint32) bool {
 func (t *BucketTable) stateOf(ref uint32) admission.State {
 	switch i := ref >> 2; ref & 3 {
 	case shapeGCRA:
-		g := &t.gcra[i]
-		return admission.State{Kind: admission.KindTokenBucket, TAT: g.tat, Start: g.start, Refunded: g.refunded}
+		return admission.State{Kind: admission.KindTokenBucket, TAT: t.gcra[i].tat}
 	case shapeCounter:
 		c := &t.counter[i]
 		return admission.State{Kind: c.kind, Start: c.start, Count: c.count, Prev: c.prev}
@@ -229,8 +227,7 @@ func (t *BucketTable) rewrite(ref uint32, s admission.State, exp int64) {
 	case ref & 3:
 		switch ref & 3 {
 		case shapeGCRA:
-			g := &t.gcra[i]
-			g.tat, g.start, g.refunded = s.TAT, s.Start, s.Refunded
+			t.gcra[i].tat = s.TAT
 		case shapeCounter:
 			c := &t.counter[i]
 			c.start, c.count, c.prev, c.exp, c.kind = s.Start, s.Count, s.Prev, exp, s.Kind
@@ -262,7 +259,7 @@ func (t *BucketTable) add(key string, s admission.State, exp int64) uint32 {
 	switch shape {
 	case shapeGCRA:
 		i = len(t.gcra)
-		t.gcra = append(t.gcra, gcraSlot{key: key, tat: s.TAT, start: s.Start, refunded: s.Refunded})
+		t.gcra = append(t.gcra, gcraSlot{key: key, tat: s.TAT})
 	case shapeCounter:
 		i = len(t.counter)
 		t.counter = append(t.counter, counterSlot{key: key, start: s.Start, count: s.Count, prev: s.Prev, exp: exp, kind: s.Kind})
@@ -351,8 +348,8 @@ func (t *BucketTable) NextExpiry() (int64, bool) {
 func (t *BucketTable) Entries() []BucketRecord {
 	out := make([]BucketRecord, 0, t.Len())
 	for i := range t.gcra {
-		ref := uint32(i)<<2 | shapeGCRA
-		out = append(out, BucketRecord{Key: t.gcra[i].key, State: t.stateOf(ref), ExpiresAt: t.gcra[i].tat})
+		e := &t.gcra[i]
+		out = append(out, BucketRecord{Key: e.key, State: admission.State{Kind: admission.KindTokenBucket, TAT: e.tat}, ExpiresAt: e.tat})
 	}
 	for i := range t.counter {
 		ref := uint32(i)<<2 | shapeCounter

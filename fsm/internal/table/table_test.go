@@ -222,7 +222,7 @@ func TestBucketTableAgainstModel(t *testing.T) {
 			exp := now + r.Int64N(horizon)
 			switch r.IntN(6) {
 			case 0, 1:
-				s = admission.State{Kind: admission.KindTokenBucket, TAT: exp, Start: now - r.Int64N(100), Refunded: r.Int64N(3) * r.Int64N(50)}
+				s = admission.State{Kind: admission.KindTokenBucket, TAT: exp}
 				if r.IntN(8) == 0 {
 					exp = r.Int64N(2) * (now - r.Int64N(10)) // another expiry: 0 or past
 				}
@@ -239,7 +239,7 @@ func TestBucketTableAgainstModel(t *testing.T) {
 					s.Log = []admission.LogEntry{{At: exp - 40, Cost: 1 + r.Int64N(3)}}
 				}
 			default: // odd states: fields of several algorithms, or no kind
-				s = admission.State{Kind: admission.Kind(r.IntN(6)), TAT: r.Int64N(2) * exp, Start: r.Int64N(3), Count: r.Int64N(3), Refunded: r.Int64N(2)}
+				s = admission.State{Kind: admission.Kind(r.IntN(6)), TAT: r.Int64N(2) * exp, Start: r.Int64N(3), Count: r.Int64N(3)}
 				if r.IntN(3) == 0 {
 					s.Log = []admission.LogEntry{{At: exp, Cost: 1}}
 				}

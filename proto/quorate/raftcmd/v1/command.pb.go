@@ -2613,9 +2613,7 @@ type BucketRecord struct {
 	TatUnixNano int64 `protobuf:"varint,2,opt,name=tat_unix_nano,json=tatUnixNano,proto3" json:"tat_unix_nano,omitempty"`
 	// Which algorithm wrote the state (admission.Kind).
 	Kind uint32 `protobuf:"varint,3,opt,name=kind,proto3" json:"kind,omitempty"`
-	// Current window or calendar period start, Unix nanoseconds (windows,
-	// quota); for a token bucket, when the state was created (its
-	// incarnation, admission.State.Start).
+	// Current window or calendar period start, Unix nanoseconds (windows, quota).
 	WindowStartUnixNano int64 `protobuf:"varint,4,opt,name=window_start_unix_nano,json=windowStartUnixNano,proto3" json:"window_start_unix_nano,omitempty"`
 	// Units admitted in the current window (windows, quota).
 	Count int64 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
@@ -2626,11 +2624,8 @@ type BucketRecord struct {
 	// When the state is reclaimed: kept as the replica computed it, so every
 	// replica sweeps in the same order.
 	ExpiresAtUnixNano int64 `protobuf:"varint,8,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	// How far refunds moved the schedule back since the state was created,
-	// in nanoseconds (token_bucket, admission.State.Refunded).
-	RefundedNanos int64 `protobuf:"varint,9,opt,name=refunded_nanos,json=refundedNanos,proto3" json:"refunded_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BucketRecord) Reset() {
@@ -2715,13 +2710,6 @@ func (x *BucketRecord) GetLog() []*LogEntry {
 func (x *BucketRecord) GetExpiresAtUnixNano() int64 {
 	if x != nil {
 		return x.ExpiresAtUnixNano
-	}
-	return 0
-}
-
-func (x *BucketRecord) GetRefundedNanos() int64 {
-	if x != nil {
-		return x.RefundedNanos
 	}
 	return 0
 }
@@ -3048,13 +3036,9 @@ type CheckRecord struct {
 	PolicyVersion   uint64                 `protobuf:"varint,9,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	ShadowDenied    bool                   `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	// Units actually spent (0 when denied or shadow-denied).
-	Spent int64 `protobuf:"varint,11,opt,name=spent,proto3" json:"spent,omitempty"`
-	// A token bucket's Start and Refunded right after the spend
-	// (admission.Spend), which a Refund needs.
-	SpentStartUnixNano int64 `protobuf:"varint,12,opt,name=spent_start_unix_nano,json=spentStartUnixNano,proto3" json:"spent_start_unix_nano,omitempty"`
-	SpentRefundedNanos int64 `protobuf:"varint,13,opt,name=spent_refunded_nanos,json=spentRefundedNanos,proto3" json:"spent_refunded_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	Spent         int64 `protobuf:"varint,11,opt,name=spent,proto3" json:"spent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckRecord) Reset() {
@@ -3160,20 +3144,6 @@ func (x *CheckRecord) GetShadowDenied() bool {
 func (x *CheckRecord) GetSpent() int64 {
 	if x != nil {
 		return x.Spent
-	}
-	return 0
-}
-
-func (x *CheckRecord) GetSpentStartUnixNano() int64 {
-	if x != nil {
-		return x.SpentStartUnixNano
-	}
-	return 0
-}
-
-func (x *CheckRecord) GetSpentRefundedNanos() int64 {
-	if x != nil {
-		return x.SpentRefundedNanos
 	}
 	return 0
 }
@@ -3472,14 +3442,10 @@ type ReservationRecord struct {
 	SpentUntilUnixNano int64 `protobuf:"varint,6,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
 	ExpiresAtUnixNano  int64 `protobuf:"varint,7,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
 	// Who holds it: the caller that reserved it and the secret of its ID.
-	Caller string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
-	Secret []byte `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
-	// A token bucket's Start and Refunded right after the spend
-	// (admission.Spend).
-	SpentStartUnixNano int64 `protobuf:"varint,10,opt,name=spent_start_unix_nano,json=spentStartUnixNano,proto3" json:"spent_start_unix_nano,omitempty"`
-	SpentRefundedNanos int64 `protobuf:"varint,11,opt,name=spent_refunded_nanos,json=spentRefundedNanos,proto3" json:"spent_refunded_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	Caller        string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
+	Secret        []byte `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReservationRecord) Reset() {
@@ -3575,20 +3541,6 @@ func (x *ReservationRecord) GetSecret() []byte {
 	return nil
 }
 
-func (x *ReservationRecord) GetSpentStartUnixNano() int64 {
-	if x != nil {
-		return x.SpentStartUnixNano
-	}
-	return 0
-}
-
-func (x *ReservationRecord) GetSpentRefundedNanos() int64 {
-	if x != nil {
-		return x.SpentRefundedNanos
-	}
-	return 0
-}
-
 // GrantRecord is one live budget lease, in a snapshot and in the answer a
 // retry of its last call gets.
 type GrantRecord struct {
@@ -3629,13 +3581,9 @@ type GrantRecord struct {
 	// the last top-up's spend (at last_added_at_unix_nano, until
 	// spent_until_unix_nano): that top-up's units and those of earlier
 	// top-ups still ahead of it in a token bucket's schedule.
-	Refundable int64 `protobuf:"varint,21,opt,name=refundable,proto3" json:"refundable,omitempty"`
-	// A token bucket's Start and Refunded right after the last top-up
-	// (admission.Spend).
-	SpentStartUnixNano int64 `protobuf:"varint,22,opt,name=spent_start_unix_nano,json=spentStartUnixNano,proto3" json:"spent_start_unix_nano,omitempty"`
-	SpentRefundedNanos int64 `protobuf:"varint,23,opt,name=spent_refunded_nanos,json=spentRefundedNanos,proto3" json:"spent_refunded_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	Refundable    int64 `protobuf:"varint,21,opt,name=refundable,proto3" json:"refundable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrantRecord) Reset() {
@@ -3811,20 +3759,6 @@ func (x *GrantRecord) GetObservedUsed() int64 {
 func (x *GrantRecord) GetRefundable() int64 {
 	if x != nil {
 		return x.Refundable
-	}
-	return 0
-}
-
-func (x *GrantRecord) GetSpentStartUnixNano() int64 {
-	if x != nil {
-		return x.SpentStartUnixNano
-	}
-	return 0
-}
-
-func (x *GrantRecord) GetSpentRefundedNanos() int64 {
-	if x != nil {
-		return x.SpentRefundedNanos
 	}
 	return 0
 }
@@ -5233,7 +5167,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"grantCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xca\x02\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
 	"\fBucketRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
 	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNano\x12\x12\n" +
@@ -5243,8 +5177,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"prev_count\x18\x06 \x01(\x03R\tprevCount\x12.\n" +
 	"\x03log\x18\a \x03(\v2\x1c.quorate.raftcmd.v1.LogEntryR\x03log\x12/\n" +
-	"\x14expires_at_unix_nano\x18\b \x01(\x03R\x11expiresAtUnixNano\x12%\n" +
-	"\x0erefunded_nanos\x18\t \x01(\x03R\rrefundedNanos\"@\n" +
+	"\x14expires_at_unix_nano\x18\b \x01(\x03R\x11expiresAtUnixNano\"@\n" +
 	"\bLogEntry\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x12\n" +
@@ -5274,7 +5207,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fdenied_check\x18\v \x01(\x05R\vdeniedCheck\x12\x1a\n" +
 	"\brefunded\x18\f \x01(\bR\brefunded\x121\n" +
 	"\x15refunded_at_unix_nano\x18\r \x01(\x03R\x12refundedAtUnixNano\x12\x14\n" +
-	"\x05multi\x18\x0e \x01(\bR\x05multi\"\xb8\x03\n" +
+	"\x05multi\x18\x0e \x01(\bR\x05multi\"\xd3\x02\n" +
 	"\vCheckRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -5287,9 +5220,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\t \x01(\x04R\rpolicyVersion\x12#\n" +
 	"\rshadow_denied\x18\n" +
 	" \x01(\bR\fshadowDenied\x12\x14\n" +
-	"\x05spent\x18\v \x01(\x03R\x05spent\x121\n" +
-	"\x15spent_start_unix_nano\x18\f \x01(\x03R\x12spentStartUnixNano\x120\n" +
-	"\x14spent_refunded_nanos\x18\r \x01(\x03R\x12spentRefundedNanos\"\xac\x01\n" +
+	"\x05spent\x18\v \x01(\x03R\x05spent\"\xac\x01\n" +
 	"\x0fSemaphoreRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -5315,7 +5246,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
 	"\breleased\x18\n" +
 	" \x01(\x03R\breleased\x12\x12\n" +
-	"\x04over\x18\v \x01(\x03R\x04over\"\x95\x03\n" +
+	"\x04over\x18\v \x01(\x03R\x04over\"\xb0\x02\n" +
 	"\x11ReservationRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -5325,10 +5256,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\x12\x16\n" +
 	"\x06caller\x18\b \x01(\tR\x06caller\x12\x16\n" +
-	"\x06secret\x18\t \x01(\fR\x06secret\x121\n" +
-	"\x15spent_start_unix_nano\x18\n" +
-	" \x01(\x03R\x12spentStartUnixNano\x120\n" +
-	"\x14spent_refunded_nanos\x18\v \x01(\x03R\x12spentRefundedNanos\"\xdc\x06\n" +
+	"\x06secret\x18\t \x01(\fR\x06secret\"\xf7\x05\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -5354,9 +5282,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\x12\x1e\n" +
 	"\n" +
 	"refundable\x18\x15 \x01(\x03R\n" +
-	"refundable\x121\n" +
-	"\x15spent_start_unix_nano\x18\x16 \x01(\x03R\x12spentStartUnixNano\x120\n" +
-	"\x14spent_refunded_nanos\x18\x17 \x01(\x03R\x12spentRefundedNanos\"\x83\x03\n" +
+	"refundable\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
