@@ -16,13 +16,13 @@ import (
 // out.
 func readmeBlock(t *testing.T, heading string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "\n"+heading)
 	if !ok {
-		t.Fatalf("README.md has no heading %q", heading)
+		t.Fatalf("docs/cli.md has no heading %q", heading)
 	}
 	_, rest, _ = strings.Cut(rest, "```sh\n")
 	block, _, _ := strings.Cut(rest, "```")
