@@ -3,13 +3,12 @@ package fsm
 // FeatureLevel is the highest log feature level this binary applies: the
 // kinds of entries it may be asked to apply, and the rules it applies them
 // by. 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
-// the cluster ID, imports bounded by MaxClockSkew, the policy cap and
-// keyed request IDs; 5: the meta group's audit trail; 6: Raft over the
-// shared peer connection (no entry kind: see FeatureRaftMux); 7: budget
-// leases (Grant entries, policies with local decisions). A node proposes
-// an entry kind of level L only when
-// every registered node is at L or above (MinFeatureLevel), so no replica meets
-// an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
+// the cluster ID, imports bounded by MaxClockSkew, and the policy cap; 5:
+// the meta group's audit trail; 6: Raft over the shared peer connection
+// (no entry kind: see FeatureRaftMux); 7: budget leases (Grant entries,
+// policies with local decisions). A node proposes an entry kind of level
+// L only when every registered node is at L or above (MinFeatureLevel), so
+// no replica meets an entry it cannot decode (DESIGN.md §2 rule 3). A rule of level L
 // applies to an entry only when every node registered at that point of
 // the log is at L or above: the registrations are in the log, so every
 // replica, and every replay of an older log, decides the entry alike.
@@ -32,12 +31,6 @@ const (
 	// existed (a registry that grew past MaxPolicies) replays as it was
 	// first applied.
 	FeaturePolicyCap = 4
-	// FeatureKeyedRequestIDs: nodes write a request's ID with its first
-	// key folded in, so that a request is identified by (caller,
-	// request_id, key) in every group. The FSM reads request IDs as opaque
-	// strings either way; the level keeps every leader of a cluster
-	// writing them alike.
-	FeatureKeyedRequestIDs = 4
 	// FeatureAudit: the meta group records the admin commands whose entry
 	// carries an Actor in its audit trail (audit.go), which snapshots then
 	// hold. Below it, an Actor is ignored, so an older log replays as it

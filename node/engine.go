@@ -284,18 +284,12 @@ type proposal struct {
 // it (a change racing the check) is proposed once more: the refused one
 // changed nothing.
 func (n *Node) proposeAll(ctx context.Context, d dest, ps []*proposal) {
-	keyed := ps[:0:0]
 	for _, p := range ps {
-		out, err := n.keyRequestID(ctx, d, p.env)
-		if err != nil {
-			p.err = fmt.Errorf("%w: %v", ErrNotProposed, err)
-			continue
-		}
-		p.out, keyed = out, append(keyed, p)
+		p.out = keyRequestID(p.env)
 	}
-	n.proposeRound(ctx, d, keyed)
+	n.proposeRound(ctx, d, ps)
 	var again []*proposal
-	for _, p := range keyed {
+	for _, p := range ps {
 		if errors.Is(p.err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
 			again = append(again, p)
 		}

@@ -40,9 +40,8 @@ type group struct {
 	// batch is the group commit of this replica's commands while it leads.
 	batch *groupcommit.Committer
 	// caughtUpTerm is the Raft term in which a barrier last completed on
-	// this replica as leader (caughtUp); keyedTerm the term in which one
-	// completed after the cluster wrote keyed request IDs (keyRequestID).
-	caughtUpTerm, keyedTerm atomic.Uint64
+	// this replica as leader (caughtUp).
+	caughtUpTerm atomic.Uint64
 	// leader follows who this replica takes for the leader (forwards to
 	// a leader that is replaced are given up at once).
 	leader *leaderWatch

@@ -1,13 +1,11 @@
 package node
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -16,14 +14,11 @@ import (
 // request_id with another key is another request, in whichever group the
 // keys live. The FSM deduplicates by (caller, request ID) only, so nodes
 // write the key into the request ID of each command they propose:
-// keyedRequestID(id, key). Refund names the request the same way.
-//
-// A cluster writes keyed IDs once every node registered
-// fsm.FeatureKeyedRequestIDs, so its leaders never disagree. A group may
-// then still hold records under plain IDs, written before: until they
-// expire (their policy's dedupe_retention), a request whose plain ID is
-// recorded in the group is proposed under it, so that a retry across the
-// change still gets its first answer.
+// keyedRequestID(id, key). Refund names the request the same way. Every
+// node does, always: the name depends on the request alone, never on what
+// a replica has applied (a leader elected after a restart has applied
+// none of its log until its first commit), so every attempt of a request,
+// on any leader, finds the record of the first.
 
 // keyedIDSeparator separates a request ID from its key's digest.
 const keyedIDSeparator = "\x00k"
@@ -73,30 +68,15 @@ func setRequestID(env *raftcmdv1.Envelope, id string) {
 	}
 }
 
-// keyRequestID returns env as it is proposed to the group of d (led here):
-// a copy with the key folded into its request ID, or env itself when it
-// carries none, when some node does not write keyed IDs yet, or when the
-// group holds a record under the plain ID (written before). env itself is
+// keyRequestID returns env as it is proposed: a copy with the key folded
+// into its request ID, or env itself when it carries none. env itself is
 // never changed: a caller may propose it again.
-func (n *Node) keyRequestID(ctx context.Context, d dest, env *raftcmdv1.Envelope) (*raftcmdv1.Envelope, error) {
-	caller, id, key, ok := requestKey(env)
-	if !ok || n.meta.fsm.MinFeatureLevel() < fsm.FeatureKeyedRequestIDs {
-		return env, nil
-	}
-	// A plain record is looked up in this replica: once a barrier proposed
-	// in this term after the cluster reached the level is applied, it
-	// holds every command with a plain ID (they all came before).
-	if term := d.g.raft.CurrentTerm(); d.g.keyedTerm.Load() != term {
-		if err := n.barrier(ctx, d.g); err != nil {
-			return nil, err
-		}
-		d.g.keyedTerm.Store(term)
-		d.g.caughtUpTerm.Store(term) // a barrier of this term: caughtUp needs no other
-	}
-	if d.g.fsm.Recorded(caller, id) {
-		return env, nil
+func keyRequestID(env *raftcmdv1.Envelope) *raftcmdv1.Envelope {
+	_, id, key, ok := requestKey(env)
+	if !ok {
+		return env
 	}
 	out := proto.Clone(env).(*raftcmdv1.Envelope)
 	setRequestID(out, keyedRequestID(id, key))
-	return out, nil
+	return out
 }
