@@ -49,9 +49,9 @@ func Charge(p Policy, s State, cost, now int64) State {
 		}
 		hi, need := bits.Mul64(uint64(cost), uint64(t))
 		if hi != 0 || need > uint64(math.MaxInt64) || base > limit-int64(need) {
-			return State{Kind: k, TAT: max(base, limit)}
+			return s.withTAT(max(base, limit), now)
 		}
-		return State{Kind: k, TAT: base + int64(need)}
+		return s.withTAT(base+int64(need), now)
 	case AlgorithmFixedWindow:
 		if checkFixedWindow(p) != nil {
 			return s

@@ -21,8 +21,10 @@
 //     Refund(policy, state, spend, now), Charge(policy, state, cost, now)
 //     (consumption already admitted, spent even past the limit), where a
 //     Spend records what one
-//     admitted request took (its cost, when it was decided, the state's
-//     expiry right after it). State is one value type for every
+//     admitted request took (SpendOf: its cost, when it was decided, where
+//     its share of the state ends, and for a token bucket which refunds
+//     came after it: State.Shifted and RefundMark, refund.go). State is
+//     one value type for every
 //     algorithm, tagged with the Kind that wrote it:
 //   - token_bucket: GCRA, one theoretical arrival time per key; bursts up to
 //     burst, limit per period sustained, weighted costs, exact retry_after.

@@ -73,6 +73,7 @@ func TestRefundable(t *testing.T) {
 	fw := admission.Policy{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 5, Period: time.Minute}
 	ms := int64(time.Millisecond)
 	sp := admission.Spend{Cost: 10, At: 0, Until: 100 * ms} // 10 units of 10ms
+	after := admission.State{Kind: admission.KindTokenBucket, TAT: 100 * ms}
 	for _, c := range []struct {
 		p         admission.Policy
 		sp        admission.Spend
@@ -86,7 +87,7 @@ func TestRefundable(t *testing.T) {
 		{tb, admission.Spend{Cost: 0, Until: 100 * ms}, 0, 0},
 		{fw, sp, 35 * ms, 10},
 	} {
-		if got := admission.Refundable(c.p, c.sp, c.now); got != c.want {
+		if got := admission.Refundable(c.p, after, c.sp, c.now); got != c.want {
 			t.Errorf("Refundable(%s, %+v, %d) = %d, want %d", c.p.Name, c.sp, c.now, got, c.want)
 		}
 	}

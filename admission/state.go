@@ -39,7 +39,8 @@ func kindOf(a Algorithm) Kind {
 // zero State is a key never seen. Each algorithm uses some fields and leaves
 // the others zero:
 //
-//   - token_bucket: TAT (the GCRA theoretical arrival time).
+//   - token_bucket: TAT (the GCRA theoretical arrival time), and what its
+//     refunds moved the schedule (Shifted, Refunds; refund.go).
 //   - fixed_window and quota: Start (the current window's start, Unix ns)
 //     and Count (units admitted in it).
 //   - sliding_window: Start and Count of the current window, Prev (units
@@ -56,6 +57,14 @@ type State struct {
 	Count int64
 	Prev  int64
 	Log   []LogEntry
+	// Shifted is how far refunds have moved a token bucket's schedule back
+	// in all (ns, saturating); Refunds the latest of those refunds, oldest
+	// first, that a spend made before them may still need (RefundMark);
+	// Forgotten the latest Until of the marks forgotten past MaxRefundMarks
+	// (the state lives until then: a spend made before them may end then).
+	Shifted   int64
+	Refunds   []RefundMark
+	Forgotten int64
 }
 
 // LogEntry is one admitted request of a sliding log.
@@ -80,7 +89,7 @@ func Decide(p Policy, s State, cost, now int64) (State, Decision) {
 	case AlgorithmTokenBucket:
 		var b Bucket
 		b, d = DecideTokenBucket(p, Bucket{TAT: s.TAT}, cost, now)
-		next = State{TAT: b.TAT}
+		next = s.withTAT(b.TAT, now)
 	case AlgorithmFixedWindow:
 		next, d = decideFixedWindow(p, s, cost, now)
 	case AlgorithmSlidingWindow:
@@ -109,7 +118,7 @@ func ExpiresAt(p Policy, s State) int64 {
 	}
 	switch p.Algorithm {
 	case AlgorithmTokenBucket:
-		return Bucket{TAT: s.TAT}.ExpiresAt()
+		return s.bucketExpiresAt()
 	case AlgorithmFixedWindow:
 		return expiresFixedWindow(p, s)
 	case AlgorithmSlidingWindow:
@@ -132,7 +141,7 @@ func Peek(p Policy, s State, now int64) Decision {
 		// Describe the state as it is, not after the probe.
 		d.Remaining++
 		d.Remaining = min(d.Remaining, d.Limit)
-		d.ResetAfter = max(0, time.Duration(ExpiresAt(p, s)-now))
+		d.ResetAfter = max(0, time.Duration(SpentUntil(p, s)-now))
 	}
 	return d
 }

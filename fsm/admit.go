@@ -169,7 +169,7 @@ func (d *dataState) decideChecks(checks []check, now, at int64, scratch *pending
 		switch {
 		case dec.Allowed:
 			scratch.set(ch.key, next)
-			cr.Spent = cr.Cost
+			cr.Spent, cr.Shifted = cr.Cost, next.Shifted
 		case p.Shadow:
 			cr.ShadowDenied = true
 			cr.Decision.Allowed = true
@@ -335,9 +335,10 @@ func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 			continue // already expired: nothing left to give back
 		}
 		next := admission.Refund(pv.Policy, st, admission.Spend{
-			Cost:  ch.GetSpent(),
-			At:    rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
-			Until: rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
+			Cost:    ch.GetSpent(),
+			At:      rec.GetDecidedAtUnixNano() + rec.GetWaitNanos(),
+			Until:   rec.GetDecidedAtUnixNano() + ch.GetResetAfterNanos(),
+			Shifted: ch.GetShiftedNanos(),
 		}, now)
 		d.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}

@@ -99,6 +99,9 @@ type CheckResult struct {
 	// Spent is what the check took from its state: Cost when the request
 	// was allowed and the check not shadow-denied, else 0.
 	Spent int64
+	// Shifted is the key's admission.State.Shifted right after the spend
+	// (what a Refund of it corrects its end by).
+	Shifted int64
 }
 
 // PeekResult is the Apply result of a Peek.

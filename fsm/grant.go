@@ -169,15 +169,10 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 		d.endGrant(id, g, now)
 	}
 	if topUp > 0 {
-		// What a release can give back: this top-up, and of the units
-		// still unspent, those the previous top-ups' span still holds
-		// ahead of now (a token bucket's schedule only keeps those; the
-		// rest rolled out, and later spends stacked on them).
-		carried := min(unspent, admission.Refundable(p, admission.Spend{Cost: g.refundable, At: g.lastAddedAt, Until: g.spentUntil}, now))
+		g.carried = carry(p, next, g, unspent, now)
+		g.lastTopUp = admission.SpendOf(p, next, topUp, now)
 		g.total += topUp
-		g.refundable = max(0, carried) + topUp
-		g.lastAddedAt, g.spentUntil = now, admission.ExpiresAt(p, next)
-		d.buckets.Put(bk, next, g.spentUntil)
+		d.buckets.Put(bk, next, admission.ExpiresAt(p, next))
 	}
 	dec := keyDecision(p, next, now, g.total > g.used, topUp > 0)
 	g.expiresAt = max(g.expiresAt, p.GrantExpiry(now))
@@ -260,12 +255,11 @@ func (d *dataState) releaseGrant(id string, g grant, exists, live bool, pv Polic
 	returned := g.total - g.used
 	bk := BucketKey(g.policy, g.key)
 	if _, ok := d.buckets.Get(bk); ok && returned > 0 {
-		// Only the refundable units come back as the last top-up's spend:
-		// units of earlier top-ups lie earlier in the schedule, partly
-		// rolled out, and may have let later spends start earlier than
-		// they would have without them.
-		sp := admission.Spend{Cost: min(returned, g.refundable), At: g.lastAddedAt, Until: g.spentUntil}
-		st = admission.Refund(p, st, sp, now)
+		// The last top-up's units come back first (the latest of the
+		// schedule), then the carried ones, each from where it lies.
+		last := min(returned, g.lastTopUp.Cost)
+		st = admission.Refund(p, st, withCost(g.lastTopUp, last), now)
+		st = admission.Refund(p, st, withCost(g.carried, min(returned-last, g.carried.Cost)), now)
 		d.buckets.Put(bk, st, admission.ExpiresAt(p, st))
 	}
 	d.grants.remove(id)
@@ -380,4 +374,35 @@ func (f *FSM) GrantStats() (live int, units int64, wasted int64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.data.grants.len(), f.data.grants.units, f.data.wastedUnits
+}
+
+// carry is what of g's units, at most unspent, a release can still give
+// back once a new top-up is the last: those of its last top-up and of its
+// carried units that the key's state st still holds ahead of now
+// (admission.Refundable; a token bucket's schedule keeps only those, the
+// rest rolled out), as one spend placed no later than any of them lies —
+// where the carried ones were, else where the last top-up was. Units
+// placed earlier than they lie roll out of the count earlier than they do
+// out of the schedule, so a release gives back no more than they hold.
+func carry(p admission.Policy, st admission.State, g grant, unspent, now int64) admission.Spend {
+	old := admission.Refundable(p, st, g.carried, now)
+	last := admission.Refundable(p, st, g.lastTopUp, now)
+	n := min(unspent, old+last)
+	switch {
+	case n <= 0:
+		return admission.Spend{}
+	case old > 0:
+		return withCost(g.carried, n)
+	default:
+		return withCost(g.lastTopUp, n)
+	}
+}
+
+// withCost is sp with cost units (none: the zero Spend).
+func withCost(sp admission.Spend, cost int64) admission.Spend {
+	if cost <= 0 {
+		return admission.Spend{}
+	}
+	sp.Cost = cost
+	return sp
 }

@@ -27,11 +27,10 @@ type grant struct {
 	// last complete observation, in milli-units per second, and the time
 	// and used at which the current one began.
 	spendRate, obsAt, obsUsed int64
-	// The last top-up's time and the ExpiresAt of the key's state right
-	// after it, and how many of the grant's latest units a release can
-	// give back as that one spend (admission.Spend): the top-up's own and
-	// those carried from earlier top-ups (admission.Refundable).
-	lastAddedAt, spentUntil, refundable int64
+	// What a release can give back: the last top-up's units as the spend
+	// they made, and those of earlier top-ups still held (carried) as one
+	// spend placed no later than they lie (carry).
+	lastTopUp, carried admission.Spend
 	// The last call's answer, which a retry of it gets back: its top-up
 	// (0 when it added nothing), time, remaining units and policy version.
 	lastAdded, lastDecidedAt, lastRemaining int64
@@ -220,8 +219,8 @@ func grantToRecord(rec *raftcmdv1.GrantRecord, g grant) {
 	rec.Policy, rec.Key, rec.Holder, rec.Caller, rec.Seq = g.policy, g.key, g.holder, g.caller, g.seq
 	rec.Total, rec.Used, rec.DemandMilli = g.total, g.used, g.demand
 	rec.StartedAtUnixNano, rec.ExpiresAtUnixNano = g.startedAt, g.expiresAt
-	rec.LastAddedAtUnixNano, rec.LastAdded, rec.SpentUntilUnixNano = g.lastAddedAt, g.lastAdded, g.spentUntil
-	rec.Refundable = g.refundable
+	rec.LastAdded = g.lastAdded
+	rec.LastTopUp, rec.Carried = spendRecord(rec.LastTopUp, g.lastTopUp), spendRecord(rec.Carried, g.carried)
 	rec.LastDecidedAtUnixNano, rec.LastRemaining, rec.LastPolicyVersion = g.lastDecidedAt, g.lastRemaining, g.lastPolicyVersion
 	rec.Sync = g.sync
 	rec.SpendRateMilli, rec.ObservedAtUnixNano, rec.ObservedUsed = g.spendRate, g.obsAt, g.obsUsed
@@ -231,8 +230,24 @@ func grantFromRecord(rec *raftcmdv1.GrantRecord) (string, grant) {
 	g := grant{policy: rec.GetPolicy(), key: rec.GetKey(), holder: rec.GetHolder(), caller: rec.GetCaller(), seq: rec.GetSeq(),
 		total: rec.GetTotal(), used: rec.GetUsed(), demand: rec.GetDemandMilli(),
 		startedAt: rec.GetStartedAtUnixNano(), expiresAt: rec.GetExpiresAtUnixNano(),
-		lastAddedAt: rec.GetLastAddedAtUnixNano(), lastAdded: rec.GetLastAdded(), spentUntil: rec.GetSpentUntilUnixNano(), refundable: rec.GetRefundable(),
+		lastAdded: rec.GetLastAdded(), lastTopUp: spendFromRecord(rec.GetLastTopUp()), carried: spendFromRecord(rec.GetCarried()),
 		lastDecidedAt: rec.GetLastDecidedAtUnixNano(), lastRemaining: rec.GetLastRemaining(), lastPolicyVersion: rec.GetLastPolicyVersion(),
 		sync: rec.GetSync(), spendRate: rec.GetSpendRateMilli(), obsAt: rec.GetObservedAtUnixNano(), obsUsed: rec.GetObservedUsed()}
 	return grantID(g.policy, g.key, g.caller, g.holder), g
+}
+
+// spendRecord fills rec (reused when not nil) from sp; nil for no units.
+func spendRecord(rec *raftcmdv1.SpendRecord, sp admission.Spend) *raftcmdv1.SpendRecord {
+	if sp == (admission.Spend{}) {
+		return nil
+	}
+	if rec == nil {
+		rec = new(raftcmdv1.SpendRecord)
+	}
+	rec.Cost, rec.AtUnixNano, rec.UntilUnixNano, rec.ShiftedNanos = sp.Cost, sp.At, sp.Until, sp.Shifted
+	return rec
+}
+
+func spendFromRecord(rec *raftcmdv1.SpendRecord) admission.Spend {
+	return admission.Spend{Cost: rec.GetCost(), At: rec.GetAtUnixNano(), Until: rec.GetUntilUnixNano(), Shifted: rec.GetShiftedNanos()}
 }

@@ -111,7 +111,7 @@ func encodeAdmitRecord(r *AdmitResult) []byte {
 			Policy: c.Policy, Key: c.Key, Cost: c.Cost,
 			Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 			ResetAfterNanos: int64(cd.ResetAfter), RetryAfterNanos: int64(cd.RetryAfter),
-			PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Spent: c.Spent,
+			PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Spent: c.Spent, ShiftedNanos: c.Shifted,
 		})
 	}
 	return marshalRecord(rec)
@@ -163,7 +163,7 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 				Allowed: c.GetAllowed(), Limit: c.GetLimit(), Remaining: c.GetRemaining(),
 				ResetAfter: time.Duration(c.GetResetAfterNanos()), RetryAfter: time.Duration(c.GetRetryAfterNanos()),
 			},
-			PolicyVersion: c.GetPolicyVersion(), ShadowDenied: c.GetShadowDenied(), Spent: c.GetSpent(),
+			PolicyVersion: c.GetPolicyVersion(), ShadowDenied: c.GetShadowDenied(), Spent: c.GetSpent(), Shifted: c.GetShiftedNanos(),
 		})
 	}
 	return res

@@ -27,8 +27,15 @@ type reservation struct {
 	holder      lease.Holder
 	estimate    int64
 	reservedAt  int64
-	spentUntil  int64 // ExpiresAt of the key's state right after the spend
-	expiresAt   int64
+	// spentUntil and spentShifted: admission.SpendOf the key's state
+	// right after the spend.
+	spentUntil, spentShifted int64
+	expiresAt                int64
+}
+
+// spend is cost units of r's estimate as the spend it made.
+func (r reservation) spend(cost int64) admission.Spend {
+	return admission.Spend{Cost: cost, At: r.reservedAt, Until: r.spentUntil, Shifted: r.spentShifted}
 }
 
 // ReserveResult is the Apply result of a Reserve or a Commit.
@@ -114,6 +121,7 @@ type pendingReservation struct {
 	r         reservation
 	bucketKey string
 	next      admission.State // the key's state with the estimate spent
+	expires   int64           // next's admission.ExpiresAt
 	retention time.Duration   // the policy's dedupe retention
 }
 
@@ -160,8 +168,10 @@ func (d *dataState) prepareReservation(f reserveFields, id, policy, key string, 
 			return nil, err
 		}
 		hold.res.ReservationID, hold.res.ExpiresAt = id, expiresAt
+		sp := admission.SpendOf(p, next, estimate, now)
+		hold.expires = admission.ExpiresAt(p, next)
 		hold.r = reservation{policy: policy, key: key, holder: holder, estimate: estimate, reservedAt: now,
-			spentUntil: admission.ExpiresAt(p, next), expiresAt: expiresAt}
+			spentUntil: sp.Until, spentShifted: sp.Shifted, expiresAt: expiresAt}
 	}
 	return hold, nil
 }
@@ -172,7 +182,7 @@ func (d *dataState) storeReservation(hold *pendingReservation) {
 	if !hold.res.Allowed {
 		return
 	}
-	d.buckets.Put(hold.bucketKey, hold.next, hold.r.spentUntil)
+	d.buckets.Put(hold.bucketKey, hold.next, hold.expires)
 	d.reservations.Put(hold.id, hold.r, hold.r.expiresAt)
 }
 
@@ -240,7 +250,7 @@ func settle(p admission.Policy, st admission.State, r reservation, actual, now i
 	switch {
 	case actual < r.estimate:
 		released = r.estimate - actual
-		return actual, released, 0, admission.Refund(p, st, admission.Spend{Cost: released, At: r.reservedAt, Until: r.spentUntil}, now)
+		return actual, released, 0, admission.Refund(p, st, r.spend(released), now)
 	case actual > r.estimate:
 		extra := min(actual-r.estimate, admission.Peek(p, st, now).Remaining, p.WithDefaults().MaxCost)
 		if extra > 0 {
@@ -268,7 +278,7 @@ func (d *dataState) expireReservation(_ string, r reservation, now int64) {
 	if !exists {
 		return
 	}
-	st = admission.Refund(pv.Policy, st, admission.Spend{Cost: r.estimate, At: r.reservedAt, Until: r.spentUntil}, now)
+	st = admission.Refund(pv.Policy, st, r.spend(r.estimate), now)
 	d.buckets.Put(key, st, admission.ExpiresAt(pv.Policy, st))
 }
 
@@ -315,6 +325,7 @@ func reservationToRecord(rec *raftcmdv1.ReservationRecord, r table.Record[reserv
 	v := r.State
 	rec.Id, rec.Policy, rec.Key, rec.Estimate = r.Key, v.policy, v.key, v.estimate
 	rec.ReservedAtUnixNano, rec.SpentUntilUnixNano, rec.ExpiresAtUnixNano = v.reservedAt, v.spentUntil, v.expiresAt
+	rec.SpentShiftedNanos = v.spentShifted
 	rec.Caller, rec.Secret = v.holder.Caller, append(rec.Secret[:0], v.holder.Secret[:]...)
 }
 
@@ -324,7 +335,7 @@ func reservationFromRecord(rec *raftcmdv1.ReservationRecord) table.Record[reserv
 	holder, _ := holderOf(rec.GetCaller(), rec.GetSecret())
 	return table.Record[reservation]{Key: rec.GetId(), ExpiresAt: rec.GetExpiresAtUnixNano(), State: reservation{
 		policy: rec.GetPolicy(), key: rec.GetKey(), holder: holder, estimate: rec.GetEstimate(), reservedAt: rec.GetReservedAtUnixNano(),
-		spentUntil: rec.GetSpentUntilUnixNano(), expiresAt: rec.GetExpiresAtUnixNano()}}
+		spentUntil: rec.GetSpentUntilUnixNano(), spentShifted: rec.GetSpentShiftedNanos(), expiresAt: rec.GetExpiresAtUnixNano()}}
 }
 
 // noPolicy makes the reservations' sweep delete every expired entry: their

@@ -182,6 +182,11 @@ func bucketToRecord(rec *raftcmdv1.BucketRecord, b table.BucketRecord) {
 	for _, e := range st.Log {
 		rec.Log = append(rec.Log, &raftcmdv1.LogEntry{AtUnixNano: e.At, Cost: e.Cost})
 	}
+	rec.ShiftedNanos, rec.ForgottenUntilUnixNano = st.Shifted, st.Forgotten
+	rec.Refunds = rec.Refunds[:0]
+	for _, m := range st.Refunds {
+		rec.Refunds = append(rec.Refunds, &raftcmdv1.RefundMark{EndUnixNano: m.End, ShiftNanos: m.Shift, UntilUnixNano: m.Until})
+	}
 }
 
 func bucketFromRecord(rec *raftcmdv1.BucketRecord) table.BucketRecord {
@@ -196,6 +201,13 @@ func bucketFromRecord(rec *raftcmdv1.BucketRecord) table.BucketRecord {
 		st.Log = make([]admission.LogEntry, n)
 		for i, e := range rec.GetLog() {
 			st.Log[i] = admission.LogEntry{At: e.GetAtUnixNano(), Cost: e.GetCost()}
+		}
+	}
+	st.Shifted, st.Forgotten = rec.GetShiftedNanos(), rec.GetForgottenUntilUnixNano()
+	if n := len(rec.GetRefunds()); n > 0 {
+		st.Refunds = make([]admission.RefundMark, n)
+		for i, m := range rec.GetRefunds() {
+			st.Refunds[i] = admission.RefundMark{End: m.GetEndUnixNano(), Shift: m.GetShiftNanos(), Until: m.GetUntilUnixNano()}
 		}
 	}
 	return table.BucketRecord{Key: rec.GetKey(), State: st, ExpiresAt: rec.GetExpiresAtUnixNano()}

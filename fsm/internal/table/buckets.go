@@ -21,8 +21,9 @@ import (
 //     windows, quotas): key, Start, Count, Prev, Kind and the expiry.
 //   - log (56 bytes): a state with a log and no numbers (sliding logs):
 //     key, Log, Kind and the expiry.
-//   - other (96 bytes): any state, verbatim (the rare token bucket recorded
-//     with another expiry: written under a policy that changed algorithm).
+//   - other (136 bytes): any state, verbatim (a token bucket that was
+//     refunded, and the rare token bucket recorded with another expiry:
+//     written under a policy that changed algorithm).
 //
 // A ref (see refindex.Index) is a slot's index in its shape's slice times four
 // plus the shape. A state that changes shape moves to the other slice and
@@ -79,6 +80,8 @@ func NewBucketTable() *BucketTable { return &BucketTable{index: refindex.New(map
 // shapeFor is the smallest shape that holds s with expiry exp exactly.
 func shapeFor(s admission.State, exp int64) uint32 {
 	switch {
+	case s.Shifted != 0 || s.Refunds != nil || s.Forgotten != 0:
+		return shapeOther // a token bucket that was refunded
 	case s.Log != nil && s.TAT == 0 && s.Start == 0 && s.Count == 0 && s.Prev == 0:
 		return shapeLog
 	case s.Log != nil:

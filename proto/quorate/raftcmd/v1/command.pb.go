@@ -2624,8 +2624,14 @@ type BucketRecord struct {
 	// When the state is reclaimed: kept as the replica computed it, so every
 	// replica sweeps in the same order.
 	ExpiresAtUnixNano int64 `protobuf:"varint,8,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How far refunds moved the schedule back in all, and the latest of them
+	// a spend may still need (token_bucket; admission.RefundMark).
+	ShiftedNanos int64         `protobuf:"varint,9,opt,name=shifted_nanos,json=shiftedNanos,proto3" json:"shifted_nanos,omitempty"`
+	Refunds      []*RefundMark `protobuf:"bytes,10,rep,name=refunds,proto3" json:"refunds,omitempty"`
+	// The latest until_unix_nano of the marks forgotten past the most kept.
+	ForgottenUntilUnixNano int64 `protobuf:"varint,11,opt,name=forgotten_until_unix_nano,json=forgottenUntilUnixNano,proto3" json:"forgotten_until_unix_nano,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *BucketRecord) Reset() {
@@ -2714,6 +2720,91 @@ func (x *BucketRecord) GetExpiresAtUnixNano() int64 {
 	return 0
 }
 
+func (x *BucketRecord) GetShiftedNanos() int64 {
+	if x != nil {
+		return x.ShiftedNanos
+	}
+	return 0
+}
+
+func (x *BucketRecord) GetRefunds() []*RefundMark {
+	if x != nil {
+		return x.Refunds
+	}
+	return nil
+}
+
+func (x *BucketRecord) GetForgottenUntilUnixNano() int64 {
+	if x != nil {
+		return x.ForgottenUntilUnixNano
+	}
+	return 0
+}
+
+// RefundMark is one refund a token bucket remembers.
+type RefundMark struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The refunded spend's end in the schedule without refunds.
+	EndUnixNano int64 `protobuf:"varint,1,opt,name=end_unix_nano,json=endUnixNano,proto3" json:"end_unix_nano,omitempty"`
+	// How far the refund moved the schedule back.
+	ShiftNanos int64 `protobuf:"varint,2,opt,name=shift_nanos,json=shiftNanos,proto3" json:"shift_nanos,omitempty"`
+	// The bucket's theoretical arrival time before the refund.
+	UntilUnixNano int64 `protobuf:"varint,3,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundMark) Reset() {
+	*x = RefundMark{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundMark) ProtoMessage() {}
+
+func (x *RefundMark) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundMark.ProtoReflect.Descriptor instead.
+func (*RefundMark) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RefundMark) GetEndUnixNano() int64 {
+	if x != nil {
+		return x.EndUnixNano
+	}
+	return 0
+}
+
+func (x *RefundMark) GetShiftNanos() int64 {
+	if x != nil {
+		return x.ShiftNanos
+	}
+	return 0
+}
+
+func (x *RefundMark) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
 // LogEntry is one admitted request of a sliding log.
 type LogEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2725,7 +2816,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2828,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[29]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2841,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{29}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogEntry) GetAtUnixNano() int64 {
@@ -2789,7 +2880,7 @@ type DedupeRecord struct {
 
 func (x *DedupeRecord) Reset() {
 	*x = DedupeRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +2892,7 @@ func (x *DedupeRecord) String() string {
 func (*DedupeRecord) ProtoMessage() {}
 
 func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[30]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +2905,7 @@ func (x *DedupeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupeRecord.ProtoReflect.Descriptor instead.
 func (*DedupeRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{30}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DedupeRecord) GetCaller() string {
@@ -2896,7 +2987,7 @@ type AdmitRecord struct {
 
 func (x *AdmitRecord) Reset() {
 	*x = AdmitRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +2999,7 @@ func (x *AdmitRecord) String() string {
 func (*AdmitRecord) ProtoMessage() {}
 
 func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[31]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3012,7 @@ func (x *AdmitRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRecord.ProtoReflect.Descriptor instead.
 func (*AdmitRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{31}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AdmitRecord) GetAllowed() bool {
@@ -3036,14 +3127,16 @@ type CheckRecord struct {
 	PolicyVersion   uint64                 `protobuf:"varint,9,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	ShadowDenied    bool                   `protobuf:"varint,10,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	// Units actually spent (0 when denied or shadow-denied).
-	Spent         int64 `protobuf:"varint,11,opt,name=spent,proto3" json:"spent,omitempty"`
+	Spent int64 `protobuf:"varint,11,opt,name=spent,proto3" json:"spent,omitempty"`
+	// The key's shifted_nanos right after the spend (token_bucket).
+	ShiftedNanos  int64 `protobuf:"varint,12,opt,name=shifted_nanos,json=shiftedNanos,proto3" json:"shifted_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckRecord) Reset() {
 	*x = CheckRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3148,7 @@ func (x *CheckRecord) String() string {
 func (*CheckRecord) ProtoMessage() {}
 
 func (x *CheckRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[32]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3161,7 @@ func (x *CheckRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRecord.ProtoReflect.Descriptor instead.
 func (*CheckRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{32}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CheckRecord) GetPolicy() string {
@@ -3148,6 +3241,13 @@ func (x *CheckRecord) GetSpent() int64 {
 	return 0
 }
 
+func (x *CheckRecord) GetShiftedNanos() int64 {
+	if x != nil {
+		return x.ShiftedNanos
+	}
+	return 0
+}
+
 // SemaphoreRecord is one concurrency key's leases, in a snapshot.
 type SemaphoreRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3162,7 +3262,7 @@ type SemaphoreRecord struct {
 
 func (x *SemaphoreRecord) Reset() {
 	*x = SemaphoreRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3274,7 @@ func (x *SemaphoreRecord) String() string {
 func (*SemaphoreRecord) ProtoMessage() {}
 
 func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[33]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3287,7 @@ func (x *SemaphoreRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemaphoreRecord.ProtoReflect.Descriptor instead.
 func (*SemaphoreRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{33}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SemaphoreRecord) GetKey() string {
@@ -3234,7 +3334,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3346,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[34]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3359,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{34}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LeaseRecord) GetToken() int64 {
@@ -3325,7 +3425,7 @@ type LeaseOpRecord struct {
 
 func (x *LeaseOpRecord) Reset() {
 	*x = LeaseOpRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3437,7 @@ func (x *LeaseOpRecord) String() string {
 func (*LeaseOpRecord) ProtoMessage() {}
 
 func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[35]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3450,7 @@ func (x *LeaseOpRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseOpRecord.ProtoReflect.Descriptor instead.
 func (*LeaseOpRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{35}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LeaseOpRecord) GetAllowed() bool {
@@ -3442,15 +3542,17 @@ type ReservationRecord struct {
 	SpentUntilUnixNano int64 `protobuf:"varint,6,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
 	ExpiresAtUnixNano  int64 `protobuf:"varint,7,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
 	// Who holds it: the caller that reserved it and the secret of its ID.
-	Caller        string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
-	Secret        []byte `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Caller string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
+	Secret []byte `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The key's shifted_nanos right after the spend (token_bucket).
+	SpentShiftedNanos int64 `protobuf:"varint,10,opt,name=spent_shifted_nanos,json=spentShiftedNanos,proto3" json:"spent_shifted_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReservationRecord) Reset() {
 	*x = ReservationRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3564,7 @@ func (x *ReservationRecord) String() string {
 func (*ReservationRecord) ProtoMessage() {}
 
 func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[36]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3577,7 @@ func (x *ReservationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationRecord.ProtoReflect.Descriptor instead.
 func (*ReservationRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{36}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReservationRecord) GetId() string {
@@ -3541,6 +3643,13 @@ func (x *ReservationRecord) GetSecret() []byte {
 	return nil
 }
 
+func (x *ReservationRecord) GetSpentShiftedNanos() int64 {
+	if x != nil {
+		return x.SpentShiftedNanos
+	}
+	return 0
+}
+
 // GrantRecord is one live budget lease, in a snapshot and in the answer a
 // retry of its last call gets.
 type GrantRecord struct {
@@ -3557,11 +3666,8 @@ type GrantRecord struct {
 	DemandMilli       int64 `protobuf:"varint,8,opt,name=demand_milli,json=demandMilli,proto3" json:"demand_milli,omitempty"`
 	StartedAtUnixNano int64 `protobuf:"varint,9,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
 	ExpiresAtUnixNano int64 `protobuf:"varint,10,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
-	// The last top-up: when, how many units, and the ExpiresAt of the key's
-	// state right after it (what a release can still give back).
-	LastAddedAtUnixNano int64 `protobuf:"varint,11,opt,name=last_added_at_unix_nano,json=lastAddedAtUnixNano,proto3" json:"last_added_at_unix_nano,omitempty"`
-	LastAdded           int64 `protobuf:"varint,12,opt,name=last_added,json=lastAdded,proto3" json:"last_added,omitempty"`
-	SpentUntilUnixNano  int64 `protobuf:"varint,13,opt,name=spent_until_unix_nano,json=spentUntilUnixNano,proto3" json:"spent_until_unix_nano,omitempty"`
+	// The last call's top-up (0 when it added nothing).
+	LastAdded int64 `protobuf:"varint,12,opt,name=last_added,json=lastAdded,proto3" json:"last_added,omitempty"`
 	// The last call's answer fields that a retry gets back.
 	LastDecidedAtUnixNano int64  `protobuf:"varint,14,opt,name=last_decided_at_unix_nano,json=lastDecidedAtUnixNano,proto3" json:"last_decided_at_unix_nano,omitempty"`
 	LastRemaining         int64  `protobuf:"varint,15,opt,name=last_remaining,json=lastRemaining,proto3" json:"last_remaining,omitempty"`
@@ -3577,18 +3683,18 @@ type GrantRecord struct {
 	SpendRateMilli     int64 `protobuf:"varint,18,opt,name=spend_rate_milli,json=spendRateMilli,proto3" json:"spend_rate_milli,omitempty"`
 	ObservedAtUnixNano int64 `protobuf:"varint,19,opt,name=observed_at_unix_nano,json=observedAtUnixNano,proto3" json:"observed_at_unix_nano,omitempty"`
 	ObservedUsed       int64 `protobuf:"varint,20,opt,name=observed_used,json=observedUsed,proto3" json:"observed_used,omitempty"`
-	// How many of the grant's latest unspent units a release gives back as
-	// the last top-up's spend (at last_added_at_unix_nano, until
-	// spent_until_unix_nano): that top-up's units and those of earlier
-	// top-ups still ahead of it in a token bucket's schedule.
-	Refundable    int64 `protobuf:"varint,21,opt,name=refundable,proto3" json:"refundable,omitempty"`
+	// What a release can give back, and where it lies in the key's state:
+	// the last top-up's units, and those of earlier top-ups still held,
+	// placed no later than they lie (fsm/DESIGN.md, "Budget leases").
+	LastTopUp     *SpendRecord `protobuf:"bytes,21,opt,name=last_top_up,json=lastTopUp,proto3" json:"last_top_up,omitempty"`
+	Carried       *SpendRecord `protobuf:"bytes,22,opt,name=carried,proto3" json:"carried,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3706,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[37]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3719,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{37}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GrantRecord) GetPolicy() string {
@@ -3686,23 +3792,9 @@ func (x *GrantRecord) GetExpiresAtUnixNano() int64 {
 	return 0
 }
 
-func (x *GrantRecord) GetLastAddedAtUnixNano() int64 {
-	if x != nil {
-		return x.LastAddedAtUnixNano
-	}
-	return 0
-}
-
 func (x *GrantRecord) GetLastAdded() int64 {
 	if x != nil {
 		return x.LastAdded
-	}
-	return 0
-}
-
-func (x *GrantRecord) GetSpentUntilUnixNano() int64 {
-	if x != nil {
-		return x.SpentUntilUnixNano
 	}
 	return 0
 }
@@ -3756,9 +3848,85 @@ func (x *GrantRecord) GetObservedUsed() int64 {
 	return 0
 }
 
-func (x *GrantRecord) GetRefundable() int64 {
+func (x *GrantRecord) GetLastTopUp() *SpendRecord {
 	if x != nil {
-		return x.Refundable
+		return x.LastTopUp
+	}
+	return nil
+}
+
+func (x *GrantRecord) GetCarried() *SpendRecord {
+	if x != nil {
+		return x.Carried
+	}
+	return nil
+}
+
+// SpendRecord is what some units took from a key's state (admission.Spend).
+type SpendRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cost          int64                  `protobuf:"varint,1,opt,name=cost,proto3" json:"cost,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	UntilUnixNano int64                  `protobuf:"varint,3,opt,name=until_unix_nano,json=untilUnixNano,proto3" json:"until_unix_nano,omitempty"`
+	ShiftedNanos  int64                  `protobuf:"varint,4,opt,name=shifted_nanos,json=shiftedNanos,proto3" json:"shifted_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpendRecord) Reset() {
+	*x = SpendRecord{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpendRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpendRecord) ProtoMessage() {}
+
+func (x *SpendRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpendRecord.ProtoReflect.Descriptor instead.
+func (*SpendRecord) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SpendRecord) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *SpendRecord) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *SpendRecord) GetUntilUnixNano() int64 {
+	if x != nil {
+		return x.UntilUnixNano
+	}
+	return 0
+}
+
+func (x *SpendRecord) GetShiftedNanos() int64 {
+	if x != nil {
+		return x.ShiftedNanos
 	}
 	return 0
 }
@@ -3785,7 +3953,7 @@ type ReserveRecord struct {
 
 func (x *ReserveRecord) Reset() {
 	*x = ReserveRecord{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +3965,7 @@ func (x *ReserveRecord) String() string {
 func (*ReserveRecord) ProtoMessage() {}
 
 func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[38]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +3978,7 @@ func (x *ReserveRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRecord.ProtoReflect.Descriptor instead.
 func (*ReserveRecord) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{38}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReserveRecord) GetAllowed() bool {
@@ -3908,7 +4076,7 @@ type FreezeSlots struct {
 
 func (x *FreezeSlots) Reset() {
 	*x = FreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4088,7 @@ func (x *FreezeSlots) String() string {
 func (*FreezeSlots) ProtoMessage() {}
 
 func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[39]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4101,7 @@ func (x *FreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeSlots.ProtoReflect.Descriptor instead.
 func (*FreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{39}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FreezeSlots) GetMigration() uint64 {
@@ -3967,7 +4135,7 @@ type UnfreezeSlots struct {
 
 func (x *UnfreezeSlots) Reset() {
 	*x = UnfreezeSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4147,7 @@ func (x *UnfreezeSlots) String() string {
 func (*UnfreezeSlots) ProtoMessage() {}
 
 func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[40]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4160,7 @@ func (x *UnfreezeSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnfreezeSlots.ProtoReflect.Descriptor instead.
 func (*UnfreezeSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{40}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UnfreezeSlots) GetMigration() uint64 {
@@ -4034,7 +4202,7 @@ type ImportSlots struct {
 
 func (x *ImportSlots) Reset() {
 	*x = ImportSlots{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4214,7 @@ func (x *ImportSlots) String() string {
 func (*ImportSlots) ProtoMessage() {}
 
 func (x *ImportSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[41]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4227,7 @@ func (x *ImportSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSlots.ProtoReflect.Descriptor instead.
 func (*ImportSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{41}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ImportSlots) GetMigration() uint64 {
@@ -4145,7 +4313,7 @@ type SlotState struct {
 
 func (x *SlotState) Reset() {
 	*x = SlotState{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4325,7 @@ func (x *SlotState) String() string {
 func (*SlotState) ProtoMessage() {}
 
 func (x *SlotState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[42]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4338,7 @@ func (x *SlotState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
 func (*SlotState) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{42}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SlotState) GetBuckets() []*BucketRecord {
@@ -4215,7 +4383,7 @@ type DropImport struct {
 
 func (x *DropImport) Reset() {
 	*x = DropImport{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +4395,7 @@ func (x *DropImport) String() string {
 func (*DropImport) ProtoMessage() {}
 
 func (x *DropImport) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[43]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +4408,7 @@ func (x *DropImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
 func (*DropImport) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{43}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DropImport) GetMigration() uint64 {
@@ -4281,7 +4449,7 @@ type ImportProgress struct {
 
 func (x *ImportProgress) Reset() {
 	*x = ImportProgress{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4461,7 @@ func (x *ImportProgress) String() string {
 func (*ImportProgress) ProtoMessage() {}
 
 func (x *ImportProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[44]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4474,7 @@ func (x *ImportProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
 func (*ImportProgress) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{44}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportProgress) GetMigration() uint64 {
@@ -4388,7 +4556,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4568,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4581,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Plan) GetId() uint64 {
@@ -4505,7 +4673,7 @@ type PlanStep struct {
 
 func (x *PlanStep) Reset() {
 	*x = PlanStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4685,7 @@ func (x *PlanStep) String() string {
 func (*PlanStep) ProtoMessage() {}
 
 func (x *PlanStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4698,7 @@ func (x *PlanStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
 func (*PlanStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PlanStep) GetAction() isPlanStep_Action {
@@ -4627,7 +4795,7 @@ type AddGroupStep struct {
 
 func (x *AddGroupStep) Reset() {
 	*x = AddGroupStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4807,7 @@ func (x *AddGroupStep) String() string {
 func (*AddGroupStep) ProtoMessage() {}
 
 func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4820,7 @@ func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
 func (*AddGroupStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddGroupStep) GetGroup() uint32 {
@@ -4683,7 +4851,7 @@ type MoveSlotsStep struct {
 
 func (x *MoveSlotsStep) Reset() {
 	*x = MoveSlotsStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4695,7 +4863,7 @@ func (x *MoveSlotsStep) String() string {
 func (*MoveSlotsStep) ProtoMessage() {}
 
 func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4708,7 +4876,7 @@ func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
 func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MoveSlotsStep) GetFrom() uint32 {
@@ -4750,7 +4918,7 @@ type CreatePlan struct {
 
 func (x *CreatePlan) Reset() {
 	*x = CreatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +4930,7 @@ func (x *CreatePlan) String() string {
 func (*CreatePlan) ProtoMessage() {}
 
 func (x *CreatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +4943,7 @@ func (x *CreatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
 func (*CreatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{49}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreatePlan) GetPlan() *Plan {
@@ -4810,7 +4978,7 @@ type UpdatePlan struct {
 
 func (x *UpdatePlan) Reset() {
 	*x = UpdatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +4990,7 @@ func (x *UpdatePlan) String() string {
 func (*UpdatePlan) ProtoMessage() {}
 
 func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +5003,7 @@ func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
 func (*UpdatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{50}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UpdatePlan) GetId() uint64 {
@@ -4919,7 +5087,7 @@ type CancelPlan struct {
 
 func (x *CancelPlan) Reset() {
 	*x = CancelPlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4931,7 +5099,7 @@ func (x *CancelPlan) String() string {
 func (*CancelPlan) ProtoMessage() {}
 
 func (x *CancelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4944,7 +5112,7 @@ func (x *CancelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
 func (*CancelPlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{51}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelPlan) GetId() uint64 {
@@ -5167,7 +5335,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"grantCount\"\\\n" +
 	"\fPolicyRecord\x122\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1a.quorate.raftcmd.v1.PolicyR\x06policy\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa3\x02\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xbd\x03\n" +
 	"\fBucketRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\"\n" +
 	"\rtat_unix_nano\x18\x02 \x01(\x03R\vtatUnixNano\x12\x12\n" +
@@ -5177,7 +5345,17 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
 	"prev_count\x18\x06 \x01(\x03R\tprevCount\x12.\n" +
 	"\x03log\x18\a \x03(\v2\x1c.quorate.raftcmd.v1.LogEntryR\x03log\x12/\n" +
-	"\x14expires_at_unix_nano\x18\b \x01(\x03R\x11expiresAtUnixNano\"@\n" +
+	"\x14expires_at_unix_nano\x18\b \x01(\x03R\x11expiresAtUnixNano\x12#\n" +
+	"\rshifted_nanos\x18\t \x01(\x03R\fshiftedNanos\x128\n" +
+	"\arefunds\x18\n" +
+	" \x03(\v2\x1e.quorate.raftcmd.v1.RefundMarkR\arefunds\x129\n" +
+	"\x19forgotten_until_unix_nano\x18\v \x01(\x03R\x16forgottenUntilUnixNano\"y\n" +
+	"\n" +
+	"RefundMark\x12\"\n" +
+	"\rend_unix_nano\x18\x01 \x01(\x03R\vendUnixNano\x12\x1f\n" +
+	"\vshift_nanos\x18\x02 \x01(\x03R\n" +
+	"shiftNanos\x12&\n" +
+	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\"@\n" +
 	"\bLogEntry\x12 \n" +
 	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
 	"atUnixNano\x12\x12\n" +
@@ -5207,7 +5385,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fdenied_check\x18\v \x01(\x05R\vdeniedCheck\x12\x1a\n" +
 	"\brefunded\x18\f \x01(\bR\brefunded\x121\n" +
 	"\x15refunded_at_unix_nano\x18\r \x01(\x03R\x12refundedAtUnixNano\x12\x14\n" +
-	"\x05multi\x18\x0e \x01(\bR\x05multi\"\xd3\x02\n" +
+	"\x05multi\x18\x0e \x01(\bR\x05multi\"\xf8\x02\n" +
 	"\vCheckRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -5220,7 +5398,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\t \x01(\x04R\rpolicyVersion\x12#\n" +
 	"\rshadow_denied\x18\n" +
 	" \x01(\bR\fshadowDenied\x12\x14\n" +
-	"\x05spent\x18\v \x01(\x03R\x05spent\"\xac\x01\n" +
+	"\x05spent\x18\v \x01(\x03R\x05spent\x12#\n" +
+	"\rshifted_nanos\x18\f \x01(\x03R\fshiftedNanos\"\xac\x01\n" +
 	"\x0fSemaphoreRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -5246,7 +5425,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\acharged\x18\t \x01(\x03R\acharged\x12\x1a\n" +
 	"\breleased\x18\n" +
 	" \x01(\x03R\breleased\x12\x12\n" +
-	"\x04over\x18\v \x01(\x03R\x04over\"\xb0\x02\n" +
+	"\x04over\x18\v \x01(\x03R\x04over\"\xe0\x02\n" +
 	"\x11ReservationRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
@@ -5256,7 +5435,9 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x15spent_until_unix_nano\x18\x06 \x01(\x03R\x12spentUntilUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\a \x01(\x03R\x11expiresAtUnixNano\x12\x16\n" +
 	"\x06caller\x18\b \x01(\tR\x06caller\x12\x16\n" +
-	"\x06secret\x18\t \x01(\fR\x06secret\"\xf7\x05\n" +
+	"\x06secret\x18\t \x01(\fR\x06secret\x12.\n" +
+	"\x13spent_shifted_nanos\x18\n" +
+	" \x01(\x03R\x11spentShiftedNanos\"\xea\x05\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -5268,21 +5449,24 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\fdemand_milli\x18\b \x01(\x03R\vdemandMilli\x12/\n" +
 	"\x14started_at_unix_nano\x18\t \x01(\x03R\x11startedAtUnixNano\x12/\n" +
 	"\x14expires_at_unix_nano\x18\n" +
-	" \x01(\x03R\x11expiresAtUnixNano\x124\n" +
-	"\x17last_added_at_unix_nano\x18\v \x01(\x03R\x13lastAddedAtUnixNano\x12\x1d\n" +
+	" \x01(\x03R\x11expiresAtUnixNano\x12\x1d\n" +
 	"\n" +
-	"last_added\x18\f \x01(\x03R\tlastAdded\x121\n" +
-	"\x15spent_until_unix_nano\x18\r \x01(\x03R\x12spentUntilUnixNano\x128\n" +
+	"last_added\x18\f \x01(\x03R\tlastAdded\x128\n" +
 	"\x19last_decided_at_unix_nano\x18\x0e \x01(\x03R\x15lastDecidedAtUnixNano\x12%\n" +
 	"\x0elast_remaining\x18\x0f \x01(\x03R\rlastRemaining\x12.\n" +
 	"\x13last_policy_version\x18\x10 \x01(\x04R\x11lastPolicyVersion\x12\x12\n" +
 	"\x04sync\x18\x11 \x01(\bR\x04sync\x12(\n" +
 	"\x10spend_rate_milli\x18\x12 \x01(\x03R\x0espendRateMilli\x121\n" +
 	"\x15observed_at_unix_nano\x18\x13 \x01(\x03R\x12observedAtUnixNano\x12#\n" +
-	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\x12\x1e\n" +
-	"\n" +
-	"refundable\x18\x15 \x01(\x03R\n" +
-	"refundable\"\x83\x03\n" +
+	"\robserved_used\x18\x14 \x01(\x03R\fobservedUsed\x12?\n" +
+	"\vlast_top_up\x18\x15 \x01(\v2\x1f.quorate.raftcmd.v1.SpendRecordR\tlastTopUp\x129\n" +
+	"\acarried\x18\x16 \x01(\v2\x1f.quorate.raftcmd.v1.SpendRecordR\acarried\"\x90\x01\n" +
+	"\vSpendRecord\x12\x12\n" +
+	"\x04cost\x18\x01 \x01(\x03R\x04cost\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12&\n" +
+	"\x0funtil_unix_nano\x18\x03 \x01(\x03R\runtilUnixNano\x12#\n" +
+	"\rshifted_nanos\x18\x04 \x01(\x03R\fshiftedNanos\"\x83\x03\n" +
 	"\rReserveRecord\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
 	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12\x14\n" +
@@ -5398,7 +5582,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -5430,29 +5614,31 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*SnapshotHeader)(nil),    // 27: quorate.raftcmd.v1.SnapshotHeader
 	(*PolicyRecord)(nil),      // 28: quorate.raftcmd.v1.PolicyRecord
 	(*BucketRecord)(nil),      // 29: quorate.raftcmd.v1.BucketRecord
-	(*LogEntry)(nil),          // 30: quorate.raftcmd.v1.LogEntry
-	(*DedupeRecord)(nil),      // 31: quorate.raftcmd.v1.DedupeRecord
-	(*AdmitRecord)(nil),       // 32: quorate.raftcmd.v1.AdmitRecord
-	(*CheckRecord)(nil),       // 33: quorate.raftcmd.v1.CheckRecord
-	(*SemaphoreRecord)(nil),   // 34: quorate.raftcmd.v1.SemaphoreRecord
-	(*LeaseRecord)(nil),       // 35: quorate.raftcmd.v1.LeaseRecord
-	(*LeaseOpRecord)(nil),     // 36: quorate.raftcmd.v1.LeaseOpRecord
-	(*ReservationRecord)(nil), // 37: quorate.raftcmd.v1.ReservationRecord
-	(*GrantRecord)(nil),       // 38: quorate.raftcmd.v1.GrantRecord
-	(*ReserveRecord)(nil),     // 39: quorate.raftcmd.v1.ReserveRecord
-	(*FreezeSlots)(nil),       // 40: quorate.raftcmd.v1.FreezeSlots
-	(*UnfreezeSlots)(nil),     // 41: quorate.raftcmd.v1.UnfreezeSlots
-	(*ImportSlots)(nil),       // 42: quorate.raftcmd.v1.ImportSlots
-	(*SlotState)(nil),         // 43: quorate.raftcmd.v1.SlotState
-	(*DropImport)(nil),        // 44: quorate.raftcmd.v1.DropImport
-	(*ImportProgress)(nil),    // 45: quorate.raftcmd.v1.ImportProgress
-	(*Plan)(nil),              // 46: quorate.raftcmd.v1.Plan
-	(*PlanStep)(nil),          // 47: quorate.raftcmd.v1.PlanStep
-	(*AddGroupStep)(nil),      // 48: quorate.raftcmd.v1.AddGroupStep
-	(*MoveSlotsStep)(nil),     // 49: quorate.raftcmd.v1.MoveSlotsStep
-	(*CreatePlan)(nil),        // 50: quorate.raftcmd.v1.CreatePlan
-	(*UpdatePlan)(nil),        // 51: quorate.raftcmd.v1.UpdatePlan
-	(*CancelPlan)(nil),        // 52: quorate.raftcmd.v1.CancelPlan
+	(*RefundMark)(nil),        // 30: quorate.raftcmd.v1.RefundMark
+	(*LogEntry)(nil),          // 31: quorate.raftcmd.v1.LogEntry
+	(*DedupeRecord)(nil),      // 32: quorate.raftcmd.v1.DedupeRecord
+	(*AdmitRecord)(nil),       // 33: quorate.raftcmd.v1.AdmitRecord
+	(*CheckRecord)(nil),       // 34: quorate.raftcmd.v1.CheckRecord
+	(*SemaphoreRecord)(nil),   // 35: quorate.raftcmd.v1.SemaphoreRecord
+	(*LeaseRecord)(nil),       // 36: quorate.raftcmd.v1.LeaseRecord
+	(*LeaseOpRecord)(nil),     // 37: quorate.raftcmd.v1.LeaseOpRecord
+	(*ReservationRecord)(nil), // 38: quorate.raftcmd.v1.ReservationRecord
+	(*GrantRecord)(nil),       // 39: quorate.raftcmd.v1.GrantRecord
+	(*SpendRecord)(nil),       // 40: quorate.raftcmd.v1.SpendRecord
+	(*ReserveRecord)(nil),     // 41: quorate.raftcmd.v1.ReserveRecord
+	(*FreezeSlots)(nil),       // 42: quorate.raftcmd.v1.FreezeSlots
+	(*UnfreezeSlots)(nil),     // 43: quorate.raftcmd.v1.UnfreezeSlots
+	(*ImportSlots)(nil),       // 44: quorate.raftcmd.v1.ImportSlots
+	(*SlotState)(nil),         // 45: quorate.raftcmd.v1.SlotState
+	(*DropImport)(nil),        // 46: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 47: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 48: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 49: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 50: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 51: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 52: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 53: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 54: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	11, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
@@ -5470,13 +5656,13 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	10, // 12: quorate.raftcmd.v1.Envelope.set_policies:type_name -> quorate.raftcmd.v1.SetPolicies
 	4,  // 13: quorate.raftcmd.v1.Envelope.batch:type_name -> quorate.raftcmd.v1.Batch
 	26, // 14: quorate.raftcmd.v1.Envelope.remove_node:type_name -> quorate.raftcmd.v1.RemoveNode
-	40, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
-	41, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
-	42, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
-	44, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
-	50, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
-	51, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
-	52, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	42, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
+	43, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
+	44, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
+	46, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	52, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	53, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	54, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
 	24, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
 	23, // 23: quorate.raftcmd.v1.Envelope.grant:type_name -> quorate.raftcmd.v1.Grant
 	2,  // 24: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
@@ -5492,28 +5678,31 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	22, // 34: quorate.raftcmd.v1.Policy.local:type_name -> quorate.raftcmd.v1.LocalDecisions
 	5,  // 35: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
 	9,  // 36: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	40, // 37: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
-	45, // 38: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
-	46, // 39: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	42, // 37: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	47, // 38: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	48, // 39: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
 	21, // 40: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	30, // 41: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	33, // 42: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	35, // 43: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	35, // 44: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	43, // 45: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
-	29, // 46: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
-	34, // 47: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
-	37, // 48: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
-	31, // 49: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
-	47, // 50: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
-	48, // 51: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
-	49, // 52: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
-	46, // 53: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	31, // 41: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	30, // 42: quorate.raftcmd.v1.BucketRecord.refunds:type_name -> quorate.raftcmd.v1.RefundMark
+	34, // 43: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	36, // 44: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	36, // 45: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	40, // 46: quorate.raftcmd.v1.GrantRecord.last_top_up:type_name -> quorate.raftcmd.v1.SpendRecord
+	40, // 47: quorate.raftcmd.v1.GrantRecord.carried:type_name -> quorate.raftcmd.v1.SpendRecord
+	45, // 48: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	29, // 49: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	35, // 50: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	38, // 51: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	32, // 52: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	49, // 53: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	50, // 54: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	51, // 55: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	48, // 56: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -5548,7 +5737,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_Grant)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[13].OneofWrappers = []any{}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[46].OneofWrappers = []any{
+	file_quorate_raftcmd_v1_command_proto_msgTypes[48].OneofWrappers = []any{
 		(*PlanStep_AddGroup)(nil),
 		(*PlanStep_MoveSlots)(nil),
 	}
@@ -5558,7 +5747,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
