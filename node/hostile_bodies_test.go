@@ -138,25 +138,7 @@ func TestInflightBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	legitDone := make(chan struct{})
-	stopLegit := make(chan struct{})
-	var legitCalls int
-	go func() {
-		defer close(legitDone)
-		for {
-			_, err := c.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "inflight", Key: "k"}))
-			if err != nil {
-				t.Errorf("the client's call %d: %v", legitCalls, err)
-				return
-			}
-			legitCalls++
-			select {
-			case <-stopLegit:
-				return
-			case <-time.After(100 * time.Millisecond): // the client's pace
-			}
-		}
-	}()
+	stopClient := pacedClient(t, ctx, c, "inflight")
 
 	// Three stalled bodies: each has sent 1 KiB of gzip, charged as what
 	// it may inflate to, the 1 MiB bound.
@@ -178,37 +160,9 @@ func TestInflightBudget(t *testing.T) {
 	})
 	burst := func(what string, wantServed bool) {
 		t.Helper()
-		type answer struct {
-			r          hostileReply
-			retryAfter string
-		}
-		answers := make([]answer, 40)
-		var wg sync.WaitGroup
-		for i := range answers {
-			wg.Go(func() {
-				r, ra := inflightBomb(ctx, h, bytes.NewReader(bomb), int64(len(bomb)))
-				answers[i] = answer{r, ra}
-			})
-		}
-		wg.Wait()
-		refused, served := 0, 0
-		for i, a := range answers {
-			switch {
-			case a.r.err != nil:
-				t.Errorf("%s: bomb %d: no answer: %v", what, i, a.r.err)
-			case a.r.code == connect.CodeResourceExhausted:
-				refused++
-				if a.retryAfter == "" {
-					t.Errorf("%s: bomb %d refused without a Retry-After: %q", what, i, a.r.message)
-				}
-			case a.r.code == connect.CodeInvalidArgument: // inflated and decoded: zeros are no JSON
-				served++
-			default:
-				t.Errorf("%s: bomb %d: %s (%q)", what, i, codeName(a.r.code), a.r.message)
-			}
-		}
+		refused, served := sendBombs(t, ctx, h, bomb, 40)
 		t.Logf("%s: %d refused, %d inflated", what, refused, served)
-		if wantServed && served == 0 || !wantServed && refused != len(answers) {
+		if wantServed && served == 0 || !wantServed && refused != 40 {
 			t.Errorf("%s: %d refused, %d inflated", what, refused, served)
 		}
 	}
@@ -216,10 +170,8 @@ func TestInflightBudget(t *testing.T) {
 	unstall()
 	stalled.Wait()
 	burst("with the budget free", true)
-	close(stopLegit)
-	<-legitDone
-	if legitCalls < 2 {
-		t.Errorf("the client made %d calls", legitCalls)
+	if calls := stopClient(); calls < 2 {
+		t.Errorf("the client made %d calls", calls)
 	}
 	c.Eventually(t, 20*time.Second, "the budget is free again", func() error {
 		if api, _, _ := n.InflightStats(); api.InUse != 0 {
@@ -245,57 +197,11 @@ func TestGzipBurstWithinBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	legitDone, stopLegit := make(chan struct{}), make(chan struct{})
-	var legitCalls int
-	go func() {
-		defer close(legitDone)
-		for {
-			if _, err := c.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "burst", Key: "k"})); err != nil {
-				t.Errorf("the client's call %d: %v", legitCalls, err)
-				return
-			}
-			legitCalls++
-			select {
-			case <-stopLegit:
-				return
-			case <-time.After(100 * time.Millisecond): // the client's pace
-			}
-		}
-	}()
-
+	stopClient := pacedClient(t, ctx, c, "burst")
 	stop := watchHeap()
-	type answer struct {
-		r          hostileReply
-		retryAfter string
-	}
-	answers := make([]answer, 200)
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Go(func() {
-			r, ra := inflightBomb(ctx, h, bytes.NewReader(bomb), int64(len(bomb)))
-			answers[i] = answer{r, ra}
-		})
-	}
-	wg.Wait()
+	refused, inflated := sendBombs(t, ctx, h, bomb, 200)
 	growth := stop()
-	close(stopLegit)
-	<-legitDone
-	refused, inflated := 0, 0
-	for i, a := range answers {
-		switch {
-		case a.r.err != nil:
-			t.Errorf("bomb %d: no answer: %v", i, a.r.err)
-		case a.r.code == connect.CodeResourceExhausted:
-			refused++
-			if a.retryAfter == "" {
-				t.Errorf("bomb %d refused without a Retry-After: %q", i, a.r.message)
-			}
-		case a.r.code == connect.CodeInvalidArgument:
-			inflated++
-		default:
-			t.Errorf("bomb %d: %s (%q)", i, codeName(a.r.code), a.r.message)
-		}
-	}
+	legitCalls := stopClient()
 	t.Logf("200 bombs: %d refused, %d inflated; heap grew by at most %d MiB; the client made %d calls", refused, inflated, growth>>20, legitCalls)
 	if refused == 0 {
 		t.Errorf("no bomb was refused: the budget bounded nothing")
@@ -312,4 +218,69 @@ func TestGzipBurstWithinBudget(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// pacedClient calls Admit on node 0 of c for policy every 100 ms until the
+// returned function is called, which returns how many calls were answered;
+// a call that fails fails the test.
+func pacedClient(t *testing.T, ctx context.Context, c *nodetest.Cluster, policy string) func() int {
+	done, stop := make(chan struct{}), make(chan struct{})
+	calls := 0
+	go func() {
+		defer close(done)
+		for {
+			if _, err := c.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: policy, Key: "k"})); err != nil {
+				t.Errorf("the client's call %d: %v", calls, err)
+				return
+			}
+			calls++
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // the client's pace
+			}
+		}
+	}()
+	return func() int {
+		close(stop)
+		<-done
+		return calls
+	}
+}
+
+// sendBombs sends n copies of the gzip body bomb at once and returns how
+// many were refused (resource_exhausted, each with a Retry-After) and how
+// many inflated (zeros are no JSON: invalid_argument); any other answer,
+// or none, fails the test.
+func sendBombs(t *testing.T, ctx context.Context, h *hostileEnv, bomb []byte, n int) (refused, inflated int) {
+	t.Helper()
+	type answer struct {
+		r          hostileReply
+		retryAfter string
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			r, ra := inflightBomb(ctx, h, bytes.NewReader(bomb), int64(len(bomb)))
+			answers[i] = answer{r, ra}
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		switch {
+		case a.r.err != nil:
+			t.Errorf("bomb %d: no answer: %v", i, a.r.err)
+		case a.r.code == connect.CodeResourceExhausted:
+			refused++
+			if a.retryAfter == "" {
+				t.Errorf("bomb %d refused without a Retry-After: %q", i, a.r.message)
+			}
+		case a.r.code == connect.CodeInvalidArgument:
+			inflated++
+		default:
+			t.Errorf("bomb %d: %s (%q)", i, codeName(a.r.code), a.r.message)
+		}
+	}
+	return refused, inflated
 }

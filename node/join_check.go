@@ -90,8 +90,7 @@ func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinR
 	if c.cfg.tlsEnabled() || c.firstOwnRegistration(ctx, r) {
 		return nil
 	}
-	at := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr()}
-	if where, _, live := c.answerAsNode(ctx, at); live && strings.HasPrefix(where, "peer port") {
+	if _, ok := c.answersAs(ctx, c.fwd, r.GetRaftAddr(), r.GetId()); ok {
 		return nil
 	}
 	return fmt.Errorf("%w: raft_addr: nothing answers as node %s on the peer port at %s within %v: "+
@@ -162,22 +161,28 @@ func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quo
 		return "own API (it is the meta leader)", &quoratev1.NodeState{
 			Id: c.self.ID, RaftAddr: c.self.RaftAddr, ApiAddr: c.self.APIAddr, FeatureLevel: c.self.FeatureLevel}, true
 	}
-	ask := func(p *peers, addr, where string) (string, *quoratev1.NodeState, bool) {
-		if addr == "" {
-			return "", nil, false
-		}
-		ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
-		defer cancel()
-		resp, err := p.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
-		if err != nil || resp.Msg.GetNode().GetId() != m.ID {
-			return "", nil, false
-		}
-		return where + " " + addr, resp.Msg.GetNode(), true
+	if st, ok := c.answersAs(ctx, c.fwd, m.RaftAddr, m.ID); ok {
+		return "peer port " + m.RaftAddr, st, true
 	}
-	if where, st, ok := ask(c.fwd, m.RaftAddr, "peer port"); ok {
-		return where, st, true
+	if st, ok := c.answersAs(ctx, c.peers, m.APIAddr, m.ID); ok {
+		return "API " + m.APIAddr, st, true
 	}
-	return ask(c.peers, m.APIAddr, "API")
+	return "", nil, false
+}
+
+// answersAs asks addr through p for its node's state, within
+// liveCheckTimeout, and reports whether it answered as node id.
+func (c *controller) answersAs(ctx context.Context, p *peers, addr, id string) (*quoratev1.NodeState, bool) {
+	if addr == "" {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
+	defer cancel()
+	resp, err := p.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	if err != nil || resp.Msg.GetNode().GetId() != id {
+		return nil, false
+	}
+	return resp.Msg.GetNode(), true
 }
 
 // nodeCaller is the caller name that proves node id: the URI a node's

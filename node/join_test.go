@@ -57,7 +57,10 @@ func admitsServed(t *testing.T, c *nodetest.Cluster, policy string, keys int) {
 	for i := range c.Len() {
 		for k := range keys {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := c.Admission(i).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: policy, Key: fmt.Sprintf("k%d", k)}))
+			// With a request ID, as a careful client sends: the node retries
+			// it across a leader change (the machine may be loaded).
+			_, err := c.Admission(i).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: policy, Key: fmt.Sprintf("k%d", k),
+				Caller: "test", RequestId: fmt.Sprintf("served-%d", admitSeq.Add(1))}))
 			cancel()
 			if err != nil {
 				t.Fatalf("admit of k%d through node %d: %v", k, i, err)

@@ -20,21 +20,7 @@ func TestOverPeerMux(t *testing.T) {
 	const groups = 4
 	tc := &testCluster{t: t, net: newTestNet(t)}
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := peermux.New(ln, peermux.NewDialer(ln.Addr(), nil), nil, nil, peermux.Options{})
-		go m.Serve()
-		t.Cleanup(func() { _ = m.Close() })
-		l, err := m.Listener(peermux.ChannelRaft)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sl, err := m.Listener(peermux.ChannelRaftSnapshot)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln, m, l, sl := servePeerMux(t, peermux.Options{})
 		dial := func(ch uint64) Dial {
 			return func(ctx context.Context, a raft.ServerAddress) (net.Conn, error) {
 				return m.Dial(ctx, string(a), ch)
@@ -61,17 +47,16 @@ func TestOverPeerMux(t *testing.T) {
 	applyEverywhere(tc, allGroups(groups), 10, 10)
 }
 
-// TestStartedFrameMustFinish: over a peer mux, a shared connection that
-// sends one byte of a frame and stops is closed within the frame timeout
-// (the peer port's idle timeout, which the shared channel is otherwise
-// exempt from), while one that is quiet between frames is kept.
-func TestStartedFrameMustFinish(t *testing.T) {
-	const idle = 300 * time.Millisecond
+// servePeerMux serves a peer mux with opts on a new loopback listener
+// until the test ends, and returns the listener, the mux and its Raft and
+// snapshot channels' listeners.
+func servePeerMux(t *testing.T, opts peermux.Options) (net.Listener, *peermux.Mux, net.Listener, net.Listener) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := peermux.New(ln, peermux.NewDialer(ln.Addr(), nil), nil, nil, peermux.Options{IdleTimeout: idle})
+	m := peermux.New(ln, peermux.NewDialer(ln.Addr(), nil), nil, nil, opts)
 	go m.Serve()
 	t.Cleanup(func() { _ = m.Close() })
 	l, err := m.Listener(peermux.ChannelRaft)
@@ -82,6 +67,16 @@ func TestStartedFrameMustFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln, m, l, sl
+}
+
+// TestStartedFrameMustFinish: over a peer mux, a shared connection that
+// sends one byte of a frame and stops is closed within the frame timeout
+// (the peer port's idle timeout, which the shared channel is otherwise
+// exempt from), while one that is quiet between frames is kept.
+func TestStartedFrameMustFinish(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	ln, m, l, sl := servePeerMux(t, peermux.Options{IdleTimeout: idle})
 	never := func(context.Context, raft.ServerAddress) (net.Conn, error) { return nil, errors.New("no dials here") }
 	h, err := New(Options{Dial: never, DialSnapshot: never, Listener: l, SnapshotListener: sl, FrameTimeout: m.IdleTimeout()})
 	if err != nil {
