@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -167,6 +168,22 @@ func TestCLIBinaryConventions(t *testing.T) {
 		}
 		if strings.Contains(r.stderr, "retrying in") {
 			t.Errorf("retry chatter without -v:\n%s", r.stderr)
+		}
+	})
+
+	t.Run("a node's Raft port 1 at once", func(t *testing.T) {
+		raft := c.Node(0).RaftAddr()
+		for _, args := range [][]string{{"admit", "--policy", "exit-once", "--key", "raft"}, {"lease", "acquire", "--policy", "exit-slot", "--key", "raft"}} {
+			started := time.Now()
+			r := runBinary(t, bin, nil, append(args, "--server", raft, "--timeout", "10s")...)
+			what := "quorate " + strings.Join(args, " ") + " --server " + raft + " (the Raft port)"
+			wantStatus(t, r, exitError, what)
+			if took := time.Since(started); took > 5*time.Second {
+				t.Errorf("%s: took %v, want an answer at once (--timeout 10s)", what, took)
+			}
+			if !strings.Contains(r.stderr, "is not a Quorate node") || !strings.Contains(r.stderr, "not its Raft or another port") {
+				t.Errorf("%s: stderr %q does not say the server is not a Quorate API", what, r.stderr)
+			}
 		}
 	})
 
