@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -203,7 +203,7 @@ func TestCLIBinaryConventions(t *testing.T) {
 	t.Run("version", func(t *testing.T) {
 		r := runBinary(t, bin, nil, "version", "-o", "json")
 		wantStatus(t, r, exitOK, "version")
-		var v buildInfo
+		var v node.BuildInfo
 		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 			t.Fatalf("version -o json: %v\n%s", err, r.stdout)
 		}
@@ -230,7 +230,7 @@ func TestCLIBinaryConventions(t *testing.T) {
 			}
 		}
 		y := runBinary(t, bin, nil, "version", "-o", "yaml")
-		if !strings.Contains(y.stdout, "commit: ") || !strings.Contains(y.stdout, "go_version: ") {
+		if !strings.Contains(y.stdout, "commit: ") || !strings.Contains(y.stdout, "goVersion: ") {
 			t.Errorf("version -o yaml:\n%s", y.stdout)
 		}
 	})
@@ -295,19 +295,5 @@ func TestExecuteStatus(t *testing.T) {
 	}
 	if s := execute(context.Background(), []string{"admit", "--bogus"}, &out, &errOut); s != exitError {
 		t.Errorf("bad flag: status %d, want %d", s, exitError)
-	}
-}
-
-// The version control stamps of a build are read into buildInfo.
-func TestBuildInfoOf(t *testing.T) {
-	b := buildInfoOf(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
-		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"},
-		{Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}})
-	if b.Version != "v1.2.3" || b.Commit != "0123abcd" || b.CommitTime != "2026-12-01T10:00:00Z" || !b.Modified || b.GoVersion == "" {
-		t.Errorf("buildInfoOf: %+v", b)
-	}
-	var out bytes.Buffer
-	if err := writeBuildInfo(&out, outputText, buildInfoOf(nil)); err != nil || !strings.Contains(out.String(), "commit:      unknown\n") {
-		t.Errorf("without build info: %v\n%s", err, out.String())
 	}
 }
