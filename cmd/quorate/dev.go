@@ -139,7 +139,8 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 	}
 	policies, err := readPolicyFile(o.policies, nil)
 	if errors.Is(err, fs.ErrNotExist) && !o.policiesChanged {
-		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: quorate policy apply -f FILE)\n", o.policies)
+		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: %s policy apply -f FILE)\n",
+			o.policies, shellQuote(o.program))
 		return nil, nil
 	}
 	if err != nil {
