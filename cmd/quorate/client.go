@@ -108,13 +108,23 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 // begin checks the flags and returns the API base URL of a command that
 // talks to one node: the first of the --server list that accepts a
 // connection (firstReachable), and a context that ends at the --timeout
-// deadline.
+// deadline. A server that is not a Quorate API (probeAPI) fails it with a
+// *mismatchError before the command sends anything.
 func (o *clientOptions) begin(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
 	servers, ctx, cancel, err := o.beginServers(ctx)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	return firstReachable(ctx, servers), ctx, cancel, nil
+	base := firstReachable(ctx, servers)
+	if err := probeAPI(ctx, o.http(), "", base); err != nil {
+		cancel()
+		var m *client.MismatchError
+		if errors.As(err, &m) {
+			return "", nil, nil, &mismatchError{m: m}
+		}
+		return "", nil, nil, err
+	}
+	return base, ctx, cancel, nil
 }
 
 // reachTimeout bounds the connection attempt to each server by

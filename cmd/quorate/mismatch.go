@@ -29,9 +29,12 @@ func (e *mismatchError) Error() string {
 		cause += " by --tls-ca"
 	case client.MismatchNotQuorate:
 		var notHTTP *notHTTPError
-		if !errors.As(m.Cause, &notHTTP) {
+		if !errors.As(m.Cause, &notHTTP) && m.Procedure != "" {
 			cause += ", or a Quorate version without " + m.Procedure
 		}
+	}
+	if m.Procedure == "" { // found before the command named its call (probeAPI)
+		return fmt.Sprintf("%s: %s (%v); %s", m.Server, cause, m.Cause, mismatchHint(m.Kind))
 	}
 	return fmt.Sprintf("%s on %s: %s (%v); %s", m.Procedure, m.Server, cause, m.Cause, mismatchHint(m.Kind))
 }

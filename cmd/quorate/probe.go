@@ -43,7 +43,8 @@ func (e *notHTTPError) Unwrap() error { return e.err }
 // bearer token, and returns a *client.MismatchError (for procedure) when the
 // answer shows server is not a Quorate API: a TLS mismatch, or no HTTP
 // answer on a connection it took. It returns nil otherwise, when it cannot
-// tell too.
+// tell too. The commands that talk to one node (clientOptions.begin) probe
+// it too, with procedure "", before their first call.
 func probeAPI(ctx context.Context, hc *http.Client, procedure, server string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
