@@ -10,8 +10,17 @@ PROTO_GEN_DIR := .cache/proto-gen
 
 all: build
 
+## build: bin/quorate, stamped with its version (git describe), commit and build
+## date, which `quorate version`, /metrics (quorate_build_info) and every node's
+## start-up log show; `make build VERSION=v1.2.3` names another version.
+VERSION = $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT = $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE = $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+STAMP := github.com/quorate/quorate/node
+LDFLAGS = -X $(STAMP).stampVersion=$(VERSION) -X $(STAMP).stampCommit=$(COMMIT) -X $(STAMP).stampBuildDate=$(BUILD_DATE)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/quorate
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quorate
 
 ## run: start a local 3-node cluster (API on 127.0.0.1:7070-7072), state in ./data/dev
 run: build

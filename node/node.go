@@ -93,6 +93,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.clockOffset.Store(int64(cfg.ClockOffset))
 	n.metrics = newMetrics(n)
+	n.metrics.reg.MustRegister(buildInfoGauge(Build()))
 	defer func() {
 		if err != nil {
 			n.closeResources()
@@ -353,7 +354,8 @@ func (n *Node) Run(ctx context.Context) error {
 		go n.servePprof() // ends with the node
 		n.log.Info("profiling endpoint", "url", n.pprofURL())
 	}
-	n.log.Info("serving", "api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState)
+	n.log.Info("serving", append([]any{"api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState},
+		Build().logAttrs()...)...)
 
 	ctlCtx, stopCtl := context.WithCancel(ctx)
 	ctlDone := make(chan struct{})

@@ -93,7 +93,7 @@ func newAdmitCmd() *cobra.Command {
 			}
 			reportDenied(cmd, !resp.GetAllowed())
 			if output.structured() {
-				return output.write(cmd.OutOrStdout(), resp)
+				return output.writeWithRequestID(cmd.OutOrStdout(), resp, req.GetRequestId())
 			}
 			return writeDecision(cmd.OutOrStdout(), resp, req.GetRequestId(), attempts)
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -215,5 +216,43 @@ func TestRefundRetriesWithTheSameRequestID(t *testing.T) {
 	_, _, err = runCLI(t, "refund", "--server", srv.URL, "--key", "k", "--request-id", "x")
 	if connect.CodeOf(err) != connect.CodeNotFound || len(f.refundRequests()) != 1 {
 		t.Errorf("got %v after %d attempts, want not_found after 1", err, len(f.refundRequests()))
+	}
+}
+
+// admit -o json and -o yaml print the request ID with the answer: refund
+// names the admitted request by it, and without --request-id only the
+// command knows the one it made.
+func TestAdmitStructuredOutputHasTheRequestID(t *testing.T) {
+	f := &fakeAdmission{answer: func(int, *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
+		return &quoratev1.AdmitResponse{Allowed: true, Limit: 10, Remaining: 9, PolicyVersion: 3}, nil
+	}}
+	srv := serveFake(t, f, false)
+	admit := []string{"admit", "--server", srv.URL, "--policy", "p", "--key", "k"}
+
+	out, _, err := runCLI(t, append(admit, "--request-id", "invoice-42", "-o", "json")...)
+	var got struct {
+		Allowed   bool   `json:"allowed"`
+		Remaining string `json:"remaining"`
+		RequestID string `json:"requestId"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil || !got.Allowed || got.Remaining != "9" || got.RequestID != "invoice-42" {
+		t.Errorf("admit --request-id invoice-42 -o json: %v\n%s", err, out)
+	}
+
+	out, _, err = runCLI(t, append(admit, "-o", "json")...)
+	got.RequestID = ""
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("admit -o json: %v\n%s", err, out)
+	}
+	f.mu.Lock()
+	sent := f.received[len(f.received)-1].GetRequestId()
+	f.mu.Unlock()
+	if len(sent) != 32 || got.RequestID != sent {
+		t.Errorf("admit -o json: requestId %q, want the generated ID it sent, %q\n%s", got.RequestID, sent, out)
+	}
+
+	out, _, err = runCLI(t, append(admit, "--request-id", "invoice-43", "-o", "yaml")...)
+	if err != nil || !strings.Contains(out, "\nrequestId: invoice-43\n") || !strings.HasPrefix(out, "allowed: true\n") {
+		t.Errorf("admit -o yaml: %v\n%s", err, out)
 	}
 }

@@ -292,20 +292,20 @@ type BenchSummary struct {
 	Dist               string             `json:"dist"`
 	Seconds            float64            `json:"seconds"`
 	Calls              int64              `json:"calls"`
-	PerSecond          float64            `json:"per_second"` // calls per second
+	PerSecond          float64            `json:"perSecond"` // calls per second
 	Decisions          int64              `json:"decisions"`
-	DecisionsPerSecond float64            `json:"decisions_per_second"`
+	DecisionsPerSecond float64            `json:"decisionsPerSecond"`
 	Allowed            int64              `json:"allowed"`
 	Denied             int64              `json:"denied"`
 	Errors             map[string]int64   `json:"errors,omitempty"` // failed calls, by code
-	ItemErrors         map[string]int64   `json:"item_errors"`      // failed requests inside answered calls, by code
-	LatencyMs          map[string]float64 `json:"latency_ms"`       // per call: p50, p90, p99, p99.9, max
+	ItemErrors         map[string]int64   `json:"itemErrors"`       // failed requests inside answered calls, by code
+	LatencyMs          map[string]float64 `json:"latencyMs"`        // per call: p50, p90, p99, p99.9, max
 	// LongestGapMs is the longest time between two consecutive answered
 	// calls (answered: no error and at least one decision), and
 	// LongestGapAtS when it began, in seconds since the run began; absent
 	// with fewer than two answered calls.
-	LongestGapMs  *float64 `json:"longest_gap_ms,omitempty"`
-	LongestGapAtS *float64 `json:"longest_gap_at_s,omitempty"`
+	LongestGapMs  *float64 `json:"longestGapMs,omitempty"`
+	LongestGapAtS *float64 `json:"longestGapAtS,omitempty"`
 }
 
 // benchStats is what one worker saw; merged at the end. Latencies go to the

@@ -190,7 +190,7 @@ type CompareRowOut struct {
 	Redis           BenchSummary  `json:"redis"`
 	Ratio           float64       `json:"ratio"` // Quorate decisions/s ÷ Redis decisions/s
 	Gubernator      *BenchSummary `json:"gubernator,omitempty"`
-	GubernatorRatio float64       `json:"gubernator_ratio,omitempty"` // Quorate decisions/s ÷ Gubernator decisions/s
+	GubernatorRatio float64       `json:"gubernatorRatio,omitempty"` // Quorate decisions/s ÷ Gubernator decisions/s
 }
 
 // runCompare starts each system in turn, runs its loads and prints (and

@@ -112,10 +112,10 @@ type machineInfo struct {
 	Gubernator string `json:"gubernator"` // its cluster and version, or that it is not installed
 	Build      string `json:"build"`      // this binary's VCS revision, "(modified)" when built from a dirty tree
 	Quorate    string `json:"quorate"`    // the cluster: nodes, data groups, how it runs
-	LoadAvg    string `json:"load_avg"`   // /proc/loadavg before the runs: other work on the machine
+	LoadAvg    string `json:"loadAvg"`    // /proc/loadavg before the runs: other work on the machine
 	Date       string `json:"date"`
 	Command    string `json:"command"`
-	DataDir    string `json:"data_dir"`
+	DataDir    string `json:"dataDir"`
 	Load       string `json:"load"`
 	Bucket     string `json:"bucket"`
 }

@@ -333,7 +333,7 @@ func TestCompareReportWithoutGubernator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), `"gubernator_ratio"`) || strings.Contains(string(b), `"gubernator":{`) {
+	if strings.Contains(string(b), `"gubernatorRatio"`) || strings.Contains(string(b), `"gubernator":{`) {
 		t.Errorf("JSON has Gubernator results without Gubernator: %s", b)
 	}
 }

@@ -18,7 +18,7 @@ import (
 type TopologyRowOut struct {
 	Scenario string       `json:"scenario"`
 	Default  BenchSummary `json:"default"`
-	OneGroup BenchSummary `json:"one_group"`
+	OneGroup BenchSummary `json:"oneGroup"`
 	Ratio    float64      `json:"ratio"` // default decisions/s ÷ one group's
 }
 

@@ -134,8 +134,8 @@ func TestBenchBatch(t *testing.T) {
 	}
 
 	s, raw := bench("--policy", "b", "--batch", "10", "--workers", "3", "--duration", "2s")
-	for _, field := range []string{"target", "mode", "workers", "batch", "keys", "dist", "seconds", "calls", "per_second",
-		"decisions", "decisions_per_second", "allowed", "denied", "item_errors", "latency_ms"} {
+	for _, field := range []string{"target", "mode", "workers", "batch", "keys", "dist", "seconds", "calls", "perSecond",
+		"decisions", "decisionsPerSecond", "allowed", "denied", "itemErrors", "latencyMs"} {
 		if _, ok := raw[field]; !ok {
 			t.Errorf("JSON summary has no %q: %v", field, raw)
 		}

@@ -64,8 +64,15 @@ func invoke[R any](cmd *cobra.Command, o *clientOptions, dc dataCall, send func(
 	}
 	defer c.Close()
 	started := time.Now()
+	probed := false
 	resp, err := client.Invoke(ctx, c, client.Call{Procedure: dc.procedure, Key: dc.key, RequestID: dc.requestID, ReadOnly: dc.readOnly},
 		func(ctx context.Context, s client.Services) (*connect.Response[R], error) {
+			if !probed { // the first attempt: nothing was sent yet (probe.go)
+				probed = true
+				if err := probeAPI(ctx, o.http(), dc.procedure, s.Server); err != nil {
+					return nil, err
+				}
+			}
 			res, err := send(ctx, s)
 			if err != nil && client.AsMismatch(dc.procedure, s.Server, err) == nil {
 				return nil, &rpcError{procedure: dc.procedure, server: s.Server, requestID: dc.requestID, err: err}

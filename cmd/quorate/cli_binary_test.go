@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -170,6 +171,22 @@ func TestCLIBinaryConventions(t *testing.T) {
 		}
 	})
 
+	t.Run("a node's Raft port 1 at once", func(t *testing.T) {
+		raft := c.Node(0).RaftAddr()
+		for _, args := range [][]string{{"admit", "--policy", "exit-once", "--key", "raft"}, {"lease", "acquire", "--policy", "exit-slot", "--key", "raft"}} {
+			started := time.Now()
+			r := runBinary(t, bin, nil, append(args, "--server", raft, "--timeout", "10s")...)
+			what := "quorate " + strings.Join(args, " ") + " --server " + raft + " (the Raft port)"
+			wantStatus(t, r, exitError, what)
+			if took := time.Since(started); took > 5*time.Second {
+				t.Errorf("%s: took %v, want an answer at once (--timeout 10s)", what, took)
+			}
+			if !strings.Contains(r.stderr, "is not a Quorate node") || !strings.Contains(r.stderr, "not its Raft or another port") {
+				t.Errorf("%s: stderr %q does not say the server is not a Quorate API", what, r.stderr)
+			}
+		}
+	})
+
 	t.Run("QUORATE_SERVER", func(t *testing.T) {
 		env := []string{serverEnv + "=" + c.APIURL(1)}
 		wantStatus(t, runBinary(t, bin, env, "admit", "--policy", "exit-once", "--key", "env"), exitOK, "admit with $QUORATE_SERVER")
@@ -186,7 +203,7 @@ func TestCLIBinaryConventions(t *testing.T) {
 	t.Run("version", func(t *testing.T) {
 		r := runBinary(t, bin, nil, "version", "-o", "json")
 		wantStatus(t, r, exitOK, "version")
-		var v buildInfo
+		var v node.BuildInfo
 		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 			t.Fatalf("version -o json: %v\n%s", err, r.stdout)
 		}
@@ -213,7 +230,7 @@ func TestCLIBinaryConventions(t *testing.T) {
 			}
 		}
 		y := runBinary(t, bin, nil, "version", "-o", "yaml")
-		if !strings.Contains(y.stdout, "commit: ") || !strings.Contains(y.stdout, "go_version: ") {
+		if !strings.Contains(y.stdout, "commit: ") || !strings.Contains(y.stdout, "goVersion: ") {
 			t.Errorf("version -o yaml:\n%s", y.stdout)
 		}
 	})
@@ -278,19 +295,5 @@ func TestExecuteStatus(t *testing.T) {
 	}
 	if s := execute(context.Background(), []string{"admit", "--bogus"}, &out, &errOut); s != exitError {
 		t.Errorf("bad flag: status %d, want %d", s, exitError)
-	}
-}
-
-// The version control stamps of a build are read into buildInfo.
-func TestBuildInfoOf(t *testing.T) {
-	b := buildInfoOf(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
-		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"},
-		{Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}})
-	if b.Version != "v1.2.3" || b.Commit != "0123abcd" || b.CommitTime != "2026-12-01T10:00:00Z" || !b.Modified || b.GoVersion == "" {
-		t.Errorf("buildInfoOf: %+v", b)
-	}
-	var out bytes.Buffer
-	if err := writeBuildInfo(&out, outputText, buildInfoOf(nil)); err != nil || !strings.Contains(out.String(), "commit:      unknown\n") {
-		t.Errorf("without build info: %v\n%s", err, out.String())
 	}
 }

@@ -26,7 +26,7 @@ const defaultServer = "http://127.0.0.1:7070"
 type clientOptions struct {
 	server    string
 	timeout   time.Duration
-	tokenFile string       // --token-file (--auth-token-file)
+	tokenFile string       // --token-file
 	tls       tlsFlags     // --tls-ca, --tls-cert, --tls-key
 	hc        *http.Client // built by beginServers from tls
 }
@@ -68,16 +68,13 @@ func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	addTokenFlag(cmd, o)
 }
 
-// addTokenFlag registers --token-file on cmd (--auth-token-file on the
-// lease commands, whose --token is a fencing token), and has every call the
-// command makes from its context send the token of that file, or of
+// addTokenFlag registers --token-file on cmd, and has every call the
+// command makes from its context send the bearer token of that file, or of
 // $QUORATE_TOKEN (apiHTTPClient). The token itself is never an argument
-// (secretflags.go).
+// (secretflags.go): --token is refused. Every command means the bearer
+// token by --token (a lease's fencing token is --fencing-token).
 func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
-	name := "token"
-	if cmd.Flags().Lookup(name) != nil {
-		name = "auth-token"
-	}
+	const name = "token"
 	cmd.Flags().StringVar(&o.tokenFile, name+"-file", "", "file holding the bearer token to authenticate with (default $"+tokenEnv+"); see quorate token create")
 	pre := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -111,13 +108,23 @@ func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 // begin checks the flags and returns the API base URL of a command that
 // talks to one node: the first of the --server list that accepts a
 // connection (firstReachable), and a context that ends at the --timeout
-// deadline.
+// deadline. A server that is not a Quorate API (probeAPI) fails it with a
+// *mismatchError before the command sends anything.
 func (o *clientOptions) begin(ctx context.Context) (baseURL string, _ context.Context, cancel context.CancelFunc, _ error) {
 	servers, ctx, cancel, err := o.beginServers(ctx)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	return firstReachable(ctx, servers), ctx, cancel, nil
+	base := firstReachable(ctx, servers)
+	if err := probeAPI(ctx, o.http(), "", base); err != nil {
+		cancel()
+		var m *client.MismatchError
+		if errors.As(err, &m) {
+			return "", nil, nil, &mismatchError{m: m}
+		}
+		return "", nil, nil, err
+	}
+	return base, ctx, cancel, nil
 }
 
 // reachTimeout bounds the connection attempt to each server by

@@ -45,6 +45,9 @@ type devOptions struct {
 	envoyConfig     []string // --envoy-config
 	envoyHeaders    bool     // --envoy-headers
 	envoyDedupe     bool     // --envoy-dedupe-request-id
+	// program is the path dev was run as, which the summary's commands
+	// name (programOf).
+	program string
 }
 
 func newDevCmd() *cobra.Command {
@@ -69,6 +72,7 @@ func newDevCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.policiesChanged = cmd.Flags().Changed("policies")
 			o.groupsChanged = cmd.Flags().Changed("groups")
+			o.program = programOf(cmd.Context())
 			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -135,7 +139,8 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 	}
 	policies, err := readPolicyFile(o.policies, nil)
 	if errors.Is(err, fs.ErrNotExist) && !o.policiesChanged {
-		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: quorate policy apply -f FILE)\n", o.policies)
+		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: %s policy apply -f FILE)\n",
+			o.policies, shellQuote(o.program))
 		return nil, nil
 	}
 	if err != nil {
@@ -285,6 +290,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 
 func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quoratev1.ClusterStatusResponse, policies []*quoratev1.Policy, restarted bool, t *devTLS) {
 	scheme, cli, curl := "http://", "", ""
+	prog := shellQuote(o.program)
 	if t != nil {
 		scheme, cli = "https://", " "+t.cliFlags()
 		c := t.client()
@@ -307,7 +313,7 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 	}
 	fmt.Fprintf(w, "leader: %s\n", status.GetLeaderId())
 	if sm := status.GetShardMap(); sm != nil {
-		fmt.Fprintf(w, "data groups: %d (shard map epoch %d; quorate admin status lists them)\n", len(sm.GetGroups()), sm.GetEpoch())
+		fmt.Fprintf(w, "data groups: %d (shard map epoch %d; %s admin status lists them)\n", len(sm.GetGroups()), sm.GetEpoch(), prog)
 	} else {
 		fmt.Fprintln(w, "data groups: none (every key in the meta group)")
 	}
@@ -325,7 +331,7 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 		}
 	}
 	if len(policies) == 0 {
-		fmt.Fprintln(w, "policies: none (add some with: quorate policy apply -f FILE)")
+		fmt.Fprintf(w, "policies: none (add some with: %s policy apply -f FILE)\n", prog)
 	} else {
 		fmt.Fprintln(w, "policies:")
 		var table bytes.Buffer
@@ -338,11 +344,11 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 	}
 	fmt.Fprintln(w, "try:")
 	fmt.Fprintf(w, "  curl -s%s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", curl, policy, server)
-	fmt.Fprintf(w, "  quorate admit --server %s%s --policy %s --key tenant-a\n", server, cli, policy)
+	fmt.Fprintf(w, "  %s admit --server %s%s --policy %s --key tenant-a\n", prog, server, cli, policy)
 	if leasePolicy != "" {
-		fmt.Fprintf(w, "  quorate lease acquire --server %s%s --policy %s --key tenant-a\n", server, cli, leasePolicy)
+		fmt.Fprintf(w, "  %s lease acquire --server %s%s --policy %s --key tenant-a\n", prog, server, cli, leasePolicy)
 	}
-	fmt.Fprintf(w, "  quorate admin status --server %s%s\n", server, cli)
+	fmt.Fprintf(w, "  %s admin status --server %s%s\n", prog, server, cli)
 }
 
 // indent prefixes every line of s.

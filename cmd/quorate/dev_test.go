@@ -80,7 +80,7 @@ func TestDevRestartKeepsState(t *testing.T) {
 	}
 	var held quoratev1.CheckFenceResponse
 	mustRunJSON(t, &held, "lease", "check", "--server", fmt.Sprintf("127.0.0.1:%d", apiPort), "--lease-id", lease.GetLeaseId(),
-		"--token", fmt.Sprint(lease.GetFencingToken()), "-o", "json")
+		"--fencing-token", fmt.Sprint(lease.GetFencingToken()), "-o", "json")
 	if !held.GetHeld() {
 		t.Errorf("after restart, the lease taken before is not held: %v", &held)
 	}

@@ -35,17 +35,19 @@
 //	    known only afterwards; prints the reservation ID (retried like admit)
 //	quorate commit --reservation-id ID --actual N [--caller NAME] [--request-id ID]
 //	    charge a reservation's real cost and give back the rest of its estimate
-//	quorate lease acquire --policy P --key K [--ttl D] [--reserve-policy P --reserve-estimate N]
+//	quorate lease acquire --policy P --key K [--ttl D] [--max-wait D] [--reserve-policy P --reserve-estimate N]
 //	    take a slot of a concurrency policy: prints the lease ID, the fencing
 //	    token (strictly increasing per key) and when the lease expires; when
-//	    every slot is held, "denied" with retry_after (exit 2). Retried with
-//	    the same request ID like admit: a retry gets the same lease.
-//	quorate lease renew --lease-id ID --token N [--ttl D] [--request-id ID]
-//	quorate lease release --lease-id ID --token N [--request-id ID]
+//	    every slot is held (for --max-wait), "denied" with retry_after (exit
+//	    2). Retried with the same request ID like admit: a retry gets the
+//	    same lease.
+//	quorate lease renew --lease-id ID --fencing-token N [--ttl D] [--request-id ID]
+//	quorate lease release --lease-id ID --fencing-token N [--request-id ID]
 //	    extend a live lease, or free its slot (both retried with the same
 //	    request ID); a stale token is failed_precondition (exit 1)
-//	quorate lease check --lease-id ID --token N
-//	    whether a token still holds a slot: held=true or held=false (exit 0)
+//	quorate lease check --lease-id ID --fencing-token N
+//	    whether a token still holds a slot: held=true (exit 0) or held=false
+//	    (exit 2, as a denial)
 //	quorate policy apply -f FILE [--dry-run]
 //	                                create or replace the policies of a YAML file;
 //	                                --dry-run shows the difference, changing nothing
@@ -74,8 +76,8 @@
 //
 //	quorate token create --caller NAME
 //	    a new bearer token and its --token-file entry; client commands send
-//	    the one in --token-file (lease renew/release/check:
-//	    --auth-token-file) or $QUORATE_TOKEN; a token is never an argument
+//	    the one in --token-file or $QUORATE_TOKEN; a token is never an
+//	    argument (--token is refused)
 //
 // Benchmarks:
 //
@@ -94,6 +96,7 @@
 // get, list, apply and delete print -o yaml as a policy file.
 //
 // Errors are printed as "quorate: <error>". Exit status: 0 success (allowed),
-// 1 an error, 2 denied (admit, reserve, lease acquire), 3 outcome unknown
+// 1 an error, 2 denied (admit, reserve, lease acquire; lease check: not
+// held), 3 outcome unknown
 // (the request may or may not have been applied; retry with its request ID).
 package main

@@ -21,8 +21,9 @@ const (
 	// exitError: an error, e.g. a bad flag, an RPC error, a protocol or
 	// TLS mismatch.
 	exitError = 1
-	// exitDenied: an admit, reserve or lease acquire was denied. The answer
-	// is printed as for an allowed one; nothing was spent.
+	// exitDenied: an admit, reserve or lease acquire was denied, or lease
+	// check found the lease not held. The answer is printed as for an
+	// allowed one; nothing was spent.
 	exitDenied = 2
 	// exitUnknown: the deadline ended while the outcome of a request that
 	// changes state was unknown: it may or may not have been applied. The
@@ -32,7 +33,8 @@ const (
 
 // exitStatusHelp documents the exit statuses in `quorate --help`.
 const exitStatusHelp = "Exit status: 0 success (admit, reserve or lease acquire allowed), 1 an error,\n" +
-	"2 denied (admit, reserve or lease acquire; the answer is printed as usual),\n" +
+	"2 denied (admit, reserve or lease acquire; lease check: not held; the answer is\n" +
+	"printed as usual),\n" +
 	"3 outcome unknown (the request may or may not have been applied: retry it\n" +
 	"with the same --request-id, as the error says)."
 

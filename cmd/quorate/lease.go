@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -52,13 +53,14 @@ func newLeaseCmd() *cobra.Command {
 
 func newLeaseAcquireCmd() *cobra.Command {
 	var (
-		api    clientOptions
-		req    quoratev1.AcquireLeaseRequest
-		ttl    time.Duration
-		output outputFormat
+		api     clientOptions
+		req     quoratev1.AcquireLeaseRequest
+		ttl     time.Duration
+		maxWait time.Duration
+		output  outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "acquire --policy P --key K [--ttl D] [--reserve-policy P --reserve-estimate N] [--caller C] [--request-id ID]",
+		Use:   "acquire --policy P --key K [--ttl D] [--max-wait D] [--reserve-policy P --reserve-estimate N] [--caller C] [--request-id ID]",
 		Short: "Take a slot of a concurrency policy: a lease with a fencing token",
 		Long: "Acquire takes one of the key's slots under a concurrency policy and prints the\n" +
 			"lease ID and fencing token to renew and release it with, and when it expires\n" +
@@ -71,12 +73,17 @@ func newLeaseAcquireCmd() *cobra.Command {
 			"answer was lost gets the same lease (shown as \"duplicate\") instead of a second\n" +
 			"slot. Acquire retries on unavailable, a server's deadline_exceeded and\n" +
 			"connection failures, rotating through the --server list, until --timeout.\n\n" +
+			"--max-wait waits up to that long for a slot when every slot is held, instead of\n" +
+			"answering denied at once; waiters of a key are served first come, first served.\n" +
+			"The command's deadline is then --max-wait plus --timeout's default (5s) unless\n" +
+			"--timeout is given, which must be longer than --max-wait.\n\n" +
 			"With --reserve-policy the lease also holds --reserve-estimate units of that rate or\n" +
 			"quota policy on the same key (both or neither); the answer prints its\n" +
 			"reservation_id, and `lease release --actual-cost N` charges the real cost.",
 		Example: "  quorate lease acquire --policy reports-active --key tenant-a\n" +
 			"  quorate lease acquire --policy reports-active --key tenant-a --reserve-policy tokens --reserve-estimate 800\n" +
 			"  quorate lease acquire --policy reports-active --key tenant-a --ttl 5m --request-id report-42 -o json\n" +
+			"  quorate lease acquire --policy reports-active --key tenant-a --max-wait 30s\n" +
 			"  quorate lease acquire --server 127.0.0.1:7070,127.0.0.1:7071 --policy reports-active --key tenant-a",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -88,6 +95,12 @@ func newLeaseAcquireCmd() *cobra.Command {
 					return err
 				}
 				req.Ttl = durationpb.New(ttl)
+			}
+			if cmd.Flags().Changed("max-wait") {
+				if err := maxWaitDeadline(cmd, &api, maxWait); err != nil {
+					return err
+				}
+				req.MaxWait = durationpb.New(maxWait)
 			}
 			if req.RequestId == "" {
 				req.RequestId = client.NewRequestID()
@@ -110,6 +123,8 @@ func newLeaseAcquireCmd() *cobra.Command {
 	fs.StringVar(&req.Policy, "policy", "", "name of a policy with algorithm concurrency (required)")
 	fs.StringVar(&req.Key, "key", "", "the limited identity, e.g. tenant:acme (required)")
 	fs.DurationVar(&ttl, "ttl", 0, "how long the lease lives unless renewed, 1s..24h (unset: the policy's lease_ttl)")
+	fs.DurationVar(&maxWait, "max-wait", 0, "when every slot is held, wait up to this long for one (0s..1m) instead of being\n"+
+		"denied at once; the deadline grows by as much unless --timeout is given")
 	fs.StringVar(&req.ReservePolicy, "reserve-policy", "", "also hold --reserve-estimate units of this rate or quota policy on the key,\n"+
 		"for as long as the lease lives; lease release --actual-cost settles them")
 	fs.Int64Var(&req.ReserveEstimate, "reserve-estimate", 0, "units to hold with --reserve-policy")
@@ -123,12 +138,12 @@ func newLeaseRenewCmd() *cobra.Command {
 	var (
 		api    clientOptions
 		req    quoratev1.RenewLeaseRequest
-		token  tokenFlag
+		token  fencingTokenFlag
 		ttl    time.Duration
 		output outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "renew --lease-id ID --token N [--ttl D] [--request-id ID]",
+		Use:   "renew --lease-id ID --fencing-token N [--ttl D] [--request-id ID]",
 		Short: "Extend a live lease",
 		Long: "Renew extends a live lease: it then ends --ttl from now (unset: the lease's own\n" +
 			"ttl). A lease that expired or was released is not renewed: the answer is\n" +
@@ -136,11 +151,11 @@ func newLeaseRenewCmd() *cobra.Command {
 			"Renew is retried like admit, with the same request ID, on unavailable, a\n" +
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout.",
-		Example: "  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
-			"  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 --ttl 10m -o json",
+		Example: "  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7\n" +
+			"  quorate lease renew --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7 --ttl 10m -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
+			if err := requireFlags(cmd, "lease-id", "fencing-token"); err != nil {
 				return err
 			}
 			req.FencingToken = token.v
@@ -165,7 +180,7 @@ func newLeaseRenewCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&req.LeaseId, "lease-id", "", "the lease ID printed by lease acquire (required)")
-	fs.Var(&token, "token", "the lease's fencing token, printed by lease acquire (required)")
+	fs.Var(&token, "fencing-token", "the lease's fencing token, printed by lease acquire (required)")
 	fs.DurationVar(&ttl, "ttl", 0, "new time to live from now, 1s..24h (unset: the lease's own ttl)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
 	addServersFlags(cmd, &api)
@@ -177,12 +192,12 @@ func newLeaseReleaseCmd() *cobra.Command {
 	var (
 		api        clientOptions
 		req        quoratev1.ReleaseLeaseRequest
-		token      tokenFlag
+		token      fencingTokenFlag
 		output     outputFormat
 		actualCost int64
 	)
 	cmd := &cobra.Command{
-		Use:   "release --lease-id ID --token N [--request-id ID]",
+		Use:   "release --lease-id ID --fencing-token N [--request-id ID]",
 		Short: "Free a live lease's slot",
 		Long: "Release frees the slot of a live lease, so that another acquire can take it. A\n" +
 			"lease that expired or was released already is answered failed_precondition.\n\n" +
@@ -190,11 +205,11 @@ func newLeaseReleaseCmd() *cobra.Command {
 			"server's deadline_exceeded and connection failures, rotating through the --server\n" +
 			"list, until --timeout: a retry of a release that was applied gets its recorded\n" +
 			"answer (shown as \"duplicate\"), not failed_precondition.",
-		Example: "  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
-			"  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 --request-id done-42 -o json",
+		Example: "  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7\n" +
+			"  quorate lease release --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7 --request-id done-42 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
+			if err := requireFlags(cmd, "lease-id", "fencing-token"); err != nil {
 				return err
 			}
 			req.FencingToken = token.v
@@ -219,7 +234,7 @@ func newLeaseReleaseCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&req.LeaseId, "lease-id", "", "the lease ID printed by lease acquire (required)")
-	fs.Var(&token, "token", "the lease's fencing token, printed by lease acquire (required)")
+	fs.Var(&token, "fencing-token", "the lease's fencing token, printed by lease acquire (required)")
 	fs.Int64Var(&actualCost, "actual-cost", 0, "for a lease acquired with --reserve-policy: the work's real cost, charged\n"+
 		"as a commit charges it (unset: the whole estimate)")
 	addRequestIDFlags(cmd, &req.RequestId, &req.Caller)
@@ -232,32 +247,36 @@ func newLeaseCheckCmd() *cobra.Command {
 	var (
 		api    clientOptions
 		req    quoratev1.CheckFenceRequest
-		token  tokenFlag
+		token  fencingTokenFlag
 		output outputFormat
 	)
 	cmd := &cobra.Command{
-		Use:   "check --lease-id ID --token N [--caller C]",
+		Use:   "check --lease-id ID --fencing-token N [--caller C]",
 		Short: "Say whether a lease still holds its slot",
 		Long: "Check asks whether a lease still holds its slot of the key, and until when.\n" +
 			"It is linearizable: it goes through the Raft log, so it sees every acquire,\n" +
-			"renew, release and expiry before it. Both answers are results: it prints\n" +
-			"held=true or held=false and exits 0. Only the lease's holder may ask: to any\n" +
-			"other caller, or with a lease ID that is not the one acquire printed, a lease\n" +
-			"is not held.\n\n" +
+			"renew, release and expiry before it. Both answers are results, not errors:\n" +
+			"held=true exits 0, held=false exits 2 (as a denial), so a script can test it.\n" +
+			"Only the lease's holder may ask: to any other caller, or with a lease ID that is\n" +
+			"not the one acquire printed, a lease is not held.\n\n" +
 			"Check changes nothing, so it is retried on unavailable, a server's\n" +
 			"deadline_exceeded and connection failures, rotating through the --server list,\n" +
 			"until --timeout.",
-		Example: "  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7\n" +
-			"  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --token 7 -o json",
+		Example: "  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7\n" +
+			"  quorate lease check --lease-id TA5yZXBvcnRzLWFjdGl2ZQh0ZW5hbnQtYQE3P5EMXqJ3GNRguy4J9UOKwQ --fencing-token 7 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireFlags(cmd, "lease-id", "token"); err != nil {
+			if err := requireFlags(cmd, "lease-id", "fencing-token"); err != nil {
 				return err
 			}
 			req.FencingToken = token.v
 			return runCall(cmd, &api, output, dataCall{procedure: "CheckFence", readOnly: true},
 				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.CheckFenceResponse], error) {
-					return s.Lease.CheckFence(ctx, connect.NewRequest(&req))
+					res, err := s.Lease.CheckFence(ctx, connect.NewRequest(&req))
+					if err == nil {
+						reportDenied(cmd, !res.Msg.GetHeld()) // the answer: later attempts are none
+					}
+					return res, err
 				},
 				textOr(output, func(resp *quoratev1.CheckFenceResponse, attempts int) string {
 					return formatCheckFence(resp, req.GetFencingToken(), attempts)
@@ -266,7 +285,7 @@ func newLeaseCheckCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&req.LeaseId, "lease-id", "", "the lease ID printed by lease acquire (required)")
-	fs.Var(&token, "token", "the lease's fencing token (required)")
+	fs.Var(&token, "fencing-token", "the lease's fencing token (required)")
 	fs.StringVar(&req.Caller, "caller", "", "the caller that acquired the lease, on a cluster without an access file")
 	addServersFlags(cmd, &api)
 	addOutputFlag(cmd, &output)
@@ -284,6 +303,24 @@ func addRequestIDFlags(cmd *cobra.Command, requestID, caller *string) {
 		"commit must name the same caller")
 }
 
+// maxWaitDeadline checks lease acquire's --max-wait against the bound the
+// server enforces (node.MaxWait) and gives the command the time to wait: a
+// --timeout left at its default grows by maxWait; one given must be longer.
+func maxWaitDeadline(cmd *cobra.Command, api *clientOptions, maxWait time.Duration) error {
+	if maxWait < 0 || maxWait > node.MaxWait {
+		return fmt.Errorf("lease acquire: --max-wait: must be between 0s and %v (got %v)", node.MaxWait, maxWait)
+	}
+	if !cmd.Flags().Changed("timeout") {
+		api.timeout += maxWait
+		return nil
+	}
+	if api.timeout <= maxWait {
+		return fmt.Errorf("lease acquire: --timeout %v must be longer than --max-wait %v: the command would give up "+
+			"while the cluster may still give it a slot", api.timeout, maxWait)
+	}
+	return nil
+}
+
 // checkTTLFlag checks --ttl against the bounds the server enforces
 // (admission.CheckLeaseTTL), naming the command and the flag.
 func checkTTLFlag(command string, ttl time.Duration) error {
@@ -293,25 +330,26 @@ func checkTTLFlag(command string, ttl time.Duration) error {
 	return nil
 }
 
-// tokenFlag is the value of --token: a fencing token, at least 1. It
-// implements pflag.Value, so a bad value is refused while parsing flags,
-// naming --token; its String is "" until set, so that requireFlags reports
-// it missing.
-type tokenFlag struct {
+// fencingTokenFlag is the value of --fencing-token: a fencing token, at least 1.
+// It implements pflag.Value, so a bad value is refused while parsing flags,
+// naming --fencing-token; its String is "" until set, so that requireFlags
+// reports it missing. (--token is never a fencing token: on every command,
+// the bearer token is --token-file's.)
+type fencingTokenFlag struct {
 	v   int64
 	set bool
 }
 
-func (f *tokenFlag) Type() string { return "N" }
+func (f *fencingTokenFlag) Type() string { return "N" }
 
-func (f *tokenFlag) String() string {
+func (f *fencingTokenFlag) String() string {
 	if !f.set {
 		return ""
 	}
 	return strconv.FormatInt(f.v, 10)
 }
 
-func (f *tokenFlag) Set(s string) error {
+func (f *fencingTokenFlag) Set(s string) error {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return fmt.Errorf("want the fencing token printed by lease acquire, an integer (got %q)", s)
@@ -331,12 +369,18 @@ func leaseAcquireCommandLine(servers string, req *quoratev1.AcquireLeaseRequest)
 	if req.GetTtl() != nil {
 		args = append(args, "--ttl", req.GetTtl().AsDuration().String())
 	}
+	if req.GetMaxWait() != nil {
+		args = append(args, "--max-wait", req.GetMaxWait().AsDuration().String())
+	}
+	if req.GetReservePolicy() != "" {
+		args = append(args, "--reserve-policy", req.GetReservePolicy(), "--reserve-estimate", strconv.FormatInt(req.GetReserveEstimate(), 10))
+	}
 	return commandLine(appendRequestID(args, req.GetCaller(), req.GetRequestId()))
 }
 
 func leaseRenewCommandLine(servers string, req *quoratev1.RenewLeaseRequest) string {
 	args := []string{"quorate", "lease", "renew", "--server", servers, "--lease-id", req.GetLeaseId(),
-		"--token", strconv.FormatInt(req.GetFencingToken(), 10)}
+		"--fencing-token", strconv.FormatInt(req.GetFencingToken(), 10)}
 	if req.GetTtl() != nil {
 		args = append(args, "--ttl", req.GetTtl().AsDuration().String())
 	}
@@ -345,7 +389,7 @@ func leaseRenewCommandLine(servers string, req *quoratev1.RenewLeaseRequest) str
 
 func leaseReleaseCommandLine(servers string, req *quoratev1.ReleaseLeaseRequest) string {
 	args := []string{"quorate", "lease", "release", "--server", servers, "--lease-id", req.GetLeaseId(),
-		"--token", strconv.FormatInt(req.GetFencingToken(), 10)}
+		"--fencing-token", strconv.FormatInt(req.GetFencingToken(), 10)}
 	if req.ActualCost != nil {
 		args = append(args, "--actual-cost", strconv.FormatInt(req.GetActualCost(), 10))
 	}

@@ -71,7 +71,7 @@ func TestEndToEndLeases(t *testing.T) {
 		t.Helper()
 		var r quoratev1.CheckFenceResponse
 		mustRunJSON(t, &r, "lease", "check", "--server", c.APIURL(server), "--lease-id", l.GetLeaseId(),
-			"--token", strconv.FormatInt(l.GetFencingToken(), 10), "-o", "json")
+			"--fencing-token", strconv.FormatInt(l.GetFencingToken(), 10), "-o", "json")
 		return &r
 	}
 	tok := func(r *quoratev1.AcquireLeaseResponse) string { return strconv.FormatInt(r.GetFencingToken(), 10) }
@@ -115,7 +115,7 @@ func TestEndToEndLeases(t *testing.T) {
 	if r := check(1, first); !r.GetHeld() || r.GetExpiresAt().AsTime().Before(first.GetExpiresAt().AsTime()) {
 		t.Errorf("check of the first lease: %v, want held until %v or later", r, first.GetExpiresAt().AsTime())
 	}
-	out = run("lease", "check", "--server", c.APIURL(2), "--lease-id", second.GetLeaseId(), "--token", tok(second))
+	out = run("lease", "check", "--server", c.APIURL(2), "--lease-id", second.GetLeaseId(), "--fencing-token", tok(second))
 	if want := "held=true   fencing_token=" + tok(second) + "  expires_at=" + second.GetExpiresAt().AsTime().Format("2006-01-02T"); !strings.HasPrefix(out, want) ||
 		!strings.Contains(out, "  decided_at=") {
 		t.Errorf("check as text: %q, want it to start with %q", out, want)
@@ -123,7 +123,7 @@ func TestEndToEndLeases(t *testing.T) {
 
 	// Renew the second lease for 2h: its end moves.
 	var renewed quoratev1.RenewLeaseResponse
-	mustRunJSON(t, &renewed, "lease", "renew", "--server", c.APIURL(0), "--lease-id", second.GetLeaseId(), "--token", tok(second), "--ttl", "2h", "-o", "json")
+	mustRunJSON(t, &renewed, "lease", "renew", "--server", c.APIURL(0), "--lease-id", second.GetLeaseId(), "--fencing-token", tok(second), "--ttl", "2h", "-o", "json")
 	if renewed.GetFencingToken() != second.GetFencingToken() || renewed.GetLeaseId() != second.GetLeaseId() ||
 		renewed.GetExpiresAt().AsTime().Sub(renewed.GetDecidedAt().AsTime()) != 2*time.Hour || renewed.GetDuplicate() {
 		t.Errorf("renew: %v, want the same lease expiring 2h after the renewal", &renewed)
@@ -134,13 +134,13 @@ func TestEndToEndLeases(t *testing.T) {
 
 	// Release the first lease; a repeat with the same request ID answers as
 	// the first release did.
-	out = run("lease", "release", "--server", c.APIURL(1), "--lease-id", first.GetLeaseId(), "--token", tok(first), "--request-id", "rel-1")
+	out = run("lease", "release", "--server", c.APIURL(1), "--lease-id", first.GetLeaseId(), "--fencing-token", tok(first), "--request-id", "rel-1")
 	if want := "released  lease_id=" + first.GetLeaseId() + "  fencing_token=" + tok(first) + "  decided_at="; !strings.HasPrefix(out, want) ||
 		!strings.HasSuffix(out, "  request_id=rel-1\n") {
 		t.Errorf("release: %q, want it to start with %q", out, want)
 	}
 	var released quoratev1.ReleaseLeaseResponse
-	mustRunJSON(t, &released, "lease", "release", "--server", c.APIURL(2), "--lease-id", first.GetLeaseId(), "--token", tok(first),
+	mustRunJSON(t, &released, "lease", "release", "--server", c.APIURL(2), "--lease-id", first.GetLeaseId(), "--fencing-token", tok(first),
 		"--request-id", "rel-1", "-o", "json")
 	if !released.GetDuplicate() {
 		t.Errorf("repeated release: %v, want duplicate=true", &released)
@@ -150,20 +150,20 @@ func TestEndToEndLeases(t *testing.T) {
 	if r := check(2, first); r.GetHeld() || r.GetExpiresAt() != nil {
 		t.Errorf("check of the released lease: %v, want held=false", r)
 	}
-	out = run("lease", "check", "--server", c.APIURL(0), "--lease-id", first.GetLeaseId(), "--token", tok(first))
+	out = run("lease", "check", "--server", c.APIURL(0), "--lease-id", first.GetLeaseId(), "--fencing-token", tok(first))
 	if !strings.HasPrefix(out, "held=false  fencing_token="+tok(first)+"  expires_at=-  decided_at=") {
 		t.Errorf("check of the released lease as text: %q, want held=false", out)
 	}
 
 	// Renewing or releasing it again is failed_precondition, printed with
 	// its code: the command fails (exit 1).
-	_, _, err = runCLI(t, "lease", "renew", "--server", c.APIURL(1), "--lease-id", first.GetLeaseId(), "--token", tok(first))
+	_, _, err = runCLI(t, "lease", "renew", "--server", c.APIURL(1), "--lease-id", first.GetLeaseId(), "--fencing-token", tok(first))
 	var rpcErr *rpcError
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !errors.As(err, &rpcErr) {
 		t.Fatalf("renew of a released lease: %v (code %v), want failed_precondition", err, connect.CodeOf(err))
 	}
 	wantErrNaming(t, err, "RenewLease on "+c.APIURL(1), "failed_precondition")
-	_, _, err = runCLI(t, "lease", "release", "--server", c.APIURL(2), "--lease-id", first.GetLeaseId(), "--token", tok(first))
+	_, _, err = runCLI(t, "lease", "release", "--server", c.APIURL(2), "--lease-id", first.GetLeaseId(), "--fencing-token", tok(first))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("release of a released lease with a new request ID: %v, want failed_precondition", err)
 	}

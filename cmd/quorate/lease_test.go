@@ -182,7 +182,7 @@ func TestLeaseRenewRetriesWithTheSameRequestID(t *testing.T) {
 			ExpiresAt: leaseExpires, DecidedAt: leaseDecided, Duplicate: true}, nil
 	}}
 	srv := serveFakeLease(t, f, false)
-	out, _, err := runCLI(t, "lease", "renew", "--server", srv.URL+","+srv.URL, "--lease-id", "L7", "--token", "7", "--ttl", "10m")
+	out, _, err := runCLI(t, "lease", "renew", "--server", srv.URL+","+srv.URL, "--lease-id", "L7", "--fencing-token", "7", "--ttl", "10m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +210,8 @@ func TestLeaseRenewRetriesWithTheSameRequestID(t *testing.T) {
 		return nil, outcomeUnknownErr()
 	}}
 	srv = serveFakeLease(t, f, false)
-	_, _, err = runCLI(t, "lease", "renew", "--server", srv.URL, "--lease-id", "L7", "--token", "7", "--request-id", "N-1", "--timeout", "100ms")
-	wantErrNaming(t, err, "outcome is unknown", "quorate lease renew --server "+srv.URL+" --lease-id L7 --token 7 --request-id N-1")
+	_, _, err = runCLI(t, "lease", "renew", "--server", srv.URL, "--lease-id", "L7", "--fencing-token", "7", "--request-id", "N-1", "--timeout", "100ms")
+	wantErrNaming(t, err, "outcome is unknown", "quorate lease renew --server "+srv.URL+" --lease-id L7 --fencing-token 7 --request-id N-1")
 }
 
 func TestLeaseReleaseRetriesWithTheSameRequestID(t *testing.T) {
@@ -222,7 +222,7 @@ func TestLeaseReleaseRetriesWithTheSameRequestID(t *testing.T) {
 		return &quoratev1.ReleaseLeaseResponse{DecidedAt: leaseDecided, Duplicate: true}, nil
 	}}
 	srv := serveFakeLease(t, f, true) // and the first connection drops
-	out, _, err := runCLI(t, "lease", "release", "--server", srv.URL, "--lease-id", "L7", "--token", "7", "--caller", "jobs", "--request-id", "done-7")
+	out, _, err := runCLI(t, "lease", "release", "--server", srv.URL, "--lease-id", "L7", "--fencing-token", "7", "--caller", "jobs", "--request-id", "done-7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestLeaseReleaseRetriesWithTheSameRequestID(t *testing.T) {
 	}}
 	srv = serveFakeLease(t, f, false)
 	var resp quoratev1.ReleaseLeaseResponse
-	mustRunJSON(t, &resp, "lease", "release", "--server", srv.URL, "--lease-id", "L7", "--token", "7", "-o", "json")
+	mustRunJSON(t, &resp, "lease", "release", "--server", srv.URL, "--lease-id", "L7", "--fencing-token", "7", "-o", "json")
 	reqs = received(f, &f.releases)
 	if len(reqs) != 2 || reqs[0].GetRequestId() == "" || !proto.Equal(reqs[0], reqs[1]) || resp.GetDuplicate() {
 		t.Errorf("releases sent %v, answer %v; want the same generated request ID twice", reqs, &resp)
@@ -271,7 +271,7 @@ func TestLeaseStaleTokenIsAnError(t *testing.T) {
 	}
 	srv := serveFakeLease(t, f, false)
 	for _, cmd := range []string{"renew", "release"} {
-		out, _, err := runCLI(t, "lease", cmd, "--server", srv.URL+","+srv.URL, "--lease-id", "L7", "--token", "7")
+		out, _, err := runCLI(t, "lease", cmd, "--server", srv.URL+","+srv.URL, "--lease-id", "L7", "--fencing-token", "7")
 		var rpcErr *rpcError
 		if connect.CodeOf(err) != connect.CodeFailedPrecondition || !errors.As(err, &rpcErr) || out != "" {
 			t.Fatalf("lease %s of a stale token: %v (output %q), want a failed_precondition *rpcError", cmd, err, out)
@@ -295,20 +295,28 @@ func TestLeaseCheck(t *testing.T) {
 		}
 	}}
 	srv := serveFakeLease(t, f, false)
-	out, _, err := runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "7")
+	out, _, err := runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--fencing-token", "7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "held=true   fencing_token=7  expires_at=2026-01-02T03:06:05Z  decided_at=2026-01-02T03:04:05Z  attempts=2\n"; out != want {
 		t.Errorf("output\n%q, want\n%q", out, want)
 	}
-	// Not held is an answer too: exit 0.
-	out, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "6")
+	// Not held is an answer too, not an error, with exit status 2 as a
+	// denial; held is 0.
+	out, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--fencing-token", "6")
 	if want := "held=false  fencing_token=6  expires_at=-  decided_at=2026-01-02T03:04:05Z\n"; err != nil || out != want {
 		t.Errorf("got %q, %v; want\n%q", out, err, want)
 	}
+	for token, want := range map[string]int{"6": exitDenied, "7": exitOK} {
+		var stdout, stderr strings.Builder
+		if status := execute(context.Background(), []string{"lease", "check", "--server", srv.URL, "--lease-id", "L1", "--fencing-token", token},
+			&stdout, &stderr); status != want {
+			t.Errorf("lease check of token %s: exit status %d, want %d\n%s%s", token, status, want, stdout.String(), stderr.String())
+		}
+	}
 	var resp quoratev1.CheckFenceResponse
-	mustRunJSON(t, &resp, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "6", "-o", "json")
+	mustRunJSON(t, &resp, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--fencing-token", "6", "-o", "json")
 	if resp.GetHeld() || resp.GetExpiresAt() != nil {
 		t.Errorf("JSON check: %v, want held false", &resp)
 	}
@@ -324,7 +332,7 @@ func TestLeaseCheck(t *testing.T) {
 		return nil, outcomeUnknownErr()
 	}}
 	srv = serveFakeLease(t, f, false)
-	_, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--token", "7", "--timeout", "100ms")
+	_, _, err = runCLI(t, "lease", "check", "--server", srv.URL, "--lease-id", "L1", "--fencing-token", "7", "--timeout", "100ms")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the deadline", err)
 	}
@@ -333,21 +341,72 @@ func TestLeaseCheck(t *testing.T) {
 	}
 }
 
-func TestTokenFlag(t *testing.T) {
-	var f tokenFlag
+func TestFencingTokenFlag(t *testing.T) {
+	var f fencingTokenFlag
 	if f.String() != "" {
 		t.Errorf("unset token flag String() = %q, want empty (so requireFlags reports it)", f.String())
 	}
 	for in, want := range map[string]int64{"1": 1, "42": 42, "+7": 7, "9223372036854775807": 1<<63 - 1} {
-		var f tokenFlag
+		var f fencingTokenFlag
 		if err := f.Set(in); err != nil || f.v != want || f.String() == "" {
 			t.Errorf("Set(%q) = %v, value %d; want %d", in, err, f.v, want)
 		}
 	}
 	for _, in := range []string{"", "0", "-1", "x", "1.5", "9223372036854775808"} {
-		var f tokenFlag
+		var f fencingTokenFlag
 		if err := f.Set(in); err == nil {
 			t.Errorf("Set(%q) accepted %d", in, f.v)
+		}
+	}
+}
+
+// deadlineLease is a LeaseService whose AcquireLease records its request
+// and the time its deadline left, and answers allowed.
+type deadlineLease struct {
+	quoratev1connect.UnimplementedLeaseServiceHandler
+	mu   sync.Mutex
+	req  *quoratev1.AcquireLeaseRequest
+	left time.Duration
+}
+
+func (d *deadlineLease) AcquireLease(ctx context.Context, req *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.req, d.left = proto.CloneOf(req.Msg), time.Until(dl)
+	d.mu.Unlock()
+	return connect.NewResponse(&quoratev1.AcquireLeaseResponse{Allowed: true, LeaseId: "L1", FencingToken: 1, Limit: 1, Held: 1}), nil
+}
+
+// lease acquire --max-wait asks the cluster to wait for a slot, and the
+// command waits as long: its deadline grows by the wait unless --timeout is
+// given.
+func TestLeaseAcquireMaxWait(t *testing.T) {
+	d := &deadlineLease{}
+	_, h := quoratev1connect.NewLeaseServiceHandler(d)
+	srv := serveHandler(t, h, false)
+	for _, tc := range []struct {
+		args     []string
+		min, max time.Duration // of the deadline the server saw
+	}{
+		{[]string{"--max-wait", "30s"}, 30 * time.Second, 35 * time.Second}, // --timeout's default 5s + 30s
+		{[]string{"--max-wait", "30s", "--timeout", "40s"}, 35 * time.Second, 40 * time.Second},
+	} {
+		var out, errOut strings.Builder // run, not runCLI: its context's deadline would be the one seen
+		err := run(context.Background(), append([]string{"lease", "acquire", "--server", srv.URL, "--policy", "p", "--key", "k"}, tc.args...), &out, &errOut)
+		if err != nil || !strings.HasPrefix(out.String(), "allowed") {
+			t.Fatalf("lease acquire %s: %v\n%s%s", strings.Join(tc.args, " "), err, out.String(), errOut.String())
+		}
+		d.mu.Lock()
+		req, left := d.req, d.left
+		d.mu.Unlock()
+		if req.GetMaxWait().AsDuration() != 30*time.Second {
+			t.Errorf("lease acquire %s sent max_wait %v, want 30s", strings.Join(tc.args, " "), req.GetMaxWait())
+		}
+		if left <= tc.min || left > tc.max {
+			t.Errorf("lease acquire %s: the server saw a deadline %v away, want within (%v, %v]", strings.Join(tc.args, " "), left, tc.min, tc.max)
+		}
+		if line := leaseAcquireCommandLine(srv.URL, req); !strings.Contains(line, " --max-wait 30s ") {
+			t.Errorf("the retry command %q drops --max-wait", line)
 		}
 	}
 }

@@ -17,9 +17,23 @@ func main() {
 	// After the first signal, restore the default behaviour so that a second
 	// Ctrl-C kills a process that is slow to shut down.
 	go func() { <-ctx.Done(); stop() }()
-	status := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	status := execute(context.WithValue(ctx, programKey{}, os.Args[0]), os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(status)
+}
+
+// programKey is the context key of the path the binary was run as
+// (os.Args[0]), which main records.
+type programKey struct{}
+
+// programOf is the path the binary was run as, for commands that print
+// command lines to run next (dev's summary): "quorate" when main did not
+// record it (a test runs a command in process).
+func programOf(ctx context.Context) string {
+	if p, ok := ctx.Value(programKey{}).(string); ok && p != "" {
+		return p
+	}
+	return "quorate"
 }
 
 // run executes the command line args (without the program name), writing

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/quorate/quorate/client"
@@ -27,7 +28,13 @@ func (e *mismatchError) Error() string {
 	case client.MismatchUntrustedCertificate:
 		cause += " by --tls-ca"
 	case client.MismatchNotQuorate:
-		cause += ", or a Quorate version without " + m.Procedure
+		var notHTTP *notHTTPError
+		if !errors.As(m.Cause, &notHTTP) && m.Procedure != "" {
+			cause += ", or a Quorate version without " + m.Procedure
+		}
+	}
+	if m.Procedure == "" { // found before the command named its call (probeAPI)
+		return fmt.Sprintf("%s: %s (%v); %s", m.Server, cause, m.Cause, mismatchHint(m.Kind))
 	}
 	return fmt.Sprintf("%s on %s: %s (%v); %s", m.Procedure, m.Server, cause, m.Cause, mismatchHint(m.Kind))
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +113,45 @@ func (f outputFormat) write(w io.Writer, m proto.Message) error {
 		return err
 	}
 	_, err = io.WriteString(w, s)
+	return err
+}
+
+// writeWithRequestID writes m in format f as write does, with a last field
+// requestId: the request ID of the request m answers, which the answer does
+// not carry and a later command needs (refund names an admitted request by
+// it).
+func (f outputFormat) writeWithRequestID(w io.Writer, m proto.Message, requestID string) error {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var doc bytes.Buffer
+	if err := json.Compact(&doc, b); err != nil {
+		return err
+	}
+	id, err := json.Marshal(requestID)
+	if err != nil {
+		return err
+	}
+	obj := bytes.TrimSuffix(doc.Bytes(), []byte("}"))
+	if len(obj) > 1 { // not "{"
+		obj = append(obj, ',')
+	}
+	obj = append(append(append(obj, `"requestId":`...), id...), '}')
+	if f == outputYAML {
+		y, err := jsonToYAML(obj)
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(w, y)
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, obj, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
 

@@ -58,7 +58,7 @@ func TestEndToEndReserveCommit(t *testing.T) {
 		t.Fatalf("lease acquire --reserve-policy: %q, want the lease and its reservation_id", out)
 	}
 	out = run("lease", "release", "--server", c.APIURL(1), "--lease-id", fieldOf(out, "lease_id"),
-		"--token", fieldOf(out, "fencing_token"), "--actual-cost", "312")
+		"--fencing-token", fieldOf(out, "fencing_token"), "--actual-cost", "312")
 	if !strings.Contains(out, "charged=312  released_units=488  over=0") {
 		t.Errorf("lease release --actual-cost 312: %q, want charged 312, 488 released", out)
 	}

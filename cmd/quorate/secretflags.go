@@ -12,7 +12,7 @@ import (
 // line arguments: every local user reads a process's arguments (ps,
 // /proc/PID/cmdline), and so does whoever reaches a node's profiling
 // endpoint (/debug/pprof/cmdline). They are read from a file
-// (--token-file, --auth-token-file, --node-token-file) or the environment.
+// (--token-file, --node-token-file) or the environment.
 // The old flags stay registered, hidden, to refuse them with an error that
 // names the flag to use instead, without ever echoing the value.
 

@@ -95,12 +95,18 @@ func TestTokenEndToEnd(t *testing.T) {
 	if err != nil || strings.Contains(out+errOut, "unauthenticated") || strings.Contains(out+errOut, "permission") {
 		t.Errorf("bench with $%s: %v\n%s%s", tokenEnv, err, out, errOut)
 	}
-	// The lease commands take it as --auth-token-file, as --token is the
-	// fencing token.
-	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", fsm.LeaseID("tok", "k", 1, [16]byte{1}), "--token", "1", "--auth-token-file", opsFile)
+	// The lease commands take it as every command does: --token is the
+	// bearer token (refused on the command line), --fencing-token the
+	// lease's.
+	leaseID := fsm.LeaseID("tok", "k", 1, [16]byte{1})
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", leaseID, "--fencing-token", "1", "--token-file", opsFile)
 	wantErrNaming(t, err, "permission_denied", "ops", "client")
-	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", fsm.LeaseID("tok", "k", 1, [16]byte{1}), "--token", "1", "--auth-token", opsToken)
-	wantErrNaming(t, err, "--auth-token", "--auth-token-file")
+	_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", leaseID, "--fencing-token", "1", "--token", opsToken)
+	wantErrNaming(t, err, "--token", "--token-file")
+	for _, old := range []string{"--auth-token-file", "--auth-token"} {
+		_, _, err = runCLI(t, "lease", "check", "--server", server, "--lease-id", leaseID, "--fencing-token", "1", old, opsFile)
+		wantErrNaming(t, err, "unknown flag", old)
+	}
 }
 
 func TestTokenCreateRefusesABadCaller(t *testing.T) {

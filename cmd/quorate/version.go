@@ -4,76 +4,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quorate/quorate/node"
 )
-
-// buildInfo is what `quorate version` reports: the module version and the
-// version control stamps the Go toolchain records in a binary built from a
-// checkout (go build -buildvcs, the default).
-type buildInfo struct {
-	// Version is the main module's version: a tag (v1.2.3), a
-	// pseudo-version of the commit (+dirty when modified), or "(devel)".
-	Version string `json:"version"`
-	// Commit is the VCS revision built; "" when the build has no VCS stamp.
-	Commit string `json:"commit"`
-	// CommitTime is that commit's time (RFC 3339, UTC), the build's stamp
-	// of when its source is from.
-	CommitTime string `json:"commit_time"`
-	// Modified: the checkout had changes not committed.
-	Modified  bool   `json:"modified"`
-	GoVersion string `json:"go_version"`
-	Platform  string `json:"platform"` // GOOS/GOARCH
-}
-
-// readBuildInfo reads this binary's buildInfo.
-func readBuildInfo() buildInfo {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		info = nil
-	}
-	return buildInfoOf(info)
-}
-
-// buildInfoOf reads a buildInfo from the Go toolchain's record of a build;
-// info may be nil (a binary built without module support).
-func buildInfoOf(info *debug.BuildInfo) buildInfo {
-	b := buildInfo{Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if info == nil {
-		return b
-	}
-	if info.Main.Version != "" {
-		b.Version = info.Main.Version
-	}
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			b.Commit = s.Value
-		case "vcs.time":
-			b.CommitTime = s.Value
-		case "vcs.modified":
-			b.Modified = s.Value == "true"
-		}
-	}
-	return b
-}
 
 func newVersionCmd() *cobra.Command {
 	var output outputFormat
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit and commit time of this build",
-		Long: "Version prints this binary's module version and the version control stamps of its\n" +
-			"build: the commit, its time, and whether the checkout had changes not committed\n" +
-			"(modified). A binary built without them (go build -buildvcs=false, outside a\n" +
-			"checkout, or in a git worktree, which the Go toolchain does not stamp) prints\n" +
-			"commit unknown.",
+		Short: "Print the version, commit and build date of this build",
+		Long: "Version prints what this binary knows of its build. `make build` stamps the\n" +
+			"version (git describe --tags --always --dirty), the commit and the build date.\n" +
+			"A binary built otherwise (go build, go install) prints the Go toolchain's record:\n" +
+			"the module version, and the commit, its time and whether the checkout had changes\n" +
+			"not committed (modified) when it recorded them (not with -buildvcs=false, outside\n" +
+			"a checkout, or in a git worktree); else commit unknown. /metrics exports the same\n" +
+			"as quorate_build_info, and every node logs it when it starts.",
 		Example: "  quorate version\n  quorate version -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writeBuildInfo(cmd.OutOrStdout(), output, readBuildInfo())
+			return writeBuildInfo(cmd.OutOrStdout(), output, node.Build())
 		},
 	}
 	addOutputFlag(cmd, &output)
@@ -81,7 +33,7 @@ func newVersionCmd() *cobra.Command {
 }
 
 // writeBuildInfo prints b as text, JSON or YAML.
-func writeBuildInfo(w io.Writer, output outputFormat, b buildInfo) error {
+func writeBuildInfo(w io.Writer, output outputFormat, b node.BuildInfo) error {
 	switch output {
 	case outputJSON, outputYAML:
 		j, err := json.MarshalIndent(b, "", "  ")
@@ -99,14 +51,15 @@ func writeBuildInfo(w io.Writer, output outputFormat, b buildInfo) error {
 		_, err = io.WriteString(w, y)
 		return err
 	}
-	commit, commitTime := b.Commit, b.CommitTime
-	if commit == "" {
-		commit = "unknown"
-	}
-	if commitTime == "" {
-		commitTime = "unknown"
-	}
-	_, err := fmt.Fprintf(w, "quorate %s\ncommit:      %s\ncommit time: %s\nmodified:    %t\ngo:          %s %s\n",
-		b.Version, commit, commitTime, b.Modified, b.GoVersion, b.Platform)
+	_, err := fmt.Fprintf(w, "quorate %s\ncommit:      %s\ncommit time: %s\nbuild date:  %s\nmodified:    %t\ngo:          %s %s\n",
+		b.Version, orUnknown(b.Commit), orUnknown(b.CommitTime), orUnknown(b.BuildDate), b.Modified, b.GoVersion, b.Platform)
 	return err
+}
+
+// orUnknown is s, or "unknown" when it is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
