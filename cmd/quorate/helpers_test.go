@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,20 +55,20 @@ func wantErrNaming(tb testing.TB, err error, names ...string) {
 }
 
 // freePortRange finds n consecutive free TCP ports on 127.0.0.1, none of them
-// in avoid, by listening on port 0 and then on the ports after it. The ports
-// are free when it returns (another process could take them meanwhile; that
-// is acceptable for a test).
+// in avoid, below the kernel's range of ephemeral ports: a port handed out
+// by listening on port 0 lies in that range, where any outgoing connection
+// may take it between the test's check and its use (a dev cluster stopped
+// and started again on the same ports). Bases are drawn at random, so tests
+// running at once rarely try the same ones; the ports are free when it
+// returns.
 func freePortRange(tb testing.TB, n int, avoid ...int) int {
 	tb.Helper()
+	lo := ephemeralLow()
 	for attempt := 0; attempt < 100; attempt++ {
-		first, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		base := first.Addr().(*net.TCPAddr).Port
-		lns := []net.Listener{first}
-		ok := base+n-1 <= 65535
-		for i := 1; ok && i < n; i++ {
+		base := 10000 + rand.IntN(lo-10000-n)
+		var lns []net.Listener
+		ok := true
+		for i := 0; ok && i < n; i++ {
 			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
 			if err != nil {
 				ok = false
@@ -87,4 +90,19 @@ func freePortRange(tb testing.TB, n int, avoid ...int) int {
 	}
 	tb.Fatalf("no %d consecutive free ports found", n)
 	return 0
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (Linux:
+// /proc/sys/net/ipv4/ip_local_port_range), 32768 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil && lo > 11000 {
+			return lo
+		}
+	}
+	return 32768
 }
