@@ -156,7 +156,7 @@ func admitRequestOf(r Request, caller string) *quoratev1.AdmitRequest {
 func decisionOf(m *quoratev1.AdmitResponse, requestID string) *Decision {
 	d := &Decision{Allowed: m.GetAllowed(), Outcome: Verified, RequestID: requestID,
 		Limit: m.GetLimit(), Remaining: m.GetRemaining(), ResetAfter: m.GetResetAfter().AsDuration(),
-		RetryAfter: m.GetRetryAfter().AsDuration(), Window: m.GetWindow().AsDuration(),
+		RetryAfter: m.GetRetryAfter().AsDuration(), Window: m.GetWindow().AsDuration(), Quota: m.GetQuota(),
 		PolicyVersion: m.GetPolicyVersion(), Duplicate: m.GetDuplicate(), Wait: m.GetWait().AsDuration(),
 		ShadowDenied: m.GetShadowDenied(), DeniedCheck: -1}
 	if m.GetDecidedAt() != nil {
@@ -168,7 +168,7 @@ func decisionOf(m *quoratev1.AdmitResponse, requestID string) *Decision {
 	for _, ch := range m.GetChecks() {
 		d.Checks = append(d.Checks, CheckResult{Policy: ch.GetPolicy(), Key: ch.GetKey(), Allowed: ch.GetAllowed(),
 			Limit: ch.GetLimit(), Remaining: ch.GetRemaining(), ResetAfter: ch.GetResetAfter().AsDuration(),
-			RetryAfter: ch.GetRetryAfter().AsDuration(), Window: ch.GetWindow().AsDuration(),
+			RetryAfter: ch.GetRetryAfter().AsDuration(), Window: ch.GetWindow().AsDuration(), Quota: ch.GetQuota(),
 			PolicyVersion: ch.GetPolicyVersion(), ShadowDenied: ch.GetShadowDenied()})
 	}
 	return d
