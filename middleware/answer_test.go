@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,8 +104,9 @@ func TestConcurrencyFieldsParse(t *testing.T) {
 	}
 }
 
-// TestIdempotencyKeySyntax: the key is a String or Stripe's bare value;
-// anything else is 400 naming the field, and the key becomes the request ID.
+// TestIdempotencyKeySyntax: a POST's key is a String or Stripe's bare
+// value; anything else is 400 naming the field, and the key becomes the
+// request ID.
 func TestIdempotencyKeySyntax(t *testing.T) {
 	f := newFake(twoPolicies())
 	h := mustNew(t, f, WithIdentity(Proxies{}.ClientIP()), WithLimits(Limit{Policy: "api"}), WithIdempotencyKey("")).Handler(ok200)
@@ -125,7 +127,13 @@ func TestIdempotencyKeySyntax(t *testing.T) {
 		{[]string{HeaderIdempotencyKey, "a", HeaderIdempotencyKey, "b"}, http.StatusBadRequest, ""},
 	} {
 		n := len(f.requests)
-		w := get(h, "/", "192.0.2.1:1", c.header...)
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		for i := 0; i+1 < len(c.header); i += 2 {
+			r.Header.Add(c.header[i], c.header[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
 		if w.Code != c.status {
 			t.Errorf("%q: status %d, want %d: %s", c.header, w.Code, c.status, w.Body)
 			continue
@@ -139,6 +147,10 @@ func TestIdempotencyKeySyntax(t *testing.T) {
 		if id := f.last().RequestID; c.id == "" && id != "" || !strings.HasPrefix(id, c.id) {
 			t.Errorf("%q: request ID %q, want %q", c.header, id, c.id)
 		}
+	}
+	// Only POST and PATCH are keyed.
+	if w := get(h, "/", "192.0.2.1:1", HeaderIdempotencyKey, `""`); w.Code != http.StatusOK || f.last().RequestID != "" {
+		t.Errorf("a GET with a key: status %d, request ID %q; want 200 and no ID", w.Code, f.last().RequestID)
 	}
 }
 

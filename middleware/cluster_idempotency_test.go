@@ -22,11 +22,11 @@ type answer struct {
 	header    http.Header
 }
 
-// send makes a GET of path on srv with the idempotency key idem (none when
-// empty) and returns its status and r.
-func send(t *testing.T, srv *httptest.Server, path, idem string) answer {
+// send makes a request (method and path) of srv with the idempotency key
+// idem (none when empty) and returns its status and r.
+func send(t *testing.T, srv *httptest.Server, method, path, idem string) answer {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,32 +76,33 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		mux.Handle("POST "+route.path, lim.Handler(ok200))
 		mux.Handle("GET "+route.path, lim.Handler(ok200))
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
 	// Two requests, one key: one charge.
-	first, again := send(t, srv, "/hour", "order-1"), send(t, srv, "/hour", "order-1")
+	first, again := send(t, srv, http.MethodPost, "/hour", "order-1"), send(t, srv, http.MethodPost, "/hour", "order-1")
 	if first.status != http.StatusOK || again.status != http.StatusOK || first.remaining != 2 || again.remaining != 2 {
 		t.Fatalf("one key twice: %+v then %+v, want 200 with r=2 both", first, again)
 	}
-	if a := send(t, srv, "/hour", ""); a.status != http.StatusOK || a.remaining != 1 {
-		t.Fatalf("a request without key after them: %+v, want r=1 (the key charged once)", a)
+	if a := send(t, srv, http.MethodGet, "/hour", "order-1"); a.status != http.StatusOK || a.remaining != 1 {
+		t.Fatalf("a GET with the key after them: %+v, want r=1 (the key charged once; a GET is charged whatever its key)", a)
 	}
 	// The same key for another request (cost 2): refused, nothing charged.
-	if a := send(t, srv, "/hour-x2", "order-1"); a.status != http.StatusUnprocessableEntity {
+	if a := send(t, srv, http.MethodPost, "/hour-x2", "order-1"); a.status != http.StatusUnprocessableEntity {
 		t.Fatalf("key reused for another request: %+v, want 422", a)
 	}
-	if a := send(t, srv, "/hour", "order-2"); a.status != http.StatusOK || a.remaining != 0 {
+	if a := send(t, srv, http.MethodPost, "/hour", "order-2"); a.status != http.StatusOK || a.remaining != 0 {
 		t.Fatalf("after the refused reuse: %+v, want r=0 (the reuse charged nothing)", a)
 	}
 
 	// A denied key is denied while its Retry-After runs, then decided anew.
-	if a := send(t, srv, "/2s", ""); a.status != http.StatusOK {
+	if a := send(t, srv, http.MethodPost, "/2s", ""); a.status != http.StatusOK {
 		t.Fatalf("first of the 2 s window: %+v", a)
 	}
-	denied := send(t, srv, "/2s", "job-1")
+	denied := send(t, srv, http.MethodPost, "/2s", "job-1")
 	if denied.status != http.StatusTooManyRequests {
 		t.Fatalf("second of the window: %+v, want 429", denied)
 	}
@@ -112,7 +113,7 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	var admitted answer
 	for {
-		admitted = send(t, srv, "/2s", "job-1")
+		admitted = send(t, srv, http.MethodPost, "/2s", "job-1")
 		if admitted.status == http.StatusOK {
 			break
 		}
@@ -121,22 +122,22 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval, not a synchronization
 	}
-	if a := send(t, srv, "/2s", "job-1"); a.status != http.StatusOK || a.remaining != admitted.remaining {
+	if a := send(t, srv, http.MethodPost, "/2s", "job-1"); a.status != http.StatusOK || a.remaining != admitted.remaining {
 		t.Fatalf("a retry of the admitted key: %+v, want 200 r=%d (charged once)", a, admitted.remaining)
 	}
 
 	// Budget leases: once the client decides the policy locally (answers
 	// without RateLimit fields), a keyed request still goes to the cluster.
 	deadline = time.Now().Add(20 * time.Second)
-	for send(t, srv, "/grant", "").remaining != -1 {
+	for send(t, srv, http.MethodPost, "/grant", "").remaining != -1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the client never decided idem-grant from a grant")
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
-	first = send(t, srv, "/grant", "pay-1")
+	first = send(t, srv, http.MethodPost, "/grant", "pay-1")
 	for i := range 5 {
-		if a := send(t, srv, "/grant", "pay-1"); first.status != http.StatusOK || first.remaining < 0 || a.remaining != first.remaining {
+		if a := send(t, srv, http.MethodPost, "/grant", "pay-1"); first.status != http.StatusOK || first.remaining < 0 || a.remaining != first.remaining {
 			t.Fatalf("a keyed request under budget leases: %+v, then retry %d %+v; want the cluster's answer each time", first, i, a)
 		}
 	}
@@ -163,18 +164,18 @@ func TestClusterRefundOnServerError(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	for i := range 4 {
-		if a := send(t, srv, "/fail", ""); a.status != http.StatusBadGateway || a.remaining != 1 {
+		if a := send(t, srv, http.MethodGet, "/fail", ""); a.status != http.StatusBadGateway || a.remaining != 1 {
 			t.Fatalf("failed request %d: %+v, want 502 with r=1 (admitted, then refunded)", i, a)
 		}
 	}
 	// A 4xx is the caller's: charged.
-	if a := send(t, srv, "/missing", ""); a.status != http.StatusNotFound || a.remaining != 1 {
+	if a := send(t, srv, http.MethodGet, "/missing", ""); a.status != http.StatusNotFound || a.remaining != 1 {
 		t.Fatalf("404: %+v, want r=1", a)
 	}
-	if a := send(t, srv, "/ok", ""); a.status != http.StatusOK || a.remaining != 0 {
+	if a := send(t, srv, http.MethodGet, "/ok", ""); a.status != http.StatusOK || a.remaining != 0 {
 		t.Fatalf("served request: %+v, want 200 with r=0", a)
 	}
-	if a := send(t, srv, "/ok", ""); a.status != http.StatusTooManyRequests {
+	if a := send(t, srv, http.MethodGet, "/ok", ""); a.status != http.StatusTooManyRequests {
 		t.Fatalf("third charged request: %+v, want 429", a)
 	}
 	mu.Lock()

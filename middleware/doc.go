@@ -80,12 +80,13 @@
 //
 // # Retries and failures
 //
-// WithIdempotencyKey makes the request's Idempotency-Key field (a
+// WithIdempotencyKey makes the Idempotency-Key field of a POST or PATCH (a
 // structured-field String, or Stripe's bare value) the admission's request
 // ID: an HTTP retry with the same key gets the first attempt's answer and
 // is not charged again; the key used again for another request is 422. A
 // retry of a denied request is denied until its Retry-After has passed,
-// then decided anew. WithRefundOnServerError gives back what a request
+// then decided anew. Every repeat of a key passes uncharged: use it before
+// handlers that replay a key's first answer rather than redo the work. WithRefundOnServerError gives back what a request
 // spent when the handler answers 5xx (under Connect: Unknown, Internal,
 // Unimplemented, Unavailable, DataLoss, DeadlineExceeded), through the
 // client's Refund with the request's ID; a request admitted from a budget

@@ -48,10 +48,15 @@ type answerConfig struct {
 	unavailableRetry time.Duration
 }
 
-// WithIdempotencyKey names each request by its Idempotency-Key field (header
-// names another field; empty means HeaderIdempotencyKey): the key is the
-// admission's request ID, so a retry of an admitted request with the same
-// key is let through without being charged again. The key is a
+// WithIdempotencyKey names each POST and PATCH request (the methods the
+// IETF draft keys; others are charged as usual) by its Idempotency-Key field
+// (header names another field; empty means HeaderIdempotencyKey): the key is
+// the admission's request ID, so a retry of an admitted request with the
+// same key is let through without being charged again. Put it in front of
+// handlers that honour the key themselves (a repeat replays the first
+// answer without doing the work again): the limiter lets every repeat of a
+// key through uncharged, so a handler that redoes the work lets a client
+// repeating one key do so without limit. The key is a
 // structured-field String (the IETF draft) or, as Stripe sends it, the bare
 // value: 1 to MaxIdempotencyKeyBytes printable ASCII bytes; another value is
 // answered 400. A key used again for another request (another route, cost
@@ -126,7 +131,7 @@ func validFieldName(s string) bool {
 // idempotencyKey returns r's idempotency key ("" when it has none) as a
 // request ID, or an error naming the field.
 func (c *answerConfig) idempotencyKey(r *http.Request) (string, error) {
-	if c.idempotency == "" {
+	if c.idempotency == "" || (r.Method != http.MethodPost && r.Method != http.MethodPatch) {
 		return "", nil
 	}
 	vs := r.Header.Values(c.idempotency)
