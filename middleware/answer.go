@@ -87,7 +87,7 @@ func (l *Limiter) decide(r *http.Request) verdict {
 			v.retryAfter = max(v.retryAfter, results[i].RetryAfter)
 		}
 		results = unspent(results, p.costs, i)
-		if i >= 0 && results[i].RetryAfter > 0 {
+		if i >= 0 && i < len(results) && results[i].RetryAfter > 0 {
 			// The denied limit's t is when the request would fit, as
 			// Retry-After says: the draft wants Retry-After no earlier
 			// than the effective window's end (a token bucket is full again
