@@ -32,10 +32,11 @@ import (
 // LocalGrant, no call, no request ID generated) when the client holds a
 // live grant of the policy for the key with at least its cost unspent; the
 // key's first such request starts acquiring one in the background.
-// Otherwise the request is decided by the cluster as above, so every
-// denial comes from the cluster.
+// Otherwise (and always for a request with a RequestID of the caller's,
+// which a grant does not record) the request is decided by the cluster as
+// above, so every denial comes from the cluster.
 func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
-	if c.grants != nil {
+	if c.grants != nil && r.RequestID == "" {
 		if d := c.grants.admit(&r); d != nil {
 			return d, nil
 		}
@@ -86,7 +87,7 @@ func (c *Client) admitStrict(ctx context.Context, r Request) (*Decision, error) 
 // per second that reuse a Decision; d is overwritten whole. On error *d is
 // left as it was.
 func (c *Client) AdmitInto(ctx context.Context, r *Request, d *Decision) error {
-	if c.grants != nil {
+	if c.grants != nil && r.RequestID == "" {
 		if g, left, ok := c.grants.spend(r); ok {
 			g.fill(d, r, left)
 			return nil
@@ -156,7 +157,7 @@ func admitRequestOf(r Request, caller string) *quoratev1.AdmitRequest {
 func decisionOf(m *quoratev1.AdmitResponse, requestID string) *Decision {
 	d := &Decision{Allowed: m.GetAllowed(), Outcome: Verified, RequestID: requestID,
 		Limit: m.GetLimit(), Remaining: m.GetRemaining(), ResetAfter: m.GetResetAfter().AsDuration(),
-		RetryAfter: m.GetRetryAfter().AsDuration(), Window: m.GetWindow().AsDuration(),
+		RetryAfter: m.GetRetryAfter().AsDuration(), Window: m.GetWindow().AsDuration(), Quota: m.GetQuota(),
 		PolicyVersion: m.GetPolicyVersion(), Duplicate: m.GetDuplicate(), Wait: m.GetWait().AsDuration(),
 		ShadowDenied: m.GetShadowDenied(), DeniedCheck: -1}
 	if m.GetDecidedAt() != nil {
@@ -168,7 +169,7 @@ func decisionOf(m *quoratev1.AdmitResponse, requestID string) *Decision {
 	for _, ch := range m.GetChecks() {
 		d.Checks = append(d.Checks, CheckResult{Policy: ch.GetPolicy(), Key: ch.GetKey(), Allowed: ch.GetAllowed(),
 			Limit: ch.GetLimit(), Remaining: ch.GetRemaining(), ResetAfter: ch.GetResetAfter().AsDuration(),
-			RetryAfter: ch.GetRetryAfter().AsDuration(), Window: ch.GetWindow().AsDuration(),
+			RetryAfter: ch.GetRetryAfter().AsDuration(), Window: ch.GetWindow().AsDuration(), Quota: ch.GetQuota(),
 			PolicyVersion: ch.GetPolicyVersion(), ShadowDenied: ch.GetShadowDenied()})
 	}
 	return d

@@ -102,7 +102,11 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Window is the policy's window (period of a rate policy, the current
 	// calendar period of a quota; zero for a concurrency policy).
-	Window        time.Duration
+	Window time.Duration
+	// Quota is the policy's units per Window a key may sustain: its limit
+	// (Limit above is a token bucket's burst); 0 when the answer does not
+	// say (a policy changed since the decision, or a LocalGrant).
+	Quota         int64
 	PolicyVersion uint64
 	// DecidedAt is the server time of the decision, from the log; zero
 	// unless Verified or LocalGrant. For LocalGrant it is the log time at
@@ -135,6 +139,7 @@ type CheckResult struct {
 	ResetAfter    time.Duration
 	RetryAfter    time.Duration
 	Window        time.Duration
+	Quota         int64
 	PolicyVersion uint64
 	ShadowDenied  bool
 }

@@ -1,9 +1,11 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,6 +30,7 @@ const (
 	badKey                         // 400 / InvalidArgument
 	denied                         // 429 / ResourceExhausted
 	unavailable                    // 503 / Unavailable
+	reused                         // 422 / InvalidArgument: an Idempotency-Key used for another request
 )
 
 // verdict is the middleware's answer to one request, for either protocol.
@@ -40,6 +43,9 @@ type verdict struct {
 	deniedBy   string
 	retryAfter time.Duration
 	msg        string
+	// refundKey and refundID name the admission to refund when the handler
+	// fails (WithRefundOnServerError); empty: none.
+	refundKey, refundID string
 }
 
 // decide admits r.
@@ -51,21 +57,28 @@ func (l *Limiter) decide(r *http.Request) verdict {
 	if len(p.limits) == 0 {
 		return verdict{kind: pass}
 	}
-	d, err := l.a.Admit(r.Context(), p.req)
-	if err == nil && d == nil {
-		err = errors.New("middleware: the admitter returned no decision and no error")
-	}
+	idem, err := l.cfg.answers.idempotencyKey(r)
 	if err != nil {
+		return verdict{kind: badKey, msg: err.Error()}
+	}
+	d, err := l.admit(r.Context(), p.req, idem)
+	if err != nil {
+		if idem != "" && reusedRequestID(err) {
+			return verdict{kind: reused, msg: fmt.Sprintf("%s was already used for another request: use a new key", l.cfg.answers.idempotency)}
+		}
 		if l.cfg.onError != nil {
 			l.cfg.onError(r, err)
 		}
 		if l.cfg.fail == FailOpen {
 			return verdict{kind: pass}
 		}
-		return verdict{kind: unavailable, msg: "rate limiter unavailable"}
+		return l.unavailable()
 	}
 	results := checkResults(d, len(p.limits))
 	v := verdict{kind: pass}
+	if l.cfg.answers.refund && d.Allowed && d.Outcome == client.Verified && !d.Duplicate && d.RequestID != "" {
+		v.refundKey, v.refundID = p.req.Key, d.RequestID
+	}
 	if !d.Allowed {
 		v.retryAfter = d.RetryAfter
 		i := deniedIndex(d, len(p.limits))
@@ -74,6 +87,14 @@ func (l *Limiter) decide(r *http.Request) verdict {
 			v.retryAfter = max(v.retryAfter, results[i].RetryAfter)
 		}
 		results = unspent(results, p.costs, i)
+		if i >= 0 && i < len(results) && results[i].RetryAfter > 0 {
+			// The denied limit's t is when the request would fit, as
+			// Retry-After says: the draft wants Retry-After no earlier
+			// than the effective window's end (a token bucket is full again
+			// long after its next unit).
+			results = slices.Clone(results)
+			results[i].ResetAfter = results[i].RetryAfter
+		}
 	}
 	if d.Outcome == client.LocalGrant {
 		// Exact (spent from a budget lease the cluster granted), but the
@@ -89,11 +110,14 @@ func (l *Limiter) decide(r *http.Request) verdict {
 		case d.Allowed:
 			return v
 		case d.Outcome == client.Unavailable:
-			return verdict{kind: unavailable, msg: "rate limiter unavailable"}
+			return l.unavailable()
 		}
 		v.header = http.Header{}
 	} else {
 		v.header = rateLimitHeader(p.limits, results)
+		if l.cfg.answers.xHeaders {
+			xRateLimitHeader(v.header, results, deniedIndex(d, len(p.limits)))
+		}
 		if d.Allowed {
 			return v
 		}
@@ -109,6 +133,37 @@ func (l *Limiter) decide(r *http.Request) verdict {
 	return v
 }
 
+// admit decides req, named by the idempotency key idem when it is not
+// empty: a retry of an admitted request gets its recorded answer, and a
+// retry of a denied one, once that denial's Retry-After has passed, is
+// decided anew under the key's next attempt ID.
+func (l *Limiter) admit(ctx context.Context, req client.Request, idem string) (*client.Decision, error) {
+	for n := 0; ; n++ {
+		if idem != "" {
+			req.RequestID = idempotentID(idem, n)
+		}
+		d, err := l.a.Admit(ctx, req)
+		if err == nil && d == nil {
+			err = errors.New("middleware: the admitter returned no decision and no error")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if idem == "" || !d.Duplicate || d.Allowed || n == maxIdempotentAttempts-1 ||
+			time.Now().Before(d.DecidedAt.Add(d.RetryAfter)) {
+			return d, nil
+		}
+	}
+}
+
+// unavailable is the answer when no decision could be had.
+func (l *Limiter) unavailable() verdict {
+	retry := l.cfg.answers.unavailableRetry
+	h := http.Header{}
+	h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfterSeconds(retry), 10))
+	return verdict{kind: unavailable, header: h, retryAfter: retry, msg: "rate limiter unavailable"}
+}
+
 // checkResults returns one result per limit: d.Checks when it has one per
 // limit, else d's own fields for the first limit only.
 func checkResults(d *client.Decision, n int) []client.CheckResult {
@@ -117,7 +172,7 @@ func checkResults(d *client.Decision, n int) []client.CheckResult {
 	}
 	return []client.CheckResult{{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Window: d.Window,
+		ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Window: d.Window, Quota: d.Quota,
 	}}
 }
 
@@ -157,14 +212,47 @@ func deniedIndex(d *client.Decision, n int) int {
 }
 
 // rateLimitHeader returns the RateLimit-Policy and RateLimit fields of the
-// limits' results, one list member per result.
+// limits' results, one list member per result: q is the policy's quota per
+// window (what a client may sustain), with a token bucket's burst (the
+// result's Limit, its capacity) as quorate-burst. An answer that does not
+// carry the quota (the policy changed since the decision) advertises the
+// capacity as q.
 func rateLimitHeader(limits []*Limit, results []client.CheckResult) http.Header {
 	fields := make([]ratelimitheader.Limit, len(results))
 	for i, res := range results {
-		fields[i] = ratelimitheader.Limit{Name: limits[i].Name, Limit: res.Limit, Remaining: res.Remaining,
+		f := ratelimitheader.Limit{Name: limits[i].Name, Limit: res.Limit, Remaining: res.Remaining,
 			Window: res.Window, ResetAfter: res.ResetAfter}
+		if res.Quota > 0 {
+			f.Limit, f.Burst = res.Quota, res.Limit
+		}
+		fields[i] = f
 	}
 	return ratelimitheader.Fields(fields)
+}
+
+// xRateLimitHeader adds to h the X-RateLimit fields of one limit: the one
+// that denied (index denied), else the one with the fewest units left.
+func xRateLimitHeader(h http.Header, results []client.CheckResult, denied int) {
+	if len(results) == 0 {
+		return
+	}
+	i := denied
+	if i < 0 || i >= len(results) {
+		i = 0
+		for j, res := range results {
+			if res.Remaining < results[i].Remaining {
+				i = j
+			}
+		}
+	}
+	res := results[i]
+	quota := res.Limit
+	if res.Quota > 0 {
+		quota = res.Quota
+	}
+	h.Set(HeaderXLimit, ratelimitheader.Integer(quota))
+	h.Set(HeaderXRemaining, ratelimitheader.Integer(res.Remaining))
+	h.Set(HeaderXReset, ratelimitheader.Integer(ratelimitheader.CeilSeconds(res.ResetAfter)))
 }
 
 // retryAfterSeconds is d in whole seconds, rounded up, at least 1.

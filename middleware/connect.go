@@ -31,6 +31,9 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return nil, v.connectError()
 		}
 		resp, err := next(ctx, req)
+		if v.refundID != "" {
+			i.l.refund(callRequest(ctx, req.Spec(), req.Peer(), req.Header(), req.HTTPMethod()), v, serverFailure(err))
+		}
 		if len(v.header) > 0 {
 			var cerr *connect.Error
 			switch {
@@ -55,7 +58,11 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 			return v.connectError()
 		}
 		merge(conn.ResponseHeader(), v.header)
-		return next(ctx, conn)
+		err := next(ctx, conn)
+		if v.refundID != "" {
+			i.l.refund(callRequest(ctx, conn.Spec(), conn.Peer(), conn.RequestHeader(), http.MethodPost), v, serverFailure(err))
+		}
+		return err
 	}
 }
 
@@ -73,12 +80,14 @@ func callRequest(ctx context.Context, spec connect.Spec, peer connect.Peer, h ht
 }
 
 // connectError is a refusal as a Connect error: InvalidArgument for a
-// missing key, ResourceExhausted with RetryInfo and QuotaFailure for a
-// denial, Unavailable otherwise; the RateLimit fields in its metadata.
+// missing key or an Idempotency-Key used for another request,
+// ResourceExhausted with RetryInfo and QuotaFailure for a denial,
+// Unavailable with RetryInfo otherwise; the RateLimit fields (and
+// Retry-After) in its metadata.
 func (v verdict) connectError() *connect.Error {
 	var err *connect.Error
 	switch v.kind {
-	case badKey:
+	case badKey, reused:
 		err = connect.NewError(connect.CodeInvalidArgument, errors.New(v.msg))
 	case denied:
 		err = connect.NewError(connect.CodeResourceExhausted, errors.New(v.msg))
@@ -100,6 +109,10 @@ func (v verdict) connectError() *connect.Error {
 		}
 	default:
 		err = connect.NewError(connect.CodeUnavailable, errors.New(v.msg))
+		retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(max(v.retryAfter, time.Second))}
+		if d, e := connect.NewErrorDetail(retry); e == nil {
+			err.AddDetail(d)
+		}
 	}
 	merge(err.Meta(), v.header)
 	return err

@@ -43,16 +43,25 @@
 // passes without RateLimit fields: the client knows its grant, not the key.
 // A verified decision (client.Verified) sets on every answer
 //
-//	RateLimit-Policy: "per-user";q=20;w=60, "per-route";q=5;w=1
+//	RateLimit-Policy: "per-user";q=60;w=60;quorate-burst=20, "per-route";q=5;w=1
 //	RateLimit: "per-user";r=12;t=9, "per-route";r=0;t=1
 //
-// one item per limit, in the order of the limits, with t in whole seconds
-// rounded up (w is left out for a policy without a window: concurrency).
-// On a denial nothing is spent, and r shows every limit as it stands (the
-// cluster reports a passing check with its cost taken off; the middleware
-// adds it back). A denial is 429 Too Many Requests with Retry-After in whole seconds,
-// rounded up and at least 1, and names the limit that denied in the body and
-// in Quorate-Denied-By: "per-route". Under Connect a denial is
+// one item per limit, in the order of the limits. q is what a client may
+// sustain per window w: the policy's limit per period (a quota's per
+// calendar period, w that period's length), for a token bucket its refill,
+// with its burst (the most at once) as the vendor parameter quorate-burst
+// when it differs. r is what is left now and t, in whole seconds rounded
+// up, the time until every spent unit is back (the window's end for a
+// fixed window or a quota; a token bucket, a sliding window or log gives
+// units back sooner, one by one), except that the denied limit's t is its
+// Retry-After (the draft wants Retry-After no earlier than the end of t).
+// On a denial nothing is spent, and r shows every limit as it stands (the cluster reports a passing check with
+// its cost taken off; the middleware adds it back). WithXRateLimitHeaders
+// adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and
+// X-RateLimit-Reset (t, seconds from now) of one limit, for clients that
+// know only those. A denial is 429 Too Many Requests with Retry-After in
+// whole seconds, rounded up and at least 1, and names the limit that denied
+// in the body and in Quorate-Denied-By: "per-route". Under Connect a denial is
 // ResourceExhausted with a google.rpc.RetryInfo and a google.rpc.QuotaFailure
 // (whose subject is the limit's name) detail, and the fields above in the
 // response headers (in the trailers of a gRPC error).
@@ -66,6 +75,23 @@
 // key) goes to the WithOnError hook and is 503 (Unavailable) by default, or
 // lets the request through with WithFailMode(FailOpen). A key longer than
 // the cluster accepts (512 bytes) is such an error: keep key parts short.
+// Every 503 carries Retry-After (1 s, or WithUnavailableRetryAfter's), and
+// under Connect a RetryInfo.
+//
+// # Retries and failures
+//
+// WithIdempotencyKey makes the Idempotency-Key field of a POST or PATCH (a
+// structured-field String, or Stripe's bare value) the admission's request
+// ID: an HTTP retry with the same key gets the first attempt's answer and
+// is not charged again; the key used again for another request is 422. A
+// retry of a denied request is denied until its Retry-After has passed,
+// then decided anew. Every repeat of a key passes uncharged: use it before
+// handlers that replay a key's first answer rather than redo the work. WithRefundOnServerError gives back what a request
+// spent when the handler answers 5xx (under Connect: Unknown, Internal,
+// Unimplemented, Unavailable, DataLoss, DeadlineExceeded), through the
+// client's Refund with the request's ID; a request admitted from a budget
+// lease has no ID and is not refunded. A keyed request refunded after a 5xx
+// and retried under its key is not charged again.
 //
 // # Connect
 //

@@ -5,7 +5,7 @@ import (
 )
 
 // Handler returns next behind the limiter: each request is admitted before
-// next runs, and answered 429, 400 or 503 instead when it is not.
+// next runs, and answered 429, 400, 422 or 503 instead when it is not.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := l.decide(r)
@@ -15,9 +15,17 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		switch v.kind {
 		case pass:
-			next.ServeHTTP(w, r)
+			if v.refundID == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
+			l.refund(r, v, sw.status >= 500)
 		case badKey:
 			http.Error(w, v.msg, http.StatusBadRequest)
+		case reused:
+			http.Error(w, v.msg, http.StatusUnprocessableEntity)
 		case denied:
 			http.Error(w, v.msg, http.StatusTooManyRequests)
 		default:

@@ -66,6 +66,7 @@ type config struct {
 	fail       FailMode
 	unverified func(*http.Request, *client.Decision)
 	onError    func(*http.Request, error)
+	answers    answerConfig // options.go
 }
 
 // WithLimits adds limits, decided together in one atomic check in this order.
@@ -122,6 +123,9 @@ func New(a Admitter, opts ...Option) (*Limiter, error) {
 	}
 	if len(l.cfg.limits) == 0 {
 		return nil, errors.New("middleware: limits: none given (WithLimits)")
+	}
+	if err := l.cfg.answers.check(a); err != nil {
+		return nil, err
 	}
 	if len(l.cfg.identity) == 0 {
 		return nil, errors.New("middleware: identity: no extractor given (WithIdentity)")

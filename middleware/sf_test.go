@@ -8,15 +8,17 @@ import (
 )
 
 // sfItem is one member of a structured-field List whose items are Strings
-// with Integer parameters: the shape of RateLimit-Policy and RateLimit.
+// with Integer or String parameters: the shape of RateLimit-Policy and
+// RateLimit.
 type sfItem struct {
 	name   string
 	keys   []string
 	params map[string]int64
+	strs   map[string]string // String parameters
 }
 
 // parseSFList parses s strictly as an RFC 9651 List of String items with
-// Integer parameters, and fails on anything else.
+// Integer or String parameters, and fails on anything else.
 func parseSFList(s string) ([]sfItem, error) {
 	p := &sfParser{s: s}
 	var items []sfItem
@@ -62,37 +64,42 @@ func (p *sfParser) ows() {
 	}
 }
 
-func (p *sfParser) item() (sfItem, error) {
-	it := sfItem{params: map[string]int64{}}
+func (p *sfParser) str() (string, error) {
 	if p.end() || p.s[p.i] != '"' {
-		return it, fmt.Errorf("offset %d: item is not a String", p.i)
+		return "", fmt.Errorf("offset %d: not a String", p.i)
 	}
 	p.i++
 	var b strings.Builder
 	for {
 		if p.end() {
-			return it, fmt.Errorf("unterminated String")
+			return "", fmt.Errorf("unterminated String")
 		}
 		c := p.s[p.i]
 		p.i++
 		switch {
 		case c == '\\':
 			if p.end() || (p.s[p.i] != '"' && p.s[p.i] != '\\') {
-				return it, fmt.Errorf("bad escape")
+				return "", fmt.Errorf("bad escape")
 			}
 			b.WriteByte(p.s[p.i])
 			p.i++
-			continue
 		case c == '"':
-			it.name = b.String()
+			return b.String(), nil
 		case c < 0x20 || c > 0x7e:
-			return it, fmt.Errorf("byte %#x in String", c)
+			return "", fmt.Errorf("byte %#x in String", c)
 		default:
 			b.WriteByte(c)
-			continue
 		}
-		break
 	}
+}
+
+func (p *sfParser) item() (sfItem, error) {
+	it := sfItem{params: map[string]int64{}, strs: map[string]string{}}
+	name, err := p.str()
+	if err != nil {
+		return it, fmt.Errorf("item: %w", err)
+	}
+	it.name = name
 	for !p.end() && p.s[p.i] == ';' {
 		p.i++
 		p.sp()
@@ -108,6 +115,20 @@ func (p *sfParser) item() (sfItem, error) {
 			return it, fmt.Errorf("parameter %s: no Integer value", key)
 		}
 		p.i++
+		if _, dup := it.params[key]; !dup {
+			if _, dup := it.strs[key]; !dup {
+				it.keys = append(it.keys, key)
+			}
+		}
+		if !p.end() && p.s[p.i] == '"' {
+			v, err := p.str()
+			if err != nil {
+				return it, fmt.Errorf("parameter %s: %w", key, err)
+			}
+			delete(it.params, key)
+			it.strs[key] = v
+			continue
+		}
 		start = p.i
 		if !p.end() && p.s[p.i] == '-' {
 			p.i++
@@ -120,21 +141,21 @@ func (p *sfParser) item() (sfItem, error) {
 			return it, fmt.Errorf("parameter %s: %q is not an Integer", key, p.s[start:p.i])
 		}
 		n, _ := strconv.ParseInt(p.s[start:p.i], 10, 64)
-		if _, dup := it.params[key]; !dup {
-			it.keys = append(it.keys, key)
-		}
+		delete(it.strs, key)
 		it.params[key] = n
 	}
 	return it, nil
 }
 
 func TestSFParser(t *testing.T) {
-	good := `"a";q=100;w=60, "b\"c";q=5,"d";r=-1`
+	good := `"a";q=100;w=60, "b\"c";q=5,"d";r=-1, "e";q=2;qu="concurrent-requests";quorate-burst=3`
 	items, err := parseSFList(good)
-	if err != nil || len(items) != 3 || items[1].name != `b"c` || items[0].params["w"] != 60 || items[2].params["r"] != -1 {
+	if err != nil || len(items) != 4 || items[1].name != `b"c` || items[0].params["w"] != 60 || items[2].params["r"] != -1 ||
+		items[3].strs["qu"] != "concurrent-requests" || items[3].params["quorate-burst"] != 3 {
 		t.Fatalf("parse %s: %+v, %v", good, items, err)
 	}
-	for _, bad := range []string{``, `a;q=1`, `"a";q=1.5`, `"a";q=`, `"a",`, `"a";Q=1`, `"a" "b"`, `"a";q=1234567890123456`} {
+	for _, bad := range []string{``, `a;q=1`, `"a";q=1.5`, `"a";q=`, `"a",`, `"a";Q=1`, `"a" "b"`, `"a";q=1234567890123456`,
+		`"a";qu="x`, `"a";qu=x`, `"a";-b=1`} {
 		if _, err := parseSFList(bad); err == nil {
 			t.Errorf("parse %q: no error", bad)
 		}

@@ -287,20 +287,21 @@ type policyTable interface {
 }
 
 // admitResponse is the API's form of an Admit's result, decided by the FSM
-// whose policies are ps. Each check's window (and the top one, the window
-// of the check whose fields are on top) is its policy's at the decision's
-// log time (admission.Policy.Window): of the version decided with, which
-// the group holds unless a policy change was applied since; the window is
-// then left unset. A recorded answer (duplicate) gets its windows the same
-// way, from the policy at answer time: records do not keep them.
+// whose policies are ps. Each check's window and quota (and the top ones,
+// those of the check whose fields are on top) are its policy's at the
+// decision's log time (admission.Policy.Window, Policy.Limit): of the
+// version decided with, which the group holds unless a policy change was
+// applied since; they are then left unset. A recorded answer (duplicate)
+// gets them the same way, from the policy at answer time: records do not
+// keep them.
 func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse {
 	at := r.DecidedAt + int64(r.Wait)
-	window := func(policy string, version uint64) *durationpb.Duration {
+	window := func(policy string, version uint64) (*durationpb.Duration, int64) {
 		pv, ok := ps.Policy(policy)
 		if !ok || pv.Version != version {
-			return nil
+			return nil, 0
 		}
-		return windowOf(pv.Policy.Window(at))
+		return windowOf(pv.Policy.Window(at)), pv.Policy.Limit
 	}
 	d := r.Decision
 	out := &quoratev1.AdmitResponse{
@@ -316,15 +317,16 @@ func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse 
 		ShadowDenied:  r.ShadowDenied,
 	}
 	if top := max(r.DeniedCheck, 0); top < len(r.Checks) {
-		out.Window = window(r.Checks[top].Policy, r.PolicyVersion)
+		out.Window, out.Quota = window(r.Checks[top].Policy, r.PolicyVersion)
 	}
 	if r.Multi {
 		for _, c := range r.Checks {
 			cd := c.Decision
+			w, q := window(c.Policy, c.PolicyVersion)
 			out.Checks = append(out.Checks, &quoratev1.CheckResult{
 				Policy: c.Policy, Key: c.Key, Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 				ResetAfter: durationpb.New(cd.ResetAfter), RetryAfter: durationpb.New(cd.RetryAfter),
-				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: window(c.Policy, c.PolicyVersion),
+				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: w, Quota: q,
 			})
 		}
 		if r.DeniedCheck >= 0 {

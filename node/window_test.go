@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/node/nodetest"
@@ -31,17 +32,18 @@ func calendarLength(cal string, t time.Time) time.Duration {
 	return 0
 }
 
-// Every Admit answer carries its policy's window: the period of each rate
-// algorithm, the calendar period of a quota at the decision's time, per
+// Every Admit answer carries its policy's window and quota (its limit per
+// window; a token bucket's limit field is its burst): the period of each
+// rate algorithm, the calendar period of a quota at the decision's time, per
 // check in a multi-check answer (the top one the denying check's); through
 // the leader and through a follower alike. A recorded answer repeats it
 // while its policy is at the version recorded, and leaves it unset once the
-// policy changed.
+// policy changed (and its quota with it).
 func TestAdmitWindowPerAlgorithm(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	d := durationpb.New
 	applyPolicies(t, c,
-		&quoratev1.Policy{Name: "tb", Algorithm: "token_bucket", Limit: 10, Period: d(time.Minute)},
+		&quoratev1.Policy{Name: "tb", Algorithm: "token_bucket", Limit: 10, Period: d(time.Minute), Burst: proto.Int64(4)},
 		&quoratev1.Policy{Name: "fw", Algorithm: "fixed_window", Limit: 10, Period: d(10 * time.Second)},
 		&quoratev1.Policy{Name: "sw", Algorithm: "sliding_window", Limit: 10, Period: d(time.Hour)},
 		&quoratev1.Policy{Name: "sl", Algorithm: "sliding_log", Limit: 5, Period: d(2 * time.Second)},
@@ -71,9 +73,10 @@ func TestAdmitWindowPerAlgorithm(t *testing.T) {
 			policy string
 			want   time.Duration // 0: a quota's calendar period
 			cal    string
+			quota  int64
 		}{
-			{"tb", time.Minute, ""}, {"fw", 10 * time.Second, ""}, {"sw", time.Hour, ""}, {"sl", 2 * time.Second, ""},
-			{"qd", 0, "day"}, {"qw", 0, "week"}, {"qm", 0, "month"}, {"qy", 0, "year"},
+			{"tb", time.Minute, "", 10}, {"fw", 10 * time.Second, "", 10}, {"sw", time.Hour, "", 10}, {"sl", 2 * time.Second, "", 5},
+			{"qd", 0, "day", 100}, {"qw", 0, "week", 100}, {"qm", 0, "month", 100}, {"qy", 0, "year", 1},
 		} {
 			r := admitVia(via, &quoratev1.AdmitRequest{Policy: tc.policy, Key: "k"})
 			want := tc.want
@@ -82,6 +85,9 @@ func TestAdmitWindowPerAlgorithm(t *testing.T) {
 			}
 			if got := r.GetWindow().AsDuration(); r.GetWindow() == nil || got != want {
 				t.Errorf("%s via node %d: window %v, want %v", tc.policy, via, r.GetWindow(), want)
+			}
+			if r.GetQuota() != tc.quota {
+				t.Errorf("%s via node %d: quota %d, want %d", tc.policy, via, r.GetQuota(), tc.quota)
 			}
 		}
 	}
@@ -92,7 +98,8 @@ func TestAdmitWindowPerAlgorithm(t *testing.T) {
 	r := admitVia(leader, multi)
 	year := calendarLength("year", r.GetDecidedAt().AsTime())
 	if !r.GetAllowed() || r.GetWindow().AsDuration() != time.Minute ||
-		r.GetChecks()[0].GetWindow().AsDuration() != time.Minute || r.GetChecks()[1].GetWindow().AsDuration() != year {
+		r.GetChecks()[0].GetWindow().AsDuration() != time.Minute || r.GetChecks()[1].GetWindow().AsDuration() != year ||
+		r.GetQuota() != 10 || r.GetLimit() != 4 || r.GetChecks()[0].GetQuota() != 10 || r.GetChecks()[1].GetQuota() != 1 {
 		t.Fatalf("allowed multi-check: %v", r)
 	}
 	r = admitVia((leader+1)%c.Len(), multi)
@@ -111,7 +118,7 @@ func TestAdmitWindowPerAlgorithm(t *testing.T) {
 	}
 	applyPolicies(t, c, &quoratev1.Policy{Name: "fw", Algorithm: "fixed_window", Limit: 10, Period: d(20 * time.Second)})
 	changed := admitVia(leader, req)
-	if !changed.GetDuplicate() || changed.GetPolicyVersion() != first.GetPolicyVersion() || changed.GetWindow() != nil {
+	if !changed.GetDuplicate() || changed.GetPolicyVersion() != first.GetPolicyVersion() || changed.GetWindow() != nil || changed.GetQuota() != 0 {
 		t.Fatalf("duplicate after the policy changed: %v, want the first answer's version and no window", changed)
 	}
 	if r := admitVia(leader, &quoratev1.AdmitRequest{Policy: "fw", Key: "dup"}); r.GetWindow().AsDuration() != 20*time.Second {

@@ -489,7 +489,12 @@ type AdmitResponse struct {
 	// The policy's window, for quota headers (RateLimit-Policy's w): the
 	// period of a rate policy, the current calendar period of a quota; zero
 	// for a concurrency policy.
-	Window        *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
+	Window *durationpb.Duration `protobuf:"bytes,13,opt,name=window,proto3" json:"window,omitempty"`
+	// The policy's quota per window, for quota headers (RateLimit-Policy's
+	// q): the units a key may sustain per window, the policy's limit (for a
+	// token bucket the refill per period, where limit above is the burst).
+	// Like window, unset when the policy changed since the decision.
+	Quota         int64 `protobuf:"varint,14,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +620,13 @@ func (x *AdmitResponse) GetWindow() *durationpb.Duration {
 	return nil
 }
 
+func (x *AdmitResponse) GetQuota() int64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
+}
+
 // CheckResult is one check's decision in a multi-check Admit.
 type CheckResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -628,7 +640,9 @@ type CheckResult struct {
 	PolicyVersion uint64                 `protobuf:"varint,8,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	ShadowDenied  bool                   `protobuf:"varint,9,opt,name=shadow_denied,json=shadowDenied,proto3" json:"shadow_denied,omitempty"`
 	// As AdmitResponse.window.
-	Window        *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
+	Window *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
+	// As AdmitResponse.quota.
+	Quota         int64 `protobuf:"varint,11,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +745,13 @@ func (x *CheckResult) GetWindow() *durationpb.Duration {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *CheckResult) GetQuota() int64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
 }
 
 type PeekRequest struct {
@@ -2088,7 +2109,7 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
-	"\x05_cost\"\xc6\x04\n" +
+	"\x05_cost\"\xdc\x04\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2106,8 +2127,9 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	" \x01(\bR\fshadowDenied\x12/\n" +
 	"\x06checks\x18\v \x03(\v2\x17.quorate.v1.CheckResultR\x06checks\x12&\n" +
 	"\fdenied_check\x18\f \x01(\x05H\x00R\vdeniedCheck\x88\x01\x01\x121\n" +
-	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06windowB\x0f\n" +
-	"\r_denied_check\"\xfc\x02\n" +
+	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x14\n" +
+	"\x05quota\x18\x0e \x01(\x03R\x05quotaB\x0f\n" +
+	"\r_denied_check\"\x92\x03\n" +
 	"\vCheckResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -2121,7 +2143,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\b \x01(\x04R\rpolicyVersion\x12#\n" +
 	"\rshadow_denied\x18\t \x01(\bR\fshadowDenied\x121\n" +
 	"\x06window\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x06window\"7\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x14\n" +
+	"\x05quota\x18\v \x01(\x03R\x05quota\"7\n" +
 	"\vPeekRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\xbd\x02\n" +
