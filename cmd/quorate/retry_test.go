@@ -139,7 +139,7 @@ func serveFake(t *testing.T, f *fakeAdmission, dropFirst bool) *httptest.Server 
 
 // serveHandler serves h (a fake service's Connect handler) on a test server,
 // dropping the first connection when dropFirst is set, as serveFake. The
-// calls a client makes in the background (Routes, ListPolicies, GetPolicy)
+// calls a client makes in the background (Routes, Policies)
 // are never dropped: the first call a command makes is.
 func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server {
 	t.Helper()
@@ -170,8 +170,7 @@ func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server
 // backgroundCall reports whether path is that of a call package client
 // makes on its own.
 func backgroundCall(path string) bool {
-	for _, p := range []string{quoratev1connect.AdmissionServiceRoutesProcedure, quoratev1connect.AdminServiceListPoliciesProcedure,
-		quoratev1connect.AdminServiceGetPolicyProcedure} {
+	for _, p := range []string{quoratev1connect.AdmissionServiceRoutesProcedure, quoratev1connect.AdmissionServicePoliciesProcedure} {
 		if path == p {
 			return true
 		}
