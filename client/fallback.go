@@ -180,8 +180,9 @@ type fallback struct {
 	// refusal is why the cluster refused to list policies to this caller
 	// (Unauthenticated, Unimplemented); nil until it does.
 	refusal error
-	// unknown are the policies reported as unknown (unknownLocked).
-	unknown      map[string]bool
+	// unknown are the policies reported as unknown (unknownLocked): they
+	// are read again for a later version, or after unknownRetry.
+	unknown      map[string]unknownPolicy
 	unknownCount atomic.Uint64
 	buckets      map[bucketKey]*localBucket
 }
@@ -194,7 +195,7 @@ type localBucket struct {
 }
 
 func newFallback(c *Client, given []Policy) *fallback {
-	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, unknown: map[string]bool{}, buckets: map[bucketKey]*localBucket{}}
+	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, unknown: map[string]unknownPolicy{}, buckets: map[bucketKey]*localBucket{}}
 	for _, p := range given {
 		f.policies[p.Name] = p
 	}
@@ -224,7 +225,9 @@ func (f *fallback) refreshAll() {
 
 // fetch asks the members in turn for the policies named (none: every one
 // the caller may use) and keeps those answered; it returns the last error
-// when no member answered, nil when one did.
+// when no member answered, nil when one did. A member whose answer lacks a
+// name (its replica may not have applied the policy yet) is not the last
+// asked.
 func (f *fallback) fetch(names []string) error {
 	var err error
 	for _, m := range f.c.routes.members() {
@@ -236,7 +239,10 @@ func (f *fallback) fetch(names []string) error {
 			for _, p := range resp.Msg.GetPolicies() {
 				f.store(policyOf(p))
 			}
-			return nil
+			if len(resp.Msg.GetPolicies()) >= len(names) {
+				return nil
+			}
+			continue
 		}
 		f.c.cfg.Logger.Debug("policies", "server", m, "names", names, "error", err)
 		if f.refused(err) {
@@ -270,9 +276,12 @@ func (f *fallback) seen(name string, version uint64) {
 	if p, ok := f.policies[name]; ok && p.Version >= version || f.fetching[name] || f.c.cfg.NoPolicyFetch {
 		return
 	}
+	if u, ok := f.unknown[name]; ok && version <= u.version && time.Since(u.at) < unknownRetry {
+		return
+	}
 	if f.refusal != nil {
 		if _, ok := f.policies[name]; !ok {
-			f.unknownLocked(name, f.refusal)
+			f.unknownLocked(name, version, f.refusal)
 		}
 		return
 	}
@@ -290,22 +299,36 @@ func (f *fallback) seen(name string, version uint64) {
 		if err == nil {
 			err = fmt.Errorf("%w: the cluster decided under it but does not list it to this caller", ErrPolicyUnknown)
 		}
-		f.unknownLocked(name, err)
+		f.unknownLocked(name, version, err)
 	}()
+}
+
+// unknownRetry is how long the client waits before it reads again a policy
+// it could not (a replica that had not applied it yet, an access file
+// changed since).
+const unknownRetry = 10 * time.Second
+
+// unknownPolicy is a policy the client could not read: the latest version
+// the cluster decided under, and when it last tried.
+type unknownPolicy struct {
+	version uint64
+	at      time.Time
 }
 
 // ErrPolicyUnknown is the error logged, once per policy, when the client
 // cannot learn a policy it decides under (Stats.PoliciesUnknown).
 var ErrPolicyUnknown = errors.New("client: policy unknown")
 
-// unknownLocked reports, the first time only, that the client cannot learn
-// policy name (err says why): its requests get no budget leases and no
+// unknownLocked notes that the client cannot learn policy name, which the
+// cluster decided under at version (err says why), and reports it the
+// first time only: its requests get no budget leases and no
 // on_unavailable; f.mu is held.
-func (f *fallback) unknownLocked(name string, err error) {
-	if f.unknown[name] {
+func (f *fallback) unknownLocked(name string, version uint64, err error) {
+	u, reported := f.unknown[name]
+	f.unknown[name] = unknownPolicy{version: max(u.version, version), at: time.Now()}
+	if reported {
 		return
 	}
-	f.unknown[name] = true
 	f.unknownCount.Add(1)
 	f.c.cfg.Logger.Warn("quorate client: cannot read a policy it uses: its requests are decided by the cluster only, without budget leases (local) or on_unavailable; the caller needs the client role for it, or give it in Config.Policies",
 		"policy", name, "error", err)
