@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -87,6 +89,13 @@ func TestUnreadablePolicyReportedOnce(t *testing.T) {
 			c.Close() // waits for the background work
 			if got := c.Stats().PoliciesUnknown; got != 2 {
 				t.Errorf("Stats.PoliciesUnknown %d, want 2 (p and q, once each)", got)
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c.Collector())
+			want := "# HELP quorate_client_policies_unknown_total Policies this client decided under but could not read (no budget leases, no on_unavailable for them), each counted once.\n" +
+				"# TYPE quorate_client_policies_unknown_total counter\nquorate_client_policies_unknown_total 2\n"
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "quorate_client_policies_unknown_total"); err != nil {
+				t.Error(err)
 			}
 			lines := strings.Split(strings.TrimSpace(log.String()), "\n")
 			if len(lines) != 2 {
