@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,4 +55,66 @@ func TestGrantMultiCheckAllOrNothing(t *testing.T) {
 	if got := sum("a"); got != a {
 		t.Fatalf("a's grant held %d before the request b was short for, %d after: want no unit of a spent", a, got)
 	}
+}
+
+// Multi-check spends race single-check spends of one of their keys and
+// that key's grant expiring: every unit granted is still spent locally
+// (a multi-check decision spending from both grants), given back or
+// wasted, and each local decision is counted once.
+func TestGrantMultiCheckConcurrent(t *testing.T) {
+	s := newGrantServer("p", 1_000_000, 200, 10*time.Second)
+	c := grantClient(t, s, nil)
+	holdGrant(t, c, "p", "a")
+	holdGrant(t, c, "p", "b")
+	held := c.Stats().LocalGrant // holdGrant's decisions, a unit each
+	var multi, single atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			r := Request{Policy: "p", Key: "b"}
+			counter := &single
+			if i%2 == 0 {
+				r.Key, r.Also, counter = "a", []Check{{Policy: "p", Key: "b"}}, &multi
+			}
+			var d Decision
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := c.AdmitInto(context.Background(), &r, &d); err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == LocalGrant {
+					counter.Add(1)
+				}
+			}
+		})
+	}
+	// b's grant expires now and then under the spends.
+	g := (*c.grants.states.Load())[bucketKey{"p", "b"}]
+	for range 20 {
+		eventually(t, 10*time.Second, "local decisions", func() bool { return multi.Load() > 0 && single.Load() > 0 })
+		time.Sleep(5 * time.Millisecond) // lets the spends run between expiries, not synchronization
+		g.mu.Lock()
+		g.expireLocked()
+		g.mu.Unlock()
+	}
+	close(stop)
+	wg.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	m, sg := uint64(multi.Load()), uint64(single.Load())+held
+	if st.LocalGrant != m+sg {
+		t.Errorf("Stats.LocalGrant %d, want %d multi-check + %d single-check ones", st.LocalGrant, m, sg)
+	}
+	if st.UnitsGranted != 2*m+sg+st.UnitsReturned+st.UnitsWasted {
+		t.Errorf("granted %d != 2 × %d multi + %d single + returned %d + wasted %d", st.UnitsGranted, m, sg, st.UnitsReturned, st.UnitsWasted)
+	}
+	t.Logf("multi %d, single %d local decisions; granted %d, returned %d, wasted %d", m, sg, st.UnitsGranted, st.UnitsReturned, st.UnitsWasted)
 }
