@@ -48,6 +48,7 @@ const (
 	ActionRenewLease
 	ActionReleaseLease
 	ActionCheckFence
+	ActionPolicies
 
 	// ClassRouting.
 	ActionRoutes
@@ -96,10 +97,11 @@ func (c Class) String() string {
 type actionInfo struct {
 	name  string
 	class Class
-	// byReference: a data action that names no policy in its request but
-	// acts on an earlier request of the same caller (request IDs are
-	// namespaced by the caller), so it may be authorized without one.
-	byReference bool
+	// mayNameNone: a data action a caller limited to some policies may make
+	// without naming one: Refund acts on an earlier request of the same
+	// caller (request IDs are namespaced by the caller), and Policies
+	// answers only the policies the caller may use.
+	mayNameNone bool
 }
 
 var actionInfos = [actionEnd]actionInfo{
@@ -134,6 +136,7 @@ var actionInfos = [actionEnd]actionInfo{
 	ActionRenewLease:     {"renew_lease", ClassData, false},
 	ActionReleaseLease:   {"release_lease", ClassData, false},
 	ActionCheckFence:     {"check_fence", ClassData, false},
+	ActionPolicies:       {"policies", ClassData, true},
 	ActionRoutes:         {"routes", ClassRouting, false},
 	ActionReflection:     {"reflection", ClassRouting, false},
 }
@@ -166,9 +169,10 @@ func (a Action) Class() Class {
 // NeedsPolicies reports whether, for a caller limited to some policies, a
 // must be authorized with the policies it touches: every data action but
 // Refund, which names no policy and refunds only the caller's own admitted
-// request. The node passes the policies a request names, or those encoded
+// request, and Policies, whose answer holds only the policies the caller
+// may use (those it names, if it names any, must be). The node passes the policies a request names, or those encoded
 // in the reservation or lease it refers to (Commit, RenewLease,
 // ReleaseLease); without them a limited caller is refused.
 func (a Action) NeedsPolicies() bool {
-	return a.Class() == ClassData && !actionInfos[a].byReference
+	return a.Class() == ClassData && !actionInfos[a].mayNameNone
 }

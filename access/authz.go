@@ -133,3 +133,18 @@ func (a *Authorizer) ResolveCaller(id Identity, requested string) (string, error
 	}
 	return "", fmt.Errorf("%w: caller %s may not send requests as caller %s", ErrPermissionDenied, quote(id.Caller), quote(requested))
 }
+
+// MayUse reports whether id's data calls may use policy: always in open
+// mode; otherwise when id's grant holds the client role and, if it is
+// limited to some policies, lists policy. A caller the rules do not know
+// may use none.
+func (a *Authorizer) MayUse(id Identity, policy string) bool {
+	if a.IsOpen() {
+		return true
+	}
+	if !id.authenticated() || a == nil || a.rules == nil {
+		return false
+	}
+	g, ok := a.rules().Lookup(id.Caller)
+	return ok && g.Has(RoleClient) && g.AllowsPolicy(policy)
+}

@@ -35,7 +35,7 @@ func TestActions(t *testing.T) {
 			t.Errorf("action %d: name %q empty or repeated", a, a)
 		}
 		names[a.String()] = true
-		if a.NeedsPolicies() != (a.Class() == ClassData && a != ActionRefund) {
+		if a.NeedsPolicies() != (a.Class() == ClassData && a != ActionRefund && a != ActionPolicies) {
 			t.Errorf("%s: NeedsPolicies() = %v", a, a.NeedsPolicies())
 		}
 	}
@@ -211,5 +211,37 @@ func TestResolveCaller(t *testing.T) {
 		if tc.msg != "" && !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("ResolveCaller(%+v, %q) = %q, want it to contain %q", tc.id, tc.requested, err, tc.msg)
 		}
+	}
+}
+
+// MayUse: the policies a caller's data calls may use, as the node filters
+// the Policies answer by them; a limited caller may ask for them naming
+// none.
+func TestMayUse(t *testing.T) {
+	a := Enforce(fixed(mustRules(t, exampleRules)))
+	tok := func(c string) Identity { return Identity{Caller: c, Source: SourceToken} }
+	for _, tc := range []struct {
+		id     Identity
+		policy string
+		want   bool
+	}{
+		{tok("gateway-eu"), "api-paid", true},
+		{tok("gateway-eu"), "api-us", false},
+		{tok("ops"), "api-paid", false}, // admin only: no data call
+		{tok("stranger"), "api-paid", false},
+		{Anonymous(), "api-paid", false},
+	} {
+		if got := a.MayUse(tc.id, tc.policy); got != tc.want {
+			t.Errorf("MayUse(%s, %s) = %v, want %v", tc.id.Caller, tc.policy, got, tc.want)
+		}
+	}
+	if err := a.Authorize(tok("gateway-eu"), ActionPolicies, nil); err != nil {
+		t.Errorf("a limited caller asking for its policies, naming none: %v", err)
+	}
+	if err := a.Authorize(tok("ops"), ActionPolicies, nil); !errors.Is(err, ErrPermissionDenied) {
+		t.Errorf("an admin-only caller asking for the client's read of policies: %v, want ErrPermissionDenied", err)
+	}
+	if !Open().MayUse(Anonymous(), "any") || (*Authorizer)(nil).MayUse(tok("gateway-eu"), "api-paid") {
+		t.Error("open mode allows every policy, the zero Authorizer none")
 	}
 }

@@ -43,7 +43,8 @@
 // Roles are independent, least privilege: "admin" allows the admin actions
 // (policies, nodes, groups, plans, cluster and node status) and no data
 // action; "client" allows the data actions (admit, peek, refund, reserve,
-// commit, leases) and no admin action. A caller that needs both is given
+// commit, leases, and Policies: reading the policies the caller may use,
+// MayUse) and no admin action. A caller that needs both is given
 // both. Either role allows routing (Routes: the shard map, group leaders and
 // members' addresses), which a client needs before its data calls and
 // which a caller limited to some policies may make too, and reflection (the

@@ -28,13 +28,14 @@ import (
 // (InvalidArgument, NotFound, ...) are returned at once as Connect errors.
 //
 // For a policy whose local.mode is reserve (unless Config.DisableGrants),
-// a request of one check without MaxWait is allowed in memory (Outcome
-// LocalGrant, no call, no request ID generated) when the client holds a
-// live grant of the policy for the key with at least its cost unspent; the
-// key's first such request starts acquiring one in the background.
-// Otherwise (and always for a request with a RequestID of the caller's,
-// which a grant does not record) the request is decided by the cluster as
-// above, so every denial comes from the cluster.
+// a request without MaxWait is allowed in memory (Outcome LocalGrant, no
+// call, no request ID generated) when the client holds a live grant of the
+// policy for the key with at least its cost unspent — for a request with
+// Also, a grant for every check, each holding its check's cost, all or
+// nothing; the key's first such request starts acquiring one in the
+// background. Otherwise (and always for a request with a RequestID of the
+// caller's, which a grant does not record) the request is decided by the
+// cluster as above, so every denial comes from the cluster.
 func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
 	if c.grants != nil && r.RequestID == "" {
 		if d := c.grants.admit(&r); d != nil {
@@ -88,7 +89,11 @@ func (c *Client) admitStrict(ctx context.Context, r Request) (*Decision, error) 
 // left as it was.
 func (c *Client) AdmitInto(ctx context.Context, r *Request, d *Decision) error {
 	if c.grants != nil && r.RequestID == "" {
-		if g, left, ok := c.grants.spend(r); ok {
+		if len(r.Also) != 0 {
+			if c.grants.spendAll(r, d) {
+				return nil
+			}
+		} else if g, left, ok := c.grants.spend(r); ok {
 			g.fill(d, r, left)
 			return nil
 		}

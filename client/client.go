@@ -43,11 +43,14 @@ type Config struct {
 	// local bucket admits at least one unit.
 	LocalShare float64
 	// Policies are the policies this client may need to apply on_unavailable
-	// while the cluster is down, for a caller without the right to read them
-	// (AdminService.ListPolicies); policies the cluster answers replace
-	// them when newer.
+	// while the cluster is down, or to decide from budget leases, for a
+	// client that cannot read them from the cluster (AdmissionService.
+	// Policies, which answers a caller the policies its access entry lets
+	// it use); policies the cluster answers replace them when newer.
 	Policies []Policy
-	// Logger gets the retry chatter (at Debug); nil discards it.
+	// Logger gets the retry chatter (at Debug) and a warning for each
+	// policy the client decides under but cannot read (Stats.
+	// PoliciesUnknown); nil means slog.Default().
 	Logger *slog.Logger
 	// OnRetry, if set, is called for every failed attempt that will be
 	// retried.
@@ -60,8 +63,9 @@ type Config struct {
 	// sharing an AdmitBatch call with others in flight to the same node.
 	DisableCoalescing bool
 	// NoPolicyFetch: the client never asks the cluster for policies (no
-	// ListPolicies at New, no GetPolicy when an answer shows a newer
-	// version); on_unavailable applies only to the policies in Policies.
+	// Policies call at New, nor when an answer shows a newer version);
+	// on_unavailable and budget leases apply only to the policies in
+	// Policies.
 	// For short-lived clients that make a call or two, such as the quorate
 	// CLI's.
 	NoPolicyFetch bool
@@ -137,7 +141,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: LocalShare must be in [0, 1] (got %v)", cfg.LocalShare)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	for i, p := range cfg.Policies {
 		if err := p.validate(); err != nil {

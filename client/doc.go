@@ -27,8 +27,11 @@
 // policy's on_unavailable mode (deny, allow, local) and says so in
 // Decision.Outcome: a bypass or a local decision is never reported as a
 // verified admission, and Stats counts each outcome apart. The client keeps
-// the policies it needs for this, with their versions: listed from the
-// cluster when the caller may read them, else given in Config.Policies. The
+// the policies it needs for this, with their versions: those the caller may
+// use, read from the cluster with its own role (AdmissionService.Policies,
+// a data call), else given in Config.Policies. A policy it decides under
+// but cannot read is reported once: a warning on Config.Logger and
+// Stats.PoliciesUnknown. The
 // local mode admits from an in-process token bucket sized to
 // Config.LocalShare of the policy. A TLS or protocol mismatch is reported at
 // once as a *MismatchError (AsMismatch classifies an error), never retried
@@ -39,9 +42,10 @@
 // already spent in the key's log, acquired in the background at the key's
 // first request and decided from in memory — one CAS on the processor's
 // stripe of the grant's unspent units (grant_units.go), Outcome
-// LocalGrant, no call, only when the request has
-// no Also nor MaxWait and the grant holds its cost, else the normal call,
-// so every denial comes from the cluster. Its loop renews the grant through
+// LocalGrant, no call, only when the request has no MaxWait and the grant
+// holds its cost, else the normal call, so every denial comes from the
+// cluster. A request with Also is decided so only when every check's grant
+// holds its check's cost, all or nothing (grant_multi.go). Its loop renews the grant through
 // the same retry loop when the unspent units fall under a quarter of the
 // last grant or at half its local lifetime, reporting the units used and
 // the demand (units per second, averaged over the recent renewals) and

@@ -134,12 +134,18 @@ type Stats struct {
 	// ended with an answered report, UnitsReported is the units of the
 	// sync-mode LocalGrant decisions. (Not exported by Collector yet.)
 	UnitsAllowed, UnitsReported uint64
+	// PoliciesUnknown counts the policies the client decided under (the
+	// cluster answered for them) but could not read (AdmissionService.
+	// Policies refused or failed, or did not list them): their requests
+	// get no budget leases and no on_unavailable. Each is counted once,
+	// with a warning logged (Config.Logger).
+	PoliciesUnknown uint64
 }
 
 // Stats returns how many Admit decisions of each Outcome this client made.
 func (c *Client) Stats() Stats {
 	s := Stats{Verified: c.fb.counts[Verified].Load(), Unavailable: c.fb.counts[Unavailable].Load(),
-		Bypassed: c.fb.counts[Bypassed].Load(), Local: c.fb.counts[LocalDecision].Load()}
+		Bypassed: c.fb.counts[Bypassed].Load(), Local: c.fb.counts[LocalDecision].Load(), PoliciesUnknown: c.fb.unknownCount.Load()}
 	if c.grants != nil {
 		c.grants.stats(&s)
 	}
@@ -171,8 +177,14 @@ type fallback struct {
 	mu       sync.Mutex
 	policies map[string]Policy
 	fetching map[string]bool
-	noAdmin  bool // the cluster refused to list policies to this caller
-	buckets  map[bucketKey]*localBucket
+	// refusal is why the cluster refused to list policies to this caller
+	// (Unauthenticated, Unimplemented); nil until it does.
+	refusal error
+	// unknown are the policies reported as unknown (unknownLocked): they
+	// are read again for a later version, or after unknownRetry.
+	unknown      map[string]unknownPolicy
+	unknownCount atomic.Uint64
+	buckets      map[bucketKey]*localBucket
 }
 
 type bucketKey struct{ policy, key string }
@@ -183,7 +195,7 @@ type localBucket struct {
 }
 
 func newFallback(c *Client, given []Policy) *fallback {
-	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, buckets: map[bucketKey]*localBucket{}}
+	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, unknown: map[string]unknownPolicy{}, buckets: map[bucketKey]*localBucket{}}
 	for _, p := range given {
 		f.policies[p.Name] = p
 	}
@@ -201,72 +213,125 @@ func (f *fallback) store(p Policy) {
 	}
 }
 
-// refreshAll lists every policy in the background.
+// refreshAll lists, in the background, every policy the caller may use
+// (AdmissionService.Policies: a data call, which the client role allows).
 func (f *fallback) refreshAll() {
 	f.c.wg.Add(1)
 	go func() {
 		defer f.c.wg.Done()
-		for _, m := range f.c.routes.members() {
-			ctx, cancel := context.WithTimeout(f.c.ctx, f.c.cfg.Timeout)
-			resp, err := f.c.conn(m).admin.ListPolicies(ctx, connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
-			cancel()
-			if err == nil {
-				for _, p := range resp.Msg.GetPolicies() {
-					f.store(policyOf(p))
-				}
-				return
-			}
-			f.c.cfg.Logger.Debug("list policies", "server", m, "error", err)
-			if f.refused(err) {
-				return
-			}
-		}
+		f.fetch(nil)
 	}()
 }
 
-// refused records an answer saying this caller may not read policies.
+// fetch asks the members in turn for the policies named (none: every one
+// the caller may use) and keeps those answered; it returns the last error
+// when no member answered, nil when one did. A member whose answer lacks a
+// name (its replica may not have applied the policy yet) is not the last
+// asked.
+func (f *fallback) fetch(names []string) error {
+	var err error
+	for _, m := range f.c.routes.members() {
+		ctx, cancel := context.WithTimeout(f.c.ctx, f.c.cfg.Timeout)
+		var resp *connect.Response[quoratev1.PoliciesResponse]
+		resp, err = f.c.conn(m).admission.Policies(ctx, connect.NewRequest(&quoratev1.PoliciesRequest{Names: names}))
+		cancel()
+		if err == nil {
+			for _, p := range resp.Msg.GetPolicies() {
+				f.store(policyOf(p))
+			}
+			if len(resp.Msg.GetPolicies()) >= len(names) {
+				return nil
+			}
+			continue
+		}
+		f.c.cfg.Logger.Debug("policies", "server", m, "names", names, "error", err)
+		if f.refused(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// refused records an answer saying this caller may not read the policies
+// at all: fetching again would get the same.
 func (f *fallback) refused(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeUnimplemented:
+	case connect.CodeUnauthenticated, connect.CodeUnimplemented:
 		f.mu.Lock()
-		f.noAdmin = true
+		f.refusal = err
 		f.mu.Unlock()
 		return true
+	case connect.CodePermissionDenied:
+		return true // maybe for these names only
 	}
 	return false
 }
 
 // seen notes that the cluster decided under version of policy name: the
-// policy is fetched in the background when the client keeps an older one.
+// policy is fetched in the background when the client keeps an older one,
+// and reported (unknown) when it cannot be.
 func (f *fallback) seen(name string, version uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p, ok := f.policies[name]; ok && p.Version >= version || f.noAdmin || f.fetching[name] || f.c.cfg.NoPolicyFetch {
+	if p, ok := f.policies[name]; ok && p.Version >= version || f.fetching[name] || f.c.cfg.NoPolicyFetch {
+		return
+	}
+	if u, ok := f.unknown[name]; ok && version <= u.version && time.Since(u.at) < unknownRetry {
+		return
+	}
+	if f.refusal != nil {
+		if _, ok := f.policies[name]; !ok {
+			f.unknownLocked(name, version, f.refusal)
+		}
 		return
 	}
 	f.fetching[name] = true
 	f.c.wg.Add(1)
 	go func() {
 		defer f.c.wg.Done()
-		defer func() {
-			f.mu.Lock()
-			delete(f.fetching, name)
-			f.mu.Unlock()
-		}()
-		for _, m := range f.c.routes.members() {
-			ctx, cancel := context.WithTimeout(f.c.ctx, f.c.cfg.Timeout)
-			resp, err := f.c.conn(m).admin.GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: name}))
-			cancel()
-			if err == nil {
-				f.store(policyOf(resp.Msg.GetPolicy()))
-				return
-			}
-			f.c.cfg.Logger.Debug("get policy", "server", m, "policy", name, "error", err)
-			if f.refused(err) || connect.CodeOf(err) == connect.CodeNotFound {
-				return
-			}
+		err := f.fetch([]string{name})
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.fetching, name)
+		if _, ok := f.policies[name]; ok || f.c.ctx.Err() != nil {
+			return
 		}
+		if err == nil {
+			err = fmt.Errorf("%w: the cluster decided under it but does not list it to this caller", ErrPolicyUnknown)
+		}
+		f.unknownLocked(name, version, err)
 	}()
+}
+
+// unknownRetry is how long the client waits before it reads again a policy
+// it could not (a replica that had not applied it yet, an access file
+// changed since).
+const unknownRetry = 10 * time.Second
+
+// unknownPolicy is a policy the client could not read: the latest version
+// the cluster decided under, and when it last tried.
+type unknownPolicy struct {
+	version uint64
+	at      time.Time
+}
+
+// ErrPolicyUnknown is the error logged, once per policy, when the client
+// cannot learn a policy it decides under (Stats.PoliciesUnknown).
+var ErrPolicyUnknown = errors.New("client: policy unknown")
+
+// unknownLocked notes that the client cannot learn policy name, which the
+// cluster decided under at version (err says why), and reports it the
+// first time only: its requests get no budget leases and no
+// on_unavailable; f.mu is held.
+func (f *fallback) unknownLocked(name string, version uint64, err error) {
+	u, reported := f.unknown[name]
+	f.unknown[name] = unknownPolicy{version: max(u.version, version), at: time.Now()}
+	if reported {
+		return
+	}
+	f.unknownCount.Add(1)
+	f.c.cfg.Logger.Warn("quorate client: cannot read a policy it uses: its requests are decided by the cluster only, without budget leases (local) or on_unavailable; the caller needs the client role for it, or give it in Config.Policies",
+		"policy", name, "error", err)
 }
 
 // decide applies on_unavailable to r after cause left it undecided; false

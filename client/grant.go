@@ -203,6 +203,13 @@ func newGrantState(m *grants, k bucketKey, spec grantSpec) *grantState {
 // admit decides r from its key's grant when it can: nil means the caller
 // must decide r strictly.
 func (m *grants) admit(r *Request) *Decision {
+	if len(r.Also) != 0 {
+		d := new(Decision)
+		if !m.spendAll(r, d) {
+			return nil
+		}
+		return d
+	}
 	g, left, ok := m.spend(r)
 	if !ok {
 		return nil
@@ -214,13 +221,14 @@ func (m *grants) admit(r *Request) *Decision {
 
 // spend takes r's cost from its key's grant: false when it cannot (the
 // caller decides r strictly); left is what the grant has unspent after.
+// A request with Also is spendAll's.
 func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
 	if len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
 		return nil, 0, false
 	}
 	g = (*m.states.Load())[bucketKey{r.Policy, r.Key}]
 	if g == nil {
-		m.miss(r)
+		m.miss(r.Policy, r.Key)
 		return nil, 0, false
 	}
 	cost := r.Cost
@@ -308,11 +316,12 @@ func (g *grantState) short() {
 	g.m.start(g)
 }
 
-// miss is the slow path of a key without grant state: when r's policy has
-// local decisions, a state is made and its loop starts acquiring a grant.
-func (m *grants) miss(r *Request) {
+// miss is the slow path of a key without grant state: when policy has
+// local decisions, a state is made for key and its loop starts acquiring a
+// grant.
+func (m *grants) miss(policy, key string) {
 	m.c.fb.mu.Lock()
-	p, ok := m.c.fb.policies[r.Policy]
+	p, ok := m.c.fb.policies[policy]
 	m.c.fb.mu.Unlock()
 	if !ok {
 		return
@@ -322,11 +331,11 @@ func (m *grants) miss(r *Request) {
 		return
 	}
 	m.mu.Lock()
-	if m.closed || time.Now().Before(m.refused[r.Policy]) {
+	if m.closed || time.Now().Before(m.refused[policy]) {
 		m.mu.Unlock()
 		return
 	}
-	k := bucketKey{r.Policy, r.Key}
+	k := bucketKey{policy, key}
 	old := *m.states.Load()
 	g, ok := old[k]
 	if !ok {

@@ -246,7 +246,8 @@ func TestGrantUnimplemented(t *testing.T) {
 }
 
 // TestGrantNotUsed: DisableGrants, a policy without local mode, requests
-// with Also or MaxWait: no grant, every request verified.
+// with MaxWait or with Also one of whose checks has no local decisions (the
+// client does not know q): no grant, every request verified.
 func TestGrantNotUsed(t *testing.T) {
 	s := newGrantServer("p", 1000, 100, 10*time.Second)
 	off := grantClient(t, s, func(cfg *Config) { cfg.DisableGrants = true })
@@ -259,7 +260,7 @@ func TestGrantNotUsed(t *testing.T) {
 	}{
 		{off, Request{Policy: "p", Key: "k"}},
 		{plain, Request{Policy: "p", Key: "k"}},
-		{on, Request{Policy: "p", Key: "k", Also: []Check{{Policy: "p", Key: "k"}}}},
+		{on, Request{Policy: "p", Key: "k", Also: []Check{{Policy: "q", Key: "k"}}}},
 		{on, Request{Policy: "p", Key: "k", MaxWait: time.Second}},
 	} {
 		for range 20 {

@@ -47,6 +47,8 @@ var (
 		[]string{"fate"}, nil)
 	descClientRetries = prometheus.NewDesc("quorate_client_retries_total",
 		"Attempts this client retried after a retryable failure, by procedure.", []string{"procedure"}, nil)
+	descClientPoliciesUnknown = prometheus.NewDesc("quorate_client_policies_unknown_total",
+		"Policies this client decided under but could not read (no budget leases, no on_unavailable for them), each counted once.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the client's counters (Stats
@@ -66,6 +68,7 @@ func (cc clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descClientGrants
 	ch <- descClientGrantUnits
 	ch <- descClientRetries
+	ch <- descClientPoliciesUnknown
 }
 
 func (cc clientCollector) Collect(ch chan<- prometheus.Metric) {
@@ -89,6 +92,7 @@ func (cc clientCollector) Collect(ch chan<- prometheus.Metric) {
 		{"allowed", s.UnitsAllowed}, {"reported", s.UnitsReported}} {
 		ch <- prometheus.MustNewConstMetric(descClientGrantUnits, prometheus.CounterValue, float64(o.v), o.name)
 	}
+	ch <- prometheus.MustNewConstMetric(descClientPoliciesUnknown, prometheus.CounterValue, float64(s.PoliciesUnknown))
 	for p, v := range cc.c.retries.snapshot() {
 		ch <- prometheus.MustNewConstMetric(descClientRetries, prometheus.CounterValue, float64(v), p)
 	}

@@ -31,30 +31,25 @@ func TestErrNotSentOnlyWhenNothingApplied(t *testing.T) {
 	}
 }
 
-// policyLister counts the policy calls it gets.
+// policyLister answers every Admit under version 7 of its policy, which
+// makes a client that fetches policies ask for it, and counts the policy
+// reads it gets: lists (every policy) and gets (named ones). It lists none.
 type policyLister struct {
-	quoratev1connect.UnimplementedAdminServiceHandler
+	quoratev1connect.UnimplementedAdmissionServiceHandler
 	lists, gets atomic.Int64
 }
 
-func (p *policyLister) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
-	p.lists.Add(1)
-	return connect.NewResponse(&quoratev1.ListPoliciesResponse{}), nil
-}
-
-func (p *policyLister) GetPolicy(context.Context, *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
-	p.gets.Add(1)
-	return nil, connect.NewError(connect.CodeNotFound, errors.New("no such policy"))
-}
-
-// versioned answers every Admit under version 7 of its policy, which makes
-// a client that fetches policies ask for it.
-type versioned struct {
-	quoratev1connect.UnimplementedAdmissionServiceHandler
-}
-
-func (versioned) Admit(context.Context, *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
+func (*policyLister) Admit(context.Context, *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
 	return connect.NewResponse(&quoratev1.AdmitResponse{Allowed: true, Limit: 10, Remaining: 9, PolicyVersion: 7}), nil
+}
+
+func (p *policyLister) Policies(_ context.Context, req *connect.Request[quoratev1.PoliciesRequest]) (*connect.Response[quoratev1.PoliciesResponse], error) {
+	if len(req.Msg.GetNames()) == 0 {
+		p.lists.Add(1)
+	} else {
+		p.gets.Add(1)
+	}
+	return connect.NewResponse(&quoratev1.PoliciesResponse{}), nil
 }
 
 // Config.NoPolicyFetch: the client never lists nor gets policies; without
@@ -63,8 +58,7 @@ func TestNoPolicyFetch(t *testing.T) {
 	for _, noFetch := range []bool{true, false} {
 		pl := &policyLister{}
 		mux := http.NewServeMux()
-		mux.Handle(quoratev1connect.NewAdminServiceHandler(pl))
-		mux.Handle(quoratev1connect.NewAdmissionServiceHandler(versioned{}))
+		mux.Handle(quoratev1connect.NewAdmissionServiceHandler(pl))
 		srv := httptest.NewServer(mux)
 		c, err := New(Config{Servers: []string{srv.URL}, DisableRouting: true, NoPolicyFetch: noFetch})
 		if err != nil {

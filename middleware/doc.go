@@ -38,9 +38,10 @@
 //
 // # Answers
 //
-// A decision the client made from a budget lease (client.LocalGrant: a
-// single-limit request under a policy with local decisions) is exact and
-// passes without RateLimit fields: the client knows its grant, not the key.
+// A decision the client made from budget leases (client.LocalGrant: a
+// request every limit of which is under a policy with local decisions, each
+// limit's grant holding its cost, all or nothing) is exact and passes
+// without RateLimit fields: the client knows its grants, not the keys.
 // A verified decision (client.Verified) sets on every answer
 //
 //	RateLimit-Policy: "per-user";q=60;w=60;quorate-burst=20, "per-route";q=5;w=1

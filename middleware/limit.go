@@ -70,6 +70,9 @@ type config struct {
 }
 
 // WithLimits adds limits, decided together in one atomic check in this order.
+// When every limit's policy has local decisions, a *client.Client decides
+// the request from the budget leases of all its limits, all or nothing
+// (client.LocalGrant); otherwise, or when one is short, the cluster does.
 func WithLimits(l ...Limit) Option {
 	return func(c *config) { c.limits = append(c.limits, l...) }
 }

@@ -308,6 +308,28 @@ func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.
 	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.fsm.Policies())}), nil
 }
 
+// Policies answers the policies the caller may use (AdmissionService.
+// Policies, a data call) from this node's replica, which may lag the
+// leader: those its request names, or every one, that its access entry
+// allows. authorize has refused a request naming one it may not use.
+func (h *admissionHandler) Policies(ctx context.Context, req *connect.Request[quoratev1.PoliciesRequest]) (*connect.Response[quoratev1.PoliciesResponse], error) {
+	id := identityOf(ctx)
+	var named map[string]bool
+	if names := req.Msg.GetNames(); len(names) > 0 {
+		named = make(map[string]bool, len(names))
+		for _, name := range names {
+			named[name] = true
+		}
+	}
+	var out []fsm.PolicyVersion
+	for _, pv := range h.n.meta.fsm.Policies() {
+		if (named == nil || named[pv.Policy.Name]) && h.n.authz.MayUse(id, pv.Policy.Name) {
+			out = append(out, pv)
+		}
+	}
+	return connect.NewResponse(&quoratev1.PoliciesResponse{Policies: policiesToAPI(out)}), nil
+}
+
 // CheckExplicitZeros refuses a policy that sets burst, max_cost,
 // dedupe_retention, lease_ttl, local.max_grant, local.ttl or
 // local.sync_interval to zero: zero is how the stored form says "the

@@ -66,6 +66,7 @@ var procedureActions = map[string]access.Action{
 	quoratev1connect.AdmissionServiceReserveProcedure:    access.ActionReserve,
 	quoratev1connect.AdmissionServiceCommitProcedure:     access.ActionCommit,
 	quoratev1connect.AdmissionServiceRoutesProcedure:     access.ActionRoutes,
+	quoratev1connect.AdmissionServicePoliciesProcedure:   access.ActionPolicies,
 	// A grant is admission decided in bulk: whoever may admit under a
 	// policy may hold its grants.
 	quoratev1connect.AdmissionServiceGrantProcedure: access.ActionAdmit,
@@ -298,6 +299,8 @@ func requestPolicies(msg any) []string {
 		return []string{m.GetPolicy()}
 	case *quoratev1.GrantRequest:
 		return []string{m.GetPolicy()}
+	case *quoratev1.PoliciesRequest:
+		return m.GetNames()
 	case *quoratev1.CommitRequest:
 		return nonEmpty(fsm.ReservationPolicy(m.GetReservationId()))
 	case *quoratev1.AcquireLeaseRequest:

@@ -139,7 +139,7 @@ func serveFake(t *testing.T, f *fakeAdmission, dropFirst bool) *httptest.Server 
 
 // serveHandler serves h (a fake service's Connect handler) on a test server,
 // dropping the first connection when dropFirst is set, as serveFake. The
-// calls a client makes in the background (Routes, ListPolicies, GetPolicy)
+// calls a client makes in the background (Routes, Policies)
 // are never dropped: the first call a command makes is.
 func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server {
 	t.Helper()
@@ -171,8 +171,7 @@ func serveHandler(t *testing.T, h http.Handler, dropFirst bool) *httptest.Server
 // makes on its own, or of the probe a data command sends before its request
 // (probe.go).
 func backgroundCall(path string) bool {
-	for _, p := range []string{quoratev1connect.AdmissionServiceRoutesProcedure, quoratev1connect.AdminServiceListPoliciesProcedure,
-		quoratev1connect.AdminServiceGetPolicyProcedure, "/healthz"} {
+	for _, p := range []string{quoratev1connect.AdmissionServiceRoutesProcedure, quoratev1connect.AdmissionServicePoliciesProcedure, "/healthz"} {
 		if path == p {
 			return true
 		}

@@ -1541,6 +1541,96 @@ func (x *CommitResponse) GetDuplicate() bool {
 	return false
 }
 
+type PoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names of the policies wanted; none means every policy the caller may
+	// use.
+	Names         []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoliciesRequest) Reset() {
+	*x = PoliciesRequest{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoliciesRequest) ProtoMessage() {}
+
+func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
+func (*PoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PoliciesRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type PoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoliciesResponse) Reset() {
+	*x = PoliciesResponse{}
+	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoliciesResponse) ProtoMessage() {}
+
+func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
+func (*PoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PoliciesResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 type RoutesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1549,7 +1639,7 @@ type RoutesRequest struct {
 
 func (x *RoutesRequest) Reset() {
 	*x = RoutesRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	mi := &file_quorate_v1_admission_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1651,7 @@ func (x *RoutesRequest) String() string {
 func (*RoutesRequest) ProtoMessage() {}
 
 func (x *RoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[19]
+	mi := &file_quorate_v1_admission_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1664,7 @@ func (x *RoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutesRequest.ProtoReflect.Descriptor instead.
 func (*RoutesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{21}
 }
 
 type RoutesResponse struct {
@@ -1596,7 +1686,7 @@ type RoutesResponse struct {
 
 func (x *RoutesResponse) Reset() {
 	*x = RoutesResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	mi := &file_quorate_v1_admission_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1698,7 @@ func (x *RoutesResponse) String() string {
 func (*RoutesResponse) ProtoMessage() {}
 
 func (x *RoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[20]
+	mi := &file_quorate_v1_admission_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1711,7 @@ func (x *RoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutesResponse.ProtoReflect.Descriptor instead.
 func (*RoutesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RoutesResponse) GetEpoch() uint64 {
@@ -1670,7 +1760,7 @@ type SlotRoute struct {
 
 func (x *SlotRoute) Reset() {
 	*x = SlotRoute{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[21]
+	mi := &file_quorate_v1_admission_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1772,7 @@ func (x *SlotRoute) String() string {
 func (*SlotRoute) ProtoMessage() {}
 
 func (x *SlotRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[21]
+	mi := &file_quorate_v1_admission_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1785,7 @@ func (x *SlotRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotRoute.ProtoReflect.Descriptor instead.
 func (*SlotRoute) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotRoute) GetStart() uint32 {
@@ -1731,7 +1821,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[22]
+	mi := &file_quorate_v1_admission_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1833,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[22]
+	mi := &file_quorate_v1_admission_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1846,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GroupRoute) GetGroup() uint32 {
@@ -1821,7 +1911,7 @@ type GrantRequest struct {
 
 func (x *GrantRequest) Reset() {
 	*x = GrantRequest{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[23]
+	mi := &file_quorate_v1_admission_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1923,7 @@ func (x *GrantRequest) String() string {
 func (*GrantRequest) ProtoMessage() {}
 
 func (x *GrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[23]
+	mi := &file_quorate_v1_admission_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1936,7 @@ func (x *GrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRequest.ProtoReflect.Descriptor instead.
 func (*GrantRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrantRequest) GetPolicy() string {
@@ -1950,7 +2040,7 @@ type GrantResponse struct {
 
 func (x *GrantResponse) Reset() {
 	*x = GrantResponse{}
-	mi := &file_quorate_v1_admission_proto_msgTypes[24]
+	mi := &file_quorate_v1_admission_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2052,7 @@ func (x *GrantResponse) String() string {
 func (*GrantResponse) ProtoMessage() {}
 
 func (x *GrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admission_proto_msgTypes[24]
+	mi := &file_quorate_v1_admission_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2065,7 @@ func (x *GrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantResponse.ProtoReflect.Descriptor instead.
 func (*GrantResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admission_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrantResponse) GetTotal() int64 {
@@ -2081,7 +2171,7 @@ var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\n" +
 	"\x1aquorate/v1/admission.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16quorate/v1/admin.proto\"\xee\x01\n" +
 	"\fAdmitRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -2212,7 +2302,11 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04over\x18\x03 \x01(\x03R\x04over\x129\n" +
 	"\n" +
 	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\x0f\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"'\n" +
+	"\x0fPoliciesRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\"B\n" +
+	"\x10PoliciesResponse\x12.\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\"\x0f\n" +
 	"\rRoutesRequest\"\xbc\x01\n" +
 	"\x0eRoutesResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -2260,7 +2354,7 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x05share\x18\v \x01(\x01R\x05share\x12\x1c\n" +
 	"\tduplicate\x18\f \x01(\bR\tduplicate\x121\n" +
 	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window\x12%\n" +
-	"\x0ecounted_demand\x18\x0e \x01(\x01R\rcountedDemand2\xad\x04\n" +
+	"\x0ecounted_demand\x18\x0e \x01(\x01R\rcountedDemand2\xf6\x04\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
 	"\n" +
@@ -2270,7 +2364,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\aReserve\x12\x1a.quorate.v1.ReserveRequest\x1a\x1b.quorate.v1.ReserveResponse\"\x00\x12A\n" +
 	"\x06Commit\x12\x19.quorate.v1.CommitRequest\x1a\x1a.quorate.v1.CommitResponse\"\x00\x12A\n" +
 	"\x06Routes\x12\x19.quorate.v1.RoutesRequest\x1a\x1a.quorate.v1.RoutesResponse\"\x00\x12>\n" +
-	"\x05Grant\x12\x18.quorate.v1.GrantRequest\x1a\x19.quorate.v1.GrantResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
+	"\x05Grant\x12\x18.quorate.v1.GrantRequest\x1a\x19.quorate.v1.GrantResponse\"\x00\x12G\n" +
+	"\bPolicies\x12\x1b.quorate.v1.PoliciesRequest\x1a\x1c.quorate.v1.PoliciesResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
 
 var (
 	file_quorate_v1_admission_proto_rawDescOnce sync.Once
@@ -2284,7 +2379,7 @@ func file_quorate_v1_admission_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admission_proto_rawDescData
 }
 
-var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_quorate_v1_admission_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_quorate_v1_admission_proto_goTypes = []any{
 	(*AdmitRequest)(nil),          // 0: quorate.v1.AdmitRequest
 	(*AdmitBatchRequest)(nil),     // 1: quorate.v1.AdmitBatchRequest
@@ -2305,68 +2400,74 @@ var file_quorate_v1_admission_proto_goTypes = []any{
 	(*ReserveResponse)(nil),       // 16: quorate.v1.ReserveResponse
 	(*CommitRequest)(nil),         // 17: quorate.v1.CommitRequest
 	(*CommitResponse)(nil),        // 18: quorate.v1.CommitResponse
-	(*RoutesRequest)(nil),         // 19: quorate.v1.RoutesRequest
-	(*RoutesResponse)(nil),        // 20: quorate.v1.RoutesResponse
-	(*SlotRoute)(nil),             // 21: quorate.v1.SlotRoute
-	(*GroupRoute)(nil),            // 22: quorate.v1.GroupRoute
-	(*GrantRequest)(nil),          // 23: quorate.v1.GrantRequest
-	(*GrantResponse)(nil),         // 24: quorate.v1.GrantResponse
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*PoliciesRequest)(nil),       // 19: quorate.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 20: quorate.v1.PoliciesResponse
+	(*RoutesRequest)(nil),         // 21: quorate.v1.RoutesRequest
+	(*RoutesResponse)(nil),        // 22: quorate.v1.RoutesResponse
+	(*SlotRoute)(nil),             // 23: quorate.v1.SlotRoute
+	(*GroupRoute)(nil),            // 24: quorate.v1.GroupRoute
+	(*GrantRequest)(nil),          // 25: quorate.v1.GrantRequest
+	(*GrantResponse)(nil),         // 26: quorate.v1.GrantResponse
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*Policy)(nil),                // 29: quorate.v1.Policy
 }
 var file_quorate_v1_admission_proto_depIdxs = []int32{
 	5,  // 0: quorate.v1.AdmitRequest.also:type_name -> quorate.v1.Check
-	25, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
+	27, // 1: quorate.v1.AdmitRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 2: quorate.v1.AdmitBatchRequest.requests:type_name -> quorate.v1.AdmitRequest
 	3,  // 3: quorate.v1.AdmitBatchResponse.results:type_name -> quorate.v1.AdmitBatchResult
 	6,  // 4: quorate.v1.AdmitBatchResult.response:type_name -> quorate.v1.AdmitResponse
 	4,  // 5: quorate.v1.AdmitBatchResult.error:type_name -> quorate.v1.AdmitBatchError
-	25, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
-	25, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	26, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	25, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	27, // 6: quorate.v1.AdmitResponse.reset_after:type_name -> google.protobuf.Duration
+	27, // 7: quorate.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 8: quorate.v1.AdmitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	27, // 9: quorate.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
 	7,  // 10: quorate.v1.AdmitResponse.checks:type_name -> quorate.v1.CheckResult
-	25, // 11: quorate.v1.AdmitResponse.window:type_name -> google.protobuf.Duration
-	25, // 12: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
-	25, // 13: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	25, // 14: quorate.v1.CheckResult.window:type_name -> google.protobuf.Duration
-	25, // 15: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
-	25, // 16: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
-	26, // 17: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
-	26, // 18: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
-	25, // 19: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 20: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
-	26, // 21: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 22: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
-	26, // 23: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
-	21, // 24: quorate.v1.RoutesResponse.slots:type_name -> quorate.v1.SlotRoute
-	22, // 25: quorate.v1.RoutesResponse.groups:type_name -> quorate.v1.GroupRoute
-	26, // 26: quorate.v1.GrantResponse.started_at:type_name -> google.protobuf.Timestamp
-	26, // 27: quorate.v1.GrantResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 28: quorate.v1.GrantResponse.decided_at:type_name -> google.protobuf.Timestamp
-	25, // 29: quorate.v1.GrantResponse.retry_after:type_name -> google.protobuf.Duration
-	25, // 30: quorate.v1.GrantResponse.window:type_name -> google.protobuf.Duration
-	0,  // 31: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	1,  // 32: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
-	8,  // 33: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	10, // 34: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	15, // 35: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
-	17, // 36: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
-	19, // 37: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
-	23, // 38: quorate.v1.AdmissionService.Grant:input_type -> quorate.v1.GrantRequest
-	6,  // 39: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	2,  // 40: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
-	9,  // 41: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	11, // 42: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	16, // 43: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
-	18, // 44: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
-	20, // 45: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
-	24, // 46: quorate.v1.AdmissionService.Grant:output_type -> quorate.v1.GrantResponse
-	39, // [39:47] is the sub-list for method output_type
-	31, // [31:39] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	27, // 11: quorate.v1.AdmitResponse.window:type_name -> google.protobuf.Duration
+	27, // 12: quorate.v1.CheckResult.reset_after:type_name -> google.protobuf.Duration
+	27, // 13: quorate.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	27, // 14: quorate.v1.CheckResult.window:type_name -> google.protobuf.Duration
+	27, // 15: quorate.v1.PeekResponse.reset_after:type_name -> google.protobuf.Duration
+	27, // 16: quorate.v1.PeekResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 17: quorate.v1.PeekResponse.decided_at:type_name -> google.protobuf.Timestamp
+	28, // 18: quorate.v1.RefundResponse.refunded_at:type_name -> google.protobuf.Timestamp
+	27, // 19: quorate.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 20: quorate.v1.ReserveResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 21: quorate.v1.ReserveResponse.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 22: quorate.v1.ReserveResponse.decided_at:type_name -> google.protobuf.Timestamp
+	28, // 23: quorate.v1.CommitResponse.decided_at:type_name -> google.protobuf.Timestamp
+	29, // 24: quorate.v1.PoliciesResponse.policies:type_name -> quorate.v1.Policy
+	23, // 25: quorate.v1.RoutesResponse.slots:type_name -> quorate.v1.SlotRoute
+	24, // 26: quorate.v1.RoutesResponse.groups:type_name -> quorate.v1.GroupRoute
+	28, // 27: quorate.v1.GrantResponse.started_at:type_name -> google.protobuf.Timestamp
+	28, // 28: quorate.v1.GrantResponse.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 29: quorate.v1.GrantResponse.decided_at:type_name -> google.protobuf.Timestamp
+	27, // 30: quorate.v1.GrantResponse.retry_after:type_name -> google.protobuf.Duration
+	27, // 31: quorate.v1.GrantResponse.window:type_name -> google.protobuf.Duration
+	0,  // 32: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	1,  // 33: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
+	8,  // 34: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	10, // 35: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	15, // 36: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	17, // 37: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	21, // 38: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
+	25, // 39: quorate.v1.AdmissionService.Grant:input_type -> quorate.v1.GrantRequest
+	19, // 40: quorate.v1.AdmissionService.Policies:input_type -> quorate.v1.PoliciesRequest
+	6,  // 41: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	2,  // 42: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
+	9,  // 43: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	11, // 44: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // 45: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	18, // 46: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	22, // 47: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
+	26, // 48: quorate.v1.AdmissionService.Grant:output_type -> quorate.v1.GrantResponse
+	20, // 49: quorate.v1.AdmissionService.Policies:output_type -> quorate.v1.PoliciesResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
@@ -2374,6 +2475,7 @@ func file_quorate_v1_admission_proto_init() {
 	if File_quorate_v1_admission_proto != nil {
 		return
 	}
+	file_quorate_v1_admin_proto_init()
 	file_quorate_v1_admission_proto_msgTypes[0].OneofWrappers = []any{}
 	file_quorate_v1_admission_proto_msgTypes[3].OneofWrappers = []any{
 		(*AdmitBatchResult_Response)(nil),
@@ -2387,7 +2489,7 @@ func file_quorate_v1_admission_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admission_proto_rawDesc), len(file_quorate_v1_admission_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

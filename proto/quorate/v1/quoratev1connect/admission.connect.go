@@ -54,6 +54,9 @@ const (
 	AdmissionServiceRoutesProcedure = "/quorate.v1.AdmissionService/Routes"
 	// AdmissionServiceGrantProcedure is the fully-qualified name of the AdmissionService's Grant RPC.
 	AdmissionServiceGrantProcedure = "/quorate.v1.AdmissionService/Grant"
+	// AdmissionServicePoliciesProcedure is the fully-qualified name of the AdmissionService's Policies
+	// RPC.
+	AdmissionServicePoliciesProcedure = "/quorate.v1.AdmissionService/Policies"
 )
 
 // AdmissionServiceClient is a client for the quorate.v1.AdmissionService service.
@@ -113,6 +116,15 @@ type AdmissionServiceClient interface {
 	// (a holder that dies under-admits, never over-admits). Release gives
 	// back what was granted and not used.
 	Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error)
+	// Policies lists, by name, the policies the caller may use: every policy
+	// for a caller whose data calls are not limited to some (and on a node
+	// without an access file), only those of its list for one that is. It
+	// needs the client role, not the admin one: a client reads here what it
+	// needs to decide locally (local) and while the cluster cannot
+	// (on_unavailable). With names, only those are answered: naming a policy
+	// the caller may not use is PermissionDenied; a name no policy has is
+	// left out. Answered from this node's replica, which may lag the leader.
+	Policies(context.Context, *connect.Request[v1.PoliciesRequest]) (*connect.Response[v1.PoliciesResponse], error)
 }
 
 // NewAdmissionServiceClient constructs a client for the quorate.v1.AdmissionService service. By
@@ -174,6 +186,12 @@ func NewAdmissionServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(admissionServiceMethods.ByName("Grant")),
 			connect.WithClientOptions(opts...),
 		),
+		policies: connect.NewClient[v1.PoliciesRequest, v1.PoliciesResponse](
+			httpClient,
+			baseURL+AdmissionServicePoliciesProcedure,
+			connect.WithSchema(admissionServiceMethods.ByName("Policies")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -187,6 +205,7 @@ type admissionServiceClient struct {
 	commit     *connect.Client[v1.CommitRequest, v1.CommitResponse]
 	routes     *connect.Client[v1.RoutesRequest, v1.RoutesResponse]
 	grant      *connect.Client[v1.GrantRequest, v1.GrantResponse]
+	policies   *connect.Client[v1.PoliciesRequest, v1.PoliciesResponse]
 }
 
 // Admit calls quorate.v1.AdmissionService.Admit.
@@ -227,6 +246,11 @@ func (c *admissionServiceClient) Routes(ctx context.Context, req *connect.Reques
 // Grant calls quorate.v1.AdmissionService.Grant.
 func (c *admissionServiceClient) Grant(ctx context.Context, req *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error) {
 	return c.grant.CallUnary(ctx, req)
+}
+
+// Policies calls quorate.v1.AdmissionService.Policies.
+func (c *admissionServiceClient) Policies(ctx context.Context, req *connect.Request[v1.PoliciesRequest]) (*connect.Response[v1.PoliciesResponse], error) {
+	return c.policies.CallUnary(ctx, req)
 }
 
 // AdmissionServiceHandler is an implementation of the quorate.v1.AdmissionService service.
@@ -286,6 +310,15 @@ type AdmissionServiceHandler interface {
 	// (a holder that dies under-admits, never over-admits). Release gives
 	// back what was granted and not used.
 	Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error)
+	// Policies lists, by name, the policies the caller may use: every policy
+	// for a caller whose data calls are not limited to some (and on a node
+	// without an access file), only those of its list for one that is. It
+	// needs the client role, not the admin one: a client reads here what it
+	// needs to decide locally (local) and while the cluster cannot
+	// (on_unavailable). With names, only those are answered: naming a policy
+	// the caller may not use is PermissionDenied; a name no policy has is
+	// left out. Answered from this node's replica, which may lag the leader.
+	Policies(context.Context, *connect.Request[v1.PoliciesRequest]) (*connect.Response[v1.PoliciesResponse], error)
 }
 
 // NewAdmissionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -343,6 +376,12 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 		connect.WithSchema(admissionServiceMethods.ByName("Grant")),
 		connect.WithHandlerOptions(opts...),
 	)
+	admissionServicePoliciesHandler := connect.NewUnaryHandler(
+		AdmissionServicePoliciesProcedure,
+		svc.Policies,
+		connect.WithSchema(admissionServiceMethods.ByName("Policies")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdmissionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdmissionServiceAdmitProcedure:
@@ -361,6 +400,8 @@ func NewAdmissionServiceHandler(svc AdmissionServiceHandler, opts ...connect.Han
 			admissionServiceRoutesHandler.ServeHTTP(w, r)
 		case AdmissionServiceGrantProcedure:
 			admissionServiceGrantHandler.ServeHTTP(w, r)
+		case AdmissionServicePoliciesProcedure:
+			admissionServicePoliciesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -400,4 +441,8 @@ func (UnimplementedAdmissionServiceHandler) Routes(context.Context, *connect.Req
 
 func (UnimplementedAdmissionServiceHandler) Grant(context.Context, *connect.Request[v1.GrantRequest]) (*connect.Response[v1.GrantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Grant is not implemented"))
+}
+
+func (UnimplementedAdmissionServiceHandler) Policies(context.Context, *connect.Request[v1.PoliciesRequest]) (*connect.Response[v1.PoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdmissionService.Policies is not implemented"))
 }
