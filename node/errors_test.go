@@ -114,22 +114,27 @@ func TestErrorsSpeakQuorate(t *testing.T) {
 	_, err = anon.Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "err-rate", Key: "k"}))
 	check("unauthenticated", err, connect.CodeUnauthenticated)
 
-	// curl without a Content-Type.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.APIURL(0)+"/quorate.v1.AdmissionService/Admit", bytes.NewReader([]byte(`{"policy":"err-rate","key":"k"}`)))
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	t.Logf("415: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-	if resp.StatusCode != http.StatusUnsupportedMediaType {
-		t.Fatalf("no Content-Type: status %d, want 415", resp.StatusCode)
-	}
-	for _, w := range []string{"Content-Type", "application/json", "application/proto", "application/grpc"} {
-		if !bytes.Contains(body, []byte(w)) {
-			t.Errorf("415 body %q, want it to name %q", body, w)
+	// curl without a Content-Type, and curl -d's form encoding.
+	for _, ct := range []string{"", "application/x-www-form-urlencoded"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.APIURL(0)+"/quorate.v1.AdmissionService/Admit", bytes.NewReader([]byte(`{"policy":"err-rate","key":"k"}`)))
+		req.Header.Set("Authorization", "Bearer "+token)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Logf("Content-Type %q: %d %q", ct, resp.StatusCode, body)
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Fatalf("Content-Type %q: status %d, want 415", ct, resp.StatusCode)
+		}
+		for _, w := range []string{"Content-Type", ct, "application/json", "application/proto", "application/grpc"} {
+			if !bytes.Contains(body, []byte(w)) {
+				t.Errorf("Content-Type %q: 415 body %q, want it to name %q", ct, body, w)
+			}
 		}
 	}
 }
