@@ -11,11 +11,11 @@ import (
 var (
 	// ErrInvalidPolicy is wrapped by every error from Policy.Validate: the
 	// policy must be fixed by the operator (Connect InvalidArgument).
-	ErrInvalidPolicy = errors.New("admission: invalid policy")
+	ErrInvalidPolicy = errors.New("invalid policy")
 	// ErrInvalidRequest is wrapped by every error from Policy.CheckRequest:
 	// the request's key or cost is unacceptable under the policy (Connect
 	// InvalidArgument).
-	ErrInvalidRequest = errors.New("admission: invalid request")
+	ErrInvalidRequest = errors.New("invalid request")
 )
 
 // FieldError reports one invalid field of a policy or a request.
@@ -35,18 +35,18 @@ type FieldError struct {
 	Reason string
 	Err    error
 	// Source is the package whose check failed, the message's prefix;
-	// empty means "admission".
+	// empty for admission's own errors, which are about what a caller sent
+	// and read in its terms, without a package name.
 	Source string
 }
 
-// Error returns "<source>: <field>: <reason>", e.g.
-// "admission: burst: must be between 1 and 1000000000 (got -1)".
+// Error returns "<field>: <reason>", e.g. "burst: must be between 1 and
+// 1000000000 (got -1)", after "<source>: " when Source is set.
 func (e *FieldError) Error() string {
-	src := e.Source
-	if src == "" {
-		src = "admission"
+	if e.Source == "" {
+		return e.Field + ": " + e.Reason
 	}
-	return src + ": " + e.Field + ": " + e.Reason
+	return e.Source + ": " + e.Field + ": " + e.Reason
 }
 
 // Unwrap returns the sentinel error e wraps.

@@ -11,7 +11,7 @@ import (
 // a Source, and that Nested keeps the Source and the sentinel.
 func TestFieldErrorText(t *testing.T) {
 	fe := &admission.FieldError{Field: "burst", Reason: "must be positive", Err: admission.ErrInvalidPolicy}
-	if got, want := fe.Error(), "admission: burst: must be positive"; got != want {
+	if got, want := fe.Error(), "burst: must be positive"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 	other := &admission.FieldError{Field: "to", Reason: "is empty", Source: "shard"}
@@ -19,7 +19,7 @@ func TestFieldErrorText(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 	err := admission.Nested("policies[2].", fe)
-	if got, want := err.Error(), "admission: policies[2].burst: must be positive"; got != want || !errors.Is(err, admission.ErrInvalidPolicy) {
+	if got, want := err.Error(), "policies[2].burst: must be positive"; got != want || !errors.Is(err, admission.ErrInvalidPolicy) {
 		t.Errorf("Nested: %q (wraps ErrInvalidPolicy: %v), want %q wrapping it", got, errors.Is(err, admission.ErrInvalidPolicy), want)
 	}
 	if got, want := admission.Nested("m.", other).Error(), "shard: m.to: is empty"; got != want {

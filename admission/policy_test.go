@@ -264,7 +264,7 @@ func TestCheckRequest(t *testing.T) {
 // hand-built value; no test matches the text of an error the package returns.
 func TestFieldErrorFormatAndUnwrap(t *testing.T) {
 	fe := &admission.FieldError{Field: "burst", Reason: "must be between 1 and 1000000000 (got 0)", Err: admission.ErrInvalidPolicy}
-	if got, want := fe.Error(), "admission: burst: must be between 1 and 1000000000 (got 0)"; got != want {
+	if got, want := fe.Error(), "burst: must be between 1 and 1000000000 (got 0)"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 	if fe.Unwrap() != admission.ErrInvalidPolicy {

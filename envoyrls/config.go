@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -24,6 +25,16 @@ const MaxDepth = 16
 type Config struct {
 	domains  map[string]*node
 	policies []*quoratev1.Policy
+	named    []namedLimit // every limit with a unit, in file order, until Parse names them
+}
+
+// namedLimit is a limit waiting for its policy name.
+type namedLimit struct {
+	l              *limit
+	pol            *quoratev1.Policy
+	domain         string
+	path           []string
+	readable, full string // policyName's readable name, and its hashed form
 }
 
 // node is one descriptor of the tree (or a domain's root, with no limit).
@@ -99,6 +110,7 @@ func Parse(names []string, data [][]byte) (*Config, error) {
 			}
 		}
 	}
+	c.nameLimits()
 	return c, nil
 }
 
@@ -156,13 +168,13 @@ func (c *Config) addDescriptors(domain string, parent *node, ds []fileDescriptor
 		}
 		p := append(path[:len(path):len(path)], d.Key, d.Value)
 		if d.RateLimit != nil {
-			l, pol, err := newLimit(domain, p, d)
+			l, pol, err := newLimit(d)
 			if err != nil {
 				return fmt.Errorf("%s.rate_limit.%w", at, err)
 			}
 			n.limit = l
 			if pol != nil {
-				c.policies = append(c.policies, pol)
+				c.named = append(c.named, namedLimit{l: l, pol: pol, domain: domain, path: p})
 			}
 		} else if d.ShadowMode {
 			return fmt.Errorf("%s.shadow_mode: needs a rate_limit", at)
@@ -201,10 +213,10 @@ var unitCalendars = map[rlsv3.RateLimitResponse_RateLimit_Unit]string{
 // maxRequestsPerUnit is Quorate's largest policy limit.
 const maxRequestsPerUnit = 1_000_000_000
 
-// newLimit checks d's rate_limit (path: the keys and values leading to d)
-// and returns it with its policy, nil when nothing is counted. An error
-// starts with the field within rate_limit.
-func newLimit(domain string, path []string, d *fileDescriptor) (*limit, *quoratev1.Policy, error) {
+// newLimit checks d's rate_limit and returns it with its policy, nil when
+// it is unlimited; the policy is named, and the limit counted (rpu above
+// 0), by nameLimits. An error starts with the field within rate_limit.
+func newLimit(d *fileDescriptor) (*limit, *quoratev1.Policy, error) {
 	rl := d.RateLimit
 	l := &limit{unlimited: rl.Unlimited, shadow: d.ShadowMode, name: rl.Name}
 	for i := 0; i < len(rl.Name); i++ {
@@ -237,7 +249,7 @@ func newLimit(domain string, path []string, d *fileDescriptor) (*limit, *quorate
 			return nil, nil, errors.New("unit_multiplier: must be at least 1")
 		}
 	}
-	pol := &quoratev1.Policy{Name: policyName(domain, path), Limit: int64(l.rpu), Shadow: d.ShadowMode}
+	pol := &quoratev1.Policy{Limit: int64(l.rpu), Shadow: d.ShadowMode}
 	if per, ok := unitPeriods[u]; ok {
 		if time.Duration(mult) > 366*24*time.Hour/per {
 			return nil, nil, fmt.Errorf("unit_multiplier: %d %ss exceed 366 days", mult, rl.Unit)
@@ -251,42 +263,104 @@ func newLimit(domain string, path []string, d *fileDescriptor) (*limit, *quorate
 		pol.Algorithm = "quota"
 		pol.Calendar = unitCalendars[u]
 	}
-	if l.name == "" {
-		l.name = pol.Name
-	}
-	if l.rpu == 0 {
-		return l, nil, nil // denies without counting
-	}
-	l.policy = pol.Name
 	return l, pol, nil
 }
 
-// policyName is the Quorate policy of the descriptor at path in domain:
-// "envoy.", the domain's policy-name characters (up to 24), ".", and 16 hex
-// digits of the SHA-256 of the domain and path.
-func policyName(domain string, path []string) string {
+// nameLimits gives each limit with a unit its policy name (policyName), in
+// file order: the readable one, or its hashed form when the readable one is
+// too long or another descriptor of the configuration reads the same (each
+// of those takes its hashed form, so no name depends on which came first).
+// A rate_limit without a name of its own is named as its policy; one with
+// requests_per_unit above 0 is counted under the policy.
+func (c *Config) nameLimits() {
+	seen := make(map[string]int, len(c.named))
+	for i := range c.named {
+		nl := &c.named[i]
+		nl.readable, nl.full = policyName(nl.domain, nl.path)
+		seen[nl.readable]++
+	}
+	for _, nl := range c.named {
+		name := nl.readable
+		if seen[name] > 1 {
+			name = nl.full
+		}
+		nl.pol.Name = name
+		if nl.l.name == "" {
+			nl.l.name = name
+		}
+		if nl.l.rpu > 0 {
+			nl.l.policy = name
+			c.policies = append(c.policies, nl.pol)
+		}
+	}
+	c.named = nil
+}
+
+// maxReadableDomain bounds the domain's part of a policy name.
+const maxReadableDomain = 24
+
+// policyName returns the names of the descriptor at path (its keys and
+// values, a value "" for a key alone) in domain. The readable one is
+// "envoy.<domain>.<path>", the domain in policy-name characters (up to
+// 24), then each key and each non-empty value, lowercased, every run of
+// other characters than a-z, 0-9, '_', '-' and '.' one '_' (trimmed at
+// either end), joined by '.': "envoy.edge.remote_address",
+// "envoy.web.path.api_login.user". The hashed one is the readable one cut
+// to leave room for '.' and 16 hex digits of the SHA-256 of domain and
+// path, which it ends with; readable is full when it does not fit in a
+// policy name (admission.MaxNameBytes).
+func policyName(domain string, path []string) (readable, full string) {
 	h := sha256.New()
 	h.Write([]byte(domain))
 	for _, p := range path {
 		h.Write([]byte{0})
 		h.Write([]byte(p))
 	}
+	sum := hex.EncodeToString(h.Sum(nil))[:16]
 	var b strings.Builder
 	b.WriteString("envoy.")
-	for i := 0; i < len(domain) && b.Len() < len("envoy.")+24; i++ {
-		c := domain[i]
-		switch {
-		case c >= 'A' && c <= 'Z':
-			b.WriteByte(c + 'a' - 'A')
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
-			b.WriteByte(c)
-		default:
-			b.WriteByte('-')
+	d := nameElement(domain)
+	if len(d) > maxReadableDomain {
+		d = d[:maxReadableDomain]
+	}
+	if d == "" {
+		d = "_"
+	}
+	b.WriteString(d)
+	for _, p := range path {
+		if e := nameElement(p); e != "" {
+			b.WriteByte('.')
+			b.WriteString(e)
 		}
 	}
-	b.WriteByte('.')
-	b.WriteString(hex.EncodeToString(h.Sum(nil))[:16])
-	return b.String()
+	readable = b.String()
+	cut := min(len(readable), admission.MaxNameBytes-1-len(sum))
+	full = strings.TrimRight(readable[:cut], "._-") + "." + sum
+	if len(readable) > admission.MaxNameBytes {
+		readable = full
+	}
+	return readable, full
+}
+
+// nameElement is s in policy-name characters: lowercased, each run of
+// other bytes one '_', without '_' at either end.
+func nameElement(s string) string {
+	var b strings.Builder
+	under := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' {
+			b.WriteByte(c)
+			under = false
+		} else if !under {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	return strings.Trim(b.String(), "_")
 }
 
 // Policies returns the Quorate policies of every counted limit, in file

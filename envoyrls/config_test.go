@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -118,13 +119,94 @@ func TestPolicies(t *testing.T) {
 			t.Errorf("policy %d: %v, want %+v", i, p, w)
 		}
 	}
-	if !strings.HasPrefix(pols[4].GetName(), "envoy.other-domain-.") {
-		t.Errorf("policy name %q does not show its domain", pols[4].GetName())
+	for i, want := range []string{"envoy.web.remote_address", "envoy.web.path.api", "envoy.web.path.api_login",
+		"envoy.web.path.api_login.user", "envoy.other_domain.k"} {
+		if pols[i].GetName() != want {
+			t.Errorf("policy %d named %q, want %q", i, pols[i].GetName(), want)
+		}
 	}
 	// The name depends on the path, not on the limit.
 	again := mustParse(t, strings.Replace(testConfig, "requests_per_unit: 10", "requests_per_unit: 20", 1))
 	if again.Policies()[0].GetName() != pols[0].GetName() || again.Policies()[0].GetLimit() != 20 {
 		t.Errorf("changed limit: %v, was %v", again.Policies()[0], pols[0])
+	}
+}
+
+// TestPolicyNames names a descriptor from its path, readable: hashed only
+// when too long for a policy name or read the same as another's, and then
+// every one of those, whichever comes first; a rate_limit without a name
+// of its own is answered and headed with its policy's.
+func TestPolicyNames(t *testing.T) {
+	long := strings.Repeat("segment", 12)
+	c := mustParse(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: header_match
+    value: "10.0.0.1"
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: Path
+    value: /API/v1
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: /api/v1/
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    value: `+long+`
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: named
+    rate_limit: {name: "Login attempts", unit: minute, requests_per_unit: 5}
+`)
+	pols := c.Policies()
+	names := make([]string, len(pols))
+	for i, p := range pols {
+		names[i] = p.GetName()
+		pol := admission.Policy{Name: p.GetName(), Algorithm: admission.AlgorithmFixedWindow, Limit: 1, Period: time.Minute}
+		if err := pol.Validate(); err != nil {
+			t.Errorf("policy name %q: %v", p.GetName(), err)
+		}
+	}
+	t.Logf("names %q", names)
+	hashed := regexp.MustCompile(`\.[0-9a-f]{16}$`)
+	if names[0] != "envoy.edge.remote_address" || names[1] != "envoy.edge.header_match.10.0.0.1" {
+		t.Errorf("names %q", names[:2])
+	}
+	// /API/v1 and /api/v1/ read the same: both hashed, apart.
+	if !strings.HasPrefix(names[2], "envoy.edge.path.api_v1.") || !hashed.MatchString(names[2]) ||
+		!strings.HasPrefix(names[3], "envoy.edge.path.api_v1.") || !hashed.MatchString(names[3]) || names[2] == names[3] {
+		t.Errorf("names read the same: %q, %q, want both hashed, apart", names[2], names[3])
+	}
+	if len(names[4]) > admission.MaxNameBytes || !strings.HasPrefix(names[4], "envoy.edge.tenant.segmentsegment") || !hashed.MatchString(names[4]) {
+		t.Errorf("long name %q, want the readable start and a hash", names[4])
+	}
+	if names[5] != "envoy.edge.named" || len(names) != 6 {
+		t.Fatalf("names %q", names)
+	}
+	// The answer names an unnamed limit as its policy, even one that
+	// counts nothing, and a named one by its name.
+	for _, tc := range []struct{ key, name string }{
+		{"remote_address", "envoy.edge.remote_address"}, {"blocked", "envoy.edge.blocked"}, {"named", "Login attempts"},
+	} {
+		if l := c.lookup("edge", []string{tc.key}, []string{"x"}); l == nil || l.name != tc.name {
+			t.Errorf("%s: limit %+v, want it named %q", tc.key, l, tc.name)
+		}
+	}
+	// Another file order names the same descriptors the same.
+	again := mustParse(t, `
+domain: edge
+descriptors:
+  - key: path
+    value: /api/v1/
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: Path
+    value: /API/v1
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	if p := again.Policies(); p[0].GetName() != names[3] || p[1].GetName() != names[2] {
+		t.Errorf("names in another order %q %q, want %q %q", p[0].GetName(), p[1].GetName(), names[3], names[2])
 	}
 }
 
@@ -253,5 +335,45 @@ func TestAnswer(t *testing.T) {
 	if len(h) != 2 || h[0].GetKey() != "RateLimit-Policy" || h[0].GetValue() != `"`+name+`";q=3;w=60` ||
 		h[1].GetKey() != "RateLimit" || h[1].GetValue() != `"`+name+`";r=0;t=42` {
 		t.Fatalf("headers %v", h)
+	}
+}
+
+// TestAnswerOneVersion: an answer's limit is the one its decision used. A
+// call right after the file changed from 5 to 50 a minute may be decided
+// under the policy's version before (a group not yet caught up): its
+// remaining is then of 5, and so is the limit it reports, with the
+// decision's window when that changed too.
+func TestAnswerOneVersion(t *testing.T) {
+	c := mustParse(t, "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 50}\n")
+	name := c.Policies()[0].GetName()
+	for _, tc := range []struct {
+		window time.Duration
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		mult   uint32
+		policy string
+	}{
+		{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, `"` + name + `";q=5;w=60`},
+		{0, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, `"` + name + `";q=5;w=60`},
+		{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 0, `"` + name + `";q=5;w=3600`},
+		{2 * time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, 2, `"` + name + `";q=5;w=7200`},
+		{90 * time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, 90, `"` + name + `";q=5;w=90`},
+	} {
+		p, err := newPlan(c, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*commonv3.RateLimitDescriptor{desc("k", "x")}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		decided := &quoratev1.AdmitResponse{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: durationpb.New(30 * time.Second)}
+		if tc.window > 0 {
+			decided.Window = durationpb.New(tc.window)
+		}
+		resp := p.answer(decided, true)
+		st := resp.GetStatuses()[0]
+		cl := st.GetCurrentLimit()
+		if cl.GetRequestsPerUnit() != 5 || st.GetLimitRemaining() != 4 || cl.GetUnit() != tc.unit || cl.GetUnitMultiplier().GetValue() != tc.mult || cl.GetName() != name {
+			t.Errorf("window %v: status %v, want 5 per %d %v with 4 remaining", tc.window, st, max(tc.mult, 1), tc.unit)
+		}
+		if h := resp.GetResponseHeadersToAdd(); len(h) != 2 || h[0].GetValue() != tc.policy {
+			t.Errorf("window %v: headers %v, want RateLimit-Policy %s", tc.window, h, tc.policy)
+		}
 	}
 }

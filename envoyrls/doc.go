@@ -21,10 +21,15 @@
 // # Mapping onto Quorate
 //
 // Each descriptor node with a counted rate_limit becomes a Quorate policy
-// (Config.Policies), named "envoy.<domain>.<hash>", the hash (SHA-256) of
-// the domain and the path of keys and values leading to it: the name stays
-// when the limit changes, so reapplying a changed file bumps the policy's
-// version. second, minute, hour and day (times unit_multiplier) become
+// (Config.Policies), named from the domain and the path of keys and values
+// leading to it, readable: "envoy.edge.remote_address",
+// "envoy.web.path.api_login.user" (policyName). Only a name longer than a
+// policy name may be (64 bytes), or one that two descriptors of the
+// configuration read the same (each of them), ends in a hash (SHA-256) of
+// the domain and path. A rate_limit without a name of its own is answered
+// and headed under its policy's name, which the policy list and the
+// metrics show too. The name stays when the limit changes, so reapplying a
+// changed file bumps the policy's version. second, minute, hour and day (times unit_multiplier) become
 // fixed_window policies, whose windows are aligned to the Unix epoch as the
 // reference service's are; week, month and year become quota policies over
 // the UTC calendar. shadow_mode sets the policy's shadow flag: counted,
@@ -68,7 +73,11 @@
 // # Response
 //
 // overall_code is OVER_LIMIT when the Admit was denied; each descriptor's
-// status carries current_limit, limit_remaining and duration_until_reset.
+// status carries current_limit, limit_remaining and duration_until_reset,
+// all of the policy version the decision used: a call decided right after
+// the files changed, by a group that has not yet copied the new policy
+// table, reports the limit (and, for a fixed unit, the window) it was
+// decided under, never the file's new limit beside the old remaining.
 // With Options.Headers, response_headers_to_add carries the RateLimit-Policy
 // and RateLimit header fields (package ratelimitheader, as the middleware's)
 // of the counted descriptor with the fewest units remaining, on every answer, as

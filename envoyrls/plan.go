@@ -183,6 +183,35 @@ func (l *limit) window() time.Duration {
 	return time.Duration(mult) * unitPeriods[l.unit]
 }
 
+// decided is the limit as res decided it, under the policy version the
+// decision used: after the files changed, a call may be decided under the
+// version before (a group that has not yet copied the new policy table),
+// and its limit_remaining is then of that version's limit. Its
+// requests_per_unit is the decision's limit; its window, for a fixed unit,
+// the decision's window (for a calendar unit, the file's unit: the
+// decision's window is the current calendar period).
+func (l *limit) decided(res *quoratev1.CheckResult) (*rlsv3.RateLimitResponse_RateLimit, time.Duration) {
+	r := l.response()
+	r.RequestsPerUnit = uint32(min(max(res.GetLimit(), 0), math.MaxUint32))
+	w := l.window()
+	if d := res.GetWindow().AsDuration(); w > 0 && d > 0 && d != w {
+		w = d
+		r.Unit, r.UnitMultiplier = rlsv3.RateLimitResponse_RateLimit_SECOND, nil
+		for _, u := range []rlsv3.RateLimitResponse_RateLimit_Unit{
+			rlsv3.RateLimitResponse_RateLimit_DAY, rlsv3.RateLimitResponse_RateLimit_HOUR, rlsv3.RateLimitResponse_RateLimit_MINUTE,
+		} {
+			if d%unitPeriods[u] == 0 {
+				r.Unit = u
+				break
+			}
+		}
+		if m := d / unitPeriods[r.Unit]; m > 1 {
+			r.UnitMultiplier = wrapperspb.UInt32(uint32(min(m, math.MaxUint32)))
+		}
+	}
+	return r, w
+}
+
 // answer builds the response from the Admit's answer (nil when nothing was
 // admitted), with the RateLimit header fields when headers is set.
 func (p *plan) answer(resp *quoratev1.AdmitResponse, headers bool) *rlsv3.RateLimitResponse {
@@ -197,7 +226,8 @@ func (p *plan) answer(resp *quoratev1.AdmitResponse, headers bool) *rlsv3.RateLi
 		}
 		results := resp.GetChecks()
 		for j, i := range p.checks {
-			res := &quoratev1.CheckResult{Allowed: resp.GetAllowed(), Limit: resp.GetLimit(), Remaining: resp.GetRemaining(), ResetAfter: resp.GetResetAfter()}
+			res := &quoratev1.CheckResult{Allowed: resp.GetAllowed(), Limit: resp.GetLimit(), Remaining: resp.GetRemaining(),
+				ResetAfter: resp.GetResetAfter(), Window: resp.GetWindow()}
 			if len(results) == len(p.checks) {
 				res = results[j]
 			}
@@ -205,10 +235,13 @@ func (p *plan) answer(resp *quoratev1.AdmitResponse, headers bool) *rlsv3.RateLi
 			if !res.GetAllowed() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
+			// The limit, remaining and reset of one decision: one version.
+			var window time.Duration
+			st.CurrentLimit, window = p.limits[i].decided(res)
 			st.LimitRemaining = uint32(min(max(res.GetRemaining(), 0), math.MaxUint32))
 			st.DurationUntilReset = durationpb.New(max(res.GetResetAfter().AsDuration(), 0))
 			fields = append(fields, ratelimitheader.Limit{Name: p.limits[i].name, Limit: res.GetLimit(),
-				Remaining: res.GetRemaining(), Window: p.limits[i].window(), ResetAfter: res.GetResetAfter().AsDuration()})
+				Remaining: res.GetRemaining(), Window: window, ResetAfter: res.GetResetAfter().AsDuration()})
 		}
 	}
 	if headers && len(fields) > 0 {

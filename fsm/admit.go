@@ -300,14 +300,14 @@ func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 	k := dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}
 	e, ok := d.dedupe.Get(k, now)
 	if !ok {
-		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(k.RequestID))
+		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(dedupe.SentRequestID(k.RequestID)))
 	}
 	if e.Kind != recordAdmit {
-		return fmt.Errorf("%w (caller %s, request_id %s names another kind of request)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(k.RequestID))
+		return fmt.Errorf("%w (caller %s, request_id %s names another kind of request)", ErrNothingToRefund, admission.Quote(k.Caller), admission.Quote(dedupe.SentRequestID(k.RequestID)))
 	}
 	rec := decodeAdmitRecord(e)
 	if !rec.GetAllowed() {
-		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNotAdmitted, admission.Quote(k.Caller), admission.Quote(k.RequestID))
+		return fmt.Errorf("%w (caller %s, request_id %s)", ErrNotAdmitted, admission.Quote(k.Caller), admission.Quote(dedupe.SentRequestID(k.RequestID)))
 	}
 	var cost int64
 	for _, ch := range rec.GetChecks() {
@@ -317,7 +317,7 @@ func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 		for _, ch := range rec.GetChecks() {
 			if uint16(shard.SlotOf(ch.GetKey())) != o.slot {
 				return &admission.FieldError{Field: "key", Err: admission.ErrInvalidRequest,
-					Reason: fmt.Sprintf("request_id %s was recorded for key %s, which is not in this key's slot", admission.Quote(k.RequestID), admission.Quote(ch.GetKey()))}
+					Reason: fmt.Sprintf("request_id %s was recorded for key %s, which is not in this key's slot", admission.Quote(dedupe.SentRequestID(k.RequestID)), admission.Quote(ch.GetKey()))}
 			}
 		}
 	}

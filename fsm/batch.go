@@ -32,7 +32,7 @@ func Batchable(env *raftcmdv1.Envelope) bool {
 func (f *FSM) applyBatch(entry op, b *raftcmdv1.Batch) interface{} {
 	ops := b.GetOps()
 	if len(ops) > MaxBatchOps {
-		return fmt.Errorf("fsm: batch of %d ops, more than %d", len(ops), MaxBatchOps)
+		return fmt.Errorf("a batch of %d ops, more than %d", len(ops), MaxBatchOps)
 	}
 	out := &BatchResult{Results: make([]any, len(ops))}
 	for i, env := range ops {

@@ -270,7 +270,7 @@ func TestGrantCapPerKey(t *testing.T) {
 	if !errors.Is(err, fsm.ErrTooManyGrants) || errors.Is(err, fsm.ErrGroupFull) {
 		t.Errorf("grant %d of one key: %v, want ErrTooManyGrants, not ErrGroupFull", fsm.MaxGrantsPerKey+1, err)
 	}
-	const want = `fsm: budget lease refused: a new holder "one-more" for caller "newcomer": key "k" of "big" already grants to 1024 holders, the most one key grants to`
+	const want = `budget lease refused: a new holder "one-more" for caller "newcomer": key "k" of "big" already grants to 1024 holders, the most one key grants to`
 	if err.Error() != want {
 		t.Errorf("grant %d of one key: %q, want %q", fsm.MaxGrantsPerKey+1, err, want)
 	}
@@ -303,7 +303,7 @@ func TestGrantCapPerCaller(t *testing.T) {
 				}
 			}
 			err := a.grantErr(now, gcall{policy: "big", key: "k", holder: "one-more", caller: "greedy", want: 1})
-			want := fmt.Sprintf(`fsm: budget lease refused: a new holder "one-more" for caller "greedy": it already holds grants of "big" on key "k" under %d holders, `+
+			want := fmt.Sprintf(`budget lease refused: a new holder "one-more" for caller "greedy": it already holds grants of "big" on key "k" under %d holders, `+
 				"the most one caller may (one holder per process is enough: reuse it, or release the grants of holders that are gone)", fsm.MaxGrantsPerCaller)
 			if !errors.Is(err, fsm.ErrTooManyGrants) || err.Error() != want {
 				t.Errorf("holder %d of one caller: %v, want %q", fsm.MaxGrantsPerCaller+1, err, want)

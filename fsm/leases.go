@@ -140,7 +140,7 @@ func (d *dataState) applyLease(c *raftcmdv1.LeaseOp, o op) interface{} {
 		return res
 	}
 	if err != nil {
-		return fmt.Errorf("%w (policy %s, key %s, token %d)", err, admission.Quote(c.GetPolicy()), admission.Quote(c.GetKey()), c.GetToken())
+		return fmt.Errorf("%w (policy %s, key %s)", err, admission.Quote(c.GetPolicy()), admission.Quote(c.GetKey()))
 	}
 	if kind != raftcmdv1.LeaseOp_KIND_ACQUIRE {
 		res.Allowed, res.Held = true, lease.Live(next, now)

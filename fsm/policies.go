@@ -58,10 +58,10 @@ func (m *metaState) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 	for i, p := range c.GetPolicies() {
 		in[i] = PolicyFromProto(p)
 		if err := in[i].Validate(); err != nil {
-			return fmt.Errorf("fsm: policies[%d]: %w", i, err)
+			return fmt.Errorf("policies[%d]: %w", i, err)
 		}
 		if seen[in[i].Name] {
-			return fmt.Errorf("fsm: policies[%d]: %w", i, &admission.FieldError{
+			return fmt.Errorf("policies[%d]: %w", i, &admission.FieldError{
 				Field: "name", Reason: fmt.Sprintf("%s appears twice", admission.Quote(in[i].Name)), Err: admission.ErrInvalidPolicy})
 		}
 		seen[in[i].Name] = true

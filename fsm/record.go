@@ -174,7 +174,7 @@ func recordedAdmit(e dedupe.Entry, fp [16]byte) interface{} {
 func reusedRequestID(e dedupe.Entry) error {
 	return &admission.FieldError{
 		Field:  "request_id",
-		Reason: fmt.Sprintf("%s was already used by caller %s for another request (operation, policy, key or cost differ); use a new request_id", admission.Quote(e.Key.RequestID), admission.Quote(e.Key.Caller)),
+		Reason: fmt.Sprintf("%s was already used by caller %s for another request (operation, policy, key or cost differ); use a new request_id", admission.Quote(dedupe.SentRequestID(e.Key.RequestID)), admission.Quote(e.Key.Caller)),
 		Err:    ErrRequestIDReused,
 	}
 }

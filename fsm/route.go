@@ -133,7 +133,7 @@ func (d *dataState) applySetPolicies(c *raftcmdv1.SetPolicies) interface{} {
 	for i, r := range c.GetPolicies() {
 		p := PolicyFromProto(r.GetPolicy())
 		if err := p.Validate(); err != nil {
-			return fmt.Errorf("fsm: policies[%d]: %w", i, err)
+			return fmt.Errorf("policies[%d]: %w", i, err)
 		}
 		next[p.Name] = PolicyVersion{Policy: p.WithDefaults(), Version: r.GetVersion()}
 	}

@@ -16,7 +16,7 @@ var (
 	// ErrStale means the token is not a live lease of this key at now: it
 	// expired, was released, or was never issued for this key. The server
 	// answers FailedPrecondition.
-	ErrStale = errors.New("lease: not the holder")
+	ErrStale = errors.New("not the holder")
 	// ErrInvalid means the request is malformed, e.g. a ttl out of range
 	// (see Check). The server answers InvalidArgument.
 	ErrInvalid = errors.New("lease: invalid request")
@@ -334,9 +334,10 @@ func find(s Semaphore, token, now int64, h Holder) (int, bool) {
 
 // staleError is the one refusal of a token that is not h's live lease,
 // whatever the reason: another holder's lease is refused as one that never
-// existed.
+// existed. It names the log time now in RFC 3339 (UTC).
 func staleError(token, now int64) error {
-	return fmt.Errorf("%w: token %d is not a live lease of yours at %d (expired, released or never issued)", ErrStale, token, now)
+	return fmt.Errorf("%w: token %d is not a live lease of yours at %s (expired, released or never issued)",
+		ErrStale, token, time.Unix(0, now).UTC().Format(time.RFC3339Nano))
 }
 
 // addSat returns a+b for b ≥ 0, saturating at math.MaxInt64.

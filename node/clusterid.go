@@ -44,7 +44,7 @@ import (
 const clusterIDFile = "cluster-id"
 
 // ErrOtherCluster refuses a node or a connection of another cluster.
-var ErrOtherCluster = errors.New("node: the node belongs to another cluster")
+var ErrOtherCluster = errors.New("the node belongs to another cluster")
 
 // newClusterID returns a new random cluster ID.
 func newClusterID() string {

@@ -14,7 +14,7 @@ import (
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
-var ErrInvalidConfig = errors.New("node: invalid config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config configures one Quorate node. Field comments name the `quorate serve`
 // flag that sets each field.

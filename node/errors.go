@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +19,11 @@ import (
 // (DESIGN.md §6). Being over the limit is not an error: it is an OK answer
 // with allowed=false. An error that is already a Connect error (the leader's
 // answer to a forwarded call) passes through unchanged.
+//
+// The message is what the client reads after the code, in its terms: the
+// errors it maps carry no package prefix, name request IDs as the caller
+// sent them (dedupe.SentRequestID) and times in RFC 3339, and a message
+// does not repeat what its code says (saidByCode).
 func (n *Node) toConnectError(err error) error {
 	if err == nil {
 		return nil
@@ -63,9 +69,9 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, ErrInvalidConfig):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, access.ErrUnauthenticated):
-		return connect.NewError(connect.CodeUnauthenticated, err)
+		return connect.NewError(connect.CodeUnauthenticated, saidByCode(err, access.ErrUnauthenticated))
 	case errors.Is(err, access.ErrPermissionDenied):
-		return connect.NewError(connect.CodePermissionDenied, err)
+		return connect.NewError(connect.CodePermissionDenied, saidByCode(err, access.ErrPermissionDenied))
 	case errors.Is(err, ErrAdminElsewhere):
 		return connect.NewError(connect.CodeUnimplemented, err)
 	case errors.Is(err, context.Canceled):
@@ -76,6 +82,26 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 }
+
+// saidByCode returns err reading without the text of sentinel at its start,
+// which only repeats the Connect code (access's "unauthenticated: …" under
+// code unauthenticated); it still wraps err.
+func saidByCode(err, sentinel error) error {
+	msg, ok := strings.CutPrefix(err.Error(), sentinel.Error()+": ")
+	if !ok {
+		return err
+	}
+	return &codeSaidError{msg: msg, err: err}
+}
+
+// codeSaidError is an error whose code says what its text leaves out.
+type codeSaidError struct {
+	msg string
+	err error
+}
+
+func (e *codeSaidError) Error() string { return e.msg }
+func (e *codeSaidError) Unwrap() error { return e.err }
 
 func withDetail(ce *connect.Error, m proto.Message) *connect.Error {
 	if d, err := connect.NewErrorDetail(m); err == nil {

@@ -63,7 +63,7 @@ const (
 
 // ErrTooManyInflightBytes is returned for a request refused because its
 // listener holds its budget of request bytes (Config.MaxInflightBytes).
-var ErrTooManyInflightBytes = errors.New("node: too many request bytes in flight")
+var ErrTooManyInflightBytes = errors.New("too many request bytes in flight")
 
 // largeShare is what requests charged more than smallRequestBytes may take
 // of a budget of max bytes.

@@ -53,7 +53,7 @@ const (
 
 // ErrRequestTooLarge is returned for a request larger than its listener
 // accepts.
-var ErrRequestTooLarge = errors.New("node: request too large")
+var ErrRequestTooLarge = errors.New("request too large")
 
 // checkLimits validates the request bounds; bad formats the error.
 func (c Config) checkLimits(bad func(flag, format string, args ...any) error) error {

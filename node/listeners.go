@@ -337,7 +337,7 @@ func (n *Node) APIConnStats() (api, admin ConnStats) {
 
 // ErrAdminElsewhere is returned for an admin call to the API port of a node
 // that serves them on an admin listener (Config.AdminAddr).
-var ErrAdminElsewhere = errors.New("node: admin calls are served on this node's admin listener (--admin-addr), not on its API port")
+var ErrAdminElsewhere = errors.New("admin calls are served on this node's admin listener (--admin-addr), not on its API port")
 
 // InflightStats returns the in-flight request bytes of the API port, the
 // admin listener (zero without one) and the peer port's forwarding server.

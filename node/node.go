@@ -286,7 +286,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		handler = withForwardedIdentity(mux)
 	} else {
-		handler = n.authenticate(kind, mux)
+		handler = n.authenticate(kind, explainMediaType(mux)) // mediatype.go
 	}
 	srv := &http.Server{
 		// Every request, even to an unknown path: after the handler, the

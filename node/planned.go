@@ -20,7 +20,7 @@ import (
 // belongs to no current step of a plan the meta group keeps: its migration
 // ID names no slot-move step being driven now, or the group, range, attempt
 // or phase do not fit that step.
-var ErrUnplanned = errors.New("node: not a step of a running plan")
+var ErrUnplanned = errors.New("not a step of a running plan")
 
 // migrationCall is what a slot-migration entry or an export asks of a
 // group, as checked against the plans.

@@ -20,7 +20,7 @@ var (
 	// ErrNotProposed is returned when a command was certainly not applied:
 	// there was no leader, or the node asked was not the leader, within the
 	// request's deadline. Retrying is safe.
-	ErrNotProposed = errors.New("node: not proposed")
+	ErrNotProposed = errors.New("not proposed")
 	// ErrNotLeader is returned by a node asked to decide as leader (a
 	// forwarded request) that is not the leader. It wraps ErrNotProposed.
 	ErrNotLeader = fmt.Errorf("%w: not the leader", ErrNotProposed)
@@ -28,7 +28,7 @@ var (
 	// applied: leadership was lost after it was proposed, the deadline passed
 	// while it was committing, or the leader it was forwarded to failed
 	// mid-call. Only a retry with the same request ID is safe.
-	ErrOutcomeUnknown = errors.New("node: outcome unknown")
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
 // forwardedHeader marks a request forwarded by another node to this one as

@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
@@ -13,9 +14,10 @@ import (
 // older tools) on the mux of a server of kind, so that grpcurl and the like
 // can list and call the services without the .proto files. It names the
 // services that server answers: the API port's AdmissionService,
-// LeaseService and (without an admin listener) AdminService, the admin
-// port's AdminService, and each port's grpc.health.v1.Health. The peer
-// port's forwarding server has none: only nodes call it.
+// LeaseService, Envoy's envoy.service.ratelimit.v3.RateLimitService (with
+// Config.EnvoyConfig) and (without an admin listener) AdminService, the
+// admin port's AdminService, and each port's grpc.health.v1.Health. The
+// peer port's forwarding server has none: only nodes call it.
 //
 // Reflection reveals the schema only, which is public (proto/ in the
 // source), no policy or state. It is still an authorized action
@@ -30,6 +32,9 @@ func (n *Node) registerReflection(mux *http.ServeMux, kind serverKind, opts conn
 	var services []string
 	if kind == serveAPI {
 		services = append(services, quoratev1connect.AdmissionServiceName, quoratev1connect.LeaseServiceName)
+		if n.envoy != nil {
+			services = append(services, envoyrls.ServiceName)
+		}
 	}
 	if kind == serveAdmin || n.adminLn == nil {
 		services = append(services, quoratev1connect.AdminServiceName)

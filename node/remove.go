@@ -20,16 +20,16 @@ import (
 var (
 	// ErrNodeHoldsReplicas refuses to remove a node that still holds data
 	// group replicas (drain it first, or force).
-	ErrNodeHoldsReplicas = errors.New("node: the node still holds data group replicas")
+	ErrNodeHoldsReplicas = errors.New("the node still holds data group replicas")
 	// ErrNodeLive refuses to force the removal of a node that still runs:
 	// its replicas would be replaced while it still leads or serves them.
-	ErrNodeLive = errors.New("node: the node is running")
+	ErrNodeLive = errors.New("the node is running")
 	// ErrFeatureUnsupported refuses a change some node's binary could not
 	// apply (its log feature level is too low): upgrade it first.
-	ErrFeatureUnsupported = errors.New("node: a node's binary is too old for this change")
+	ErrFeatureUnsupported = errors.New("a node's binary is too old for this change")
 	// ErrNotTheNode refuses a join that says of a registered node what the
 	// node does not say of itself (its feature level).
-	ErrNotTheNode = errors.New("node: the join does not match the node")
+	ErrNotTheNode = errors.New("the join does not match the node")
 )
 
 // RemoveNode takes a node out of the cluster on the meta leader.

@@ -1,11 +1,9 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/dedupe"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -14,25 +12,12 @@ import (
 // request_id with another key is another request, in whichever group the
 // keys live. The FSM deduplicates by (caller, request ID) only, so nodes
 // write the key into the request ID of each command they propose:
-// keyedRequestID(id, key). Refund names the request the same way. Every
+// dedupe.KeyedRequestID(id, key); errors show the caller the ID it sent
+// (dedupe.SentRequestID). Refund names the request the same way. Every
 // node does, always: the name depends on the request alone, never on what
 // a replica has applied (a leader elected after a restart has applied
 // none of its log until its first commit), so every attempt of a request,
 // on any leader, finds the record of the first.
-
-// keyedIDSeparator separates a request ID from its key's digest.
-const keyedIDSeparator = "\x00k"
-
-// keyedRequestID folds key into requestID: requestID, the separator, then
-// 16 hex digits of key's SHA-256. The digest has a fixed length, so two
-// different (requestID, key) pairs give different IDs unless their keys'
-// digests collide — and then the FSM's fingerprint, which holds the key
-// itself, refuses the second as a reused request ID rather than answer it
-// the first's decision.
-func keyedRequestID(requestID, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return requestID + keyedIDSeparator + hex.EncodeToString(sum[:8])
-}
 
 // requestKey returns the command's caller, request ID and the key its
 // identity includes, and whether it carries a request ID.
@@ -77,6 +62,6 @@ func keyRequestID(env *raftcmdv1.Envelope) *raftcmdv1.Envelope {
 		return env
 	}
 	out := proto.Clone(env).(*raftcmdv1.Envelope)
-	setRequestID(out, keyedRequestID(id, key))
+	setRequestID(out, dedupe.KeyedRequestID(id, key))
 	return out
 }
