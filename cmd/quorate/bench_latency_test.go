@@ -158,21 +158,24 @@ func TestGapTracker(t *testing.T) {
 }
 
 // stallTarget answers at once, except that the calls started after the
-// first stallAfter calls wait until stall has passed since the first of
-// them: no call is answered for at least stall.
+// first stallAfter calls wait until stall has passed since the last of the
+// first stallAfter returned: no call returns for at least stall.
 type stallTarget struct {
-	stallAfter int64
-	stall      time.Duration
-	calls      atomic.Int64
-	once       sync.Once
-	resumed    chan struct{}
+	stallAfter  int64
+	stall       time.Duration
+	calls, done atomic.Int64
+	once        sync.Once
+	resumed     chan struct{}
 }
 
 func (f *stallTarget) name() string { return "fake" }
 func (f *stallTarget) close() error { return nil }
 func (f *stallTarget) call(ctx context.Context, _ int, keys []int) (benchResult, error) {
-	if f.calls.Add(1) > f.stallAfter {
-		f.once.Do(func() { time.AfterFunc(f.stall, func() { close(f.resumed) }) })
+	if f.calls.Add(1) <= f.stallAfter {
+		if f.done.Add(1) == f.stallAfter {
+			f.once.Do(func() { time.AfterFunc(f.stall, func() { close(f.resumed) }) })
+		}
+	} else {
 		select {
 		case <-f.resumed:
 		case <-ctx.Done():
@@ -183,7 +186,9 @@ func (f *stallTarget) call(ctx context.Context, _ int, keys []int) (benchResult,
 }
 
 // TestRunLoadLongestGap runs the generator against a target that answers
-// nothing for 300ms mid-run: the summary's longest gap covers the stall.
+// nothing for 300ms mid-run: the summary's longest gap covers the stall,
+// but for the time the generator takes to note the answer before it
+// (a goroutine of a loaded machine may wait tens of ms to run again).
 func TestRunLoadLongestGap(t *testing.T) {
 	f := &stallTarget{stallAfter: 200, stall: 300 * time.Millisecond, resumed: make(chan struct{})}
 	o := loadOptions{workers: 4, duration: time.Second, keys: 10, dist: "uniform", batch: 2, label: "test"}
@@ -191,7 +196,7 @@ func TestRunLoadLongestGap(t *testing.T) {
 	if s.LongestGapMs == nil || s.LongestGapAtS == nil {
 		t.Fatalf("no longest gap in %+v", s)
 	}
-	if *s.LongestGapMs < 300 || *s.LongestGapMs > s.Seconds*1000 || *s.LongestGapAtS < 0 || *s.LongestGapAtS > s.Seconds {
+	if *s.LongestGapMs < 250 || *s.LongestGapMs > s.Seconds*1000 || *s.LongestGapAtS < 0 || *s.LongestGapAtS > s.Seconds {
 		t.Errorf("longest gap %v ms at %vs, want at least the 300ms stall within the %vs run", *s.LongestGapMs, *s.LongestGapAtS, s.Seconds)
 	}
 	if s.LatencyMs["max"] < 300 || s.Calls <= 200 || s.Decisions != 2*s.Calls {
