@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -187,7 +188,16 @@ func (l *raftLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer
 //     whether its groups have quorum; debug when the peer does not host the
 //     group yet (raftmux.IsNoGroup, while its replica is being opened), when
 //     the node moved the peer to its shared Raft connection
-//     (errTransportSwitched), and once this node is stopping.
+//     (errTransportSwitched), and once this node is stopping. A vote
+//     request whose peer refused, reset or cut the connection
+//     (peerUnreachable): debug, since that is how every election looks
+//     while peers start or stop (a restart of the cluster); a lasting
+//     problem still shows as the follower's "heartbeat timeout reached"
+//     warning and in readiness.
+//   - A voter turning down a candidate whose log is behind its own
+//     ("rejecting vote request since our last term is greater", and the
+//     same for the last index and for pre-votes): info, the election doing
+//     its job after a restart.
 //   - Once this node is stopping: elections and the loss of contact with
 //     peers that are stopping too: debug.
 func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.Level {
@@ -211,15 +221,40 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 		if stopping {
 			return min(level, hclog.Debug)
 		}
+	case "rejecting vote request since our last term is greater", "rejecting vote request since our last index is greater",
+		"rejecting pre-vote request since our last term is greater":
+		return min(level, hclog.Info)
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
 		"failed to start pipeline replication to", "failed to make requestVote RPC", "failed to decode incoming command":
 		err := argError(args)
 		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, errTransportSwitched) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
+		if msg == "failed to make requestVote RPC" && peerUnreachable(err) {
+			return min(level, hclog.Debug)
+		}
 		return min(level, hclog.Warn)
 	}
 	return level
+}
+
+// peerUnreachable is whether err says the peer's end was not there: the
+// connection refused, reset or cut short, as while the peer starts or stops.
+// It follows Unwrap and, for the msgpack codec's errors that wrap a read's,
+// Cause.
+func peerUnreachable(err error) bool {
+	for err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+			return true
+		}
+		c, ok := err.(interface{ Cause() error })
+		if !ok {
+			return false
+		}
+		err = c.Cause()
+	}
+	return false
 }
 
 // argError is the "error" argument of an hclog call, or nil.

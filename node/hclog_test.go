@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
 
@@ -74,7 +75,9 @@ func TestRaftNoise(t *testing.T) {
 		{false, hclog.Warn, "heartbeat timeout reached, starting election", []any{"last-leader-addr", raft.ServerAddress("a:1"), "last-leader-id", raft.ServerID("n2")}, hclog.Warn},
 		{true, hclog.Warn, "heartbeat timeout reached, starting election", []any{"last-leader-id", raft.ServerID("n2")}, hclog.Debug},
 		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", noGroup, "term", 2}, hclog.Debug},
-		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", reset, "term", 2}, hclog.Warn},
+		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", errors.New("vote refused: bad term"), "term", 2}, hclog.Warn},
+		{false, hclog.Warn, "rejecting vote request since our last term is greater", []any{"candidate", "x"}, hclog.Info},
+		{false, hclog.Warn, "rejecting pre-vote request since our last term is greater", []any{"candidate", "x"}, hclog.Info},
 		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Warn},
 		{true, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Debug},
 		{false, hclog.Error, "failed to pipeline appendEntries", []any{"peer", "x", "error", errTransportSwitched}, hclog.Debug},
@@ -90,6 +93,50 @@ func TestRaftNoise(t *testing.T) {
 	} {
 		if got := raftNoise(tc.stopping, tc.level, tc.msg, tc.args); got != tc.want {
 			t.Errorf("stopping %v, %v %q %v: %v, want %v", tc.stopping, tc.level, tc.msg, tc.args, got, tc.want)
+		}
+	}
+}
+
+// A vote request to a peer that is restarting fails as raft's transport
+// sees it — a msgpack decode error around a read whose connection the peer
+// reset, or a dial it refused — and is logged at debug; a heartbeat to
+// the same peer stays a warning.
+func TestRaftNoiseVoteRequestToRestartingPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.(*net.TCPConn).SetLinger(0) // close with a reset, as a process that stops does
+		_ = c.Close()
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var resp raft.RequestVoteResponse
+	reset := codec.NewDecoder(conn, &codec.MsgpackHandle{}).Decode(&resp)
+	if reset == nil || !strings.Contains(reset.Error(), "connection reset by peer") {
+		t.Fatalf("decoding from a reset connection: %v, want a connection reset", reset)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, refused := net.Dial("tcp", addr)
+	if refused == nil {
+		t.Fatal("dialling a closed listener succeeded")
+	}
+	for _, err := range []error{reset, refused} {
+		if got := raftNoise(false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", err, "term", 9}); got != hclog.Debug {
+			t.Errorf("vote request failing with %v: %v, want debug", err, got)
+		}
+		if got := raftNoise(false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "error", err}); got != hclog.Warn {
+			t.Errorf("heartbeat failing with %v: %v, want warn", err, got)
 		}
 	}
 }
