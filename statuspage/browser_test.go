@@ -23,21 +23,58 @@ import (
 // screenshot to docs/status-page.png (make status-page-screenshot).
 const screenshotEnv = "QUORATE_STATUS_SCREENSHOT"
 
-// chromium is the path of a Chromium (Debian's chromium package, which
-// `make browser-deps` installs). Without one the test fails under CI (env
-// CI set), which installs it, and is skipped elsewhere.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+// requireChromiumEnv, when set to 1 (CI's .ci/run sets it), makes the
+// browser test fail rather than skip without a Chromium.
+const requireChromiumEnv = "QUORATE_REQUIRE_CHROMIUM"
+
+// chromiumNames are the executables taken for a Chromium, in order.
+var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome"}
+
+// findChromium is the path of a Chromium on PATH (Debian's chromium
+// package, which `make browser-deps` installs), or, without one, what is
+// missing and how to get it.
+func findChromium() (path, missing string) {
+	for _, name := range chromiumNames {
 		if p, err := exec.LookPath(name); err == nil {
-			return p
+			return p, ""
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no chromium on PATH: CI installs it (make browser-deps)")
+	return "", fmt.Sprintf("the status page's browser test needs Chromium, and none of %s is on PATH: "+
+		"`make browser-deps` installs Debian's chromium (with apt-get, as root or with sudo); elsewhere install Chromium or Chrome",
+		strings.Join(chromiumNames, ", "))
+}
+
+// chromium is the path of a Chromium. Without one the test is skipped,
+// saying what is missing, or fails where QUORATE_REQUIRE_CHROMIUM=1.
+func chromium(t *testing.T) string {
+	t.Helper()
+	p, missing := findChromium()
+	switch {
+	case p != "":
+		return p
+	case os.Getenv(requireChromiumEnv) == "1":
+		t.Fatalf("%s (%s=1)", missing, requireChromiumEnv)
+	default:
+		t.Skip(missing)
 	}
-	t.Skip("no chromium on PATH (make browser-deps installs it)")
 	return ""
+}
+
+// Without a Chromium on PATH the browser test's message names what is
+// missing; with one (here a stand-in executable) it is found.
+func TestFindChromium(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", dir)
+	if p, missing := findChromium(); p != "" || !strings.Contains(missing, "needs Chromium") || !strings.Contains(missing, "chromium-browser") {
+		t.Errorf("no Chromium on PATH: %q, %q; want no path and a message naming what is missing", p, missing)
+	}
+	stand := filepath.Join(dir, "chromium-browser")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, missing := findChromium(); p != stand || missing != "" {
+		t.Errorf("with %s on PATH: %q, %q", stand, p, missing)
+	}
 }
 
 // TestStatusPageInBrowser loads the status page of a running 3-node cluster
