@@ -95,6 +95,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		// Periods of a day: not a token refills during the test, however slow.
 		{Name: "checkout", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour)},
 		{Name: "search", Algorithm: "sliding_window", Limit: 100, Period: durationpb.New(time.Second), Shadow: true},
+		{Name: "gpu", Algorithm: "concurrency", Limit: 2},
+		{Name: "monthly-exports", Algorithm: "quota", Limit: 1000, Calendar: "day"},
 	}})); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	planRow := fmt.Sprintf(`[data-plan="%d"]`, plan.Msg.GetPlan().GetId())
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000),
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000),
 		chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
 	browser, cancelBrowser := chromedp.NewContext(alloc)
@@ -194,7 +196,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"#members":  {"node1", "node2", "node3", "healthy"},
 		"#groups":   {"(meta)", "[0,"},
 		"#plans":    {"split group 1", "steps"},
-		"#policies": {"checkout", "v2", "token_bucket", "search", "v1", "shadow"},
+		"#policies": {"checkout", "v2", "token_bucket", "30 per day", "search", "v1", "shadow", "100 per second", "gpu", "2 concurrent", "1000 per day"},
 		"#hot-keys": {"user-42", "checkout", "40"},
 	} {
 		for _, w := range want {
@@ -209,6 +211,49 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if denied != "10" {
 		t.Errorf("checkout denied %q on the page, want 10", denied)
+	}
+	// At 1280 px nothing scrolls sideways: every column, the last (denied)
+	// included, is in view.
+	for _, check := range []struct{ what, js string }{
+		{"a section scrolling sideways", `[...document.querySelectorAll("section")].filter(s => s.scrollWidth > s.clientWidth).map(s => s.id).join(" ")`},
+		{"the page scrolling sideways", `document.documentElement.scrollWidth > window.innerWidth ? "yes" : ""`},
+		{"a policy column out of view", `[...document.querySelectorAll("#policies th")].filter(th => th.getBoundingClientRect().right > th.closest("section").getBoundingClientRect().right).map(th => th.textContent).join(" ")`},
+		// The chart of the last minutes: checkout's 40 decisions and 10
+		// denials, in bars drawn without a script.
+		{"no decisions or no denials in checkout's chart", `document.querySelectorAll('[data-policy="checkout"] svg rect.decided').length > 0 && document.querySelectorAll('[data-policy="checkout"] svg rect.denied').length > 0 ? "" : "none"`},
+		{"a script", `document.scripts.length > 0 ? "yes" : ""`},
+	} {
+		got, err := chromedp.Run(browser, chromedp.Evaluate[string](check.js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != "" {
+			t.Errorf("%s at 1280 px: %s", check.what, got)
+		}
+	}
+	var decided, deniedInChart int
+	for _, bar := range []struct {
+		n   *int
+		sel string
+	}{{&decided, "decided"}, {&deniedInChart, "denied"}} {
+		titles, err := chromedp.Run(browser, chromedp.Evaluate[string](fmt.Sprintf(
+			`[...document.querySelectorAll('[data-policy="checkout"] svg g')].filter(g => g.querySelector("rect.%s")).map(g => g.querySelector("title").textContent).join("|")`, bar.sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, title := range strings.Split(titles, "|") {
+			var d, x int
+			if _, err := fmt.Sscanf(title[strings.Index(title, ": ")+2:], "%d decisions, %d denied", &d, &x); err == nil {
+				if bar.sel == "decided" {
+					*bar.n += d
+				} else {
+					*bar.n += x
+				}
+			}
+		}
+	}
+	if decided != 40 || deniedInChart != 10 {
+		t.Errorf("checkout's chart shows %d decisions and %d denials, want 40 and 10", decided, deniedInChart)
 	}
 
 	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
