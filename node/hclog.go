@@ -188,12 +188,15 @@ func (l *raftLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer
 //     whether its groups have quorum; debug when the peer does not host the
 //     group yet (raftmux.IsNoGroup, while its replica is being opened), when
 //     the node moved the peer to its shared Raft connection
-//     (errTransportSwitched), and once this node is stopping. A vote
-//     request whose peer refused, reset or cut the connection
-//     (peerUnreachable): debug, since that is how every election looks
-//     while peers start or stop (a restart of the cluster); a lasting
-//     problem still shows as the follower's "heartbeat timeout reached"
-//     warning and in readiness.
+//     (errTransportSwitched), and once this node is stopping. A call on a
+//     connection the peer reset or closed (connCut): debug, since the peer
+//     restarted or moved to another connection, and raft dials again (a
+//     peer that is down refuses the dial: a warning). A vote request the
+//     peer refused: debug too, since that is how every election looks
+//     while peers start (a restart of the cluster); a lasting problem
+//     still shows as the follower's "heartbeat timeout reached" warning
+//     and in readiness. A split vote ("Election timeout reached,
+//     restarting election"): info.
 //   - A voter turning down a candidate whose log is behind its own
 //     ("rejecting vote request since our last term is greater", and the
 //     same for the last index and for pre-votes): info, the election doing
@@ -217,7 +220,12 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 		}
 	case "peer has newer term, stopping replication":
 		return min(level, hclog.Info)
-	case "Election timeout reached, restarting election", "failed to contact", "failed to contact quorum of nodes, stepping down":
+	case "Election timeout reached, restarting election":
+		if stopping {
+			return min(level, hclog.Debug)
+		}
+		return min(level, hclog.Info)
+	case "failed to contact", "failed to contact quorum of nodes, stepping down":
 		if stopping {
 			return min(level, hclog.Debug)
 		}
@@ -230,7 +238,7 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, errTransportSwitched) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
-		if msg == "failed to make requestVote RPC" && peerUnreachable(err) {
+		if connCut(err) || (msg == "failed to make requestVote RPC" && causedBy(err, syscall.ECONNREFUSED)) {
 			return min(level, hclog.Debug)
 		}
 		return min(level, hclog.Warn)
@@ -238,14 +246,20 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 	return level
 }
 
-// peerUnreachable is whether err says the peer's end was not there: the
-// connection refused, reset or cut short, as while the peer starts or stops.
-// It follows Unwrap and, for the msgpack codec's errors that wrap a read's,
-// Cause.
-func peerUnreachable(err error) bool {
+// connCut is whether err says the peer's end of a connection went away
+// (reset, closed, cut short), as when the peer restarts or moves to
+// another connection. Raft dials again; a peer that is down then refuses,
+// which stays a warning, except for vote requests.
+func connCut(err error) bool {
+	return causedBy(err, syscall.ECONNRESET) || causedBy(err, syscall.EPIPE) || causedBy(err, io.EOF) ||
+		causedBy(err, io.ErrUnexpectedEOF) || causedBy(err, net.ErrClosed)
+}
+
+// causedBy is errors.Is(err, target), following Cause too: the msgpack
+// codec's errors, which wrap a read's, have Cause and no Unwrap.
+func causedBy(err, target error) bool {
 	for err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		if errors.Is(err, target) {
 			return true
 		}
 		c, ok := err.(interface{ Cause() error })
