@@ -22,17 +22,45 @@ LDFLAGS = -X $(STAMP).stampVersion=$(VERSION) -X $(STAMP).stampCommit=$(COMMIT) 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quorate
 
-## run: start a local 3-node cluster (API on 127.0.0.1:7070-7072), state in ./data/dev
+## run: start a local 3-node cluster, state in ./data/dev: API on 127.0.0.1
+## ports PORT to PORT+2 (default 7070-7072), Raft on PORT+100 to PORT+102.
+PORT ?= 7070
 run: build
-	./$(BIN) dev --dir data/dev
+	./$(BIN) dev --dir data/dev --api-port $(PORT) --raft-port $$(( $(PORT) + 100 ))
 
 ## test: all tests, with the race detector. The fault-injection runs (jepsen) start
 ## real processes: they run after the other packages, not beside them, so that
-## the in-process clusters of the node tests do not starve for CPU. The status
-## page's browser test needs Chromium (browser-deps installs it).
+## the in-process clusters of the node tests do not starve for CPU. What the
+## tests need is installed when it can be (Debian's apt-get, as root or with
+## sudo): a C compiler for -race (without one the tests run without it) and
+## Chromium for the status page's browser test (without one that test is
+## skipped, saying so). About 18 minutes on 2 cores.
 test: browser-deps
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /jepsen$$)
-	$(GO) test -race -count=1 -timeout 30m ./jepsen/...
+	@if ! $(HAVE_CC); then $(call apt_install,gcc,the race detector needs a C compiler for cgo); fi
+	@race=-race; if ! $(HAVE_CC); then \
+		echo "make test: no C compiler for cgo ($$($(GO) env CC)): running the tests WITHOUT the race detector"; race=; fi; \
+	$(GO) test $$race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /jepsen$$) && \
+	$(GO) test $$race -count=1 -timeout 30m ./jepsen/...
+
+# HAVE_CC succeeds where cgo, which -race needs, has a C compiler.
+HAVE_CC = { [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null; }
+
+# apt_install installs Debian's package $(1), which $(2) says the need of,
+# where it can (apt-get, and root or sudo without a password); where it
+# cannot, it says what is missing and carries on.
+define apt_install
+	if ! command -v apt-get >/dev/null; then \
+		echo "make: $(1) is missing and there is no apt-get to install it ($(2))"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing $(1)"; \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $(1) >/dev/null; } || echo "make: installing $(1) failed ($(2))"; \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+		echo "installing $(1)"; \
+		{ sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends $(1) >/dev/null; } || echo "make: installing $(1) failed ($(2))"; \
+	else \
+		echo "make: $(1) is missing and installing it needs root or sudo without a password ($(2))"; \
+	fi
+endef
 
 # protoc comes from Debian's protobuf-compiler (with libprotobuf-dev for the
 # well-known types); the Go plugins are pinned tools in go.mod (`go tool`).
@@ -43,12 +71,11 @@ proto-deps:
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null; \
 	fi
 
-# The status page's browser test (statuspage) drives Debian's chromium headless.
+# The status page's browser test (statuspage) drives Debian's chromium
+# headless; without a Chromium it is skipped, saying so.
 browser-deps:
-	@if ! command -v chromium >/dev/null; then \
-		echo "installing chromium"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then \
+		$(call apt_install,chromium,the status page's browser test is skipped without it); \
 	fi
 
 ## status-page-screenshot: load the status page of a 3-node test cluster in

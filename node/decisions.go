@@ -27,6 +27,9 @@ const (
 	// rateBucket and rateBuckets make the window of the per-policy rates.
 	rateBucket  = 5 * time.Second
 	rateBuckets = 12
+	// chartMinutes is how many minutes of per-minute counts each policy
+	// keeps for the status page's charts.
+	chartMinutes = 15
 )
 
 // decisionStats is the node's count of decisions, by group (hot keys) and
@@ -46,6 +49,10 @@ type policyCount struct {
 	at            [rateBuckets]int64
 	bucketDecided [rateBuckets]uint64
 	bucketDenied  [rateBuckets]uint64
+	// Ring of minutes by their index (Unix time / time.Minute).
+	minuteAt      [chartMinutes]int64
+	minuteDecided [chartMinutes]uint64
+	minuteDenied  [chartMinutes]uint64
 }
 
 // record counts res when it is an Admit decision of group's (a repeat of a
@@ -72,6 +79,7 @@ func (s *decisionStats) add(group shard.GroupID, r *fsm.AdmitResult, now time.Ti
 		s.groups[group] = sk
 	}
 	b := now.UnixNano() / int64(rateBucket)
+	m := now.UnixNano() / int64(time.Minute)
 	for _, c := range r.Checks {
 		sk.Add(c.Policy+"\x00"+c.Key, 1)
 		pc := s.policies[c.Policy]
@@ -83,11 +91,17 @@ func (s *decisionStats) add(group shard.GroupID, r *fsm.AdmitResult, now time.Ti
 		if pc.at[i] != b {
 			pc.at[i], pc.bucketDecided[i], pc.bucketDenied[i] = b, 0, 0
 		}
+		j := m % chartMinutes
+		if pc.minuteAt[j] != m {
+			pc.minuteAt[j], pc.minuteDecided[j], pc.minuteDenied[j] = m, 0, 0
+		}
 		pc.decisions++
 		pc.bucketDecided[i]++
+		pc.minuteDecided[j]++
 		if !c.Decision.Allowed {
 			pc.denied++
 			pc.bucketDenied[i]++
+			pc.minuteDenied[j]++
 		}
 		if c.ShadowDenied {
 			pc.shadowDenied++
@@ -121,6 +135,7 @@ func (s *decisionStats) byPolicy(now time.Time) []*quoratev1.PolicyDecisions {
 		window = max(since, rateBucket)
 	}
 	b := now.UnixNano() / int64(rateBucket)
+	m := now.UnixNano() / int64(time.Minute)
 	out := make([]*quoratev1.PolicyDecisions, 0, len(s.policies))
 	for name, pc := range s.policies {
 		var decided, denied uint64
@@ -130,7 +145,15 @@ func (s *decisionStats) byPolicy(now time.Time) []*quoratev1.PolicyDecisions {
 				denied += pc.bucketDenied[i]
 			}
 		}
+		byMinute, deniedByMinute := make([]uint64, chartMinutes), make([]uint64, chartMinutes)
+		for k := range chartMinutes {
+			if want := m - chartMinutes + 1 + int64(k); pc.minuteAt[want%chartMinutes] == want {
+				byMinute[k], deniedByMinute[k] = pc.minuteDecided[want%chartMinutes], pc.minuteDenied[want%chartMinutes]
+			}
+		}
 		out = append(out, &quoratev1.PolicyDecisions{
+			DecisionsByMinute:  byMinute,
+			DeniedByMinute:     deniedByMinute,
 			Policy:             name,
 			Decisions:          pc.decisions,
 			Denied:             pc.denied,

@@ -84,3 +84,36 @@ func TestDecisionStatsSummary(t *testing.T) {
 		t.Fatalf("login: %+v", login)
 	}
 }
+
+// Each policy keeps the last chartMinutes minutes of decisions and
+// denials, the current minute last; older minutes drop out of the ring.
+func TestDecisionStatsByMinute(t *testing.T) {
+	var s decisionStats
+	now := time.Unix(1_000_020, 0) // 0 s into a minute
+	add := func(at time.Time, n, denied int) {
+		for i := range n {
+			s.add(1, &fsm.AdmitResult{Checks: []fsm.CheckResult{{Policy: "api", Key: "k", Decision: admission.Decision{Allowed: i >= denied}}}}, at)
+		}
+	}
+	add(now.Add(-20*time.Minute), 7, 7) // out of the chart
+	add(now.Add(-2*time.Minute), 3, 1)
+	add(now.Add(-15*time.Second), 2, 0) // the minute before now's
+	add(now.Add(10*time.Second), 5, 2)
+	ps := s.byPolicy(now.Add(30 * time.Second))
+	got, denied := ps[0].GetDecisionsByMinute(), ps[0].GetDeniedByMinute()
+	want := make([]uint64, chartMinutes)
+	wantDenied := make([]uint64, chartMinutes)
+	want[12], wantDenied[12] = 3, 1
+	want[13] = 2
+	want[14], wantDenied[14] = 5, 2
+	if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(denied) != fmt.Sprint(wantDenied) {
+		t.Errorf("by minute %v, denied %v; want %v, %v", got, denied, want, wantDenied)
+	}
+	// Sixteen minutes on, every minute of the chart is empty.
+	ps = s.byPolicy(now.Add(16 * time.Minute))
+	for i, v := range ps[0].GetDecisionsByMinute() {
+		if v != 0 {
+			t.Errorf("minute %d of a chart 16 minutes on: %d decisions, want 0", i, v)
+		}
+	}
+}

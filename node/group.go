@@ -199,6 +199,7 @@ func (n *Node) raftConfig(hlog hclog.Logger) *raft.Config {
 	rc.SnapshotInterval = n.cfg.SnapshotInterval
 	rc.TrailingLogs = n.cfg.TrailingLogs
 	rc.Logger = hlog
+	rc.NoLegacyTelemetry = true // no peer IDs inside metric names (metrics_raft.go)
 	// Group commit at the raft level: proposals waiting in a buffered apply
 	// channel go out (and are fsynced) together, up to MaxAppendEntries.
 	rc.BatchApplyCh = true

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -187,7 +188,19 @@ func (l *raftLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer
 //     whether its groups have quorum; debug when the peer does not host the
 //     group yet (raftmux.IsNoGroup, while its replica is being opened), when
 //     the node moved the peer to its shared Raft connection
-//     (errTransportSwitched), and once this node is stopping.
+//     (errTransportSwitched), and once this node is stopping. A call on a
+//     connection the peer reset or closed (connCut): debug, since the peer
+//     restarted or moved to another connection, and raft dials again (a
+//     peer that is down refuses the dial: a warning). A vote request the
+//     peer refused: debug too, since that is how every election looks
+//     while peers start (a restart of the cluster); a lasting problem
+//     still shows as the follower's "heartbeat timeout reached" warning
+//     and in readiness. A split vote ("Election timeout reached,
+//     restarting election"): info.
+//   - A voter turning down a candidate whose log is behind its own
+//     ("rejecting vote request since our last term is greater", and the
+//     same for the last index and for pre-votes): info, the election doing
+//     its job after a restart.
 //   - Once this node is stopping: elections and the loss of contact with
 //     peers that are stopping too: debug.
 func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.Level {
@@ -207,19 +220,55 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 		}
 	case "peer has newer term, stopping replication":
 		return min(level, hclog.Info)
-	case "Election timeout reached, restarting election", "failed to contact", "failed to contact quorum of nodes, stepping down":
+	case "Election timeout reached, restarting election":
 		if stopping {
 			return min(level, hclog.Debug)
 		}
+		return min(level, hclog.Info)
+	case "failed to contact", "failed to contact quorum of nodes, stepping down":
+		if stopping {
+			return min(level, hclog.Debug)
+		}
+	case "rejecting vote request since our last term is greater", "rejecting vote request since our last index is greater",
+		"rejecting pre-vote request since our last term is greater":
+		return min(level, hclog.Info)
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
 		"failed to start pipeline replication to", "failed to make requestVote RPC", "failed to decode incoming command":
 		err := argError(args)
 		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, errTransportSwitched) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
+		if connCut(err) || (msg == "failed to make requestVote RPC" && causedBy(err, syscall.ECONNREFUSED)) {
+			return min(level, hclog.Debug)
+		}
 		return min(level, hclog.Warn)
 	}
 	return level
+}
+
+// connCut is whether err says the peer's end of a connection went away
+// (reset, closed, cut short), as when the peer restarts or moves to
+// another connection. Raft dials again; a peer that is down then refuses,
+// which stays a warning, except for vote requests.
+func connCut(err error) bool {
+	return causedBy(err, syscall.ECONNRESET) || causedBy(err, syscall.EPIPE) || causedBy(err, io.EOF) ||
+		causedBy(err, io.ErrUnexpectedEOF) || causedBy(err, net.ErrClosed)
+}
+
+// causedBy is errors.Is(err, target), following Cause too: the msgpack
+// codec's errors, which wrap a read's, have Cause and no Unwrap.
+func causedBy(err, target error) bool {
+	for err != nil {
+		if errors.Is(err, target) {
+			return true
+		}
+		c, ok := err.(interface{ Cause() error })
+		if !ok {
+			return false
+		}
+		err = c.Cause()
+	}
+	return false
 }
 
 // argError is the "error" argument of an hclog call, or nil.

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
 
@@ -58,7 +61,7 @@ func TestRaftLoggerWritesSlog(t *testing.T) {
 // raftNoise lowers what is expected and nothing about the node's storage.
 func TestRaftNoise(t *testing.T) {
 	noGroup := errors.New("raftmux: no group 4 on this node")
-	reset := errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer")
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 	for _, tc := range []struct {
 		stopping bool
 		level    hclog.Level
@@ -74,15 +77,18 @@ func TestRaftNoise(t *testing.T) {
 		{false, hclog.Warn, "heartbeat timeout reached, starting election", []any{"last-leader-addr", raft.ServerAddress("a:1"), "last-leader-id", raft.ServerID("n2")}, hclog.Warn},
 		{true, hclog.Warn, "heartbeat timeout reached, starting election", []any{"last-leader-id", raft.ServerID("n2")}, hclog.Debug},
 		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", noGroup, "term", 2}, hclog.Debug},
-		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", reset, "term", 2}, hclog.Warn},
-		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Warn},
+		{false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", errors.New("vote refused: bad term"), "term", 2}, hclog.Warn},
+		{false, hclog.Warn, "rejecting vote request since our last term is greater", []any{"candidate", "x"}, hclog.Info},
+		{false, hclog.Warn, "rejecting pre-vote request since our last term is greater", []any{"candidate", "x"}, hclog.Info},
+		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Debug},
+		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", syscall.ECONNREFUSED}, hclog.Warn},
 		{true, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Debug},
 		{false, hclog.Error, "failed to pipeline appendEntries", []any{"peer", "x", "error", errTransportSwitched}, hclog.Debug},
 		{false, hclog.Error, "failed to decode incoming command", []any{"error", fmt.Errorf("read: %w", net.ErrClosed)}, hclog.Debug},
 		{false, hclog.Error, "peer has newer term, stopping replication", []any{"peer", "x"}, hclog.Info},
 		{false, hclog.Warn, "failed to contact quorum of nodes, stepping down", nil, hclog.Warn},
 		{true, hclog.Warn, "failed to contact quorum of nodes, stepping down", nil, hclog.Debug},
-		{false, hclog.Warn, "Election timeout reached, restarting election", nil, hclog.Warn},
+		{false, hclog.Warn, "Election timeout reached, restarting election", nil, hclog.Info},
 		// Storage errors stay, stopping or not.
 		{true, hclog.Error, "failed to append to logs", []any{"error", errors.New("fsync: input/output error")}, hclog.Error},
 		{true, hclog.Error, "failed to take snapshot", []any{"error", errors.New("no space left on device")}, hclog.Error},
@@ -90,6 +96,57 @@ func TestRaftNoise(t *testing.T) {
 	} {
 		if got := raftNoise(tc.stopping, tc.level, tc.msg, tc.args); got != tc.want {
 			t.Errorf("stopping %v, %v %q %v: %v, want %v", tc.stopping, tc.level, tc.msg, tc.args, got, tc.want)
+		}
+	}
+}
+
+// A call to a peer that is restarting fails as raft's transport sees it —
+// a msgpack decode error around a read whose connection the peer reset,
+// or a dial it refused — and is logged at debug, a vote request either
+// way, a heartbeat on the reset connection; a heartbeat whose dial the
+// peer refused (it is down) stays a warning.
+func TestRaftNoiseVoteRequestToRestartingPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialled := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		<-dialled
+		_ = c.(*net.TCPConn).SetLinger(0) // close with a reset, as a process that stops does
+		_ = c.Close()
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	close(dialled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var resp raft.RequestVoteResponse
+	reset := codec.NewDecoder(conn, &codec.MsgpackHandle{}).Decode(&resp)
+	if reset == nil || !strings.Contains(reset.Error(), "connection reset by peer") {
+		t.Fatalf("decoding from a reset connection: %v, want a connection reset", reset)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, refused := net.Dial("tcp", addr)
+	if refused == nil {
+		t.Fatal("dialling a closed listener succeeded")
+	}
+	for _, tc := range []struct {
+		err       error
+		heartbeat hclog.Level
+	}{{reset, hclog.Debug}, {refused, hclog.Warn}} {
+		if got := raftNoise(false, hclog.Error, "failed to make requestVote RPC", []any{"target", "x", "error", tc.err, "term", 9}); got != hclog.Debug {
+			t.Errorf("vote request failing with %v: %v, want debug", tc.err, got)
+		}
+		if got := raftNoise(false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "error", tc.err}); got != tc.heartbeat {
+			t.Errorf("heartbeat failing with %v: %v, want %v", tc.err, got, tc.heartbeat)
 		}
 	}
 }

@@ -64,6 +64,7 @@ type metrics struct {
 	pacing           pacingQueue
 	mu               sync.Mutex
 	policiesLabelled map[string]bool
+	raftSinkState    // raft's own figures, where RaftMetricsSink is asked for (metrics_raft.go)
 }
 
 // latencyBuckets spans 100 µs to about 6.5 s.
@@ -80,6 +81,9 @@ func newMetrics(n *Node) *metrics {
 		Help:    "Time from a decision call's arrival at this node's API to its answer, forwarding included, by RPC.",
 		Buckets: latencyBuckets,
 	}, []string{"rpc"})
+	for _, rpc := range []string{"Admit", "AdmitBatch", "AcquireLease"} {
+		m.decisionSeconds.WithLabelValues(rpc)
+	}
 	m.proposeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "quorate_group_propose_apply_seconds",
 		Help:    "Time from proposing an entry as a group's leader to its being committed and applied here, by group.",
@@ -123,11 +127,44 @@ func (n *Node) serveMetrics(mux *http.ServeMux, kind serverKind) {
 	if kind == servePeer {
 		return
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{
+	h := promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{
 		ErrorLog:            slogPrinter{n},
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
+	})
+	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.metrics.prime()
+		h.ServeHTTP(w, r)
 	}))
+}
+
+// prime creates the series of the label values known now, before a
+// scrape: each hosted group's, and each policy's (as many as get labels),
+// so that a series exists, at zero, before its first use.
+func (m *metrics) prime() {
+	n := m.n
+	if n.meta == nil || n.meta.fsm == nil {
+		return
+	}
+	for _, g := range n.hosted() {
+		l := groupLabel(g.id)
+		m.entries.WithLabelValues(l)
+		m.entryCommands.WithLabelValues(l)
+		m.proposeSeconds.WithLabelValues(l)
+		m.leaderChanges.WithLabelValues(l)
+	}
+	for i, pv := range n.meta.fsm.Policies() {
+		if i == maxPolicyLabels {
+			break
+		}
+		l := m.policyLabel(pv.Policy.Name)
+		m.decisions.WithLabelValues(l, resultAllowed)
+		m.decisions.WithLabelValues(l, resultDenied)
+		if kind := pacingKind(pv.Policy.Algorithm); kind != "" {
+			m.pacingSeconds.WithLabelValues(l, kind)
+			m.pacing.prime(l, kind)
+		}
+	}
 }
 
 // slogPrinter passes promhttp's errors to the node's log.

@@ -42,7 +42,7 @@ var (
 		"Units granted but neither reported spent nor given back (a holder that never released: under-admission), as this replica applied since it started.", []string{"group"}, nil)
 	descSyncOver = prometheus.NewDesc("quorate_group_sync_overshoot_units_total",
 		"Units local-plus-global (local.mode sync) holders reported admitting beyond what their key had left, as this replica applied since it started: over-admission, bounded per key and window by the policy's sync bound.", []string{"group"}, nil)
-	descSnapBytes = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (absent before the first).")
+	descSnapBytes = groupDesc("quorate_group_snapshot_bytes", "Size of the replica's newest snapshot (0 before the first).")
 
 	descPolicyInfo = prometheus.NewDesc("quorate_policy_info",
 		"1 for each policy of the meta replica's table, with its version and algorithm (at most 200 policies).", []string{"policy", "version", "algorithm"}, nil)
@@ -53,9 +53,9 @@ var (
 	descPlans = prometheus.NewDesc("quorate_plans",
 		"Plans in the meta replica, by state.", []string{"state"}, nil)
 	descPlanSteps = prometheus.NewDesc("quorate_plan_steps",
-		"Steps of the running plan (none when no plan runs).", nil, nil)
+		"Steps of the running plan (0 when no plan runs).", nil, nil)
 	descPlanStepsDone = prometheus.NewDesc("quorate_plan_steps_done",
-		"Steps of the running plan already done.", nil, nil)
+		"Steps of the running plan already done (0 when no plan runs).", nil, nil)
 )
 
 func groupDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -142,11 +142,13 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 	gauge(descGrantUnits, float64(units))
 	ch <- prometheus.MustNewConstMetric(descGrantWaste, prometheus.CounterValue, float64(wasted), gl)
 	ch <- prometheus.MustNewConstMetric(descSyncOver, prometheus.CounterValue, float64(g.fsm.SyncStats()), gl)
+	snapBytes := 0.0
 	if g.snaps != nil {
 		if list, err := g.snaps.List(); err == nil && len(list) > 0 {
-			gauge(descSnapBytes, float64(list[0].Size))
+			snapBytes = float64(list[0].Size)
 		}
 	}
+	gauge(descSnapBytes, snapBytes)
 }
 
 // collectPolicies sends the policy info of up to maxPolicyLabels policies
@@ -174,14 +176,19 @@ func (c groupCollector) collectPolicies(ch chan<- prometheus.Metric, leases map[
 func (c groupCollector) collectPlans(ch chan<- prometheus.Metric) {
 	meta := c.m.n.meta.fsm
 	byState := map[string]int{}
+	for _, s := range []uint32{fsm.PlanRunning, fsm.PlanDone, fsm.PlanCancelling, fsm.PlanCancelled, fsm.PlanFailed} {
+		byState[planStateName(s)] = 0
+	}
 	for _, p := range meta.Plans() {
 		byState[planStateName(p.GetState())]++
 	}
 	for s, k := range byState {
 		ch <- prometheus.MustNewConstMetric(descPlans, prometheus.GaugeValue, float64(k), s)
 	}
+	steps, done := 0, 0
 	if p, ok := meta.ActivePlan(); ok {
-		ch <- prometheus.MustNewConstMetric(descPlanSteps, prometheus.GaugeValue, float64(len(p.GetSteps())))
-		ch <- prometheus.MustNewConstMetric(descPlanStepsDone, prometheus.GaugeValue, float64(p.GetCurrent()))
+		steps, done = len(p.GetSteps()), int(p.GetCurrent())
 	}
+	ch <- prometheus.MustNewConstMetric(descPlanSteps, prometheus.GaugeValue, float64(steps))
+	ch <- prometheus.MustNewConstMetric(descPlanStepsDone, prometheus.GaugeValue, float64(done))
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quorate/quorate/admission"
 )
 
 // The pacing queue, counted at the node the caller asked (as the
@@ -56,6 +58,30 @@ type pacingQueue struct {
 	mu     sync.Mutex
 	admits map[string]*pacedSlots // by policy label
 	leases map[string]*list.List  // start times of the parked calls, oldest first, by policy label
+	primed map[[2]string]bool     // policy label and kind whose series show when none waits (prime)
+}
+
+// pacingKind is the kind of the pacing calls policies of algorithm a may
+// have, if any: max_wait paces token buckets' Admits and parks concurrency
+// policies' AcquireLease calls.
+func pacingKind(a admission.Algorithm) string {
+	switch a {
+	case admission.AlgorithmTokenBucket:
+		return pacingAdmit
+	case admission.AlgorithmConcurrency:
+		return pacingLease
+	}
+	return ""
+}
+
+// prime makes policy's series of kind show, at zero, while none waits.
+func (p *pacingQueue) prime(policy, kind string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.primed == nil {
+		p.primed = map[[2]string]bool{}
+	}
+	p.primed[[2]string{policy, kind}] = true
 }
 
 // pacedSlots counts the paced Admits by the tick of their slot, in a ring.
@@ -116,10 +142,19 @@ func (p *pacingQueue) parked(policy string, now time.Time) (done func()) {
 func (p *pacingQueue) collect(ch chan<- prometheus.Metric, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	sent := map[[2]string]bool{}
 	send := func(policy, kind string, n int64, oldest time.Duration) {
+		sent[[2]string{policy, kind}] = true
 		ch <- prometheus.MustNewConstMetric(descPacingWaiting, prometheus.GaugeValue, float64(n), policy, kind)
 		ch <- prometheus.MustNewConstMetric(descPacingOldest, prometheus.GaugeValue, max(0, oldest.Seconds()), policy, kind)
 	}
+	defer func() {
+		for k := range p.primed {
+			if !sent[k] {
+				send(k[0], k[1], 0, 0)
+			}
+		}
+	}()
 	tick := now.UnixNano() / int64(pacingTick)
 	for policy, r := range p.admits {
 		var n int64

@@ -258,6 +258,10 @@ func policiesOnPage(pvs []fsm.PolicyVersion, members []*quoratev1.MemberStatus) 
 			c.Denied += d.GetDenied()
 			c.DecisionsPerSec += d.GetDecisionsPerSecond()
 			c.DeniedPerSec += d.GetDeniedPerSecond()
+			// Each member's minutes end with its current one; the
+			// members' clocks agree to well within a minute.
+			c.DecisionsByMinute = addByMinute(c.DecisionsByMinute, d.GetDecisionsByMinute())
+			c.DeniedByMinute = addByMinute(c.DeniedByMinute, d.GetDeniedByMinute())
 		}
 	}
 	out := make([]statuspage.Policy, 0, len(pvs))
@@ -267,8 +271,26 @@ func policiesOnPage(pvs []fsm.PolicyVersion, members []*quoratev1.MemberStatus) 
 			e = *c
 		}
 		e.Name, e.Algorithm, e.Limit, e.Period, e.Version, e.Shadow = p.GetName(), p.GetAlgorithm(), p.GetLimit(), p.GetPeriod().AsDuration(), p.GetVersion(), p.GetShadow()
+		e.Burst, e.Calendar = p.GetBurst(), p.GetCalendar()
+		if len(e.DecisionsByMinute) == 0 { // no member decided it lately: an empty chart
+			e.DecisionsByMinute, e.DeniedByMinute = make([]uint64, chartMinutes), make([]uint64, chartMinutes)
+		}
 		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b statuspage.Policy) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// addByMinute adds the per-minute counts of one member, aligned on their
+// last (current) minute, to sum. A member reports at most chartMinutes.
+func addByMinute(sum, member []uint64) []uint64 {
+	member = member[max(0, len(member)-chartMinutes):]
+	if len(sum) < len(member) {
+		sum = append(make([]uint64, len(member)-len(sum)), sum...)
+	}
+	off := len(sum) - len(member)
+	for i, v := range member {
+		sum[off+i] += v
+	}
+	return sum
 }

@@ -23,21 +23,58 @@ import (
 // screenshot to docs/status-page.png (make status-page-screenshot).
 const screenshotEnv = "QUORATE_STATUS_SCREENSHOT"
 
-// chromium is the path of a Chromium (Debian's chromium package, which
-// `make browser-deps` installs). Without one the test fails under CI (env
-// CI set), which installs it, and is skipped elsewhere.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+// requireChromiumEnv, when set to 1 (CI's .ci/run sets it), makes the
+// browser test fail rather than skip without a Chromium.
+const requireChromiumEnv = "QUORATE_REQUIRE_CHROMIUM"
+
+// chromiumNames are the executables taken for a Chromium, in order.
+var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome"}
+
+// findChromium is the path of a Chromium on PATH (Debian's chromium
+// package, which `make browser-deps` installs), or, without one, what is
+// missing and how to get it.
+func findChromium() (path, missing string) {
+	for _, name := range chromiumNames {
 		if p, err := exec.LookPath(name); err == nil {
-			return p
+			return p, ""
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no chromium on PATH: CI installs it (make browser-deps)")
+	return "", fmt.Sprintf("the status page's browser test needs Chromium, and none of %s is on PATH: "+
+		"`make browser-deps` installs Debian's chromium (with apt-get, as root or with sudo); elsewhere install Chromium or Chrome",
+		strings.Join(chromiumNames, ", "))
+}
+
+// chromium is the path of a Chromium. Without one the test is skipped,
+// saying what is missing, or fails where QUORATE_REQUIRE_CHROMIUM=1.
+func chromium(t *testing.T) string {
+	t.Helper()
+	p, missing := findChromium()
+	switch {
+	case p != "":
+		return p
+	case os.Getenv(requireChromiumEnv) == "1":
+		t.Fatalf("%s (%s=1)", missing, requireChromiumEnv)
+	default:
+		t.Skip(missing)
 	}
-	t.Skip("no chromium on PATH (make browser-deps installs it)")
 	return ""
+}
+
+// Without a Chromium on PATH the browser test's message names what is
+// missing; with one (here a stand-in executable) it is found.
+func TestFindChromium(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", dir)
+	if p, missing := findChromium(); p != "" || !strings.Contains(missing, "needs Chromium") || !strings.Contains(missing, "chromium-browser") {
+		t.Errorf("no Chromium on PATH: %q, %q; want no path and a message naming what is missing", p, missing)
+	}
+	stand := filepath.Join(dir, "chromium-browser")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, missing := findChromium(); p != stand || missing != "" {
+		t.Errorf("with %s on PATH: %q, %q", stand, p, missing)
+	}
 }
 
 // TestStatusPageInBrowser loads the status page of a running 3-node cluster
@@ -58,6 +95,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		// Periods of a day: not a token refills during the test, however slow.
 		{Name: "checkout", Algorithm: "token_bucket", Limit: 20, Period: durationpb.New(24 * time.Hour)},
 		{Name: "search", Algorithm: "sliding_window", Limit: 100, Period: durationpb.New(time.Second), Shadow: true},
+		{Name: "gpu", Algorithm: "concurrency", Limit: 2},
+		{Name: "monthly-exports", Algorithm: "quota", Limit: 1000, Calendar: "day"},
 	}})); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +138,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	planRow := fmt.Sprintf(`[data-plan="%d"]`, plan.Msg.GetPlan().GetId())
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000),
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000),
 		chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
 	browser, cancelBrowser := chromedp.NewContext(alloc)
@@ -159,7 +198,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"#members":  {"node1", "node2", "node3", "healthy"},
 		"#groups":   {"(meta)", "[0,"},
 		"#plans":    {"split group 1", "steps"},
-		"#policies": {"checkout", "v2", "token_bucket", "search", "v1", "shadow"},
+		"#policies": {"checkout", "v2", "token_bucket", "30 per day", "search", "v1", "shadow", "100 per second", "gpu", "2 concurrent", "1000 per day"},
 		"#hot-keys": {"user-42", "checkout", "40"},
 	} {
 		for _, w := range want {
@@ -174,6 +213,49 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if denied != "10" {
 		t.Errorf("checkout denied %q on the page, want 10", denied)
+	}
+	// At 1280 px nothing scrolls sideways: every column, the last (denied)
+	// included, is in view.
+	for _, check := range []struct{ what, js string }{
+		{"a section scrolling sideways", `[...document.querySelectorAll("section")].filter(s => s.scrollWidth > s.clientWidth).map(s => s.id).join(" ")`},
+		{"the page scrolling sideways", `document.documentElement.scrollWidth > window.innerWidth ? "yes" : ""`},
+		{"a policy column out of view", `[...document.querySelectorAll("#policies th")].filter(th => th.getBoundingClientRect().right > th.closest("section").getBoundingClientRect().right).map(th => th.textContent).join(" ")`},
+		// The chart of the last minutes: checkout's 40 decisions and 10
+		// denials, in bars drawn without a script.
+		{"no decisions or no denials in checkout's chart", `document.querySelectorAll('[data-policy="checkout"] svg rect.decided').length > 0 && document.querySelectorAll('[data-policy="checkout"] svg rect.denied').length > 0 ? "" : "none"`},
+		{"a script", `document.scripts.length > 0 ? "yes" : ""`},
+	} {
+		got, err := chromedp.Run(browser, chromedp.Evaluate[string](check.js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != "" {
+			t.Errorf("%s at 1280 px: %s", check.what, got)
+		}
+	}
+	var decided, deniedInChart int
+	for _, bar := range []struct {
+		n   *int
+		sel string
+	}{{&decided, "decided"}, {&deniedInChart, "denied"}} {
+		titles, err := chromedp.Run(browser, chromedp.Evaluate[string](fmt.Sprintf(
+			`[...document.querySelectorAll('[data-policy="checkout"] svg g')].filter(g => g.querySelector("rect.%s")).map(g => g.querySelector("title").textContent).join("|")`, bar.sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, title := range strings.Split(titles, "|") {
+			var d, x int
+			if _, err := fmt.Sscanf(title[strings.Index(title, ": ")+2:], "%d decisions, %d denied", &d, &x); err == nil {
+				if bar.sel == "decided" {
+					*bar.n += d
+				} else {
+					*bar.n += x
+				}
+			}
+		}
+	}
+	if decided != 40 || deniedInChart != 10 {
+		t.Errorf("checkout's chart shows %d decisions and %d denials, want 40 and 10", decided, deniedInChart)
 	}
 
 	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))

@@ -23,6 +23,8 @@ var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
 	},
 	"stylesheet": stylesheet,
 	"period":     period,
+	"limit":      limit,
+	"chart":      chart,
 }).ParseFS(assets, "assets/status.html"))
 
 // Page is everything the status page shows, as one node sees it.
@@ -87,12 +89,17 @@ type Policy struct {
 	Name, Algorithm string
 	Limit           int64
 	Period          time.Duration
+	Burst           int64  // token buckets: 0 means Limit
+	Calendar        string // quotas: "day", "week", "month" or "year"
 	Version         uint64
 	Shadow          bool
 	Decisions       uint64
 	Denied          uint64
 	DecisionsPerSec float64
 	DeniedPerSec    float64
+	// DecisionsByMinute and DeniedByMinute are the decisions and denials
+	// of the last minutes, the current one last (chart.go).
+	DecisionsByMinute, DeniedByMinute []uint64
 }
 
 // HotKey is one of the heaviest keys of a group.

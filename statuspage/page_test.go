@@ -62,3 +62,49 @@ func TestPeriod(t *testing.T) {
 		}
 	}
 }
+
+// Limits in words: a concurrency policy's slots, a quota's calendar, a
+// rate's period (with a token bucket's burst when it differs).
+func TestLimitInWords(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want string
+	}{
+		{Policy{Algorithm: "concurrency", Limit: 2}, "2 concurrent"},
+		{Policy{Algorithm: "quota", Limit: 1000, Calendar: "day"}, "1000 per day"},
+		{Policy{Algorithm: "token_bucket", Limit: 60, Period: time.Minute, Burst: 20}, "60 per minute, burst 20"},
+		{Policy{Algorithm: "token_bucket", Limit: 60, Period: time.Minute, Burst: 60}, "60 per minute"},
+		{Policy{Algorithm: "sliding_window", Limit: 100, Period: 10 * time.Second}, "100 per 10s"},
+		{Policy{Algorithm: "fixed_window", Limit: 5, Period: 24 * time.Hour}, "5 per day"},
+	} {
+		if got := limit(tc.p); got != tc.want {
+			t.Errorf("limit(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+// The chart of the last minutes is inline SVG, one bar a minute scaled to
+// the busiest, its denials in red, and no script.
+func TestRenderChart(t *testing.T) {
+	p := &Page{NodeID: "n1", Policies: []Policy{{Name: "api", Algorithm: "token_bucket", Limit: 10, Period: time.Second,
+		DecisionsByMinute: []uint64{0, 4, 8}, DeniedByMinute: []uint64{0, 0, 2}}}}
+	var b strings.Builder
+	if err := Render(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		`<svg width="22" height="28"`,
+		`<rect class="decided" x="8" y="14" width="6" height="14"/>`, // 4 of 8
+		`<rect class="decided" x="16" y="0" width="6" height="28"/>`, // the busiest
+		`<rect class="denied" x="16" y="21" width="6" height="7"/>`,  // 2 of 8
+		"<title>this minute: 8 decisions, 2 denied</title>", "<title>2 min ago: 0 decisions, 0 denied</title>",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("page lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, `class="denied"`) != 1 || strings.Contains(out, "<script") {
+		t.Errorf("want one denial bar and no script:\n%s", out)
+	}
+}

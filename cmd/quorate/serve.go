@@ -70,7 +70,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopRaftMetrics, err := bridgeRaftMetrics(n.Registry())
+			stopRaftMetrics, err := bridgeRaftMetrics(n)
 			if err != nil {
 				_ = n.Close()
 				return err

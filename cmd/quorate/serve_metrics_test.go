@@ -1,20 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/node/nodetest"
 )
 
-// serve routes raft's own go-metrics into the node's /metrics: after the
-// node has led and committed, raft_* series (raft's names, no group label)
-// stand beside the node's quorate_raft_*{group} ones.
-func TestServeMetricsIncludeRaftsOwn(t *testing.T) {
+// serve routes raft's own go-metrics into the node's /metrics under
+// Quorate's names: after the node has led and committed, its
+// quorate_raft_commit_seconds stands beside quorate_raft_commit_index, no
+// raft_* name is left, and `promtool check metrics` finds nothing to say.
+func TestServeMetricsPassPromtoolCheck(t *testing.T) {
 	dir := t.TempDir()
 	port := freePortRange(t, 2)
 	api := fmt.Sprintf("127.0.0.1:%d", port)
@@ -31,39 +34,45 @@ func TestServeMetricsIncludeRaftsOwn(t *testing.T) {
 			t.Errorf("serve: %v\n%s", err, stderr.String())
 		}
 	}()
-	// raftSeries is the names of the raft_* and quorate_raft_* families
-	// of the node's /metrics.
-	raftSeries := func() (map[string]bool, error) {
-		resp, err := http.Get("http://" + api + "/metrics")
+	url := "http://" + api + "/metrics"
+	nodetest.Eventually(t, 30*time.Second, "raft's commit time in serve's /metrics", func() error {
+		resp, err := http.Get(url)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
 		}
-		out := map[string]bool{}
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if strings.HasPrefix(line, "raft_") || strings.HasPrefix(line, "quorate_raft_") {
-				name, _, _ := strings.Cut(line, "{")
-				name, _, _ = strings.Cut(name, " ")
-				out[name] = true
+		text := string(b)
+		if !strings.Contains(text, "\nquorate_raft_commit_seconds_count ") || strings.Contains(text, "\nquorate_raft_commit_seconds_count 0\n") ||
+			!strings.Contains(text, "\nquorate_raft_commit_index{") {
+			return fmt.Errorf("no quorate_raft_commit_seconds with samples beside quorate_raft_commit_index")
+		}
+		return nil
+	})
+	if text := nodetest.CheckMetrics(t, http.DefaultClient, url); strings.Contains(text, "\nraft_") {
+		t.Errorf("raft's own names in /metrics:\n%s", text)
+	}
+}
+
+// Every node of `quorate dev` serves a /metrics that promtool's check
+// passes.
+func TestDevMetricsPassPromtoolCheck(t *testing.T) {
+	apiPort := freePortRange(t, 3)
+	raftPort := freePortRange(t, 3, apiPort, apiPort+1, apiPort+2)
+	dev := startDev(t, []string{"dev", "--dir", t.TempDir(), "--policies", "../../examples/policies.yaml",
+		"--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort)})
+	for i := range 3 {
+		url := fmt.Sprintf("http://127.0.0.1:%d/metrics", apiPort+i)
+		// The policies reach each node's replica through the log.
+		nodetest.Eventually(t, 10*time.Second, fmt.Sprintf("node%d's zero decisions of api-free", i+1), func() error {
+			if text := nodetest.CheckMetrics(t, http.DefaultClient, url); !strings.Contains(text, `quorate_decisions_total{policy="api-free",result="allowed"} 0`) {
+				return fmt.Errorf("no zero quorate_decisions_total of api-free before its first decision")
 			}
-		}
-		return out, sc.Err()
+			return nil
+		})
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := raftSeries()
-		if err == nil && got["raft_commitTime_count"] && got["quorate_raft_commit_index"] {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no raft_commitTime beside quorate_raft_commit_index in /metrics after 30s: %v, %v\n%s", got, err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	dev.stop(t)
 }

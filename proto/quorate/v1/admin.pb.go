@@ -2208,8 +2208,12 @@ type PolicyDecisions struct {
 	// Over the last minute (or since the node started, when less), per second.
 	DecisionsPerSecond float64 `protobuf:"fixed64,5,opt,name=decisions_per_second,json=decisionsPerSecond,proto3" json:"decisions_per_second,omitempty"`
 	DeniedPerSecond    float64 `protobuf:"fixed64,6,opt,name=denied_per_second,json=deniedPerSecond,proto3" json:"denied_per_second,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Per minute of the node's clock over the last 15 (the current one
+	// last, counted so far): checks decided, and of them denied.
+	DecisionsByMinute []uint64 `protobuf:"varint,7,rep,packed,name=decisions_by_minute,json=decisionsByMinute,proto3" json:"decisions_by_minute,omitempty"`
+	DeniedByMinute    []uint64 `protobuf:"varint,8,rep,packed,name=denied_by_minute,json=deniedByMinute,proto3" json:"denied_by_minute,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PolicyDecisions) Reset() {
@@ -2282,6 +2286,20 @@ func (x *PolicyDecisions) GetDeniedPerSecond() float64 {
 		return x.DeniedPerSecond
 	}
 	return 0
+}
+
+func (x *PolicyDecisions) GetDecisionsByMinute() []uint64 {
+	if x != nil {
+		return x.DecisionsByMinute
+	}
+	return nil
+}
+
+func (x *PolicyDecisions) GetDeniedByMinute() []uint64 {
+	if x != nil {
+		return x.DeniedByMinute
+	}
+	return nil
 }
 
 // GroupState is one node's replica of one Raft group.
@@ -3521,14 +3539,16 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18( \x01(\tR\tclusterId\x12'\n" +
 	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\x12F\n" +
 	"\x10policy_decisions\x18* \x03(\v2\x1b.quorate.v1.PolicyDecisionsR\x0fpolicyDecisions\x12#\n" +
-	"\rfeature_level\x18+ \x01(\rR\ffeatureLevel\"\xe2\x01\n" +
+	"\rfeature_level\x18+ \x01(\rR\ffeatureLevel\"\xbc\x02\n" +
 	"\x0fPolicyDecisions\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1c\n" +
 	"\tdecisions\x18\x02 \x01(\x04R\tdecisions\x12\x16\n" +
 	"\x06denied\x18\x03 \x01(\x04R\x06denied\x12#\n" +
 	"\rshadow_denied\x18\x04 \x01(\x04R\fshadowDenied\x120\n" +
 	"\x14decisions_per_second\x18\x05 \x01(\x01R\x12decisionsPerSecond\x12*\n" +
-	"\x11denied_per_second\x18\x06 \x01(\x01R\x0fdeniedPerSecond\"\xa1\x04\n" +
+	"\x11denied_per_second\x18\x06 \x01(\x01R\x0fdeniedPerSecond\x12.\n" +
+	"\x13decisions_by_minute\x18\a \x03(\x04R\x11decisionsByMinute\x12(\n" +
+	"\x10denied_by_minute\x18\b \x03(\x04R\x0edeniedByMinute\"\xa1\x04\n" +
 	"\n" +
 	"GroupState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
