@@ -28,7 +28,10 @@
 //     the cluster with their unspent units (a kill -9 of a gateway, as the
 //     cluster sees it), and a fresh client (a new holder) takes its place; a
 //     pause blocks its workers and every call of its transport, renewals
-//     included, for 0.3–1.5 s. Every admit is an op; one decided from a grant
+//     included, for 0.3–1.5 s. Every admit is an op, sent without a request
+//     ID of its own (one that carries one is never decided from a grant): a
+//     strict one records the ID the client named it by, a local one the
+//     workload's. One decided from a grant
 //     (Outcome client.LocalGrant) is allowed and marked Local, its DecidedAt
 //     the log time its units were granted (which names the window the
 //     cluster spent them in). The nemesis hits the servers as for the other

@@ -294,12 +294,18 @@ func (g *grantWorkload) work(ctx context.Context, gc *grantClient, cl int, rng *
 			open := min(len(g.opts.Keys), 1+int(time.Since(g.began)/g.opts.KeyEvery))
 			key = g.opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
 		}
+		// The request carries no request ID: one that does is never
+		// decided from a grant (a grant records none, so a retry would
+		// spend again). The client names each strict attempt itself and
+		// retries it under that name, which the op records; a local
+		// decision, or a call that failed, keeps the workload's own name
+		// for it, so the checkers count every op apart.
 		op := Op{Kind: KindAdmit, Policy: g.opts.Policy, Client: cl, RequestID: fmt.Sprintf("c%d-g%d", cl, seq),
 			Caller: gc.caller, Key: key}
 		tr := &trail{}
 		cctx, cancel := context.WithTimeout(withTrail(ctx, tr), g.opts.Timeout)
 		op.Start = time.Now()
-		err := gc.cc.AdmitInto(cctx, &client.Request{Policy: op.Policy, Key: key, RequestID: op.RequestID, NoFallback: true}, &d)
+		err := gc.cc.AdmitInto(cctx, &client.Request{Policy: op.Policy, Key: key, NoFallback: true}, &d)
 		op.End = time.Now()
 		cancel()
 		tr.record(&op)
