@@ -32,11 +32,14 @@ run: build
 ## real processes: they run after the other packages, not beside them, so that
 ## the in-process clusters of the node tests do not starve for CPU. What the
 ## tests need is installed when it can be (Debian's apt-get, as root or with
-## sudo): a C compiler for -race (without one the tests run without it) and
+## sudo): a C compiler for -race (without one the tests run without it),
 ## Chromium for the status page's browser test (without one that test is
-## skipped, saying so). About 18 minutes on 2 cores.
+## skipped, saying so) and promtool, from Debian's prometheus package, for
+## the metrics checks (without it they use promlint alone, saying so). About
+## 18 minutes on 2 cores.
 test: browser-deps
 	@if ! $(HAVE_CC); then $(call apt_install,gcc,the race detector needs a C compiler for cgo); fi
+	@if ! command -v promtool >/dev/null; then $(call apt_install,prometheus,promtool checks the metrics pages; without it promlint alone does); fi
 	@race=-race; if ! $(HAVE_CC); then \
 		echo "make test: no C compiler for cgo ($$($(GO) env CC)): running the tests WITHOUT the race detector"; race=; fi; \
 	$(GO) test $$race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /jepsen$$) && \
