@@ -177,12 +177,10 @@ type fallback struct {
 	mu       sync.Mutex
 	policies map[string]Policy
 	fetching map[string]bool
-	// refusal is why the cluster refused to list policies to this caller
-	// (Unauthenticated, Unimplemented); nil until it does.
-	refusal error
 	// unknown are the policies reported as unknown (unknownLocked): they
-	// are read again for a later version, or after unknownRetry.
+	// are read again for a later version, or after retry (unknownRetry).
 	unknown      map[string]unknownPolicy
+	retry        time.Duration
 	unknownCount atomic.Uint64
 	buckets      map[bucketKey]*localBucket
 }
@@ -195,7 +193,8 @@ type localBucket struct {
 }
 
 func newFallback(c *Client, given []Policy) *fallback {
-	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, unknown: map[string]unknownPolicy{}, buckets: map[bucketKey]*localBucket{}}
+	f := &fallback{c: c, policies: map[string]Policy{}, fetching: map[string]bool{}, unknown: map[string]unknownPolicy{},
+		retry: unknownRetry, buckets: map[bucketKey]*localBucket{}}
 	for _, p := range given {
 		f.policies[p.Name] = p
 	}
@@ -226,8 +225,9 @@ func (f *fallback) refreshAll() {
 // fetch asks the members in turn for the policies named (none: every one
 // the caller may use) and keeps those answered; it returns the last error
 // when no member answered, nil when one did. A member whose answer lacks a
-// name (its replica may not have applied the policy yet) is not the last
-// asked.
+// name (its replica may not have applied the policy yet), or that does not
+// serve the call (Unimplemented: a member of another build), is not the
+// last asked; a refusal of the caller is.
 func (f *fallback) fetch(names []string) error {
 	var err error
 	for _, m := range f.c.routes.members() {
@@ -245,26 +245,11 @@ func (f *fallback) fetch(names []string) error {
 			continue
 		}
 		f.c.cfg.Logger.Debug("policies", "server", m, "names", names, "error", err)
-		if f.refused(err) {
-			return err
+		if c := connect.CodeOf(err); c == connect.CodeUnauthenticated || c == connect.CodePermissionDenied {
+			return err // every member answers this caller the same
 		}
 	}
 	return err
-}
-
-// refused records an answer saying this caller may not read the policies
-// at all: fetching again would get the same.
-func (f *fallback) refused(err error) bool {
-	switch connect.CodeOf(err) {
-	case connect.CodeUnauthenticated, connect.CodeUnimplemented:
-		f.mu.Lock()
-		f.refusal = err
-		f.mu.Unlock()
-		return true
-	case connect.CodePermissionDenied:
-		return true // maybe for these names only
-	}
-	return false
 }
 
 // seen notes that the cluster decided under version of policy name: the
@@ -276,13 +261,7 @@ func (f *fallback) seen(name string, version uint64) {
 	if p, ok := f.policies[name]; ok && p.Version >= version || f.fetching[name] || f.c.cfg.NoPolicyFetch {
 		return
 	}
-	if u, ok := f.unknown[name]; ok && version <= u.version && time.Since(u.at) < unknownRetry {
-		return
-	}
-	if f.refusal != nil {
-		if _, ok := f.policies[name]; !ok {
-			f.unknownLocked(name, version, f.refusal)
-		}
+	if u, ok := f.unknown[name]; ok && version <= u.version && time.Since(u.at) < f.retry {
 		return
 	}
 	f.fetching[name] = true
@@ -305,7 +284,7 @@ func (f *fallback) seen(name string, version uint64) {
 
 // unknownRetry is how long the client waits before it reads again a policy
 // it could not (a replica that had not applied it yet, an access file
-// changed since).
+// changed since, members of a build without the call being replaced).
 const unknownRetry = 10 * time.Second
 
 // unknownPolicy is a policy the client could not read: the latest version

@@ -126,9 +126,12 @@ type grantState struct {
 	// lowWater: a local decision leaving its stripe below it wakes the
 	// loop to renew (a quarter of the last grant, over the stripes).
 	lowWater atomic.Int64
-	// What a LocalGrant Decision reports, from the last answer.
-	limit, window atomic.Int64
-	version       atomic.Uint64
+	// What a LocalGrant Decision reports, from the last answer: the key's
+	// units are keyBase plus the grant's units unspent (keyUnits), its
+	// reset, the policy's quota.
+	limit, window, quota atomic.Int64
+	keyBase, resetAfter  atomic.Int64
+	version              atomic.Uint64
 	// decidedAt is the log time (unix nanoseconds) of the last answer of
 	// the grant held, stored before its units are added to avail: a spend
 	// reads it after its CAS, so it names the window its units were
@@ -285,8 +288,19 @@ func (g *grantState) setLowWater(total int64) {
 func (g *grantState) fill(d *Decision, r *Request, left int64) {
 	*d = Decision{}
 	d.Allowed, d.Outcome, d.RequestID, d.DeniedCheck = true, LocalGrant, r.RequestID, -1
-	d.Remaining, d.Limit, d.Window = left, g.limit.Load(), time.Duration(g.window.Load())
+	d.Remaining, d.Limit, d.Window = g.keyUnits(left), g.limit.Load(), time.Duration(g.window.Load())
+	d.ResetAfter, d.Quota = time.Duration(g.resetAfter.Load()), g.quota.Load()
 	d.PolicyVersion, d.DecidedAt = g.version.Load(), time.Unix(0, g.decidedAt.Load()).UTC()
+}
+
+// keyUnits is what a local decision reports as the key's remaining units
+// when the grant's stripe it spent from holds left: the key's units at the
+// last answer, less what this client spent of its grant since (its units
+// unspent taken as left in every stripe: the loop spreads them evenly). An
+// estimate, as any remaining is once sent: other holders spend meanwhile,
+// and a bucket refills.
+func (g *grantState) keyUnits(left int64) int64 {
+	return min(max(g.keyBase.Load()+left*int64(len(g.avail.stripes)), 0), g.limit.Load())
 }
 
 // granting notes the log time of an answer whose units are about to be

@@ -206,9 +206,7 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 	g.seq++
 	g.seqSent = time.Time{}
 	m.unitsGranted.Add(uint64(max(resp.GetAdded(), 0)))
-	g.limit.Store(resp.GetLimit())
-	g.window.Store(int64(resp.GetWindow().AsDuration()))
-	g.version.Store(resp.GetPolicyVersion())
+	g.answered(resp, resp.GetRemaining())
 
 	// The units the answer says are unspent, minus those spent since the
 	// call was sent, are what this client may spend: total - used now.
@@ -243,6 +241,17 @@ func (g *grantState) apply(resp *quoratev1.GrantResponse, sent time.Time, used i
 		w.gap = min(max(resp.GetRetryAfter().AsDuration(), 10*time.Millisecond), w.period)
 	}
 	return w
+}
+
+// answered stores what local decisions report from an answer; base is
+// what keyUnits adds the stripe's units to (g.mu is held).
+func (g *grantState) answered(resp *quoratev1.GrantResponse, base int64) {
+	g.limit.Store(resp.GetLimit())
+	g.window.Store(int64(resp.GetWindow().AsDuration()))
+	g.quota.Store(resp.GetQuota())
+	g.resetAfter.Store(int64(resp.GetResetAfter().AsDuration()))
+	g.keyBase.Store(base)
+	g.version.Store(resp.GetPolicyVersion())
 }
 
 // expire ends local spending at the local deadline of the answer of

@@ -98,14 +98,12 @@ func (m *grants) spendAll(r *Request, d *Decision) bool {
 			g.wake()
 		}
 	}
-	g := gs[0]
-	*d = Decision{Allowed: true, Outcome: LocalGrant, RequestID: r.RequestID, DeniedCheck: -1,
-		Remaining: lefts[0], Limit: g.limit.Load(), Window: time.Duration(g.window.Load()),
-		PolicyVersion: g.version.Load(), DecidedAt: time.Unix(0, g.decidedAt.Load()).UTC(),
-		Checks: make([]CheckResult, n)}
+	gs[0].fill(d, r, lefts[0])
+	d.Checks = make([]CheckResult, n)
 	for i, g := range gs {
 		d.Checks[i] = CheckResult{Policy: checks[i].Policy, Key: checks[i].Key, Allowed: true, Limit: g.limit.Load(),
-			Remaining: lefts[i], Window: time.Duration(g.window.Load()), PolicyVersion: g.version.Load()}
+			Remaining: g.keyUnits(lefts[i]), ResetAfter: time.Duration(g.resetAfter.Load()),
+			Window: time.Duration(g.window.Load()), Quota: g.quota.Load(), PolicyVersion: g.version.Load()}
 	}
 	return true
 }

@@ -66,9 +66,6 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 	}
 	g.seq++
 	g.seqSent = time.Time{}
-	g.limit.Store(resp.GetLimit())
-	g.window.Store(int64(resp.GetWindow().AsDuration()))
-	g.version.Store(resp.GetPolicyVersion())
 	if usedSent > g.reported {
 		m.unitsReported.Add(uint64(usedSent - g.reported))
 		g.reported = usedSent
@@ -83,6 +80,9 @@ func (g *grantState) applySync(resp *quoratev1.GrantResponse, sent time.Time, us
 		allowance = 0
 	}
 	m.unitsAllowed.Add(uint64(allowance))
+	// The allowance is charged to the key once reported: the key's units
+	// are its remaining less what was admitted from the allowance.
+	g.answered(resp, resp.GetRemaining()-allowance)
 	g.gen++
 	if g.timer != nil {
 		g.timer.Stop()

@@ -9,12 +9,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -111,4 +113,52 @@ func TestUnreadablePolicyReportedOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// upgrading answers Policies with Unimplemented until ready is set (a
+// member of a build without the call), then with its policy: version 7 of
+// p, which has on_unavailable allow.
+type upgrading struct {
+	unreadable
+	ready *atomic.Bool
+}
+
+func (u upgrading) Policies(context.Context, *connect.Request[quoratev1.PoliciesRequest]) (*connect.Response[quoratev1.PoliciesResponse], error) {
+	if !u.ready.Load() {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("no such procedure"))
+	}
+	return connect.NewResponse(&quoratev1.PoliciesResponse{Policies: []*quoratev1.Policy{{Name: "p", Algorithm: "fixed_window",
+		Limit: 10, Period: durationpb.New(time.Minute), OnUnavailable: "allow", Version: 7}}}), nil
+}
+
+// A policy the cluster could not list because its members did not serve
+// the call yet is read again once they do: an Unimplemented answer is not
+// kept for the client's life.
+func TestPoliciesReadAgainAfterUnimplemented(t *testing.T) {
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle(quoratev1connect.NewAdmissionServiceHandler(upgrading{ready: &ready}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := New(Config{Servers: []string{srv.URL}, DisableRouting: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.fb.mu.Lock()
+	c.fb.retry = 50 * time.Millisecond
+	c.fb.mu.Unlock()
+	admit := func() {
+		if d, err := c.Admit(context.Background(), Request{Policy: "p", Key: "k", NoFallback: true}); err != nil || !d.Allowed {
+			t.Fatalf("admit: %+v, %v", d, err)
+		}
+	}
+	admit()
+	eventually(t, 10*time.Second, "p reported unknown", func() bool { return c.Stats().PoliciesUnknown == 1 })
+	ready.Store(true)
+	eventually(t, 10*time.Second, "p read once the members serve the call", func() bool {
+		admit()
+		ps := c.Policies()
+		return len(ps) == 1 && ps[0].Name == "p" && ps[0].Version == 7 && ps[0].OnUnavailable == "allow"
+	})
 }

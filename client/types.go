@@ -92,10 +92,13 @@ type Decision struct {
 	RequestID string
 
 	Limit int64
-	// Remaining is what the policy leaves for the key after this request;
-	// for a LocalGrant decision, a lower bound of the units this client's
-	// grant holds unspent (those of the stripe it spent from).
-	Remaining  int64
+	// Remaining is what the policy leaves for the key after this request.
+	// A LocalGrant decision estimates it: the key's units at the grant's
+	// last answer, less what this client spent of its grant since (other
+	// clients spend meanwhile, and a bucket refills).
+	Remaining int64
+	// ResetAfter is when the key is whole again (a bucket full, a window
+	// over); for a LocalGrant decision, as of the grant's last answer.
 	ResetAfter time.Duration
 	// RetryAfter is, when denied, the time after which the same request
 	// would be allowed if nothing else spends meanwhile.
@@ -105,7 +108,7 @@ type Decision struct {
 	Window time.Duration
 	// Quota is the policy's units per Window a key may sustain: its limit
 	// (Limit above is a token bucket's burst); 0 when the answer does not
-	// say (a policy changed since the decision, or a LocalGrant).
+	// say (a policy changed since the decision).
 	Quota         int64
 	PolicyVersion uint64
 	// DecidedAt is the server time of the decision, from the log; zero

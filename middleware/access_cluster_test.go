@@ -124,6 +124,25 @@ func TestClientRoleGatewayDecidesLocally(t *testing.T) {
 		if share < 0.9 {
 			t.Errorf("%.1f%% of the two-limit requests decided locally, want at least 90%%", 100*share)
 		}
+		// A request decided from both grants answers with both limits' fields.
+		for i := 0; ; i++ {
+			before := cl.Stats().LocalGrant
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/search", nil))
+			if cl.Stats().LocalGrant == before {
+				if i == 1000 {
+					t.Fatal("1000 two-limit requests, none decided from grants")
+				}
+				continue
+			}
+			items, err := parseSFList(rec.Header().Get(HeaderRateLimit))
+			if err != nil || len(items) != 2 || items[0].name != "per-client" || items[1].name != "per-route" ||
+				items[0].params["r"] <= 0 || items[1].params["r"] <= 0 || rec.Header().Get(HeaderPolicy) == "" {
+				t.Errorf("a local two-limit answer: %s %q, %s %q (%v); want both limits' fields",
+					HeaderRateLimit, rec.Header().Get(HeaderRateLimit), HeaderPolicy, rec.Header().Get(HeaderPolicy), err)
+			}
+			break
+		}
 	})
 
 	// The gateway read the policies it may use, and only those.

@@ -96,13 +96,10 @@ func (l *Limiter) decide(r *http.Request) verdict {
 			results[i].ResetAfter = results[i].RetryAfter
 		}
 	}
-	if d.Outcome == client.LocalGrant {
-		// Exact (spent from a budget lease the cluster granted), but the
-		// client knows its own grant, not the key's remaining units or
-		// reset: no RateLimit fields rather than misleading ones.
-		return v
-	}
-	if d.Outcome != client.Verified {
+	// A LocalGrant decision is exact (spent from a budget lease the
+	// cluster granted); its remaining and reset are the client's estimate
+	// from the grant's last answer, as good as any answer's once sent.
+	if d.Outcome != client.Verified && d.Outcome != client.LocalGrant {
 		if l.cfg.unverified != nil {
 			l.cfg.unverified(r, d)
 		}

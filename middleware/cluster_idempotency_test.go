@@ -126,18 +126,23 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 		t.Fatalf("a retry of the admitted key: %+v, want 200 r=%d (charged once)", a, admitted.remaining)
 	}
 
-	// Budget leases: once the client decides the policy locally (answers
-	// without RateLimit fields), a keyed request still goes to the cluster.
+	// Budget leases: once the client decides the policy locally, a keyed
+	// request still goes to the cluster.
 	deadline = time.Now().Add(20 * time.Second)
-	for send(t, srv, http.MethodPost, "/grant", "").remaining != -1 {
+	for local := cl.Stats().LocalGrant; ; {
+		send(t, srv, http.MethodPost, "/grant", "")
+		if cl.Stats().LocalGrant > local {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the client never decided idem-grant from a grant")
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
 	}
+	local := cl.Stats().LocalGrant
 	first = send(t, srv, http.MethodPost, "/grant", "pay-1")
 	for i := range 5 {
-		if a := send(t, srv, http.MethodPost, "/grant", "pay-1"); first.status != http.StatusOK || first.remaining < 0 || a.remaining != first.remaining {
+		if a := send(t, srv, http.MethodPost, "/grant", "pay-1"); first.status != http.StatusOK || first.remaining < 0 || a.remaining != first.remaining || cl.Stats().LocalGrant != local {
 			t.Fatalf("a keyed request under budget leases: %+v, then retry %d %+v; want the cluster's answer each time", first, i, a)
 		}
 	}

@@ -38,11 +38,11 @@
 //
 // # Answers
 //
-// A decision the client made from budget leases (client.LocalGrant: a
-// request every limit of which is under a policy with local decisions, each
-// limit's grant holding its cost, all or nothing) is exact and passes
-// without RateLimit fields: the client knows its grants, not the keys.
-// A verified decision (client.Verified) sets on every answer
+// A verified decision (client.Verified) and one the client made from
+// budget leases (client.LocalGrant: a request every limit of which is under
+// a policy with local decisions, each limit's grant holding its cost, all
+// or nothing; exact, as the units were spent in the log when granted) set
+// on every answer
 //
 //	RateLimit-Policy: "per-user";q=60;w=60;quorate-burst=20, "per-route";q=5;w=1
 //	RateLimit: "per-user";r=12;t=9, "per-route";r=0;t=1
@@ -56,6 +56,9 @@
 // fixed window or a quota; a token bucket, a sliding window or log gives
 // units back sooner, one by one), except that the denied limit's t is its
 // Retry-After (the draft wants Retry-After no earlier than the end of t).
+// A LocalGrant answer's r is the key's remaining as the client knows it
+// (at its grant's last answer, less what it spent of the grant since) and
+// t the reset as of that answer.
 // On a denial nothing is spent, and r shows every limit as it stands (the cluster reports a passing check with
 // its cost taken off; the middleware adds it back). WithXRateLimitHeaders
 // adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and

@@ -80,9 +80,10 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	}, nil
 }
 
-// grantResponse is the API's form of a Grant's result; the window is the
-// policy's at the decision's log time, as for Admit, when ps (this node's
-// replica of the meta group's table) holds the version decided with.
+// grantResponse is the API's form of a Grant's result; the window and
+// quota are the policy's at the decision's log time, as for Admit, when ps
+// (this node's replica of the meta group's table) holds the version
+// decided with.
 func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1.GrantResponse {
 	out := &quoratev1.GrantResponse{
 		Total: r.Total, Added: r.Added, Limit: r.Decision.Limit, Remaining: r.Decision.Remaining,
@@ -96,8 +97,11 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 	if r.Decision.RetryAfter > 0 {
 		out.RetryAfter = durationpb.New(r.Decision.RetryAfter)
 	}
+	if r.Decision.ResetAfter > 0 {
+		out.ResetAfter = durationpb.New(r.Decision.ResetAfter)
+	}
 	if pv, ok := ps.Policy(policy); ok && pv.Version == r.PolicyVersion {
-		out.Window = windowOf(pv.Policy.Window(r.DecidedAt))
+		out.Window, out.Quota = windowOf(pv.Policy.Window(r.DecidedAt)), pv.Policy.Limit
 	}
 	return out
 }

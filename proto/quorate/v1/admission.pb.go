@@ -2034,6 +2034,10 @@ type GrantResponse struct {
 	// The demand (units per second) that sized this call: demand, at most 4
 	// times the rate the cluster saw the holder spend (at least 1).
 	CountedDemand float64 `protobuf:"fixed64,14,opt,name=counted_demand,json=countedDemand,proto3" json:"counted_demand,omitempty"`
+	// The key's reset after this call, as AdmitResponse.reset_after.
+	ResetAfter *durationpb.Duration `protobuf:"bytes,15,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// As AdmitResponse.quota.
+	Quota         int64 `protobuf:"varint,16,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2162,6 +2166,20 @@ func (x *GrantResponse) GetWindow() *durationpb.Duration {
 func (x *GrantResponse) GetCountedDemand() float64 {
 	if x != nil {
 		return x.CountedDemand
+	}
+	return 0
+}
+
+func (x *GrantResponse) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *GrantResponse) GetQuota() int64 {
+	if x != nil {
+		return x.Quota
 	}
 	return 0
 }
@@ -2334,7 +2352,7 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x04want\x18\x06 \x01(\x03R\x04want\x12\x12\n" +
 	"\x04used\x18\a \x01(\x03R\x04used\x12\x16\n" +
 	"\x06demand\x18\b \x01(\x01R\x06demand\x12\x18\n" +
-	"\arelease\x18\t \x01(\bR\arelease\"\xad\x04\n" +
+	"\arelease\x18\t \x01(\bR\arelease\"\xff\x04\n" +
 	"\rGrantResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
 	"\x05added\x18\x02 \x01(\x03R\x05added\x129\n" +
@@ -2354,7 +2372,10 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\x05share\x18\v \x01(\x01R\x05share\x12\x1c\n" +
 	"\tduplicate\x18\f \x01(\bR\tduplicate\x121\n" +
 	"\x06window\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06window\x12%\n" +
-	"\x0ecounted_demand\x18\x0e \x01(\x01R\rcountedDemand2\xf6\x04\n" +
+	"\x0ecounted_demand\x18\x0e \x01(\x01R\rcountedDemand\x12:\n" +
+	"\vreset_after\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12\x14\n" +
+	"\x05quota\x18\x10 \x01(\x03R\x05quota2\xf6\x04\n" +
 	"\x10AdmissionService\x12>\n" +
 	"\x05Admit\x12\x18.quorate.v1.AdmitRequest\x1a\x19.quorate.v1.AdmitResponse\"\x00\x12M\n" +
 	"\n" +
@@ -2445,29 +2466,30 @@ var file_quorate_v1_admission_proto_depIdxs = []int32{
 	28, // 29: quorate.v1.GrantResponse.decided_at:type_name -> google.protobuf.Timestamp
 	27, // 30: quorate.v1.GrantResponse.retry_after:type_name -> google.protobuf.Duration
 	27, // 31: quorate.v1.GrantResponse.window:type_name -> google.protobuf.Duration
-	0,  // 32: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
-	1,  // 33: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
-	8,  // 34: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
-	10, // 35: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
-	15, // 36: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
-	17, // 37: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
-	21, // 38: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
-	25, // 39: quorate.v1.AdmissionService.Grant:input_type -> quorate.v1.GrantRequest
-	19, // 40: quorate.v1.AdmissionService.Policies:input_type -> quorate.v1.PoliciesRequest
-	6,  // 41: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
-	2,  // 42: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
-	9,  // 43: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
-	11, // 44: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
-	16, // 45: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
-	18, // 46: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
-	22, // 47: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
-	26, // 48: quorate.v1.AdmissionService.Grant:output_type -> quorate.v1.GrantResponse
-	20, // 49: quorate.v1.AdmissionService.Policies:output_type -> quorate.v1.PoliciesResponse
-	41, // [41:50] is the sub-list for method output_type
-	32, // [32:41] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	27, // 32: quorate.v1.GrantResponse.reset_after:type_name -> google.protobuf.Duration
+	0,  // 33: quorate.v1.AdmissionService.Admit:input_type -> quorate.v1.AdmitRequest
+	1,  // 34: quorate.v1.AdmissionService.AdmitBatch:input_type -> quorate.v1.AdmitBatchRequest
+	8,  // 35: quorate.v1.AdmissionService.Peek:input_type -> quorate.v1.PeekRequest
+	10, // 36: quorate.v1.AdmissionService.Refund:input_type -> quorate.v1.RefundRequest
+	15, // 37: quorate.v1.AdmissionService.Reserve:input_type -> quorate.v1.ReserveRequest
+	17, // 38: quorate.v1.AdmissionService.Commit:input_type -> quorate.v1.CommitRequest
+	21, // 39: quorate.v1.AdmissionService.Routes:input_type -> quorate.v1.RoutesRequest
+	25, // 40: quorate.v1.AdmissionService.Grant:input_type -> quorate.v1.GrantRequest
+	19, // 41: quorate.v1.AdmissionService.Policies:input_type -> quorate.v1.PoliciesRequest
+	6,  // 42: quorate.v1.AdmissionService.Admit:output_type -> quorate.v1.AdmitResponse
+	2,  // 43: quorate.v1.AdmissionService.AdmitBatch:output_type -> quorate.v1.AdmitBatchResponse
+	9,  // 44: quorate.v1.AdmissionService.Peek:output_type -> quorate.v1.PeekResponse
+	11, // 45: quorate.v1.AdmissionService.Refund:output_type -> quorate.v1.RefundResponse
+	16, // 46: quorate.v1.AdmissionService.Reserve:output_type -> quorate.v1.ReserveResponse
+	18, // 47: quorate.v1.AdmissionService.Commit:output_type -> quorate.v1.CommitResponse
+	22, // 48: quorate.v1.AdmissionService.Routes:output_type -> quorate.v1.RoutesResponse
+	26, // 49: quorate.v1.AdmissionService.Grant:output_type -> quorate.v1.GrantResponse
+	20, // 50: quorate.v1.AdmissionService.Policies:output_type -> quorate.v1.PoliciesResponse
+	42, // [42:51] is the sub-list for method output_type
+	33, // [33:42] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admission_proto_init() }
