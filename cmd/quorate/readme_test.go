@@ -11,18 +11,18 @@ import (
 )
 
 // readmeBlock returns the command lines of the first ```sh block after the
-// README heading that starts with heading: each line without its comment,
-// split at ";", as arguments after "bin/quorate", optional [...] parts left
-// out.
-func readmeBlock(t *testing.T, heading string) [][]string {
+// heading that starts with heading in doc (a file of docs/): each line
+// without its comment, split at ";", as arguments after "bin/quorate",
+// optional [...] parts left out.
+func readmeBlock(t *testing.T, doc, heading string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/cli.md")
+	b, err := os.ReadFile("../../docs/" + doc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "\n"+heading)
 	if !ok {
-		t.Fatalf("docs/cli.md has no heading %q", heading)
+		t.Fatalf("docs/%s has no heading %q", doc, heading)
 	}
 	_, rest, _ = strings.Cut(rest, "```sh\n")
 	block, _, _ := strings.Cut(rest, "```")
@@ -50,13 +50,13 @@ func readmeBlock(t *testing.T, heading string) [][]string {
 	return cmds
 }
 
-// The README's "Scaling live" commands, run as written (with this test's
+// The "Scaling live" commands of docs/operating.md, run as written (with this test's
 // directory and ports) against the dev cluster they start: every one
 // succeeds, the waits included.
 func TestREADMEScalingCommands(t *testing.T) {
-	cmds := readmeBlock(t, "### Scaling live")
+	cmds := readmeBlock(t, "operating.md", "## Scaling live")
 	if len(cmds) < 12 || cmds[0][0] != "dev" {
-		t.Fatalf("unexpected commands in the README's scaling section: %q", cmds)
+		t.Fatalf("unexpected commands in the scaling section of docs/operating.md: %q", cmds)
 	}
 	apiPort := freePortRange(t, 4)
 	raftPort := freePortRange(t, 4, apiPort, apiPort+1, apiPort+2, apiPort+3)
@@ -70,7 +70,7 @@ func TestREADMEScalingCommands(t *testing.T) {
 	server := fmt.Sprintf("127.0.0.1:%d", apiPort)
 	for _, args := range cmds[1:] {
 		if strings.Join(args, " ") == "admin plan cancel ID" {
-			continue // the README's placeholder for a running plan
+			continue // the section's placeholder for a running plan
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		var stdout, stderr lockedBuffer
@@ -83,7 +83,7 @@ func TestREADMEScalingCommands(t *testing.T) {
 	}
 }
 
-// The client commands of the README's "The command" section, run as written
+// The client commands of docs/cli.md's "The command" section, run as written
 // (with this test's server) against a dev cluster like make run's (3 nodes,
 // 8 data groups, the example policies): every one succeeds. Refund names
 // the request an admit of the section's options made.
@@ -94,7 +94,7 @@ func TestREADMEClientCommands(t *testing.T) {
 		"--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort)})
 	server := fmt.Sprintf("127.0.0.1:%d", apiPort)
 	cmds := append([][]string{{"admit", "--policy", "api-free", "--key", "tenant-a", "--cost", "3", "--caller", "svc", "--request-id", "ID"}},
-		readmeBlock(t, "## The command")...)
+		readmeBlock(t, "cli.md", "## The command")...)
 	ran := 0
 	for _, args := range cmds {
 		line := " " + strings.Join(args, " ") + " "
@@ -113,6 +113,6 @@ func TestREADMEClientCommands(t *testing.T) {
 		ran++
 	}
 	if ran < 9 {
-		t.Errorf("ran %d commands of the README, want at least 9: %q", ran, cmds)
+		t.Errorf("ran %d commands of docs/cli.md, want at least 9: %q", ran, cmds)
 	}
 }
