@@ -117,6 +117,10 @@ func TestCheckLinksFindsBrokenLinks(t *testing.T) {
 		"## A `b_c`!",
 		"",
 		"[ref]: docs/guide.md#nope",
+		"A link whose text wraps: [the",
+		"guide](docs/guide.md#two-words) and [a broken",
+		"one](docs/guide.md#wrapped), `code that wraps [x](",
+		"nowhere.md)` and slots [A,B) beside [dir](pkg/).",
 	}, "\n"))
 	write("docs/guide.md", "# Guide\n## Two words\n## Two Words\n<a id=\"custom\"></a>\n[back](../README.md#title) [custom](#custom)\n")
 	write("docs/p.png", "png")
@@ -127,6 +131,7 @@ func TestCheckLinksFindsBrokenLinks(t *testing.T) {
 		`README.md:5: docs/guide.md#three: docs/guide.md has no heading or id "three"`,
 		`README.md:6: pkg/x.go#top: an anchor into a file that is not Markdown may only name lines (#L12)`,
 		`README.md:13: docs/guide.md#nope: docs/guide.md has no heading or id "nope"`,
+		`README.md:16: docs/guide.md#wrapped: docs/guide.md has no heading or id "wrapped"`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -169,7 +174,7 @@ var (
 	// in <...> and followed by a title.
 	inlineLink = regexp.MustCompile(`!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+"[^"]*")?\s*\)`)
 	// refDefinition is [label]: target at the start of a line.
-	refDefinition = regexp.MustCompile(`^\s{0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)`)
+	refDefinition = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:[ \t]*(<[^>]*>|\S+)`)
 	// codeSpan is inline code, whose brackets are not links.
 	codeSpan = regexp.MustCompile("`+[^`]*`+")
 	// htmlID is an explicit anchor: <a id="x"> or <a name="x">.
@@ -186,6 +191,36 @@ type line struct {
 	n    int
 	raw  string // as written
 	text string // code spans blanked out
+}
+
+// link is a link's target and its offset in the document.
+type link struct {
+	target string
+	at     int
+}
+
+// proseText returns a Markdown document with its fenced code blocks and
+// code spans blanked out (a span may cross lines, as in a paragraph), each
+// line where it was, so that a link's text may wrap and still be found.
+func proseText(doc string) string {
+	lines := strings.Split(doc, "\n")
+	fence := ""
+	for i, l := range lines {
+		trimmed := strings.TrimLeft(l, " ")
+		switch {
+		case fence != "":
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			lines[i] = ""
+		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
+			fence = trimmed[:3]
+			lines[i] = ""
+		}
+	}
+	return codeSpan.ReplaceAllStringFunc(strings.Join(lines, "\n"), func(span string) string {
+		return strings.Repeat("\n", strings.Count(span, "\n")) + "``"
+	})
 }
 
 // proseLines returns the lines of a Markdown document that are not inside
@@ -308,19 +343,20 @@ func checkLinks(root string, files []string) []string {
 			problems = append(problems, fmt.Sprintf("%s: %v", file, err))
 			continue
 		}
-		for _, l := range proseLines(string(b)) {
-			var targets []string
-			for _, m := range inlineLink.FindAllStringSubmatch(l.text, -1) {
-				targets = append(targets, m[1])
-			}
-			if m := refDefinition.FindStringSubmatch(l.text); m != nil {
-				targets = append(targets, m[1])
-			}
-			for _, target := range targets {
-				target = strings.TrimSuffix(strings.TrimPrefix(target, "<"), ">")
-				if p := checkTarget(root, file, target, anchorsOf); p != "" {
-					problems = append(problems, fmt.Sprintf("%s:%d: %s: %s", file, l.n, target, p))
-				}
+		text := proseText(string(b))
+		var links []link
+		for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
+			links = append(links, link{text[m[2]:m[3]], m[2]})
+		}
+		for _, m := range refDefinition.FindAllStringSubmatchIndex(text, -1) {
+			links = append(links, link{text[m[2]:m[3]], m[2]})
+		}
+		sort.Slice(links, func(i, j int) bool { return links[i].at < links[j].at })
+		for _, l := range links {
+			target := strings.TrimSuffix(strings.TrimPrefix(l.target, "<"), ">")
+			if p := checkTarget(root, file, target, anchorsOf); p != "" {
+				n := strings.Count(text[:l.at], "\n") + 1
+				problems = append(problems, fmt.Sprintf("%s:%d: %s: %s", file, n, target, p))
 			}
 		}
 	}
