@@ -11,21 +11,35 @@ import (
 )
 
 // readmeBlock returns the command lines of the first ```sh block after the
-// heading that starts with heading in doc (a file of docs/): each line
-// without its comment, split at ";", as arguments after "bin/quorate",
-// optional [...] parts left out.
+// heading that starts with heading in doc (a file of docs/), as
+// blockCommands gives them.
 func readmeBlock(t *testing.T, doc, heading string) [][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/" + doc)
+	rest := docSection(t, filepath.Join("docs", doc), heading)
+	_, rest, _ = strings.Cut(rest, "```sh\n")
+	block, _, _ := strings.Cut(rest, "```")
+	return blockCommands(block)
+}
+
+// docSection returns the text of the file at path (from the repository's
+// root) after the heading that starts with heading.
+func docSection(t *testing.T, path, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "\n"+heading)
 	if !ok {
-		t.Fatalf("docs/%s has no heading %q", doc, heading)
+		t.Fatalf("%s has no heading %q", path, heading)
 	}
-	_, rest, _ = strings.Cut(rest, "```sh\n")
-	block, _, _ := strings.Cut(rest, "```")
+	return rest
+}
+
+// blockCommands returns the command lines of a shell block: each line
+// without its comment, split at ";", as arguments after "bin/quorate",
+// optional [...] parts left out.
+func blockCommands(block string) [][]string {
 	var cmds [][]string
 	for _, line := range strings.Split(block, "\n") {
 		line, _, _ = strings.Cut(line, "#")
@@ -48,6 +62,51 @@ func readmeBlock(t *testing.T, doc, heading string) [][]string {
 		}
 	}
 	return cmds
+}
+
+// The commands of the README's "Five minutes with Quorate", run as written
+// (with this test's server) in order against a dev cluster like make run's:
+// every one succeeds, and the denial the README shows is one. Commands
+// naming a lease by the placeholders ID and N are left out.
+func TestREADMEFiveMinutes(t *testing.T) {
+	section := docSection(t, "README.md", "## Five minutes with Quorate")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var cmds [][]string
+	for {
+		var block string
+		var ok bool
+		if _, section, ok = strings.Cut(section, "```sh\n"); !ok {
+			break
+		}
+		block, section, _ = strings.Cut(section, "```")
+		cmds = append(cmds, blockCommands(block)...)
+	}
+	if len(cmds) < 5 {
+		t.Fatalf("found %d quorate commands in the README's five minutes, want at least 5: %q", len(cmds), cmds)
+	}
+	apiPort := freePortRange(t, 3)
+	raftPort := freePortRange(t, 3, apiPort, apiPort+1, apiPort+2)
+	startDev(t, []string{"dev", "--dir", filepath.Join(t.TempDir(), "dev"), "--policies", "../../examples/policies.yaml",
+		"--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort)})
+	server := fmt.Sprintf("127.0.0.1:%d", apiPort)
+	ran, denied := 0, 0
+	for _, args := range cmds {
+		line := " " + strings.Join(args, " ") + " "
+		if strings.Contains(line, " ID ") || strings.Contains(line, " N ") {
+			continue // placeholders of a lease
+		}
+		out, errOut, err := runCLI(t, append(args, "--server", server)...)
+		if err != nil {
+			t.Fatalf("quorate %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
+		}
+		if strings.HasPrefix(out, "denied") {
+			denied++
+		}
+		ran++
+	}
+	if ran < 5 || denied != 1 {
+		t.Errorf("ran %d commands of the README (want at least 5), %d denied (want the one the README shows): %q", ran, denied, cmds)
+	}
 }
 
 // The "Scaling live" commands of docs/operating.md, run as written (with this test's
