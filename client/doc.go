@@ -40,53 +40,46 @@
 // For a policy whose local.mode is reserve the client holds budget leases
 // (AdmissionService.Grant): per (policy, key) it admits, a grant of units
 // already spent in the key's log, acquired in the background at the key's
-// first request and decided from in memory — one CAS on the processor's
-// stripe of the grant's unspent units (grant_units.go), Outcome
-// LocalGrant, no call, only when the request has no MaxWait and the grant
-// holds its cost, else the normal call, so every denial comes from the
-// cluster. A request with Also is decided so only when every check's grant
-// holds its check's cost, all or nothing (grant_multi.go). Its loop renews the grant through
-// the same retry loop when the unspent units fall under a quarter of the
-// last grant or at half its local lifetime, reporting the units used and
-// the demand (units per second, averaged over the recent renewals) and
-// asking for twice the demand over half a ttl (1 to max_grant). A grant
-// stops being spent at its local deadline (the call's send time plus
-// expires_at - decided_at, less a margin), is wasted when an answer shows a
-// new started_at, and is released (total - used given back) when its key
-// was idle for a ttl and at Close. Grant answered Unimplemented,
-// InvalidArgument or FailedPrecondition makes the policy strict for a
-// while; a FailedPrecondition to a renewal (a seq behind the grant's)
-// first drops the grant and asks for a new one. Stats and Collector count
-// the local decisions, grants acquired, renewed and released, and units
-// granted, returned and wasted; Config.DisableGrants turns grants off;
-// AdmitInto writes the decision into the caller's Decision (a local one
-// allocates nothing). A LocalGrant Decision's DecidedAt is the log time its
-// units were granted (the latest answer of the grant they came from: every
-// top-up of a window grant lies in one window, so it names the unit's
-// window), stored before the units are made available and read after the
-// spend's CAS — one more atomic load. Built with -tags
-// quorate_planted_overspend (planted_overspend_on.go), the client spends up
-// to 5 units past its grant after each answer without telling the cluster:
-// a planted bug for the fault-injection harness's self-test, never to ship.
+// first request and decided from in memory (Outcome LocalGrant, no call)
+// only when the request has no MaxWait and the grant holds its cost, else by
+// the normal call, so every denial comes from the cluster. A request with
+// Also is decided so only when every check's grant holds its check's cost,
+// all or nothing. The client renews the grant in the background through the
+// same retry loop when the unspent units fall under a quarter of the last
+// grant or at half its local lifetime, reporting the units used and the
+// demand (units per second, averaged over the recent renewals) and asking
+// for twice the demand over half a ttl (1 to max_grant). A grant stops being
+// spent at its local deadline (the call's send time plus expires_at -
+// decided_at, less a margin), is wasted when an answer shows a new
+// started_at, and is released (total - used given back) when its key was
+// idle for a ttl and at Close. Grant answered Unimplemented, InvalidArgument
+// or FailedPrecondition makes the policy strict for a while; a
+// FailedPrecondition to a renewal (a seq behind the grant's) first drops the
+// grant and asks for a new one. Stats and Collector count the local
+// decisions, grants acquired, renewed and released, and units granted,
+// returned and wasted; Config.DisableGrants turns grants off; AdmitInto
+// writes the decision into the caller's Decision (a local one allocates
+// nothing). A LocalGrant Decision's DecidedAt is the log time its units were
+// granted (the latest answer of the grant they came from: every top-up of a
+// window grant lies in one window, so it names the unit's window).
 //
-// For a policy whose local.mode is sync (local-plus-global, grant_sync.go)
-// the same state holds an allowance instead of a grant: units the client
-// may admit until its next report, nothing spent ahead. The caller sees
-// the same thing (Outcome LocalGrant, the strict call once the allowance
-// is spent; the hot path is the same CAS). Every local.sync_interval
-// (default 1s), and early — at most every quarter interval — when the
-// allowance runs out while the key is in demand, the loop reports the
-// units admitted over the state's life (used) and its demand, asking for
-// twice the demand over an interval; the answer's allowance replaces the
-// last, less what was admitted while the report was in flight. It stops
-// being used at its local deadline, as a grant; a key idle for two sync
-// intervals, and Close, send a final report (release). A key may then be
-// over-admitted by at most the policy's bound, ceil(limit × sync_interval
-// / period) units per window: a bound, not exactness. Stats counts
-// allowances and reports in GrantsAcquired/Renewed/Released and
+// For a policy whose local.mode is sync (local-plus-global) the client holds
+// an allowance instead of a grant: units the client may admit until its next
+// report, nothing spent ahead. The caller sees the same thing (Outcome
+// LocalGrant, the strict call once the allowance is spent). Every
+// local.sync_interval (default 1s), and early — at most every quarter
+// interval — when the allowance runs out while the key is in demand, the
+// client reports the units admitted over the state's life (used) and its
+// demand, asking for twice the demand over an interval; the answer's
+// allowance replaces the last, less what was admitted while the report was
+// in flight. It stops being used at its local deadline, as a grant; a key
+// idle for two sync intervals, and Close, send a final report (release). A
+// key may then be over-admitted by at most the policy's bound, ceil(limit ×
+// sync_interval / period) units per window: a bound, not exactness. Stats
+// counts allowances and reports in GrantsAcquired/Renewed/Released and
 // UnitsAllowed/UnitsReported; UnitsGranted, UnitsReturned and UnitsWasted
-// are reserve-mode counts (the cluster counts what it charged for
-// allowances never reported).
+// are reserve-mode counts (the cluster counts what it charged for allowances
+// never reported).
 //
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through
 // the same routing and retry loop. AcquireLease returns a Lease that renews
@@ -113,6 +106,10 @@
 // servers in turn instead of to leaders, Config.DisableCoalescing each Admit
 // as its own call (the benchmark's --route any and unary runs).
 //
-// The package imports no server package of Quorate; only the leaf package
-// shard (for the slot a key hashes to) and the generated API.
+// The package is in the Go module github.com/quorate/quorate/client, with
+// the middleware (package middleware) and the slot hash (package slot). A
+// service that imports it requires only what the client imports — the
+// generated API (module github.com/quorate/quorate/proto), Connect,
+// protobuf, Prometheus' client library and a few small packages — none of
+// the server's dependencies.
 package client

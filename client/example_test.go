@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quorate/quorate/client"
 )
@@ -147,3 +151,39 @@ func ExampleConfig_policies() {
 }
 
 func work(ctx context.Context, token int64) { _, _ = ctx, token }
+
+// A hot path that reuses one Request and one Decision: a decision the
+// client makes from a budget lease (a policy with local.mode reserve or
+// sync) then allocates nothing and sends nothing.
+func ExampleClient_AdmitInto() {
+	c, err := client.New(client.Config{Servers: []string{"http://127.0.0.1:7070"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	r := client.Request{Policy: "search", Key: "tenant:acme"}
+	var d client.Decision
+	for range 1000 {
+		if err := c.AdmitInto(context.Background(), &r, &d); err != nil {
+			log.Fatal(err)
+		}
+		if !d.Allowed {
+			fmt.Printf("denied; retry after %v\n", d.RetryAfter)
+			return
+		}
+	}
+	s := c.Stats()
+	fmt.Printf("%d decided from grants, %d by the cluster\n", s.LocalGrant, s.Verified)
+}
+
+// The client's counters, exported to Prometheus by the caller's registry.
+func ExampleClient_Collector() {
+	c, err := client.New(client.Config{Servers: []string{"http://127.0.0.1:7070"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+}

@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/client/slot"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/shard"
 )
 
 // forwardedHeader is the response header a node sets on an answer it got by
@@ -44,7 +44,7 @@ func newRouteTable(r *quoratev1.RoutesResponse) *routeTable {
 
 // leaderOf is the API URL of the leader of key's group, "" when unknown.
 func (t *routeTable) leaderOf(key string) string {
-	s := uint32(shard.SlotOf(key))
+	s := uint32(slot.Of(key))
 	i := sort.Search(len(t.slots), func(i int) bool { return t.slots[i].GetEnd() > s })
 	if i == len(t.slots) || t.slots[i].GetStart() > s {
 		return ""

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/client/ratelimitheader"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/ratelimitheader"
 )
 
 // maxKeyBytes is Quorate's longest key.

@@ -3,7 +3,8 @@
 // Slots. A key's slot is xxhash64(tag) % SlotCount (4096), where tag is the
 // part of the key inside the first {...} (Redis Cluster's hash tag) or else
 // the whole key; keys that share a tag share a slot, so one request may
-// update them atomically. SlotRange is half-open, [Start, End), so
+// update them atomically. The hash itself is package client/slot's, which
+// the client routes by: one implementation for both. SlotRange is half-open, [Start, End), so
 // {0, SlotCount} is the whole space.
 //
 // The shard map. Map assigns contiguous slot ranges to data groups (GroupID

@@ -2,39 +2,25 @@ package shard
 
 import (
 	"fmt"
-	"strings"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/client/slot"
 )
 
-// SlotCount is the number of slots keys hash to.
-const SlotCount = 4096
+// SlotCount is the number of slots keys hash to (slot.Count).
+const SlotCount = slot.Count
 
 // Slot is a key's slot, 0..SlotCount-1. A SlotRange's End may be SlotCount.
 type Slot uint16
 
-// HashTag returns the part of key that decides its slot: the bytes between
-// the first '{' and the next '}' when that is non-empty, else the whole key.
+// HashTag returns the part of key that decides its slot (slot.HashTag):
 // "{tenant:acme}:ip:1.2.3.4" and "{tenant:acme}:route:/x" share the tag
-// "tenant:acme"; "a{}b" has no tag (an empty tag does not count).
-func HashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return key
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return key
-	}
-	return key[open+1 : open+1+end]
-}
+// "tenant:acme".
+func HashTag(key string) string { return slot.HashTag(key) }
 
-// SlotOf returns the slot of key.
-func SlotOf(key string) Slot {
-	return Slot(xxhash.Sum64String(HashTag(key)) % SlotCount)
-}
+// SlotOf returns the slot of key: the client's slot hash (slot.Of), so the
+// client and the shard map place every key alike.
+func SlotOf(key string) Slot { return Slot(slot.Of(key)) }
 
 // SlotRange is the half-open range of slots [Start, End): Start is the first
 // slot in it, End the first slot after it. {0, SlotCount} is every slot;

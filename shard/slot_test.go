@@ -7,31 +7,6 @@ import (
 	"github.com/quorate/quorate/admission"
 )
 
-func TestHashTag(t *testing.T) {
-	for key, want := range map[string]string{
-		"tenant:acme":                 "tenant:acme",
-		"{tenant:acme}:ip:1.2.3.4":    "tenant:acme",
-		"route:{tenant:acme}:x":       "tenant:acme",
-		"{a}{b}":                      "a",
-		"a{}b":                        "a{}b",
-		"{":                           "{",
-		"no-close{tag":                "no-close{tag",
-		"}{x}":                        "x",
-		"{user:1}:login-attempts:{b}": "user:1",
-	} {
-		if got := HashTag(key); got != want {
-			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
-		}
-	}
-}
-
-func TestKeysSharingATagShareASlot(t *testing.T) {
-	a, b := SlotOf("{tenant:acme}:ip:1.2.3.4"), SlotOf("{tenant:acme}:route:/reports")
-	if a != b || a != SlotOf("tenant:acme") {
-		t.Fatalf("slots %d, %d, %d differ", a, b, SlotOf("tenant:acme"))
-	}
-}
-
 // keyFamilies are the sequential key shapes the hash must spread: counters,
 // user IDs and IPv4 addresses (10.0.0.0, 10.0.0.1, … 10.0.39.15 for 10k).
 var keyFamilies = []struct {

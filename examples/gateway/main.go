@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/client"
-	"github.com/quorate/quorate/middleware"
+	"github.com/quorate/quorate/client/middleware"
 )
 
 func main() {

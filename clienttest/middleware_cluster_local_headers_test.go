@@ -1,4 +1,4 @@
-package middleware
+package clienttest
 
 import (
 	"math/bits"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/client/middleware"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -54,7 +55,7 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 	cl := clusterClient(t, policies...)
 	mux := http.NewServeMux()
 	for _, c := range cases {
-		lim, err := New(cl, WithIdentity(loopback), WithLimits(Limit{Name: c.policy.Name, Policy: c.policy.Name}), WithXRateLimitHeaders())
+		lim, err := middleware.New(cl, middleware.WithIdentity(loopback), middleware.WithLimits(middleware.Limit{Name: c.policy.Name, Policy: c.policy.Name}), middleware.WithXRateLimitHeaders())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,13 +93,13 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 				continue // decided by the cluster: TestClusterHeadersEveryAlgorithm's
 			}
 			locals++
-			pol, err := parseSFList(resp.Header.Get(HeaderPolicy))
+			pol, err := parseSFList(resp.Header.Get(middleware.HeaderPolicy))
 			if err != nil || len(pol) != 1 {
-				t.Fatalf("%s: %s %q: %v", name, HeaderPolicy, resp.Header.Get(HeaderPolicy), err)
+				t.Fatalf("%s: %s %q: %v", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 			}
-			cur, err := parseSFList(resp.Header.Get(HeaderRateLimit))
+			cur, err := parseSFList(resp.Header.Get(middleware.HeaderRateLimit))
 			if err != nil || len(cur) != 1 {
-				t.Fatalf("%s: local answer's %s %q: %v", name, HeaderRateLimit, resp.Header.Get(HeaderRateLimit), err)
+				t.Fatalf("%s: local answer's %s %q: %v", name, middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 			}
 			p, r := pol[0], cur[0]
 			wantKeys := "q,w"
@@ -107,7 +108,7 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 			}
 			if p.name != name || p.params["q"] != w.q || p.params["w"] != w.w || p.params["quorate-burst"] != w.burst ||
 				strings.Join(p.keys, ",") != wantKeys {
-				t.Errorf("%s: local answer's %s %q, want q=%d w=%d burst=%d", name, HeaderPolicy, resp.Header.Get(HeaderPolicy), w.q, w.w, w.burst)
+				t.Errorf("%s: local answer's %s %q, want q=%d w=%d burst=%d", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), w.q, w.w, w.burst)
 			}
 			lo, hi := w.capacity-spent-slack, min(w.capacity, w.capacity-spent+slack)
 			if w.refills {
@@ -116,9 +117,9 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 			if r.name != name || strings.Join(r.keys, ",") != "r,t" || r.params["r"] < max(lo, 0) || r.params["r"] > hi ||
 				r.params["t"] < 0 || r.params["t"] > w.tMax {
 				t.Errorf("%s: local answer %d after %d spent: %s %q; want r in %d..%d, t in 0..%d", name, locals, spent,
-					HeaderRateLimit, resp.Header.Get(HeaderRateLimit), max(lo, 0), hi, w.tMax)
+					middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), max(lo, 0), hi, w.tMax)
 			}
-			if got := resp.Header.Get(HeaderXRemaining); got != itoa(r.params["r"]) {
+			if got := resp.Header.Get(middleware.HeaderXRemaining); got != itoa(r.params["r"]) {
 				t.Errorf("%s: X-RateLimit-Remaining %q, want r=%d", name, got, r.params["r"])
 			}
 		}

@@ -1,4 +1,4 @@
-package middleware
+package clienttest
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/client/middleware"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -110,8 +111,8 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 
 	mux := http.NewServeMux()
 	for _, c := range cases {
-		lim, err := New(cl, WithIdentity(Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()),
-			WithLimits(Limit{Name: c.policy.Name, Policy: c.policy.Name}), WithXRateLimitHeaders())
+		lim, err := middleware.New(cl, middleware.WithIdentity(middleware.Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()),
+			middleware.WithLimits(middleware.Limit{Name: c.policy.Name, Policy: c.policy.Name}), middleware.WithXRateLimitHeaders())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,13 +132,13 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: status %d", name, resp.StatusCode)
 		}
-		pol, err := parseSFList(resp.Header.Get(HeaderPolicy))
+		pol, err := parseSFList(resp.Header.Get(middleware.HeaderPolicy))
 		if err != nil || len(pol) != 1 {
-			t.Fatalf("%s: %s %q: %v", name, HeaderPolicy, resp.Header.Get(HeaderPolicy), err)
+			t.Fatalf("%s: %s %q: %v", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 		}
-		cur, err := parseSFList(resp.Header.Get(HeaderRateLimit))
+		cur, err := parseSFList(resp.Header.Get(middleware.HeaderRateLimit))
 		if err != nil || len(cur) != 1 {
-			t.Fatalf("%s: %s %q: %v", name, HeaderRateLimit, resp.Header.Get(HeaderRateLimit), err)
+			t.Fatalf("%s: %s %q: %v", name, middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 		}
 		// A calendar period may end between the request and now: either
 		// period's answer is right.
@@ -160,13 +161,13 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 		}
 		if !ok {
 			t.Errorf("%s: %s %q, %s %q; want q=%d w=%d burst=%d, r=%d t in %d..%d", name,
-				HeaderPolicy, resp.Header.Get(HeaderPolicy), HeaderRateLimit, resp.Header.Get(HeaderRateLimit),
+				middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit),
 				wnt.q, wnt.w, wnt.burst, wnt.r, wnt.tMin, wnt.tMax)
 		}
 		// The legacy fields say the same: the quota, what is left, the reset.
-		if got := resp.Header.Get(HeaderXLimit) + " " + resp.Header.Get(HeaderXRemaining); got != itoa(wnt.q)+" "+itoa(wnt.r) ||
-			resp.Header.Get(HeaderXReset) != itoa(cur[0].params["t"]) {
-			t.Errorf("%s: X-RateLimit limit/remaining %q reset %q; want %d %d, %d", name, got, resp.Header.Get(HeaderXReset), wnt.q, wnt.r, cur[0].params["t"])
+		if got := resp.Header.Get(middleware.HeaderXLimit) + " " + resp.Header.Get(middleware.HeaderXRemaining); got != itoa(wnt.q)+" "+itoa(wnt.r) ||
+			resp.Header.Get(middleware.HeaderXReset) != itoa(cur[0].params["t"]) {
+			t.Errorf("%s: X-RateLimit limit/remaining %q reset %q; want %d %d, %d", name, got, resp.Header.Get(middleware.HeaderXReset), wnt.q, wnt.r, cur[0].params["t"])
 		}
 	}
 }

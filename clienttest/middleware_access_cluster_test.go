@@ -1,4 +1,4 @@
-package middleware
+package clienttest
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/client/middleware"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -107,8 +108,8 @@ func TestClientRoleGatewayDecidesLocally(t *testing.T) {
 	})
 
 	t.Run("two limits", func(t *testing.T) {
-		lim, err := New(cl, WithIdentity(Static("tenant")),
-			WithLimits(Limit{Name: "per-client", Policy: "gw-client"}, Limit{Name: "per-route", Policy: "gw-route", Key: []KeyFunc{Static("search")}}))
+		lim, err := middleware.New(cl, middleware.WithIdentity(middleware.Static("tenant")),
+			middleware.WithLimits(middleware.Limit{Name: "per-client", Policy: "gw-client"}, middleware.Limit{Name: "per-route", Policy: "gw-route", Key: []middleware.KeyFunc{middleware.Static("search")}}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,11 +136,11 @@ func TestClientRoleGatewayDecidesLocally(t *testing.T) {
 				}
 				continue
 			}
-			items, err := parseSFList(rec.Header().Get(HeaderRateLimit))
+			items, err := parseSFList(rec.Header().Get(middleware.HeaderRateLimit))
 			if err != nil || len(items) != 2 || items[0].name != "per-client" || items[1].name != "per-route" ||
-				items[0].params["r"] <= 0 || items[1].params["r"] <= 0 || rec.Header().Get(HeaderPolicy) == "" {
+				items[0].params["r"] <= 0 || items[1].params["r"] <= 0 || rec.Header().Get(middleware.HeaderPolicy) == "" {
 				t.Errorf("a local two-limit answer: %s %q, %s %q (%v); want both limits' fields",
-					HeaderRateLimit, rec.Header().Get(HeaderRateLimit), HeaderPolicy, rec.Header().Get(HeaderPolicy), err)
+					middleware.HeaderRateLimit, rec.Header().Get(middleware.HeaderRateLimit), middleware.HeaderPolicy, rec.Header().Get(middleware.HeaderPolicy), err)
 			}
 			break
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/client"
-	"github.com/quorate/quorate/ratelimitheader"
+	"github.com/quorate/quorate/client/ratelimitheader"
 )
 
 // The answer's fields.

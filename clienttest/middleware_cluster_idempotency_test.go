@@ -1,4 +1,4 @@
-package middleware
+package clienttest
 
 import (
 	"io"
@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/client/middleware"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -31,7 +32,7 @@ func send(t *testing.T, srv *httptest.Server, method, path, idem string) answer 
 		t.Fatal(err)
 	}
 	if idem != "" {
-		req.Header.Set(HeaderIdempotencyKey, idem)
+		req.Header.Set(middleware.HeaderIdempotencyKey, idem)
 	}
 	resp, err := srv.Client().Do(req)
 	if err != nil {
@@ -40,17 +41,17 @@ func send(t *testing.T, srv *httptest.Server, method, path, idem string) answer 
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	a := answer{status: resp.StatusCode, remaining: -1, header: resp.Header}
-	if f := resp.Header.Get(HeaderRateLimit); f != "" {
+	if f := resp.Header.Get(middleware.HeaderRateLimit); f != "" {
 		items, err := parseSFList(f)
 		if err != nil || len(items) != 1 {
-			t.Fatalf("%s %q: %v", HeaderRateLimit, f, err)
+			t.Fatalf("%s %q: %v", middleware.HeaderRateLimit, f, err)
 		}
 		a.remaining = items[0].params["r"]
 	}
 	return a
 }
 
-var loopback = Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()
+var loopback = middleware.Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()
 
 // TestClusterIdempotencyKeyChargesOnce: on a 3-node cluster, two requests
 // with one Idempotency-Key are charged once (the second gets the first's
@@ -71,8 +72,8 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 		path, policy string
 		cost         int64
 	}{{"/hour", "idem-hour", 1}, {"/hour-x2", "idem-hour", 2}, {"/2s", "idem-2s", 1}, {"/grant", "idem-grant", 1}} {
-		lim, err := New(cl, WithIdentity(loopback), WithIdempotencyKey(""),
-			WithLimits(Limit{Policy: route.policy, Cost: func(*http.Request) int64 { return route.cost }}))
+		lim, err := middleware.New(cl, middleware.WithIdentity(loopback), middleware.WithIdempotencyKey(""),
+			middleware.WithLimits(middleware.Limit{Policy: route.policy, Cost: func(*http.Request) int64 { return route.cost }}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,9 +107,9 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 	if denied.status != http.StatusTooManyRequests {
 		t.Fatalf("second of the window: %+v, want 429", denied)
 	}
-	retry, err := strconv.Atoi(denied.header.Get(HeaderRetryAfter))
+	retry, err := strconv.Atoi(denied.header.Get(middleware.HeaderRetryAfter))
 	if err != nil || retry < 1 || retry > 2 {
-		t.Fatalf("Retry-After %q, want 1..2", denied.header.Get(HeaderRetryAfter))
+		t.Fatalf("Retry-After %q, want 1..2", denied.header.Get(middleware.HeaderRetryAfter))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	var admitted answer
@@ -154,8 +155,8 @@ func TestClusterRefundOnServerError(t *testing.T) {
 	cl := clusterClient(t, &quoratev1.Policy{Name: "refund-hour", Algorithm: "fixed_window", Limit: 2, Period: durationpb.New(time.Hour)})
 	var mu sync.Mutex
 	var errs []error
-	lim, err := New(cl, WithIdentity(loopback), WithRefundOnServerError(), WithLimits(Limit{Policy: "refund-hour"}),
-		WithOnError(func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
+	lim, err := middleware.New(cl, middleware.WithIdentity(loopback), middleware.WithRefundOnServerError(), middleware.WithLimits(middleware.Limit{Policy: "refund-hour"}),
+		middleware.WithOnError(func(_ *http.Request, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }))
 	if err != nil {
 		t.Fatal(err)
 	}

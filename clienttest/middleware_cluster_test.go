@@ -1,4 +1,4 @@
-package middleware
+package clienttest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/client/middleware"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -42,11 +43,11 @@ func TestClusterMiddleware(t *testing.T) {
 	}
 	t.Cleanup(func() { cl.Close() })
 
-	lim, err := New(cl,
-		WithIdentity(Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()),
-		WithLimits(
-			Limit{Name: "per-identity", Policy: "mw-identity"},
-			Limit{Name: "per-route", Policy: "mw-route", Key: []KeyFunc{Route(nil)}},
+	lim, err := middleware.New(cl,
+		middleware.WithIdentity(middleware.Proxies{Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.ClientIP()),
+		middleware.WithLimits(
+			middleware.Limit{Name: "per-identity", Policy: "mw-identity"},
+			middleware.Limit{Name: "per-route", Policy: "mw-route", Key: []middleware.KeyFunc{middleware.Route(nil)}},
 		))
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +74,11 @@ func TestClusterMiddleware(t *testing.T) {
 	fields := func(resp *http.Response) (pol, cur []sfItem) {
 		t.Helper()
 		var err error
-		if pol, err = parseSFList(resp.Header.Get(HeaderPolicy)); err != nil || len(pol) != 2 {
-			t.Fatalf("%s %q: %v", HeaderPolicy, resp.Header.Get(HeaderPolicy), err)
+		if pol, err = parseSFList(resp.Header.Get(middleware.HeaderPolicy)); err != nil || len(pol) != 2 {
+			t.Fatalf("%s %q: %v", middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 		}
-		if cur, err = parseSFList(resp.Header.Get(HeaderRateLimit)); err != nil || len(cur) != 2 {
-			t.Fatalf("%s %q: %v", HeaderRateLimit, resp.Header.Get(HeaderRateLimit), err)
+		if cur, err = parseSFList(resp.Header.Get(middleware.HeaderRateLimit)); err != nil || len(cur) != 2 {
+			t.Fatalf("%s %q: %v", middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 		}
 		return pol, cur
 	}
@@ -90,33 +91,33 @@ func TestClusterMiddleware(t *testing.T) {
 		}
 		pol, cur := fields(resp)
 		if pol[0].name != "per-identity" || pol[0].params["q"] != 100 || pol[1].name != "per-route" || pol[1].params["q"] != 2 {
-			t.Errorf("request %d: %s %+v", i, HeaderPolicy, pol)
+			t.Errorf("request %d: %s %+v", i, middleware.HeaderPolicy, pol)
 		}
 		// w is the policy's window, when the cluster reports it (w is
 		// optional in the draft: a concurrency policy has none).
 		for _, it := range pol {
 			if w, ok := it.params["w"]; ok && w != 3600 {
-				t.Errorf("request %d: %s %+v: w is not 3600", i, HeaderPolicy, it)
+				t.Errorf("request %d: %s %+v: w is not 3600", i, middleware.HeaderPolicy, it)
 			} else if !ok {
-				t.Logf("request %d: %s %+v: the cluster reports no window", i, HeaderPolicy, it)
+				t.Logf("request %d: %s %+v: the cluster reports no window", i, middleware.HeaderPolicy, it)
 			}
 		}
 		if cur[0].params["r"] != int64(99-i) || cur[1].params["r"] != int64(1-i) || cur[1].params["t"] < 1 || cur[1].params["t"] > 3600 {
-			t.Errorf("request %d: %s %+v", i, HeaderRateLimit, cur)
+			t.Errorf("request %d: %s %+v", i, middleware.HeaderRateLimit, cur)
 		}
 	}
 	resp := call("/items/9", "2001:db8:1:2::5")
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("third request of the /64: status %d, want 429", resp.StatusCode)
 	}
-	if got := resp.Header.Get(HeaderDeniedBy); got != `"per-route"` {
-		t.Errorf("%s %q, want \"per-route\"", HeaderDeniedBy, got)
+	if got := resp.Header.Get(middleware.HeaderDeniedBy); got != `"per-route"` {
+		t.Errorf("%s %q, want \"per-route\"", middleware.HeaderDeniedBy, got)
 	}
-	if s, err := strconv.Atoi(resp.Header.Get(HeaderRetryAfter)); err != nil || s < 1 || s > 3600 {
-		t.Errorf("Retry-After %q, want whole seconds in 1..3600", resp.Header.Get(HeaderRetryAfter))
+	if s, err := strconv.Atoi(resp.Header.Get(middleware.HeaderRetryAfter)); err != nil || s < 1 || s > 3600 {
+		t.Errorf("Retry-After %q, want whole seconds in 1..3600", resp.Header.Get(middleware.HeaderRetryAfter))
 	}
 	if _, cur := fields(resp); cur[0].params["r"] != 98 || cur[1].params["r"] != 0 {
-		t.Errorf("denial: %s %+v; want per-identity untouched (98) and per-route 0", HeaderRateLimit, cur)
+		t.Errorf("denial: %s %+v; want per-identity untouched (98) and per-route 0", middleware.HeaderRateLimit, cur)
 	}
 	// Another /64 has budgets of its own.
 	if resp := call("/items/1", "2001:db8:1:3::1"); resp.StatusCode != http.StatusOK {

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/client/ratelimitheader"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
-	"github.com/quorate/quorate/ratelimitheader"
 )
 
 // TestUnavailableAnswersCarryRetryAfter: every 503 of the middleware (an

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/client"
-	"github.com/quorate/quorate/shard"
+	"github.com/quorate/quorate/client/slot"
 )
 
 type principalKey struct{}
@@ -169,7 +169,7 @@ func TestKeysShareTheIdentityTag(t *testing.T) {
 	if req.Key != "{user:al%7Bi%7Dce}" || req.Also[0].Key != "{user:al%7Bi%7Dce}:route:GET /items/{id}" {
 		t.Errorf("keys %q, %q", req.Key, req.Also[0].Key)
 	}
-	if shard.HashTag(req.Key) != shard.HashTag(req.Also[0].Key) {
+	if slot.HashTag(req.Key) != slot.HashTag(req.Also[0].Key) {
 		t.Errorf("keys %q and %q do not share a hash tag", req.Key, req.Also[0].Key)
 	}
 }
