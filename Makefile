@@ -2,11 +2,12 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/quorate
+BENCH_BIN := bin/quorate-bench
 PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
+.PHONY: all build build-bench run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
 
 all: build
 
@@ -21,6 +22,12 @@ LDFLAGS = -X $(STAMP).stampVersion=$(VERSION) -X $(STAMP).stampCommit=$(COMMIT) 
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quorate
+
+## build-bench: bin/quorate-bench, the load generator (quorate-bench, and
+## quorate-bench compare with its Redis and Gubernator drivers): a binary of
+## its own, so that bin/quorate links neither client.
+build-bench:
+	$(GO) build -o $(BENCH_BIN) ./cmd/quorate-bench
 
 ## run: start a local 3-node cluster, state in ./data/dev: API on 127.0.0.1
 ## ports PORT to PORT+2 (default 7070-7072), Raft on PORT+100 to PORT+102.
@@ -150,11 +157,12 @@ bench-deps: $(GUBERNATOR)
 ## bench-compare: Quorate (3-node dev cluster) against Redis running the same
 ## token-bucket Lua script (plain, then appendfsync always) and a 3-node
 ## Gubernator cluster, one after the other with the same load generator; prints
-## the table and writes it, with the machine, into docs/BENCHMARKS.md. Installs
+## the table and writes it, with the machine, into docs/BENCHMARKS.md
+## (bin/quorate-bench runs the load, bin/quorate dev the cluster). Installs
 ## redis-server and gubernator when absent.
-bench-compare: build bench-deps
+bench-compare: build build-bench bench-deps
 	@mkdir -p docs
-	./$(BIN) bench compare --gubernator $(GUBERNATOR) --write docs/BENCHMARKS.md
+	./$(BENCH_BIN) compare --quorate-binary $(BIN) --gubernator $(GUBERNATOR) --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
 ## family, then all mixed, 60 s each, every workload at once — then the two

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 )
 
 // The data commands (admit, peek, refund, reserve, commit and the lease
@@ -51,7 +52,7 @@ func invoke[R any](cmd *cobra.Command, o *clientOptions, dc dataCall, send func(
 	defer cancel()
 	var retries atomic.Int64
 	verbose, _ := cmd.Flags().GetBool("verbose")
-	token, _ := cmd.Context().Value(tokenKey{}).(string)
+	token := apiflags.Token(cmd.Context())
 	c, err := client.New(client.Config{Servers: servers, HTTPClient: o.http(), Token: token, Timeout: o.timeout, DisableRouting: true, NoPolicyFetch: true,
 		OnRetry: func(ri client.RetryInfo) {
 			retries.Add(1)

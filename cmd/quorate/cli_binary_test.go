@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -188,9 +189,9 @@ func TestCLIBinaryConventions(t *testing.T) {
 	})
 
 	t.Run("QUORATE_SERVER", func(t *testing.T) {
-		env := []string{serverEnv + "=" + c.APIURL(1)}
+		env := []string{apiflags.ServerEnv + "=" + c.APIURL(1)}
 		wantStatus(t, runBinary(t, bin, env, "admit", "--policy", "exit-once", "--key", "env"), exitOK, "admit with $QUORATE_SERVER")
-		dead := []string{serverEnv + "=http://127.0.0.1:1"}
+		dead := []string{apiflags.ServerEnv + "=http://127.0.0.1:1"}
 		wantStatus(t, runBinary(t, bin, dead, "admit", "--server", server, "--policy", "exit-once", "--key", "flag"), exitOK,
 			"admit with --server and a dead $QUORATE_SERVER (the flag wins)")
 		r := runBinary(t, bin, dead, "policy", "list", "--timeout", "2s")
@@ -246,12 +247,11 @@ func TestCLIBinaryConventions(t *testing.T) {
 		}
 		wantStatus(t, runBinary(t, bin, nil, "completion", "tcsh"), exitError, "completion tcsh")
 		r := runBinary(t, bin, nil, "--help")
-		for _, want := range []string{"Exit status: 0", "2 denied", "3 outcome unknown", "$" + serverEnv, "completion", "version"} {
+		for _, want := range []string{"Exit status: 0", "2 denied", "3 outcome unknown", "$" + apiflags.ServerEnv, "completion", "version"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("quorate --help lacks %q:\n%s", want, r.stdout)
 			}
 		}
-		wantStatus(t, runBinary(t, bin, nil, "bench", "-o", "yaml"), exitError, "bench -o yaml (no yaml form)")
 	})
 }
 

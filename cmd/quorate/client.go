@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -15,94 +14,41 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
-
-// defaultServer is the API of node1 of `quorate dev`.
-const defaultServer = "http://127.0.0.1:7070"
 
 // clientOptions are the flags every client command shares.
 type clientOptions struct {
 	server    string
 	timeout   time.Duration
 	tokenFile string       // --token-file
-	tls       tlsFlags     // --tls-ca, --tls-cert, --tls-key
+	tls       apiflags.TLS // --tls-ca, --tls-cert, --tls-key
 	hc        *http.Client // built by beginServers from tls
-}
-
-// tokenEnv names the environment variable the token defaults to without
-// --token-file.
-const tokenEnv = "QUORATE_TOKEN"
-
-// serverEnv names the environment variable --server defaults to; the flag
-// wins when given.
-const serverEnv = "QUORATE_SERVER"
-
-// serverFromEnv sets the --server of cmd, when it has one and it was not
-// given, from $QUORATE_SERVER (when set): the root command's hook, so that
-// every command's --server (bench's too) reads it alike.
-func serverFromEnv(cmd *cobra.Command) error {
-	f := cmd.Flags().Lookup("server")
-	if f == nil || f.Changed {
-		return nil
-	}
-	v := strings.TrimSpace(os.Getenv(serverEnv))
-	if v == "" {
-		return nil
-	}
-	if err := f.Value.Set(v); err != nil {
-		return fmt.Errorf("$%s: %w", serverEnv, err)
-	}
-	return nil
 }
 
 // addClientFlags registers --server, --timeout and --token-file on cmd.
 func addClientFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
+	fs.StringVar(&o.server, "server", apiflags.DefaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
 		"host:port; the command talks to the first that accepts a connection;\n"+
-		"when not given, $"+serverEnv+" if set, else the default")
+		"when not given, $"+apiflags.ServerEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command")
-	addTLSFlags(fs, &o.tls)
-	addTokenFlag(cmd, o)
-}
-
-// addTokenFlag registers --token-file on cmd, and has every call the
-// command makes from its context send the bearer token of that file, or of
-// $QUORATE_TOKEN (apiHTTPClient). The token itself is never an argument
-// (secretflags.go): --token is refused. Every command means the bearer
-// token by --token (a lease's fencing token is --fencing-token).
-func addTokenFlag(cmd *cobra.Command, o *clientOptions) {
-	const name = "token"
-	cmd.Flags().StringVar(&o.tokenFile, name+"-file", "", "file holding the bearer token to authenticate with (default $"+tokenEnv+"); see quorate token create")
-	pre := cmd.PreRunE
-	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		token, err := secretFromFileOrEnv(name+"-file", o.tokenFile, tokenEnv)
-		if err != nil {
-			return err
-		}
-		if token != "" {
-			cmd.SetContext(context.WithValue(cmd.Context(), tokenKey{}, token))
-		}
-		if pre != nil {
-			return pre(cmd, args)
-		}
-		return nil
-	}
-	refuseSecretFlag(cmd, name, name+"-file", tokenEnv)
+	apiflags.AddTLSFlags(fs, &o.tls)
+	apiflags.AddTokenFlag(cmd, &o.tokenFile)
 }
 
 // addServersFlags registers --server, which takes a comma-separated list of
 // nodes, and --timeout on cmd, for a command that retries.
 func addServersFlags(cmd *cobra.Command, o *clientOptions) {
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", defaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
+	fs.StringVar(&o.server, "server", apiflags.DefaultServer, "API addresses of nodes, comma-separated: http://host:port, https://host:port or\n"+
 		"host:port; attempts rotate through them, so one dead node does not stop a retry;\n"+
-		"when not given, $"+serverEnv+" if set, else the default")
+		"when not given, $"+apiflags.ServerEnv+" if set, else the default")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of the whole command, retries included")
-	addTLSFlags(fs, &o.tls)
-	addTokenFlag(cmd, o)
+	apiflags.AddTLSFlags(fs, &o.tls)
+	apiflags.AddTokenFlag(cmd, &o.tokenFile)
 }
 
 // begin checks the flags and returns the API base URL of a command that
@@ -166,57 +112,20 @@ func (o *clientOptions) beginServers(ctx context.Context) (baseURLs []string, _ 
 	if o.timeout <= 0 {
 		return nil, nil, nil, fmt.Errorf("--timeout: must be positive (got %v)", o.timeout)
 	}
-	us, err := serverURLs(o.tls.defaultScheme(o.server))
+	us, err := apiflags.ServerURLs(o.tls.DefaultScheme(o.server))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--server: %w", err)
 	}
-	if o.hc, err = o.tls.httpClient(); err != nil {
+	if o.hc, err = httpClientOf(o.tls); err != nil {
 		return nil, nil, nil, err
 	}
 	ctx, cancel = context.WithTimeout(ctx, o.timeout)
 	return us, ctx, cancel, nil
 }
 
-// tokenKey is the context key of the bearer token a command's calls send.
-type tokenKey struct{}
-
 // apiHTTPClient is the HTTP client of every API call the commands make: it
 // sends the bearer token of the call's context (--token-file), if any.
-var apiHTTPClient = &http.Client{Transport: tokenTransport{next: http.DefaultTransport}}
-
-// tokenTransport adds the context's bearer token to each request.
-type tokenTransport struct{ next http.RoundTripper }
-
-func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if token, ok := r.Context().Value(tokenKey{}).(string); ok {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
-	return t.next.RoundTrip(r)
-}
-
-func (t tokenTransport) CloseIdleConnections() {
-	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
-
-// serverURLs parses a comma-separated list of servers with serverURL.
-func serverURLs(list string) ([]string, error) {
-	parts := strings.Split(list, ",")
-	out := make([]string, 0, len(parts))
-	for i, p := range parts {
-		u, err := serverURL(p)
-		if err != nil {
-			if len(parts) > 1 {
-				return nil, fmt.Errorf("entry %d of %q: %w", i+1, list, err)
-			}
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
+var apiHTTPClient = &http.Client{Transport: apiflags.WithToken(http.DefaultTransport)}
 
 // newAdminClient and newAdmissionClient speak the Connect protocol over
 // HTTP/1.1 (or HTTP/2 with TLS), which every node serves, through hc. A
@@ -227,32 +136,6 @@ func newAdminClient(hc *http.Client, baseURL string) quoratev1connect.AdminServi
 
 func newAdmissionClient(hc *http.Client, baseURL string) quoratev1connect.AdmissionServiceClient {
 	return quoratev1connect.NewAdmissionServiceClient(hc, baseURL)
-}
-
-// serverURL turns "host:port", "http://host:port" or "https://host:port/"
-// into a base URL without a trailing slash.
-func serverURL(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return "", errors.New("must not be empty")
-	}
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("%q: scheme must be http or https", s)
-	}
-	if u.Host == "" {
-		return "", fmt.Errorf("%q has no host", s)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%q: a server URL has no query or fragment", s)
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // rpcError is a failed RPC: which call, against which server, and the Connect

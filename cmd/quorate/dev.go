@@ -3,22 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/quorate/quorate/admission"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/policyfile"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -41,10 +40,9 @@ type devOptions struct {
 	pprofAddr       string
 	memoryLimit     int64
 	heartbeat       time.Duration // --heartbeat-timeout
-	logStore        string
-	envoyConfig     []string // --envoy-config
-	envoyHeaders    bool     // --envoy-headers
-	envoyDedupe     bool     // --envoy-dedupe-request-id
+	envoyConfig     []string      // --envoy-config
+	envoyHeaders    bool          // --envoy-headers
+	envoyDedupe     bool          // --envoy-dedupe-request-id
 	// program is the path dev was run as, which the summary's commands
 	// name (programOf).
 	program string
@@ -86,7 +84,6 @@ func newDevCmd() *cobra.Command {
 	f.Var(byteSize{&o.memoryLimit}, "memory-limit", "soft limit on the whole process's memory (512MiB, 2GiB), as serve's; 0: none")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
-	f.StringVar(&o.logStore, "log-store", node.DefaultConfig().LogStore, "log store of the replicas the nodes create: shared, wal or bolt (replicas already on disk keep theirs)")
 	f.DurationVar(&o.heartbeat, "heartbeat-timeout", node.DefaultConfig().HeartbeatTimeout,
 		"nodes' Raft heartbeat timeout (and election timeout; the leader lease at most it): shorter fails over sooner, longer costs less idle CPU")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
@@ -119,9 +116,6 @@ func (o devOptions) validate() error {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
 	}
-	if o.logStore != node.LogStoreShared && o.logStore != node.LogStoreWAL && o.logStore != node.LogStoreBolt {
-		return fmt.Errorf("dev: --log-store: must be %q, %q or %q (got %q)", node.LogStoreShared, node.LogStoreWAL, node.LogStoreBolt, o.logStore)
-	}
 	if o.groups < 0 || o.groups > node.MaxDataGroups {
 		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
 	}
@@ -137,7 +131,7 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 	if o.policies == "" {
 		return nil, nil
 	}
-	policies, err := readPolicyFile(o.policies, nil)
+	policies, err := policyfile.Read(o.policies, nil)
 	if errors.Is(err, fs.ErrNotExist) && !o.policiesChanged {
 		fmt.Fprintf(stderr, "quorate dev: %s not found; starting without loading policies (add some with: %s policy apply -f FILE)\n",
 			o.policies, shellQuote(o.program))
@@ -149,34 +143,16 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 	return policies, nil
 }
 
-func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) node.Config {
-	cfg := node.DefaultConfig()
-	cfg.ID = fmt.Sprintf("node%d", i)
-	cfg.DataDir = filepath.Join(o.dir, cfg.ID)
-	cfg.APIAddr = fmt.Sprintf("127.0.0.1:%d", o.apiPort+i-1)
-	cfg.RaftAddr = fmt.Sprintf("127.0.0.1:%d", o.raftPort+i-1)
-	cfg.Bootstrap = i == 1
-	cfg.Join = join
-	cfg.LogOutput = logs
-	cfg.LogLevel = o.logLevel
-	cfg.LogStore = o.logStore
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = o.heartbeat, o.heartbeat
-	cfg.LeaderLeaseTimeout = min(cfg.LeaderLeaseTimeout, o.heartbeat)
-	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
-	cfg.MemoryLimit = o.memoryLimit // one process: one limit for every node
-	cfg.EnvoyConfig, cfg.EnvoyHeaders, cfg.EnvoyDedupeRequestID = o.envoyConfig, o.envoyHeaders, o.envoyDedupe
-	if i == 1 {
-		cfg.PprofAddr = o.pprofAddr // one process: one endpoint profiles every node
-	}
-	if t != nil {
-		kp := t.nodes[cfg.ID]
-		cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = kp.CertFile, kp.KeyFile, t.ca
-	}
-	return cfg
+// cluster is the devcluster configuration of the flags.
+func (o devOptions) cluster(logs io.Writer) devcluster.Config {
+	return devcluster.Config{Dir: o.dir, Nodes: o.nodes, Groups: o.groups, GroupsGiven: o.groupsChanged,
+		APIPort: o.apiPort, RaftPort: o.raftPort, LogLevel: o.logLevel, Logs: logs, Heartbeat: o.heartbeat,
+		ReadyTimeout: o.readyTimeout, TLS: o.tls, PprofAddr: o.pprofAddr, MemoryLimit: o.memoryLimit,
+		EnvoyConfig: o.envoyConfig, EnvoyHeaders: o.envoyHeaders, EnvoyDedupe: o.envoyDedupe}
 }
 
-// runDev starts the cluster, waits until it is ready, loads the policies,
-// prints a summary and serves until ctx ends.
+// runDev starts the cluster (package devcluster), waits until it is ready,
+// loads the policies, prints a summary and serves until ctx ends.
 func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	start := time.Now()
 	if err := o.validate(); err != nil {
@@ -186,115 +162,51 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	restarted := dirHasEntries(filepath.Join(o.dir, "node1"))
-	rec, recorded, err := readDevRecord(o.dir)
+	applyMemoryLimit(o.memoryLimit) // one process: one limit for every node
+	c, err := devcluster.Start(ctx, o.cluster(stderr))
 	if err != nil {
 		return err
 	}
-	if restarted && recorded {
-		if o.groupsChanged && o.groups != rec.Groups {
-			return fmt.Errorf("dev: --groups %d: the cluster in %s was created with --groups %d, and a restarted cluster keeps "+
-				"its data groups (see them with quorate admin status); restart it without --groups, or give another --dir "+
-				"for a new cluster with %d groups", o.groups, o.dir, rec.Groups, o.groups)
+	if err := c.Ready(ctx, policies); err != nil {
+		if ctx.Err() != nil && c.Failure() == nil {
+			return c.Stop() // interrupted while starting: a clean stop
 		}
-		o.groups = rec.Groups // every node, new ones too, gets the cluster's value
+		return errors.Join(err, c.Stop())
 	}
-	logs := lockedWriter{mu: new(sync.Mutex), w: stderr}
-
-	var tlsFiles *devTLS
-	hc, scheme := http.DefaultClient, "http://"
-	if o.tls {
-		ids := make([]string, o.nodes)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("node%d", i+1)
-		}
-		if tlsFiles, err = openDevTLS(filepath.Join(o.dir, "tls"), ids); err != nil {
-			return err
-		}
-		if hc, err = tlsFiles.client().httpClient(); err != nil {
-			return fmt.Errorf("dev: --tls: %w", err)
-		}
-		scheme = "https://"
-	}
-	c := newDevCluster(ctx, hc)
-	nodes := make([]*node.Node, 0, o.nodes)
-	for i := 1; i <= o.nodes; i++ {
-		join := ""
-		if i > 1 {
-			join = nodes[0].APIAddr()
-		}
-		cfg := o.nodeConfig(i, logs, join, tlsFiles)
-		if err := cfg.Validate(); err != nil {
-			return errors.Join(fmt.Errorf("dev: %s: %w", cfg.ID, err), c.stop())
-		}
-		if i == 1 {
-			applyMemoryLimit(cfg.MemoryLimit)
-		}
-		n, err := node.New(cfg)
-		if err != nil {
-			return errors.Join(fmt.Errorf("dev: starting %s (API %s, Raft %s; see --api-port, --raft-port, --dir): %w",
-				cfg.ID, cfg.APIAddr, cfg.RaftAddr, err), c.stop())
-		}
-		nodes = append(nodes, n)
-		c.start(cfg.ID, n)
-	}
-	base := scheme + nodes[0].APIAddr()
-	deadline := start.Add(o.readyTimeout)
-
-	status, err := c.waitReady(ctx, base, o.nodes, o.groups, deadline)
-	if err == nil && len(policies) > 0 {
-		policies, err = c.applyPolicies(ctx, base, policies, deadline)
-	} else if err == nil {
-		policies, err = c.listPolicies(ctx, base)
-	}
-	if err != nil {
-		if ctx.Err() != nil && c.failure() == nil {
-			return c.stop() // interrupted while starting: a clean stop
-		}
-		return errors.Join(err, c.stop())
-	}
-
-	have := len(status.GetShardMap().GetGroups())
-	switch {
-	case !restarted:
-		err = writeDevRecord(o.dir, devRecord{Groups: o.groups})
-	case !recorded && status.GetShardMap() != nil:
-		// State from a dev that kept no record: the map says.
-		if o.groupsChanged && have != o.groups {
-			fmt.Fprintf(stderr, "quorate dev: warning: --groups %d is ignored: the cluster in %s has %d data groups, "+
-				"which a restart keeps (give another --dir for a new cluster)\n", o.groups, o.dir, have)
-		}
-		err = writeDevRecord(o.dir, devRecord{Groups: have})
-	}
-	if err != nil {
-		return errors.Join(err, c.stop())
-	}
-	writeDevSummary(stdout, o, nodes, status, policies, restarted, tlsFiles)
+	writeDevSummary(stdout, o, c)
 	fmt.Fprintf(stdout, "ready in %.1fs; press Ctrl-C to stop\n", time.Since(start).Seconds())
 
 	select {
 	case <-ctx.Done():
-	case <-c.failed:
+	case <-c.Failed():
 	}
-	fmt.Fprintln(logs, "quorate dev: stopping")
-	failure := c.failure()
-	stopErr := c.stop()
+	fmt.Fprintln(c.Logs(), "quorate dev: stopping")
+	failure := c.Failure()
+	stopErr := c.Stop()
 	if failure != nil {
 		return errors.Join(failure, stopErr)
 	}
 	if stopErr == nil {
-		fmt.Fprintf(logs, "quorate dev: stopped; state kept in %s\n", o.dir)
+		fmt.Fprintf(c.Logs(), "quorate dev: stopped; state kept in %s\n", o.dir)
 	}
 	return stopErr
 }
 
-func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quoratev1.ClusterStatusResponse, policies []*quoratev1.Policy, restarted bool, t *devTLS) {
-	scheme, cli, curl := "http://", "", ""
+// tlsFlags are the client flags that reach a TLS cluster: its CA and the
+// admin certificate.
+func tlsFlags(t *devcluster.TLSFiles) apiflags.TLS {
+	return apiflags.TLS{CA: t.CA, Cert: t.Admin.CertFile, Key: t.Admin.KeyFile}
+}
+
+// writeDevSummary prints the ready cluster c and how to reach it.
+func writeDevSummary(w io.Writer, o devOptions, c *devcluster.Cluster) {
+	nodes, status, policies, restarted, t := c.Nodes(), c.Status(), c.Policies(), c.Restarted(), c.TLS()
+	scheme, cli, curl := c.Scheme(), "", ""
 	prog := shellQuote(o.program)
 	if t != nil {
-		scheme, cli = "https://", " "+t.cliFlags()
-		c := t.client()
-		curl = fmt.Sprintf(" --cacert %s --cert %s --key %s", c.ca, c.cert, c.key)
+		f := tlsFlags(t)
+		cli = fmt.Sprintf(" --tls-ca %s --tls-cert %s --tls-key %s", f.CA, f.Cert, f.Key)
+		curl = fmt.Sprintf(" --cacert %s --cert %s --key %s", f.CA, f.Cert, f.Key)
 	}
 	how := "new cluster"
 	if restarted {
@@ -340,7 +252,7 @@ func writeDevSummary(w io.Writer, o devOptions, nodes []*node.Node, status *quor
 	}
 	server := scheme + nodes[0].APIAddr()
 	if t != nil {
-		fmt.Fprintf(w, "TLS: CA and certificates in %s; the CLI reaches the cluster with%s\n", t.dir, cli)
+		fmt.Fprintf(w, "TLS: CA and certificates in %s; the CLI reaches the cluster with%s\n", t.Dir, cli)
 	}
 	fmt.Fprintln(w, "try:")
 	fmt.Fprintf(w, "  curl -s%s -H 'Content-Type: application/json' -d '{\"policy\":\"%s\",\"key\":\"tenant-a\"}' %s/quorate.v1.AdmissionService/Admit\n", curl, policy, server)
@@ -363,42 +275,9 @@ func indent(s, prefix string) string {
 	return b.String()
 }
 
+// dirHasEntries reports whether dir exists and holds anything (serve's
+// check of a data directory).
 func dirHasEntries(dir string) bool {
 	entries, err := os.ReadDir(dir)
 	return err == nil && len(entries) > 0
-}
-
-// devRecordFile, in dev's --dir, records how dev created the cluster.
-const devRecordFile = "dev.json"
-
-// devRecord is what dev keeps in devRecordFile.
-type devRecord struct {
-	Groups int `json:"groups"` // --groups of the new cluster
-}
-
-// readDevRecord reads dir's devRecordFile; false when there is none.
-func readDevRecord(dir string) (devRecord, bool, error) {
-	var r devRecord
-	b, err := os.ReadFile(filepath.Join(dir, devRecordFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return r, false, nil
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &r)
-	}
-	if err != nil {
-		return r, false, fmt.Errorf("dev: %s: %w", filepath.Join(dir, devRecordFile), err)
-	}
-	return r, true, nil
-}
-
-func writeDevRecord(dir string, r devRecord) error {
-	b, err := json.Marshal(r)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, devRecordFile), append(b, '\n'), 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("dev: recording the cluster's --groups: %w", err)
-	}
-	return nil
 }

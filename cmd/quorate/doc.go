@@ -79,13 +79,9 @@
 //	    the one in --token-file or $QUORATE_TOKEN; a token is never an
 //	    argument (--token is refused)
 //
-// Benchmarks:
-//
-//	quorate bench --policy P [--workers 64] [--duration 10s] [--rate N] [--batch N]
-//	quorate bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]
-//	    load a cluster (or a Redis) with admissions; report throughput and latency
-//	quorate bench compare [--write docs/BENCHMARKS.md]
-//	    Quorate and Redis side by side, same load, on this machine
+// Benchmarks are another binary's: quorate-bench (cmd/quorate-bench) loads
+// a cluster and compares it with Redis and Gubernator, so that this one
+// links neither client.
 //
 // Other commands:
 //

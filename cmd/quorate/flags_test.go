@@ -31,7 +31,6 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		{"serve tiny memory-limit", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--memory-limit", "1MiB"}, []string{"--memory-limit"}},
 		{"serve bad memory-limit", []string{"serve", "--id", "n1", "--data-dir", dir, "--bootstrap", "--memory-limit", "1GB"}, []string{"--memory-limit"}},
 		{"dev tiny memory-limit", []string{"dev", "--dir", dir, "--memory-limit", "1000"}, []string{"--memory-limit"}},
-		{"dev bad log store", []string{"dev", "--dir", dir, "--log-store", "lsm"}, []string{"--log-store"}},
 		{"dev zero heartbeat", []string{"dev", "--dir", dir, "--heartbeat-timeout", "0s"}, []string{"--heartbeat-timeout"}},
 		{"dev zero nodes", []string{"dev", "--dir", dir, "--nodes", "0"}, []string{"--nodes"}},
 		{"dev ten nodes", []string{"dev", "--dir", dir, "--nodes", "10"}, []string{"--nodes"}},
@@ -117,24 +116,6 @@ func TestPolicyValidate(t *testing.T) {
 	out, _, err := runCLI(t, "policy", "validate", "-f", "../../examples/policies.yaml")
 	if err != nil || !strings.Contains(out, "11 policies OK") {
 		t.Fatalf("got %q, %v", out, err)
-	}
-}
-
-func TestServerURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:7070":         "http://127.0.0.1:7070",
-		"http://127.0.0.1:7070/": "http://127.0.0.1:7070",
-		"https://q.example:443":  "https://q.example:443",
-		" localhost:1 ":          "http://localhost:1",
-	} {
-		if got, err := serverURL(in); err != nil || got != want {
-			t.Errorf("serverURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "ftp://x", "http://", "http://h:1/?q=1"} {
-		if got, err := serverURL(in); err == nil {
-			t.Errorf("serverURL(%q) = %q, want an error", in, got)
-		}
 	}
 }
 

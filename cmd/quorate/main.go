@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 )
 
 func main() {
@@ -52,12 +54,12 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Quorate: a Raft-replicated strict rate limiter",
 		Long: "Quorate decides admission (rate limits) strictly across a cluster: every decision\n" +
 			"goes through a Raft log, so all nodes share one budget.\n\n" +
-			"Client commands send to --server, default $" + serverEnv + " or " + defaultServer + ",\n" +
-			"with the bearer token of --token-file, default $" + tokenEnv + ".\n\n" + exitStatusHelp,
+			"Client commands send to --server, default $" + apiflags.ServerEnv + " or " + apiflags.DefaultServer + ",\n" +
+			"with the bearer token of --token-file, default $" + apiflags.TokenEnv + ".\n\n" + exitStatusHelp,
 		SilenceUsage:  true, // a failed RPC is not a usage mistake
 		SilenceErrors: true, // main prints the error once
 		// $QUORATE_SERVER is the default of every command's --server.
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return serverFromEnv(cmd) },
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return apiflags.ServerFromEnv(cmd) },
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -73,12 +75,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newLeaseCmd(),
 		newPolicyCmd(),
 		newAdminCmd(),
-		newBenchCmd(),
 		newTokenCmd(),
 		newVersionCmd(),
 	)
 	root.InitDefaultCompletionCmd()
-	textOrJSONOnly(root, "bench")
 	failOnUnknownSubcommands(root)
 	return root
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/policyfile"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -54,43 +54,6 @@ func (f outputFormat) structured() bool { return f == outputJSON || f == outputY
 func addOutputFlag(cmd *cobra.Command, f *outputFormat) {
 	*f = outputText
 	cmd.Flags().VarP(f, "output", "o", "output format: text, json (protojson of the response) or yaml (the same fields)")
-}
-
-// textOrJSONOnly makes the -o/--output of the command name under root, and
-// of its subcommands, refuse yaml: their JSON is their own report, not a
-// response's protojson, and they print no YAML form.
-func textOrJSONOnly(root *cobra.Command, name string) {
-	cmd, _, err := root.Find([]string{name})
-	if err != nil || cmd == root {
-		return
-	}
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		if f := c.Flags().Lookup("output"); f != nil {
-			if of, ok := f.Value.(*outputFormat); ok {
-				f.Value = textOrJSON{of}
-				f.Usage = "output format: text or json"
-			}
-		}
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
-	}
-	walk(cmd)
-}
-
-// textOrJSON is an -o/--output value that refuses yaml.
-type textOrJSON struct{ *outputFormat }
-
-func (f textOrJSON) Type() string { return "text|json" }
-func (f textOrJSON) Set(s string) error {
-	if outputFormat(s) == outputYAML {
-		return errors.New("must be text or json (this command has no yaml output)")
-	}
-	if err := f.outputFormat.Set(s); err != nil {
-		return errors.New("must be text or json")
-	}
-	return nil
 }
 
 // writeJSON writes m as indented protojson with every field, then a newline.
@@ -309,15 +272,12 @@ func orDefaultStr(v, empty string) string {
 	return v
 }
 
-// lockedWriter serializes writes to w, so that several nodes can log to one
-// stream. Each Write of the loggers is a whole line.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+// writePolicyAnswer writes the answer m of a policy command, which holds
+// policies, in format f (json or yaml): protojson of m, or a policy file of
+// policies (package policyfile), which policy apply -f accepts unchanged.
+func (f outputFormat) writePolicyAnswer(w io.Writer, m proto.Message, policies []*quoratev1.Policy) error {
+	if f == outputYAML {
+		return policyfile.Write(w, policies)
+	}
+	return writeJSON(w, m)
 }

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/policyfile"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -51,7 +52,7 @@ func newPolicyApplyCmd() *cobra.Command {
 			if file == "" {
 				return errors.New("policy apply: --file (-f) is required: the policy file to apply, or - for stdin")
 			}
-			policies, err := readPolicyFile(file, cmd.InOrStdin())
+			policies, err := policyfile.Read(file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -90,12 +91,12 @@ func policyApplyDryRun(ctx context.Context, w io.Writer, client *clientOptions, 
 	if err != nil {
 		return wrapRPC("ListPolicies", base, "", err)
 	}
-	changes := planPolicyApply(policies, resp.Msg.GetPolicies())
+	changes := policyfile.Plan(policies, resp.Msg.GetPolicies())
 	if output.structured() {
-		planned := plannedPolicies(changes)
+		planned := policyfile.Planned(changes)
 		return output.writePolicyAnswer(w, planned, planned.GetPolicies())
 	}
-	return writePolicyPlan(w, file, changes)
+	return policyfile.WritePlan(w, file, changes)
 }
 
 func newPolicyListCmd() *cobra.Command {
@@ -227,7 +228,7 @@ func newPolicyValidateCmd() *cobra.Command {
 			if file == "" {
 				return errors.New("policy validate: --file (-f) is required: the policy file to check, or - for stdin")
 			}
-			policies, err := readPolicyFile(file, cmd.InOrStdin())
+			policies, err := policyfile.Read(file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 )
 
 // A --server that is not a node's API — its Raft port, say, or an SSH
@@ -50,8 +51,8 @@ func probeAPI(ctx context.Context, hc *http.Client, procedure, server string) er
 	defer cancel()
 	var connected atomic.Bool // on a new connection (not one reused)
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { connected.Store(!info.Reused) }}
-	// A nil token: tokenTransport sends none.
-	ctx = httptrace.WithClientTrace(context.WithValue(ctx, tokenKey{}, nil), trace)
+	// No token: the transport sends none.
+	ctx = httptrace.WithClientTrace(apiflags.WithoutToken(ctx), trace)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/healthz", nil)
 	if err != nil {
 		return nil // the attempt fails on the same URL, saying why

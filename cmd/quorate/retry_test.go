@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -263,18 +264,6 @@ func TestFormatDecision(t *testing.T) {
 	}
 }
 
-func TestServerList(t *testing.T) {
-	got, err := serverURLs("127.0.0.1:7070, http://127.0.0.1:7071/")
-	if want := []string{"http://127.0.0.1:7070", "http://127.0.0.1:7071"}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("serverURLs = %q, %v; want %q", got, err, want)
-	}
-	for _, bad := range []string{"a:1,", ",a:1", "a:1,ftp://b"} {
-		if _, err := serverURLs(bad); err == nil {
-			t.Errorf("serverURLs(%q): want an error", bad)
-		}
-	}
-}
-
 // onePolicyAdmin is an AdminService that answers ListPolicies with one
 // policy.
 type onePolicyAdmin struct {
@@ -296,9 +285,9 @@ func TestSingleServerCommandTakesAList(t *testing.T) {
 	if err != nil || !strings.Contains(out, "api-free") {
 		t.Fatalf("policy list over %s,%s: %v\n%s%s", dead, srv.URL, err, out, errOut)
 	}
-	t.Setenv(serverEnv, dead+", "+srv.URL)
+	t.Setenv(apiflags.ServerEnv, dead+", "+srv.URL)
 	if out, _, err := runCLI(t, "policy", "list"); err != nil || !strings.Contains(out, "api-free") {
-		t.Fatalf("policy list with $%s=%s,%s: %v\n%s", serverEnv, dead, srv.URL, err, out)
+		t.Fatalf("policy list with $%s=%s,%s: %v\n%s", apiflags.ServerEnv, dead, srv.URL, err, out)
 	}
 	// None reachable: the first is named in the error.
 	other := closedPort(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node"
 )
@@ -38,7 +39,7 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.LogOutput = cmd.ErrOrStderr()
-			token, err := secretFromFileOrEnv("node-token-file", nodeTokenFile, nodeTokenEnv)
+			token, err := apiflags.SecretFromFileOrEnv("node-token-file", nodeTokenFile, nodeTokenEnv)
 			if err != nil {
 				return err
 			}
@@ -128,7 +129,7 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, "token file: callers and the SHA-256 of their bearer tokens (quorate token create); reloaded when it changes")
 	fs.StringVar(&nodeTokenFile, "node-token-file", "", "file holding the bearer token this node sends on its --join, for a cluster without TLS that has an\n"+
 		"access file: a caller with the admin role (default $"+nodeTokenEnv+"). With TLS, the node's certificate is enough")
-	refuseSecretFlag(cmd, "node-token", "node-token-file", nodeTokenEnv)
+	apiflags.RefuseSecretFlag(cmd, "node-token", "node-token-file", nodeTokenEnv)
 	addNodeTuningFlags(cmd, &cfg)
 	fs.DurationVar(&cfg.ClockOffset, "debug-clock-offset", cfg.ClockOffset, "added to this node's clock when it stamps log entries; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-clock-offset")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	"github.com/quorate/quorate/node/nodetest"
 )
 
@@ -57,12 +58,12 @@ func TestClientTLSFlags(t *testing.T) {
 	wantErrNaming(t, err, "--tls-key")
 	_, _, err = runCLI(t, "admin", "status", "--tls-ca", filepath.Join(t.TempDir(), "missing.pem"))
 	wantErrNaming(t, err, "--tls-ca", "missing.pem")
-	var f tlsFlags
-	if got := f.defaultScheme("a:1,http://b:2"); got != "a:1,http://b:2" {
+	var f apiflags.TLS
+	if got := f.DefaultScheme("a:1,http://b:2"); got != "a:1,http://b:2" {
 		t.Errorf("without TLS files: %q", got)
 	}
-	f.ca = "ca.pem"
-	if got := f.defaultScheme("a:1,http://b:2," + defaultServer); got != "https://a:1,http://b:2,https://127.0.0.1:7070" {
+	f.CA = "ca.pem"
+	if got := f.DefaultScheme("a:1,http://b:2," + apiflags.DefaultServer); got != "https://a:1,http://b:2,https://127.0.0.1:7070" {
 		t.Errorf("with --tls-ca: %q", got)
 	}
 }

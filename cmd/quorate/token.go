@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 )
 
 func newTokenCmd() *cobra.Command {
@@ -25,7 +26,7 @@ func newTokenCreateCmd() *cobra.Command {
 		Short: "Print a new bearer token and its token file entry",
 		Long: "Create prints a new random bearer token for the caller, then the entry to add to the\n" +
 			"nodes' --token-file (under \"tokens:\"), which holds only the token's SHA-256. Give the\n" +
-			"token to the caller (quorate's commands read it from --token-file or $" + tokenEnv + "); it is not\n" +
+			"token to the caller (quorate's commands read it from --token-file or $" + apiflags.TokenEnv + "); it is not\n" +
 			"stored anywhere. Nodes pick up the edited file without a restart. Grant the caller roles\n" +
 			"in the --access-file.",
 		Example: "  quorate token create --caller gateway-eu",

@@ -1,25 +1,17 @@
-package main
+package policyfile
 
 import (
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
-
-// The policy commands print -o yaml as a policy file (policyfile.go), so
-// that what policy get or list prints, policy apply -f accepts unchanged and
-// applies as a no-op: the same field names as the file, durations as Go
-// durations, and each policy's version as a comment (a version is the
-// cluster's to give, not the file's).
 
 // policyField is one field of a policy as a policy file writes it.
 type policyField struct {
@@ -56,7 +48,7 @@ func policyFileFields(p admission.Policy) []policyField {
 // file's fields with local's spelled out (local.mode, ...).
 func policyFieldNames() []string {
 	var out []string
-	for _, f := range policyFile.Fields {
+	for _, f := range spec.Fields {
 		if f != "local" {
 			out = append(out, f)
 			continue
@@ -118,9 +110,9 @@ func fileDuration(d time.Duration) string {
 	return s
 }
 
-// writePolicyFile writes policies as a policy file, each with its version
+// Write writes policies as a policy file, each with its version
 // as a comment on its name, leaving out the fields equal to their defaults.
-func writePolicyFile(w io.Writer, policies []*quoratev1.Policy) error {
+func Write(w io.Writer, policies []*quoratev1.Policy) error {
 	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	if len(policies) == 0 {
 		list.Style = yaml.FlowStyle // policies: []
@@ -146,125 +138,11 @@ func writePolicyFile(w io.Writer, policies []*quoratev1.Policy) error {
 		list.Content = append(list.Content, entry)
 	}
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map",
-		Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: policyFile.Key}, list}}}}
+		Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: spec.Key}, list}}}}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
 		return err
 	}
 	return enc.Close()
-}
-
-// writePolicyAnswer writes the answer m of a policy command, which holds
-// policies, in format f (json or yaml): protojson of m, or a policy file of
-// policies.
-func (f outputFormat) writePolicyAnswer(w io.Writer, m proto.Message, policies []*quoratev1.Policy) error {
-	if f == outputYAML {
-		return writePolicyFile(w, policies)
-	}
-	return writeJSON(w, m)
-}
-
-// policyChange is what applying one policy of a file would do.
-type policyChange struct {
-	name    string
-	current *quoratev1.Policy // nil: the policy is new
-	next    admission.Policy  // as the cluster would store it (defaults filled)
-	version uint64            // its version after the apply
-	fields  []fieldChange     // the fields that change; none when unchanged
-}
-
-// fieldChange is one field of a policy that an apply changes; "" is unset.
-type fieldChange struct{ name, from, to string }
-
-// planPolicyApply compares the policies of a file with the cluster's
-// current ones as the cluster does when applying them (each with its
-// defaults filled in): a new policy gets version 1, a changed one its
-// version+1, an unchanged one keeps its version. Apply deletes nothing, so
-// the cluster's other policies are left out.
-func planPolicyApply(file, current []*quoratev1.Policy) []policyChange {
-	byName := make(map[string]*quoratev1.Policy, len(current))
-	for _, p := range current {
-		byName[p.GetName()] = p
-	}
-	out := make([]policyChange, 0, len(file))
-	for _, p := range file {
-		c := policyChange{name: p.GetName(), next: node.PolicyFromAPI(p).WithDefaults(), version: 1}
-		if cur, ok := byName[c.name]; ok {
-			c.current, c.version = cur, cur.GetVersion()
-			if old := node.PolicyFromAPI(cur).WithDefaults(); old != c.next {
-				c.version++
-				c.fields = diffFields(policyFileFields(old), policyFileFields(c.next))
-			}
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-// diffFields lists the fields whose values differ between from and to, in
-// policy file order.
-func diffFields(from, to []policyField) []fieldChange {
-	value := func(fs []policyField, name string) string {
-		for _, f := range fs {
-			if f.name == name {
-				return f.value
-			}
-		}
-		return ""
-	}
-	var out []fieldChange
-	for _, name := range policyFieldNames() {
-		if a, b := value(from, name), value(to, name); a != b {
-			out = append(out, fieldChange{name, a, b})
-		}
-	}
-	return out
-}
-
-// writePolicyPlan prints what applying the file would do, one block per
-// policy: "+" new, "~" changed (each changed field, from → to), "="
-// unchanged; then the counts.
-func writePolicyPlan(w io.Writer, file string, changes []policyChange) error {
-	var b strings.Builder
-	added, changed := 0, 0
-	for _, c := range changes {
-		switch {
-		case c.current == nil:
-			added++
-			fmt.Fprintf(&b, "+ %s  (new, version 1)\n", c.name)
-			for _, f := range policyFileFields(c.next)[1:] {
-				fmt.Fprintf(&b, "    %s: %s\n", f.name, f.value)
-			}
-		case len(c.fields) > 0:
-			changed++
-			fmt.Fprintf(&b, "~ %s  (version %d → %d)\n", c.name, c.current.GetVersion(), c.version)
-			for _, f := range c.fields {
-				fmt.Fprintf(&b, "    %s: %s → %s\n", f.name, orUnset(f.from), orUnset(f.to))
-			}
-		default:
-			fmt.Fprintf(&b, "= %s  (unchanged, version %d)\n", c.name, c.version)
-		}
-	}
-	fmt.Fprintf(&b, "dry run of %s: %d to add, %d to change, %d unchanged; nothing applied (apply deletes no policy)\n",
-		file, added, changed, len(changes)-added-changed)
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func orUnset(v string) string {
-	if v == "" {
-		return "(unset)"
-	}
-	return v
-}
-
-// plannedPolicies are the policies as the apply would leave them, with
-// their versions: the answer a dry run prints with -o json or yaml.
-func plannedPolicies(changes []policyChange) *quoratev1.ApplyPoliciesResponse {
-	out := &quoratev1.ApplyPoliciesResponse{}
-	for _, c := range changes {
-		out.Policies = append(out.Policies, node.PolicyToAPI(c.next, c.version))
-	}
-	return out
 }

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/quorate/quorate/cmd/internal/apiflags"
 	"github.com/quorate/quorate/node"
 )
 
@@ -25,18 +26,18 @@ import (
 // cancelled, so the end of a run does not show up as errors.
 const benchCallTimeout = 5 * time.Second
 
-// Targets of `quorate bench --target`.
+// Targets of `quorate-bench --target`.
 const (
 	targetQuorate    = "quorate"
 	targetRedis      = "redis"
 	targetGubernator = "gubernator"
 )
 
-// benchOptions are the flags of `quorate bench`.
+// benchOptions are the flags of `quorate-bench`.
 type benchOptions struct {
 	target     string
 	servers    string
-	tls        tlsFlags // --tls-ca, --tls-cert, --tls-key
+	tls        apiflags.TLS // --tls-ca, --tls-cert, --tls-key
 	policy     string
 	requestIDs bool
 	quorate    quorateOptions // --route, --coalesce
@@ -63,8 +64,8 @@ type loadOptions struct {
 func newBenchCmd() *cobra.Command {
 	o := benchOptions{}
 	cmd := &cobra.Command{
-		Use: "bench --policy P [--workers 64] [--duration 10s] [--rate N] [--keys 10000] [--dist uniform|zipf] [--batch N]\n" +
-			"  quorate bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]",
+		Use: "quorate-bench --policy P [--workers 64] [--duration 10s] [--rate N] [--keys 10000] [--dist uniform|zipf] [--batch N]\n" +
+			"  quorate-bench --target redis [--redis-addr 127.0.0.1:6379] [same load flags]",
 		Short: "Load a cluster (or a Redis) with admissions and report throughput and latency",
 		Long: "Bench sends Admit calls for --duration through the Go client (package client), on\n" +
 			"--keys keys picked uniformly or by a zipf law (s=1.1: a few hot keys). Closed loop\n" +
@@ -91,25 +92,25 @@ func newBenchCmd() *cobra.Command {
 			"It prints progress every second (to stderr), then throughput, answers, errors by\n" +
 			"code, latency percentiles (from an HDR histogram: within 0.1%, the max exact) and\n" +
 			"the longest gap between two answered calls (a leader failing over shows there);\n" +
-			"-o json prints the summary as JSON. `quorate bench\n" +
+			"-o json prints the summary as JSON. `quorate-bench\n" +
 			"compare` runs Quorate, Redis and Gubernator side by side (see its help).",
-		Example: "  quorate bench --policy api-paid --workers 64 --duration 10s\n" +
-			"  quorate bench --policy api-paid --batch 100 --workers 16\n" +
-			"  quorate bench --policy api-paid --workers 1 --route any --server 127.0.0.1:7071\n" +
-			"  quorate bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
-			"  quorate bench --target redis --redis-addr 127.0.0.1:6379 --batch 16",
+		Example: "  quorate-bench --policy api-paid --workers 64 --duration 10s\n" +
+			"  quorate-bench --policy api-paid --batch 100 --workers 16\n" +
+			"  quorate-bench --policy api-paid --workers 1 --route any --server 127.0.0.1:7071\n" +
+			"  quorate-bench --server 127.0.0.1:7070,127.0.0.1:7071 --policy api-paid --rate 2000 --dist zipf -o json\n" +
+			"  quorate-bench --target redis --redis-addr 127.0.0.1:6379 --batch 16",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.changed = cmd.Flags().Changed
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	var auth clientOptions // only its --token-file: calls take the token from the context
-	addTokenFlag(cmd, &auth)
+	var tokenFile string // calls take the token from the context
+	apiflags.AddTokenFlag(cmd, &tokenFile)
 	fs := cmd.Flags()
 	fs.StringVar(&o.target, "target", targetQuorate, "what to load: quorate (a cluster, --server) or redis (--redis-addr)")
-	fs.StringVar(&o.servers, "server", defaultServer, "API addresses of nodes, comma-separated: the client learns the cluster from them")
-	addTLSFlags(fs, &o.tls)
+	fs.StringVar(&o.servers, "server", apiflags.DefaultServer, "API addresses of nodes, comma-separated: the client learns the cluster from them")
+	apiflags.AddTLSFlags(fs, &o.tls)
 	fs.StringVar(&o.policy, "policy", "", "policy to admit against (required with --target quorate)")
 	fs.BoolVar(&o.requestIDs, "request-ids", false, "name every request's ID after the run and a sequence number (without it, the\n"+
 		"client gives each a random one: every request carries a request ID)")
@@ -202,16 +203,16 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	var target benchTarget
 	switch o.target {
 	case targetQuorate:
-		urls, err := serverURLs(o.tls.defaultScheme(o.servers))
+		urls, err := apiflags.ServerURLs(o.tls.DefaultScheme(o.servers))
 		if err != nil {
 			return fmt.Errorf("--server: %w", err)
 		}
-		tr, err := o.tls.transport(o.load.workers)
+		tr, err := o.tls.Transport(o.load.workers)
 		if err != nil {
 			return err
 		}
 		q := o.quorate
-		q.token, _ = ctx.Value(tokenKey{}).(string)
+		q.token = apiflags.Token(ctx)
 		t, err := newQuorateTarget(urls, tr, o.policy, o.requestIDs, q, o.load)
 		if err != nil {
 			return err
@@ -225,7 +226,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		target = t
 	}
 	defer target.close()
-	o.load.label = "quorate bench"
+	o.load.label = "quorate-bench"
 	s := runLoad(ctx, target, o.load, stderr)
 	if o.output == outputJSON {
 		enc := json.NewEncoder(stdout)

@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ policies:
     burst: ~          # null: unset, like absent
     dedupe_retention: ~
 `
-	got, err := parsePolicyFile("p.yaml", []byte(file))
+	got, err := Parse("p.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +115,10 @@ func TestParsePolicyFileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parsePolicyFile("p.yaml", []byte(tt.file))
-			var pe *PolicyFileError
+			_, err := Parse("p.yaml", []byte(tt.file))
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+				t.Fatalf("got %v (%T), want a *Error", err, err)
 			}
 			if pe.Field != tt.field || pe.Line != tt.line || pe.Index != tt.index || pe.Name != tt.policy || pe.File != "p.yaml" {
 				t.Errorf("got field %q line %d index %d name %q file %q, want field %q line %d index %d name %q",
@@ -142,7 +142,7 @@ func TestPolicyFileErrorText(t *testing.T) {
 		"    period: 1s\n" +
 		"  - name: login\n" +
 		"    period: fast\n"
-	_, err := parsePolicyFile("examples/policies.yaml", []byte(file))
+	_, err := Parse("examples/policies.yaml", []byte(file))
 	want := `examples/policies.yaml:7: policies[1] (login): period: invalid duration "fast"`
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got %v, want it to start with %s", err, want)
@@ -154,8 +154,8 @@ func TestPolicyFileErrorText(t *testing.T) {
 func TestPolicyFileNullName(t *testing.T) {
 	for _, null := range []string{"~", "null", ""} {
 		file := "policies:\n  - name: " + null + "\n    algorithm: token_bucket\n    limit: 5\n    period: 1m\n"
-		_, err := parsePolicyFile("p.yaml", []byte(file))
-		var pe *PolicyFileError
+		_, err := Parse("p.yaml", []byte(file))
+		var pe *Error
 		if !errors.As(err, &pe) || pe.Name != "" || pe.Field != "name" || pe.Line != 2 ||
 			!strings.HasPrefix(err.Error(), "p.yaml:2: policies[0]: name: ") {
 			t.Errorf("name: %s: got %v", null, err)
@@ -172,17 +172,17 @@ func TestParsePolicyFileSyntax(t *testing.T) {
 		"policies scalar": "policies: 3\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := parsePolicyFile("p.yaml", []byte(file))
-			var pe *PolicyFileError
+			_, err := Parse("p.yaml", []byte(file))
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+				t.Fatalf("got %v (%T), want a *Error", err, err)
 			}
 		})
 	}
 }
 
 func TestExamplePoliciesFile(t *testing.T) {
-	policies, err := readPolicyFile("../../examples/policies.yaml", nil)
+	policies, err := Read("../examples/policies.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestExamplePoliciesFile(t *testing.T) {
 			t.Errorf("policy %s: %v", p.GetName(), err)
 		}
 	}
-	if _, err := readPolicyFile("no-such-file.yaml", nil); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := Read("no-such-file.yaml", nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
 	}
 }
@@ -244,7 +244,7 @@ policies:
     calendar: day
     shadow: ~      # null: unset, like absent
 `
-	got, err := parsePolicyFile("p.yaml", []byte(file))
+	got, err := Parse("p.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,10 +305,10 @@ func TestParsePolicyFileCalendarAndShadowErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parsePolicyFile("p.yaml", []byte(tt.file))
-			var pe *PolicyFileError
+			_, err := Parse("p.yaml", []byte(tt.file))
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+				t.Fatalf("got %v (%T), want a *Error", err, err)
 			}
 			if pe.Field != tt.field || pe.Line != tt.line || pe.Index != 1 || pe.Name != "q" {
 				t.Errorf("got field %q line %d index %d name %q, want field %q line %d index 1 name q",
@@ -335,60 +335,9 @@ func TestDedupeRetentionErrorText(t *testing.T) {
 		"forever": `p.yaml:6: policies[0] (api): dedupe_retention: invalid duration "forever"`,
 		"0.5s":    `p.yaml:6: policies[0] (api): dedupe_retention: must be between 1s and 24h0m0s (got 500ms)`,
 	} {
-		_, err := parsePolicyFile("p.yaml", []byte(head+"    dedupe_retention: "+value+"\n"))
+		_, err := Parse("p.yaml", []byte(head+"    dedupe_retention: "+value+"\n"))
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("dedupe_retention %s: got %v, want it to start with %s", value, err, want)
-		}
-	}
-}
-
-func TestWritePoliciesRetentionAndLocal(t *testing.T) {
-	var b strings.Builder
-	err := writePolicies(&b, []*quoratev1.Policy{
-		{Name: "set", Version: 2, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second), DedupeRetention: durationpb.New(30 * time.Minute)},
-		{Name: "unset", Version: 1, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second)},
-		{Name: "local", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
-			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	column := func(line, name string) string {
-		header := lines[0]
-		i := strings.Index(header, name)
-		if i < 0 || i >= len(line) {
-			return ""
-		}
-		return strings.Fields(line[i:])[0]
-	}
-	if len(lines) != 4 || column(lines[1], "DEDUPE_RETENTION") != "30m0s" || column(lines[2], "DEDUPE_RETENTION") != "10m0s" {
-		t.Errorf("want a DEDUPE_RETENTION column, 30m0s as set and the default 10m0s when unset:\n%s", b.String())
-	}
-	// LOCAL shows the defaults the cluster applies: a tenth of the burst, 10s.
-	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
-		t.Errorf("want LOCAL - without local decisions, and reserve with its defaults:\n%s", b.String())
-	}
-}
-
-func TestWritePoliciesCalendarAndShadow(t *testing.T) {
-	var b strings.Builder
-	err := writePolicies(&b, []*quoratev1.Policy{
-		node.PolicyToAPI(admission.Policy{Name: "reports", Algorithm: "quota", Limit: 1000, Calendar: "month", Shadow: true}, 3),
-		node.PolicyToAPI(admission.Policy{Name: "api", Algorithm: "token_bucket", Limit: 60, Period: time.Minute}, 1),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := tableRows(t, b.String())
-	for name, want := range map[string]map[string]string{
-		"reports": {"VERSION": "3", "ALGORITHM": "quota", "PERIOD": "-", "CALENDAR": "month", "SHADOW": "yes"},
-		"api":     {"VERSION": "1", "ALGORITHM": "token_bucket", "PERIOD": "1m0s", "CALENDAR": "-", "SHADOW": "no"},
-	} {
-		for col, v := range want {
-			if got := rows[name][col]; got != v {
-				t.Errorf("%s %s = %q, want %q:\n%s", name, col, got, v, b.String())
-			}
 		}
 	}
 }
@@ -416,7 +365,7 @@ policies:
     burst: 3                 # equal to limit: allowed
     max_cost: 1
 `
-	got, err := parsePolicyFile("p.yaml", []byte(file))
+	got, err := Parse("p.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,10 +438,10 @@ func TestParsePolicyFileLeaseTTLErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parsePolicyFile("p.yaml", []byte(tt.file))
-			var pe *PolicyFileError
+			_, err := Parse("p.yaml", []byte(tt.file))
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("got %v (%T), want a *PolicyFileError", err, err)
+				t.Fatalf("got %v (%T), want a *Error", err, err)
 			}
 			if pe.Field != tt.field || pe.Line != tt.line || pe.Index != 1 || pe.Name != "q" {
 				t.Errorf("got field %q line %d index %d name %q, want field %q line %d index 1 name q",
@@ -507,49 +456,4 @@ func TestParsePolicyFileLeaseTTLErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestWritePoliciesLeaseTTL(t *testing.T) {
-	var b strings.Builder
-	err := writePolicies(&b, []*quoratev1.Policy{
-		node.PolicyToAPI(admission.Policy{Name: "reports-active", Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute}, 1),
-		node.PolicyToAPI(admission.Policy{Name: "jobs", Algorithm: "concurrency", Limit: 10}, 2),
-		node.PolicyToAPI(admission.Policy{Name: "api", Algorithm: "token_bucket", Limit: 60, Period: time.Minute}, 1),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := tableRows(t, b.String())
-	for name, want := range map[string]map[string]string{
-		"reports-active": {"ALGORITHM": "concurrency", "LIMIT": "2", "PERIOD": "-", "LEASE_TTL": "2m0s", "BURST": "=limit"},
-		"jobs":           {"VERSION": "2", "LEASE_TTL": "1m0s"}, // unset: the server's default
-		"api":            {"LEASE_TTL": "-", "PERIOD": "1m0s"},
-	} {
-		for col, v := range want {
-			if got := rows[name][col]; got != v {
-				t.Errorf("%s %s = %q, want %q:\n%s", name, col, got, v, b.String())
-			}
-		}
-	}
-}
-
-// tableRows reads a table of writePolicies: name → column → value. Every row
-// must have as many columns as the header.
-func tableRows(tb testing.TB, table string) map[string]map[string]string {
-	tb.Helper()
-	rows := make(map[string]map[string]string)
-	lines := strings.Split(strings.TrimSpace(table), "\n")
-	header := strings.Fields(lines[0])
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if len(f) != len(header) {
-			tb.Fatalf("row %q has %d columns, header %d:\n%s", l, len(f), len(header), table)
-		}
-		row := make(map[string]string)
-		for i, h := range header {
-			row[h] = f[i]
-		}
-		rows[f[0]] = row
-	}
-	return rows
 }

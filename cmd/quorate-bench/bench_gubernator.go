@@ -1,6 +1,6 @@
 package main
 
-// Gubernator beside Quorate and Redis in `quorate bench compare`: a 3-node
+// Gubernator beside Quorate and Redis in `quorate-bench compare`: a 3-node
 // cluster of the gubernator binary on loopback, driven through its gRPC API
 // (GetRateLimits) by the same load generator.
 

@@ -37,7 +37,7 @@ func startTestRedis(tb testing.TB, durable bool) *redisServer {
 // and returns its summary.
 func redisBench(tb testing.TB, addr string, args ...string) BenchSummary {
 	tb.Helper()
-	args = append([]string{"bench", "--target", "redis", "--redis-addr", addr, "-o", "json"}, args...)
+	args = append([]string{"--target", "redis", "--redis-addr", addr, "-o", "json"}, args...)
 	out, stderr, err := runCLI(tb, args...)
 	if err != nil {
 		tb.Fatalf("quorate %s: %v\n%s", strings.Join(args, " "), err, stderr)
@@ -148,7 +148,7 @@ func TestBenchRedisUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = runCLI(t, "bench", "--target", "redis", "--redis-addr", fmt.Sprintf("127.0.0.1:%d", port), "--duration", "1s")
+	_, _, err = runCLI(t, "--target", "redis", "--redis-addr", fmt.Sprintf("127.0.0.1:%d", port), "--duration", "1s")
 	wantErrNaming(t, err, "--redis-addr", "SCRIPT LOAD")
 }
 

@@ -13,26 +13,28 @@ import (
 	"time"
 )
 
-// benchCompareChildEnv makes this test binary the quorate command: bench
-// compare starts its cluster as `<this executable> dev ...`, which under
-// `go test` is the test binary.
-const benchCompareChildEnv = "QUORATE_TEST_BENCH_COMPARE_CHILD"
-
-func init() {
-	if os.Getenv(benchCompareChildEnv) == "1" {
-		main() // exits 1 on an error
-		os.Exit(0)
+// buildQuorate builds the quorate command (../quorate) into a temporary
+// directory and returns the binary's path: compare runs its dev command.
+func buildQuorate(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to build quorate with: %v", err)
 	}
+	bin := filepath.Join(t.TempDir(), "quorate")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "../quorate").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../quorate: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // TestBenchCompare runs a short comparison against a real redis-server and
-// an in-process cluster, and checks the table, the JSON and the file it
+// a cluster run by a quorate binary built for it, and checks the table, the JSON and the file it
 // writes. Speeds are not checked: a benchmark reports, it does not assert.
 func TestBenchCompare(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH (apt-get install redis-server, or make bench-compare, installs it); skipping bench compare")
 	}
-	t.Setenv(benchCompareChildEnv, "1") // for the cluster process (see init)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "BENCHMARKS.md")
 	if err := os.WriteFile(file, []byte("# Benchmarks\n\nprose before\n\n"+benchSectionBegin+"\nold table\n"+benchSectionEnd+"\n\nprose after\n"), 0o644); err != nil {
@@ -41,8 +43,8 @@ func TestBenchCompare(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	args := []string{"bench", "compare", "--duration", "1s", "--workers", "4", "--keys", "100", "--batch", "10",
-		"--dir", filepath.Join(dir, "data"), "--write", file, "-o", "json"}
+	args := []string{"compare", "--duration", "1s", "--workers", "4", "--keys", "100", "--batch", "10",
+		"--dir", filepath.Join(dir, "data"), "--write", file, "-o", "json", "--quorate-binary", buildQuorate(t)}
 	// With the gubernator make bench-compare installs, its columns too.
 	gubernator, err := filepath.Abs(filepath.Join("..", "..", gubernatorDefaultBin))
 	if err != nil {
@@ -201,8 +203,8 @@ func TestCompareRows(t *testing.T) {
 }
 
 func TestShellJoin(t *testing.T) {
-	if got, want := shellJoin([]string{"bin/quorate", "bench", "compare", "--write", "docs/BENCHMARKS.md", "a b", "it's"}),
-		`bin/quorate bench compare --write docs/BENCHMARKS.md 'a b' 'it'\''s'`; got != want {
+	if got, want := shellJoin([]string{"bin/quorate-bench", "compare", "--write", "docs/BENCHMARKS.md", "a b", "it's"}),
+		`bin/quorate-bench compare --write docs/BENCHMARKS.md 'a b' 'it'\''s'`; got != want {
 		t.Errorf("shellJoin: %s, want %s", got, want)
 	}
 }
@@ -232,7 +234,7 @@ func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]Benc
 // in the machine table.
 func TestCompareReportGubernator(t *testing.T) {
 	rows := compareRows(loadOptions{workers: 64, batch: 100})
-	machine := machineInfo{Gubernator: "3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8)", Date: "today", Command: "quorate bench compare"}
+	machine := machineInfo{Gubernator: "3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8)", Date: "today", Command: "quorate-bench compare"}
 	r := compareResult(machine, rows, fakeCompareRuns(rows, true))
 	if len(r.Scenarios) != 6 {
 		t.Fatalf("%d scenarios", len(r.Scenarios))

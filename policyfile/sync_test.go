@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"strings"
@@ -26,7 +26,7 @@ policies:
     local:
       mode: sync
 `
-	got, err := parsePolicyFile("p.yaml", []byte(file))
+	got, err := Parse("p.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,30 +42,9 @@ policies:
 	}
 }
 
-func TestWritePoliciesLocalSyncBound(t *testing.T) {
-	var b strings.Builder
-	err := writePolicies(&b, []*quoratev1.Policy{
-		{Name: "feed", Version: 1, Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second),
-			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(250 * time.Millisecond)}},
-		{Name: "daily", Version: 1, Algorithm: "quota", Limit: 86400, Calendar: "day", Local: &quoratev1.LocalDecisions{Mode: "sync"}},
-		{Name: "lease", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
-			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	// The bound is ceil(limit × sync_interval / period): 1000 × 0.25s / 1s,
-	// and 86400 a day × 1s (the default interval).
-	if len(lines) != 4 || !strings.HasSuffix(lines[1], "sync every=250ms bound=250") ||
-		!strings.HasSuffix(lines[2], "sync every=1s bound=1") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
-		t.Errorf("want LOCAL with the sync bound:\n%s", b.String())
-	}
-}
-
 func TestWritePolicyFileLocalSync(t *testing.T) {
 	var b strings.Builder
-	err := writePolicyFile(&b, []*quoratev1.Policy{
+	err := Write(&b, []*quoratev1.Policy{
 		{Name: "a", Version: 1, Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
 			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(500 * time.Millisecond)}},
 		{Name: "b", Version: 1, Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
@@ -78,7 +57,7 @@ func TestWritePolicyFileLocalSync(t *testing.T) {
 	if !strings.Contains(out, "sync_interval: 500ms") || strings.Count(out, "sync_interval") != 1 {
 		t.Errorf("want sync_interval 500ms written and the default 1s left out:\n%s", out)
 	}
-	back, err := parsePolicyFile("p.yaml", []byte(out))
+	back, err := Parse("p.yaml", []byte(out))
 	if err != nil {
 		t.Fatalf("the written file does not parse: %v\n%s", err, out)
 	}

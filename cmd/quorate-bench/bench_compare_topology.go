@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-// The topology table of quorate bench compare: the cluster's default data
+// The topology table of quorate-bench compare: the cluster's default data
 // groups beside one group (--groups 0), same runs, same machine. More
 // groups spread leaders and keys over the nodes; on one machine each also
 // costs its own log appends and replication rounds, and this table shows

@@ -62,7 +62,7 @@ redis.call("PEXPIRE", key, ttl_ms)
 return {allowed, math.floor(tokens), retry_after_ms, now_ms}
 `
 
-// Defaults of the Redis bucket: those of the policy `quorate bench compare`
+// Defaults of the Redis bucket: those of the policy `quorate-bench compare`
 // applies to Quorate (burst defaultBenchCapacity, one token per
 // benchRefillPeriod) — a capacity no run exhausts and a slow refill, so that
 // every request is allowed and a bucket once touched stays live for the
@@ -77,7 +77,7 @@ const (
 	maxRedisTTL = 10 * 365 * 24 * time.Hour
 )
 
-// redisOptions are the --redis-* flags of `quorate bench --target redis`.
+// redisOptions are the --redis-* flags of `quorate-bench --target redis`.
 type redisOptions struct {
 	addr     string
 	capacity int64

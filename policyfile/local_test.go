@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ policies:
     period: 1s
     local: {mode: reserve}
 `
-	got, err := parsePolicyFile("p.yaml", []byte(file))
+	got, err := Parse("p.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,15 +71,15 @@ func TestParsePolicyFileLocalErrors(t *testing.T) {
 		{"sync_interval without a mode", head + "    local: {sync_interval: 1s}\n", "local.mode", "reserve or sync"},
 	}
 	for _, tc := range tests {
-		_, err := parsePolicyFile("p.yaml", []byte(tc.file))
-		var pe *PolicyFileError
+		_, err := Parse("p.yaml", []byte(tc.file))
+		var pe *Error
 		if !errors.As(err, &pe) || pe.Field != tc.field || !strings.Contains(err.Error(), tc.reason) {
 			t.Errorf("%s: got %v (field %q), want field %s and %q", tc.name, err, fieldOfPolicyErr(pe), tc.field, tc.reason)
 		}
 	}
 }
 
-func fieldOfPolicyErr(pe *PolicyFileError) string {
+func fieldOfPolicyErr(pe *Error) string {
 	if pe == nil {
 		return ""
 	}

@@ -13,7 +13,7 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// Routings of `quorate bench --route`.
+// Routings of `quorate-bench --route`.
 const (
 	routeLeader = "leader" // each call to its key's group leader, as the client learns them
 	routeAny    = "any"    // calls to the --server list in turn; the node forwards

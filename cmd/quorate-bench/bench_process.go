@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quorate/quorate/devcluster"
 )
 
 // serverStopWait is how long stop waits for a server to exit after SIGTERM
@@ -84,56 +86,12 @@ func (p *serverProcess) stop() error {
 // try's error), the deadline passes (then an error with try's last
 // problem), ctx ends or exited is closed.
 func pollUntil(ctx context.Context, deadline time.Time, exited <-chan struct{}, try func(context.Context) (done bool, problem error)) error {
-	err := pollEvery(ctx, 100*time.Millisecond, 5*time.Second, deadline, exited, try)
-	var st pollStopped
+	err := devcluster.Poll(ctx, 100*time.Millisecond, 5*time.Second, deadline, exited, try)
+	var st devcluster.PollStopped
 	if errors.As(err, &st) {
-		return fmt.Errorf("exited: %v", st.problem)
+		return fmt.Errorf("exited: %v", st.Problem)
 	}
 	return err
-}
-
-// pollDeadline is pollEvery's error when its deadline passed.
-type pollDeadline struct{ problem error }
-
-func (p pollDeadline) Error() string { return fmt.Sprintf("not done in time: %v", p.problem) }
-func (p pollDeadline) Unwrap() error { return p.problem }
-
-// pollStopped is pollEvery's error when stop was closed.
-type pollStopped struct{ problem error }
-
-func (p pollStopped) Error() string { return fmt.Sprintf("stopped: %v", p.problem) }
-
-// pollEvery calls try (each call bounded by perTry) every interval until it
-// reports done (then it returns try's error), ctx ends, stop is closed
-// (pollStopped) or the deadline passes (pollDeadline); both carry try's
-// last problem. A zero deadline is none; a nil stop is never closed.
-func pollEvery(ctx context.Context, interval, perTry time.Duration, deadline time.Time, stop <-chan struct{},
-	try func(context.Context) (done bool, problem error)) error {
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		expired = timer.C
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		attempt, cancel := context.WithTimeout(ctx, perTry)
-		done, problem := try(attempt)
-		cancel()
-		if done {
-			return problem
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return pollStopped{problem}
-		case <-expired:
-			return pollDeadline{problem}
-		case <-tick.C:
-		}
-	}
 }
 
 // freeLoopbackPortRange returns the first of n consecutive TCP ports on

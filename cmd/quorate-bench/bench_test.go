@@ -26,7 +26,7 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
 	bench := func(args ...string) BenchSummary {
 		t.Helper()
-		out, stderr, err := runCLI(t, append([]string{"bench", "--server", servers, "--policy", "b", "--keys", "20", "-o", "json"}, args...)...)
+		out, stderr, err := runCLI(t, append([]string{"--server", servers, "--policy", "b", "--keys", "20", "-o", "json"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
 		}
@@ -67,32 +67,32 @@ func TestBenchFlagsAreChecked(t *testing.T) {
 		args []string
 		flag string
 	}{
-		{[]string{"bench"}, "--policy"},
-		{[]string{"bench", "--policy", "p", "--workers", "0"}, "--workers"},
-		{[]string{"bench", "--policy", "p", "--rate", "-1"}, "--rate"},
-		{[]string{"bench", "--policy", "p", "--dist", "pareto"}, "--dist"},
-		{[]string{"bench", "--policy", "p", "--keys", "0"}, "--keys"},
-		{[]string{"bench", "--policy", "p", "--server", "ftp://x"}, "--server"},
-		{[]string{"bench", "--policy", "p", "--batch", "0"}, "--batch"},
-		{[]string{"bench", "--policy", "p", "--batch", "1001"}, "--batch"},
-		{[]string{"bench", "--policy", "p", "--target", "memcached"}, "--target"},
-		{[]string{"bench", "--policy", "p", "--redis-addr", "127.0.0.1:6379"}, "--redis-addr"},
-		{[]string{"bench", "--target", "redis", "--policy", "p"}, "--policy"},
-		{[]string{"bench", "--target", "redis", "--server", "127.0.0.1:7070"}, "--server"},
-		{[]string{"bench", "--target", "redis", "--request-ids"}, "--request-ids"},
-		{[]string{"bench", "--policy", "p", "--route", "sideways"}, "--route"},
-		{[]string{"bench", "--target", "redis", "--route", "any"}, "--route"},
-		{[]string{"bench", "--target", "redis", "--coalesce"}, "--coalesce"},
-		{[]string{"bench", "--target", "redis", "--redis-addr", "nowhere"}, "--redis-addr"},
-		{[]string{"bench", "--target", "redis", "--redis-capacity", "0"}, "--redis-capacity"},
-		{[]string{"bench", "--target", "redis", "--redis-refill", "-1"}, "--redis-refill"},
-		{[]string{"bench", "--target", "redis", "--workers", "0"}, "--workers"},
-		{[]string{"bench", "compare", "--workers", "0"}, "--workers"},
-		{[]string{"bench", "compare", "--batch", "0"}, "--batch"},
-		{[]string{"bench", "compare", "--dist", "pareto"}, "--dist"},
-		{[]string{"bench", "compare", "--duration", "0s"}, "--duration"},
-		{[]string{"bench", "compare", "--write", "/nonexistent-dir/BENCHMARKS.md"}, "--write"},
-		{[]string{"bench", "compare", "--redis-server", "/nonexistent/redis-server"}, "--redis-server"},
+		{[]string{}, "--policy"},
+		{[]string{"--policy", "p", "--workers", "0"}, "--workers"},
+		{[]string{"--policy", "p", "--rate", "-1"}, "--rate"},
+		{[]string{"--policy", "p", "--dist", "pareto"}, "--dist"},
+		{[]string{"--policy", "p", "--keys", "0"}, "--keys"},
+		{[]string{"--policy", "p", "--server", "ftp://x"}, "--server"},
+		{[]string{"--policy", "p", "--batch", "0"}, "--batch"},
+		{[]string{"--policy", "p", "--batch", "1001"}, "--batch"},
+		{[]string{"--policy", "p", "--target", "memcached"}, "--target"},
+		{[]string{"--policy", "p", "--redis-addr", "127.0.0.1:6379"}, "--redis-addr"},
+		{[]string{"--target", "redis", "--policy", "p"}, "--policy"},
+		{[]string{"--target", "redis", "--server", "127.0.0.1:7070"}, "--server"},
+		{[]string{"--target", "redis", "--request-ids"}, "--request-ids"},
+		{[]string{"--policy", "p", "--route", "sideways"}, "--route"},
+		{[]string{"--target", "redis", "--route", "any"}, "--route"},
+		{[]string{"--target", "redis", "--coalesce"}, "--coalesce"},
+		{[]string{"--target", "redis", "--redis-addr", "nowhere"}, "--redis-addr"},
+		{[]string{"--target", "redis", "--redis-capacity", "0"}, "--redis-capacity"},
+		{[]string{"--target", "redis", "--redis-refill", "-1"}, "--redis-refill"},
+		{[]string{"--target", "redis", "--workers", "0"}, "--workers"},
+		{[]string{"compare", "--workers", "0"}, "--workers"},
+		{[]string{"compare", "--batch", "0"}, "--batch"},
+		{[]string{"compare", "--dist", "pareto"}, "--dist"},
+		{[]string{"compare", "--duration", "0s"}, "--duration"},
+		{[]string{"compare", "--write", "/nonexistent-dir/BENCHMARKS.md"}, "--write"},
+		{[]string{"compare", "--redis-server", "/nonexistent/redis-server"}, "--redis-server"},
 	} {
 		_, _, err := runCLI(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
@@ -115,7 +115,7 @@ func TestBenchBatch(t *testing.T) {
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
 	bench := func(args ...string) (BenchSummary, map[string]any) {
 		t.Helper()
-		out, stderr, err := runCLI(t, append([]string{"bench", "--server", servers, "--keys", "20", "-o", "json"}, args...)...)
+		out, stderr, err := runCLI(t, append([]string{"--server", servers, "--keys", "20", "-o", "json"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
 		}
@@ -156,7 +156,7 @@ func TestBenchBatch(t *testing.T) {
 		t.Fatalf("batch of 4 on an unknown policy: %+v, want %d not_found item errors", s, 4*s.Calls)
 	}
 
-	out, stderr, err := runCLI(t, "bench", "--server", servers, "--policy", "b", "--keys", "20", "--duration", "1s", "--workers", "2", "--batch", "5")
+	out, stderr, err := runCLI(t, "--server", servers, "--policy", "b", "--keys", "20", "--duration", "1s", "--workers", "2", "--batch", "5")
 	if err != nil {
 		t.Fatalf("bench --batch 5: %v\n%s", err, stderr)
 	}

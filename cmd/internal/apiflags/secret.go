@@ -1,4 +1,4 @@
-package main
+package apiflags
 
 import (
 	"fmt"
@@ -8,14 +8,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Secrets — bearer tokens, the node token — are never taken as command
-// line arguments: every local user reads a process's arguments (ps,
-// /proc/PID/cmdline), and so does whoever reaches a node's profiling
-// endpoint (/debug/pprof/cmdline). They are read from a file
-// (--token-file, --node-token-file) or the environment.
-// The old flags stay registered, hidden, to refuse them with an error that
-// names the flag to use instead, without ever echoing the value.
-
 // refusedFlag is the value of a flag that is refused: it records that it
 // was given and drops the value.
 type refusedFlag struct{ given bool }
@@ -24,9 +16,9 @@ func (f *refusedFlag) String() string     { return "" }
 func (f *refusedFlag) Set(_ string) error { f.given = true; return nil }
 func (f *refusedFlag) Type() string       { return "string" }
 
-// refuseSecretFlag registers --name on cmd, hidden, and makes the command
+// RefuseSecretFlag registers --name on cmd, hidden, and makes the command
 // fail before it runs when it is given, naming --fileFlag and env.
-func refuseSecretFlag(cmd *cobra.Command, name, fileFlag, env string) {
+func RefuseSecretFlag(cmd *cobra.Command, name, fileFlag, env string) {
 	f := new(refusedFlag)
 	cmd.Flags().Var(f, name, "refused: give --"+fileFlag)
 	_ = cmd.Flags().MarkHidden(name)
@@ -57,9 +49,9 @@ func readSecretFile(flag, path string) (string, error) {
 	return s, nil
 }
 
-// secretFromFileOrEnv is the secret of --flag's file when path is set, else
+// SecretFromFileOrEnv is the secret of --flag's file when path is set, else
 // of $env ("" when unset).
-func secretFromFileOrEnv(flag, path, env string) (string, error) {
+func SecretFromFileOrEnv(flag, path, env string) (string, error) {
 	if path != "" {
 		return readSecretFile(flag, path)
 	}

@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 )
 
 // FuzzPolicyFile feeds random bytes to the policy file parser. It must never
-// panic; it must answer either policies or a *PolicyFileError; and whatever
+// panic; it must answer either policies or a *Error; and whatever
 // it accepts must be what the server accepts and stores: every policy
 // converts (node.PolicyFromAPI) to an admission.Policy that Validate passes,
 // and survives the trip to the wire and back (node.PolicyToAPI, proto
@@ -22,7 +22,7 @@ import (
 //
 // A plain go test runs the seeds only.
 func FuzzPolicyFile(f *testing.F) {
-	example, err := os.ReadFile("../../examples/policies.yaml")
+	example, err := os.ReadFile("../examples/policies.yaml")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func FuzzPolicyFile(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		policies, err := parsePolicyFile("fuzz.yaml", data)
+		policies, err := Parse("fuzz.yaml", data)
 		if err != nil {
-			var pe *PolicyFileError
+			var pe *Error
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v (%T) is not a *PolicyFileError", err, err)
+				t.Fatalf("error %v (%T) is not a *Error", err, err)
 			}
 			if policies != nil {
 				t.Fatalf("got policies and an error %v", err)

@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"errors"
@@ -11,43 +11,10 @@ import (
 	"github.com/quorate/quorate/yamllist"
 )
 
-// A policy file is YAML:
-//
-//	policies:
-//	  - name: api-free
-//	    algorithm: token_bucket  # or fixed_window, sliding_window, sliding_log, quota, concurrency
-//	    limit: 60
-//	    period: 1m          # a Go duration: 500ms, 1s, 15m, 24h; unset for quota
-//	    burst: 20           # optional, default limit (0 is refused: leave it out)
-//	    max_cost: 10        # optional, default burst (0 is refused: leave it out)
-//	    on_unavailable: allow  # optional: allow, deny (default) or local
-//	    dedupe_retention: 30m  # optional, a Go duration, 1s..24h; default 10m (not 0s)
-//	    shadow: false       # optional: true decides and counts but never denies
-//	  - name: reports-monthly
-//	    algorithm: quota
-//	    limit: 1000
-//	    calendar: month     # quota only, required there: day, week, month or year (UTC)
-//	  - name: reports-active
-//	    algorithm: concurrency  # a semaphore of `limit` leases per key (quorate lease)
-//	    limit: 2
-//	    lease_ttl: 2m       # concurrency only, optional: a Go duration, 1s..24h; default 1m
-//	  - name: search-api
-//	    algorithm: token_bucket
-//	    limit: 10000
-//	    period: 1s
-//	    local:              # optional: clients decide in memory from budget leases
-//	      mode: reserve     # exact: units are spent in the log before a client spends them
-//	      max_grant: 500    # optional, most units one client holds; default a tenth of the burst
-//	      ttl: 10s          # optional, how long a grant lives unless renewed, 100ms..1h; default 10s
-//
-// It is read strictly: an unknown or repeated field, a value of the wrong
-// type or a policy that admission.Policy.Validate refuses is an error naming
-// the file, line, policy and field, so a bad file fails before any RPC.
-
-// policyFile is the shape of a policy file, its fields in the order they
+// spec is the shape of a policy file, its fields in the order they
 // are documented. A field written without a value is unset; which fields a
 // policy needs is admission.Policy.Validate's to say.
-var policyFile = yamllist.Spec{
+var spec = yamllist.Spec{
 	Key: "policies",
 	Fields: []string{"name", "algorithm", "limit", "period", "calendar", "burst", "max_cost",
 		"on_unavailable", "shadow", "dedupe_retention", "lease_ttl", "local"},
@@ -59,17 +26,17 @@ var policyFile = yamllist.Spec{
 	Entry:      "a policy",
 }
 
-// maxPolicyFileBytes bounds what we read: a policy file is small.
-const maxPolicyFileBytes = 4 << 20
+// maxFileBytes bounds what we read: a policy file is small.
+const maxFileBytes = 4 << 20
 
-// PolicyFileError is a problem in a policy file: the list files' one error
+// Error is a problem in a policy file: the list files' one error
 // type, whose Name is the policy's. Test it with errors.As; it unwraps to its
 // cause (an *admission.FieldError for a value Validate refused, a YAML or
 // duration error, or nil).
-type PolicyFileError = yamllist.Error
+type Error = yamllist.Error
 
-// readPolicyFile reads and checks the policy file at path ("-" is stdin).
-func readPolicyFile(path string, stdin io.Reader) ([]*quoratev1.Policy, error) {
+// Read reads and checks the policy file at path ("-" is stdin).
+func Read(path string, stdin io.Reader) ([]*quoratev1.Policy, error) {
 	var r io.Reader = stdin
 	name := "<stdin>"
 	if path != "-" {
@@ -80,20 +47,20 @@ func readPolicyFile(path string, stdin io.Reader) ([]*quoratev1.Policy, error) {
 		defer f.Close()
 		r, name = f, path
 	}
-	data, err := yamllist.Read(name, r, maxPolicyFileBytes)
+	data, err := yamllist.Read(name, r, maxFileBytes)
 	if err != nil {
 		return nil, err
 	}
-	return parsePolicyFile(name, data)
+	return Parse(name, data)
 }
 
-// parsePolicyFile parses and validates a policy file; file names it in errors.
+// Parse parses and validates a policy file; file names it in errors.
 // The policies are returned in file order, as written (defaults are left to
 // the server, which applies the same ones).
-func parsePolicyFile(file string, data []byte) ([]*quoratev1.Policy, error) {
+func Parse(file string, data []byte) ([]*quoratev1.Policy, error) {
 	var out []*quoratev1.Policy
 	seen := make(map[string]int) // name → line
-	err := policyFile.Parse(file, data, func(e *yamllist.Entry) error {
+	err := spec.Parse(file, data, func(e *yamllist.Entry) error {
 		p, err := parsePolicy(e)
 		if err != nil {
 			return err
