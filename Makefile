@@ -135,6 +135,7 @@ verify: proto-deps
 ## bench: benchmarks (admission algorithms, FSM apply, a 3-node cluster)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...) || exit 1; done
 
 # Gubernator for bench-compare: its release binary, built from the pinned
 # module version into .cache/bin (not a dependency of Quorate's go.mod).

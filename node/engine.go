@@ -205,7 +205,7 @@ func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
 // Admits of a leg with several (a client's AdmitBatch on a follower) are
 // already a batch and go at once in a call of their own: queued behind the
 // calls in flight they waited a round trip more (about 15% fewer
-// decisions/s for batches of 100, measured with quorate bench).
+// decisions/s for batches of 100, measured with quorate-bench).
 func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 	var queued []*fwdItem
 	for _, it := range items {
