@@ -13,14 +13,6 @@ import (
 // PeerConnsAccepted is how many connections n's peer port has accepted.
 func PeerConnsAccepted(n *Node) int64 { return n.mux.Stats().Accepted }
 
-// PeerConnsIdleClosed is how many connections n's peer port closed for
-// idleness.
-func PeerConnsIdleClosed(n *Node) int64 { return n.mux.Stats().IdleClosed }
-
-// PeerRedials is how many of n's Raft connections were replaced before a
-// write for having been idle.
-func PeerRedials(n *Node) int64 { return n.mux.Stats().Redials }
-
 // MetaClusterID is the cluster ID n's meta group replica holds.
 func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
 

@@ -1,16 +1,11 @@
 package node
 
 import (
-	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/raftmux"
 )
 
 // RaftMuxStats returns the counters of n's shared Raft connections.
-func RaftMuxStats(n *Node) raftmux.Stats { return n.raftMux.hub.Stats() }
-
-// RaftMuxLevel is the feature level from which nodes send Raft RPCs over
-// the shared connection.
-func RaftMuxLevel() uint32 { return fsm.FeatureRaftMux }
+func RaftMuxStats(n *Node) raftmux.Stats { return n.raftMux.Stats() }
 
 // AppliedIndexes returns the applied index of every replica on n, by group.
 func AppliedIndexes(n *Node) map[uint32]uint64 {

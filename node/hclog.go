@@ -235,7 +235,7 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
 		"failed to start pipeline replication to", "failed to make requestVote RPC", "failed to decode incoming command":
 		err := argError(args)
-		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, errTransportSwitched) || errors.Is(err, net.ErrClosed) {
+		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
 		if connCut(err) || (msg == "failed to make requestVote RPC" && causedBy(err, syscall.ECONNREFUSED)) {
