@@ -19,14 +19,9 @@ func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
 // FeatureLevel is the log feature level of this binary.
 func FeatureLevel() uint32 { return fsm.FeatureLevel }
 
-// ClusterIDLevel is the log feature level of the cluster ID
-// (fsm.FeatureClusterID), from which a registration without a level is
-// refused.
-func ClusterIDLevel() uint32 { return fsm.FeatureClusterID }
-
 // RegisterAtLevel rewrites, through n (the meta leader), the registry entry
-// of node id with feature level level, as a leader whose binary predates
-// feature levels wrote them.
+// of node id with feature level level, as the node would register running
+// a binary of that level.
 func RegisterAtLevel(n *Node, id string, level uint32) error {
 	m, ok := n.meta.fsm.Node(id)
 	if !ok {
