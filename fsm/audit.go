@@ -81,17 +81,15 @@ func (f *FSM) AuditLen() int {
 	return len(f.meta.audit.recs)
 }
 
-// apply applies one of the meta group's commands (metaCommand) and, from
-// FeatureAudit on, records it in the audit trail when its entry carries an
-// Actor and it changed something, its summary led by what the Actor says
-// was asked (Actor.request), if anything: a refused command is not recorded
+// apply applies one of the meta group's commands (metaCommand) and records
+// it in the audit trail when its entry carries an Actor and it changed
+// something, its summary led by what the Actor says was asked
+// (Actor.request), if anything: a refused command is not recorded
 // (rejections change nothing), nor is a plan update that does not end its
-// plan (the control plane's own steps). Whether the rule applies is
-// decided by the nodes registered before the entry, as every feature rule.
+// plan (the control plane's own steps).
 func (m *metaState) apply(o op) interface{} {
-	auditing := o.env.GetActor() != nil && m.minFeatureLevel() >= FeatureAudit
 	res := m.dispatch(o)
-	if !auditing {
+	if o.env.GetActor() == nil {
 		return res
 	}
 	if _, refused := res.(error); refused {

@@ -13,25 +13,22 @@ import (
 )
 
 // auditMeta is a meta group whose entries come a second apart, its nodes
-// n1..n4 registered at level (n4 last, so that the cluster's level is
-// level from the entry after it).
+// n1..n4 registered.
 type auditMeta struct {
 	*planMeta
 }
 
-func newAuditMeta(tb testing.TB, level uint32) *auditMeta {
+func newAuditMeta(tb testing.TB) *auditMeta {
 	m := &auditMeta{&planMeta{logRec: newLogRec(tb, fsm.Options{}), now: t0}}
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
-		m.must(registerAt(m.tick(), n, level))
+		m.must(registerAt(m.tick(), n))
 	}
 	m.must(setShardMapEnv(m.tick(), 0, initialMap(tb)))
 	return m
 }
 
-func registerAt(now int64, id string, level uint32) *raftcmdv1.Envelope {
-	env := registerNodeEnv(now, id, id+":7000", id+":8000")
-	env.GetRegisterNode().FeatureLevel = level
-	return env
+func registerAt(now int64, id string) *raftcmdv1.Envelope {
+	return registerNodeEnv(now, id, id+":7000", id+":8000")
 }
 
 func by(caller string) *raftcmdv1.Actor {
@@ -56,7 +53,7 @@ func auditAll(f *fsm.FSM) []fsm.AuditRecord {
 // the entry's index and time and its actor; a plan update only when it
 // ends its plan; a refused command, or one without an actor, not at all.
 func TestAuditRecordsAdminCommands(t *testing.T) {
-	m := newAuditMeta(t, fsm.FeatureAudit)
+	m := newAuditMeta(t)
 	if n := m.f.AuditLen(); n != 0 {
 		t.Fatalf("%d records of commands without an actor", n)
 	}
@@ -74,7 +71,7 @@ func TestAuditRecordsAdminCommands(t *testing.T) {
 	}
 	rec(want{"alice", "policy apply", "a, b"}, as(putPoliciesEnv(m.tick(), tokenBucket("a", 1, time.Second, 1, 1), tokenBucket("b", 1, time.Second, 1, 1)), by("alice")))
 	rec(want{"bob", "policy delete", "b"}, as(deleteEnv(m.tick(), "b"), by("bob")))
-	rec(want{"alice", "node add", "n5 raft=n5:7000 api=n5:8000 level=5"}, as(registerAt(m.tick(), "n5", fsm.FeatureAudit), by("alice")))
+	rec(want{"alice", "node add", "n5 raft=n5:7000 api=n5:8000 level=1"}, as(registerAt(m.tick(), "n5"), by("alice")))
 	rec(want{"alice", "node remove", "n5"}, as(&raftcmdv1.Envelope{NowUnixNano: m.tick(), Body: &raftcmdv1.Envelope_RemoveNode{RemoveNode: &raftcmdv1.RemoveNode{Id: "n5"}}}, by("alice")))
 	im := initialMap(t)
 	sm := im.Cordon("n3", true)
@@ -122,7 +119,7 @@ func TestAuditRecordsAdminCommands(t *testing.T) {
 // The entry's time is the FSM's (max of the last and the stamp), not a
 // stamp behind it.
 func TestAuditTimeIsTheLogs(t *testing.T) {
-	m := newAuditMeta(t, fsm.FeatureAudit)
+	m := newAuditMeta(t)
 	last := m.f.LastNow()
 	m.must(as(putPoliciesEnv(last-int64(time.Minute), tokenBucket("a", 1, time.Second, 1, 1)), by("x")))
 	if r := auditAll(m.f); len(r) != 1 || r[0].At != last {
@@ -130,10 +127,9 @@ func TestAuditTimeIsTheLogs(t *testing.T) {
 	}
 }
 
-// auditedLog applies the same admin commands, with actors or without, to a
-// meta group of nodes at level.
-func auditedLog(t *testing.T, level uint32, actors bool) *auditMeta {
-	m := newAuditMeta(t, level)
+// auditedLog applies the same admin commands, with actors or without.
+func auditedLog(t *testing.T, actors bool) *auditMeta {
+	m := newAuditMeta(t)
 	a := func(env *raftcmdv1.Envelope) *raftcmdv1.Envelope {
 		if actors {
 			env.Actor = by("alice")
@@ -144,23 +140,14 @@ func auditedLog(t *testing.T, level uint32, actors bool) *auditMeta {
 	m.must(a(deleteEnv(m.tick(), "a")))
 	id := m.must(a(createPlanEnv(m.tick(), addGroupStep(3, "n4")))).(*fsm.PlanResult).Plan.GetId()
 	m.must(a(updatePlanEnv(m.tick(), &raftcmdv1.UpdatePlan{Id: id, FromPhase: fsm.PhasePending, ToPhase: fsm.PhaseDone})))
-	m.must(a(registerAt(m.tick(), "n5", level)))
+	m.must(a(registerAt(m.tick(), "n5")))
 	return m
 }
 
-// Below FeatureAudit an actor is ignored: nothing is recorded and the
-// snapshot is byte-identical to the same log's without actors. The rule
-// follows the nodes registered before each entry.
-func TestAuditWaitsForFeatureLevel(t *testing.T) {
-	with, without := auditedLog(t, fsm.FeatureAudit-1, true), auditedLog(t, fsm.FeatureAudit-1, false)
-	if n := with.f.AuditLen(); n != 0 {
-		t.Fatalf("%d records below level %d", n, fsm.FeatureAudit)
-	}
-	if !bytes.Equal(snapshotBytes(t, with.f), snapshotBytes(t, without.f)) {
-		t.Fatal("actors below the audit level changed the snapshot")
-	}
-	// At the level, without actors, the snapshot is as before too.
-	plain, recorded := auditedLog(t, fsm.FeatureAudit, false), auditedLog(t, fsm.FeatureAudit, true)
+// Without actors nothing is recorded; with them every change is, and the
+// records are in the snapshot.
+func TestAuditNeedsActors(t *testing.T) {
+	plain, recorded := auditedLog(t, false), auditedLog(t, true)
 	if n := plain.f.AuditLen(); n != 0 {
 		t.Fatalf("%d records without actors", n)
 	}
@@ -170,22 +157,11 @@ func TestAuditWaitsForFeatureLevel(t *testing.T) {
 	if bytes.Equal(snapshotBytes(t, plain.f), snapshotBytes(t, recorded.f)) {
 		t.Fatal("the audit records are not in the snapshot")
 	}
-
-	// One node below the level: not recorded; once it registers at the
-	// level, the entries after that registration are.
-	m := newAuditMeta(t, fsm.FeatureAudit)
-	m.must(registerAt(m.tick(), "n2", fsm.FeatureAudit-1))
-	m.must(as(putPoliciesEnv(m.tick(), tokenBucket("a", 1, time.Second, 1, 1)), by("alice")))
-	m.must(as(registerAt(m.tick(), "n2", fsm.FeatureAudit), by("n2"))) // decided at the level before it
-	m.must(as(deleteEnv(m.tick(), "a"), by("alice")))
-	if r := auditAll(m.f); len(r) != 1 || r[0].Action != "policy delete" || r[0].Index != m.index() {
-		t.Fatalf("records %+v, want only the delete", r)
-	}
 }
 
 // The trail keeps the newest MaxAuditRecords; pages follow the index.
 func TestAuditBoundAndPaging(t *testing.T) {
-	m := newAuditMeta(t, fsm.FeatureAudit)
+	m := newAuditMeta(t)
 	first := m.index() + 1
 	extra := 5
 	for i := range fsm.MaxAuditRecords + extra {
@@ -244,7 +220,7 @@ func (a *applier) applyAt(i uint64, env *raftcmdv1.Envelope) any {
 // Callers and summaries are cut to a bounded length, at a character
 // boundary.
 func TestAuditBoundsStrings(t *testing.T) {
-	m := newAuditMeta(t, fsm.FeatureAudit)
+	m := newAuditMeta(t)
 	long := strings.Repeat("é", 500)
 	im := initialMap(t)
 	sm := im.Cordon("n3", true)

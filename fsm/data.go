@@ -171,7 +171,7 @@ func (s *dataSnapshot) sort() {
 func (s *dataSnapshot) header(h *raftcmdv1.SnapshotHeader) {
 	h.BucketCount, h.DedupeCount = uint64(len(s.buckets)), uint64(len(s.dedupe))
 	h.SemaphoreCount, h.ReservationCount = uint64(len(s.sems)), uint64(len(s.reserved))
-	h.GrantCount = uint64(len(s.grants)) // 0, absent, when none: older snapshots stay byte-identical
+	h.GrantCount = uint64(len(s.grants)) // 0, absent, when none
 	h.Ownership, h.PoliciesMetaIndex = s.ownership, s.policiesMetaIndex
 	h.Frozen, h.Imports = s.frozen, s.imports
 }

@@ -38,7 +38,7 @@
 // state of the slots it lost. The meta group keeps plans (plans.go): steps
 // with phases moved on by compare-and-set UpdatePlan entries; a slot move's
 // flip changes the shard map in the same entry.
-// From feature level 5 it also keeps an audit trail (audit.go): the admin
+// It also keeps an audit trail (audit.go): the admin
 // commands whose entry names an Actor, with the entry's index and time.
 //
 // # Exactly-once
@@ -52,7 +52,7 @@
 //
 // # Budget leases
 //
-// A Grant (grant.go, from feature level 7) gives a holder units of a key
+// A Grant (grant.go) gives a holder units of a key
 // of a policy with local decisions, spent from the key's state when
 // granted, sized by the holder's share of the key's reported demand; the
 // holder spends them in memory, renews (seq+1) to top up, and releases to

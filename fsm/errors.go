@@ -63,8 +63,7 @@ var ErrNotBatchable = errors.New("command kind may not be batched")
 var ErrTooManyPolicies = errors.New("too many policies")
 
 // ErrBadRegistration is returned when a RegisterNode entry does not fit the
-// registry: no node ID, or no feature level once every registered node's
-// binary records one.
+// registry: no node ID, or no feature level.
 var ErrBadRegistration = errors.New("node registration refused")
 
 // ErrClusterID is returned when a SetClusterID entry is refused: not a

@@ -7,49 +7,43 @@ import (
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
-// The lowest registered feature level follows re-registrations and
-// survives a snapshot.
+// The lowest registered feature level follows re-registrations (a later
+// binary registers a higher level) and survives a snapshot.
 func TestMinFeatureLevel(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
 	if got := a.f.MinFeatureLevel(); got != 0 {
 		t.Fatalf("no nodes: level %d, want 0", got)
 	}
-	reg := func(id string, level uint32) {
-		a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-			Id: id, RaftAddr: id + ":1", ApiAddr: id + ":2", FeatureLevel: level}}})
+	const later = fsm.FeatureLevel + 1
+	a.registerAt("b", later)
+	a.registerAt("a", fsm.FeatureLevel)
+	for _, f := range []*fsm.FSM{a.f, restoredCopy(t, a.f)} {
+		if got := f.MinFeatureLevel(); got != fsm.FeatureLevel {
+			t.Fatalf("one node at %d: level %d", fsm.FeatureLevel, got)
+		}
 	}
-	reg("b", 0) // before levels: accepted while no registered node is at FeatureClusterID
-	reg("a", fsm.FeatureLevel)
-	if got := a.f.MinFeatureLevel(); got != 0 {
-		t.Fatalf("one node at 0: level %d", got)
+	a.registerAt("a", later)
+	for _, f := range []*fsm.FSM{a.f, restoredCopy(t, a.f)} {
+		if got := f.MinFeatureLevel(); got != later {
+			t.Fatalf("all at %d: level %d", later, got)
+		}
 	}
-	restored := fsm.New(fsm.Options{})
-	restoreFrom(t, restored, snapshotBytes(t, a.f))
-	if got := restored.MinFeatureLevel(); got != 0 {
-		t.Fatalf("restored: level %d, want 0", got)
-	}
-	reg("b", fsm.FeatureLevel)
-	if got := a.f.MinFeatureLevel(); got != fsm.FeatureLevel {
-		t.Fatalf("all current: level %d, want %d", got, fsm.FeatureLevel)
-	}
-	restored = fsm.New(fsm.Options{})
-	restoreFrom(t, restored, snapshotBytes(t, a.f))
-	if got := restored.MinFeatureLevel(); got != fsm.FeatureLevel {
-		t.Fatalf("restored: level %d, want %d", got, fsm.FeatureLevel)
-	}
+}
+
+// restoredCopy is a new FSM restored from f's snapshot.
+func restoredCopy(tb testing.TB, f *fsm.FSM) *fsm.FSM {
+	tb.Helper()
+	r := fsm.New(fsm.Options{})
+	restoreFrom(tb, r, snapshotBytes(tb, f))
+	return r
 }
 
 // RemoveNode deletes a registered node (and nothing for an unknown one):
 // the lowest feature level no longer counts it.
 func TestRemoveNode(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
-	for _, nd := range []struct {
-		id    string
-		level uint32
-	}{{"old", 0}, {"a", fsm.FeatureLevel}} {
-		a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-			Id: nd.id, RaftAddr: nd.id + ":1", ApiAddr: nd.id + ":2", FeatureLevel: nd.level}}})
-	}
+	a.registerAt("a", fsm.FeatureLevel+1)
+	a.registerAt("b", fsm.FeatureLevel)
 	remove := func(id string) {
 		if res := a.apply(&raftcmdv1.Envelope{NowUnixNano: t0, Body: &raftcmdv1.Envelope_RemoveNode{RemoveNode: &raftcmdv1.RemoveNode{Id: id}}}); res != nil {
 			t.Fatalf("RemoveNode %s: %v", id, res)
@@ -59,11 +53,11 @@ func TestRemoveNode(t *testing.T) {
 	if len(a.f.Nodes()) != 2 {
 		t.Fatalf("%d nodes after removing an unknown one", len(a.f.Nodes()))
 	}
-	remove("old")
-	if _, ok := a.f.Node("old"); ok || len(a.f.Nodes()) != 1 {
+	remove("b")
+	if _, ok := a.f.Node("b"); ok || len(a.f.Nodes()) != 1 {
 		t.Fatalf("nodes after the removal: %v", a.f.Nodes())
 	}
-	if got := a.f.MinFeatureLevel(); got != fsm.FeatureLevel {
-		t.Fatalf("level %d after the old node left, want %d", got, fsm.FeatureLevel)
+	if got := a.f.MinFeatureLevel(); got != fsm.FeatureLevel+1 {
+		t.Fatalf("level %d after b left, want %d", got, fsm.FeatureLevel+1)
 	}
 }

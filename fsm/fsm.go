@@ -139,7 +139,7 @@ type Node struct {
 	RaftAddr string
 	APIAddr  string
 	// FeatureLevel is the highest log feature level the node's binary
-	// applies, as it registered (0: registered before levels existed).
+	// applies, as it registered (features.go).
 	FeatureLevel uint32
 }
 
@@ -243,10 +243,9 @@ func decodeEntry(l *raft.Log) *raftcmdv1.Envelope {
 //
 // Time: the entry decides at max(lastNow, its leader's stamp). Only an
 // ImportSlots moves lastNow further, to its source's time, and by at most
-// MaxClockSkew past the stamp once every replica applies that bound
-// (FeatureBoundedImport, migrate.go): no command moves a group's time far
-// past its leaders' clocks, where no bucket would refill until they caught
-// up.
+// MaxClockSkew past the stamp (migrate.go): no command moves a group's time
+// far past its leaders' clocks, where no bucket would refill until they
+// caught up.
 func (f *FSM) applyLocked(l *raft.Log, env *raftcmdv1.Envelope) interface{} {
 	f.appliedIndex = l.Index
 	if f.meta.policiesChangeUnknown {

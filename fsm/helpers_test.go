@@ -205,7 +205,7 @@ func putPoliciesEnv(now int64, ps ...admission.Policy) *raftcmdv1.Envelope {
 
 func registerNodeEnv(now int64, id, raftAddr, apiAddr string) *raftcmdv1.Envelope {
 	return &raftcmdv1.Envelope{NowUnixNano: now, Body: &raftcmdv1.Envelope_RegisterNode{
-		RegisterNode: &raftcmdv1.RegisterNode{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr},
+		RegisterNode: &raftcmdv1.RegisterNode{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr, FeatureLevel: fsm.FeatureLevel},
 	}}
 }
 

@@ -7,18 +7,14 @@ import (
 )
 
 // applyRegisterNode records a node's addresses and feature level. Nodes
-// always send their level; a registration without one comes from a binary
-// older than feature levels, which a cluster whose nodes all run
-// FeatureClusterID or later no longer lets join. Such a cluster refuses it
-// (the gate keeps older logs applying as they did); a nameless one is
-// refused always, as no node proposes it.
+// always send both an ID and a level, so a registration without either is
+// refused.
 func (m *metaState) applyRegisterNode(r *raftcmdv1.RegisterNode) interface{} {
 	if r.GetId() == "" {
 		return fmt.Errorf("%w: id: must not be empty", ErrBadRegistration)
 	}
-	if r.GetFeatureLevel() == 0 && len(m.nodes) > 0 && m.minFeatureLevel() >= FeatureClusterID {
-		return fmt.Errorf("%w: node %q: feature_level: must be set (the cluster's nodes are all at level %d or above)",
-			ErrBadRegistration, r.GetId(), FeatureClusterID)
+	if r.GetFeatureLevel() == 0 {
+		return fmt.Errorf("%w: node %q: feature_level: must be set", ErrBadRegistration, r.GetId())
 	}
 	m.nodes[r.GetId()] = Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	return nil

@@ -28,7 +28,7 @@ type metaState struct {
 	shardMap  *shard.Map // nil: no data groups (a single-group cluster)
 	plans     []*raftcmdv1.Plan
 	clusterID string // "" before SetClusterID
-	// audit is the trail of admin changes (audit.go), from FeatureAudit.
+	// audit is the trail of admin changes (audit.go).
 	audit auditTrail
 
 	// policiesChangedAt is the log index of the last entry that changed
@@ -102,15 +102,11 @@ type metaSnapshot struct {
 	nodes    []Node // by ID
 	shardMap *raftcmdv1.ShardMap
 	plans    []*raftcmdv1.Plan
-	// clusterID is in the header: a reader that predates it skips it.
+	// clusterID is in the header.
 	clusterID string
 	// audit are the audit records, oldest first. They follow every other
 	// record of the snapshot, counted by the header's audit_count, which
-	// is absent when there are none: a snapshot without them is
-	// byte-identical to one written before the audit trail existed. Only
-	// a cluster at FeatureAudit records them, so a binary that predates
-	// them never reads a snapshot that has any (if it did, it would stop
-	// at the trailing records rather than misread them).
+	// is absent when there are none.
 	audit []AuditRecord
 }
 

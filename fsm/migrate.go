@@ -148,10 +148,7 @@ func (d *dataState) acceptImport(c *raftcmdv1.ImportSlots, stamp int64) (*import
 	if err != nil {
 		return nil, err
 	}
-	// Entries from before feature level 4 do not carry the flag and are
-	// decided as they were; the leader sets it once every replica applies
-	// the bound.
-	if src := c.GetSourceNowUnixNano(); c.GetBoundedSourceTime() && src > addSaturating(stamp, int64(MaxClockSkew)) {
+	if src := c.GetSourceNowUnixNano(); src > addSaturating(stamp, int64(MaxClockSkew)) {
 		return nil, &admission.FieldError{Field: "source_now_unix_nano", Err: ErrClockSkew, Reason: fmt.Sprintf(
 			"clock skew: migration %d's source time %s is %v ahead of this group's leader (at most %v)",
 			c.GetMigration(), time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-stamp), MaxClockSkew)}

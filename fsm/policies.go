@@ -15,7 +15,7 @@ import (
 // carries. A policy costs each node a few kilobytes in every group's copy
 // and in each copy's refresh, so 10,000 policies take tens of megabytes
 // per node. Nodes refuse a larger apply before proposing it; the meta
-// group refuses it too (FeaturePolicyCap).
+// group refuses it too.
 const MaxPolicies = 10_000
 
 // policyTable is a group's policies by name: the meta group's own, which
@@ -44,13 +44,11 @@ func (m *metaState) policiesChanged(index uint64, res interface{}) interface{} {
 }
 
 // applyPutPolicies stores every policy of c or none: each must be valid and
-// named once; from FeaturePolicyCap on, c carries at most MaxPolicies and
-// may not take the table past MaxPolicies (a table already past it, grown
-// before the cap, may still change its policies). An unchanged definition
-// keeps its version, a changed one gets version+1, a new one version 1.
+// named once; c carries at most MaxPolicies and may not take the table
+// past MaxPolicies. An unchanged definition keeps its version, a changed
+// one gets version+1, a new one version 1.
 func (m *metaState) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
-	capped := m.minFeatureLevel() >= FeaturePolicyCap
-	if n := len(c.GetPolicies()); capped && n > MaxPolicies {
+	if n := len(c.GetPolicies()); n > MaxPolicies {
 		return fmt.Errorf("%w: one apply carries at most %d (got %d)", ErrTooManyPolicies, MaxPolicies, n)
 	}
 	in := make([]admission.Policy, len(c.GetPolicies()))
@@ -66,18 +64,14 @@ func (m *metaState) applyPutPolicies(c *raftcmdv1.PutPolicies) interface{} {
 		}
 		seen[in[i].Name] = true
 	}
-	if capped {
-		added := 0
-		for _, p := range in {
-			if _, ok := m.policies.byName[p.Name]; !ok {
-				added++
-			}
+	added := 0
+	for _, p := range in {
+		if _, ok := m.policies.byName[p.Name]; !ok {
+			added++
 		}
-		// A registry already past the cap (grown before it) may still
-		// change its policies, not gain any.
-		if have := len(m.policies.byName); added > 0 && have+added > MaxPolicies {
-			return fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", ErrTooManyPolicies, MaxPolicies, have, added)
-		}
+	}
+	if have := len(m.policies.byName); have+added > MaxPolicies {
+		return fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", ErrTooManyPolicies, MaxPolicies, have, added)
 	}
 	out := &PoliciesResult{Policies: make([]PolicyVersion, len(in))}
 	for i, p := range in {

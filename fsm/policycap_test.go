@@ -28,13 +28,11 @@ func numbered(prefix string, n int) []admission.Policy {
 	return out
 }
 
-// With every registered node at FeaturePolicyCap, the meta group refuses a
-// PutPolicies that carries more than MaxPolicies or would take the registry
-// past it, storing nothing; changing existing policies stays allowed.
+// The meta group refuses a PutPolicies that carries more than MaxPolicies
+// or would take the registry past it, storing nothing; changing existing
+// policies stays allowed.
 func TestPutPoliciesCap(t *testing.T) {
 	a := newApplier(t, fsm.Options{})
-	a.registerAt("a", fsm.FeaturePolicyCap)
-	a.registerAt("b", fsm.FeatureLevel)
 
 	err := a.putPoliciesErr(t0, numbered("big", fsm.MaxPolicies+1)...)
 	if !errors.Is(err, fsm.ErrTooManyPolicies) {
@@ -61,29 +59,6 @@ func TestPutPoliciesCap(t *testing.T) {
 	a.putPolicies(t0, tokenBucket("p1", 30, time.Second, 0, 0))
 	if err := a.putPoliciesErr(t0, tokenBucket("new2", 1, time.Second, 0, 0)); !errors.Is(err, fsm.ErrTooManyPolicies) {
 		t.Fatalf("full registry: %v, want ErrTooManyPolicies", err)
-	}
-}
-
-// While a registered node is below FeaturePolicyCap, PutPolicies decides as
-// before the cap (so an older log replays as it was applied); the cap
-// applies from the entry after the last node registers the level, and a
-// registry already past it may change its policies but not grow.
-func TestPutPoliciesCapWaitsForFeatureLevel(t *testing.T) {
-	a := newApplier(t, fsm.Options{})
-	a.registerAt("a", fsm.FeaturePolicyCap)
-	a.registerAt("b", fsm.FeatureMigrate)
-	a.putPolicies(t0, numbered("p", fsm.MaxPolicies+5)...)
-	if n := len(a.f.Policies()); n != fsm.MaxPolicies+5 {
-		t.Fatalf("%d policies, want %d", n, fsm.MaxPolicies+5)
-	}
-
-	a.registerAt("b", fsm.FeaturePolicyCap)
-	if err := a.putPoliciesErr(t0, tokenBucket("extra", 1, time.Second, 0, 0)); !errors.Is(err, fsm.ErrTooManyPolicies) {
-		t.Fatalf("past the cap: %v, want ErrTooManyPolicies", err)
-	}
-	res := a.putPolicies(t0, tokenBucket("p3", 99, time.Second, 0, 0))
-	if res.Policies[0].Version != 2 {
-		t.Fatalf("changing a policy of an over-full registry: version %d, want 2", res.Policies[0].Version)
 	}
 }
 

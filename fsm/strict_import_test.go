@@ -11,19 +11,11 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// bounded marks a chunk's envelope as a leader at feature level
-// fsm.FeatureBoundedImport proposes it.
-func bounded(env *raftcmdv1.Envelope) *raftcmdv1.Envelope {
-	env.GetImportSlots().BoundedSourceTime = true
-	return env
-}
-
 // An import whose source time is more than MaxClockSkew ahead of its
 // entry's stamp is refused with a clock-skew error naming the field, and
 // changes nothing: the group's time is the stamp's, its buckets and its
-// import record stay as they were. Within the bound the group's time becomes the source's. An
-// entry without the flag (written before the feature level) is decided as
-// before.
+// import record stay as they were. Within the bound the group's time
+// becomes the source's.
 func TestImportSourceTimeBoundedByClockSkew(t *testing.T) {
 	const year = 365 * 24 * time.Hour
 	now := t0 + int64(time.Second)
@@ -38,7 +30,7 @@ func TestImportSourceTimeBoundedByClockSkew(t *testing.T) {
 	ahead := chunk{m: mig, attempt: 1, r: migR, seq: 0, last: true, srcNow: now + int64(10*year), mapEpoch: 1,
 		state: &raftcmdv1.SlotState{}}
 
-	err := wantErr(t, "a chunk 10 years ahead", g2.apply(bounded(ahead.env(now))), fsm.ErrClockSkew)
+	err := wantErr(t, "a chunk 10 years ahead", g2.apply(ahead.env(now)), fsm.ErrClockSkew)
 	var fe *admission.FieldError
 	if !errors.As(err, &fe) || fe.Field != "source_now_unix_nano" {
 		t.Fatalf("error %v does not name field source_now_unix_nano", err)
@@ -56,21 +48,11 @@ func TestImportSourceTimeBoundedByClockSkew(t *testing.T) {
 	// Within the bound: the group's time becomes the source's.
 	within := ahead
 	within.srcNow = now + int64(fsm.MaxClockSkew)
-	if res := g2.apply(bounded(within.env(now))); res != nil {
+	if res := g2.apply(within.env(now)); res != nil {
 		t.Fatalf("a chunk MaxClockSkew ahead: %v", res)
 	}
 	if got := g2.f.LastNow(); got != within.srcNow {
 		t.Fatalf("group time %d after a chunk from %d", got, within.srcNow)
-	}
-
-	// The same far chunk, unflagged (an entry from before the feature
-	// level), applies as it always did.
-	old := dataGroup(t, 2, 1, g2Before()...)
-	if res := old.apply(ahead.env(now)); res != nil {
-		t.Fatalf("an unflagged chunk 10 years ahead: %v", res)
-	}
-	if got := old.f.LastNow(); got != ahead.srcNow {
-		t.Fatalf("unflagged chunk: group time %d, want the source's %d", got, ahead.srcNow)
 	}
 }
 

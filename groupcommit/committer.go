@@ -1,8 +1,6 @@
 package groupcommit
 
 import (
-	"sync"
-
 	"github.com/quorate/quorate/fsm"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
@@ -19,8 +17,7 @@ const (
 )
 
 // Log is the Raft group a Committer writes to, as its leader on this node
-// sees it. Its methods are called on the Committer's goroutines; Append and
-// Applied run several at a time when Batch entries are off.
+// sees it. Its methods are called on the Committer's goroutines.
 type Log interface {
 	// Append stamps env with the leader's time, appends it to the group's
 	// log and waits until it is applied on this replica, returning the
@@ -33,9 +30,6 @@ type Log interface {
 	// Applied is called for each command applied without error, after
 	// Append returned and before the command's caller is answered.
 	Applied(cmd *raftcmdv1.Envelope)
-	// BatchEntries reports whether the log may take Batch entries: every
-	// node registered in the cluster reads them (fsm.FeatureBatch).
-	BatchEntries() bool
 }
 
 // Result is what an Op's caller gets: the FSM's result for its command, or
@@ -93,22 +87,6 @@ func (c *Committer) sendEntry(ops []*Op) {
 	if len(live) == 0 {
 		return
 	}
-	if len(live) > 1 && !c.log.BatchEntries() {
-		// A node whose binary predates Batch entries is registered: one
-		// entry per op (raft still sends and fsyncs them together).
-		var wg sync.WaitGroup
-		for _, op := range live {
-			wg.Go(func() { c.writeEntry([]*Op{op}) })
-		}
-		wg.Wait()
-		return
-	}
-	c.writeEntry(live)
-}
-
-// writeEntry writes ops (sent, not abandoned) into one entry and answers
-// each.
-func (c *Committer) writeEntry(live []*Op) {
 	env := live[0].env
 	cmds := make([]*raftcmdv1.Envelope, len(live))
 	for i, op := range live {

@@ -25,7 +25,6 @@ func (l *batchLog) Append(_ *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (an
 	return b, nil
 }
 func (l *batchLog) Applied(*raftcmdv1.Envelope) {}
-func (l *batchLog) BatchEntries() bool          { return true }
 
 // A Batch entry's results reach their ops, and the Committer then lets go
 // of them: the log's caller (raft, whose log cache keeps each recent

@@ -12,9 +12,7 @@
 //
 // Committer is a Raft group's commit queue on its leader: one entry in
 // flight, up to 512 commands in it. A lone command is its own entry; several
-// go in one Batch entry, unless the Log says a node of the cluster predates
-// Batch entries (fsm.FeatureBatch), when each is its own entry, written
-// concurrently. The Log (the node's replica of the group) stamps, appends
+// go in one Batch entry. The Log (the node's replica of the group) stamps, appends
 // and applies the entry; the Committer hands each op its own result of a
 // Batch (fsm.BatchResult), a result that is an error as the op's error, and
 // the entry's error to every op of it.

@@ -231,12 +231,6 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		}
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 		names = append(names, ap.Name)
-		if ap.Local.Mode != "" {
-			if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureBudgetLeases {
-				return nil, n.toConnectError(fmt.Errorf("%w: policies[%d].local: a registered node applies log feature level %d, local decisions need %d: upgrade every node first",
-					ErrFeatureUnsupported, i, lvl, fsm.FeatureBudgetLeases))
-			}
-		}
 	}
 	return leaderCall(ctx, n, routing{idempotent: true}, req,
 		func(ctx context.Context, _ dest) (*quoratev1.ApplyPoliciesResponse, error) {

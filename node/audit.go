@@ -22,8 +22,7 @@ const (
 // identity the API edge authenticated (identityOf), anonymous when none.
 // request says what was asked when the command alone does not (a shard map
 // change), "" otherwise. The meta group records the change in its audit
-// trail from feature level 5 (fsm.FeatureAudit); below it the Actor is
-// ignored.
+// trail.
 func actorOf(ctx context.Context, request string) *raftcmdv1.Actor {
 	id := identityOf(ctx)
 	return &raftcmdv1.Actor{Caller: id.Caller, Source: string(id.Source), Request: request}

@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -130,38 +129,5 @@ func TestAuditListsAdminChanges(t *testing.T) {
 	_, err = c.Admin(0).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{Limit: 1001}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("a page of 1001: %v, want invalid_argument", err)
-	}
-}
-
-// A node held back below the audit's feature level (--max-feature-level)
-// keeps the cluster from recording: an older binary never meets an audit
-// record. It bootstraps the cluster (a node below the cluster's level could
-// not join it), so nothing is recorded at all.
-func TestAuditWaitsForEveryNode(t *testing.T) {
-	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		if i == 0 {
-			cfg.MaxFeatureLevel = fsm.FeatureAudit - 1
-		}
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c.Eventually(t, 10*time.Second, "node 0 registered below the level", func() error {
-		if got := node.MinFeatureLevel(c.Node(c.Leader(t))); got != fsm.FeatureAudit-1 {
-			return fmt.Errorf("lowest feature level %d", got)
-		}
-		return nil
-	})
-	list := func() []*quoratev1.AuditEntry {
-		t.Helper()
-		resp, err := c.Admin(2).ListAudit(ctx, connect.NewRequest(&quoratev1.ListAuditRequest{}))
-		if err != nil {
-			t.Fatalf("ListAudit: %v", err)
-		}
-		return resp.Msg.GetEntries()
-	}
-	before := list()
-	applyLongBucket(t, c, "p", 1000)
-	if after := list(); len(after) != len(before) {
-		t.Fatalf("with a node below the level, the trail went from %v to %v", before, after)
 	}
 }

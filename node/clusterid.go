@@ -23,9 +23,8 @@ import (
 // A cluster has an ID, 16 random bytes in hex, made by the node that
 // bootstraps it. Each node records it in its data directory (the file
 // cluster-id, read before any Raft state is opened) and the meta group
-// records it in its state (SetClusterID, proposed by the meta leader once
-// every node's binary knows the entry: so a cluster that predates IDs gets
-// one too). A node that knows its cluster's ID
+// records it in its state (SetClusterID, proposed by the meta leader when
+// the group holds none). A node that knows its cluster's ID
 //
 //   - writes it in the header of every peer connection it opens, and
 //     refuses a peer connection that carries another ID, or none, before
@@ -157,7 +156,7 @@ func (c *controller) knownClusterID() string {
 // clusterIDLoop keeps the node's record of its cluster ID in step with the
 // meta group's until ctx is done: a node records the ID the meta group
 // holds, and the meta leader proposes one (its own record, or a new one)
-// when the group holds none and every node can apply SetClusterID.
+// when the group holds none.
 func (c *controller) clusterIDLoop(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -174,7 +173,7 @@ func (c *controller) clusterIDLoop(ctx context.Context) {
 				warned = true
 				c.log.Error("the meta group's cluster ID is not this node's", "err", err)
 			}
-		case c.isLeader() && c.meta.fsm.MinFeatureLevel() >= fsm.FeatureClusterID:
+		case c.isLeader():
 			id := c.mux.ClusterID()
 			if id == "" {
 				id = newClusterID()

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -137,47 +135,4 @@ func TestNewClusterOnOldAddressesIsNotJoinedByOldNode(t *testing.T) {
 	if _, err := a.Admin(2).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "from-b"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("node3 of A: cluster B's policy: %v, want not_found", err)
 	}
-}
-
-// A cluster without an ID (its nodes' binaries predate it) gets one once
-// every node runs a binary that knows it: the meta leader proposes it and
-// every node records the same.
-func TestClusterWithoutIDGetsOne(t *testing.T) {
-	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		cfg.MaxFeatureLevel = node.ClusterIDLevel() - 1
-	}})
-	applyPolicy(t, c, "p", 1000, time.Second, 1000)
-	if id := node.MetaClusterID(c.Node(0)); id != "" {
-		t.Fatalf("a cluster below the feature level has the cluster ID %s in its log", id)
-	}
-	// Play the upgrade of a cluster that never had an ID: no node's data
-	// directory records one, and each restarts with the current binary.
-	for i := range c.Len() {
-		c.Stop(i)
-		if err := os.Remove(filepath.Join(c.Config(i).DataDir, "cluster-id")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range c.Len() {
-		c.Config(i).MaxFeatureLevel = 0
-		c.Start(i)
-	}
-	c.WaitReady(t)
-	var id string
-	c.Eventually(t, 30*time.Second, "one cluster ID on every node", func() (err error) {
-		if id, err = clusterIDOf(c); err != nil {
-			return err
-		}
-		for i := range c.Len() {
-			if got := node.MetaClusterID(c.Node(i)); got != id {
-				return fmt.Errorf("node %d's meta group has %q", i, got)
-			}
-			b, err := os.ReadFile(filepath.Join(c.Config(i).DataDir, "cluster-id"))
-			if err != nil || strings.TrimSpace(string(b)) != id {
-				return fmt.Errorf("node %d recorded %q, %v", i, b, err)
-			}
-		}
-		return nil
-	})
-	serving(t, c, "p")
 }

@@ -53,9 +53,6 @@ func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (a
 // Applied tells the Observer.
 func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.applied(cmd) }
 
-// BatchEntries reports whether every registered node reads Batch entries.
-func (l groupLog) BatchEntries() bool { return l.n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBatch }
-
 // applyAlone proposes env, which is not batchable, to g in an entry of its
 // own, stamped with the leader's time, on a goroutine of its own; the
 // function it returns waits for its result (errors as applyEntry's, and

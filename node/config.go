@@ -474,7 +474,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.MaxFeatureLevel > fsm.FeatureLevel {
-		return bad("max-feature-level", "must be between 1 and %d, the highest this binary applies, or 0 for it (got %d)", fsm.FeatureLevel, c.MaxFeatureLevel)
+		return bad("max-feature-level", "must be at most %d, the highest this binary applies, or 0 for it (got %d)", fsm.FeatureLevel, c.MaxFeatureLevel)
 	}
 	if b := c.MigrationChunkBytes; b != 0 && (b < minMigrationChunkBytes || b > MaxMigrationChunkBytes) {
 		return bad("migration-chunk-bytes", "must be between %d and %d bytes, or 0 for the default (got %d)", minMigrationChunkBytes, MaxMigrationChunkBytes, b)

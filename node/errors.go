@@ -44,7 +44,7 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrNoPlan):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
-		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrFeatureUnsupported), errors.Is(err, ErrNodeLive), errors.Is(err, ErrNotTheNode), errors.Is(err, ErrOtherCluster),
+		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrNodeLive), errors.Is(err, ErrNotTheNode), errors.Is(err, ErrOtherCluster),
 		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, ErrUnplanned),
 		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

@@ -13,28 +13,15 @@ import (
 // PeerConnsAccepted is how many connections n's peer port has accepted.
 func PeerConnsAccepted(n *Node) int64 { return n.mux.Stats().Accepted }
 
-// PeerConnsIdleClosed is how many connections n's peer port closed for
-// idleness.
-func PeerConnsIdleClosed(n *Node) int64 { return n.mux.Stats().IdleClosed }
-
-// PeerRedials is how many of n's Raft connections were replaced before a
-// write for having been idle.
-func PeerRedials(n *Node) int64 { return n.mux.Stats().Redials }
-
 // MetaClusterID is the cluster ID n's meta group replica holds.
 func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
 
 // FeatureLevel is the log feature level of this binary.
 func FeatureLevel() uint32 { return fsm.FeatureLevel }
 
-// ClusterIDLevel is the log feature level of the cluster ID
-// (fsm.FeatureClusterID), from which a registration without a level is
-// refused.
-func ClusterIDLevel() uint32 { return fsm.FeatureClusterID }
-
 // RegisterAtLevel rewrites, through n (the meta leader), the registry entry
-// of node id with feature level level, as a leader whose binary predates
-// feature levels wrote them.
+// of node id with feature level level, as the node would register running
+// a binary of that level.
 func RegisterAtLevel(n *Node, id string, level uint32) error {
 	m, ok := n.meta.fsm.Node(id)
 	if !ok {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"math"
 
 	"connectrpc.com/connect"
@@ -21,18 +20,12 @@ const MaxGrantDemand = 1e12
 
 // Grant serves budget leases (AdmissionService.Grant): a holder's grant of
 // a policy's units on a key, sized and spent by the key's group through
-// its log (fsm.GrantResult). Every node of the cluster must apply feature
-// level 7 (fsm.FeatureBudgetLeases) first, so that no replica meets an
-// entry it cannot decode.
+// its log (fsm.GrantResult).
 func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
 	n := h.n
 	cmd, err := grantCommand(req.Msg)
 	if err != nil {
 		return nil, n.toConnectError(err)
-	}
-	if lvl := n.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureBudgetLeases {
-		return nil, n.toConnectError(fmt.Errorf("%w: a registered node applies log feature level %d, budget leases need %d: upgrade every node first",
-			ErrFeatureUnsupported, lvl, fsm.FeatureBudgetLeases))
 	}
 	// A repeat of a call is answered from the grant's record (same seq),
 	// so a Grant may be retried anywhere.

@@ -11,8 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quorate/quorate/fsm"
-	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -154,26 +152,5 @@ func TestGrantOnACluster(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || fieldOf(err) != tc.field {
 			t.Errorf("%v: %v, want InvalidArgument on %s", tc.r, err, tc.field)
 		}
-	}
-}
-
-// Until every node applies feature level 7, a cluster neither stores a
-// policy with local decisions nor serves grants. (The node below it
-// bootstraps the cluster: one below the cluster's level could not join.)
-func TestGrantNeedsEveryNodeAtItsFeatureLevel(t *testing.T) {
-	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		if i == 0 {
-			cfg.MaxFeatureLevel = fsm.FeatureBudgetLeases - 1
-		}
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	_, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{grantPolicy()}}))
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Fatalf("a local policy below level 7: %v, want FailedPrecondition", err)
-	}
-	_, err = c.Admission(0).Grant(ctx, connect.NewRequest(&quoratev1.GrantRequest{Policy: "search", Key: "k", Holder: "h", Want: 1}))
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Fatalf("a grant below level 7: %v, want FailedPrecondition", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/groupcommit"
-	"github.com/quorate/quorate/peermux"
+	"github.com/quorate/quorate/raftmux"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -26,7 +26,7 @@ type group struct {
 	dir       string
 	fsm       *fsm.FSM
 	raft      *raft.Raft
-	transport *groupTransport
+	transport *raftmux.Transport
 	// store is the replica's log and stable store: a raft-boltdb file or
 	// a WAL (wal_store.go).
 	store replicaStore
@@ -83,14 +83,7 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		}
 	}()
 	hlog = hlog.With("group", uint32(id))
-	stream, err := n.mux.StreamLayer(uint32(id))
-	if err != nil {
-		return nil, err
-	}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: peermux.RaftMaxPool, Timeout: peermux.RaftTimeout, Logger: hlog})
-	if g.transport, err = n.raftMux.newGroupTransport(id, nt); err != nil {
-		_ = nt.Close()
+	if g.transport, err = n.raftMux.Transport(uint32(id), raft.ServerAddress(n.raftAddr)); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {

@@ -186,13 +186,11 @@ func (l *raftLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer
 //     request that failed, or a connection from it that broke): a warning,
 //     not an error, since this node works on and readiness and status say
 //     whether its groups have quorum; debug when the peer does not host the
-//     group yet (raftmux.IsNoGroup, while its replica is being opened), when
-//     the node moved the peer to its shared Raft connection
-//     (errTransportSwitched), and once this node is stopping. A call on a
-//     connection the peer reset or closed (connCut): debug, since the peer
-//     restarted or moved to another connection, and raft dials again (a
-//     peer that is down refuses the dial: a warning). A vote request the
-//     peer refused: debug too, since that is how every election looks
+//     group yet (raftmux.IsNoGroup, while its replica is being opened), and
+//     once this node is stopping. A call on a connection the peer reset or
+//     closed (connCut): debug, since the peer restarted, and raft dials
+//     again (a peer that is down refuses the dial: a warning). A vote
+//     request the peer refused: debug too, since that is how every election looks
 //     while peers start (a restart of the cluster); a lasting problem
 //     still shows as the follower's "heartbeat timeout reached" warning
 //     and in readiness. A split vote ("Election timeout reached,
@@ -235,7 +233,7 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 	case "failed to heartbeat to", "failed to appendEntries to", "failed to pipeline appendEntries",
 		"failed to start pipeline replication to", "failed to make requestVote RPC", "failed to decode incoming command":
 		err := argError(args)
-		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, errTransportSwitched) || errors.Is(err, net.ErrClosed) {
+		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
 		if connCut(err) || (msg == "failed to make requestVote RPC" && causedBy(err, syscall.ECONNREFUSED)) {
@@ -247,8 +245,8 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 }
 
 // connCut is whether err says the peer's end of a connection went away
-// (reset, closed, cut short), as when the peer restarts or moves to
-// another connection. Raft dials again; a peer that is down then refuses,
+// (reset, closed, cut short), as when the peer restarts. Raft dials
+// again; a peer that is down then refuses,
 // which stays a warning, except for vote requests.
 func connCut(err error) bool {
 	return causedBy(err, syscall.ECONNRESET) || causedBy(err, syscall.EPIPE) || causedBy(err, io.EOF) ||

@@ -83,7 +83,6 @@ func TestRaftNoise(t *testing.T) {
 		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Debug},
 		{false, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", syscall.ECONNREFUSED}, hclog.Warn},
 		{true, hclog.Error, "failed to heartbeat to", []any{"peer", "x", "backoff time", 10, "error", reset}, hclog.Debug},
-		{false, hclog.Error, "failed to pipeline appendEntries", []any{"peer", "x", "error", errTransportSwitched}, hclog.Debug},
 		{false, hclog.Error, "failed to decode incoming command", []any{"error", fmt.Errorf("read: %w", net.ErrClosed)}, hclog.Debug},
 		{false, hclog.Error, "peer has newer term, stopping replication", []any{"peer", "x"}, hclog.Info},
 		{false, hclog.Warn, "failed to contact quorum of nodes, stepping down", nil, hclog.Warn},

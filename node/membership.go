@@ -18,16 +18,14 @@ import (
 )
 
 // checkJoinLevel checks the feature level a joining node says its binary
-// applies. A join without one comes from a binary older than feature levels
-// (it would lower the cluster's level to 0: no more removals or slot
-// moves); one above this binary's level cannot be checked against what this
-// node knows. Both are refused: a newer node joins once the node it asks
-// runs a binary as new.
+// applies: every binary sends one, and one above this binary's level
+// cannot be checked against what this node knows. A newer node joins once
+// the node it asks runs a binary as new.
 func checkJoinLevel(level uint32) error {
 	switch {
 	case level == 0:
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("must be set, 1 to %d: the joining binary is too old for this cluster", fsm.FeatureLevel)}
+			Reason: fmt.Sprintf("must be set, 1 to %d", fsm.FeatureLevel)}
 	case level > fsm.FeatureLevel:
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%d is above %d, the highest this node's binary knows: upgrade the cluster's nodes first", level, fsm.FeatureLevel)}
@@ -51,7 +49,7 @@ func (c *controller) register(ctx context.Context) {
 			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
 		}) {
 			// Reachable and listed: a member. Its feature level may still
-			// lag (a leader running an older binary records none): keep
+			// differ (it restarted with another --max-feature-level): keep
 			// asking, more slowly, until it is recorded.
 			registered = true
 			close(c.registered)

@@ -23,6 +23,7 @@ import (
 	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
+	"github.com/quorate/quorate/raftmux"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -39,7 +40,7 @@ type Node struct {
 	adminLn     *limitListener // with Config.AdminAddr; nil without
 	pprofLn     *limitListener // with Config.PprofAddr; nil without
 	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
-	raftMux     *raftMux       // the groups' shared Raft connections over mux (raft_transport.go)
+	raftMux     *raftmux.Hub   // the groups' shared Raft connections over mux (raft_transport.go)
 	meta        *group         // the meta group (with no data groups, it holds the data too)
 	groups      dataGroups
 	shared      sharedLogs // the shared Raft log of the replicas that use one (--log-store shared)
@@ -180,7 +181,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
-	if n.raftMux, err = newRaftMux(n.mux, cfg.featureLevel(), cfg.HeartbeatTimeout, &n.metaReplica, hlog); err != nil {
+	if n.raftMux, err = newRaftHub(n.mux, cfg.HeartbeatTimeout, hlog); err != nil {
 		return nil, err
 	}
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
@@ -450,7 +451,7 @@ func (n *Node) closeResources() error {
 	}
 	errs = append(errs, n.shared.close())
 	if n.raftMux != nil {
-		errs = append(errs, n.raftMux.hub.Close())
+		errs = append(errs, n.raftMux.Close())
 	}
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())

@@ -82,10 +82,8 @@ func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quo
 // checkMigrationEntry refuses slot-migration entry env for group id, which
 // this node leads, unless it belongs to a plan step being driven now
 // (fitsPlan), and an import whose source time is more than
-// fsm.MaxClockSkew ahead of this leader's clock; it then sets what only
-// the leader decides: whether the group bounds the import's source time
-// (from feature level 4, when every replica does). Whoever sent env has no
-// say in that.
+// fsm.MaxClockSkew ahead of this leader's clock (the group refuses it too,
+// against the entry's own time).
 func (n *Node) checkMigrationEntry(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
 	if err := n.checkPlanned(ctx, migrationCallOf(id, env)); err != nil {
 		return err
@@ -99,7 +97,6 @@ func (n *Node) checkMigrationEntry(ctx context.Context, id shard.GroupID, env *r
 			"clock skew: migration %d's source time %s is %v ahead of group %d's leader %s (at most %v)", imp.GetMigration(),
 			time.Unix(0, src).UTC().Format(time.RFC3339Nano), time.Duration(src-now.UnixNano()), id, n.cfg.ID, fsm.MaxClockSkew)}
 	}
-	imp.BoundedSourceTime = n.meta.fsm.MinFeatureLevel() >= fsm.FeatureBoundedImport
 	return nil
 }
 

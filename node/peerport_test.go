@@ -5,10 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,111 +135,4 @@ func TestPeerPortHeaderOnlyConnectionsAreClosed(t *testing.T) {
 		break
 	}
 	serving(t, c, "p")
-}
-
-// A cluster left idle for longer than the peer idle timeout — its nodes
-// close each other's idle connections, pooled ones included — still
-// answers, and fails over as promptly as ever when its leader dies: Raft
-// never sends a vote or an entry on a connection the peer closed.
-func TestPeerPortIdleClusterStillServesAndFailsOver(t *testing.T) {
-	const idle = 300 * time.Millisecond
-	rec := &staleRPCs{}
-	c := nodetest.NewClusterWith(t, nodetest.Options{Configure: func(i int, cfg *node.Config) {
-		cfg.PeerIdleTimeout = idle
-		cfg.LogOutput = io.MultiWriter(cfg.LogOutput, rec)
-		// Raft over each group's channel, with its pooled connections, as
-		// between nodes below the shared connection's level: the shared
-		// connections are not closed for idleness.
-		cfg.MaxFeatureLevel = node.RaftMuxLevel() - 1
-	}})
-	applyPolicy(t, c, "p", 1_000_000, time.Second, 1_000_000)
-	serving(t, c, "p")
-
-	for round := range 5 {
-		// Idle until the nodes have closed connections for idleness.
-		closed := func() (sum int64) {
-			for i := range c.Len() {
-				if n := c.Node(i); n != nil {
-					sum += node.PeerConnsIdleClosed(n)
-				}
-			}
-			return sum
-		}
-		base := closed()
-		nodetest.Eventually(t, 30*time.Second, "idle connections closed", func() error {
-			if got := closed() - base; got < 2 {
-				return fmt.Errorf("%d closed", got)
-			}
-			return nil
-		})
-		serving(t, c, "p")
-		if round == 4 {
-			break
-		}
-		leader := c.Leader(t)
-		rec.start(c.Config(leader).RaftAddr)
-		c.Kill(leader)
-		start := time.Now()
-		next := c.Leader(t)
-		if lines := rec.stop(); len(lines) > 0 {
-			t.Errorf("round %d: Raft RPCs between running nodes failed on closed connections:\n%s", round, strings.Join(lines, "\n"))
-		}
-		if d := time.Since(start); d > 4*time.Second {
-			t.Errorf("round %d: node %d took %v to take over from node %d", round, next, d, leader)
-		} else {
-			t.Logf("round %d: node %d took over in %v", round, next, d)
-		}
-		serving(t, c, "p")
-		c.Start(leader)
-		c.WaitReady(t)
-	}
-	redials := int64(0)
-	for i := range c.Len() {
-		redials += node.PeerRedials(c.Node(i))
-	}
-	if redials == 0 {
-		t.Errorf("no Raft connection was replaced for idleness: the test did not exercise the pool")
-	}
-}
-
-// staleRPCs records, while started, the Raft log lines of RPCs that failed
-// on a connection the peer had closed, except those to the dead node. A
-// node's lines about incoming connections ("failed to decode incoming
-// command") are left out: the far end may be the dead node, named there
-// only by a dialing port, and an RPC a running node sent on a closed
-// connection shows as that node's own failed call anyway.
-type staleRPCs struct {
-	mu    sync.Mutex
-	on    bool
-	dead  string
-	lines []string
-}
-
-func (s *staleRPCs) start(dead string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.on, s.dead, s.lines = true, dead, nil
-}
-
-func (s *staleRPCs) stop() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.on = false
-	return s.lines
-}
-
-func (s *staleRPCs) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.on {
-		return len(p), nil
-	}
-	for _, l := range strings.Split(string(p), "\n") {
-		if strings.Contains(l, "raft: failed to") && !strings.Contains(l, s.dead) &&
-			!strings.Contains(l, "failed to decode incoming command") &&
-			(strings.Contains(l, "EOF") || strings.Contains(l, "connection reset") || strings.Contains(l, "broken pipe")) {
-			s.lines = append(s.lines, l)
-		}
-	}
-	return len(p), nil
 }

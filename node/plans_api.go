@@ -110,10 +110,6 @@ func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.Plan
 // startPlan, on the meta leader, plans on its map (plan) and records the
 // plan.
 func (c *controller) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
-	if lvl := c.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureMigrate {
-		return nil, fmt.Errorf("%w: a registered node applies log feature level %d, slot migrations need %d: upgrade every node first",
-			ErrFeatureUnsupported, lvl, fsm.FeatureMigrate)
-	}
 	m, ok := c.meta.fsm.ShardMap()
 	if !ok {
 		return nil, errNoShardMap

@@ -24,9 +24,6 @@ var (
 	// ErrNodeLive refuses to force the removal of a node that still runs:
 	// its replicas would be replaced while it still leads or serves them.
 	ErrNodeLive = errors.New("the node is running")
-	// ErrFeatureUnsupported refuses a change some node's binary could not
-	// apply (its log feature level is too low): upgrade it first.
-	ErrFeatureUnsupported = errors.New("a node's binary is too old for this change")
 	// ErrNotTheNode refuses a join that says of a registered node what the
 	// node does not say of itself (its feature level).
 	ErrNotTheNode = errors.New("the join does not match the node")
@@ -51,9 +48,6 @@ func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quor
 // remove it from the meta group's configuration (this node's own removal
 // last of all: it steps down).
 func (c *controller) removeNode(ctx context.Context, id string, force bool) error {
-	if lvl := c.meta.fsm.MinFeatureLevel(); lvl < fsm.FeatureRemoveNode {
-		return fmt.Errorf("%w: removing a node needs log feature level %d, the cluster is at %d", ErrFeatureUnsupported, fsm.FeatureRemoveNode, lvl)
-	}
 	if force {
 		if where, live := c.nodeLive(ctx, id); live {
 			return fmt.Errorf("%w: node %s answered a status call on its %s: --force is for a node that is gone; "+

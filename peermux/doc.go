@@ -1,15 +1,15 @@
 // Package peermux is a Quorate node's peer port: one TCP listener shared by
-// every service between nodes — one Raft transport per hosted group
-// (StreamLayer) and follower→leader forwarding (ChannelForward) — and the
-// dialer that opens the node's connections to other nodes (Dialer).
+// every service between nodes — the Raft connections all hosted groups
+// share (ChannelRaft, ChannelRaftSnapshot: package raftmux) and
+// follower→leader forwarding (ChannelForward) — and the dialer that opens
+// the node's connections to other nodes (Dialer).
 //
 // It owns the peer connection header (magic byte, channel ID, and the
 // cluster ID when the dialer knows one; header.go), the handshake and idle
-// deadlines and the caps on what the port accepts (peerconn.go), the
-// refusal of dialers of another cluster (cluster.go), and the replacement
-// of pooled Raft connections before the peer could have closed them for
-// idleness (redialConn). A Mux is created with New, run with Serve, and
-// closed with Close once the node's Raft groups are shut down.
+// deadlines and the caps on what the port accepts (peerconn.go), and the
+// refusal of dialers of another cluster (cluster.go). A Mux is created
+// with New, run with Serve, and closed with Close once the node's Raft
+// groups are shut down.
 //
 // With Options.ServerTLS and ClientTLS the whole connection is TLS: an
 // accepted connection's TLS handshake completes, within the handshake

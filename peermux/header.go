@@ -11,21 +11,21 @@ import (
 	"time"
 )
 
-// The peer multiplexer lets every service between nodes — one Raft
-// transport per hosted group, and the forwarding channel (requests
-// forwarded to a group's leader, and PeerService) — share one listener and
-// one address. Each TCP connection carries one channel,
-// named once, by a header the dialer writes first:
+// The peer multiplexer lets every service between nodes — the Raft
+// connections every hosted group shares (package raftmux), and the
+// forwarding channel (requests forwarded to a group's leader, and
+// PeerService) — share one listener and one address. Each TCP connection
+// carries one channel, named once, by a header the dialer writes first:
 //
 //	+-------+--------------------------+------------+---------------------+
 //	| magic | channel ID               | cluster ID | the channel's own   |
-//	| 0xA8  | unsigned varint, 1..10 B | 16 bytes   | bytes (for a Raft   |
-//	|       | (encoding/binary)        |            | group: the Raft     |
-//	|       |                          |            | transport's RPCs)   |
+//	| 0xA8  | unsigned varint, 1..10 B | 16 bytes   | bytes (for          |
+//	|       | (encoding/binary)        |            | ChannelRaft: the    |
+//	|       |                          |            | groups' Raft RPCs)  |
 //	+-------+--------------------------+------------+---------------------+
 //
-// A dialer that knows no cluster ID yet (a cluster that predates them)
-// sends magic 0xA7 and no cluster ID. A listener that knows its cluster's
+// A dialer that knows no cluster ID yet (a node joining, before it learned
+// its cluster's) sends magic 0xA7 and no cluster ID. A listener that knows its cluster's
 // ID refuses a header with another ID or none (cluster.go). The header
 // and the first byte after it must arrive within the handshake timeout;
 // only then is the connection handed to its channel (peerconn.go).
@@ -47,8 +47,8 @@ import (
 // as a failed RPC — Raft retries, so a group whose replica starts here a moment after its peers
 // does not need the dials to wait for it.
 //
-// Channel IDs: a Raft group's channel is its GroupID (a uint32; 0 is the
-// meta group). IDs from 1<<32 up are the node's own services, never groups.
+// Channel IDs: the node's services are numbered from 1<<32 up; no channel
+// has a lower ID.
 const (
 	muxMagic byte = 0xA7
 
@@ -86,8 +86,8 @@ const (
 	muxIdleTimeout = 2 * time.Minute
 
 	// muxMaxConns caps the connections the peer port holds open at once: a
-	// node hosting the most groups (node.MaxDataGroups, a few connections per
-	// group and peer) stays well under it.
+	// node needs a few per peer (the shared Raft connection, snapshots in
+	// flight, forwarding), so a cluster of any size stays well under it.
 	muxMaxConns = 16384
 
 	// muxMaxHandshakesPerIP caps the connections from one IP that have not

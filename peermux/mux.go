@@ -19,9 +19,8 @@ type Stats struct {
 	Refused      int64 // closed at once: a limit was reached
 	Silent       int64 // closed: nothing after the header in time
 	IdleClosed   int64 // closed: idle for the idle timeout
-	Redials      int64 // dialed Raft connections replaced before a write
 	OtherCluster int64 // refused: another cluster's, or no, cluster ID
-	Dials        int64 // connections opened by Dial (Raft's, the stream layers' and ChannelRaft*, not counted)
+	Dials        int64 // connections opened by Dial (ChannelRaft*'s not counted)
 	TLSRefused   int64 // closed: the TLS handshake failed (before any header byte was read)
 	AuthRefused  int64 // closed: no proof of the peer secret, or a wrong, truncated or late one (auth.go)
 }
@@ -33,7 +32,6 @@ func (m *Mux) Stats() Stats {
 		Refused:      m.stats.refused.Load(),
 		Silent:       m.stats.silent.Load(),
 		IdleClosed:   m.stats.idleClosed.Load(),
-		Redials:      m.stats.redials.Load(),
 		OtherCluster: m.stats.otherCluster.Load(),
 		Dials:        m.stats.dials.Load(),
 		TLSRefused:   m.stats.tlsRefused.Load(),
@@ -47,7 +45,6 @@ type muxStats struct {
 	refused    atomic.Int64 // closed at once: a limit was reached
 	silent     atomic.Int64 // closed: nothing after the header in time
 	idleClosed atomic.Int64 // closed: idle for the idle timeout
-	redials    atomic.Int64 // dialed connections replaced before a write
 
 	otherCluster atomic.Int64 // refused: another cluster's, or no, cluster ID
 	dials        atomic.Int64 // connections opened by Dial
@@ -57,13 +54,12 @@ type muxStats struct {
 
 // Mux multiplexes one peer listener into channels (see the header
 // format in header.go) and dials peers' muxes. Create it with New, run Serve
-// in its own goroutine, register channels with Listener or StreamLayer, and
-// Close it when the node stops.
+// in its own goroutine, register channels with Listener, and Close it when
+// the node stops.
 //
 // The mux owns every connection it accepts or dials: closing a channel's
-// listener closes the connections accepted for it; closing a StreamLayer
-// also closes those it dialed; Close closes all of them, the listener, and
-// waits for the mux's goroutines. All methods are safe for concurrent use.
+// listener closes the connections accepted for it; Close closes all of
+// them, the listener, and waits for the mux's goroutines. All methods are safe for concurrent use.
 type Mux struct {
 	ln            net.Listener
 	dialer        *Dialer
@@ -114,7 +110,7 @@ type Options struct {
 	// timeout, before the mux reads a byte of its header; a connection
 	// whose handshake fails (its certificate not verified, or naming a
 	// peer the config refuses) is closed there. ClientTLS is then the
-	// config Dial and the stream layers open their connections with (the
+	// config Dial opens its connections with (the
 	// header is written once its handshake is done). Set both or neither:
 	// every node of a cluster speaks TLS on its peer port, or none does.
 	ServerTLS *tls.Config
@@ -220,7 +216,7 @@ func (m *Mux) Serve() {
 		if m.serverTLS != nil {
 			c = tls.Server(c, m.serverTLS) // handshaken by handshake, before the header
 		}
-		tc, ok := m.track(c, nil, m.release)
+		tc, ok := m.track(c, m.release)
 		if !ok {
 			m.handshakeDone(ip)
 			return // closed meanwhile; track closed c (and released it)
@@ -233,11 +229,10 @@ func (m *Mux) Serve() {
 	}
 }
 
-// track registers c with the mux and, when owner is not nil, with owner.
-// When it returns ok, the caller must call m.wg.Done once it no longer
-// needs the mux open (track did the Add). When the mux or owner is closed it
-// closes c and returns false. onClose, when not nil, runs once c is closed.
-func (m *Mux) track(c net.Conn, owner *connSet, onClose func()) (*trackedConn, bool) {
+// track registers c with the mux. When it returns ok, the caller must call
+// m.wg.Done once it no longer needs the mux open (track did the Add). When
+// the mux is closed it closes c and returns false. onClose, when not nil, runs once c is closed.
+func (m *Mux) track(c net.Conn, onClose func()) (*trackedConn, bool) {
 	tc := &trackedConn{Conn: c, onClose: onClose}
 	m.mu.Lock()
 	if m.closed {
@@ -248,11 +243,6 @@ func (m *Mux) track(c net.Conn, owner *connSet, onClose func()) (*trackedConn, b
 	m.wg.Add(1)
 	tc.join(m.conns) // cannot fail: m.conns closes only after m.closed is set
 	m.mu.Unlock()
-	if owner != nil && !tc.join(owner) {
-		tc.Close()
-		m.wg.Done()
-		return nil, false
-	}
 	return tc, true
 }
 
@@ -393,14 +383,14 @@ func (m *Mux) listen(ch uint64) (*muxListener, error) {
 // writes the header for channel ch. ctx bounds the dial and the header
 // write. The connection is the caller's to close; Close closes it too.
 func (m *Mux) Dial(ctx context.Context, addr string, ch uint64) (net.Conn, error) {
-	c, err := m.dial(ctx, addr, ch, nil)
+	c, err := m.dial(ctx, addr, ch)
 	if err == nil && ch != ChannelRaft && ch != ChannelRaftSnapshot {
 		m.stats.dials.Add(1)
 	}
 	return c, err
 }
 
-func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) (net.Conn, error) {
+func (m *Mux) dial(ctx context.Context, addr string, ch uint64) (net.Conn, error) {
 	select {
 	case <-m.done:
 		return nil, errMuxClosed
@@ -413,7 +403,7 @@ func (m *Mux) dial(ctx context.Context, addr string, ch uint64, owner *connSet) 
 	if m.clientTLS != nil {
 		c = tls.Client(c, m.clientTLS)
 	}
-	tc, ok := m.track(c, owner, nil)
+	tc, ok := m.track(c, nil)
 	if !ok {
 		return nil, errMuxClosed
 	}

@@ -130,9 +130,6 @@ func TestMuxListenerLifecycle(t *testing.T) {
 	if _, err := m.Listener(3); !errors.Is(err, errMuxInUse) {
 		t.Fatalf("a second listener on channel 3: %v, want errMuxInUse", err)
 	}
-	if _, err := m.StreamLayer(3); !errors.Is(err, errMuxInUse) {
-		t.Fatalf("a stream layer on channel 3: %v, want errMuxInUse", err)
-	}
 
 	// Close while Accept blocks.
 	accepted := make(chan error, 1)

@@ -15,16 +15,8 @@ import (
 // send its header and the first byte of its channel's traffic within the
 // handshake timeout before it is handed to its channel — so a connection
 // that sends a header and then nothing costs a goroutine and a socket, not
-// a Raft transport's buffers, and not for long; once handed over, it is
+// a channel's buffers, and not for long; once handed over, it is
 // closed when it sends nothing for the idle timeout.
-//
-// Connections this node dials for Raft are pooled by the Raft transport and
-// may sit idle in its pool far longer than a peer's idle timeout. Taking a
-// connection the peer already closed would fail the RPC — a vote, a
-// heartbeat — so a dialed connection replaces itself with a fresh one when
-// it is written to after half the idle timeout without writes (redialConn).
-// A peer reads what its dialer writes, so the peer cannot have found the
-// connection idle before then.
 
 // muxLimits caps what the peer port accepts.
 type muxLimits struct {
@@ -155,114 +147,6 @@ func (c *trackedConn) SetDeadline(t time.Time) error {
 	defer c.idle.mu.Unlock()
 	c.idle.deadline = t
 	return c.Conn.SetDeadline(t)
-}
-
-// redialConn is a connection the Raft transport dialed: when it is written
-// to after `after` without a write, and no read waits for an answer, it
-// first replaces its connection with a new one (its deadlines carried
-// over). Raft's RPCs are request–answer exchanges that each start with a
-// write, so at such a moment no byte of an exchange is in flight and the
-// transport cannot tell the connections apart. When the new dial fails, the
-// old connection is written to, and the RPC fails as it would have.
-type redialConn struct {
-	dial   func() (net.Conn, error)
-	after  time.Duration
-	counts *atomic.Int64
-
-	mu        sync.Mutex
-	c         net.Conn
-	lastWrite time.Time
-	reads     int // reads in progress
-	closed    bool
-	rdl, wdl  time.Time
-}
-
-func newRedialConn(c net.Conn, after time.Duration, dial func() (net.Conn, error), counts *atomic.Int64) *redialConn {
-	return &redialConn{dial: dial, after: after, counts: counts, c: c, lastWrite: time.Now()}
-}
-
-func (r *redialConn) Read(p []byte) (int, error) {
-	r.mu.Lock()
-	c := r.c
-	r.reads++
-	r.mu.Unlock()
-	n, err := c.Read(p)
-	r.mu.Lock()
-	r.reads--
-	r.mu.Unlock()
-	return n, err
-}
-
-func (r *redialConn) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	if !r.closed && r.reads == 0 && time.Since(r.lastWrite) >= r.after {
-		r.mu.Unlock()
-		fresh, err := r.dial() // one writer at a time: nothing else swaps r.c
-		r.mu.Lock()
-		switch {
-		case err != nil:
-		case r.closed:
-			_ = fresh.Close()
-		default:
-			_ = r.c.Close()
-			r.c = fresh
-			r.counts.Add(1)
-			if !r.rdl.IsZero() {
-				_ = fresh.SetReadDeadline(r.rdl)
-			}
-			if !r.wdl.IsZero() {
-				_ = fresh.SetWriteDeadline(r.wdl)
-			}
-		}
-	}
-	c := r.c
-	r.lastWrite = time.Now()
-	r.mu.Unlock()
-	n, err := c.Write(p)
-	r.mu.Lock()
-	r.lastWrite = time.Now()
-	r.mu.Unlock()
-	return n, err
-}
-
-func (r *redialConn) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closed = true
-	return r.c.Close()
-}
-
-func (r *redialConn) LocalAddr() net.Addr {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.c.LocalAddr()
-}
-
-func (r *redialConn) RemoteAddr() net.Addr {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.c.RemoteAddr()
-}
-
-func (r *redialConn) SetDeadline(t time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rdl, r.wdl = t, t
-	return r.c.SetDeadline(t)
-}
-
-func (r *redialConn) SetReadDeadline(t time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rdl = t
-	return r.c.SetReadDeadline(t)
-}
-
-func (r *redialConn) SetWriteDeadline(t time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.wdl = t
-	return r.c.SetWriteDeadline(t)
 }
 
 // connSet is a set of open connections that can all be closed at once; once

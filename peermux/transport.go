@@ -4,17 +4,11 @@ import (
 	"context"
 	"net"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
-// The settings of a raft.NetworkTransport over a StreamLayer (those of
-// raft.NewTCPTransportWithLogger as Quorate always used them): up to 3
-// pooled connections per peer, 10s I/O timeout.
-const (
-	RaftMaxPool = 3
-	RaftTimeout = 10 * time.Second
-)
+// RaftTimeout is the I/O and per-RPC timeout of the node's Raft RPCs
+// (package raftmux), a raft.NetworkTransport's.
+const RaftTimeout = 10 * time.Second
 
 // Dialer opens this node's connections to other nodes: Raft peers and
 // other nodes' APIs (forwarding, joins, status). Safe for concurrent use.
@@ -75,48 +69,4 @@ func (d *Dialer) localFor(addr string) net.IP {
 		return nil
 	}
 	return d.local
-}
-
-// StreamLayer returns a raft.StreamLayer for Raft group group over the mux:
-// it accepts the group's connections and dials the group's channel on
-// peers. Its Close, which raft.NetworkTransport calls on Close (and so
-// raft.Raft on Shutdown), unregisters the group and closes every connection
-// of the group on this node. It fails like Listener.
-func (m *Mux) StreamLayer(group uint32) (raft.StreamLayer, error) {
-	l, err := m.listen(uint64(group))
-	if err != nil {
-		return nil, err
-	}
-	return &muxStreamLayer{muxListener: l, dialed: newConnSet()}, nil
-}
-
-// muxStreamLayer is a Raft group's raft.StreamLayer over the mux.
-type muxStreamLayer struct {
-	*muxListener
-	dialed *connSet
-}
-
-// Dial opens a connection to the group's replica at address. The
-// connection replaces itself with a new one when it is written to after
-// half the idle timeout without writes (see redialConn): the Raft transport
-// pools connections, and must not pick one the peer closed for idleness.
-func (s *muxStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	dial := func() (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		return s.m.dial(ctx, string(address), s.ch, s.dialed)
-	}
-	c, err := dial()
-	if err != nil || s.m.idleTimeout <= 0 {
-		return c, err
-	}
-	return newRedialConn(c, s.m.idleTimeout/2, dial, &s.m.stats.redials), nil
-}
-
-// Close closes the group's listener and the connections it accepted and
-// dialed.
-func (s *muxStreamLayer) Close() error {
-	err := s.muxListener.Close()
-	s.dialed.closeAll()
-	return err
 }

@@ -1,11 +1,9 @@
 package peermux
 
 import (
+	"context"
 	"net"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // acceptOne accepts one connection on ln and returns the IP it came from.
@@ -24,7 +22,7 @@ func acceptOne(t *testing.T, ln net.Listener) <-chan net.IP {
 	return from
 }
 
-// muxOn starts a peer mux listening on bind (its Raft listener).
+// muxOn starts a peer mux listening on bind.
 func muxOn(t *testing.T, bind string, dialMap map[string]string, advertise net.Addr) *Mux {
 	t.Helper()
 	ln, err := net.Listen("tcp", bind)
@@ -37,23 +35,19 @@ func muxOn(t *testing.T, bind string, dialMap map[string]string, advertise net.A
 	return m
 }
 
-func TestRaftStreamDialsFromListenerIP(t *testing.T) {
+// The mux's dials leave from the IP it listens on.
+func TestPeerDialsFromListenerIP(t *testing.T) {
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer peer.Close()
 	m := muxOn(t, "127.0.0.2:0", nil, nil)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if got := s.Addr().(*net.TCPAddr).IP.String(); got != "127.0.0.2" {
-		t.Fatalf("Addr %v, want the bound 127.0.0.2", s.Addr())
+	if got := m.Addr().(*net.TCPAddr).IP.String(); got != "127.0.0.2" {
+		t.Fatalf("Addr %v, want the bound 127.0.0.2", m.Addr())
 	}
 	from := acceptOne(t, peer)
-	c, err := s.Dial(raft.ServerAddress(peer.Addr().String()), 5*time.Second)
+	c, err := m.dialer.DialContext(context.Background(), "tcp", peer.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,20 +57,15 @@ func TestRaftStreamDialsFromListenerIP(t *testing.T) {
 	}
 }
 
-func TestRaftStreamFollowsDialMap(t *testing.T) {
+func TestPeerDialsFollowDialMap(t *testing.T) {
 	via, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer via.Close()
 	m := muxOn(t, "127.0.0.3:0", map[string]string{"127.0.0.9:7100": via.Addr().String()}, nil)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	from := acceptOne(t, via)
-	c, err := s.Dial("127.0.0.9:7100", 5*time.Second)
+	c, err := m.dialer.DialContext(context.Background(), "tcp", "127.0.0.9:7100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,16 +77,11 @@ func TestRaftStreamFollowsDialMap(t *testing.T) {
 
 // A mux on 0.0.0.0 names the advertised address and leaves the source
 // address of its dials to the kernel.
-func TestRaftListenerAdvertise(t *testing.T) {
+func TestPeerListenerAdvertise(t *testing.T) {
 	adv := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 7170}
 	m := muxOn(t, "0.0.0.0:0", nil, adv)
-	s, err := m.StreamLayer(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if s.Addr() != adv {
-		t.Fatalf("Addr %v, want the advertised %v", s.Addr(), adv)
+	if m.Addr() != adv {
+		t.Fatalf("Addr %v, want the advertised %v", m.Addr(), adv)
 	}
 	if m.dialer.local != nil {
 		t.Fatalf("a listener on 0.0.0.0 binds outgoing connections to %v", m.dialer.local)

@@ -122,11 +122,6 @@ func (t *Transport) handler(cmd interface{}) func(raft.RPC) {
 	}
 }
 
-// Deliver hands rpc, received by some other transport of the same group,
-// to the heartbeat handler or the consumer, as if it had come over the hub;
-// false when the transport or stop closed first (rpc is then unanswered).
-func (t *Transport) Deliver(rpc raft.RPC, stop <-chan struct{}) bool { return t.deliver(rpc, stop) }
-
 // deliver hands an inbound RPC to the heartbeat handler or the consumer;
 // false when the group closed or stop was closed first.
 func (t *Transport) deliver(rpc raft.RPC, stop <-chan struct{}) bool {

@@ -29,9 +29,9 @@ func newAdminAuditCmd() *cobra.Command {
 			"plans started, cancelled and finished), oldest first: the log index of each, its\n" +
 			"time in the log, who asked (the authenticated caller, \"-\" when anonymous, or\n" +
 			"node:<id> for a change the cluster made on its own), the change and what it\n" +
-			"named. The meta group keeps the last 10,000, recorded once every node runs a\n" +
-			"binary at feature level 5. --since N lists records after log index N; --limit\n" +
-			"bounds a page (at most 1000); the next page starts after the last index shown.",
+			"named. The meta group keeps the last 10,000. --since N lists records after log\n" +
+			"index N; --limit bounds a page (at most 1000); the next page starts after the\n" +
+			"last index shown.",
 		Example: "  quorate admin audit\n" +
 			"  quorate admin audit --since 1200 --limit 50 -o json",
 		Args: cobra.NoArgs,

@@ -118,8 +118,8 @@ func newServeCmd() *cobra.Command {
 		"serves them. Required with --access-file when the peer port is plaintext beyond loopback")
 	fs.BoolVar(&cfg.InsecurePlaintext, "insecure-plaintext", cfg.InsecurePlaintext, "serve a non-loopback --api-addr or --raft-addr without TLS: anyone who reaches the ports\n"+
 		"can read and change the cluster's state. Without it, a plaintext node listens on loopback only")
-	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (1 to %d; 0: this binary's, %d); lower it to hold new\n"+
-		"log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel, fsm.FeatureLevel))
+	fs.Uint32Var(&cfg.MaxFeatureLevel, "max-feature-level", cfg.MaxFeatureLevel, fmt.Sprintf("highest log feature level this node registers (at most %d, this binary's; 0: this binary's); lower it to hold\n"+
+		"a later binary's new log features back during a rolling upgrade, so the cluster can still go back to the old binary", fsm.FeatureLevel))
 	fs.StringVar(&cfg.AccessFile, "access-file", cfg.AccessFile, "access file: the roles (admin, client) and policies of each caller; reloaded when it changes.\n"+
 		"Required unless the API listens on loopback only (without one, every caller may do everything)")
 	fs.StringArrayVar(&cfg.EnvoyConfig, "envoy-config", cfg.EnvoyConfig, "serve Envoy's rate-limit service (envoy.service.ratelimit.v3) on the API port with this file's domains and\n"+

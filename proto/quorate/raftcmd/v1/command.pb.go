@@ -122,10 +122,9 @@ type Envelope struct {
 	// at which the slot got its current owner.
 	MapEpoch uint64 `protobuf:"varint,3,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	// Who asked for this change, on the meta group's admin commands worth
-	// an audit record (absent on the control plane's own steps). From
-	// feature level 5 (fsm.FeatureAudit) the meta group records the command
-	// in its audit trail with the entry's index and time; older binaries
-	// ignore the field.
+	// an audit record (absent on the control plane's own steps). The meta
+	// group records the command in its audit trail with the entry's index
+	// and time.
 	Actor         *Actor `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -509,7 +508,6 @@ type Envelope_SetClusterId struct {
 }
 
 type Envelope_Grant struct {
-	// Feature level 7.
 	Grant *Grant `protobuf:"bytes,32,opt,name=grant,proto3,oneof"`
 }
 
@@ -1883,7 +1881,7 @@ type Policy struct {
 	Calendar             string                 `protobuf:"bytes,9,opt,name=calendar,proto3" json:"calendar,omitempty"`
 	Shadow               bool                   `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	LeaseTtlNanos        int64                  `protobuf:"varint,11,opt,name=lease_ttl_nanos,json=leaseTtlNanos,proto3" json:"lease_ttl_nanos,omitempty"`
-	// Absent unless clients may decide locally (feature level 7).
+	// Absent unless clients may decide locally.
 	Local         *LocalDecisions `protobuf:"bytes,12,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2189,7 +2187,7 @@ func (x *Grant) GetRelease() bool {
 
 // SetClusterID records the cluster's ID, made at bootstrap: nodes refuse
 // peer connections and joins from another cluster. Meta group only; applied
-// once (a second, different ID is refused). Feature level 4.
+// once (a second, different ID is refused).
 type SetClusterID struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 32 lowercase hex digits.
@@ -2242,11 +2240,10 @@ type RegisterNode struct {
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// The highest log feature level the node's binary applies (fsm.FeatureLevel;
-	// 0 before levels existed). A command kind of level L is proposed only
-	// when every registered node is at L or above (DESIGN.md §2 rule 3).
-	// 1: Batch entries; 2: RemoveNode; 3: slot migrations and plans; 4:
-	// SetClusterID, and registrations without a level are refused.
+	// The highest log feature level the node's binary applies (fsm.FeatureLevel),
+	// required. A command kind of level L is proposed only when every
+	// registered node is at L or above (DESIGN.md §2 rule 3). Level 1 is
+	// every command kind of this version.
 	FeatureLevel  uint32 `protobuf:"varint,4,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2310,7 +2307,7 @@ func (x *RegisterNode) GetFeatureLevel() uint32 {
 	return 0
 }
 
-// RemoveNode deletes a node from the registry (feature level 2). A node
+// RemoveNode deletes a node from the registry. A node
 // not registered is ignored.
 type RemoveNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2384,10 +2381,10 @@ type SnapshotHeader struct {
 	Plans []*Plan `protobuf:"bytes,15,rep,name=plans,proto3" json:"plans,omitempty"`
 	// The meta group's cluster ID, once set (SetClusterID).
 	ClusterId string `protobuf:"bytes,40,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	// The meta group's audit records (feature level 5), which follow every
+	// The meta group's audit records, which follow every
 	// other record; 0 (absent) when it has none.
 	AuditCount uint64 `protobuf:"varint,16,opt,name=audit_count,json=auditCount,proto3" json:"audit_count,omitempty"`
-	// Budget leases (feature level 7), after the reservations; 0 (absent)
+	// Budget leases, after the reservations; 0 (absent)
 	// when there are none.
 	GrantCount    uint64 `protobuf:"varint,17,opt,name=grant_count,json=grantCount,proto3" json:"grant_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4186,16 +4183,12 @@ type ImportSlots struct {
 	// The last chunk: the import is complete.
 	Last bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
 	// The source's log time when the chunk was read: the target's time
-	// becomes at least this, so fencing tokens never go back.
+	// becomes at least this, so fencing tokens never go back. The group
+	// refuses one more than fsm.MaxClockSkew ahead of the entry's own time,
+	// so no chunk moves the group's time far past its leaders' clocks.
 	SourceNowUnixNano int64      `protobuf:"varint,7,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
 	MapEpoch          uint64     `protobuf:"varint,8,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
 	State             *SlotState `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"`
-	// Set by the target group's leader when it proposes the chunk, once every
-	// registered node applies feature level 4: the group then refuses a
-	// source_now_unix_nano more than fsm.MaxClockSkew ahead of the entry's
-	// own time, so no chunk moves the group's time far past its leaders'
-	// clocks. Whoever asked for the chunk has no say in it.
-	BoundedSourceTime bool `protobuf:"varint,60,opt,name=bounded_source_time,json=boundedSourceTime,proto3" json:"bounded_source_time,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -4291,13 +4284,6 @@ func (x *ImportSlots) GetState() *SlotState {
 		return x.State
 	}
 	return nil
-}
-
-func (x *ImportSlots) GetBoundedSourceTime() bool {
-	if x != nil {
-		return x.BoundedSourceTime
-	}
-	return false
 }
 
 // SlotState is the state of some slots, as a snapshot stores it.
@@ -5485,7 +5471,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x05start\x18\x02 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\rR\x03end\"-\n" +
 	"\rUnfreezeSlots\x12\x1c\n" +
-	"\tmigration\x18\x01 \x01(\x04R\tmigration\"\xc6\x02\n" +
+	"\tmigration\x18\x01 \x01(\x04R\tmigration\"\x96\x02\n" +
 	"\vImportSlots\x12\x1c\n" +
 	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x04R\aattempt\x12\x14\n" +
@@ -5495,8 +5481,7 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\x04last\x18\x06 \x01(\bR\x04last\x12/\n" +
 	"\x14source_now_unix_nano\x18\a \x01(\x03R\x11sourceNowUnixNano\x12\x1b\n" +
 	"\tmap_epoch\x18\b \x01(\x04R\bmapEpoch\x123\n" +
-	"\x05state\x18\t \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\x12.\n" +
-	"\x13bounded_source_time\x18< \x01(\bR\x11boundedSourceTime\"\x91\x02\n" +
+	"\x05state\x18\t \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\"\x91\x02\n" +
 	"\tSlotState\x12:\n" +
 	"\abuckets\x18\x01 \x03(\v2 .quorate.raftcmd.v1.BucketRecordR\abuckets\x12C\n" +
 	"\n" +

@@ -172,7 +172,7 @@ type AdminServiceClient interface {
 	// applied or deleted, nodes added, removed, drained or uncordoned,
 	// replicas moved, rebalances, plans started, cancelled and finished),
 	// oldest first, from the meta leader's state after a read barrier. The
-	// meta group keeps the last 10,000 (from feature level 5).
+	// meta group keeps the last 10,000.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
@@ -508,7 +508,7 @@ type AdminServiceHandler interface {
 	// applied or deleted, nodes added, removed, drained or uncordoned,
 	// replicas moved, rebalances, plans started, cancelled and finished),
 	// oldest first, from the meta leader's state after a read barrier. The
-	// meta group keeps the last 10,000 (from feature level 5).
+	// meta group keeps the last 10,000.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
 
