@@ -41,10 +41,9 @@ type devOptions struct {
 	pprofAddr       string
 	memoryLimit     int64
 	heartbeat       time.Duration // --heartbeat-timeout
-	logStore        string
-	envoyConfig     []string // --envoy-config
-	envoyHeaders    bool     // --envoy-headers
-	envoyDedupe     bool     // --envoy-dedupe-request-id
+	envoyConfig     []string      // --envoy-config
+	envoyHeaders    bool          // --envoy-headers
+	envoyDedupe     bool          // --envoy-dedupe-request-id
 	// program is the path dev was run as, which the summary's commands
 	// name (programOf).
 	program string
@@ -86,7 +85,6 @@ func newDevCmd() *cobra.Command {
 	f.Var(byteSize{&o.memoryLimit}, "memory-limit", "soft limit on the whole process's memory (512MiB, 2GiB), as serve's; 0: none")
 	f.IntVar(&o.raftPort, "raft-port", 7170, "Raft port of node1; node i uses raft-port+i-1")
 	f.StringVar(&o.logLevel, "log-level", "warn", "nodes' log level: debug, info, warn or error")
-	f.StringVar(&o.logStore, "log-store", node.DefaultConfig().LogStore, "log store of the replicas the nodes create: shared, wal or bolt (replicas already on disk keep theirs)")
 	f.DurationVar(&o.heartbeat, "heartbeat-timeout", node.DefaultConfig().HeartbeatTimeout,
 		"nodes' Raft heartbeat timeout (and election timeout; the leader lease at most it): shorter fails over sooner, longer costs less idle CPU")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", time.Minute, "how long to wait for a leader, every node and the policies")
@@ -118,9 +116,6 @@ func (o devOptions) validate() error {
 	if o.apiPort < o.raftPort+o.nodes && o.raftPort < o.apiPort+o.nodes {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
-	}
-	if o.logStore != node.LogStoreShared && o.logStore != node.LogStoreWAL && o.logStore != node.LogStoreBolt {
-		return fmt.Errorf("dev: --log-store: must be %q, %q or %q (got %q)", node.LogStoreShared, node.LogStoreWAL, node.LogStoreBolt, o.logStore)
 	}
 	if o.groups < 0 || o.groups > node.MaxDataGroups {
 		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
@@ -159,7 +154,6 @@ func (o devOptions) nodeConfig(i int, logs io.Writer, join string, t *devTLS) no
 	cfg.Join = join
 	cfg.LogOutput = logs
 	cfg.LogLevel = o.logLevel
-	cfg.LogStore = o.logStore
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = o.heartbeat, o.heartbeat
 	cfg.LeaderLeaseTimeout = min(cfg.LeaderLeaseTimeout, o.heartbeat)
 	cfg.DataGroups, cfg.ExpectNodes = o.groups, o.nodes
