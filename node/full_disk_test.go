@@ -109,11 +109,12 @@ func TestFullDiskShowsInStatus(t *testing.T) {
 	}
 
 	// The shared log refuses every write after one failed (its index may
-	// be ahead of the disk): once space is freed, the node is restarted.
+	// be ahead of the disk), and its close reports that failure: once
+	// space is freed, the node is stopped at once and started again.
 	if err := os.Remove(filepath.Join(disk, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	c.Stop(victim)
+	c.Kill(victim)
 	c.Start(victim)
 	caughtUp(t, c, victim, c.Leader(t))
 }
