@@ -162,8 +162,9 @@ type Config struct {
 	// (--trailing-logs).
 	TrailingLogs uint64
 
-	// sharedSegmentBytes is the size of the shared log's segment files
-	// (the node's Raft log, <data-dir>/log); 0 means nodelog's default. Tests set it.
+	// sharedSegmentBytes is the size of the segment files of the node's
+	// shared Raft log (<data-dir>/log); 0 means nodelog's default. Tests
+	// set it.
 	sharedSegmentBytes int
 
 	// LogOutput receives the node's and Raft's logs. Nil means os.Stderr.
