@@ -11,28 +11,30 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/nodelog"
 	"github.com/quorate/quorate/shard"
 )
 
-// testCheckedLog opens a group replica's bolt file in a temporary directory
-// (or dir) behind a checkedLog.
-func testCheckedLog(tb testing.TB, dir string) (*group, *checkedLog) {
+// testCheckedLog opens a shared log in a temporary directory and returns a
+// replica of group 7 with its checked view of it, and the log.
+func testCheckedLog(tb testing.TB) (*group, *checkedLog, *nodelog.Log) {
 	tb.Helper()
-	if dir == "" {
-		dir = filepath.Join(tb.TempDir(), "groups", "7")
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			tb.Fatal(err)
-		}
+	data := tb.TempDir()
+	g := &group{id: shard.GroupID(7), dir: groupDir(data, 7)}
+	if err := os.MkdirAll(g.dir, 0o750); err != nil {
+		tb.Fatal(err)
 	}
-	g := &group{id: shard.GroupID(7), dir: dir}
-	store, err := g.openStore(dir)
+	dir := filepath.Join(data, sharedLogDirName)
+	l, err := nodelog.Open(dir, nodelog.Options{SegmentBytes: 1 << 20})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g.store = store
-	tb.Cleanup(func() { _ = store.Close() })
-	return g, &checkedLog{store: store, file: g.boltPath(), health: &g.health,
-		damaged: func(_ uint64, detail string) *DamagedError { return g.damaged(g.boltPath(), detail) }}
+	tb.Cleanup(func() { _ = l.Close() })
+	view, err := l.Group(7)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g, &checkedLog{store: view, file: dir, health: &g.health, damaged: g.damaged}, l
 }
 
 func testEntries(from, to uint64, size int) []*raft.Log {
@@ -45,75 +47,49 @@ func testEntries(from, to uint64, size int) []*raft.Log {
 	return out
 }
 
-// Entries written without a checksum (before Quorate wrote one) are read as
-// they are; entries written by checkedLog come back as raft gave them, and
-// raft's own copies keep their Extensions.
-func TestCheckedLogReadsOldAndNewEntries(t *testing.T) {
-	g, cl := testCheckedLog(t, "")
-	if err := g.store.StoreLogs(testEntries(1, 3, 40)); err != nil {
-		t.Fatal(err)
-	}
-	fresh := testEntries(4, 6, 40)
-	fresh[1].Extensions = []byte("ext")
-	if err := cl.StoreLogs(fresh); err != nil {
-		t.Fatal(err)
-	}
-	if string(fresh[1].Extensions) != "ext" || fresh[0].Extensions != nil {
-		t.Fatalf("StoreLogs changed raft's entries: %q %q", fresh[0].Extensions, fresh[1].Extensions)
-	}
-	_ = g.store.Close()
-	if first, last, err := g.checkBolt(); err != nil || first != 1 || last != 6 {
-		t.Fatalf("checkBolt: %d..%d, %v", first, last, err)
-	}
-	_, cl = testCheckedLog(t, g.dir)
-	for i := uint64(1); i <= 6; i++ {
-		var l raft.Log
-		if err := cl.GetLog(i, &l); err != nil {
-			t.Fatalf("GetLog(%d): %v", i, err)
-		}
-		want := testEntries(i, i, 40)[0]
-		if i == 5 {
-			want.Extensions = []byte("ext")
-		}
-		if l.Index != i || !bytes.Equal(l.Data, want.Data) || !bytes.Equal(l.Extensions, want.Extensions) {
-			t.Fatalf("GetLog(%d) = %+v, want %+v", i, l, want)
-		}
-	}
-}
-
 // A byte changed on disk inside an entry, found while the replica runs:
-// GetLog returns a DamagedError naming the file and the recovery, records
-// it as the replica's storage error and asks for the replica to stop.
+// GetLog returns a DamagedError naming the segment file and the recovery,
+// records it as the replica's storage error and asks for the replica to
+// stop.
 func TestCheckedLogFindsDamageWhileRunning(t *testing.T) {
-	g, cl := testCheckedLog(t, "")
+	g, cl, _ := testCheckedLog(t)
 	if err := cl.StoreLogs(testEntries(1, 20, 64)); err != nil {
 		t.Fatal(err)
 	}
-	_ = g.store.Close()
-	b, err := os.ReadFile(g.boltPath())
+	segs, err := filepath.Glob(filepath.Join(cl.file, "*.seg"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	seg := segs[0]
+	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := bytes.Index(b, []byte("entry-00000012-"))
 	if at < 0 {
-		t.Fatal("entry 12 not found in the file")
+		t.Fatal("entry 12 not found in the segment")
 	}
-	b[at+20] ^= 0x40
-	if err := os.WriteFile(g.boltPath(), b, 0o640); err != nil {
+	f, err := os.OpenFile(seg, os.O_WRONLY, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	g, cl = testCheckedLog(t, g.dir)
+	if _, err := f.WriteAt([]byte{b[at+20] ^ 0x40}, int64(at+20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	var stopped error
 	stop := func(err error) { stopped = err }
 	g.health.onDamage.Store(&stop)
 
 	var l raft.Log
-	if err := cl.GetLog(11, &l); err != nil {
-		t.Fatalf("GetLog(11): %v", err)
+	if err := cl.GetLog(11, &l); err != nil || !bytes.Equal(l.Data, testEntries(11, 11, 64)[0].Data) {
+		t.Fatalf("GetLog(11): %+v, %v", l, err)
 	}
 	err = cl.GetLog(12, &l)
 	var de *DamagedError
-	if !errors.As(err, &de) || de.File != g.boltPath() || !strings.Contains(err.Error(), "log entry 12 fails its checksum") ||
+	if !errors.As(err, &de) || de.File != seg || !strings.Contains(err.Error(), "log entry 12, at offset") ||
 		!strings.Contains(err.Error(), "to recover, delete "+g.dir) {
 		t.Fatalf("GetLog(12): %v", err)
 	}
@@ -123,67 +99,19 @@ func TestCheckedLogFindsDamageWhileRunning(t *testing.T) {
 	if last, _ := g.health.last(); last != err {
 		t.Fatalf("storage error %v", last)
 	}
-	_ = g.store.Close()
-	if _, _, err := g.checkBolt(); !errors.Is(err, ErrReplicaDamaged) || !strings.Contains(err.Error(), "log entry 12 fails its checksum") {
-		t.Fatalf("checkBolt: %v", err)
-	}
 }
 
-// BenchmarkCheckBolt measures the check of a replica's bolt file when it
-// opens (its pages, then its log entries) on a log of 100,000 entries of
-// 200 bytes.
-func BenchmarkCheckBolt(b *testing.B) {
-	g, cl := testCheckedLog(b, "")
-	for from := uint64(1); from <= 100_000; from += 1000 {
-		if err := cl.StoreLogs(testEntries(from, from+999, 200)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	_ = g.store.Close()
-	for b.Loop() {
-		if _, last, err := g.checkBolt(); err != nil || last != 100_000 {
-			b.Fatal(last, err)
-		}
-	}
-}
-
-// A replica without a bolt file, or with an empty one (its process stopped
-// right after creating it), is new, not damaged: bbolt initializes it.
-func TestCheckBoltAcceptsNewFiles(t *testing.T) {
-	g := &group{id: 3, dir: t.TempDir()}
-	if first, last, err := g.checkBolt(); err != nil || first != 0 || last != 0 {
-		t.Fatalf("no file: %d..%d, %v", first, last, err)
-	}
-	if err := os.WriteFile(g.boltPath(), nil, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := g.checkBolt(); err != nil {
-		t.Fatalf("empty file: %v", err)
-	}
-	store, err := g.openStore(g.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = store.Close()
-	if _, _, err := g.checkBolt(); err != nil {
-		t.Fatalf("initialized file: %v", err)
-	}
-}
-
-// A follower that installed a snapshot keeps the entries compaction left
-// below it and appends after the snapshot's index, so its log has a gap the
-// snapshot covers: the replica opens. A gap above the newest snapshot is
-// damage.
+// A log that starts after entry 1 (compaction deleted its head, or a
+// follower installed a snapshot and appended after its index) must follow
+// on from the newest snapshot: the replica opens when a snapshot covers the
+// entries before the log, and is damaged when none does.
 func TestCheckedLogGapCoveredBySnapshot(t *testing.T) {
-	g, cl := testCheckedLog(t, "")
-	if err := cl.StoreLogs(append(testEntries(5, 8, 40), testEntries(11, 14, 40)...)); err != nil {
+	g, cl, _ := testCheckedLog(t)
+	if err := cl.StoreLogs(testEntries(11, 14, 40)); err != nil {
 		t.Fatal(err)
 	}
-	_ = g.store.Close()
-	first, last, err := g.checkBolt()
-	if err != nil || first != 11 || last != 14 {
-		t.Fatalf("checkBolt: run %d..%d, %v; want 11..14", first, last, err)
-	}
+	first, _ := cl.FirstIndex()
+	last, _ := cl.LastIndex()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, nil)
 	if err != nil {
 		t.Fatal(err)

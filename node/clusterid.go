@@ -80,16 +80,10 @@ func writeClusterID(dir, id string) error {
 	return nil
 }
 
-// freshMetaGroup reports whether dataDir holds no meta group store yet:
-// neither a bolt file nor a WAL's meta file.
+// freshMetaGroup reports whether dataDir holds no meta group replica yet:
+// its directory has no shared-log marker.
 func freshMetaGroup(dataDir string) bool {
-	dir := groupDir(dataDir, shard.MetaGroup)
-	for _, f := range []string{"raft.db", filepath.Join(walDirName, walMetaFile)} {
-		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
-			return false
-		}
-	}
-	return true
+	return !exists(filepath.Join(groupDir(dataDir, shard.MetaGroup), sharedMarkerName))
 }
 
 // adoptClusterID records id as this node's cluster ID (file, then mux)

@@ -162,22 +162,10 @@ type Config struct {
 	// (--trailing-logs).
 	TrailingLogs uint64
 
-	// LogStore is the Raft log store of the group replicas this node
-	// creates (--log-store): LogStoreShared (the default: one log for all
-	// the node's replicas), LogStoreWAL (one per replica; also meant by "")
-	// or LogStoreBolt. A replica directory keeps the store it was created
-	// with: one holding raft.db is a bolt store, one holding wal/ a WAL,
-	// one holding the shared-log marker is in the shared log, whatever
-	// LogStore says.
-	LogStore string
-
-	// sharedSegmentBytes is the size of the shared log's segment files
-	// (LogStoreShared); 0 means nodelog's default. Tests set it.
+	// sharedSegmentBytes is the size of the segment files of the node's
+	// shared Raft log (<data-dir>/log); 0 means nodelog's default. Tests
+	// set it.
 	sharedSegmentBytes int
-
-	// walSegmentBytes is the size of a WAL replica's segment files; 0 means
-	// defaultWALSegmentBytes. Tests set it smaller to see segments rotate.
-	walSegmentBytes int
 
 	// LogOutput receives the node's and Raft's logs. Nil means os.Stderr.
 	LogOutput io.Writer
@@ -374,7 +362,6 @@ func DefaultConfig() Config {
 		SnapshotThreshold:         8192,
 		SnapshotInterval:          30 * time.Second,
 		TrailingLogs:              10240,
-		LogStore:                  LogStoreShared,
 		LogLevel:                  "info",
 
 		PeerHandshakeTimeout: 5 * time.Second,
@@ -481,9 +468,6 @@ func (c Config) Validate() error {
 	}
 	if d := c.MigrationProgressInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
 		return bad("migration-progress-interval", "must be between 1ms and 1m, or 0 for the default (got %v)", d)
-	}
-	if c.LogStore != "" && c.LogStore != LogStoreWAL && c.LogStore != LogStoreBolt && c.LogStore != LogStoreShared {
-		return bad("log-store", "must be %q, %q or %q (got %q)", LogStoreShared, LogStoreWAL, LogStoreBolt, c.LogStore)
 	}
 	if c.SnapshotThreshold < 1 {
 		return bad("snapshot-threshold", "must be at least 1")

@@ -1,10 +1,12 @@
 // Package node is a Quorate process: it hosts replicas of the cluster's Raft
-// groups (hashicorp/raft; each replica's log and stable store in a raft-wal
-// write-ahead log, or raft-boltdb/v2 for replicas created before it; file
-// snapshots), serves the public API (Connect, gRPC, gRPC-Web and
-// JSON on one port, with cleartext HTTP/2), forwards decisions to the leader
-// of the key's group when it is not that leader, and joins and registers
-// itself in the cluster.
+// groups (hashicorp/raft; every replica's log in the node's one shared log,
+// package nodelog, under <data-dir>/log; every replica's term and vote in
+// one raft-boltdb/v2 file, <data-dir>/stable.db; file snapshots; the data
+// directory marked with Quorate's data format 0, and an earlier build's
+// refused), serves the public API (Connect, gRPC, gRPC-Web and JSON on one
+// port, with cleartext HTTP/2), forwards decisions to the leader of the
+// key's group when it is not that leader, and joins and registers itself in
+// the cluster.
 //
 // # Groups
 //

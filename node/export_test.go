@@ -63,10 +63,6 @@ func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) 
 // SlotOf is key's slot.
 func SlotOf(key string) uint32 { return uint32(shard.SlotOf(key)) }
 
-// SetWALSegmentBytes sets the size of the WAL segment files of the replicas
-// cfg's node creates.
-func SetWALSegmentBytes(cfg *Config, n int) { cfg.walSegmentBytes = n }
-
 // SetSharedSegmentBytes sets the size of the segment files of the shared
 // log of cfg's node.
 func SetSharedSegmentBytes(cfg *Config, n int) { cfg.sharedSegmentBytes = n }

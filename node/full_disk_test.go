@@ -61,16 +61,16 @@ func fill(t *testing.T, dir string) {
 // A follower whose disk fills up records the failed writes; its status
 // (and so `quorate admin status`) shows the last one, naming the file and
 // the cause, while the other nodes go on deciding without losing anything;
-// once space is freed it catches up.
+// once space is freed and the node restarted, it catches up.
 func TestFullDiskShowsInStatus(t *testing.T) {
 	const victim = 2
 	disk := tinyDisk(t, 4<<20)
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		if i == victim {
-			// The bolt store writes pages as the log grows; the WAL
-			// preallocates its segment files, so a full disk fails it
-			// only when it starts a new one.
-			cfg.DataDir, cfg.LogStore = filepath.Join(disk, "data"), node.LogStoreBolt
+			// The shared log preallocates its segment files: small ones
+			// have the full disk fail it when it starts the next.
+			cfg.DataDir = filepath.Join(disk, "data")
+			node.SetSharedSegmentBytes(cfg, 256<<10)
 		}
 	}})
 	applyPolicy(t, c, "integrity", 100_000, 366*24*time.Hour, 100_000)
@@ -92,7 +92,7 @@ func TestFullDiskShowsInStatus(t *testing.T) {
 		}
 		g := c.Node(victim).Status().GetGroups()[0]
 		if msg := g.GetStorageError(); !strings.Contains(msg, "no space left on device") ||
-			!strings.Contains(msg, filepath.Join(disk, "data", "raft", "raft.db")) || g.GetStorageErrorAt() == nil {
+			!strings.Contains(msg, filepath.Join(disk, "data", "log")) || g.GetStorageErrorAt() == nil {
 			return fmt.Errorf("storage error %q after %d admits", msg, spent)
 		}
 		return nil
@@ -108,8 +108,13 @@ func TestFullDiskShowsInStatus(t *testing.T) {
 		}
 	}
 
+	// The shared log refuses every write after one failed (its index may
+	// be ahead of the disk), and its close reports that failure: once
+	// space is freed, the node is stopped at once and started again.
 	if err := os.Remove(filepath.Join(disk, "filler")); err != nil {
 		t.Fatal(err)
 	}
+	c.Kill(victim)
+	c.Start(victim)
 	caughtUp(t, c, victim, c.Leader(t))
 }

@@ -27,11 +27,8 @@ type group struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raftmux.Transport
-	// store is the replica's log and stable store: a raft-boltdb file or
-	// a WAL (wal_store.go).
-	store replicaStore
-	// log is the checked log store over store; health the replica's last
-	// storage error.
+	// log is the replica's checked view of the node's shared log;
+	// health the replica's last storage error.
 	log    *checkedLog
 	health storageHealth
 	// stopping is set once the replica is being stopped for damaged files.
@@ -89,24 +86,16 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	kind := g.storeKind(n.cfg.LogStore)
-	first, last, err := n.openLogStore(g, kind, hlog)
+	view, replicaTerms, first, last, err := g.openShared(&n.shared, hlog)
 	if err != nil {
 		return nil, err
 	}
-	logFile, stableFile := g.storeFiles(kind, n.shared.dir)
-	g.log = &checkedLog{store: g.store, file: logFile, health: &g.health,
-		damaged: func(index uint64, detail string) *DamagedError {
-			if kind == storeWAL {
-				return g.damaged(g.segmentOf(index), detail)
-			}
-			return g.damaged(logFile, detail)
-		}}
+	g.log = &checkedLog{store: view, file: n.shared.dir, health: &g.health, damaged: g.damaged}
 	logs, err := raft.NewLogCache(1024, g.log)
 	if err != nil {
 		return nil, err
 	}
-	stable := &recordingStable{StableStore: g.store, file: stableFile, health: &g.health}
+	stable := &recordingStable{StableStore: replicaTerms, file: n.shared.stablePath, health: &g.health}
 	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
@@ -116,10 +105,8 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
-	if kind != storeBolt {
-		if err := g.dropLogBehindSnapshot(snaps, first, last); err != nil {
-			return nil, err
-		}
+	if err := g.dropLogBehindSnapshot(snaps, first, last); err != nil {
+		return nil, err
 	}
 	rc := n.raftConfig(hlog)
 	g.hadState, err = raft.HasExistingState(logs, stable, snaps)
@@ -145,39 +132,6 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
 	g.health.onDamage.Store(&onDamage)
 	return g, nil
-}
-
-// openLogStore opens g's log store, a bolt file, a WAL or its view of the
-// node's shared log, after (or while) checking every entry of it; it
-// returns where the log's last run of consecutive entries starts, and its
-// last index.
-func (n *Node) openLogStore(g *group, kind storeKind, hlog hclog.Logger) (first, last uint64, err error) {
-	cfg := n.cfg
-	switch kind {
-	case storeShared:
-		s, first, last, err := g.openShared(&n.shared, hlog)
-		if err != nil {
-			return 0, 0, err
-		}
-		g.store = s
-		return first, last, nil
-	case storeWAL:
-		w, first, last, err := g.openWAL(cfg.DataDir, cfg.walSegmentBytes, hlog)
-		if err != nil {
-			return 0, 0, err
-		}
-		g.store = w
-		return first, last, nil
-	}
-	if first, last, err = g.checkBolt(); err != nil {
-		return 0, 0, err
-	}
-	store, err := g.openStore(cfg.DataDir)
-	if err != nil {
-		return 0, 0, err
-	}
-	g.store = store
-	return first, last, nil
 }
 
 // raftConfig is the raft configuration every group of this node uses.
@@ -247,9 +201,6 @@ func (g *group) close() error {
 	}
 	if g.transport != nil {
 		errs = append(errs, g.transport.Close())
-	}
-	if g.store != nil {
-		errs = append(errs, g.store.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,10 +37,6 @@ func damageEvery(tb testing.TB, path string, needle []byte) int {
 	return n
 }
 
-// boltStore has a test's nodes create their replicas with the bolt log
-// store (raft.db), as every node did before the WAL.
-func boltStore(_ int, cfg *node.Config) { cfg.LogStore = node.LogStoreBolt }
-
 // caughtUp waits until running node i has applied what node from has
 // committed.
 func caughtUp(tb testing.TB, c *nodetest.Cluster, i, from int) {
@@ -56,87 +50,20 @@ func caughtUp(tb testing.TB, c *nodetest.Cluster, i, from int) {
 	})
 }
 
-// mustNotStart starts node i's config and expects a *node.DamagedError
-// naming file.
-func mustNotStart(tb testing.TB, c *nodetest.Cluster, i int, file string) *node.DamagedError {
-	tb.Helper()
-	n, err := node.New(*c.Config(i))
-	if err == nil {
-		_ = n.Close()
-		tb.Fatalf("node %d started from damaged files", i)
-	}
-	var de *node.DamagedError
-	if !errors.As(err, &de) || !errors.Is(err, node.ErrReplicaDamaged) {
-		tb.Fatalf("starting node %d: %v, want a DamagedError", i, err)
-	}
-	if !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "to recover") {
-		tb.Fatalf("starting node %d: %q does not name %s and the recovery", i, err, file)
-	}
-	tb.Logf("node %d refused to start: %v", i, err)
-	return de
-}
-
-// A bit flipped inside a stored log entry's data is found when the replica
-// opens: the node refuses to start, naming the file and the recovery,
-// instead of replaying the changed entry. The others go on answering with
-// the right state, and the documented recovery (delete the replica's
-// directory, start again with --join) brings the node back.
-func TestDamagedLogEntryIsRefusedAtStart(t *testing.T) {
-	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: boltStore})
-	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const key = "integrity-key-spent-1235"
-	if _, err := admit(ctx, c, 0, "integrity", key, 1235); err != nil {
-		t.Fatal(err)
-	}
-	leader := c.Leader(t)
-	victim := (leader + 1) % 3
-	caughtUp(t, c, victim, leader)
-	c.Stop(victim)
-
-	path := filepath.Join(c.Config(victim).DataDir, "raft", "raft.db")
-	if n := damageEvery(t, path, []byte(key)); n == 0 {
-		t.Fatalf("%s holds no copy of %q", path, key)
-	}
-	if de := mustNotStart(t, c, victim, path); de.File != path {
-		t.Fatalf("damaged file %q, want %q", de.File, path)
-	}
-
-	spent := int64(1235)
-	for _, i := range []int{leader, 3 - leader - victim} {
-		resp, err := admit(ctx, c, i, "integrity", key, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if spent++; resp.GetRemaining() != 100000-spent {
-			t.Fatalf("node %d: remaining %d, want %d", i, resp.GetRemaining(), 100000-spent)
-		}
-	}
-
-	if err := os.RemoveAll(filepath.Join(c.Config(victim).DataDir, "raft")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.Config(victim)
-	cfg.Bootstrap, cfg.Join = false, c.Config(leader).APIAddr
-	c.Start(victim)
-	c.WaitReady(t)
-	caughtUp(t, c, victim, c.Leader(t))
-}
-
-// A bolt file cut short or with a page overwritten makes bbolt panic, or
-// fault, on its first reads, with a message that names no file: the node
-// refuses to start with an error naming the file and the recovery instead.
-func TestDamagedBoltFileIsRefusedAtStart(t *testing.T) {
+// A stable store (every replica's term and vote, <data-dir>/stable.db)
+// cut short or with a page overwritten makes bbolt panic, or fault, on its
+// first reads, with a message that names no file: the node refuses to
+// start with an error naming the file and the recovery instead.
+func TestDamagedStableStoreIsRefusedAtStart(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		damage func(tb testing.TB, b []byte, key string) []byte
+		damage func(tb testing.TB, b []byte) []byte
 	}{
-		{"truncated", func(tb testing.TB, b []byte, _ string) []byte { return b[:len(b)/2] }},
-		{"page overwritten", func(tb testing.TB, b []byte, key string) []byte {
-			at := bytes.Index(b, []byte(key))
+		{"truncated", func(tb testing.TB, b []byte) []byte { return b[:len(b)/2] }},
+		{"page overwritten", func(tb testing.TB, b []byte) []byte {
+			at := bytes.Index(b, []byte("CurrentTerm"))
 			if at < 0 {
-				tb.Fatalf("no copy of %q", key)
+				tb.Fatal("no term in the stable store")
 			}
 			const page = 4096
 			start := at / page * page
@@ -147,26 +74,29 @@ func TestDamagedBoltFileIsRefusedAtStart(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: boltStore})
+			c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1})
 			applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			key := strings.Repeat("integrity-bolt-key-", 8)
-			for i := range 200 {
-				if _, err := admit(ctx, c, 0, "integrity", fmt.Sprintf("%s%d", key, i), 1); err != nil {
-					t.Fatal(err)
-				}
-			}
 			c.Stop(0)
-			path := filepath.Join(c.Config(0).DataDir, "raft", "raft.db")
+			cfg := *c.Config(0)
+			path := filepath.Join(cfg.DataDir, "stable.db")
 			b, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(path, tc.damage(t, b, key+"150"), 0o640); err != nil {
+			if err := os.WriteFile(path, tc.damage(t, b), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			mustNotStart(t, c, 0, path)
+			n, err := node.New(cfg)
+			if err == nil {
+				_ = n.Close()
+				t.Fatal("the node started on a damaged stable store")
+			}
+			for _, want := range []string{path, "damaged", "to recover: delete " + filepath.Join(cfg.DataDir, "log"), "--join"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %q: %v", want, err)
+				}
+			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }

@@ -104,7 +104,7 @@ func newMetrics(n *Node) *metrics {
 	}, []string{"group"})
 	m.fsyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "quorate_log_fsync_seconds",
-		Help:    "Duration of the shared Raft log's fdatasync calls (--log-store shared).",
+		Help:    "Duration of the shared Raft log's fdatasync calls.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 	})
 	m.pacingSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -43,7 +43,7 @@ type Node struct {
 	raftMux     *raftmux.Hub   // the groups' shared Raft connections over mux (raft_transport.go)
 	meta        *group         // the meta group (with no data groups, it holds the data too)
 	groups      dataGroups
-	shared      sharedLogs // the shared Raft log of the replicas that use one (--log-store shared)
+	shared      sharedLogs // the node's Raft log and stable store, shared by its replicas
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
@@ -104,6 +104,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
+	n.shared.stablePath = filepath.Join(cfg.DataDir, stableFileName)
 	n.shared.onSync = n.metrics.fsynced
 	if err := n.initAccess(); err != nil {
 		return nil, err
@@ -477,11 +478,14 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// claimDataDir creates dir and records id in it, or checks that the id
-// recorded there is this one.
+// claimDataDir creates dir, checks or writes its data format marker, and
+// records id in it, or checks that the id recorded there is this one.
 func claimDataDir(dir, id string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("node: --data-dir: %w", err)
+	}
+	if err := checkDataFormat(dir); err != nil {
+		return err
 	}
 	path := filepath.Join(dir, "node-id")
 	b, err := os.ReadFile(path)

@@ -150,15 +150,58 @@ func TestSharedLogDamageStopsTheNode(t *testing.T) {
 func TestSharedLogBounded(t *testing.T) {
 	const segment = 64 << 10
 	var dataDir string
-	boundedLog(t, func(cfg *node.Config) {
-		cfg.LogStore = node.LogStoreShared
+	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
+		cfg.SnapshotThreshold, cfg.SnapshotInterval, cfg.TrailingLogs = 64, 20*time.Millisecond, 16
 		node.SetSharedSegmentBytes(cfg, segment)
 		dataDir = cfg.DataDir
-	}, func() ([]string, error) {
+	}})
+	bounded := func() ([]string, error) {
 		segs, n := sharedSegments(t, dataDir), dirBytes(t, filepath.Join(dataDir, "log"))
 		if len(segs) > 4 || n > 6*segment {
 			return segs, fmt.Errorf("%d segments, %d bytes in log/", len(segs), n)
 		}
 		return segs, nil
+	}
+	applyPolicy(t, c, "bounded", 1_000_000, 366*24*time.Hour, 1_000_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	key := strings.Repeat("bounded-", 40)
+	seen := map[string]bool{}
+	for i := range 1500 {
+		if _, err := admit(ctx, c, 0, "bounded", fmt.Sprintf("%s%d", key, i), 1); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			segs, _ := bounded()
+			for _, f := range segs {
+				seen[filepath.Base(f)] = true
+			}
+		}
+	}
+	// Each entry is ~400 bytes: 1500 of them fill ~9 segments.
+	if len(seen) < 5 {
+		t.Fatalf("only %d segment files seen: %v", len(seen), seen)
+	}
+	var now []string
+	c.Eventually(t, 30*time.Second, "the log back under its bound", func() (err error) {
+		now, err = bounded()
+		return err
 	})
+	t.Logf("%d segment files written; now %v", len(seen), now)
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(tb testing.TB, dir string) int64 {
+	tb.Helper()
+	var n int64
+	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil && !os.IsNotExist(err) {
+		tb.Fatal(err)
+	}
+	return n
 }

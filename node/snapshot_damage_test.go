@@ -286,7 +286,6 @@ func flipInPlace(tb testing.TB, path string, needle []byte) int {
 func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 1, 3
-		boltStore(i, cfg)
 	}})
 	applyPolicy(t, c, "integrity", 100000, 366*24*time.Hour, 100000)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -302,16 +301,22 @@ func TestDamagedEntryFoundWhileRunning(t *testing.T) {
 	admitSome("k", 1100, (follower+1)%3, (follower+2)%3)
 	leader := groupLeader(t, c, 1)
 	other := 3 - leader - follower
-	path := filepath.Join(c.Config(leader).DataDir, "groups", "1", "raft.db")
-	if n := flipInPlace(t, path, []byte(key)); n == 0 {
-		t.Fatalf("%s holds no copy of %q", path, key)
+	path := ""
+	for _, f := range sharedSegments(t, c.Config(leader).DataDir) {
+		if flipInPlace(t, f, []byte(key)) > 0 {
+			path = f
+		}
 	}
+	if path == "" {
+		t.Fatalf("no segment of the leader's shared log holds %q", key)
+	}
+	replica := filepath.Join(c.Config(leader).DataDir, "groups", "1")
 	c.Start(follower)
 
 	c.Eventually(t, 60*time.Second, "group 1 damaged on the old leader", func() error {
 		g := groupState(c, leader, 1)
 		if g.GetRole() != "damaged" || !strings.Contains(g.GetStorageError(), path+" is damaged: log entry") ||
-			!strings.Contains(g.GetStorageError(), "to recover, delete "+filepath.Dir(path)) {
+			!strings.Contains(g.GetStorageError(), "to recover, delete "+replica) {
 			return fmt.Errorf("group 1 on the old leader: %v", g)
 		}
 		return nil

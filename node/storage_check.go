@@ -3,14 +3,9 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"runtime/debug"
-	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/quorate/quorate/shard"
 )
@@ -50,80 +45,6 @@ func (g *group) damaged(file, detail string) *DamagedError {
 	return &DamagedError{Group: g.id, File: file, Dir: g.dir, Detail: detail}
 }
 
-// boltPath is the replica's bolt file: its Raft log and stable store.
-func (g *group) boltPath() string { return filepath.Join(g.dir, "raft.db") }
-
-// checkBolt reads every page of the replica's bolt file and checks every
-// log entry (verifyEntries), before the store opens the file for writing;
-// it returns where the log's last run of consecutive entries starts, and
-// its last index. bbolt meets some damage
-// (a truncated file, a page overwritten) with a panic, or with a fault
-// reading past the end of its mapping, instead of an error, and the panic
-// names no file: here both become a *DamagedError. The pages are read with
-// cursors on this goroutine, not with tx.Check: opening the file writable
-// rebuilds its freelist (the store does not write one) on a goroutine of
-// bbolt's, where a panic could not be recovered, so the pages must be known
-// good first.
-func (g *group) checkBolt() (first, last uint64, err error) {
-	path := g.boltPath()
-	if fi, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
-		return 0, 0, nil // new, or created by a process that stopped at once: bbolt initializes it
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = g.damaged(path, fmt.Sprintf("reading it failed: %v", r))
-		}
-	}()
-	db, err := bbolt.Open(path, 0o640, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
-	switch {
-	case errors.Is(err, bbolt.ErrTimeout):
-		return 0, 0, fmt.Errorf("node: --data-dir: opening %s (is another node using it?): %w", path, err)
-	case err != nil:
-		return 0, 0, g.damaged(path, fmt.Sprintf("opening it failed: %v", err))
-	}
-	defer db.Close()
-	err = db.View(func(tx *bbolt.Tx) error {
-		if size := fileSize(path); tx.Size() > size {
-			return fmt.Errorf("it is %d bytes long, its pages need %d", size, tx.Size())
-		}
-		var detail string
-		if first, last, detail = verifyEntries(tx); detail != "" {
-			return errors.New(detail)
-		}
-		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
-			if string(name) != "logs" {
-				readBucket(b)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return 0, 0, g.damaged(path, err.Error())
-	}
-	return first, last, nil
-}
-
-// readBucket reads every key and nested bucket of b: every page under it.
-func readBucket(b *bbolt.Bucket) {
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if v == nil {
-			if nb := b.Bucket(k); nb != nil {
-				readBucket(nb)
-			}
-		}
-	}
-}
-
-func fileSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
 // checkSnapshots checks that the snapshot raft will restore (the newest)
 // matches its checksum, and that the log continues it: the log's last run
 // of consecutive entries (first..last, 0 when empty) starts at or before
@@ -160,27 +81,6 @@ func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) err
 			"(a snapshot is missing or unreadable)", first, what))
 	}
 	return nil
-}
-
-// openStore opens the replica's bolt file as its Raft log and stable store.
-// A panic of bbolt (damage checkBolt missed) becomes a *DamagedError.
-func (g *group) openStore(dataDir string) (_ *raftboltdb.BoltStore, err error) {
-	path := g.boltPath()
-	defer func() {
-		if r := recover(); r != nil {
-			err = g.damaged(path, fmt.Sprintf("opening it failed: %v", r))
-		}
-	}()
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: path,
-		// The freelist is rebuilt on open instead of written by every
-		// commit: one page less per fsync'd log append.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: --data-dir: opening %s (is another node using %s?): %w", path, dataDir, err)
-	}
-	return store, nil
 }
 
 // startRaft starts the replica's raft. raft panics, instead of failing, on

@@ -2,21 +2,17 @@ package nodelog
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftwal "github.com/hashicorp/raft-wal"
 )
 
 // BenchmarkStoreLogs: G groups each store 1-entry batches concurrently,
-// synced, into one nodelog Log or into a raft-wal WAL per group (the log
-// store a replica has without this package). b.N is the number of
-// StoreLogs calls in all; the figures are in doc.go.
+// synced, into one nodelog Log, with 1, 2 or 4 commits syncing at once.
+// b.N is the number of StoreLogs calls in all; the figures are in doc.go.
 func BenchmarkStoreLogs(b *testing.B) {
 	for _, g := range []int{1, 8, 64} {
 		for _, inflight := range []int{1, 2, 4} {
@@ -24,23 +20,6 @@ func BenchmarkStoreLogs(b *testing.B) {
 				benchNodelog(b, g, inflight)
 			})
 		}
-		b.Run(fmt.Sprintf("raftwal/G=%d", g), func(b *testing.B) {
-			dir := b.TempDir()
-			stores := make([]raft.LogStore, g)
-			for i := range stores {
-				d := filepath.Join(dir, fmt.Sprint(i))
-				if err := os.MkdirAll(d, 0o700); err != nil {
-					b.Fatal(err)
-				}
-				w, err := raftwal.Open(d, raftwal.WithSegmentSize(4<<20))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer w.Close()
-				stores[i] = w
-			}
-			benchStores(b, stores)
-		})
 	}
 }
 

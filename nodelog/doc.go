@@ -12,13 +12,12 @@
 // (compaction after a snapshot), a tail (a conflicting suffix) or all of
 // it; a range with entries left on both sides is refused
 // (ErrMiddleDelete). Being monotonic, the log is emptied by Raft after it
-// installs a snapshot, rather than left with a gap. Log.Stable(id) is the
-// group's raft.StableStore, a bucket of one bbolt file (stable.db) in dir:
-// terms and votes are rare writes, not worth a format of their own.
-// Log.DropGroup(id) voids a deleted replica's entries and stable store,
-// durably. Every method is safe for concurrent use; every raft.Log field
-// is kept (Index, Term, Type, Data, Extensions, AppendedAt to the
-// nanosecond).
+// installs a snapshot, rather than left with a gap. Log.DropGroup(id) voids
+// a deleted replica's entries, durably. The groups' terms and votes
+// (raft.StableStore) are not here: rare writes, not worth a format of their
+// own, they are in one raft-boltdb file of the node's (package node).
+// Every method is safe for concurrent use; every raft.Log field is kept
+// (Index, Term, Type, Data, Extensions, AppendedAt to the nanosecond).
 //
 // # Group commit
 //
@@ -106,10 +105,11 @@
 // # Figures
 //
 // BenchmarkStoreLogs: G groups each storing 1-entry batches of 200 bytes,
-// synced, concurrently; nodelog (one Log) against a raft-wal WAL per group
-// (the store a replica has without this package). fsyncs per StoreLogs are
-// counted by the Log and were checked with strace -c, which also showed
-// raft-wal's one fsync per StoreLogs. A 2-vCPU VM with a virtual disk whose
+// synced, concurrently; measured when this package was written, against a
+// raft-wal WAL per group (the store replicas of earlier builds had; the
+// benchmark now measures nodelog alone). fsyncs per StoreLogs are counted
+// by the Log and were checked with strace -c, which also showed raft-wal's
+// one fsync per StoreLogs. A 2-vCPU VM with a virtual disk whose
 // sync latency swung between 0.2 and 1.5 ms from minute to minute, shared
 // with other builds (load average 4–8); -benchtime 2s, three runs
 // alternating the two stores:

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"go.etcd.io/bbolt"
 )
 
 // DefaultSegmentBytes is the size a segment grows to before the next
@@ -92,7 +91,6 @@ type Log struct {
 	dir    string
 	opts   Options
 	logger hclog.Logger
-	stable *bbolt.DB
 
 	// filesMu is held shared while reading a segment file, exclusively
 	// while closing one; taken before mu, never while waiting on cond.
@@ -158,12 +156,8 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	stable, err := openStable(filepath.Join(dir, stableFile))
-	if err != nil {
-		return nil, err
-	}
 	l := &Log{
-		dir: dir, opts: opts, logger: logger, stable: stable,
+		dir: dir, opts: opts, logger: logger,
 		groups: map[uint32]*groupState{}, byID: map[uint32]*segment{},
 	}
 	l.cond = sync.NewCond(&l.mu)
@@ -175,7 +169,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	// from here on, older segments left without live entries can go.
 	l.mu.Lock()
 	l.roll()
-	err = l.waitDurable(l.seq)
+	err := l.waitDurable(l.seq)
 	l.mu.Unlock()
 	if err != nil {
 		l.closeFiles()
@@ -217,7 +211,6 @@ func (l *Log) closeFiles() error {
 			errs = append(errs, s.f.Close())
 		}
 	}
-	errs = append(errs, l.stable.Close())
 	return errors.Join(errs...)
 }
 
@@ -463,7 +456,7 @@ func (l *Log) removeDead() {
 	}
 }
 
-// DropGroup voids every entry of group id and its stable store, durably:
+// DropGroup voids every entry of group id, durably:
 // the replica is deleted. A later Group(id) starts empty.
 func (l *Log) DropGroup(id uint32) error {
 	rec := appendMark(nil, kindDrop, id, 0)
@@ -479,10 +472,7 @@ func (l *Log) DropGroup(id uint32) error {
 	}
 	err := l.waitDurable(seq)
 	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return dropStable(l.stable, id)
+	return err
 }
 
 // syncSegment is a commit's fdatasync of a segment file, counted and timed

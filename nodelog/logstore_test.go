@@ -169,39 +169,6 @@ func TestLogStoreConformance(t *testing.T) {
 	checkEntry(t, s, 7, 500)
 }
 
-func TestStableStore(t *testing.T) {
-	dir := t.TempDir()
-	l := openT(t, dir, Options{})
-	a, b := l.Stable(1), l.Stable(2)
-	if _, err := a.GetUint64([]byte("CurrentTerm")); err == nil || err.Error() != "not found" {
-		t.Fatalf("missing key: %v, want \"not found\"", err)
-	}
-	if err := a.SetUint64([]byte("CurrentTerm"), 5); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Set([]byte("LastVoteCand"), []byte("n2")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.GetUint64([]byte("CurrentTerm")); err == nil {
-		t.Fatal("group 2 sees group 1's term")
-	}
-	l.Close()
-	l = openT(t, dir, Options{})
-	defer l.Close()
-	if v, err := l.Stable(1).GetUint64([]byte("CurrentTerm")); err != nil || v != 5 {
-		t.Fatalf("after reopen: %d, %v", v, err)
-	}
-	if v, err := l.Stable(2).Get([]byte("LastVoteCand")); err != nil || string(v) != "n2" {
-		t.Fatalf("after reopen: %q, %v", v, err)
-	}
-	if err := l.DropGroup(2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Stable(2).Get([]byte("LastVoteCand")); err == nil {
-		t.Fatal("a dropped group's stable store survives")
-	}
-}
-
 // TestConcurrentGroups has many groups store concurrently, and checks
 // every acknowledged entry after a reopen; their writes share commits.
 func TestConcurrentGroups(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // listFSM is a state machine that keeps every command applied.
@@ -69,13 +70,15 @@ func (s listSnap) Persist(sink raft.SnapshotSink) error {
 
 func (listSnap) Release() {}
 
-// raftNode is one node: one Log shared by its replicas of every group.
+// raftNode is one node: one Log shared by its replicas of every group,
+// each replica's term and vote in a raft-boltdb file of its own.
 type raftNode struct {
-	dir   string
-	log   *Log
-	rafts map[uint32]*raft.Raft
-	fsms  map[uint32]*listFSM
-	trans map[uint32]*raft.InmemTransport
+	dir     string
+	log     *Log
+	stables []*raftboltdb.BoltStore
+	rafts   map[uint32]*raft.Raft
+	fsms    map[uint32]*listFSM
+	trans   map[uint32]*raft.InmemTransport
 }
 
 func raftAddr(node int, g uint32) raft.ServerAddress {
@@ -105,7 +108,12 @@ func startNode(t *testing.T, dir string, node int, groups []uint32) *raftNode {
 		// after a node was down, and -race on a loaded machine is slow.
 		_, tr := raft.NewInmemTransportWithTimeout(raftAddr(node, g), 5*time.Second)
 		n.fsms[g], n.trans[g] = &listFSM{}, tr
-		r, err := raft.NewRaft(conf, n.fsms[g], groupT(t, n.log, g), n.log.Stable(g), snaps, tr)
+		stable, err := raftboltdb.NewBoltStore(filepath.Join(dir, fmt.Sprintf("stable-%d.db", g)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.stables = append(n.stables, stable)
+		r, err := raft.NewRaft(conf, n.fsms[g], groupT(t, n.log, g), stable, snaps, tr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,6 +134,11 @@ func (n *raftNode) stop(t *testing.T) {
 	}
 	if err := n.log.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for _, s := range n.stables {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -204,8 +204,6 @@ func addNodeTuningFlags(cmd *cobra.Command, cfg *node.Config) {
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether to snapshot")
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot, for lagging followers")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
-	fs.StringVar(&cfg.LogStore, "log-store", cfg.LogStore, "Raft log store of the group replicas this node creates: shared (one log in\n"+
-		"<data-dir>/log for all of them), wal (one per replica) or bolt; a replica keeps the store it was created with")
 	fs.DurationVar(&cfg.PeerHandshakeTimeout, "peer-handshake-timeout", cfg.PeerHandshakeTimeout, "how long a peer connection may take to send its header and first byte")
 	fs.DurationVar(&cfg.PeerIdleTimeout, "peer-idle-timeout", cfg.PeerIdleTimeout, "close a peer connection that sent nothing for this long, or a shared Raft connection whose frame\n"+
 		"does not arrive whole within it (the same on every node)")

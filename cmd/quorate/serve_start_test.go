@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,5 +57,42 @@ func serveUntilListening(t *testing.T, args []string) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve %s: %v after a cancel\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+}
+
+// A data directory an earlier build of Quorate left (here a raft-wal
+// replica and its node ID) is refused, with or without --bootstrap: serve
+// exits with an error naming the directory and saying to move it away and
+// start afresh, or restore a backup, and leaves the directory as it was.
+func TestServeRefusesAnEarlierBuildsDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	for name, body := range map[string]string{
+		"node-id":              "n1\n",
+		"raft/wal/wal-meta.db": "",
+		"raft/wal/00000000000000000001-0000000000000000.wal": "\x00",
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := freePortRange(t, 2)
+	args := []string{"serve", "--id", "n1", "--data-dir", dir, "--log-level", "error",
+		"--api-addr", fmt.Sprintf("127.0.0.1:%d", port), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1)}
+	for _, extra := range [][]string{nil, {"--bootstrap"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := run(ctx, append(args, extra...), &lockedBuffer{}, &lockedBuffer{})
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatalf("serve %v on an earlier build's data directory ran until the test's deadline (%v), want a refusal", extra, err)
+		}
+		wantErrNaming(t, err, dir, "earlier build", "move it away", "start this node afresh", "restore a backup")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data-format")); !os.IsNotExist(err) {
+		t.Fatalf("serve marked the refused directory: %v", err)
 	}
 }
