@@ -63,25 +63,38 @@ type pipeline struct {
 
 var errPipelineBroken = errors.New("raftmux: pipeline broken by an earlier failure")
 
-// AppendEntries sends one request down the pipeline.
+// AppendEntries sends one request down the pipeline. It returns an error
+// only once the pipeline is closed. A request that cannot go out (the
+// pipeline broken by an earlier failure, the connection gone, a frame too
+// large) fails on the consumer instead, as a request whose response
+// failed does, and raft ends the pipeline the same way: raft's
+// pipelineSend logs a send error with its follower's peer read without
+// the lock that guards it, a data race with a change of the peer's address
+// (hashicorp/raft#681, open in v1.8.0), which a failed future does not
+// reach.
 func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	f := &appendFuture{start: time.Now(), args: args, resp: resp, ready: make(chan struct{})}
 	select {
 	case <-p.stop:
 		return nil, raft.ErrPipelineShutdown
+	default:
+	}
+	select {
 	case <-p.broken:
-		return nil, errPipelineBroken
+		// A failed future is ahead of this one on the consumer, where
+		// raft stops reading: nobody waits for this one.
+		return p.failed(f, errPipelineBroken), nil
 	default:
 	}
 	b, err := p.t.h.codecs.encodeAppend(p.t.group, kindAppendEntries, args, p.t.h.opts.MaxFrame)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		f.call, f.id, err = p.c.start(b)
 	}
-	f := &appendFuture{start: time.Now(), args: args, resp: resp, ready: make(chan struct{})}
-	f.call, f.id, err = p.c.start(b)
 	if err != nil {
-		return nil, err
+		f.err = err // decode delivers it failed, in order
+	} else {
+		p.t.h.counters.pipelineSends.Add(1)
 	}
-	p.t.h.counters.pipelineSends.Add(1)
 	select {
 	case p.inflight <- f:
 		return f, nil
@@ -95,15 +108,33 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 	case p.inflight <- f:
 		return f, nil
 	case <-p.stop:
-		p.c.abandon(f.id)
+		p.abandon(f)
 		return nil, raft.ErrPipelineShutdown
 	case <-p.broken:
-		p.c.abandon(f.id)
-		return nil, errPipelineBroken
+		p.abandon(f)
+		return p.failed(f, errPipelineBroken), nil
 	case <-timer.C:
-		p.c.abandon(f.id)
+		p.abandon(f)
 		p.breakOnce.Do(func() { close(p.broken) })
-		return nil, errors.New("raftmux: pipeline stalled: no room within the timeout")
+		// The outstanding requests fail by their own timeouts ahead of it.
+		return p.failed(f, errPipelineStalled), nil
+	}
+}
+
+var errPipelineStalled = errors.New("raftmux: pipeline stalled: no room within the timeout")
+
+// failed completes f, never sent, with err.
+func (p *pipeline) failed(f *appendFuture, err error) *appendFuture {
+	f.err = err
+	*f.resp = raft.AppendEntriesResponse{}
+	close(f.ready)
+	return f
+}
+
+// abandon forgets f's call, if it was started.
+func (p *pipeline) abandon(f *appendFuture) {
+	if f.call != nil {
+		p.c.abandon(f.id)
 	}
 }
 
@@ -112,7 +143,9 @@ func (p *pipeline) decode() {
 	for {
 		select {
 		case f := <-p.inflight:
-			f.err = p.await(f)
+			if f.err == nil { // else it failed before it went out
+				f.err = p.await(f)
+			}
 			if f.err != nil {
 				*f.resp = raft.AppendEntriesResponse{} // not Success: raft ends the pipeline
 			}
@@ -155,7 +188,7 @@ func (p *pipeline) Close() error {
 		for {
 			select {
 			case f := <-p.inflight:
-				p.c.abandon(f.id)
+				p.abandon(f)
 				f.err = raft.ErrPipelineShutdown
 				close(f.ready)
 			default:
