@@ -246,7 +246,7 @@ func call[R any](ctx context.Context, c *Client, spec callSpec, attempt func(ctx
 		server := c.routes.target(spec.key, avoid)
 		attempts++
 		resp, hdr, err := attempt(ctx, server)
-		if hdr.Get(forwardedHeader) != "" {
+		if hdr.Get(leaderHeader) != "" {
 			c.routes.refresh()
 		}
 		if err == nil {

@@ -13,10 +13,10 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// forwardedHeader is the response header a node sets on an answer it got by
+// leaderHeader is the response header a node sets on an answer it got by
 // forwarding the call to another node (the key's group leader): the client's
 // routes are stale.
-const forwardedHeader = "Quorate-Forwarded"
+const leaderHeader = "Quorate-Leader"
 
 // routeTable is one Routes answer, ready for lookups.
 type routeTable struct {

@@ -46,9 +46,9 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 	n.decide(ctx, items)
 	answer := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
 	for j, it := range items {
-		// Quorate-Forwarded: once per node an item was forwarded to.
-		if it.viaLeader != "" && !slices.Contains(answer.Header().Values(forwardedToHeader), it.viaLeader) {
-			answer.Header().Add(forwardedToHeader, it.viaLeader)
+		// Quorate-Leader: once per node an item was forwarded to.
+		if it.viaLeader != "" && !slices.Contains(answer.Header().Values(leaderHeader), it.viaLeader) {
+			answer.Header().Add(leaderHeader, it.viaLeader)
 		}
 		if resp, err := admitAnswer(it); err != nil {
 			out[at[j]] = batchError(n.toConnectError(err))

@@ -71,7 +71,7 @@ func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *c
 	return connect.NewResponse(out), nil
 }
 
-// markForwarded sets the Quorate-Forwarded response header (forwardedToHeader)
+// markForwarded sets the Quorate-Leader response header (leaderHeader)
 // of the unary data call of ctx, the handler's, when its last attempt
 // forwarded it, it, to another node: on an answer and on an error alike (a
 // leader's error passed on is a wire error, whose own metadata Connect does
@@ -81,7 +81,7 @@ func markForwarded(ctx context.Context, it *item) {
 		return
 	}
 	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		info.ResponseHeader().Set(forwardedToHeader, it.viaLeader)
+		info.ResponseHeader().Set(leaderHeader, it.viaLeader)
 	}
 }
 

@@ -24,7 +24,7 @@ type forwardedStep struct {
 }
 
 // Data calls sent to the leader leave every node's forwarded_calls as they
-// were and carry no Quorate-Forwarded header; the same calls sent to a
+// were and carry no Quorate-Leader header; the same calls sent to a
 // follower count on it (each item of an AdmitBatch once) and carry the
 // header naming the leader, an error answer too.
 func TestForwardedCallsCountedAndMarked(t *testing.T) {
@@ -82,8 +82,8 @@ func TestForwardedCallsCountedAndMarked(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if v := h.Values("Quorate-Forwarded"); len(v) > 0 {
-				return fmt.Errorf("%s on the leader: Quorate-Forwarded %q", s.name, v)
+			if v := h.Values("Quorate-Leader"); len(v) > 0 {
+				return fmt.Errorf("%s on the leader: Quorate-Leader %q", s.name, v)
 			}
 			h, err = s.call(ctx, follower)
 			if err != nil {
@@ -102,8 +102,8 @@ func TestForwardedCallsCountedAndMarked(t *testing.T) {
 					t.Fatalf("%s: node %d forwarded_calls %d → %d, want %d", s.name, i, before[i], after[i], want)
 				}
 			}
-			if v := h.Values("Quorate-Forwarded"); len(v) != 1 || v[0] != leaderID {
-				t.Fatalf("%s on a follower: Quorate-Forwarded %q, want [%s]", s.name, v, leaderID)
+			if v := h.Values("Quorate-Leader"); len(v) != 1 || v[0] != leaderID {
+				t.Fatalf("%s on a follower: Quorate-Leader %q, want [%s]", s.name, v, leaderID)
 			}
 			return nil
 		})

@@ -35,11 +35,11 @@ var (
 // leader; such a request is never forwarded again.
 const forwardedHeader = "Quorate-Forwarded-By"
 
-// forwardedToHeader is set on the response to a data call this node
+// leaderHeader is set on the response to a data call this node
 // forwarded because another node leads the key's group: its value is that
 // leader's node ID (one value per leader for an AdmitBatch), telling a
 // client that routes by AdmissionService.Routes that its routes are stale.
-const forwardedToHeader = "Quorate-Forwarded"
+const leaderHeader = "Quorate-Leader"
 
 // knowPolicies brings the group of d (led here) to know every policy env
 // names, or returns fsm.ErrUnknownPolicy when the cluster does not have

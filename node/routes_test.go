@@ -238,7 +238,7 @@ func TestRoutesFollowSlotMovesAndLeaders(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if h := resp.Header().Get("Quorate-Forwarded"); h != "" {
+			if h := resp.Header().Get("Quorate-Leader"); h != "" {
 				return fmt.Errorf("%s sent to node %d was forwarded to %s", k, i, h)
 			}
 		}
