@@ -168,7 +168,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
-				resp, err := n.fwd.at(m.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				resp, err := n.peerPorts.at(m.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				if err != nil {
 					m.Error = err.Error()
 					return

@@ -115,7 +115,7 @@ func (c *controller) adoptClusterID(id, from string) error {
 // node without state joins, and records it; a cluster without one lets the
 // node admit any peer.
 func (c *controller) learnClusterID(ctx context.Context, base string) error {
-	resp, err := c.peers.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := c.apiPorts.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ type controller struct {
 	req requestPath
 	// peers and fwd are clients of other nodes' API ports and of their
 	// peer ports' forwarding channel (status calls).
-	peers, fwd *peers
+	apiPorts, peerPorts *peers
 	// mux is the peer port, whose cluster-ID gate the controller sets.
 	mux *peermux.Mux
 
@@ -110,8 +110,8 @@ func newController(n *Node) *controller {
 			return n.openGroup(id, boot, n.groups.hlog)
 		},
 		req:        n,
-		peers:      n.peers,
-		fwd:        n.fwd,
+		apiPorts:   n.apiPorts,
+		peerPorts:  n.peerPorts,
 		mux:        n.mux,
 		registered: make(chan struct{}),
 		pace:       make(map[shard.GroupID]*pacing),

@@ -161,7 +161,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		legs = append(legs, func() { n.decideHere(ctx, l.d, l.items) })
 	}
 	for addr, its := range remote {
-		legs = append(legs, func() { n.forwardTo(ctx, n.fwd.at(addr), its) })
+		legs = append(legs, func() { n.forwardTo(ctx, n.peerPorts.at(addr), its) })
 	}
 	if len(legs) == 1 {
 		legs[0]()
@@ -217,7 +217,7 @@ func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
 	case len(queued) == 1:
 		p.admits.Add(queued...)
 	case len(queued) > 1:
-		go n.fwd.sendForwards(p, slices.Clone(queued)) // sendForwards reuses its slice
+		go n.peerPorts.sendForwards(p, slices.Clone(queued)) // sendForwards reuses its slice
 	}
 	for _, it := range items {
 		if it.admit == nil {

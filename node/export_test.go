@@ -22,8 +22,8 @@ func ForwardDials(n *Node) int64 { return n.mux.Stats().Dials }
 // DropPeerConnections closes n's idle connections to other nodes, so the next
 // request to one dials anew.
 func DropPeerConnections(n *Node) {
-	n.peers.close()
-	n.fwd.close()
+	n.apiPorts.close()
+	n.peerPorts.close()
 }
 
 // MinFeatureLevel is the lowest feature level n's meta replica records.

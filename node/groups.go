@@ -355,7 +355,7 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 	if addr == "" {
 		return fmt.Errorf("%w: no meta leader known", ErrNotProposed)
 	}
-	resp, err := n.fwd.at(string(addr)).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := n.peerPorts.at(string(addr)).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinR
 	if c.cfg.tlsEnabled() || c.firstOwnRegistration(ctx, r) {
 		return nil
 	}
-	if _, ok := c.answersAs(ctx, c.fwd, r.GetRaftAddr(), r.GetId()); ok {
+	if _, ok := c.answersAs(ctx, c.peerPorts, r.GetRaftAddr(), r.GetId()); ok {
 		return nil
 	}
 	return fmt.Errorf("%w: raft_addr: nothing answers as node %s on the peer port at %s within %v: "+
@@ -161,10 +161,10 @@ func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quo
 		return "own API (it is the meta leader)", &quoratev1.NodeState{
 			Id: c.self.ID, RaftAddr: c.self.RaftAddr, ApiAddr: c.self.APIAddr, FeatureLevel: c.self.FeatureLevel}, true
 	}
-	if st, ok := c.answersAs(ctx, c.fwd, m.RaftAddr, m.ID); ok {
+	if st, ok := c.answersAs(ctx, c.peerPorts, m.RaftAddr, m.ID); ok {
 		return "peer port " + m.RaftAddr, st, true
 	}
-	if st, ok := c.answersAs(ctx, c.peers, m.APIAddr, m.ID); ok {
+	if st, ok := c.answersAs(ctx, c.apiPorts, m.APIAddr, m.ID); ok {
 		return "API " + m.APIAddr, st, true
 	}
 	return "", nil, false

@@ -105,7 +105,7 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 			}
 		}
 		req.ClusterId = c.mux.ClusterID()
-		resp, err := c.peers.get(base).admin.Join(ctx, connect.NewRequest(req))
+		resp, err := c.apiPorts.get(base).admin.Join(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}

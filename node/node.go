@@ -49,8 +49,8 @@ type Node struct {
 	adminServer *http.Server // with Config.AdminAddr; nil without
 	pprofServer *http.Server // with Config.PprofAddr; nil without
 	fwdServer   *http.Server // the forwarding channel's, with PeerService
-	peers       *peers       // to other nodes' API ports
-	fwd         *peers       // to other nodes over the peer mux: forwarded requests
+	apiPorts    *peers       // to other nodes' API ports
+	peerPorts   *peers       // to other nodes over the peer mux: forwarded requests
 	fwdLn       net.Listener // the peer mux's forwarding channel, served like the API
 	waiters     *waiters
 	controller  *controller                     // the control plane (ctl.go)
@@ -199,19 +199,19 @@ func New(cfg Config) (_ *Node, err error) {
 	n.metaReplica.Store(n.meta)
 	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
 	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
-	n.peers = newPeers(apiDial)
+	n.apiPorts = newPeers(apiDial)
 	if n.tls != nil {
-		n.peers.useTLS(n.tls, apiDial)
+		n.apiPorts.useTLS(n.tls, apiDial)
 	}
-	n.fwd = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
+	n.peerPorts = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
 		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
 	})
 	// Let go of an idle forwarding connection before the peer may close it.
-	n.fwd.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
-	for _, p := range []*peers{n.peers, n.fwd} {
+	n.peerPorts.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
+	for _, p := range []*peers{n.apiPorts, n.peerPorts} {
 		p.from, p.timeout, p.maxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
 	}
-	n.peers.token = cfg.NodeToken // the API port authenticates; the peer port does not
+	n.apiPorts.token = cfg.NodeToken // the API port authenticates; the peer port does not
 	if n.fwdLn, err = n.mux.Listener(peermux.ChannelForward); err != nil {
 		return nil, err
 	}
@@ -457,11 +457,11 @@ func (n *Node) closeResources() error {
 	if n.mux != nil {
 		errs = append(errs, n.mux.Close())
 	}
-	if n.peers != nil {
-		n.peers.close()
+	if n.apiPorts != nil {
+		n.apiPorts.close()
 	}
-	if n.fwd != nil {
-		n.fwd.close()
+	if n.peerPorts != nil {
+		n.peerPorts.close()
 	}
 	if n.tls != nil {
 		errs = append(errs, n.tls.Close())

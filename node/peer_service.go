@@ -146,7 +146,7 @@ func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(conte
 	d := dest{g: n.dataGroup(id), id: id, replicas: sg.Replicas}
 	if d.g != nil {
 		if addr, _ := n.forwardAddr(d, 0); addr != "" {
-			if last = call(ctx, n.fwd.at(addr)); connect.CodeOf(last) != connect.CodeUnavailable {
+			if last = call(ctx, n.peerPorts.at(addr)); connect.CodeOf(last) != connect.CodeUnavailable {
 				return last
 			}
 		}
@@ -157,7 +157,7 @@ func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(conte
 		if addr == "" {
 			continue
 		}
-		if last = call(ctx, n.fwd.at(addr)); last == nil || connect.CodeOf(last) != connect.CodeUnavailable {
+		if last = call(ctx, n.peerPorts.at(addr)); last == nil || connect.CodeOf(last) != connect.CodeUnavailable {
 			return last
 		}
 	}

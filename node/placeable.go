@@ -45,7 +45,7 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
-				_, err := c.fwd.at(nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				_, err := c.peerPorts.at(nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -187,7 +187,7 @@ func (c *controller) replicaLag(ctx context.Context, g *group, raftAddr string) 
 func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := c.fwd.at(raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := c.peerPorts.at(raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return nil, err
 	}
