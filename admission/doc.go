@@ -11,7 +11,7 @@
 //     arithmetic in this package can overflow.
 //   - Request validation (Policy.CheckRequest, CheckKeyCost): key and cost.
 //   - Local decisions (Local, local.go): a policy's budget leases (mode
-//     reserve, max_grant, ttl) and when a grant expires (GrantExpiry: no
+//     grant, max_grant, ttl) and when a grant expires (GrantExpiry: no
 //     later than the end of a window or quota period, WindowEnd); the
 //     local-plus-global mode (sync, sync_interval), its over-admission
 //     bound (SyncBound) and allowance expiry (SyncExpiry).

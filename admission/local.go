@@ -10,10 +10,10 @@ import (
 // value means none: every request is decided by the cluster.
 type LocalMode string
 
-// LocalReserve is the budget-lease mode: the cluster grants a holder units
+// LocalGrant is the budget-lease mode: the cluster grants a holder units
 // it spends in memory, spent from the key's state when granted, so strict
 // and local decisions together never exceed the policy.
-const LocalReserve LocalMode = "reserve"
+const LocalGrant LocalMode = "grant"
 
 // LocalSync is the local-plus-global mode: the cluster gives each holder an
 // allowance sized to its share of the key's demand, nothing is spent ahead,
@@ -39,9 +39,9 @@ const (
 // Local is a policy's local decisions (yaml/json "local"). It is a value,
 // so that Policy stays comparable with ==.
 type Local struct {
-	Mode     LocalMode     // mode: "" (none), reserve or sync
-	MaxGrant int64         // max_grant: reserve only; most units one holder holds; 0 = max(1, burst/10)
-	TTL      time.Duration // ttl: reserve only; a grant's life; 0 = DefaultGrantTTL
+	Mode     LocalMode     // mode: "" (none), grant or sync
+	MaxGrant int64         // max_grant: grant mode only; most units one holder holds; 0 = max(1, burst/10)
+	TTL      time.Duration // ttl: grant mode only; a grant's life; 0 = DefaultGrantTTL
 	// sync_interval: sync only; how often a holder reports; 0 =
 	// DefaultSyncInterval.
 	SyncInterval time.Duration
@@ -50,7 +50,7 @@ type Local struct {
 // localAlgorithms is listed in error messages.
 const localAlgorithms = "token_bucket, fixed_window, sliding_window, quota"
 
-// withDefaults fills MaxGrant and TTL of a policy's Local in reserve mode,
+// withDefaults fills MaxGrant and TTL of a policy's Local in grant mode,
 // SyncInterval in sync mode; burst is the policy's defaulted burst.
 func (l Local) withDefaults(burst int64) Local {
 	switch l.Mode {
@@ -59,7 +59,7 @@ func (l Local) withDefaults(burst int64) Local {
 			l.SyncInterval = DefaultSyncInterval
 		}
 		return l
-	case LocalReserve:
+	case LocalGrant:
 	default:
 		return l
 	}
@@ -73,8 +73,8 @@ func (l Local) withDefaults(burst int64) Local {
 }
 
 // checkLocal checks p.Local of a policy with defaults applied: local.mode
-// (none, reserve or sync, both only for token_bucket, fixed_window,
-// sliding_window and quota); in reserve mode local.max_grant (1..burst) and
+// (none, grant or sync, both only for token_bucket, fixed_window,
+// sliding_window and quota); in grant mode local.max_grant (1..burst) and
 // local.ttl (MinGrantTTL..MaxGrantTTL), with sync_interval unset; in sync
 // mode local.sync_interval (MinSyncInterval..MaxSyncInterval), with
 // max_grant and ttl unset. Without a mode, all three must be unset.
@@ -92,9 +92,9 @@ func checkLocal(p Policy) *FieldError {
 			return policyError("local.sync_interval", "is only for a local mode")
 		}
 		return nil
-	case LocalReserve, LocalSync:
+	case LocalGrant, LocalSync:
 	default:
-		return policyError("local.mode", "unknown mode %s; supported: %s, %s", Quote(string(l.Mode)), LocalReserve, LocalSync)
+		return policyError("local.mode", "unknown mode %s; supported: %s, %s", Quote(string(l.Mode)), LocalGrant, LocalSync)
 	}
 	switch p.Algorithm {
 	case AlgorithmTokenBucket, AlgorithmFixedWindow, AlgorithmSlidingWindow, AlgorithmQuota:
@@ -103,10 +103,10 @@ func checkLocal(p Policy) *FieldError {
 	}
 	if l.Mode == LocalSync {
 		if l.MaxGrant != 0 {
-			return policyError("local.max_grant", "is for local.mode reserve only")
+			return policyError("local.max_grant", "is for local.mode grant mode only")
 		}
 		if l.TTL != 0 {
-			return policyError("local.ttl", "is for local.mode reserve only")
+			return policyError("local.ttl", "is for local.mode grant mode only")
 		}
 		if l.SyncInterval < MinSyncInterval || l.SyncInterval > MaxSyncInterval {
 			return policyError("local.sync_interval", "must be between %v and %v (got %v)", MinSyncInterval, MaxSyncInterval, l.SyncInterval)

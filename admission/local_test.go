@@ -9,11 +9,11 @@ import (
 )
 
 func TestLocalDefaults(t *testing.T) {
-	p := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalReserve }).WithDefaults()
+	p := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalGrant }).WithDefaults()
 	if p.Local.MaxGrant != 2 || p.Local.TTL != admission.DefaultGrantTTL {
 		t.Errorf("defaults = %+v, want max_grant 2 (burst 20 / 10), ttl %v", p.Local, admission.DefaultGrantTTL)
 	}
-	small := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalReserve; p.Burst = 5; p.MaxCost = 5 }).WithDefaults()
+	small := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalGrant; p.Burst = 5; p.MaxCost = 5 }).WithDefaults()
 	if small.Local.MaxGrant != 1 {
 		t.Errorf("max_grant of burst 5 = %d, want 1", small.Local.MaxGrant)
 	}
@@ -21,7 +21,7 @@ func TestLocalDefaults(t *testing.T) {
 		t.Errorf("a policy without a local mode got %+v", none.Local)
 	}
 	if err := p.Validate(); err != nil {
-		t.Errorf("Validate(defaulted reserve policy) = %v", err)
+		t.Errorf("Validate(defaulted grant-mode policy) = %v", err)
 	}
 	if p != p.WithDefaults() {
 		t.Error("WithDefaults is not idempotent with a local mode")
@@ -30,7 +30,7 @@ func TestLocalDefaults(t *testing.T) {
 
 func TestLocalValidate(t *testing.T) {
 	reserve := func(edit func(p *admission.Policy)) admission.Policy {
-		return with(func(p *admission.Policy) { p.Local.Mode = admission.LocalReserve; edit(p) })
+		return with(func(p *admission.Policy) { p.Local.Mode = admission.LocalGrant; edit(p) })
 	}
 	for _, tc := range []struct {
 		name  string
@@ -62,9 +62,9 @@ func TestLocalValidate(t *testing.T) {
 	for _, p := range []admission.Policy{
 		reserve(func(p *admission.Policy) { p.Local.MaxGrant, p.Local.TTL = 20, time.Hour }),
 		reserve(func(p *admission.Policy) { p.Local.MaxGrant, p.Local.TTL = 1, admission.MinGrantTTL }),
-		{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 100, Period: time.Minute, Local: admission.Local{Mode: admission.LocalReserve}},
-		{Name: "sw", Algorithm: admission.AlgorithmSlidingWindow, Limit: 100, Period: time.Minute, Local: admission.Local{Mode: admission.LocalReserve}},
-		{Name: "q", Algorithm: admission.AlgorithmQuota, Limit: 1000, Calendar: admission.CalendarDay, Local: admission.Local{Mode: admission.LocalReserve}},
+		{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 100, Period: time.Minute, Local: admission.Local{Mode: admission.LocalGrant}},
+		{Name: "sw", Algorithm: admission.AlgorithmSlidingWindow, Limit: 100, Period: time.Minute, Local: admission.Local{Mode: admission.LocalGrant}},
+		{Name: "q", Algorithm: admission.AlgorithmQuota, Limit: 1000, Calendar: admission.CalendarDay, Local: admission.Local{Mode: admission.LocalGrant}},
 	} {
 		if err := p.Validate(); err != nil {
 			t.Errorf("Validate(%s) = %v", p.Name, err)
@@ -75,12 +75,12 @@ func TestLocalValidate(t *testing.T) {
 func TestGrantExpiry(t *testing.T) {
 	const minute = int64(time.Minute)
 	now := 10*minute + 50*int64(time.Second)
-	tb := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalReserve }).WithDefaults()
+	tb := with(func(p *admission.Policy) { p.Local.Mode = admission.LocalGrant }).WithDefaults()
 	if got := tb.GrantExpiry(now); got != now+int64(10*time.Second) {
 		t.Errorf("token bucket: GrantExpiry = %d, want now+10s", got)
 	}
 	fw := admission.Policy{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 100, Period: time.Minute,
-		Local: admission.Local{Mode: admission.LocalReserve, TTL: 30 * time.Second}}.WithDefaults()
+		Local: admission.Local{Mode: admission.LocalGrant, TTL: 30 * time.Second}}.WithDefaults()
 	if got := fw.GrantExpiry(now); got != 11*minute {
 		t.Errorf("fixed window: GrantExpiry = %d, want the window end %d", got, 11*minute)
 	}
@@ -93,7 +93,7 @@ func TestGrantExpiry(t *testing.T) {
 		t.Errorf("sliding window: GrantExpiry = %d, want the period end", got)
 	}
 	q := admission.Policy{Name: "q", Algorithm: admission.AlgorithmQuota, Limit: 1000, Calendar: admission.CalendarDay,
-		Local: admission.Local{Mode: admission.LocalReserve, TTL: time.Hour}}.WithDefaults()
+		Local: admission.Local{Mode: admission.LocalGrant, TTL: time.Hour}}.WithDefaults()
 	day0 := time.Date(2026, 3, 4, 23, 30, 0, 0, time.UTC).UnixNano()
 	if got, want := q.GrantExpiry(day0), time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC).UnixNano(); got != want {
 		t.Errorf("quota: GrantExpiry = %d, want midnight %d", got, want)

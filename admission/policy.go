@@ -114,7 +114,7 @@ const (
 
 // WithDefaults returns a copy of p with Burst (0 → Limit), then MaxCost
 // (0 → Burst), OnUnavailable ("" → deny), DedupeRetention (0 →
-// DefaultDedupeRetention) and, in local.mode reserve, Local.MaxGrant (0 →
+// DefaultDedupeRetention) and, in local.mode grant, Local.MaxGrant (0 →
 // max(1, burst/10)) and Local.TTL (0 → DefaultGrantTTL), in local.mode
 // sync, Local.SyncInterval (0 → DefaultSyncInterval) filled in. It does
 // not validate.
@@ -200,8 +200,8 @@ func (p Policy) WithDefaults() Policy {
 //
 //   - on_unavailable: "allow", "deny" or "local" ("" means deny).
 //   - dedupe_retention: 1s..24h (0 means 10m).
-//   - local.mode: unset, reserve (budget leases) or sync (local-plus-global)
-//     for token_bucket, fixed_window, sliding_window or quota; reserve only:
+//   - local.mode: unset, grant (budget leases) or sync (local-plus-global)
+//     for token_bucket, fixed_window, sliding_window or quota; grant mode only:
 //     local.max_grant 1..burst (0 means max(1, burst/10)) and local.ttl
 //     100ms..1h (0 means 10s); sync only: local.sync_interval 10ms..1m (0
 //     means 1s); all unset without a mode.

@@ -30,10 +30,10 @@ func TestSyncDefaultsAndValidate(t *testing.T) {
 		field string
 		in    string
 	}{
-		{"max_grant in sync mode", syncPolicy(func(p *admission.Policy) { p.Local.MaxGrant = 3 }), "local.max_grant", "reserve only"},
-		{"ttl in sync mode", syncPolicy(func(p *admission.Policy) { p.Local.TTL = time.Second }), "local.ttl", "reserve only"},
-		{"sync_interval in reserve mode", with(func(p *admission.Policy) {
-			p.Local.Mode, p.Local.SyncInterval = admission.LocalReserve, time.Second
+		{"max_grant in sync mode", syncPolicy(func(p *admission.Policy) { p.Local.MaxGrant = 3 }), "local.max_grant", "grant mode only"},
+		{"ttl in sync mode", syncPolicy(func(p *admission.Policy) { p.Local.TTL = time.Second }), "local.ttl", "grant mode only"},
+		{"sync_interval in grant mode", with(func(p *admission.Policy) {
+			p.Local.Mode, p.Local.SyncInterval = admission.LocalGrant, time.Second
 		}), "local.sync_interval", "sync only"},
 		{"sync_interval without mode", with(func(p *admission.Policy) { p.Local.SyncInterval = time.Second }), "local.sync_interval", "local mode"},
 		{"sync_interval too short", syncPolicy(func(p *admission.Policy) { p.Local.SyncInterval = 9 * time.Millisecond }), "local.sync_interval", "9ms"},

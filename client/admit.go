@@ -27,7 +27,7 @@ import (
 // some attempt may have been applied. Errors about the request itself
 // (InvalidArgument, NotFound, ...) are returned at once as Connect errors.
 //
-// For a policy whose local.mode is reserve (unless Config.DisableGrants),
+// For a policy whose local.mode is grant (unless Config.DisableGrants),
 // a request without MaxWait is allowed in memory (Outcome LocalGrant, no
 // call, no request ID generated) when the client holds a live grant of the
 // policy for the key with at least its cost unspent — for a request with

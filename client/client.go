@@ -70,7 +70,7 @@ type Config struct {
 	// CLI's.
 	NoPolicyFetch bool
 	// DisableGrants: Admit never decides from budget leases, even for a
-	// policy whose local.mode is reserve; every request is a call.
+	// policy whose local.mode is grant; every request is a call.
 	DisableGrants bool
 }
 

@@ -37,7 +37,7 @@
 // once as a *MismatchError (AsMismatch classifies an error), never retried
 // nor hidden by a fallback.
 //
-// For a policy whose local.mode is reserve the client holds budget leases
+// For a policy whose local.mode is grant the client holds budget leases
 // (AdmissionService.Grant): per (policy, key) it admits, a grant of units
 // already spent in the key's log, acquired in the background at the key's
 // first request and decided from in memory (Outcome LocalGrant, no call)
@@ -78,7 +78,7 @@
 // sync_interval / period) units per window: a bound, not exactness. Stats
 // counts allowances and reports in GrantsAcquired/Renewed/Released and
 // UnitsAllowed/UnitsReported; UnitsGranted, UnitsReturned and UnitsWasted
-// are reserve-mode counts (the cluster counts what it charged for allowances
+// are grant-mode counts (the cluster counts what it charged for allowances
 // never reported).
 //
 // Peek, Refund, Reserve, Commit, AdmitBatch and the lease calls go through

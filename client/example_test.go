@@ -153,7 +153,7 @@ func ExampleConfig_policies() {
 func work(ctx context.Context, token int64) { _, _ = ctx, token }
 
 // A hot path that reuses one Request and one Decision: a decision the
-// client makes from a budget lease (a policy with local.mode reserve or
+// client makes from a budget lease (a policy with local.mode grant or
 // sync) then allocates nothing and sends nothing.
 func ExampleClient_AdmitInto() {
 	c, err := client.New(client.Config{Servers: []string{"http://127.0.0.1:7070"}})

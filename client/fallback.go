@@ -33,17 +33,17 @@ type Policy struct {
 }
 
 // LocalDecisions is a policy's local decisions (admin.proto
-// LocalDecisions): with Mode "reserve" the client decides the policy's
+// LocalDecisions): with Mode "grant" the client decides the policy's
 // requests in memory from units granted to it, with Mode "sync" from an
 // allowance it reports against every SyncInterval (see Client.Admit).
 type LocalDecisions struct {
-	// Mode is "reserve", "sync" or empty (no local decisions).
+	// Mode is "grant", "sync" or empty (no local decisions).
 	Mode string
 	// MaxGrant is the most units one holder may hold unspent; 0 means a
-	// tenth of the burst (at least 1). Reserve only.
+	// tenth of the burst (at least 1). Grant mode only.
 	MaxGrant int64
-	// TTL is how long a grant lives unless renewed; 0 means 10s. Reserve
-	// only.
+	// TTL is how long a grant lives unless renewed; 0 means 10s. Grant
+	// mode only.
 	TTL time.Duration
 	// SyncInterval is how often a holder reports what it admitted and gets
 	// its next allowance; 0 means 1s. Sync only.
@@ -67,8 +67,8 @@ func (p Policy) validate() error {
 		return fmt.Errorf("OnUnavailable must be deny, allow or local (got %q)", p.OnUnavailable)
 	}
 	switch {
-	case p.Local.Mode != "" && p.Local.Mode != "reserve" && p.Local.Mode != "sync":
-		return fmt.Errorf("Local.Mode must be reserve, sync or empty (got %q)", p.Local.Mode)
+	case p.Local.Mode != "" && p.Local.Mode != "grant" && p.Local.Mode != "sync":
+		return fmt.Errorf("Local.Mode must be grant, sync or empty (got %q)", p.Local.Mode)
 	case p.Local.MaxGrant < 0:
 		return fmt.Errorf("Local.MaxGrant must not be negative (got %d)", p.Local.MaxGrant)
 	case p.Local.TTL < 0:
@@ -119,7 +119,7 @@ type Stats struct {
 	// Units a local deadline voided that a later answer showed still
 	// granted count as granted again, so that UnitsGranted = LocalGrant's
 	// units + UnitsReturned + UnitsWasted once every grant has ended.
-	// These three count reserve-mode grants only: a sync-mode allowance is
+	// These three count grant-mode grants only: a sync-mode allowance is
 	// not spent ahead, so nothing of it is granted, returned or wasted on
 	// the client's side (the cluster counts what it charges for expired
 	// allowances).

@@ -9,7 +9,7 @@ import (
 )
 
 // Budget leases (AdmissionService.Grant), the client's side. For a policy
-// whose local.mode is reserve the client holds, per key it admits, a grant:
+// whose local.mode is grant the client holds, per key it admits, a grant:
 // units already spent in the key's log, which it spends in memory. In sync
 // mode (grant_sync.go) the same state holds an allowance instead: units it
 // may admit until its next report, charged when reported. The hot
@@ -52,7 +52,7 @@ func grantSpecOf(p Policy) (grantSpec, bool) {
 			s.interval = defaultSyncInterval
 		}
 		return s, true
-	case "reserve":
+	case "grant":
 	default:
 		return grantSpec{}, false
 	}

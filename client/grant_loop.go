@@ -307,7 +307,7 @@ func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
 		fallthrough
 	case connect.CodeUnimplemented, connect.CodeInvalidArgument, connect.CodeNotFound,
 		connect.CodePermissionDenied, connect.CodeUnauthenticated:
-		// This policy gets no grants here (not built, not in reserve mode,
+		// This policy gets no grants here (not built, not in grant mode,
 		// not allowed): strict decisions for a while.
 		m.c.cfg.Logger.Debug("grant refused", "policy", g.key.policy, "error", err)
 		m.refuse(g.key.policy)

@@ -12,7 +12,7 @@ import (
 // next report. Nothing was spent ahead; the cluster charges what a report
 // says was admitted, past the limit if need be, and answers the allowance
 // for the next interval, which replaces the previous one. The hot path is
-// the reserve mode's (one CAS on a stripe of avail); only the loop differs:
+// the grant mode's (one CAS on a stripe of avail); only the loop differs:
 //
 //   - used (base − avail) runs over the state's life and is never reset: a
 //     call that starts a new record has its used taken as the baseline, and
@@ -30,7 +30,7 @@ import (
 //     local decision leaving its stripe of avail at 0, or a strict one, wakes
 //     the loop).
 //   - At the local deadline (the first send of the call + expires_at −
-//     decided_at − margin, as in reserve mode) avail goes to 0; nothing is
+//     decided_at − margin, as in grant mode) avail goes to 0; nothing is
 //     counted lost: the cluster counts what it charged unreported.
 //   - A key idle for two sync intervals, or Close, sends a final report
 //     with release set.

@@ -58,7 +58,7 @@ func TestSyncLocalDecisionsExact(t *testing.T) {
 		t.Errorf("stats: LocalGrant %d, UnitsReported %d, want %d", st.LocalGrant, st.UnitsReported, local.Load())
 	}
 	if st.UnitsGranted != 0 || st.UnitsReturned != 0 || st.UnitsWasted != 0 {
-		t.Errorf("reserve counters in sync mode: %+v", st)
+		t.Errorf("grant counters in sync mode: %+v", st)
 	}
 	last := calls[len(calls)-1]
 	if !last.GetRelease() || last.GetUsed() != local.Load() {

@@ -368,14 +368,14 @@ func TestPolicyOfLocal(t *testing.T) {
 	mg := int64(7)
 	burst := int64(50)
 	p := policyOf(&quoratev1.Policy{Name: "p", Limit: 100, Burst: &burst, Period: durationpb.New(time.Second),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: &mg, Ttl: durationpb.New(time.Minute)}})
-	if p.Local != (LocalDecisions{Mode: "reserve", MaxGrant: 7, TTL: time.Minute}) {
+		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: &mg, Ttl: durationpb.New(time.Minute)}})
+	if p.Local != (LocalDecisions{Mode: "grant", MaxGrant: 7, TTL: time.Minute}) {
 		t.Fatalf("%+v", p.Local)
 	}
 	if s, ok := grantSpecOf(p); !ok || s.maxGrant != 7 || s.ttl != time.Minute {
 		t.Fatalf("%+v", s)
 	}
-	p.Local = LocalDecisions{Mode: "reserve"}
+	p.Local = LocalDecisions{Mode: "grant"}
 	if s, ok := grantSpecOf(p); !ok || s.maxGrant != 5 || s.ttl != 10*time.Second {
 		t.Fatalf("defaults: %+v", s)
 	}

@@ -86,7 +86,7 @@ func (s *grantServer) clientPolicy() Policy {
 			Local: LocalDecisions{Mode: "sync", SyncInterval: s.syncInterval}}
 	}
 	return Policy{Name: s.policy, Limit: s.limit, Period: time.Hour, Version: 1,
-		Local: LocalDecisions{Mode: "reserve", MaxGrant: s.maxGrant, TTL: s.ttl}}
+		Local: LocalDecisions{Mode: "grant", MaxGrant: s.maxGrant, TTL: s.ttl}}
 }
 
 // key is k's state now; s.mu is held.

@@ -34,7 +34,7 @@ func BenchmarkLocalAdmitOnCluster(b *testing.B) {
 	c := nodetest.NewCluster(b, 3)
 	const burst = 1_000_000_000
 	applyPolicies(b, c, &quoratev1.Policy{Name: "hot", Algorithm: "token_bucket", Limit: burst, Period: durationpb.New(time.Second),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(50_000_000), Ttl: durationpb.New(10 * time.Second)}})
+		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(50_000_000), Ttl: durationpb.New(10 * time.Second)}})
 	cl := newClient(b, c, client.Config{})
 	into := func(ctx context.Context, r *client.Request, d *client.Decision) error { return cl.AdmitInto(ctx, r, d) }
 	admit := func(ctx context.Context, r *client.Request, d *client.Decision) error {
@@ -178,7 +178,7 @@ func BenchmarkUnevenTrafficOnCluster(b *testing.B) {
 	const limit, window = 2000, time.Second
 	c := nodetest.NewCluster(b, 3)
 	applyPolicies(b, c, &quoratev1.Policy{Name: "uneven", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(window),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(limit / 2), Ttl: durationpb.New(window)}})
+		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(limit / 2), Ttl: durationpb.New(window)}})
 	clients := make([]*client.Client, len(clusterShares))
 	for i := range clients {
 		clients[i] = newClient(b, c, client.Config{})

@@ -27,7 +27,7 @@ import (
 func TestGrantsOnACluster(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	const limit = 3000
-	local := &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(200), Ttl: durationpb.New(10 * time.Second)}
+	local := &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(200), Ttl: durationpb.New(10 * time.Second)}
 	applyPolicies(t, c,
 		&quoratev1.Policy{Name: "window", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(24 * time.Hour), Local: local},
 		// limit = burst over 366 days: not a unit refills in the test.

@@ -53,7 +53,7 @@ func TestClientRoleGatewayDecidesLocally(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	local := &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(2000), Ttl: durationpb.New(10 * time.Second)}
+	local := &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(2000), Ttl: durationpb.New(10 * time.Second)}
 	var policies []*quoratev1.Policy
 	for _, name := range []string{"gw-client", "gw-route", "gw-other"} {
 		policies = append(policies, &quoratev1.Policy{Name: name, Algorithm: "fixed_window", Limit: 10_000_000,

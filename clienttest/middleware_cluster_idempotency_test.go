@@ -65,7 +65,7 @@ func TestClusterIdempotencyKeyChargesOnce(t *testing.T) {
 		&quoratev1.Policy{Name: "idem-hour", Algorithm: "fixed_window", Limit: 3, Period: durationpb.New(time.Hour)},
 		&quoratev1.Policy{Name: "idem-2s", Algorithm: "fixed_window", Limit: 1, Period: durationpb.New(2 * time.Second)},
 		&quoratev1.Policy{Name: "idem-grant", Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Hour),
-			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
+			Local: &quoratev1.LocalDecisions{Mode: "grant"}},
 	)
 	mux := http.NewServeMux()
 	for _, route := range []struct {

@@ -25,7 +25,7 @@ import (
 // algorithm that has local decisions.
 func TestClusterHeadersLocalDecisions(t *testing.T) {
 	const maxGrant = 10
-	local := &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(maxGrant), Ttl: durationpb.New(10 * time.Second)}
+	local := &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(maxGrant), Ttl: durationpb.New(10 * time.Second)}
 	type want struct {
 		q, w, burst int64 // burst 0: no quorate-burst parameter
 		capacity    int64 // the most r can be

@@ -66,7 +66,7 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 	syncMode := p.Local.Mode == admission.LocalSync
 	if p.Local.Mode == "" && !(live && c.GetRelease()) {
 		return &admission.FieldError{Field: "policy", Err: admission.ErrInvalidRequest,
-			Reason: fmt.Sprintf("%s has no local decisions (local.mode %s or %s)", admission.Quote(c.GetPolicy()), admission.LocalReserve, admission.LocalSync)}
+			Reason: fmt.Sprintf("%s has no local decisions (local.mode %s or %s)", admission.Quote(c.GetPolicy()), admission.LocalGrant, admission.LocalSync)}
 	}
 	if live {
 		switch seq := c.GetSeq(); {
@@ -95,7 +95,7 @@ func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
 	case c.GetRelease():
 		return d.releaseGrant(id, g, exists, live, pv, st, c.GetUsed(), now)
 	case exists && g.sync != syncMode:
-		// The policy changed mode: the old record ends (a reserve grant
+		// The policy changed mode: the old record ends (a grant-mode grant
 		// without refund, as waste; a sync allowance charged what the call
 		// reports, or whole once expired) and a new one starts in the
 		// current mode. What the call reports belongs to the old record.

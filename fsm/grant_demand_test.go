@@ -19,7 +19,7 @@ import (
 // unit); the dishonest holder stays at the floor while it spends nothing,
 // and one that does spend is counted up to 4 times its rate.
 func TestGrantDemandBoundedBySpend(t *testing.T) {
-	for _, mode := range []admission.LocalMode{admission.LocalReserve, admission.LocalSync} {
+	for _, mode := range []admission.LocalMode{admission.LocalGrant, admission.LocalSync} {
 		t.Run(string(mode), func(t *testing.T) {
 			a := newApplier(t, fsm.Options{})
 			p := leased(tokenBucket("big", 1_000_000, time.Hour, 1_000_000, 10), 1000, 10*time.Second)

@@ -69,7 +69,7 @@ func (a *applier) peekRemaining(now int64, policy, key string) int64 {
 
 // leased returns p with budget leases of maxGrant units for ttl.
 func leased(p admission.Policy, maxGrant int64, ttl time.Duration) admission.Policy {
-	p.Local = admission.Local{Mode: admission.LocalReserve, MaxGrant: maxGrant, TTL: ttl}
+	p.Local = admission.Local{Mode: admission.LocalGrant, MaxGrant: maxGrant, TTL: ttl}
 	return p
 }
 

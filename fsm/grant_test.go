@@ -286,7 +286,7 @@ func TestGrantCapPerKey(t *testing.T) {
 // of the key and the caller still gets grants of another key; a holder of
 // the caller that leaves makes room, and so does one that expires.
 func TestGrantCapPerCaller(t *testing.T) {
-	for _, mode := range []admission.LocalMode{admission.LocalReserve, admission.LocalSync} {
+	for _, mode := range []admission.LocalMode{admission.LocalGrant, admission.LocalSync} {
 		t.Run(string(mode), func(t *testing.T) {
 			a := newApplier(t, fsm.Options{})
 			p := leased(tokenBucket("big", 100_000, time.Hour, 100_000, 10), 1, time.Minute)

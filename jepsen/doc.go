@@ -15,7 +15,7 @@
 //     leases that expire, and late calls with released tokens
 //     (RunLeaseWorkload);
 //   - grant: budget leases under faults (RunGrantWorkload): a fixed-window
-//     policy in local reserve mode (GrantPolicy: Options.GrantLimit per 1 s
+//     policy in local grant mode (GrantPolicy: Options.GrantLimit per 1 s
 //     window, grants of at most a fifth of it living at most 2 s) on three
 //     keys, admitted by three leasing clients — each its own client.Client
 //     with its own HTTP client, deciding in memory from its grants — beside
@@ -41,7 +41,7 @@
 //     allowances and report every interval, so a key may go over its limit
 //     by the policy's bound (a tenth of the limit here), and no further.
 //   - grant-bucket: the same clients and faults on token buckets of the
-//     grant limit that never refill within a run, in local reserve mode; as
+//     grant limit that never refill within a run, in local grant mode; as
 //     in token-bucket a fresh key opens every Duration/Keys, so buckets
 //     drain through grants throughout the run. Admitted, local and strict
 //     together, never exceed the capacity per key.

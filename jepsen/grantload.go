@@ -49,21 +49,21 @@ const (
 )
 
 // GrantPolicy is a fixed_window policy of limit units per window in local
-// reserve mode: grants of at most max(limit/5, 1) units living at most ttl
+// grant mode: grants of at most max(limit/5, 1) units living at most ttl
 // (and never past their window).
 func GrantPolicy(name string, limit int64, window, ttl time.Duration) *quoratev1.Policy {
 	p := FixedWindowPolicy(name, limit, window)
-	p.Local = &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(max(limit/5, 1)), Ttl: durationpb.New(ttl)}
+	p.Local = &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(max(limit/5, 1)), Ttl: durationpb.New(ttl)}
 	return p
 }
 
 // GrantBucketPolicy is a token_bucket policy of capacity units per key that
 // does not refill within a run (limit = burst = capacity over 366 days),
-// in local reserve mode: grants of at most max(capacity/5, 1) units living
+// in local grant mode: grants of at most max(capacity/5, 1) units living
 // at most ttl.
 func GrantBucketPolicy(name string, capacity int64, ttl time.Duration) *quoratev1.Policy {
 	p := TokenBucketPolicy(name, capacity)
-	p.Local = &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(max(capacity/5, 1)), Ttl: durationpb.New(ttl)}
+	p.Local = &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(max(capacity/5, 1)), Ttl: durationpb.New(ttl)}
 	return p
 }
 

@@ -30,7 +30,7 @@ func TestGrantHostileHolders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	policy := &quoratev1.Policy{Name: "feed", Algorithm: "fixed_window", Limit: 1_000_000, Period: durationpb.New(time.Hour),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(1000), Ttl: durationpb.New(time.Minute)}}
+		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(1000), Ttl: durationpb.New(time.Minute)}}
 	if _, err := c.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{policy}})); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // decide locally from budget leases of at most 400 units.
 func grantPolicy() *quoratev1.Policy {
 	return &quoratev1.Policy{Name: "search", Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Hour),
-		Local: &quoratev1.LocalDecisions{Mode: "reserve", MaxGrant: proto.Int64(400), Ttl: durationpb.New(time.Minute)}}
+		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(400), Ttl: durationpb.New(time.Minute)}}
 }
 
 // Budget leases on a 3-node cluster: grants are spent in the log, so strict
@@ -36,7 +36,7 @@ func TestGrantOnACluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := applied.Msg.GetPolicies()[0].GetLocal(); l.GetMode() != "reserve" || l.GetMaxGrant() != 400 || l.GetTtl().AsDuration() != time.Minute {
+	if l := applied.Msg.GetPolicies()[0].GetLocal(); l.GetMode() != "grant" || l.GetMaxGrant() != 400 || l.GetTtl().AsDuration() != time.Minute {
 		t.Fatalf("stored local: %v", l)
 	}
 	grant := func(i int, r *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error) {

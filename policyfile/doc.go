@@ -29,7 +29,7 @@
 //	    limit: 10000
 //	    period: 1s
 //	    local:              # optional: clients decide in memory from budget leases
-//	      mode: reserve     # exact: units are spent in the log before a client spends them
+//	      mode: grant     # exact: units are spent in the log before a client spends them
 //	      max_grant: 500    # optional, most units one client holds; default a tenth of the burst
 //	      ttl: 10s          # optional, how long a grant lives unless renewed, 100ms..1h; default 10s
 //

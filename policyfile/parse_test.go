@@ -188,19 +188,19 @@ func TestExamplePoliciesFile(t *testing.T) {
 	}
 	want := map[string]admission.Policy{
 		"api-free": {Algorithm: "token_bucket", Limit: 60, Period: time.Minute, Burst: 20, MaxCost: 10, OnUnavailable: "allow",
-			Local: admission.Local{Mode: admission.LocalReserve, MaxGrant: 10}},
+			Local: admission.Local{Mode: admission.LocalGrant, MaxGrant: 10}},
 		"api-paid":          {Algorithm: "token_bucket", Limit: 5000, Period: time.Minute, Burst: 500, DedupeRetention: 30 * time.Minute},
 		"provider-webhooks": {Algorithm: "token_bucket", Limit: 20, Period: time.Second, Burst: 1, OnUnavailable: "deny"},
 		"login-attempts":    {Algorithm: "token_bucket", Limit: 5, Period: 15 * time.Minute, Burst: 5, OnUnavailable: "deny"},
 		"login-failures":    {Algorithm: "sliding_log", Limit: 5, Period: 15 * time.Minute, OnUnavailable: "deny"},
 		"reports-monthly":   {Algorithm: "quota", Limit: 1000, Calendar: "month"},
 		"search": {Algorithm: "fixed_window", Limit: 100, Period: time.Minute, MaxCost: 10,
-			Local: admission.Local{Mode: admission.LocalReserve}},
+			Local: admission.Local{Mode: admission.LocalGrant}},
 		"search-smooth":  {Algorithm: "sliding_window", Limit: 100, Period: time.Minute, Shadow: true},
 		"reports-active": {Algorithm: "concurrency", Limit: 2, LeaseTTL: 2 * time.Minute},
 		"tokens":         {Algorithm: "token_bucket", Limit: 100000, Period: time.Minute, Burst: 20000, MaxCost: 8000},
 		"internal-search": {Algorithm: "token_bucket", Limit: 20000, Period: time.Second,
-			Local: admission.Local{Mode: admission.LocalReserve, MaxGrant: 2000, TTL: 5 * time.Second}},
+			Local: admission.Local{Mode: admission.LocalGrant, MaxGrant: 2000, TTL: 5 * time.Second}},
 	}
 	if len(policies) != len(want) {
 		t.Fatalf("got %d policies, want %d", len(policies), len(want))

@@ -205,7 +205,7 @@ func fmtTimestamp(t *timestamppb.Timestamp) string {
 // concurrency policy's leases live unless renewed ("-" for other
 // algorithms); SHADOW is yes for a policy that decides and counts but never
 // denies; LOCAL is how clients may decide in memory ("-": every request is
-// decided by the cluster; "reserve max=N ttl=D": from budget leases, exact).
+// decided by the cluster; "grant max=N ttl=D": from budget leases, exact).
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tLEASE_TTL\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION\tLOCAL")

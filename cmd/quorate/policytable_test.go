@@ -21,7 +21,7 @@ func TestWritePoliciesRetentionAndLocal(t *testing.T) {
 		{Name: "set", Version: 2, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second), DedupeRetention: durationpb.New(30 * time.Minute)},
 		{Name: "unset", Version: 1, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(time.Second)},
 		{Name: "local", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
-			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
+			Local: &quoratev1.LocalDecisions{Mode: "grant"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -39,8 +39,8 @@ func TestWritePoliciesRetentionAndLocal(t *testing.T) {
 		t.Errorf("want a DEDUPE_RETENTION column, 30m0s as set and the default 10m0s when unset:\n%s", b.String())
 	}
 	// LOCAL shows the defaults the cluster applies: a tenth of the burst, 10s.
-	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
-		t.Errorf("want LOCAL - without local decisions, and reserve with its defaults:\n%s", b.String())
+	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s") {
+		t.Errorf("want LOCAL - without local decisions, and grant with its defaults:\n%s", b.String())
 	}
 }
 
@@ -118,7 +118,7 @@ func TestWritePoliciesLocalSyncBound(t *testing.T) {
 			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(250 * time.Millisecond)}},
 		{Name: "daily", Version: 1, Algorithm: "quota", Limit: 86400, Calendar: "day", Local: &quoratev1.LocalDecisions{Mode: "sync"}},
 		{Name: "lease", Version: 1, Algorithm: "fixed_window", Limit: 1000, Period: durationpb.New(time.Minute),
-			Local: &quoratev1.LocalDecisions{Mode: "reserve"}},
+			Local: &quoratev1.LocalDecisions{Mode: "grant"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestWritePoliciesLocalSyncBound(t *testing.T) {
 	// The bound is ceil(limit × sync_interval / period): 1000 × 0.25s / 1s,
 	// and 86400 a day × 1s (the default interval).
 	if len(lines) != 4 || !strings.HasSuffix(lines[1], "sync every=250ms bound=250") ||
-		!strings.HasSuffix(lines[2], "sync every=1s bound=1") || !strings.HasSuffix(lines[3], "reserve max=100 ttl=10s") {
+		!strings.HasSuffix(lines[2], "sync every=1s bound=1") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s") {
 		t.Errorf("want LOCAL with the sync bound:\n%s", b.String())
 	}
 }

@@ -2960,7 +2960,7 @@ func (x *Policy) GetLocal() *LocalDecisions {
 // LocalDecisions lets clients decide a policy's requests in memory.
 type LocalDecisions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "reserve" (budget leases): a client spends only units granted to it
+	// "grant" (budget leases): a client spends only units granted to it
 	// and already spent in the log, so local and remote decisions together
 	// never exceed the policy. "sync" (local-plus-global): clients admit from
 	// allowances sized to their share of the key's demand and report what
@@ -2972,7 +2972,7 @@ type LocalDecisions struct {
 	// burst (at least 1). 1 to the burst.
 	MaxGrant *int64 `protobuf:"varint,2,opt,name=max_grant,json=maxGrant,proto3,oneof" json:"max_grant,omitempty"`
 	// How long a grant lives unless renewed (log time; window policies also
-	// end it with the window); unset means 10s. 100ms to 1h. Reserve only.
+	// end it with the window); unset means 10s. 100ms to 1h. Grant mode only.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// "sync" (local-plus-global) only: how often each client reports what it
 	// admitted and gets its allowance for the next interval; unset means 1s.

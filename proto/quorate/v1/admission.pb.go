@@ -1873,7 +1873,7 @@ func (x *GroupRoute) GetLeaderUrl() string {
 type GrantRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A token_bucket, fixed_window, sliding_window or quota policy whose
-	// local.mode is "reserve".
+	// local.mode is "grant".
 	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// As AdmitRequest.key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`

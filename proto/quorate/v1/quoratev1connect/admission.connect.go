@@ -107,7 +107,7 @@ type AdmissionServiceClient interface {
 	// and corrects by asking again.
 	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
 	// Grant asks for, tops up or ends a budget lease: units of a policy whose
-	// local.mode is "reserve", spent from the key's state in its group's log
+	// local.mode is "grant", spent from the key's state in its group's log
 	// when granted and then spent by the holder in memory, so that requests
 	// decided from grants and requests decided here never together exceed
 	// the policy. Each holder's part is sized by its share of the key's
@@ -301,7 +301,7 @@ type AdmissionServiceHandler interface {
 	// and corrects by asking again.
 	Routes(context.Context, *connect.Request[v1.RoutesRequest]) (*connect.Response[v1.RoutesResponse], error)
 	// Grant asks for, tops up or ends a budget lease: units of a policy whose
-	// local.mode is "reserve", spent from the key's state in its group's log
+	// local.mode is "grant", spent from the key's state in its group's log
 	// when granted and then spent by the holder in memory, so that requests
 	// decided from grants and requests decided here never together exceed
 	// the policy. Each holder's part is sized by its share of the key's
