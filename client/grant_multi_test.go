@@ -18,11 +18,13 @@ func TestGrantMultiCheckAllOrNothing(t *testing.T) {
 	holdGrant(t, c, "p", "b")
 	both := Request{Policy: "p", Key: "a", Cost: 2, Also: []Check{{Policy: "p", Key: "b", Cost: 3}}}
 	state := func(key string) *grantState { return (*c.grants.states.Load())[bucketKey{"p", key}] }
-	sum := func(key string) int64 {
+	// spent is the units local decisions took from key's grants: renewals
+	// and expiry move base and avail together, so it stays put under them.
+	spent := func(key string) int64 {
 		g := state(key)
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.avail.sum()
+		return g.spentBefore + g.base - g.avail.sum()
 	}
 	before := c.Stats().LocalGrant
 	var d *Decision
@@ -41,20 +43,23 @@ func TestGrantMultiCheckAllOrNothing(t *testing.T) {
 		t.Errorf("one multi-check decision counted as %d local decisions", got)
 	}
 
-	// Take b's units away, as its local deadline would: the request is
-	// decided by the cluster and a keeps every unit.
+	// Take b's units away, as its local deadline would, with the grants'
+	// renewals failing so that b stays short: the request is decided by
+	// the cluster and a keeps every unit.
+	s.unavailable.Store(true)
 	g := state("b")
 	g.mu.Lock()
 	g.expireLocked()
 	g.mu.Unlock()
-	a := sum("a")
+	a := spent("a")
 	var into Decision
 	if err := c.AdmitInto(context.Background(), &both, &into); err != nil || into.Outcome != Verified {
 		t.Fatalf("with b short: %+v, %v; want a verified decision", into, err)
 	}
-	if got := sum("a"); got != a {
-		t.Fatalf("a's grant held %d before the request b was short for, %d after: want no unit of a spent", a, got)
+	if got := spent("a"); got != a {
+		t.Fatalf("%d units of a spent locally before the request b was short for, %d after: want no unit of a spent", a, got)
 	}
+	s.unavailable.Store(false) // the client's Close gives the grants back
 }
 
 // Multi-check spends race single-check spends of one of their keys and
