@@ -36,16 +36,16 @@ func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.No
 }
 
 func (n *Node) nodeState() *quoratev1.NodeState {
-	_, leaderID := n.meta.raft.LeaderWithID()
+	_, leaderID := n.meta.Raft.LeaderWithID()
 	out := &quoratev1.NodeState{
 		Id:                  n.cfg.ID,
-		Role:                roleName(n.meta.raft.State()),
+		Role:                roleName(n.meta.Raft.State()),
 		LeaderId:            string(leaderID),
-		Term:                n.meta.raft.CurrentTerm(),
-		LastAppliedIndex:    n.meta.raft.AppliedIndex(),
-		CommitIndex:         n.meta.raft.CommitIndex(),
-		MetaFsmAppliedIndex: n.meta.fsm.AppliedIndex(),
-		LastLogIndex:        n.meta.raft.LastIndex(),
+		Term:                n.meta.Raft.CurrentTerm(),
+		LastAppliedIndex:    n.meta.Raft.AppliedIndex(),
+		CommitIndex:         n.meta.Raft.CommitIndex(),
+		MetaFsmAppliedIndex: n.meta.FSM.AppliedIndex(),
+		LastLogIndex:        n.meta.Raft.LastIndex(),
 		RaftAddr:            n.raftAddr,
 		ApiAddr:             n.apiAddr,
 		FeatureLevel:        n.cfg.featureLevel(),
@@ -53,19 +53,19 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		ForwardedCalls:      n.forwardedCalls.Load(),
 		PolicyDecisions:     n.decisions.byPolicy(time.Now()),
 	}
-	plans := n.meta.fsm.Plans()
+	plans := n.meta.FSM.Plans()
 	for _, g := range n.hosted() {
 		gs := &quoratev1.GroupState{
-			Id:               uint32(g.id),
-			Role:             roleName(g.raft.State()),
-			LeaderId:         g.leaderID(),
-			Term:             g.raft.CurrentTerm(),
-			LastAppliedIndex: g.raft.AppliedIndex(),
-			CommitIndex:      g.raft.CommitIndex(),
-			Keys:             uint64(g.fsm.BucketCount() + g.fsm.SemaphoreCount()),
-			DedupeEntries:    uint64(g.fsm.DedupeLen()),
+			Id:               uint32(g.ID),
+			Role:             roleName(g.Raft.State()),
+			LeaderId:         g.LeaderID(),
+			Term:             g.Raft.CurrentTerm(),
+			LastAppliedIndex: g.Raft.AppliedIndex(),
+			CommitIndex:      g.Raft.CommitIndex(),
+			Keys:             uint64(g.FSM.BucketCount() + g.FSM.SemaphoreCount()),
+			DedupeEntries:    uint64(g.FSM.DedupeLen()),
 		}
-		if f := g.raft.GetConfiguration(); f.Error() == nil {
+		if f := g.Raft.GetConfiguration(); f.Error() == nil {
 			for _, sv := range f.Configuration().Servers {
 				if sv.Suffrage == raft.Voter {
 					gs.Voters = append(gs.Voters, string(sv.ID))
@@ -74,21 +74,21 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 				}
 			}
 		}
-		if err, at := g.health.last(); err != nil {
+		if err, at := g.Health.Last(); err != nil {
 			gs.StorageError, gs.StorageErrorAt = err.Error(), timestamppb.New(at)
 		}
-		if _, epoch, ranges, ok := g.fsm.Ownership(); ok {
+		if _, epoch, ranges, ok := g.FSM.Ownership(); ok {
 			gs.MapEpoch = epoch
 			for _, a := range ranges {
 				gs.Slots += uint32(a.Range.Len())
 			}
 		}
-		gs.Frozen = frozenStatus(g.fsm.Frozen(), plans)
-		gs.HotKeys = withGrants(n.decisions.hotKeys(g.id), g.fsm)
+		gs.Frozen = frozenStatus(g.FSM.Frozen(), plans)
+		gs.HotKeys = withGrants(n.decisions.hotKeys(g.ID), g.FSM)
 		out.Groups = append(out.Groups, gs)
 		out.Buckets += gs.Keys
 		out.DedupeEntries += gs.DedupeEntries
-		out.DedupeBytes += uint64(max(0, g.fsm.DedupeBytes()))
+		out.DedupeBytes += uint64(max(0, g.FSM.DedupeBytes()))
 	}
 	out.Groups = append(out.Groups, n.damagedStates()...)
 	return out
@@ -112,7 +112,7 @@ func frozenStatus(frozen map[uint64]shard.SlotRange, plans []*raftcmdv1.Plan) []
 // shardMapStatus describes this node's meta replica's shard map (nil when
 // it has none).
 func (n *Node) shardMapStatus() *quoratev1.ShardMapStatus {
-	m, ok := n.meta.fsm.ShardMap()
+	m, ok := n.meta.FSM.ShardMap()
 	if !ok {
 		return nil
 	}
@@ -141,15 +141,15 @@ func roleName(s raft.RaftState) string {
 // each for its own state, concurrently, each within memberStatusTimeout.
 func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quoratev1.ClusterStatusRequest]) (*connect.Response[quoratev1.ClusterStatusResponse], error) {
 	n := h.n
-	cf := n.meta.raft.GetConfiguration()
+	cf := n.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, n.toConnectError(fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err))
 	}
 	addrs := make(map[string]string)
-	for _, m := range n.meta.fsm.Nodes() {
+	for _, m := range n.meta.FSM.Nodes() {
 		addrs[m.ID] = m.APIAddr
 	}
-	_, leaderID := n.meta.raft.LeaderWithID()
+	_, leaderID := n.meta.Raft.LeaderWithID()
 	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus(), ClusterId: n.controller.knownClusterID()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
@@ -236,7 +236,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		func(ctx context.Context, _ dest) (*quoratev1.ApplyPoliciesResponse, error) {
 			// The leader's table is current but for entries still
 			// committing; the meta group checks again when it applies.
-			if have, added := n.meta.fsm.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
+			if have, added := n.meta.FSM.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
 				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
 			}
 			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: actorOf(ctx, "")})
@@ -282,7 +282,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 
 // GetPolicy answers from this node's replica, which may lag the leader.
 func (h *adminHandler) GetPolicy(_ context.Context, req *connect.Request[quoratev1.GetPolicyRequest]) (*connect.Response[quoratev1.GetPolicyResponse], error) {
-	pv, ok := h.n.meta.fsm.Policy(req.Msg.GetName())
+	pv, ok := h.n.meta.FSM.Policy(req.Msg.GetName())
 	if !ok {
 		return nil, h.n.toConnectError(fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(req.Msg.GetName())))
 	}
@@ -299,7 +299,7 @@ func policiesToAPI(pvs []fsm.PolicyVersion) []*quoratev1.Policy {
 
 // ListPolicies answers from this node's replica, which may lag the leader.
 func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.ListPoliciesRequest]) (*connect.Response[quoratev1.ListPoliciesResponse], error) {
-	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.fsm.Policies())}), nil
+	return connect.NewResponse(&quoratev1.ListPoliciesResponse{Policies: policiesToAPI(h.n.meta.FSM.Policies())}), nil
 }
 
 // Policies answers the policies the caller may use (AdmissionService.
@@ -316,7 +316,7 @@ func (h *admissionHandler) Policies(ctx context.Context, req *connect.Request[qu
 		}
 	}
 	var out []fsm.PolicyVersion
-	for _, pv := range h.n.meta.fsm.Policies() {
+	for _, pv := range h.n.meta.FSM.Policies() {
 		if (named == nil || named[pv.Policy.Name]) && h.n.authz.MayUse(id, pv.Policy.Name) {
 			out = append(out, pv)
 		}

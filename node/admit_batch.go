@@ -77,7 +77,7 @@ func admitAnswer(it *item) (*quoratev1.AdmitResponse, error) {
 	case it.resp != nil:
 		return it.resp, nil
 	}
-	return admitResponse(it.res.(*fsm.AdmitResult), it.by.fsm), nil
+	return admitResponse(it.res.(*fsm.AdmitResult), it.by.FSM), nil
 }
 
 // batchError is the AdmitBatchError form of a Connect error from the node's

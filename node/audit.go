@@ -64,7 +64,7 @@ func (h *adminHandler) ListAudit(ctx context.Context, req *connect.Request[quora
 	if err := n.catchUpMeta(ctx); err != nil {
 		return nil, n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing the audit trail: %v", ErrNotProposed, err))
 	}
-	recs, more := n.meta.fsm.Audit(req.Msg.GetSince(), limit)
+	recs, more := n.meta.FSM.Audit(req.Msg.GetSince(), limit)
 	out := &quoratev1.ListAuditResponse{More: more, Entries: make([]*quoratev1.AuditEntry, 0, len(recs))}
 	for _, r := range recs {
 		out.Entries = append(out.Entries, &quoratev1.AuditEntry{Index: r.Index, Time: timestamppb.New(time.Unix(0, r.At)),

@@ -17,11 +17,11 @@ import (
 
 // testCheckedLog opens a shared log in a temporary directory and returns a
 // replica of group 7 with its checked view of it, and the log.
-func testCheckedLog(tb testing.TB) (*group, *checkedLog, *nodelog.Log) {
+func testCheckedLog(tb testing.TB) (*Replica, *checkedLog, *nodelog.Log) {
 	tb.Helper()
 	data := tb.TempDir()
-	g := &group{id: shard.GroupID(7), dir: groupDir(data, 7)}
-	if err := os.MkdirAll(g.dir, 0o750); err != nil {
+	g := &Replica{ID: shard.GroupID(7), Dir: groupDir(data, 7)}
+	if err := os.MkdirAll(g.Dir, 0o750); err != nil {
 		tb.Fatal(err)
 	}
 	dir := filepath.Join(data, sharedLogDirName)
@@ -34,7 +34,7 @@ func testCheckedLog(tb testing.TB) (*group, *checkedLog, *nodelog.Log) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return g, &checkedLog{store: view, file: dir, health: &g.health, damaged: g.damaged}, l
+	return g, &checkedLog{store: view, file: dir, health: &g.Health, damaged: g.damaged}, l
 }
 
 func testEntries(from, to uint64, size int) []*raft.Log {
@@ -81,7 +81,7 @@ func TestCheckedLogFindsDamageWhileRunning(t *testing.T) {
 	}
 	var stopped error
 	stop := func(err error) { stopped = err }
-	g.health.onDamage.Store(&stop)
+	g.Health.onDamage.Store(&stop)
 
 	var l raft.Log
 	if err := cl.GetLog(11, &l); err != nil || !bytes.Equal(l.Data, testEntries(11, 11, 64)[0].Data) {
@@ -90,13 +90,13 @@ func TestCheckedLogFindsDamageWhileRunning(t *testing.T) {
 	err = cl.GetLog(12, &l)
 	var de *DamagedError
 	if !errors.As(err, &de) || de.File != seg || !strings.Contains(err.Error(), "log entry 12, at offset") ||
-		!strings.Contains(err.Error(), "to recover, delete "+g.dir) {
+		!strings.Contains(err.Error(), "to recover, delete "+g.Dir) {
 		t.Fatalf("GetLog(12): %v", err)
 	}
 	if stopped != err {
 		t.Fatalf("onDamage got %v", stopped)
 	}
-	if last, _ := g.health.last(); last != err {
+	if last, _ := g.Health.Last(); last != err {
 		t.Fatalf("storage error %v", last)
 	}
 }
@@ -112,7 +112,7 @@ func TestCheckedLogGapCoveredBySnapshot(t *testing.T) {
 	}
 	first, _ := cl.FirstIndex()
 	last, _ := cl.LastIndex()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, nil)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.Dir, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

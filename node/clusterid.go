@@ -141,7 +141,7 @@ func (c *controller) checkJoinCluster(r *quoratev1.JoinRequest) error {
 // knownClusterID is the cluster's ID as the meta group has it, or as this
 // node recorded it.
 func (c *controller) knownClusterID() string {
-	if id := c.meta.fsm.ClusterID(); id != "" {
+	if id := c.meta.FSM.ClusterID(); id != "" {
 		return id
 	}
 	return c.mux.ClusterID()
@@ -161,7 +161,7 @@ func (c *controller) clusterIDLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		switch id := c.meta.fsm.ClusterID(); {
+		switch id := c.meta.FSM.ClusterID(); {
 		case id != "":
 			if err := c.adoptClusterID(id, "the meta group"); err != nil && !warned {
 				warned = true

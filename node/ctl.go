@@ -34,14 +34,14 @@ type controller struct {
 	self fsm.Node // what this node registers: ID, addresses, feature level
 	// meta is the meta replica: its FSM is read, and its Raft
 	// configuration changed while it leads.
-	meta *group
+	meta *Replica
 	// replicas are the hosted data replicas, opened and closed here.
-	replicas *dataGroups
+	replicas *Set
 	// shared is the node's shared Raft log: a removed replica's entries in
 	// it are dropped.
-	shared *sharedLogs
+	shared *SharedLogs
 	// open opens (or creates) a replica's stores and starts its raft.
-	open func(id shard.GroupID, boot []raft.Server) (*group, error)
+	open func(id shard.GroupID, boot []raft.Server) (*Replica, error)
 	// req is the request path: entries are proposed, and calls made on a
 	// group's leader, through it.
 	req requestPath
@@ -62,7 +62,7 @@ type controller struct {
 
 // pacing is what the group loop remembers of a data replica between ticks.
 type pacing struct {
-	g *group // the replica the times are of: a reopened one starts afresh
+	g *Replica // the replica the times are of: a reopened one starts afresh
 	// leadingSince is when the group loop first saw the replica lead (zero
 	// while it does not), lastTransfer when it last handed leadership
 	// over, unplacedSince when the shard map stopped placing it here (zero
@@ -84,7 +84,7 @@ type requestPath interface {
 	leader() (apiAddr, id string)
 	// syncPolicies copies the meta group's policy table into a data group
 	// led here.
-	syncPolicies(ctx context.Context, g *group) error
+	syncPolicies(ctx context.Context, g *Replica) error
 	// applyToGroup proposes a slot-migration entry to a group's leader,
 	// wherever it is; exportPage reads a page of a migration's state from
 	// one of the source group's replicas.
@@ -106,7 +106,7 @@ func newController(n *Node) *controller {
 		meta:     n.meta,
 		replicas: &n.groups,
 		shared:   &n.shared,
-		open: func(id shard.GroupID, boot []raft.Server) (*group, error) {
+		open: func(id shard.GroupID, boot []raft.Server) (*Replica, error) {
 			return n.openGroup(id, boot, n.groups.hlog)
 		},
 		req:        n,
@@ -131,16 +131,16 @@ func (c *controller) run(ctx context.Context) {
 
 // hosted returns every replica on this node, the meta group's first, then
 // the data groups' by ID.
-func (c *controller) hosted() []*group {
-	return append([]*group{c.meta}, c.replicas.sorted()...)
+func (c *controller) hosted() []*Replica {
+	return append([]*Replica{c.meta}, c.replicas.Sorted()...)
 }
 
 // paceOf is the pacing of data replica g. Group loop only.
-func (c *controller) paceOf(g *group) *pacing {
-	p := c.pace[g.id]
+func (c *controller) paceOf(g *Replica) *pacing {
+	p := c.pace[g.ID]
 	if p == nil || p.g != g {
 		p = &pacing{g: g}
-		c.pace[g.id] = p
+		c.pace[g.ID] = p
 	}
 	return p
 }
@@ -149,14 +149,14 @@ func (c *controller) paceOf(g *group) *pacing {
 // only.
 func (c *controller) forgetPacing() {
 	for id, p := range c.pace {
-		if c.replicas.get(id) != p.g {
+		if c.replicas.Get(id) != p.g {
 			delete(c.pace, id)
 		}
 	}
 }
 
 // isLeader reports whether this node leads the meta group.
-func (c *controller) isLeader() bool { return c.meta.isLeader() }
+func (c *controller) isLeader() bool { return c.meta.IsLeader() }
 
 // every runs f every d until ctx is done.
 func every(ctx context.Context, d time.Duration, f func()) {

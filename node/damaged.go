@@ -34,18 +34,18 @@ type damagedReplica struct {
 // reopening retried with backoff (a replica not yet installed is left to
 // dataGroups.open, which sees it stopping); the meta group replica is shut
 // down. Either way its status shows err.
-func (n *Node) replicaDamaged(g *group, err error) {
+func (n *Node) replicaDamaged(g *Replica, err error) {
 	if !g.stopping.CompareAndSwap(false, true) {
 		return
 	}
-	n.log.Error("replica files damaged: stopping the replica", "group", g.id, "err", err)
+	n.log.Error("replica files damaged: stopping the replica", "group", g.ID, "err", err)
 	go func() {
-		if g.id == shard.MetaGroup {
-			_ = g.raft.Shutdown().Error()
+		if g.ID == shard.MetaGroup {
+			_ = g.Raft.Shutdown().Error()
 			return
 		}
 		if n.groups.removeDamaged(g, err) {
-			_ = g.close()
+			_ = g.Close()
 		}
 	}()
 }
@@ -53,20 +53,20 @@ func (n *Node) replicaDamaged(g *group, err error) {
 // removeDamaged takes replica g, whose files are damaged, out of the
 // hosted ones and records the damage, if g is still hosted; it reports
 // whether it was.
-func (d *dataGroups) removeDamaged(g *group, err error) bool {
+func (d *Set) removeDamaged(g *Replica, err error) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.m[g.id] != g {
+	if d.m[g.ID] != g {
 		return false
 	}
-	delete(d.m, g.id)
-	d.noteDamaged(g.id, err)
+	delete(d.m, g.ID)
+	d.noteDamaged(g.ID, err)
 	return true
 }
 
 // noteDamaged records that data group id's replica could not open, or was
 // stopped, because its files are damaged. Callers hold d.mu.
-func (d *dataGroups) noteDamaged(id shard.GroupID, err error) {
+func (d *Set) noteDamaged(id shard.GroupID, err error) {
 	if d.damaged == nil {
 		d.damaged = make(map[shard.GroupID]*damagedReplica)
 	}

@@ -22,11 +22,11 @@ const (
 	dataFormat = "quorate-data-format 0"
 )
 
-// checkDataFormat checks dir's data format marker, or writes it (synced,
+// CheckDataFormat checks dir's data format marker, or writes it (synced,
 // with dir) when dir is empty. A directory that holds anything else but
 // no marker is an earlier build's, and one with another marker another
 // format's: both are refused, with the way out.
-func checkDataFormat(dir string) error {
+func CheckDataFormat(dir string) error {
 	advice := "move it away and start this node afresh with an empty --data-dir (it rejoins its cluster with --join and " +
 		"receives its replicas' state from their peers), or restore a backup taken with this build"
 	b, err := os.ReadFile(filepath.Join(dir, dataFormatFile))

@@ -48,7 +48,7 @@ type item struct {
 	res   any
 	// by is the replica whose FSM decided env into res (its policy table
 	// gives an Admit answer its windows: admitResponse).
-	by *group
+	by *Replica
 
 	// Elsewhere: an Admit (admit set) rides the leader's queue of forwarded
 	// Admits and its answer lands in resp; any other request is sent by
@@ -60,7 +60,7 @@ type item struct {
 	// via is this node's replica of the group the item was forwarded for
 	// (nil when it hosts none) and viaLeader the leader it was sent to, by
 	// the last attempt ("" when that attempt did not forward it).
-	via       *group
+	via       *Replica
 	viaLeader string
 
 	err     error // the last attempt's
@@ -128,7 +128,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		d     dest
 		items []*item
 	}
-	local := map[*group]*leg{}
+	local := map[*Replica]*leg{}
 	remote := map[string][]*item{}
 	for _, it := range items {
 		it.res, it.resp, it.err, it.by = nil, nil, nil, nil
@@ -137,7 +137,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		switch {
 		case err != nil:
 			it.err = err
-		case d.g != nil && d.g.isLeader():
+		case d.g != nil && d.g.IsLeader():
 			if local[d.g] == nil {
 				local[d.g] = &leg{d: d}
 			}
@@ -241,16 +241,16 @@ var errLeaderChanged = errors.New("the group's leader changed")
 // the item is sent to the new leader, whose answer is the first one's,
 // rather than waiting for a leader that died or is paused.
 func (it *item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
-	if !it.rt.idempotent || it.via == nil || it.via.leader == nil {
+	if !it.rt.idempotent || it.via == nil || it.via.Leader == nil {
 		// Without a request ID a retry could spend twice: the old
 		// leader's answer (or its failure) is the only one to have.
 		return q.wait(ctx)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(it.via.leader.Context(), func() { cancel(errLeaderChanged) })
+	stop := context.AfterFunc(it.via.Leader.Context(), func() { cancel(errLeaderChanged) })
 	defer stop()
-	if it.via.leaderID() != it.viaLeader {
+	if it.via.LeaderID() != it.viaLeader {
 		cancel(errLeaderChanged)
 	}
 	resp, err := q.wait(wctx)
@@ -318,7 +318,7 @@ func (n *Node) proposeRound(ctx context.Context, d dest, ps []*proposal) {
 		}
 	}
 	if len(ops) > 0 {
-		d.g.batch.Add(ops...)
+		d.g.Batch.Add(ops...)
 	}
 	for i, p := range ps {
 		if waits[i] != nil {

@@ -29,9 +29,9 @@ func (c *controller) expireLoop(ctx context.Context) {
 		held := 0
 		now := time.Now()
 		for _, g := range c.hosted() {
-			g.sweepQuiet(now, &c.cfg, c.log)
+			g.SweepQuiet(now, &c.cfg, c.log)
 			c.expireGroup(ctx, g)
-			held += g.fsm.BucketCount() + g.fsm.SemaphoreCount() + g.fsm.ReservationCount() + g.fsm.DedupeLen()
+			held += g.FSM.BucketCount() + g.FSM.SemaphoreCount() + g.FSM.ReservationCount() + g.FSM.DedupeLen()
 		}
 		if rel.due(held, time.Now()) {
 			debug.FreeOSMemory()
@@ -86,17 +86,17 @@ func (r *memoryRelease) due(held int, now time.Time) bool {
 
 // expireGroup proposes Expire entries to g while this node leads it and its
 // replica holds expired state by this node's clock.
-func (c *controller) expireGroup(ctx context.Context, g *group) {
+func (c *controller) expireGroup(ctx context.Context, g *Replica) {
 	for range maxExpiresPerTick {
-		next, ok := g.fsm.NextExpiry()
-		if !g.isLeader() || !ok || next > c.req.now().UnixNano() {
+		next, ok := g.FSM.NextExpiry()
+		if !g.IsLeader() || !ok || next > c.req.now().UnixNano() {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		_, err := c.req.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
+		_, err := c.req.proposeTo(pctx, dest{g: g, id: g.ID}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
 		cancel()
 		if err != nil {
-			c.log.Debug("expire", "group", g.id, "err", err)
+			c.log.Debug("expire", "group", g.ID, "err", err)
 			return
 		}
 	}

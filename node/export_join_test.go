@@ -7,7 +7,7 @@ import (
 // Registry is n's replica of the meta group's node registry, by ID.
 func Registry(n *Node) map[string]fsm.Node {
 	out := map[string]fsm.Node{}
-	for _, m := range n.meta.fsm.Nodes() {
+	for _, m := range n.meta.FSM.Nodes() {
 		out[m.ID] = m
 	}
 	return out
@@ -16,7 +16,7 @@ func Registry(n *Node) map[string]fsm.Node {
 // MetaServerAddr is the Raft address of server id in n's meta group
 // configuration ("" when it is not a member).
 func MetaServerAddr(n *Node, id string) string {
-	f := n.meta.raft.GetConfiguration()
+	f := n.meta.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return ""
 	}

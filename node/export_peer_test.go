@@ -14,7 +14,7 @@ import (
 func PeerConnsAccepted(n *Node) int64 { return n.mux.Stats().Accepted }
 
 // MetaClusterID is the cluster ID n's meta group replica holds.
-func MetaClusterID(n *Node) string { return n.meta.fsm.ClusterID() }
+func MetaClusterID(n *Node) string { return n.meta.FSM.ClusterID() }
 
 // FeatureLevel is the log feature level of this binary.
 func FeatureLevel() uint32 { return fsm.FeatureLevel }
@@ -23,7 +23,7 @@ func FeatureLevel() uint32 { return fsm.FeatureLevel }
 // of node id with feature level level, as the node would register running
 // a binary of that level.
 func RegisterAtLevel(n *Node, id string, level uint32) error {
-	m, ok := n.meta.fsm.Node(id)
+	m, ok := n.meta.FSM.Node(id)
 	if !ok {
 		return fmt.Errorf("node %s is not registered", id)
 	}

@@ -13,7 +13,7 @@ func GroupHeartbeat(n *Node, gid uint32) time.Duration {
 	if g == nil {
 		return 0
 	}
-	return g.heartbeatTimeout()
+	return g.HeartbeatTimeout()
 }
 
 // QuietTimeout is the HeartbeatTimeout of a quiet leader configured as cfg.

@@ -16,15 +16,15 @@ import (
 
 // stoppedReplica opens group gid's stores from the files of the stopped
 // node cfg, as the node opens them.
-func stoppedReplica(cfg Config, gid uint32) (*sharedLogs, raft.LogStore, replicaStable, error) {
-	logs := &sharedLogs{dir: filepath.Join(cfg.DataDir, sharedLogDirName), stablePath: filepath.Join(cfg.DataDir, stableFileName)}
+func stoppedReplica(cfg Config, gid uint32) (*SharedLogs, raft.LogStore, replicaStable, error) {
+	logs := &SharedLogs{Dir: filepath.Join(cfg.DataDir, sharedLogDirName), StablePath: filepath.Join(cfg.DataDir, stableFileName)}
 	l, stable, err := logs.get(hclog.NewNullLogger())
 	if err != nil {
 		return nil, nil, replicaStable{}, err
 	}
 	view, err := l.Group(gid)
 	if err != nil {
-		return nil, nil, replicaStable{}, errors.Join(err, logs.close())
+		return nil, nil, replicaStable{}, errors.Join(err, logs.Close())
 	}
 	return logs, view, replicaStable{stable, gid}, nil
 }
@@ -37,7 +37,7 @@ func ReplicaVote(cfg Config, gid uint32) (term, voteTerm uint64, candidate strin
 	if err != nil {
 		return 0, 0, "", err
 	}
-	defer logs.close()
+	defer logs.Close()
 	if term, err = s.GetUint64([]byte("CurrentTerm")); err != nil {
 		return 0, 0, "", err
 	}
@@ -62,7 +62,7 @@ func AskVote(cfg Config, gid uint32, id, addr string, term uint64) (granted bool
 	if err != nil {
 		return false, err
 	}
-	defer func() { err = errors.Join(err, logs.close()) }()
+	defer func() { err = errors.Join(err, logs.Close()) }()
 	snaps, err := raft.NewFileSnapshotStore(groupDir(cfg.DataDir, shard.GroupID(gid)), 2, io.Discard)
 	if err != nil {
 		return false, err

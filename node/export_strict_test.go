@@ -12,7 +12,7 @@ func GroupLastNow(n *Node, gid uint32) (int64, bool) {
 	if g == nil {
 		return 0, false
 	}
-	return g.fsm.LastNow(), true
+	return g.FSM.LastNow(), true
 }
 
 // GroupImport is n's replica's record of migration into data group gid.
@@ -21,7 +21,7 @@ func GroupImport(n *Node, gid uint32, migration uint64) (fsm.ImportStatus, bool)
 	if g == nil {
 		return fsm.ImportStatus{}, false
 	}
-	return g.fsm.Import(migration)
+	return g.FSM.Import(migration)
 }
 
 // GroupFrozen is the slots of data group gid that n's replica has frozen,
@@ -31,7 +31,7 @@ func GroupFrozen(n *Node, gid uint32) map[uint64]shard.SlotRange {
 	if g == nil {
 		return nil
 	}
-	return g.fsm.Frozen()
+	return g.FSM.Frozen()
 }
 
 // GroupHasPolicy reports whether n's replica of data group gid holds a copy
@@ -41,7 +41,7 @@ func GroupHasPolicy(n *Node, gid uint32, name string) bool {
 	if g == nil {
 		return false
 	}
-	for _, p := range g.fsm.Policies() {
+	for _, p := range g.FSM.Policies() {
 		if p.Policy.Name == name {
 			return true
 		}

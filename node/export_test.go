@@ -11,7 +11,7 @@ import (
 // GroupOf returns the data group key routes to by n's replica of the shard
 // map; ok is false without a map.
 func GroupOf(n *Node, key string) (group uint32, ok bool) {
-	r, ok := n.meta.fsm.Route(key)
+	r, ok := n.meta.FSM.Route(key)
 	return uint32(r.Group), ok
 }
 
@@ -27,7 +27,7 @@ func DropPeerConnections(n *Node) {
 }
 
 // MinFeatureLevel is the lowest feature level n's meta replica records.
-func MinFeatureLevel(n *Node) uint32 { return n.meta.fsm.MinFeatureLevel() }
+func MinFeatureLevel(n *Node) uint32 { return n.meta.FSM.MinFeatureLevel() }
 
 // GroupVoters returns the voters of data group gid in n's replica's Raft
 // configuration (nil when n hosts no replica of it).
@@ -36,7 +36,7 @@ func GroupVoters(n *Node, gid uint32) []string {
 	if g == nil {
 		return nil
 	}
-	f := g.raft.GetConfiguration()
+	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
@@ -57,7 +57,7 @@ func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) 
 	if g == nil {
 		return 0, 0, 0, false
 	}
-	return g.fsm.BucketCount(), g.fsm.SemaphoreCount(), g.fsm.DedupeLen(), true
+	return g.FSM.BucketCount(), g.FSM.SemaphoreCount(), g.FSM.DedupeLen(), true
 }
 
 // SlotOf is key's slot.
@@ -70,5 +70,5 @@ func SetSharedSegmentBytes(cfg *Config, n int) { cfg.sharedSegmentBytes = n }
 // TransferMetaLeadership makes n, which leads the meta group, hand its
 // leadership to another voter and waits for that.
 func TransferMetaLeadership(n *Node) error {
-	return n.meta.raft.LeadershipTransfer().Error()
+	return n.meta.Raft.LeadershipTransfer().Error()
 }

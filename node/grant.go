@@ -32,7 +32,7 @@ func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quora
 	return commandCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: true}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
 		func(res any) *quoratev1.GrantResponse {
-			return grantResponse(res.(*fsm.GrantResult), n.meta.fsm, cmd.GetPolicy())
+			return grantResponse(res.(*fsm.GrantResult), n.meta.FSM, cmd.GetPolicy())
 		},
 		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
 			return p.admission.Grant(ctx, fwd)

@@ -17,37 +17,37 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// group is one Raft group replica hosted by this node: the meta group (ID 0,
+// Replica is one Raft Replica replica hosted by this node: the meta Replica (ID 0,
 // which in a cluster without data groups holds the data too) or a data
-// group. Each has its own raft instance, log store, snapshots and FSM,
+// Replica. Each has its own raft instance, log store, snapshots and FSM,
 // and talks to its peers over the node's peer mux on channel ID.
-type group struct {
-	id        shard.GroupID
-	dir       string
-	fsm       *fsm.FSM
-	raft      *raft.Raft
+type Replica struct {
+	ID        shard.GroupID
+	Dir       string
+	FSM       *fsm.FSM
+	Raft      *raft.Raft
 	transport *raftmux.Transport
-	// log is the replica's checked view of the node's shared log;
+	// Log is the replica's checked view of the node's shared Log;
 	// health the replica's last storage error.
-	log    *checkedLog
-	health storageHealth
+	Log    *checkedLog
+	Health storageHealth
 	// stopping is set once the replica is being stopped for damaged files.
 	stopping atomic.Bool
-	hadState bool
-	// batch is the group commit of this replica's commands while it leads.
-	batch *groupcommit.Committer
-	// caughtUpTerm is the Raft term in which a barrier last completed on
+	HadState bool
+	// Batch is the group commit of this replica's commands while it leads.
+	Batch *groupcommit.Committer
+	// CaughtUpTerm is the Raft term in which a barrier last completed on
 	// this replica as leader (caughtUp).
-	caughtUpTerm atomic.Uint64
-	// leader follows who this replica takes for the leader (forwards to
-	// a leader that is replaced are given up at once).
-	leader *leaderWatch
+	CaughtUpTerm atomic.Uint64
+	// Leader follows who this replica takes for the Leader (forwards to
+	// a Leader that is replaced are given up at once).
+	Leader *leaderWatch
 	// quiet is whether this replica, as leader, heartbeats at the quiet
 	// pace (quiet.go).
 	quiet quietness
-	// snaps is the replica's snapshot store (the metrics read its newest
+	// Snaps is the replica's snapshot store (the metrics read its newest
 	// snapshot's size).
-	snaps raft.SnapshotStore
+	Snaps raft.SnapshotStore
 }
 
 // removeGroupDir deletes a closed data group replica's directory.
@@ -71,37 +71,37 @@ func groupDir(dataDir string, id shard.GroupID) string {
 // openGroup opens (or creates) group id's stores and starts its raft. When
 // the group has no state yet and boot is not empty, it is bootstrapped with
 // boot as its configuration (every replica may bootstrap with the same one).
-func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *group, err error) {
-	g := &group{id: id, dir: groupDir(n.cfg.DataDir, id), fsm: fsm.New(fsm.Options{DataGroup: id != shard.MetaGroup})}
-	g.batch = groupcommit.New(groupLog{n, g})
+func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger) (_ *Replica, err error) {
+	g := &Replica{ID: id, Dir: groupDir(n.cfg.DataDir, id), FSM: fsm.New(fsm.Options{DataGroup: id != shard.MetaGroup})}
+	g.Batch = groupcommit.New(groupLog{n, g})
 	defer func() {
 		if err != nil {
-			_ = g.close()
+			_ = g.Close()
 		}
 	}()
 	hlog = hlog.With("group", uint32(id))
 	if g.transport, err = n.raftMux.Transport(uint32(id), raft.ServerAddress(n.raftAddr)); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(g.dir, 0o750); err != nil {
+	if err := os.MkdirAll(g.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
 	view, replicaTerms, first, last, err := g.openShared(&n.shared, hlog)
 	if err != nil {
 		return nil, err
 	}
-	g.log = &checkedLog{store: view, file: n.shared.dir, health: &g.health, damaged: g.damaged}
-	logs, err := raft.NewLogCache(1024, g.log)
+	g.Log = &checkedLog{store: view, file: n.shared.Dir, health: &g.Health, damaged: g.damaged}
+	logs, err := raft.NewLogCache(1024, g.Log)
 	if err != nil {
 		return nil, err
 	}
-	stable := &recordingStable{StableStore: replicaTerms, file: n.shared.stablePath, health: &g.health}
-	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, 2, hlog)
+	stable := &recordingStable{StableStore: replicaTerms, file: n.shared.StablePath, health: &g.Health}
+	fileSnaps, err := raft.NewFileSnapshotStoreWithLogger(g.Dir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.dir, "snapshots"), health: &g.health, damaged: g.damaged}
-	g.snaps = snaps
+	snaps := &recordingSnapshots{SnapshotStore: fileSnaps, dir: filepath.Join(g.Dir, "snapshots"), health: &g.Health, damaged: g.damaged}
+	g.Snaps = snaps
 	if err := g.checkSnapshots(snaps, first, last); err != nil {
 		return nil, err
 	}
@@ -109,28 +109,28 @@ func (n *Node) openGroup(id shard.GroupID, boot []raft.Server, hlog hclog.Logger
 		return nil, err
 	}
 	rc := n.raftConfig(hlog)
-	g.hadState, err = raft.HasExistingState(logs, stable, snaps)
+	g.HadState, err = raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return nil, err
 	}
-	if !g.hadState && len(boot) > 0 {
+	if !g.HadState && len(boot) > 0 {
 		if err := raft.BootstrapCluster(rc, logs, stable, snaps, g.transport, raft.Configuration{Servers: boot}); err != nil {
 			return nil, fmt.Errorf("node: bootstrap of group %d: %w", id, err)
 		}
 	}
-	if g.raft, err = g.startRaft(rc, logs, stable, snaps); err != nil {
+	if g.Raft, err = g.startRaft(rc, logs, stable, snaps); err != nil {
 		return nil, fmt.Errorf("node: starting raft of group %d: %w", id, err)
 	}
 	// A change of leader ends the quiet pace at once: a replica that stops
 	// leading must watch its new leader with the normal timeout.
-	g.leader = watchLeader(g.raft, func() {
-		n.metrics.leaderChanged(g.id)
-		if !g.isLeader() {
-			g.setQuiet(false, &n.cfg, n.log)
+	g.Leader = watchLeader(g.Raft, func() {
+		n.metrics.leaderChanged(g.ID)
+		if !g.IsLeader() {
+			g.SetQuiet(false, &n.cfg, n.log)
 		}
 	})
 	onDamage := func(err error) { n.replicaDamaged(g, err) }
-	g.health.onDamage.Store(&onDamage)
+	g.Health.onDamage.Store(&onDamage)
 	return g, nil
 }
 
@@ -154,16 +154,16 @@ func (n *Node) raftConfig(hlog hclog.Logger) *raft.Config {
 	return rc
 }
 
-func (g *group) isLeader() bool { return g.raft != nil && g.raft.State() == raft.Leader }
+func (g *Replica) IsLeader() bool { return g.Raft != nil && g.Raft.State() == raft.Leader }
 
-// leaderID is the ID of the node the group's replica here knows as leader.
-func (g *group) leaderID() string {
-	_, id := g.raft.LeaderWithID()
+// LeaderID is the ID of the node the group's replica here knows as leader.
+func (g *Replica) LeaderID() string {
+	_, id := g.Raft.LeaderWithID()
 	return string(id)
 }
 
-func (g *group) votersCount() int {
-	f := g.raft.GetConfiguration()
+func (g *Replica) VotersCount() int {
+	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}
@@ -190,14 +190,14 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 	}
 }
 
-// close stops raft without handing off leadership and closes the stores.
-func (g *group) close() error {
+// Close stops raft without handing off leadership and closes the stores.
+func (g *Replica) Close() error {
 	var errs []error
-	if g.leader != nil {
-		g.leader.stop(g.raft)
+	if g.Leader != nil {
+		g.Leader.stop(g.Raft)
 	}
-	if g.raft != nil {
-		errs = append(errs, g.raft.Shutdown().Error())
+	if g.Raft != nil {
+		errs = append(errs, g.Raft.Shutdown().Error())
 	}
 	if g.transport != nil {
 		errs = append(errs, g.transport.Close())

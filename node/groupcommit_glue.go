@@ -37,7 +37,7 @@ func await[R any](ctx context.Context, it *groupcommit.Item[R], what string) (R,
 // entries to it.
 type groupLog struct {
 	n *Node
-	g *group
+	g *Replica
 }
 
 var _ groupcommit.Log = groupLog{}
@@ -46,7 +46,7 @@ var _ groupcommit.Log = groupLog{}
 // telling the Observer of each of cmds once raft has it.
 func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (any, error) {
 	env.NowUnixNano = l.n.now().UnixNano()
-	l.n.metrics.entry(l.g.id, len(cmds))
+	l.n.metrics.entry(l.g.ID, len(cmds))
 	return l.n.applyEntry(l.g, env, func() { l.n.proposed(cmds...) })
 }
 
@@ -57,14 +57,14 @@ func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.applied(cmd) }
 // own, stamped with the leader's time, on a goroutine of its own; the
 // function it returns waits for its result (errors as applyEntry's, and
 // ErrOutcomeUnknown when ctx ends while the entry commits).
-func (n *Node) applyAlone(ctx context.Context, g *group, env *raftcmdv1.Envelope) func() (any, error) {
+func (n *Node) applyAlone(ctx context.Context, g *Replica, env *raftcmdv1.Envelope) func() (any, error) {
 	env.NowUnixNano = n.now().UnixNano()
 	type applied struct {
 		res any
 		err error
 	}
 	done := make(chan applied, 1)
-	n.metrics.entry(g.id, 1)
+	n.metrics.entry(g.ID, 1)
 	go func() {
 		res, err := n.applyEntry(g, env, func() { n.proposed(env) })
 		if err == nil {
@@ -99,18 +99,18 @@ func waitOp(ctx context.Context, op *groupcommit.Op) (any, error) {
 // returning the FSM's result; proposed runs once raft has the entry.
 // Errors: ErrNotLeader and other ErrNotProposed (certainly not applied),
 // ErrOutcomeUnknown.
-func (n *Node) applyEntry(g *group, env *raftcmdv1.Envelope, proposed func()) (any, error) {
+func (n *Node) applyEntry(g *Replica, env *raftcmdv1.Envelope, proposed func()) (any, error) {
 	data, err := fsm.Encode(env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
 	}
-	g.wake(&n.cfg, n.log)
+	g.Wake(&n.cfg, n.log)
 	start := time.Now()
-	future := g.raft.Apply(data, n.cfg.RequestTimeout)
+	future := g.Raft.Apply(data, n.cfg.RequestTimeout)
 	proposed()
 	switch err := future.Error(); {
 	case err == nil:
-		n.metrics.applied(g.id, start)
+		n.metrics.applied(g.ID, start)
 		return future.Response(), nil
 	case errors.Is(err, raft.ErrNotLeader):
 		return nil, ErrNotLeader

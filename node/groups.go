@@ -22,10 +22,10 @@ import (
 // shard map.
 const groupInterval = 100 * time.Millisecond
 
-// dataGroups are the data group replicas this node hosts.
-type dataGroups struct {
+// Set are the data group replicas this node hosts.
+type Set struct {
 	mu   sync.RWMutex
-	m    map[shard.GroupID]*group
+	m    map[shard.GroupID]*Replica
 	hlog hclog.Logger
 	// opening are the groups whose replica is being opened (open), outside
 	// mu; opens counts them, for closeAll to wait for; closed is set by
@@ -42,33 +42,33 @@ type dataGroups struct {
 // group replicas.
 var errGroupsClosed = errors.New("node: closing: no more replicas are opened")
 
-// get returns the replica of data group id hosted here, or nil.
-func (d *dataGroups) get(id shard.GroupID) *group {
+// Get returns the replica of data group id hosted here, or nil.
+func (d *Set) Get(id shard.GroupID) *Replica {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.m[id]
 }
 
-// sorted returns the hosted data replicas by group ID.
-func (d *dataGroups) sorted() []*group {
+// Sorted returns the hosted data replicas by group ID.
+func (d *Set) Sorted() []*Replica {
 	d.mu.RLock()
-	out := make([]*group, 0, len(d.m))
+	out := make([]*Replica, 0, len(d.m))
 	for _, g := range d.m {
 		out = append(out, g)
 	}
 	d.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *group) int { return int(a.id) - int(b.id) })
+	slices.SortFunc(out, func(a, b *Replica) int { return int(a.ID) - int(b.ID) })
 	return out
 }
 
-// open opens data group id's replica with open and installs it. The
+// Open opens data group id's replica with Open and installs it. The
 // opening (storage checks included) runs outside mu, so routing is not
 // held up by it; only one opening of a group runs at a time, and none
 // after closeAll. It returns nil and no error when the group's replica is
 // installed or being opened already, and when the new replica was found
 // damaged before it could be installed (then it is closed, and recorded as
 // damaged).
-func (d *dataGroups) open(id shard.GroupID, open func() (*group, error)) (*group, error) {
+func (d *Set) Open(id shard.GroupID, open func() (*Replica, error)) (*Replica, error) {
 	d.mu.Lock()
 	switch {
 	case d.closed:
@@ -97,7 +97,7 @@ func (d *dataGroups) open(id shard.GroupID, open func() (*group, error)) (*group
 	case g.stopping.Load():
 		// Damage found after raft started: replicaDamaged found the
 		// replica not installed and left it to this.
-		derr, _ := g.health.last()
+		derr, _ := g.Health.Last()
 		d.noteDamaged(id, derr)
 	default:
 		d.m[id] = g
@@ -106,27 +106,27 @@ func (d *dataGroups) open(id shard.GroupID, open func() (*group, error)) (*group
 	}
 	d.mu.Unlock()
 	if g != nil && !installed {
-		_ = g.close()
+		_ = g.Close()
 		g = nil
 	}
 	return g, err
 }
 
-// remove takes replica g out of the hosted ones, if it is still there, and
+// Remove takes replica g out of the hosted ones, if it is still there, and
 // reports whether it was.
-func (d *dataGroups) remove(g *group) bool {
+func (d *Set) Remove(g *Replica) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.m[g.id] != g {
+	if d.m[g.ID] != g {
 		return false
 	}
-	delete(d.m, g.id)
+	delete(d.m, g.ID)
 	return true
 }
 
-// closeAll stops every data group replica, once the openings under way
+// CloseAll stops every data group replica, once the openings under way
 // have ended, and lets no other open.
-func (d *dataGroups) closeAll() error {
+func (d *Set) CloseAll() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
@@ -135,18 +135,18 @@ func (d *dataGroups) closeAll() error {
 	defer d.mu.Unlock()
 	var errs []error
 	for id, g := range d.m {
-		errs = append(errs, g.close())
+		errs = append(errs, g.Close())
 		delete(d.m, id)
 	}
 	return errors.Join(errs...)
 }
 
 // dataGroup returns the replica of data group id hosted here, or nil.
-func (n *Node) dataGroup(id shard.GroupID) *group { return n.groups.get(id) }
+func (n *Node) dataGroup(id shard.GroupID) *Replica { return n.groups.Get(id) }
 
 // hosted returns every group replica on this node, the meta group first,
 // then data groups by ID.
-func (n *Node) hosted() []*group { return append([]*group{n.meta}, n.groups.sorted()...) }
+func (n *Node) hosted() []*Replica { return append([]*Replica{n.meta}, n.groups.Sorted()...) }
 
 // groupLoop keeps this node's data groups in line with the shard map until
 // ctx is done: the meta leader creates the map once the expected nodes have
@@ -158,15 +158,15 @@ func (c *controller) groupLoop(ctx context.Context) {
 }
 
 func (c *controller) reconcile(ctx context.Context) {
-	m, ok := c.meta.fsm.ShardMap()
+	m, ok := c.meta.FSM.ShardMap()
 	if !ok {
-		if c.cfg.DataGroups > 0 && c.meta.isLeader() {
+		if c.cfg.DataGroups > 0 && c.meta.IsLeader() {
 			c.createShardMap(ctx)
 		}
 		return
 	}
 	for _, g := range m.Groups {
-		if !slices.Contains(g.Replicas, c.cfg.ID) || c.replicas.get(g.ID) != nil || !c.openDue(g.ID) {
+		if !slices.Contains(g.Replicas, c.cfg.ID) || c.replicas.Get(g.ID) != nil || !c.openDue(g.ID) {
 			continue
 		}
 		if err := c.openDataGroup(g); err != nil {
@@ -177,9 +177,9 @@ func (c *controller) reconcile(ctx context.Context) {
 		sg, ok := m.Group(id)
 		return ok && slices.Contains(sg.Replicas, c.cfg.ID)
 	})
-	for _, g := range c.replicas.sorted() {
+	for _, g := range c.replicas.Sorted() {
 		p := c.paceOf(g)
-		if !g.isLeader() {
+		if !g.IsLeader() {
 			p.leadingSince = time.Time{}
 			continue
 		}
@@ -187,13 +187,13 @@ func (c *controller) reconcile(ctx context.Context) {
 			p.leadingSince = time.Now()
 		}
 		c.syncGroup(ctx, g, m)
-		if sg, ok := m.Group(g.id); ok {
+		if sg, ok := m.Group(g.ID); ok {
 			c.syncMembers(ctx, g, sg)
 		}
 	}
 	c.closeUnplaced(m)
 	c.forgetPacing()
-	if c.meta.isLeader() {
+	if c.meta.IsLeader() {
 		c.markFormed(ctx, m)
 	}
 }
@@ -237,8 +237,8 @@ func (c *controller) markFormed(ctx context.Context, m shard.Map) {
 // groupWorking reports whether a replica of g (this node's, else one asked
 // over the peer port) has applied g's ownership.
 func (c *controller) groupWorking(ctx context.Context, g shard.Group) bool {
-	if dg := c.replicas.get(g.ID); dg != nil {
-		if _, _, _, ok := dg.fsm.Ownership(); ok {
+	if dg := c.replicas.Get(g.ID); dg != nil {
+		if _, _, _, ok := dg.FSM.Ownership(); ok {
 			return true
 		}
 	}
@@ -248,7 +248,7 @@ func (c *controller) groupWorking(ctx context.Context, g shard.Group) bool {
 // createShardMap proposes the first shard map once ExpectNodes nodes have
 // registered: DataGroups groups over them, DataReplicas replicas each.
 func (c *controller) createShardMap(ctx context.Context) {
-	nodes := c.meta.fsm.Nodes()
+	nodes := c.meta.FSM.Nodes()
 	if len(nodes) < max(1, c.cfg.ExpectNodes) {
 		return
 	}
@@ -283,36 +283,36 @@ func (c *controller) openDataGroup(g shard.Group) error {
 		founders = nil
 	}
 	for _, id := range founders {
-		m, ok := c.meta.fsm.Node(id)
+		m, ok := c.meta.FSM.Node(id)
 		if !ok {
 			return errors.New("replica " + id + " is not registered yet")
 		}
 		boot = append(boot, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(m.RaftAddr)})
 	}
-	rg, err := c.replicas.open(g.ID, func() (*group, error) { return c.open(g.ID, boot) })
+	rg, err := c.replicas.Open(g.ID, func() (*Replica, error) { return c.open(g.ID, boot) })
 	if rg != nil {
-		c.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.hadState)
+		c.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.HadState)
 	}
 	return err
 }
 
 // syncGroup, on the leader of data group g, proposes the group's ownership
 // when the map moved on, and the meta group's policy table when it differs.
-func (c *controller) syncGroup(ctx context.Context, g *group, m shard.Map) {
+func (c *controller) syncGroup(ctx context.Context, g *Replica, m shard.Map) {
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if _, epoch, _, ok := g.fsm.Ownership(); !ok || epoch < m.Epoch {
-		set := &raftcmdv1.SetOwnership{Group: uint32(g.id), MapEpoch: m.Epoch}
-		for _, a := range m.Owned(g.id) {
+	if _, epoch, _, ok := g.FSM.Ownership(); !ok || epoch < m.Epoch {
+		set := &raftcmdv1.SetOwnership{Group: uint32(g.ID), MapEpoch: m.Epoch}
+		for _, a := range m.Owned(g.ID) {
 			set.Ranges = append(set.Ranges, fsm.AssignmentToProto(a))
 		}
-		if _, err := c.req.proposeTo(pctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetOwnership{SetOwnership: set}}); err != nil {
-			c.log.Debug("setting ownership", "group", g.id, "err", err)
+		if _, err := c.req.proposeTo(pctx, dest{g: g, id: g.ID}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetOwnership{SetOwnership: set}}); err != nil {
+			c.log.Debug("setting ownership", "group", g.ID, "err", err)
 			return
 		}
 	}
 	if err := c.req.syncPolicies(pctx, g); err != nil {
-		c.log.Debug("copying policies", "group", g.id, "err", err)
+		c.log.Debug("copying policies", "group", g.ID, "err", err)
 	}
 }
 
@@ -320,38 +320,38 @@ func (c *controller) syncGroup(ctx context.Context, g *group, m shard.Map) {
 // here) when g's copy is older than the table's last change. It compares
 // two indexes, not the tables, except right after a restore of the meta
 // replica, when the date of the last change is not known.
-func (n *Node) syncPolicies(ctx context.Context, g *group) error {
-	changed, known := n.meta.fsm.PoliciesChangedAt()
-	if known && g.fsm.PoliciesMetaIndex() >= changed {
+func (n *Node) syncPolicies(ctx context.Context, g *Replica) error {
+	changed, known := n.meta.FSM.PoliciesChangedAt()
+	if known && g.FSM.PoliciesMetaIndex() >= changed {
 		return nil
 	}
 	// The table and its index are read together: a copy dated later than
 	// its content could shadow a newer copy dated the same (SetPolicies
 	// ignores a table not newer than the group's).
-	want, index := n.meta.fsm.PoliciesAt()
-	if index == 0 || !known && slices.Equal(g.fsm.Policies(), want) {
+	want, index := n.meta.FSM.PoliciesAt()
+	if index == 0 || !known && slices.Equal(g.FSM.Policies(), want) {
 		return nil
 	}
 	set := &raftcmdv1.SetPolicies{MetaIndex: index}
 	for _, p := range want {
 		set.Policies = append(set.Policies, &raftcmdv1.PolicyRecord{Policy: fsm.PolicyToProto(p.Policy), Version: p.Version})
 	}
-	_, err := n.proposeTo(ctx, dest{g: g, id: g.id}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetPolicies{SetPolicies: set}})
+	_, err := n.proposeTo(ctx, dest{g: g, id: g.ID}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetPolicies{SetPolicies: set}})
 	return err
 }
 
 // closeGroups stops every data group replica.
-func (n *Node) closeGroups() error { return n.groups.closeAll() }
+func (n *Node) closeGroups() error { return n.groups.CloseAll() }
 
 // catchUpMeta waits until this node's meta replica has applied everything
 // the meta leader had committed when asked: then it knows every policy
 // change acknowledged before the call.
 func (n *Node) catchUpMeta(ctx context.Context) error {
 	var commit uint64
-	if n.meta.isLeader() {
+	if n.meta.IsLeader() {
 		return n.caughtUp(ctx, n.meta)
 	}
-	addr, _ := n.meta.raft.LeaderWithID()
+	addr, _ := n.meta.Raft.LeaderWithID()
 	if addr == "" {
 		return fmt.Errorf("%w: no meta leader known", ErrNotProposed)
 	}
@@ -364,9 +364,9 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 	// command the leader's applied (a leader from before that field: its
 	// commit index, handed over).
 	commit = resp.Msg.GetNode().GetMetaFsmAppliedIndex()
-	applied := n.meta.fsm.AppliedIndex
+	applied := n.meta.FSM.AppliedIndex
 	if commit == 0 {
-		commit, applied = resp.Msg.GetNode().GetCommitIndex(), n.meta.raft.AppliedIndex
+		commit, applied = resp.Msg.GetNode().GetCommitIndex(), n.meta.Raft.AppliedIndex
 	}
 	for applied() < commit {
 		t := time.NewTimer(5 * time.Millisecond)
@@ -386,20 +386,20 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 // acknowledged; those of earlier terms are once a barrier of this term is
 // (one barrier per term, not per call). Confirming leadership then shows
 // that no newer leader acknowledged anything.
-func (n *Node) caughtUp(ctx context.Context, g *group) error {
-	if term := g.raft.CurrentTerm(); g.caughtUpTerm.Load() != term {
+func (n *Node) caughtUp(ctx context.Context, g *Replica) error {
+	if term := g.Raft.CurrentTerm(); g.CaughtUpTerm.Load() != term {
 		if err := n.barrier(ctx, g); err != nil {
 			return err
 		}
-		g.caughtUpTerm.Store(term)
+		g.CaughtUpTerm.Store(term)
 	}
-	return waitFuture(ctx, g.raft.VerifyLeader())
+	return waitFuture(ctx, g.Raft.VerifyLeader())
 }
 
 // barrier returns once every command g's log held when it was called is
 // applied to this replica, which leads g.
-func (n *Node) barrier(ctx context.Context, g *group) error {
-	return waitFuture(ctx, g.raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
+func (n *Node) barrier(ctx context.Context, g *Replica) error {
+	return waitFuture(ctx, g.Raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
 }
 
 // deadlineOr is ctx's deadline, or d from now.

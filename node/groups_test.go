@@ -12,14 +12,14 @@ import (
 // meanwhile, a second opening of the same group does nothing, and closeAll
 // waits for it, then lets no other open.
 func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
-	d := &dataGroups{m: make(map[shard.GroupID]*group)}
+	d := &Set{m: make(map[shard.GroupID]*Replica)}
 	started, release := make(chan struct{}), make(chan struct{})
-	opened := make(chan *group, 1)
+	opened := make(chan *Replica, 1)
 	go func() {
-		g, err := d.open(1, func() (*group, error) {
+		g, err := d.Open(1, func() (*Replica, error) {
 			close(started)
 			<-release
-			return &group{id: 1}, nil
+			return &Replica{ID: 1}, nil
 		})
 		if err != nil {
 			t.Errorf("open: %v", err)
@@ -29,12 +29,12 @@ func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
 	<-started
 
 	// Routing reads the map while the replica opens.
-	if g := d.get(1); g != nil {
+	if g := d.Get(1); g != nil {
 		t.Fatalf("get during the opening = %v, want nil", g)
 	}
-	g, err := d.open(1, func() (*group, error) {
+	g, err := d.Open(1, func() (*Replica, error) {
 		t.Error("a second opening of group 1 ran while the first was under way")
-		return &group{id: 1}, nil
+		return &Replica{ID: 1}, nil
 	})
 	if g != nil || err != nil {
 		t.Fatalf("second open = %v, %v; want nil, nil", g, err)
@@ -42,20 +42,20 @@ func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
 
 	close(release)
 	first := <-opened
-	if first == nil || d.get(1) != first {
-		t.Fatalf("after the opening, get = %v, want the opened replica %v", d.get(1), first)
+	if first == nil || d.Get(1) != first {
+		t.Fatalf("after the opening, get = %v, want the opened replica %v", d.Get(1), first)
 	}
-	if g, err := d.open(1, func() (*group, error) {
+	if g, err := d.Open(1, func() (*Replica, error) {
 		t.Error("an opening of an installed group ran")
 		return nil, nil
 	}); g != nil || err != nil {
 		t.Fatalf("open of an installed group = %v, %v; want nil, nil", g, err)
 	}
 
-	if err := d.closeAll(); err != nil {
+	if err := d.CloseAll(); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := d.open(2, func() (*group, error) {
+	if g, err := d.Open(2, func() (*Replica, error) {
 		t.Error("an opening ran after closeAll")
 		return nil, nil
 	}); g != nil || !errors.Is(err, errGroupsClosed) {
@@ -66,20 +66,20 @@ func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
 // closeAll waits for an opening under way and discards its replica; a
 // replica found damaged before it was installed is recorded, not hosted.
 func TestDataGroupsOpenRacingCloseAndDamage(t *testing.T) {
-	d := &dataGroups{m: make(map[shard.GroupID]*group)}
+	d := &Set{m: make(map[shard.GroupID]*Replica)}
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.open(1, func() (*group, error) {
+		_, err := d.Open(1, func() (*Replica, error) {
 			close(started)
 			<-release
-			return &group{id: 1}, nil
+			return &Replica{ID: 1}, nil
 		})
 		done <- err
 	}()
 	<-started
 	closed := make(chan error, 1)
-	go func() { closed <- d.closeAll() }()
+	go func() { closed <- d.CloseAll() }()
 	for !closing(d) {
 		runtime.Gosched()
 	}
@@ -94,24 +94,24 @@ func TestDataGroupsOpenRacingCloseAndDamage(t *testing.T) {
 		t.Fatalf("closeAll left %d replicas", len(d.m))
 	}
 
-	d = &dataGroups{m: make(map[shard.GroupID]*group)}
+	d = &Set{m: make(map[shard.GroupID]*Replica)}
 	damage := errors.New("damaged")
-	g, err := d.open(3, func() (*group, error) {
-		g := &group{id: 3}
-		g.health.record(damage)
+	g, err := d.Open(3, func() (*Replica, error) {
+		g := &Replica{ID: 3}
+		g.Health.record(damage)
 		g.stopping.Store(true) // as replicaDamaged does, before it looks for the replica
 		return g, nil
 	})
 	if g != nil || err != nil {
 		t.Fatalf("open of a replica damaged meanwhile = %v, %v; want nil, nil", g, err)
 	}
-	if d.get(3) != nil || d.damaged[3] == nil || !errors.Is(d.damaged[3].err, damage) {
-		t.Fatalf("replica damaged before it was installed: hosted %v, damage record %+v", d.get(3), d.damaged[3])
+	if d.Get(3) != nil || d.damaged[3] == nil || !errors.Is(d.damaged[3].err, damage) {
+		t.Fatalf("replica damaged before it was installed: hosted %v, damage record %+v", d.Get(3), d.damaged[3])
 	}
 }
 
 // closing reports whether closeAll began on d.
-func closing(d *dataGroups) bool {
+func closing(d *Set) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.closed

@@ -42,8 +42,8 @@ type raftLogger struct {
 
 var _ hclog.Logger = (*raftLogger)(nil)
 
-// newRaftLogger returns the hclog.Logger named name that writes to base.
-func newRaftLogger(base *slog.Logger, name string, stopping *atomic.Bool) *raftLogger {
+// NewRaftLogger returns the hclog.Logger named name that writes to base.
+func NewRaftLogger(base *slog.Logger, name string, stopping *atomic.Bool) *raftLogger {
 	l := &raftLogger{base: base, log: base, name: name, level: new(atomic.Int32), stopping: stopping}
 	l.level.Store(int32(hclog.NoLevel))
 	return l

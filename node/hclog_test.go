@@ -24,7 +24,7 @@ func TestRaftLoggerWritesSlog(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", "n1")
 	var stopping atomic.Bool
-	l := newRaftLogger(base, "raft", &stopping).With("group", uint32(3))
+	l := NewRaftLogger(base, "raft", &stopping).With("group", uint32(3))
 
 	l.Info("entering follower state", "leader-id", raft.ServerID("n2"))
 	l.Warn("formatted", "v", hclog.Fmt("%d-%s", 7, "x"), "h", hclog.Hex(255))

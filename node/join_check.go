@@ -48,13 +48,13 @@ import (
 // another node's addresses, or a registered node's level that the node
 // does not say it runs (see above).
 func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) error {
-	if lvl := c.meta.fsm.MinFeatureLevel(); r.GetFeatureLevel() < lvl && !c.firstOwnRegistration(ctx, r) {
+	if lvl := c.meta.FSM.MinFeatureLevel(); r.GetFeatureLevel() < lvl && !c.firstOwnRegistration(ctx, r) {
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%d is below %d, the cluster's feature level (the lowest of its registered nodes): "+
 				"a node below it could not apply what the cluster writes; run a binary of level %d or above (and no lower --max-feature-level)",
 				r.GetFeatureLevel(), lvl, lvl)}
 	}
-	m, ok := c.meta.fsm.Node(r.GetId())
+	m, ok := c.meta.FSM.Node(r.GetId())
 	if !ok {
 		return c.checkNewNodeAnswers(ctx, r)
 	}
@@ -125,13 +125,13 @@ func (c *controller) checkAddrChange(ctx context.Context, m fsm.Node, r *quorate
 // node that is already a member of the meta group at r's Raft address,
 // asked for by that node itself.
 func (c *controller) firstOwnRegistration(ctx context.Context, r *quoratev1.JoinRequest) bool {
-	if _, registered := c.meta.fsm.Node(r.GetId()); registered {
+	if _, registered := c.meta.FSM.Node(r.GetId()); registered {
 		return false
 	}
 	if node, ok := provenNode(identityOf(ctx)); !ok || node != r.GetId() {
 		return false
 	}
-	f := c.meta.raft.GetConfiguration()
+	f := c.meta.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}

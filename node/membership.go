@@ -44,7 +44,7 @@ func (c *controller) register(ctx context.Context) {
 	b := doubling(20*time.Millisecond, time.Second)
 	registered, lastRefusal := false, ""
 	_, _ = retry(ctx, b, func() error {
-		nodes := c.meta.fsm.Nodes()
+		nodes := c.meta.FSM.Nodes()
 		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
 			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
 		}) {
@@ -155,14 +155,14 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 		return err
 	}
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
-	if !slices.Contains(c.meta.fsm.Nodes(), want) {
+	if !slices.Contains(c.meta.FSM.Nodes(), want) {
 		if _, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
 			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
 		}, Actor: joinActor(ctx)}); err != nil {
 			return err
 		}
 	}
-	cf := c.meta.raft.GetConfiguration()
+	cf := c.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)
 	}
@@ -181,9 +181,9 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	}
 	// With data groups, the meta group needs only MetaVoters voters; later
 	// nodes follow it as non-voters (every node keeps the shard map).
-	add := c.meta.raft.AddVoter
+	add := c.meta.Raft.AddVoter
 	if c.cfg.DataGroups > 0 && voters >= MetaVoters {
-		add = c.meta.raft.AddNonvoter
+		add = c.meta.Raft.AddNonvoter
 	}
 	if err := waitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {

@@ -143,17 +143,17 @@ func (n *Node) serveMetrics(mux *http.ServeMux, kind serverKind) {
 // so that a series exists, at zero, before its first use.
 func (m *metrics) prime() {
 	n := m.n
-	if n.meta == nil || n.meta.fsm == nil {
+	if n.meta == nil || n.meta.FSM == nil {
 		return
 	}
 	for _, g := range n.hosted() {
-		l := groupLabel(g.id)
+		l := groupLabel(g.ID)
 		m.entries.WithLabelValues(l)
 		m.entryCommands.WithLabelValues(l)
 		m.proposeSeconds.WithLabelValues(l)
 		m.leaderChanges.WithLabelValues(l)
 	}
-	for i, pv := range n.meta.fsm.Policies() {
+	for i, pv := range n.meta.FSM.Policies() {
 		if i == maxPolicyLabels {
 			break
 		}
@@ -177,7 +177,7 @@ func groupLabel(id shard.GroupID) string { return strconv.FormatUint(uint64(id),
 
 // policyLabel is the policy label of name (see maxPolicyLabels).
 func (m *metrics) policyLabel(name string) string {
-	if _, ok := m.n.meta.fsm.Policy(name); !ok {
+	if _, ok := m.n.meta.FSM.Policy(name); !ok {
 		return policyUnknown
 	}
 	m.mu.Lock()

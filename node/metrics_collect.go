@@ -75,17 +75,17 @@ func (c groupCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.m.n
-	if n.meta == nil || n.meta.raft == nil {
+	if n.meta == nil || n.meta.Raft == nil {
 		return
 	}
 	leases := map[string]fsm.LeaseUse{}
 	for _, g := range n.hosted() {
-		if g.raft == nil {
+		if g.Raft == nil {
 			continue
 		}
 		c.collectGroup(ch, g)
-		if g.isLeader() {
-			for p, u := range g.fsm.LeasesHeld() {
+		if g.IsLeader() {
+			for p, u := range g.FSM.LeasesHeld() {
 				t := leases[p]
 				t.Keys, t.Held = t.Keys+u.Keys, t.Held+u.Held
 				leases[p] = t
@@ -96,12 +96,12 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 	c.collectPlans(ch)
 }
 
-func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
-	gl := groupLabel(g.id)
+func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *Replica) {
+	gl := groupLabel(g.ID)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{gl}, labels...)...)
 	}
-	state := g.raft.State()
+	state := g.Raft.State()
 	for _, s := range []raft.RaftState{raft.Leader, raft.Follower, raft.Candidate, raft.Shutdown} {
 		v := 0.0
 		if s == state {
@@ -109,22 +109,22 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 		}
 		gauge(descRaftState, v, roleName(s))
 	}
-	commit, applied := g.raft.CommitIndex(), g.raft.AppliedIndex()
-	gauge(descRaftTerm, float64(g.raft.CurrentTerm()))
+	commit, applied := g.Raft.CommitIndex(), g.Raft.AppliedIndex()
+	gauge(descRaftTerm, float64(g.Raft.CurrentTerm()))
 	gauge(descCommitIndex, float64(commit))
 	gauge(descAppliedIdx, float64(applied))
-	gauge(descLastLogIdx, float64(g.raft.LastIndex()))
+	gauge(descLastLogIdx, float64(g.Raft.LastIndex()))
 	gauge(descAppliedLag, float64(commit-min(commit, applied)))
-	stats := g.raft.Stats()
+	stats := g.Raft.Stats()
 	if v, err := strconv.ParseFloat(stats["fsm_pending"], 64); err == nil {
 		gauge(descFSMPending, v)
 	}
 	if state == raft.Leader {
 		gauge(descLastContact, 0)
-	} else if t := g.raft.LastContact(); !t.IsZero() {
+	} else if t := g.Raft.LastContact(); !t.IsZero() {
 		gauge(descLastContact, time.Since(t).Seconds())
 	}
-	if f := g.raft.GetConfiguration(); f.Error() == nil {
+	if f := g.Raft.GetConfiguration(); f.Error() == nil {
 		voters := 0
 		for _, sv := range f.Configuration().Servers {
 			if sv.Suffrage == raft.Voter {
@@ -133,18 +133,18 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 		}
 		gauge(descVoters, float64(voters))
 	}
-	gauge(descKeys, float64(g.fsm.BucketCount()+g.fsm.SemaphoreCount()))
-	gauge(descRequestIDs, float64(g.fsm.DedupeLen()))
-	gauge(descRequestIDB, float64(max(0, g.fsm.DedupeBytes())))
-	gauge(descReserved, float64(g.fsm.ReservationCount()))
-	grants, units, wasted := g.fsm.GrantStats()
+	gauge(descKeys, float64(g.FSM.BucketCount()+g.FSM.SemaphoreCount()))
+	gauge(descRequestIDs, float64(g.FSM.DedupeLen()))
+	gauge(descRequestIDB, float64(max(0, g.FSM.DedupeBytes())))
+	gauge(descReserved, float64(g.FSM.ReservationCount()))
+	grants, units, wasted := g.FSM.GrantStats()
 	gauge(descGrants, float64(grants))
 	gauge(descGrantUnits, float64(units))
 	ch <- prometheus.MustNewConstMetric(descGrantWaste, prometheus.CounterValue, float64(wasted), gl)
-	ch <- prometheus.MustNewConstMetric(descSyncOver, prometheus.CounterValue, float64(g.fsm.SyncStats()), gl)
+	ch <- prometheus.MustNewConstMetric(descSyncOver, prometheus.CounterValue, float64(g.FSM.SyncStats()), gl)
 	snapBytes := 0.0
-	if g.snaps != nil {
-		if list, err := g.snaps.List(); err == nil && len(list) > 0 {
+	if g.Snaps != nil {
+		if list, err := g.Snaps.List(); err == nil && len(list) > 0 {
 			snapBytes = float64(list[0].Size)
 		}
 	}
@@ -154,7 +154,7 @@ func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *group) {
 // collectPolicies sends the policy info of up to maxPolicyLabels policies
 // and the lease saturation of the concurrency policies among them.
 func (c groupCollector) collectPolicies(ch chan<- prometheus.Metric, leases map[string]fsm.LeaseUse) {
-	policies := c.m.n.meta.fsm.Policies()
+	policies := c.m.n.meta.FSM.Policies()
 	for i, pv := range policies {
 		if i == maxPolicyLabels {
 			break
@@ -174,7 +174,7 @@ func (c groupCollector) collectPolicies(ch chan<- prometheus.Metric, leases map[
 // collectPlans sends the count of plans by state and the running plan's
 // progress.
 func (c groupCollector) collectPlans(ch chan<- prometheus.Metric) {
-	meta := c.m.n.meta.fsm
+	meta := c.m.n.meta.FSM
 	byState := map[string]int{}
 	for _, s := range []uint32{fsm.PlanRunning, fsm.PlanDone, fsm.PlanCancelling, fsm.PlanCancelled, fsm.PlanFailed} {
 		byState[planStateName(s)] = 0

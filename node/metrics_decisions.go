@@ -34,13 +34,13 @@ func (c decisionsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c decisionsCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m.n.meta == nil || c.m.n.meta.fsm == nil {
+	if c.m.n.meta == nil || c.m.n.meta.FSM == nil {
 		return
 	}
 	// Every policy of the table (as many as quorate_policy_info shows) has
 	// its series from the start, on every node, whether it leads or not.
 	byLabel := map[string]policySummary{}
-	for i, pv := range c.m.n.meta.fsm.Policies() {
+	for i, pv := range c.m.n.meta.FSM.Policies() {
 		if i == maxPolicyLabels {
 			break
 		}

@@ -41,9 +41,9 @@ type Node struct {
 	pprofLn     *limitListener // with Config.PprofAddr; nil without
 	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
 	raftMux     *raftmux.Hub   // the groups' shared Raft connections over mux (raft_transport.go)
-	meta        *group         // the meta group (with no data groups, it holds the data too)
-	groups      dataGroups
-	shared      sharedLogs // the node's Raft log and stable store, shared by its replicas
+	meta        *Replica         // the meta group (with no data groups, it holds the data too)
+	groups      Set
+	shared      SharedLogs // the node's Raft log and stable store, shared by its replicas
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
@@ -62,7 +62,7 @@ type Node struct {
 	tls         *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
 	// metaReplica is n.meta once it is open, for the peer port's TLS
 	// handshakes, which may run before (allowNode).
-	metaReplica atomic.Pointer[group]
+	metaReplica atomic.Pointer[Replica]
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 	// forwardedCalls counts the data calls (each item of a batch) this node
@@ -103,9 +103,9 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
 		return nil, err
 	}
-	n.shared.dir, n.shared.segmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
-	n.shared.stablePath = filepath.Join(cfg.DataDir, stableFileName)
-	n.shared.onSync = n.metrics.fsynced
+	n.shared.Dir, n.shared.SegmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
+	n.shared.StablePath = filepath.Join(cfg.DataDir, stableFileName)
+	n.shared.OnSync = n.metrics.fsynced
 	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
 	}
 
-	hlog := newRaftLogger(n.log, "raft", &n.stopping) // hclog.go
+	hlog := NewRaftLogger(n.log, "raft", &n.stopping) // hclog.go
 	var advertise net.Addr
 	if cfg.AdvertiseRaftAddr != "" {
 		if advertise, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseRaftAddr); err != nil {
@@ -182,7 +182,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
-	if n.raftMux, err = newRaftHub(n.mux, cfg.HeartbeatTimeout, hlog); err != nil {
+	if n.raftMux, err = NewHub(n.mux, cfg.HeartbeatTimeout, hlog); err != nil {
 		return nil, err
 	}
 	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
@@ -195,9 +195,9 @@ func New(cfg Config) (_ *Node, err error) {
 	if n.meta, err = n.openGroup(shard.MetaGroup, boot, hlog); err != nil {
 		return nil, err
 	}
-	n.hadState = n.meta.hadState
+	n.hadState = n.meta.HadState
 	n.metaReplica.Store(n.meta)
-	n.groups = dataGroups{m: make(map[shard.GroupID]*group), hlog: hlog}
+	n.groups = Set{m: make(map[shard.GroupID]*Replica), hlog: hlog}
 	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
 	n.apiPorts = newPeers(apiDial)
 	if n.tls != nil {
@@ -397,15 +397,15 @@ func (n *Node) shutdown() error {
 		n.log.Warn("peer API shutdown", "err", err)
 	}
 	// Hand every group led here to another voter, all at once.
-	transfers := map[*group]raft.Future{}
+	transfers := map[*Replica]raft.Future{}
 	for _, g := range n.hosted() {
-		if g.isLeader() && g.votersCount() > 1 {
-			transfers[g] = g.raft.LeadershipTransfer()
+		if g.IsLeader() && g.VotersCount() > 1 {
+			transfers[g] = g.Raft.LeadershipTransfer()
 		}
 	}
 	for g, f := range transfers {
 		if err := waitFuture(ctx, f); err != nil {
-			n.log.Warn("leadership transfer", "group", g.id, "err", err)
+			n.log.Warn("leadership transfer", "group", g.ID, "err", err)
 		}
 	}
 	return n.Close()
@@ -448,9 +448,9 @@ func (n *Node) closeResources() error {
 		errs = append(errs, n.closeGroups())
 	}
 	if n.meta != nil {
-		errs = append(errs, n.meta.close())
+		errs = append(errs, n.meta.Close())
 	}
-	errs = append(errs, n.shared.close())
+	errs = append(errs, n.shared.Close())
 	if n.raftMux != nil {
 		errs = append(errs, n.raftMux.Close())
 	}
@@ -484,7 +484,7 @@ func claimDataDir(dir, id string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("node: --data-dir: %w", err)
 	}
-	if err := checkDataFormat(dir); err != nil {
+	if err := CheckDataFormat(dir); err != nil {
 		return err
 	}
 	path := filepath.Join(dir, "node-id")
@@ -513,4 +513,4 @@ func connectClientOptions(maxBytes int) []connect.ClientOption {
 		connect.WithAcceptCompression("gzip", nil, nil)}
 }
 
-func (n *Node) isLeader() bool { return n.meta.isLeader() }
+func (n *Node) isLeader() bool { return n.meta.IsLeader() }

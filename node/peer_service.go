@@ -36,14 +36,14 @@ func (h *peerHandler) ExportSlots(ctx context.Context, req *connect.Request[quor
 	r := shard.SlotRange{Start: shard.Slot(min(m.GetStart(), shard.SlotCount)), End: shard.Slot(min(m.GetEnd(), shard.SlotCount))}
 	// Frozen slots are read only for the step that froze them, while it
 	// copies.
-	if err := h.n.checkPlanned(ctx, migrationCall{kind: "export", group: g.id, migration: m.GetMigration(), r: r}); err != nil {
+	if err := h.n.checkPlanned(ctx, migrationCall{kind: "export", group: g.ID, migration: m.GetMigration(), r: r}); err != nil {
 		return nil, h.n.toConnectError(err)
 	}
 	maxBytes := int(m.GetMaxBytes())
 	if maxBytes <= 0 || maxBytes > MaxMigrationChunkBytes {
 		maxBytes = h.n.cfg.migrationChunkBytes()
 	}
-	page, err := g.fsm.ExportSlots(m.GetMigration(), r, m.GetCursor(), maxBytes)
+	page, err := g.FSM.ExportSlots(m.GetMigration(), r, m.GetCursor(), maxBytes)
 	if err != nil {
 		return nil, h.n.toConnectError(err)
 	}
@@ -65,15 +65,15 @@ func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(badRequest("envelope", "only slot-migration entries may be applied to a group this way"))
 	}
 	g := n.dataGroup(shard.GroupID(req.Msg.GetGroup()))
-	if g == nil || !g.isLeader() {
+	if g == nil || !g.IsLeader() {
 		return nil, n.toConnectError(fmt.Errorf("%w: node %s does not lead group %d", ErrNotLeader, n.cfg.ID, req.Msg.GetGroup()))
 	}
 	ctx, cancel := n.requestContext(ctx)
 	defer cancel()
-	if err := n.checkMigrationEntry(ctx, g.id, env); err != nil {
+	if err := n.checkMigrationEntry(ctx, g.ID, env); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if _, err := n.proposeTo(ctx, dest{g: g, id: g.id}, env); err != nil {
+	if _, err := n.proposeTo(ctx, dest{g: g, id: g.ID}, env); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	return connect.NewResponse(&quoratev1.ApplyToGroupResponse{}), nil
@@ -113,7 +113,7 @@ func isCoordination(env *raftcmdv1.Envelope) bool {
 // this node leads it, else through the replica that does (the map's
 // replicas in turn, until one answers as leader).
 func (n *Node) applyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
-	if g := n.dataGroup(id); g != nil && g.isLeader() {
+	if g := n.dataGroup(id); g != nil && g.IsLeader() {
 		if err := n.checkMigrationEntry(ctx, id, env); err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func (n *Node) applyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv
 // its other replicas in turn, until one succeeds or answers something other
 // than "unavailable" (not the leader, no replica).
 func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(context.Context, *peerClient) error) error {
-	m, ok := n.meta.fsm.ShardMap()
+	m, ok := n.meta.FSM.ShardMap()
 	if !ok {
 		return errNoShardMap
 	}
@@ -168,7 +168,7 @@ func (n *Node) onReplicas(ctx context.Context, id shard.GroupID, call func(conte
 // from: this node's when it applied the freeze, else another's.
 func (n *Node) exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (fsm.ExportPage, error) {
 	if g := n.dataGroup(from); g != nil {
-		if page, err := g.fsm.ExportSlots(migration, r, cursor, n.cfg.migrationChunkBytes()); err == nil {
+		if page, err := g.FSM.ExportSlots(migration, r, cursor, n.cfg.migrationChunkBytes()); err == nil {
 			return page, nil
 		}
 	}

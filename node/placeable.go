@@ -21,7 +21,7 @@ import (
 // reason it is left out. A replica placed on a node that cannot open it
 // would never catch up, and the move would wait forever.
 func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
-	cf := c.meta.raft.GetConfiguration()
+	cf := c.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, nil, fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err)
 	}
@@ -34,7 +34,7 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
-	for _, nd := range c.meta.fsm.Nodes() {
+	for _, nd := range c.meta.FSM.Nodes() {
 		switch {
 		case nd.ID == c.cfg.ID:
 			ok = append(ok, nd.ID)

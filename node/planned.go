@@ -105,11 +105,11 @@ func fitsPlan(plans []*raftcmdv1.Plan, c migrationCall) error {
 // coordinator records each phase before it makes the phase's calls, so a
 // replica behind it may not know the step yet.
 func (n *Node) checkPlanned(ctx context.Context, c migrationCall) error {
-	if fitsPlan(n.meta.fsm.Plans(), c) == nil {
+	if fitsPlan(n.meta.FSM.Plans(), c) == nil {
 		return nil
 	}
 	if err := n.catchUpMeta(ctx); err != nil {
 		return fmt.Errorf("%w: catching up with the meta group to check a %s for migration %d: %v", ErrNotProposed, c.kind, c.migration, err)
 	}
-	return fitsPlan(n.meta.fsm.Plans(), c)
+	return fitsPlan(n.meta.FSM.Plans(), c)
 }

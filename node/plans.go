@@ -34,8 +34,8 @@ const (
 // this one after an error) carries on where the last one stopped.
 func (c *controller) planLoop(ctx context.Context) {
 	every(ctx, planInterval, func() {
-		for ctx.Err() == nil && c.meta.isLeader() {
-			p, ok := c.meta.fsm.ActivePlan()
+		for ctx.Err() == nil && c.meta.IsLeader() {
+			p, ok := c.meta.FSM.ActivePlan()
 			if !ok {
 				return
 			}
@@ -145,7 +145,7 @@ func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 // the plan every Config.MigrationProgressInterval (a cancel is seen then). It returns the totals.
 func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlotsStep, attempt uint64,
 	progress func(records, size, chunks uint64) error) (records, size, chunks uint64, err error) {
-	mapEpoch, _ := c.meta.fsm.ShardMapEpoch()
+	mapEpoch, _ := c.meta.FSM.ShardMapEpoch()
 	from, to := shard.GroupID(mv.GetFrom()), shard.GroupID(mv.GetTo())
 	r := shard.SlotRange{Start: shard.Slot(mv.GetStart()), End: shard.Slot(mv.GetEnd())}
 	var cursor []byte
@@ -197,7 +197,7 @@ func (c *controller) retryPlanCall(ctx context.Context, call func(context.Contex
 		cctx, cancel := context.WithTimeout(ctx, planCallTimeout)
 		err := call(cctx)
 		cancel()
-		if err == nil || !retryablePlanError(err) || time.Now().After(deadline) || !c.meta.isLeader() {
+		if err == nil || !retryablePlanError(err) || time.Now().After(deadline) || !c.meta.IsLeader() {
 			return backoff.Permanent(err)
 		}
 		return err

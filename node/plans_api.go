@@ -85,7 +85,7 @@ func (h *adminHandler) ListPlans(ctx context.Context, _ *connect.Request[quorate
 		return nil, h.n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing plans: %v", ErrNotProposed, err))
 	}
 	out := &quoratev1.ListPlansResponse{}
-	for _, p := range h.n.meta.fsm.Plans() {
+	for _, p := range h.n.meta.FSM.Plans() {
 		out.Plans = append(out.Plans, planStatus(p, h.n.now()))
 	}
 	return connect.NewResponse(out), nil
@@ -110,7 +110,7 @@ func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.Plan
 // startPlan, on the meta leader, plans on its map (plan) and records the
 // plan.
 func (c *controller) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
-	m, ok := c.meta.fsm.ShardMap()
+	m, ok := c.meta.FSM.ShardMap()
 	if !ok {
 		return nil, errNoShardMap
 	}
@@ -188,7 +188,7 @@ func (c *controller) planAddGroup(ctx context.Context, m shard.Map, replicas []s
 		id = m.Groups[len(m.Groups)-1].ID + 1
 	}
 	var nodes []string
-	for _, nd := range c.meta.fsm.Nodes() {
+	for _, nd := range c.meta.FSM.Nodes() {
 		nodes = append(nodes, nd.ID)
 	}
 	for i, r := range replicas {

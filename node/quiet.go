@@ -49,40 +49,40 @@ func quietTimeout(hb, lease time.Duration) time.Duration {
 	return q
 }
 
-// sweepQuiet is called for each hosted replica every expireInterval: a
+// SweepQuiet is called for each hosted replica every expireInterval: a
 // leader that has appended nothing for quietAfter turns quiet; a replica
 // that no longer leads turns loud.
-func (g *group) sweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
+func (g *Replica) SweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
 	q := &g.quiet
-	if !g.isLeader() {
-		g.setQuiet(false, cfg, log)
+	if !g.IsLeader() {
+		g.SetQuiet(false, cfg, log)
 		q.lastIndex, q.since = 0, now
 		return
 	}
-	if idx := g.raft.LastIndex(); idx != q.lastIndex || q.since.IsZero() {
+	if idx := g.Raft.LastIndex(); idx != q.lastIndex || q.since.IsZero() {
 		q.lastIndex, q.since = idx, now
 		return
 	}
 	if now.Sub(q.since) >= quietAfter {
-		g.setQuiet(true, cfg, log)
+		g.SetQuiet(true, cfg, log)
 	}
 }
 
-// wake restores g's normal heartbeat pace before an entry is proposed: one
+// Wake restores g's normal heartbeat pace before an entry is proposed: one
 // atomic load while g is loud, the lock only to turn it loud.
-func (g *group) wake(cfg *Config, log *slog.Logger) {
+func (g *Replica) Wake(cfg *Config, log *slog.Logger) {
 	if g.quiet.quiet.Load() {
-		g.setQuiet(false, cfg, log)
+		g.SetQuiet(false, cfg, log)
 	}
 }
 
-// setQuiet sets g's replica quiet or loud, reloading its raft
+// SetQuiet sets g's replica quiet or loud, reloading its raft
 // configuration when that changes.
-func (g *group) setQuiet(quiet bool, cfg *Config, log *slog.Logger) {
+func (g *Replica) SetQuiet(quiet bool, cfg *Config, log *slog.Logger) {
 	q := &g.quiet
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.quiet.Load() == quiet || g.raft == nil {
+	if q.quiet.Load() == quiet || g.Raft == nil {
 		return
 	}
 	hb, et := cfg.HeartbeatTimeout, cfg.ElectionTimeout
@@ -98,20 +98,20 @@ func (g *group) setQuiet(quiet bool, cfg *Config, log *slog.Logger) {
 	if quiet {
 		q.quiet.Store(true)
 	}
-	rc := g.raft.ReloadableConfig()
+	rc := g.Raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = hb, et
-	if err := g.raft.ReloadConfig(rc); err != nil {
-		log.Warn("changing a replica's heartbeat pace", "group", g.id, "quiet", quiet, "error", err)
+	if err := g.Raft.ReloadConfig(rc); err != nil {
+		log.Warn("changing a replica's heartbeat pace", "group", g.ID, "quiet", quiet, "error", err)
 		q.quiet.Store(!quiet)
 		return
 	}
 	q.quiet.Store(quiet)
 }
 
-// heartbeatTimeout is the HeartbeatTimeout g's replica runs with now.
-func (g *group) heartbeatTimeout() time.Duration {
-	if g.raft == nil || g.raft.State() == raft.Shutdown {
+// HeartbeatTimeout is the HeartbeatTimeout g's replica runs with now.
+func (g *Replica) HeartbeatTimeout() time.Duration {
+	if g.Raft == nil || g.Raft.State() == raft.Shutdown {
 		return 0
 	}
-	return g.raft.ReloadableConfig().HeartbeatTimeout
+	return g.Raft.ReloadableConfig().HeartbeatTimeout
 }

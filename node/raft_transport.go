@@ -18,12 +18,12 @@ import (
 // (ChannelRaftSnapshot). A group's raft.Transport is the hub's
 // (raftmux.Transport) for the group's ID.
 
-// newRaftHub starts the node's hub on the peer port. Heartbeats (and their
+// NewHub starts the node's hub on the peer port. Heartbeats (and their
 // answers) linger up to hb/20 for others to share their write: a quiet
 // leader (quiet.go) heartbeats a peer every hb/4 to hb/2, so a heartbeat's
 // round trip, grown by up to hb/10, still ends well within the followers'
 // hb and the leader's lease.
-func newRaftHub(m *peermux.Mux, hb time.Duration, hlog hclog.Logger) (*raftmux.Hub, error) {
+func NewHub(m *peermux.Mux, hb time.Duration, hlog hclog.Logger) (*raftmux.Hub, error) {
 	l, err := m.Listener(peermux.ChannelRaft)
 	if err != nil {
 		return nil, err

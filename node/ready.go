@@ -61,17 +61,17 @@ func (n *Node) notReady() string {
 	default:
 		return "not registered in the cluster yet"
 	}
-	m, hasMap := n.meta.fsm.ShardMap()
+	m, hasMap := n.meta.FSM.ShardMap()
 	for _, g := range n.hosted() {
-		if g.id != shard.MetaGroup && (g.raft.State() == raft.Shutdown ||
-			hasMap && !placedOn(m, g.id, n.cfg.ID)) {
+		if g.ID != shard.MetaGroup && (g.Raft.State() == raft.Shutdown ||
+			hasMap && !placedOn(m, g.ID, n.cfg.ID)) {
 			continue // being closed: moved away, or removed from its group
 		}
-		if g.leaderID() == "" {
-			return groupWords(g.id) + " has no leader"
+		if g.LeaderID() == "" {
+			return groupWords(g.ID) + " has no leader"
 		}
-		if commit, applied := g.raft.CommitIndex(), g.raft.AppliedIndex(); commit > applied && commit-applied > readyMaxApplyLag {
-			return fmt.Sprintf("%s replica is %d entries behind", groupWords(g.id), commit-applied)
+		if commit, applied := g.Raft.CommitIndex(), g.Raft.AppliedIndex(); commit > applied && commit-applied > readyMaxApplyLag {
+			return fmt.Sprintf("%s replica is %d entries behind", groupWords(g.ID), commit-applied)
 		}
 	}
 	return ""

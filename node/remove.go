@@ -54,7 +54,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 				"drain it (quorate admin node drain %s) and remove it without --force, or stop it first", ErrNodeLive, id, where, id)
 		}
 	}
-	if m, ok := c.meta.fsm.ShardMap(); ok {
+	if m, ok := c.meta.FSM.ShardMap(); ok {
 		held := 0
 		for _, g := range m.Groups {
 			if slices.Contains(g.Replicas, id) {
@@ -67,7 +67,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 		if held > 0 {
 			_, _, err := c.changeMap(ctx, actorOf(ctx, "node remove --force "+id+": drain"), func(m shard.Map) (shard.Map, uint32, error) {
 				var ids []string
-				for _, nd := range c.meta.fsm.Nodes() {
+				for _, nd := range c.meta.FSM.Nodes() {
 					ids = append(ids, nd.ID)
 				}
 				next, err := m.Drain(id, ids)
@@ -81,13 +81,13 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 			}
 		}
 	}
-	if m, ok := c.meta.fsm.ShardMap(); ok && m.IsCordoned(id) {
+	if m, ok := c.meta.FSM.ShardMap(); ok && m.IsCordoned(id) {
 		// Out of the cluster, out of the cordon: an ID used again is a new node.
 		if _, _, err := c.changeMap(ctx, actorOf(ctx, "node remove "+id+": uncordon"), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
 			return err
 		}
 	}
-	if _, ok := c.meta.fsm.Node(id); ok {
+	if _, ok := c.meta.FSM.Node(id); ok {
 		if _, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
 			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}, Actor: actorOf(ctx, "")}); err != nil {
 			return err
@@ -95,7 +95,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	}
 	c.joinMu.Lock() // one meta membership change at a time
 	defer c.joinMu.Unlock()
-	f := c.meta.raft.GetConfiguration()
+	f := c.meta.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("%w: %v", ErrNotProposed, err)
 	}
@@ -108,7 +108,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	if servers[i].Suffrage == raft.Voter {
 		for _, s := range servers {
 			if s.Suffrage == raft.Nonvoter {
-				if err := waitFuture(ctx, c.meta.raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
+				if err := waitFuture(ctx, c.meta.Raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
 					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", ErrNotProposed, s.ID, id, err)
 				}
 				c.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
@@ -116,7 +116,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 			}
 		}
 	}
-	if err := waitFuture(ctx, c.meta.raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
+	if err := waitFuture(ctx, c.meta.Raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
 		return fmt.Errorf("%w: removing %s from the meta group: %v", ErrOutcomeUnknown, id, err)
 	}
 	c.log.Info("removed a node", "node", id)
@@ -138,7 +138,7 @@ func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quorate
 // addNode, on the meta leader, records node r in the registry unless it is
 // there with the same addresses.
 func (c *controller) addNode(ctx context.Context, r *quoratev1.AddNodeRequest) error {
-	if m, ok := c.meta.fsm.Node(r.GetId()); ok {
+	if m, ok := c.meta.FSM.Node(r.GetId()); ok {
 		if m.RaftAddr != r.GetRaftAddr() || m.APIAddr != r.GetApiAddr() {
 			return badRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
 		}
@@ -181,7 +181,7 @@ const liveCheckTimeout = time.Second
 // status call, as id, at its registered addresses (answerAsNode). It names
 // where it answered.
 func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
-	m, ok := c.meta.fsm.Node(id)
+	m, ok := c.meta.FSM.Node(id)
 	if !ok && id != c.cfg.ID {
 		return "", false
 	}

@@ -48,8 +48,8 @@ const removeGrace = 30 * time.Second
 
 // syncMembers, on the leader of data group g, makes one change of g's Raft
 // configuration toward want's replicas, if one is due.
-func (c *controller) syncMembers(ctx context.Context, g *group, want shard.Group) {
-	f := g.raft.GetConfiguration()
+func (c *controller) syncMembers(ctx context.Context, g *Replica, want shard.Group) {
+	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
@@ -66,22 +66,22 @@ func (c *controller) syncMembers(ctx context.Context, g *group, want shard.Group
 			continue
 		}
 		allVoters = false
-		m, registered := c.meta.fsm.Node(id)
+		m, registered := c.meta.FSM.Node(id)
 		if !registered || m.RaftAddr == "" {
 			continue
 		}
 		addr := raft.ServerAddress(m.RaftAddr)
 		if !ok {
-			err := waitFuture(ctx, g.raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
-			c.log.Info("adding a replica as non-voter", "group", g.id, "node", id, "err", err)
+			err := waitFuture(ctx, g.Raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
+			c.log.Info("adding a replica as non-voter", "group", g.ID, "node", id, "err", err)
 			return
 		}
 		if lag, err := c.replicaLag(ctx, g, m.RaftAddr); err != nil || lag > maxPromoteLag {
-			c.log.Debug("replica catching up", "group", g.id, "node", id, "lag", lag, "err", err)
+			c.log.Debug("replica catching up", "group", g.ID, "node", id, "lag", lag, "err", err)
 			continue
 		}
-		err := waitFuture(ctx, g.raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
-		c.log.Info("promoting a replica to voter", "group", g.id, "node", id, "err", err)
+		err := waitFuture(ctx, g.Raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
+		c.log.Info("promoting a replica to voter", "group", g.ID, "node", id, "err", err)
 		return
 	}
 	if !allVoters {
@@ -99,8 +99,8 @@ func (c *controller) syncMembers(ctx context.Context, g *group, want shard.Group
 			if last && c.transferLeadership(ctx, g, have, want.Replicas) {
 				return
 			}
-			err := waitFuture(ctx, g.raft.RemoveServer(s.ID, 0, timeout))
-			c.log.Info("removing a replica the map no longer lists", "group", g.id, "node", id, "err", err)
+			err := waitFuture(ctx, g.Raft.RemoveServer(s.ID, 0, timeout))
+			c.log.Info("removing a replica the map no longer lists", "group", g.ID, "node", id, "err", err)
 			return
 		}
 	}
@@ -127,26 +127,26 @@ const (
 // before is applied, so that a leadership transfer leaves no entry in
 // flight (an entry in flight when a leader steps down has an unknown
 // outcome for its callers). The caller releases g.batch.
-func (c *controller) quiesce(ctx context.Context, g *group) error {
+func (c *controller) quiesce(ctx context.Context, g *Replica) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	select {
-	case <-g.batch.Hold():
+	case <-g.Batch.Hold():
 	case <-ctx.Done():
 		return fmt.Errorf("entries still in flight: %w", ctx.Err())
 	}
-	return waitFuture(ctx, g.raft.Barrier(time.Second))
+	return waitFuture(ctx, g.Raft.Barrier(time.Second))
 }
 
 // transferLeadership hands g's leadership to the first of candidates that
 // is a caught-up voter (other than this node) and reports whether it did.
-func (c *controller) transferLeadership(ctx context.Context, g *group, have map[string]raft.Server, candidates []string) bool {
+func (c *controller) transferLeadership(ctx context.Context, g *Replica, have map[string]raft.Server, candidates []string) bool {
 	for _, id := range candidates {
 		s, ok := have[id]
 		if id == c.cfg.ID || !ok || s.Suffrage != raft.Voter {
 			continue
 		}
-		m, registered := c.meta.fsm.Node(id)
+		m, registered := c.meta.FSM.Node(id)
 		if !registered || m.RaftAddr == "" {
 			continue
 		}
@@ -156,10 +156,10 @@ func (c *controller) transferLeadership(ctx context.Context, g *group, have map[
 		c.paceOf(g).lastTransfer = time.Now()
 		err := c.quiesce(ctx, g)
 		if err == nil {
-			err = waitFuture(ctx, g.raft.LeadershipTransferToServer(s.ID, s.Address))
+			err = waitFuture(ctx, g.Raft.LeadershipTransferToServer(s.ID, s.Address))
 		}
-		g.batch.Release()
-		c.log.Info("handing leadership over", "group", g.id, "to", id, "err", err)
+		g.Batch.Release()
+		c.log.Info("handing leadership over", "group", g.ID, "to", id, "err", err)
 		return err == nil
 	}
 	return false
@@ -167,15 +167,15 @@ func (c *controller) transferLeadership(ctx context.Context, g *group, have map[
 
 // replicaLag asks the node at raftAddr (over the peer mux) how far its
 // replica of g trails this leader's commit index.
-func (c *controller) replicaLag(ctx context.Context, g *group, raftAddr string) (uint64, error) {
-	gs, err := c.peerGroupState(ctx, raftAddr, g.id, c.cfg.RequestTimeout)
+func (c *controller) replicaLag(ctx context.Context, g *Replica, raftAddr string) (uint64, error) {
+	gs, err := c.peerGroupState(ctx, raftAddr, g.ID, c.cfg.RequestTimeout)
 	if err != nil {
 		return 0, err
 	}
 	if gs == nil {
-		return 0, fmt.Errorf("node at %s has no replica of group %d yet", raftAddr, g.id)
+		return 0, fmt.Errorf("node at %s has no replica of group %d yet", raftAddr, g.ID)
 	}
-	if commit, applied := g.raft.CommitIndex(), gs.GetLastAppliedIndex(); applied < commit {
+	if commit, applied := g.Raft.CommitIndex(), gs.GetLastAppliedIndex(); applied < commit {
 		return commit - applied, nil
 	}
 	return 0, nil
@@ -203,7 +203,7 @@ func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid sh
 // state of g until found accepts one, and reports whether it did.
 func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
 	for _, id := range g.Replicas {
-		m, ok := c.meta.fsm.Node(id)
+		m, ok := c.meta.FSM.Node(id)
 		if id == c.cfg.ID || !ok || m.RaftAddr == "" {
 			continue
 		}
@@ -220,10 +220,10 @@ func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout tim
 // places here again.
 func (c *controller) closeUnplaced(m shard.Map) {
 	now := time.Now()
-	for _, g := range c.replicas.sorted() {
+	for _, g := range c.replicas.Sorted() {
 		p := c.paceOf(g)
-		stopped := g.raft.State() == raft.Shutdown
-		if sg, ok := m.Group(g.id); ok && slices.Contains(sg.Replicas, c.cfg.ID) {
+		stopped := g.Raft.State() == raft.Shutdown
+		if sg, ok := m.Group(g.ID); ok && slices.Contains(sg.Replicas, c.cfg.ID) {
 			p.unplacedSince = time.Time{}
 			if !stopped {
 				continue
@@ -235,28 +235,28 @@ func (c *controller) closeUnplaced(m shard.Map) {
 			if p.unplacedSince.IsZero() {
 				p.unplacedSince = now
 			}
-			if !stopped && (g.isLeader() || now.Sub(p.unplacedSince) < removeGrace) && !c.removedFrom(g, m) {
+			if !stopped && (g.IsLeader() || now.Sub(p.unplacedSince) < removeGrace) && !c.removedFrom(g, m) {
 				continue
 			}
 		}
-		if !c.replicas.remove(g) {
+		if !c.replicas.Remove(g) {
 			continue // closed meanwhile, by the node closing (Close, without Run's stop)
 		}
-		delete(c.pace, g.id)
-		err := g.close()
+		delete(c.pace, g.ID)
+		err := g.Close()
 		if err == nil {
-			err = errors.Join(c.shared.drop(uint32(g.id)), removeGroupDir(g.dir))
+			err = errors.Join(c.shared.Drop(uint32(g.ID)), removeGroupDir(g.Dir))
 		}
-		c.log.Info("closed a replica the map no longer places here", "group", g.id, "err", err)
+		c.log.Info("closed a replica the map no longer places here", "group", g.ID, "err", err)
 	}
 }
 
 // removedFrom reports whether the current leader of g (asked among the
 // group's replicas in the map) leads a configuration without this node: a
 // removed follower never hears of its removal from the leader itself.
-func (c *controller) removedFrom(g *group, m shard.Map) bool {
-	sg, ok := m.Group(g.id)
-	if g.isLeader() || !ok {
+func (c *controller) removedFrom(g *Replica, m shard.Map) bool {
+	sg, ok := m.Group(g.ID)
+	if g.IsLeader() || !ok {
 		return false
 	}
 	removed := false
@@ -289,7 +289,7 @@ func (c *controller) moveReplica(ctx context.Context, r *quoratev1.MoveReplicaRe
 		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
 			return m, 0, nil // done already (a retry)
 		}
-		if _, ok := c.meta.fsm.Node(r.GetTo()); !ok && r.GetTo() != "" {
+		if _, ok := c.meta.FSM.Node(r.GetTo()); !ok && r.GetTo() != "" {
 			return shard.Map{}, 0, badRequest("to", "node %s is not registered", admission.Quote(r.GetTo()))
 		}
 		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
@@ -322,7 +322,7 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 		return nil, err
 	}
 	out.MapEpoch, out.Moves, err = c.changeMap(ctx, actorOf(ctx, "node drain "+id), func(m shard.Map) (shard.Map, uint32, error) {
-		if _, ok := c.meta.fsm.Node(id); !ok {
+		if _, ok := c.meta.FSM.Node(id); !ok {
 			return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(id))
 		}
 		next, err := m.Drain(id, ids)
@@ -356,7 +356,7 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 // or not at all with nil (a change the control plane makes on its own).
 func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
-		m, ok := c.meta.fsm.ShardMap()
+		m, ok := c.meta.FSM.ShardMap()
 		if !ok {
 			return 0, 0, errNoShardMap
 		}

@@ -47,7 +47,7 @@ const leaderHeader = "Quorate-Leader"
 // lookups when the group has the policies.
 func (n *Node) knowPolicies(ctx context.Context, d dest, env *raftcmdv1.Envelope) error {
 	names, caller, requestID := policyNames(env)
-	if _, missing := d.g.fsm.MissingPolicy(names); !missing {
+	if _, missing := d.g.FSM.MissingPolicy(names); !missing {
 		return nil
 	}
 	// The policy may be newer than this node's meta replica: catch up
@@ -58,10 +58,10 @@ func (n *Node) knowPolicies(ctx context.Context, d dest, env *raftcmdv1.Envelope
 		serr = n.caughtUp(ctx, d.g)
 	}
 	if serr == nil {
-		if requestID != "" && d.g.fsm.Recorded(caller, requestID) {
+		if requestID != "" && d.g.FSM.Recorded(caller, requestID) {
 			return nil
 		}
-		if name, missing := n.meta.fsm.MissingPolicy(names); missing {
+		if name, missing := n.meta.FSM.MissingPolicy(names); missing {
 			return fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(name))
 		}
 		if d.id != shard.MetaGroup {
@@ -103,11 +103,11 @@ func policyNames(env *raftcmdv1.Envelope) (names []string, caller, requestID str
 // leader returns the leader's API address (empty when unknown or not yet
 // registered) and ID.
 func (n *Node) leader() (apiAddr, id string) {
-	_, lid := n.meta.raft.LeaderWithID()
+	_, lid := n.meta.Raft.LeaderWithID()
 	if lid == "" {
 		return "", ""
 	}
-	m, _ := n.meta.fsm.Node(string(lid))
+	m, _ := n.meta.FSM.Node(string(lid))
 	return m.APIAddr, string(lid)
 }
 

@@ -11,7 +11,7 @@ import (
 // dest is the Raft group a request goes to, as this node's replica of the
 // meta group sees it now.
 type dest struct {
-	g        *group // the group's replica on this node; nil when it hosts none
+	g        *Replica // the group's replica on this node; nil when it hosts none
 	id       shard.GroupID
 	epoch    uint64   // shard-map epoch stamped on data commands
 	replicas []string // node IDs of the group's replicas (data groups)
@@ -28,7 +28,7 @@ func (n *Node) destFor(r routing) (dest, error) {
 	if !r.data {
 		return n.metaDest(), nil
 	}
-	rt, ok := n.meta.fsm.Route(r.key)
+	rt, ok := n.meta.FSM.Route(r.key)
 	if !ok {
 		if n.cfg.DataGroups > 0 {
 			return dest{}, errNoShardMap
@@ -44,11 +44,11 @@ func (n *Node) destFor(r routing) (dest, error) {
 // none is known).
 func (n *Node) forwardAddr(d dest, attempt int) (addr, leaderID string) {
 	if d.g != nil {
-		id := d.g.leaderID()
+		id := d.g.LeaderID()
 		if id == "" {
 			return "", ""
 		}
-		m, _ := n.meta.fsm.Node(id)
+		m, _ := n.meta.FSM.Node(id)
 		return m.RaftAddr, id
 	}
 	for i := range d.replicas {
@@ -56,7 +56,7 @@ func (n *Node) forwardAddr(d dest, attempt int) (addr, leaderID string) {
 		if id == n.cfg.ID {
 			continue
 		}
-		if m, ok := n.meta.fsm.Node(id); ok && m.RaftAddr != "" {
+		if m, ok := n.meta.FSM.Node(id); ok && m.RaftAddr != "" {
 			return m.RaftAddr, id
 		}
 	}
@@ -77,6 +77,6 @@ func (n *Node) metaDest() dest { return dest{g: n.meta, id: shard.MetaGroup} }
 // hasShardMap reports whether this node's meta replica has a shard map (the
 // cluster has data groups) or expects one.
 func (n *Node) hasShardMap() bool {
-	_, ok := n.meta.fsm.ShardMapEpoch()
+	_, ok := n.meta.FSM.ShardMapEpoch()
 	return ok || n.cfg.DataGroups > 0
 }

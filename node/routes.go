@@ -30,7 +30,7 @@ func (n *Node) routes() *quoratev1.RoutesResponse {
 	scheme := n.cfg.apiScheme()
 	apiURL := map[string]string{}
 	out := &quoratev1.RoutesResponse{SlotCount: shard.SlotCount}
-	nodes := n.meta.fsm.Nodes()
+	nodes := n.meta.FSM.Nodes()
 	slices.SortFunc(nodes, func(a, b fsm.Node) int { return cmp.Compare(a.ID, b.ID) })
 	for _, m := range nodes {
 		if m.APIAddr != "" {
@@ -44,10 +44,10 @@ func (n *Node) routes() *quoratev1.RoutesResponse {
 			out.Members = append(out.Members, u)
 		}
 	}
-	leader := func(id shard.GroupID, g *group) *quoratev1.GroupRoute {
+	leader := func(id shard.GroupID, g *Replica) *quoratev1.GroupRoute {
 		r := &quoratev1.GroupRoute{Group: uint32(id)}
 		if g != nil {
-			r.LeaderId = g.leaderID()
+			r.LeaderId = g.LeaderID()
 			if r.LeaderId == n.cfg.ID {
 				r.LeaderUrl = self
 			} else {
@@ -56,7 +56,7 @@ func (n *Node) routes() *quoratev1.RoutesResponse {
 		}
 		return r
 	}
-	m, ok := n.meta.fsm.ShardMap()
+	m, ok := n.meta.FSM.ShardMap()
 	if !ok {
 		if n.cfg.DataGroups == 0 {
 			out.Slots = []*quoratev1.SlotRoute{{Start: 0, End: shard.SlotCount, Group: uint32(shard.MetaGroup)}}

@@ -32,33 +32,33 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// sharedLogs opens a node's shared log and its stable store when a replica
+// SharedLogs opens a node's shared log and its stable store when a replica
 // first needs them, and closes them after the last replica closed.
-type sharedLogs struct {
+type SharedLogs struct {
 	mu     sync.Mutex
 	log    *nodelog.Log
 	stable *raftboltdb.BoltStore
-	// dir is the shared log's directory; stablePath the stable store's file.
-	dir, stablePath string
-	segmentBytes    int // 0: nodelog's default
-	// onSync is told each fdatasync's duration (nodelog.Options.SyncObserver).
-	onSync func(time.Duration)
+	// Dir is the shared log's directory; StablePath the stable store's file.
+	Dir, StablePath string
+	SegmentBytes    int // 0: nodelog's default
+	// OnSync is told each fdatasync's duration (nodelog.Options.SyncObserver).
+	OnSync func(time.Duration)
 }
 
 // get opens the stable store and the shared log on first use; damage to
 // either (the log's open-time scan reports a *nodelog.DamagedError naming
 // the file) stops the node.
-func (s *sharedLogs) get(hlog hclog.Logger) (*nodelog.Log, *raftboltdb.BoltStore, error) {
+func (s *SharedLogs) get(hlog hclog.Logger) (*nodelog.Log, *raftboltdb.BoltStore, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.log != nil {
 		return s.log, s.stable, nil
 	}
-	data := filepath.Dir(s.dir)
+	data := filepath.Dir(s.Dir)
 	recovery := fmt.Sprintf("to recover: delete %s, %s, %s and %s, and start the node again with --join to a running member, never --bootstrap: "+
 		"it rejoins under the same ID and each group's leader sends its replica the group's state",
-		s.dir, s.stablePath, filepath.Join(data, "raft"), filepath.Join(data, "groups"))
-	stable, err := openStable(s.stablePath)
+		s.Dir, s.StablePath, filepath.Join(data, "raft"), filepath.Join(data, "groups"))
+	stable, err := openStable(s.StablePath)
 	if err != nil {
 		if errors.Is(err, errStableDamaged) {
 			return nil, nil, fmt.Errorf("node: --data-dir: the node's stable store (every replica's term and vote) is damaged, "+
@@ -66,21 +66,21 @@ func (s *sharedLogs) get(hlog hclog.Logger) (*nodelog.Log, *raftboltdb.BoltStore
 		}
 		return nil, nil, fmt.Errorf("node: --data-dir: %w", err)
 	}
-	l, err := nodelog.Open(s.dir, nodelog.Options{SegmentBytes: int64(s.segmentBytes), Logger: hlog.Named("nodelog"), SyncObserver: s.onSync})
+	l, err := nodelog.Open(s.Dir, nodelog.Options{SegmentBytes: int64(s.SegmentBytes), Logger: hlog.Named("nodelog"), SyncObserver: s.OnSync})
 	if err != nil {
 		_ = stable.Close()
 		var de *nodelog.DamagedError
 		if errors.As(err, &de) {
 			return nil, nil, fmt.Errorf("node: --data-dir: the node's shared Raft log is damaged, so none of its replicas can start: %w (%s)", err, recovery)
 		}
-		return nil, nil, fmt.Errorf("node: --data-dir: opening %s: %w", s.dir, err)
+		return nil, nil, fmt.Errorf("node: --data-dir: opening %s: %w", s.Dir, err)
 	}
 	s.log, s.stable = l, stable
 	return l, stable, nil
 }
 
-// close closes the shared log and the stable store, if they were opened.
-func (s *sharedLogs) close() error {
+// Close closes the shared log and the stable store, if they were opened.
+func (s *SharedLogs) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.log == nil {
@@ -91,9 +91,9 @@ func (s *sharedLogs) close() error {
 	return err
 }
 
-// drop voids a removed replica's entries in the shared log and its term
+// Drop voids a removed replica's entries in the shared log and its term
 // and vote in the stable store, if the node has them open.
-func (s *sharedLogs) drop(id uint32) error {
+func (s *SharedLogs) Drop(id uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.log == nil {
@@ -109,28 +109,28 @@ func (s *sharedLogs) drop(id uint32) error {
 // part of the stable store, marking its directory as the group's replica
 // first, and returns the log's first and last index (checked by the log's
 // own open-time scan).
-func (g *group) openShared(logs *sharedLogs, hlog hclog.Logger) (_ raft.LogStore, _ raft.StableStore, first, last uint64, err error) {
+func (g *Replica) openShared(logs *SharedLogs, hlog hclog.Logger) (_ raft.LogStore, _ raft.StableStore, first, last uint64, err error) {
 	l, stable, err := logs.get(hlog)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	rs := replicaStable{stable, uint32(g.id)}
-	if marker := filepath.Join(g.dir, sharedMarkerName); !exists(marker) {
+	rs := replicaStable{stable, uint32(g.ID)}
+	if marker := filepath.Join(g.Dir, sharedMarkerName); !exists(marker) {
 		// A new replica, or one whose directory was deleted to have it
 		// start afresh: whatever the shared log and the stable store still
 		// hold of the group is a former replica's, void before the marker
 		// claims them.
-		if err := l.DropGroup(uint32(g.id)); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("node: --data-dir: dropping a former replica of group %d from %s: %w", g.id, logs.dir, err)
+		if err := l.DropGroup(uint32(g.ID)); err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("node: --data-dir: dropping a former replica of group %d from %s: %w", g.ID, logs.Dir, err)
 		}
 		if err := rs.forget(); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("node: --data-dir: dropping a former replica of group %d from %s: %w", g.id, logs.stablePath, err)
+			return nil, nil, 0, 0, fmt.Errorf("node: --data-dir: dropping a former replica of group %d from %s: %w", g.ID, logs.StablePath, err)
 		}
 		if err := writeSynced(marker, []byte("this replica's Raft log is in the node's shared log, <data-dir>/"+sharedLogDirName+"\n")); err != nil {
 			return nil, nil, 0, 0, fmt.Errorf("node: --data-dir: %w", err)
 		}
 	}
-	view, err := l.Group(uint32(g.id))
+	view, err := l.Group(uint32(g.ID))
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
@@ -171,7 +171,7 @@ func writeSynced(path string, b []byte) error {
 // between leaves a log that ends below the snapshot, after which raft
 // would append at the snapshot's index + 1: an append the log refuses, for
 // a gap.
-func (g *group) dropLogBehindSnapshot(snaps raft.SnapshotStore, first, last uint64) error {
+func (g *Replica) dropLogBehindSnapshot(snaps raft.SnapshotStore, first, last uint64) error {
 	if last == 0 {
 		return nil
 	}
@@ -179,9 +179,9 @@ func (g *group) dropLogBehindSnapshot(snaps raft.SnapshotStore, first, last uint
 	if err != nil || len(metas) == 0 || metas[0].Index <= last {
 		return nil // checkSnapshots has reported what List failed on
 	}
-	if err := g.log.DeleteRange(first, last); err != nil {
+	if err := g.Log.DeleteRange(first, last); err != nil {
 		return fmt.Errorf("node: --data-dir: deleting log entries %d-%d of group %d from %s, all below snapshot %s: %w",
-			first, last, g.id, g.log.file, metas[0].ID, err)
+			first, last, g.ID, g.Log.file, metas[0].ID, err)
 	}
 	return nil
 }

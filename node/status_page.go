@@ -89,9 +89,9 @@ func (n *Node) statusPage(ctx context.Context) *statuspage.Page {
 	}
 	p.Groups = n.groupsOnPage(cs)
 	p.HotKeys = hotKeysOnPageOf(cs.GetMembers())
-	p.Policies = policiesOnPage(n.meta.fsm.Policies(), cs.GetMembers())
+	p.Policies = policiesOnPage(n.meta.FSM.Policies(), cs.GetMembers())
 	now := n.now()
-	for _, pl := range n.meta.fsm.Plans() {
+	for _, pl := range n.meta.FSM.Plans() {
 		st := planStatus(pl, now)
 		e := statuspage.Plan{ID: st.GetId(), Kind: st.GetKind(), Summary: st.GetSummary(), State: st.GetState(), Error: st.GetError(),
 			StepsDone: int(st.GetStepsDone()), Steps: len(st.GetSteps()), Age: st.GetAge().AsDuration()}
@@ -166,7 +166,7 @@ func (n *Node) groupsOnPage(cs *quoratev1.ClusterStatusResponse) []statuspage.Gr
 		meta.Replicas = append(meta.Replicas, m.GetId())
 	}
 	groups := []statuspage.Group{meta}
-	sm, ok := n.meta.fsm.ShardMap()
+	sm, ok := n.meta.FSM.ShardMap()
 	if !ok {
 		groups[0].Slots, groups[0].Ranges = uint32(shard.SlotCount), shard.AllSlots().String()
 	}

@@ -41,8 +41,8 @@ func (e *DamagedError) Error() string {
 func (e *DamagedError) Unwrap() error { return ErrReplicaDamaged }
 
 // damaged is the error of file of g's replica, damaged as detail says.
-func (g *group) damaged(file, detail string) *DamagedError {
-	return &DamagedError{Group: g.id, File: file, Dir: g.dir, Detail: detail}
+func (g *Replica) damaged(file, detail string) *DamagedError {
+	return &DamagedError{Group: g.ID, File: file, Dir: g.Dir, Detail: detail}
 }
 
 // checkSnapshots checks that the snapshot raft will restore (the newest)
@@ -51,8 +51,8 @@ func (g *group) damaged(file, detail string) *DamagedError {
 // the entry after the snapshot, so any gap below it is covered. Raft
 // retries a snapshot that fails to open, and panics on a log that starts
 // after the state it restored.
-func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) error {
-	dir := filepath.Join(g.dir, "snapshots")
+func (g *Replica) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) error {
+	dir := filepath.Join(g.Dir, "snapshots")
 	metas, err := snaps.List()
 	if err != nil {
 		return g.damaged(dir, fmt.Sprintf("listing snapshots failed: %v", err))
@@ -86,11 +86,11 @@ func (g *group) checkSnapshots(snaps raft.SnapshotStore, first, last uint64) err
 // startRaft starts the replica's raft. raft panics, instead of failing, on
 // some states of its stores that the checks above should already have
 // refused; such a panic becomes a *DamagedError too.
-func (g *group) startRaft(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (_ *raft.Raft, err error) {
+func (g *Replica) startRaft(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (_ *raft.Raft, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = g.damaged(g.dir, fmt.Sprintf("starting raft from it failed: %v", r))
+			err = g.damaged(g.Dir, fmt.Sprintf("starting raft from it failed: %v", r))
 		}
 	}()
-	return raft.NewRaft(rc, g.fsm, logs, stable, snaps, g.transport)
+	return raft.NewRaft(rc, g.FSM, logs, stable, snaps, g.transport)
 }

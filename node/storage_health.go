@@ -38,8 +38,8 @@ func (h *storageHealth) record(err error) {
 	h.err, h.at = err, time.Now()
 }
 
-// last is the last error recorded and when, or nil.
-func (h *storageHealth) last() (error, time.Time) {
+// Last is the Last error recorded and when, or nil.
+func (h *storageHealth) Last() (error, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err, h.at

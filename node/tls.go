@@ -148,10 +148,10 @@ func (n *Node) allowNode(id string) bool {
 	if g == nil {
 		return false
 	}
-	if _, ok := g.fsm.Node(id); ok {
+	if _, ok := g.FSM.Node(id); ok {
 		return true
 	}
-	f := g.raft.GetConfiguration()
+	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
@@ -161,7 +161,7 @@ func (n *Node) allowNode(id string) bool {
 			return true
 		}
 	}
-	return len(servers) == 0 && len(g.fsm.Nodes()) == 0
+	return len(servers) == 0 && len(g.FSM.Nodes()) == 0
 }
 
 // apiServerTLS sets up srv to serve TLS with the node's certificate, a
