@@ -90,7 +90,7 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		out.DedupeEntries += gs.DedupeEntries
 		out.DedupeBytes += uint64(max(0, g.FSM.DedupeBytes()))
 	}
-	out.Groups = append(out.Groups, n.damagedStates()...)
+	out.Groups = append(out.Groups, n.groups.DamagedStates()...)
 	return out
 }
 

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -83,7 +84,7 @@ func writeClusterID(dir, id string) error {
 // freshMetaGroup reports whether dataDir holds no meta group replica yet:
 // its directory has no shared-log marker.
 func freshMetaGroup(dataDir string) bool {
-	return !exists(filepath.Join(groupDir(dataDir, shard.MetaGroup), sharedMarkerName))
+	return !replica.Exists(dataDir, shard.MetaGroup)
 }
 
 // adoptClusterID records id as this node's cluster ID (file, then mux)

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	"github.com/quorate/quorate/shard"
@@ -34,14 +35,14 @@ type controller struct {
 	self fsm.Node // what this node registers: ID, addresses, feature level
 	// meta is the meta replica: its FSM is read, and its Raft
 	// configuration changed while it leads.
-	meta *Replica
+	meta *replica.Replica
 	// replicas are the hosted data replicas, opened and closed here.
-	replicas *Set
+	replicas *replica.Set
 	// shared is the node's shared Raft log: a removed replica's entries in
 	// it are dropped.
-	shared *SharedLogs
+	shared *replica.SharedLogs
 	// open opens (or creates) a replica's stores and starts its raft.
-	open func(id shard.GroupID, boot []raft.Server) (*Replica, error)
+	open func(id shard.GroupID, boot []raft.Server) (*replica.Replica, error)
 	// req is the request path: entries are proposed, and calls made on a
 	// group's leader, through it.
 	req requestPath
@@ -62,7 +63,7 @@ type controller struct {
 
 // pacing is what the group loop remembers of a data replica between ticks.
 type pacing struct {
-	g *Replica // the replica the times are of: a reopened one starts afresh
+	g *replica.Replica // the replica the times are of: a reopened one starts afresh
 	// leadingSince is when the group loop first saw the replica lead (zero
 	// while it does not), lastTransfer when it last handed leadership
 	// over, unplacedSince when the shard map stopped placing it here (zero
@@ -84,7 +85,7 @@ type requestPath interface {
 	leader() (apiAddr, id string)
 	// syncPolicies copies the meta group's policy table into a data group
 	// led here.
-	syncPolicies(ctx context.Context, g *Replica) error
+	syncPolicies(ctx context.Context, g *replica.Replica) error
 	// applyToGroup proposes a slot-migration entry to a group's leader,
 	// wherever it is; exportPage reads a page of a migration's state from
 	// one of the source group's replicas.
@@ -100,15 +101,13 @@ var _ requestPath = (*Node)(nil)
 func newController(n *Node) *controller {
 	self := fsm.Node{ID: n.cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: n.cfg.featureLevel()}
 	return &controller{
-		cfg:      n.cfg,
-		log:      n.log,
-		self:     self,
-		meta:     n.meta,
-		replicas: &n.groups,
-		shared:   &n.shared,
-		open: func(id shard.GroupID, boot []raft.Server) (*Replica, error) {
-			return n.openGroup(id, boot, n.groups.hlog)
-		},
+		cfg:        n.cfg,
+		log:        n.log,
+		self:       self,
+		meta:       n.meta,
+		replicas:   n.groups,
+		shared:     n.shared,
+		open:       n.host.Open,
 		req:        n,
 		apiPorts:   n.apiPorts,
 		peerPorts:  n.peerPorts,
@@ -131,12 +130,12 @@ func (c *controller) run(ctx context.Context) {
 
 // hosted returns every replica on this node, the meta group's first, then
 // the data groups' by ID.
-func (c *controller) hosted() []*Replica {
-	return append([]*Replica{c.meta}, c.replicas.Sorted()...)
+func (c *controller) hosted() []*replica.Replica {
+	return append([]*replica.Replica{c.meta}, c.replicas.Sorted()...)
 }
 
 // paceOf is the pacing of data replica g. Group loop only.
-func (c *controller) paceOf(g *Replica) *pacing {
+func (c *controller) paceOf(g *replica.Replica) *pacing {
 	p := c.pace[g.ID]
 	if p == nil || p.g != g {
 		p = &pacing{g: g}

@@ -10,6 +10,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/internal/replica"
 )
 
 // earlierBuildDir lays out dir as an earlier build of Quorate left it: its
@@ -94,8 +95,8 @@ func TestEarlierDataDirIsRefused(t *testing.T) {
 				_ = n.Close()
 				t.Fatal("the node started")
 			}
-			if !errors.Is(err, node.ErrDataFormat) {
-				t.Fatalf("%v, want ErrDataFormat", err)
+			if !errors.Is(err, replica.ErrDataFormat) {
+				t.Fatalf("%v, want replica.ErrDataFormat", err)
 			}
 			for _, want := range []string{dir, "move it away", "start this node afresh", "restore a backup"} {
 				if !strings.Contains(err.Error(), want) {

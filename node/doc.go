@@ -24,8 +24,10 @@
 // group's policy table into the group's log. Without data groups, the meta
 // group holds the data too (a single-group cluster).
 //
-// It owns the one table from errors to Connect codes (errors.go). Raft types
-// never leave this package.
+// It owns the one table from errors to Connect codes (errors.go). A
+// replica, its stores and its Raft transport are package
+// node/internal/replica's. Raft types never leave node and its internal
+// packages.
 //
 // # Health and logs
 //
@@ -34,7 +36,7 @@
 // has a leader and has applied to within 1,024 entries of its commit
 // index; ready.go) to anyone, and gRPC reflection (reflect.go) to any
 // caller with a role. The node logs through one slog logger; raft's hclog
-// calls go through an adapter (hclog.go) that lowers Raft's expected
+// calls go through an adapter (package replica's raftlog.go) that lowers Raft's expected
 // start-up and shutdown messages and never the node's storage errors.
 //
 // # Cluster administration

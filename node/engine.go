@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -48,7 +49,7 @@ type item struct {
 	res   any
 	// by is the replica whose FSM decided env into res (its policy table
 	// gives an Admit answer its windows: admitResponse).
-	by *Replica
+	by *replica.Replica
 
 	// Elsewhere: an Admit (admit set) rides the leader's queue of forwarded
 	// Admits and its answer lands in resp; any other request is sent by
@@ -60,7 +61,7 @@ type item struct {
 	// via is this node's replica of the group the item was forwarded for
 	// (nil when it hosts none) and viaLeader the leader it was sent to, by
 	// the last attempt ("" when that attempt did not forward it).
-	via       *Replica
+	via       *replica.Replica
 	viaLeader string
 
 	err     error // the last attempt's
@@ -128,7 +129,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		d     dest
 		items []*item
 	}
-	local := map[*Replica]*leg{}
+	local := map[*replica.Replica]*leg{}
 	remote := map[string][]*item{}
 	for _, it := range items {
 		it.res, it.resp, it.err, it.by = nil, nil, nil, nil

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -29,7 +30,7 @@ func (c *controller) expireLoop(ctx context.Context) {
 		held := 0
 		now := time.Now()
 		for _, g := range c.hosted() {
-			g.SweepQuiet(now, &c.cfg, c.log)
+			g.SweepQuiet(now)
 			c.expireGroup(ctx, g)
 			held += g.FSM.BucketCount() + g.FSM.SemaphoreCount() + g.FSM.ReservationCount() + g.FSM.DedupeLen()
 		}
@@ -86,7 +87,7 @@ func (r *memoryRelease) due(held int, now time.Time) bool {
 
 // expireGroup proposes Expire entries to g while this node leads it and its
 // replica holds expired state by this node's clock.
-func (c *controller) expireGroup(ctx context.Context, g *Replica) {
+func (c *controller) expireGroup(ctx context.Context, g *replica.Replica) {
 	for range maxExpiresPerTick {
 		next, ok := g.FSM.NextExpiry()
 		if !g.IsLeader() || !ok || next > c.req.now().UnixNano() {

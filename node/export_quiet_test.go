@@ -3,6 +3,7 @@ package node
 import (
 	"time"
 
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -18,5 +19,5 @@ func GroupHeartbeat(n *Node, gid uint32) time.Duration {
 
 // QuietTimeout is the HeartbeatTimeout of a quiet leader configured as cfg.
 func QuietTimeout(cfg *Config) time.Duration {
-	return quietTimeout(cfg.HeartbeatTimeout, cfg.LeaderLeaseTimeout)
+	return replica.QuietTimeout(cfg.HeartbeatTimeout, cfg.LeaderLeaseTimeout)
 }

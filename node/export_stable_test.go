@@ -4,36 +4,21 @@ import (
 	"errors"
 	"io"
 	"math"
-	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/shard"
 )
-
-// stoppedReplica opens group gid's stores from the files of the stopped
-// node cfg, as the node opens them.
-func stoppedReplica(cfg Config, gid uint32) (*SharedLogs, raft.LogStore, replicaStable, error) {
-	logs := &SharedLogs{Dir: filepath.Join(cfg.DataDir, sharedLogDirName), StablePath: filepath.Join(cfg.DataDir, stableFileName)}
-	l, stable, err := logs.get(hclog.NewNullLogger())
-	if err != nil {
-		return nil, nil, replicaStable{}, err
-	}
-	view, err := l.Group(gid)
-	if err != nil {
-		return nil, nil, replicaStable{}, errors.Join(err, logs.Close())
-	}
-	return logs, view, replicaStable{stable, gid}, nil
-}
 
 // ReplicaVote reads group gid's current term, and the term and candidate
 // (its Raft address) of its last vote (0 and "" when it never voted), from
 // the stable store of the stopped node cfg.
 func ReplicaVote(cfg Config, gid uint32) (term, voteTerm uint64, candidate string, err error) {
-	logs, _, s, err := stoppedReplica(cfg, gid)
+	logs, _, s, err := replica.OpenStopped(cfg.DataDir, gid)
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -58,12 +43,12 @@ func ReplicaVote(cfg Config, gid uint32) (term, voteTerm uint64, candidate strin
 // Raft address addr ask it for its vote in term, with a log as up to date
 // as can be. It reports whether raft granted the vote.
 func AskVote(cfg Config, gid uint32, id, addr string, term uint64) (granted bool, err error) {
-	logs, view, stable, err := stoppedReplica(cfg, gid)
+	logs, view, stable, err := replica.OpenStopped(cfg.DataDir, gid)
 	if err != nil {
 		return false, err
 	}
 	defer func() { err = errors.Join(err, logs.Close()) }()
-	snaps, err := raft.NewFileSnapshotStore(groupDir(cfg.DataDir, shard.GroupID(gid)), 2, io.Discard)
+	snaps, err := raft.NewFileSnapshotStore(replica.GroupDir(cfg.DataDir, shard.GroupID(gid)), 2, io.Discard)
 	if err != nil {
 		return false, err
 	}

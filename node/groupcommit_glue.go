@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
 
@@ -37,7 +38,7 @@ func await[R any](ctx context.Context, it *groupcommit.Item[R], what string) (R,
 // entries to it.
 type groupLog struct {
 	n *Node
-	g *Replica
+	g *replica.Replica
 }
 
 var _ groupcommit.Log = groupLog{}
@@ -57,7 +58,7 @@ func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.applied(cmd) }
 // own, stamped with the leader's time, on a goroutine of its own; the
 // function it returns waits for its result (errors as applyEntry's, and
 // ErrOutcomeUnknown when ctx ends while the entry commits).
-func (n *Node) applyAlone(ctx context.Context, g *Replica, env *raftcmdv1.Envelope) func() (any, error) {
+func (n *Node) applyAlone(ctx context.Context, g *replica.Replica, env *raftcmdv1.Envelope) func() (any, error) {
 	env.NowUnixNano = n.now().UnixNano()
 	type applied struct {
 		res any
@@ -99,12 +100,12 @@ func waitOp(ctx context.Context, op *groupcommit.Op) (any, error) {
 // returning the FSM's result; proposed runs once raft has the entry.
 // Errors: ErrNotLeader and other ErrNotProposed (certainly not applied),
 // ErrOutcomeUnknown.
-func (n *Node) applyEntry(g *Replica, env *raftcmdv1.Envelope, proposed func()) (any, error) {
+func (n *Node) applyEntry(g *replica.Replica, env *raftcmdv1.Envelope, proposed func()) (any, error) {
 	data, err := fsm.Encode(env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
 	}
-	g.Wake(&n.cfg, n.log)
+	g.Wake()
 	start := time.Now()
 	future := g.Raft.Apply(data, n.cfg.RequestTimeout)
 	proposed()

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -22,131 +21,14 @@ import (
 // shard map.
 const groupInterval = 100 * time.Millisecond
 
-// Set are the data group replicas this node hosts.
-type Set struct {
-	mu   sync.RWMutex
-	m    map[shard.GroupID]*Replica
-	hlog hclog.Logger
-	// opening are the groups whose replica is being opened (open), outside
-	// mu; opens counts them, for closeAll to wait for; closed is set by
-	// closeAll, after which nothing is opened.
-	opening map[shard.GroupID]bool
-	opens   sync.WaitGroup
-	closed  bool
-	// damaged are the replicas not running because their files are
-	// damaged (damaged.go).
-	damaged map[shard.GroupID]*damagedReplica
-}
-
-// errGroupsClosed refuses to open a replica once the node closed its data
-// group replicas.
-var errGroupsClosed = errors.New("node: closing: no more replicas are opened")
-
-// Get returns the replica of data group id hosted here, or nil.
-func (d *Set) Get(id shard.GroupID) *Replica {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.m[id]
-}
-
-// Sorted returns the hosted data replicas by group ID.
-func (d *Set) Sorted() []*Replica {
-	d.mu.RLock()
-	out := make([]*Replica, 0, len(d.m))
-	for _, g := range d.m {
-		out = append(out, g)
-	}
-	d.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Replica) int { return int(a.ID) - int(b.ID) })
-	return out
-}
-
-// Open opens data group id's replica with Open and installs it. The
-// opening (storage checks included) runs outside mu, so routing is not
-// held up by it; only one opening of a group runs at a time, and none
-// after closeAll. It returns nil and no error when the group's replica is
-// installed or being opened already, and when the new replica was found
-// damaged before it could be installed (then it is closed, and recorded as
-// damaged).
-func (d *Set) Open(id shard.GroupID, open func() (*Replica, error)) (*Replica, error) {
-	d.mu.Lock()
-	switch {
-	case d.closed:
-		d.mu.Unlock()
-		return nil, errGroupsClosed
-	case d.m[id] != nil || d.opening[id]:
-		d.mu.Unlock()
-		return nil, nil
-	}
-	if d.opening == nil {
-		d.opening = make(map[shard.GroupID]bool)
-	}
-	d.opening[id] = true
-	d.opens.Add(1)
-	d.mu.Unlock()
-	defer d.opens.Done()
-
-	g, err := open()
-	d.mu.Lock()
-	delete(d.opening, id)
-	installed := false
-	switch {
-	case err != nil:
-	case d.closed:
-		err = errGroupsClosed
-	case g.stopping.Load():
-		// Damage found after raft started: replicaDamaged found the
-		// replica not installed and left it to this.
-		derr, _ := g.Health.Last()
-		d.noteDamaged(id, derr)
-	default:
-		d.m[id] = g
-		delete(d.damaged, id)
-		installed = true
-	}
-	d.mu.Unlock()
-	if g != nil && !installed {
-		_ = g.Close()
-		g = nil
-	}
-	return g, err
-}
-
-// Remove takes replica g out of the hosted ones, if it is still there, and
-// reports whether it was.
-func (d *Set) Remove(g *Replica) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.m[g.ID] != g {
-		return false
-	}
-	delete(d.m, g.ID)
-	return true
-}
-
-// CloseAll stops every data group replica, once the openings under way
-// have ended, and lets no other open.
-func (d *Set) CloseAll() error {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-	d.opens.Wait()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	for id, g := range d.m {
-		errs = append(errs, g.Close())
-		delete(d.m, id)
-	}
-	return errors.Join(errs...)
-}
-
 // dataGroup returns the replica of data group id hosted here, or nil.
-func (n *Node) dataGroup(id shard.GroupID) *Replica { return n.groups.Get(id) }
+func (n *Node) dataGroup(id shard.GroupID) *replica.Replica { return n.groups.Get(id) }
 
 // hosted returns every group replica on this node, the meta group first,
 // then data groups by ID.
-func (n *Node) hosted() []*Replica { return append([]*Replica{n.meta}, n.groups.Sorted()...) }
+func (n *Node) hosted() []*replica.Replica {
+	return append([]*replica.Replica{n.meta}, n.groups.Sorted()...)
+}
 
 // groupLoop keeps this node's data groups in line with the shard map until
 // ctx is done: the meta leader creates the map once the expected nodes have
@@ -166,14 +48,14 @@ func (c *controller) reconcile(ctx context.Context) {
 		return
 	}
 	for _, g := range m.Groups {
-		if !slices.Contains(g.Replicas, c.cfg.ID) || c.replicas.Get(g.ID) != nil || !c.openDue(g.ID) {
+		if !slices.Contains(g.Replicas, c.cfg.ID) || c.replicas.Get(g.ID) != nil || !c.replicas.OpenDue(g.ID) {
 			continue
 		}
 		if err := c.openDataGroup(g); err != nil {
-			c.openFailed(g.ID, err)
+			c.replicas.OpenFailed(g.ID, err, c.log)
 		}
 	}
-	c.forgetDamaged(func(id shard.GroupID) bool {
+	c.replicas.ForgetDamaged(func(id shard.GroupID) bool {
 		sg, ok := m.Group(id)
 		return ok && slices.Contains(sg.Replicas, c.cfg.ID)
 	})
@@ -289,7 +171,7 @@ func (c *controller) openDataGroup(g shard.Group) error {
 		}
 		boot = append(boot, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(m.RaftAddr)})
 	}
-	rg, err := c.replicas.Open(g.ID, func() (*Replica, error) { return c.open(g.ID, boot) })
+	rg, err := c.replicas.Open(g.ID, func() (*replica.Replica, error) { return c.open(g.ID, boot) })
 	if rg != nil {
 		c.log.Info("opened data group", "group", g.ID, "replicas", g.Replicas, "had_state", rg.HadState)
 	}
@@ -298,7 +180,7 @@ func (c *controller) openDataGroup(g shard.Group) error {
 
 // syncGroup, on the leader of data group g, proposes the group's ownership
 // when the map moved on, and the meta group's policy table when it differs.
-func (c *controller) syncGroup(ctx context.Context, g *Replica, m shard.Map) {
+func (c *controller) syncGroup(ctx context.Context, g *replica.Replica, m shard.Map) {
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if _, epoch, _, ok := g.FSM.Ownership(); !ok || epoch < m.Epoch {
@@ -320,7 +202,7 @@ func (c *controller) syncGroup(ctx context.Context, g *Replica, m shard.Map) {
 // here) when g's copy is older than the table's last change. It compares
 // two indexes, not the tables, except right after a restore of the meta
 // replica, when the date of the last change is not known.
-func (n *Node) syncPolicies(ctx context.Context, g *Replica) error {
+func (n *Node) syncPolicies(ctx context.Context, g *replica.Replica) error {
 	changed, known := n.meta.FSM.PoliciesChangedAt()
 	if known && g.FSM.PoliciesMetaIndex() >= changed {
 		return nil
@@ -386,20 +268,20 @@ func (n *Node) catchUpMeta(ctx context.Context) error {
 // acknowledged; those of earlier terms are once a barrier of this term is
 // (one barrier per term, not per call). Confirming leadership then shows
 // that no newer leader acknowledged anything.
-func (n *Node) caughtUp(ctx context.Context, g *Replica) error {
+func (n *Node) caughtUp(ctx context.Context, g *replica.Replica) error {
 	if term := g.Raft.CurrentTerm(); g.CaughtUpTerm.Load() != term {
 		if err := n.barrier(ctx, g); err != nil {
 			return err
 		}
 		g.CaughtUpTerm.Store(term)
 	}
-	return waitFuture(ctx, g.Raft.VerifyLeader())
+	return replica.WaitFuture(ctx, g.Raft.VerifyLeader())
 }
 
 // barrier returns once every command g's log held when it was called is
 // applied to this replica, which leads g.
-func (n *Node) barrier(ctx context.Context, g *Replica) error {
-	return waitFuture(ctx, g.Raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
+func (n *Node) barrier(ctx context.Context, g *replica.Replica) error {
+	return replica.WaitFuture(ctx, g.Raft.Barrier(time.Until(deadlineOr(ctx, n.cfg.RequestTimeout))))
 }
 
 // deadlineOr is ctx's deadline, or d from now.

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"encoding/binary"
+
+	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/node"

@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -185,7 +186,7 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	if c.cfg.DataGroups > 0 && voters >= MetaVoters {
 		add = c.meta.Raft.AddNonvoter
 	}
-	if err := waitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
+	if err := replica.WaitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}

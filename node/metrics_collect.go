@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 )
 
 // The metrics read at scrape time: the state of each group replica this
@@ -96,7 +97,7 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 	c.collectPlans(ch)
 }
 
-func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *Replica) {
+func (c groupCollector) collectGroup(ch chan<- prometheus.Metric, g *replica.Replica) {
 	gl := groupLabel(g.ID)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{gl}, labels...)...)

@@ -21,6 +21,8 @@ import (
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/envoyrls"
+	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/raftmux"
@@ -37,13 +39,14 @@ type Node struct {
 	apiAddr     string // advertised
 	raftAddr    string // advertised
 	apiLn       *limitListener
-	adminLn     *limitListener // with Config.AdminAddr; nil without
-	pprofLn     *limitListener // with Config.PprofAddr; nil without
-	mux         *peermux.Mux   // the peer listener: every group's Raft traffic
-	raftMux     *raftmux.Hub   // the groups' shared Raft connections over mux (raft_transport.go)
-	meta        *Replica         // the meta group (with no data groups, it holds the data too)
-	groups      Set
-	shared      SharedLogs // the node's Raft log and stable store, shared by its replicas
+	adminLn     *limitListener   // with Config.AdminAddr; nil without
+	pprofLn     *limitListener   // with Config.PprofAddr; nil without
+	mux         *peermux.Mux     // the peer listener: every group's Raft traffic
+	raftMux     *raftmux.Hub     // the groups' shared Raft connections over mux (raft_transport.go)
+	meta        *replica.Replica // the meta group (with no data groups, it holds the data too)
+	groups      *replica.Set
+	shared      *replica.SharedLogs // the node's Raft log and stable store, shared by its replicas
+	host        *replica.Host       // what the replicas share (package replica)
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server // with Config.AdminAddr; nil without
@@ -62,7 +65,7 @@ type Node struct {
 	tls         *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
 	// metaReplica is n.meta once it is open, for the peer port's TLS
 	// handshakes, which may run before (allowNode).
-	metaReplica atomic.Pointer[Replica]
+	metaReplica atomic.Pointer[replica.Replica]
 
 	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
 	// forwardedCalls counts the data calls (each item of a batch) this node
@@ -103,9 +106,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
 		return nil, err
 	}
-	n.shared.Dir, n.shared.SegmentBytes = filepath.Join(cfg.DataDir, sharedLogDirName), cfg.sharedSegmentBytes
-	n.shared.StablePath = filepath.Join(cfg.DataDir, stableFileName)
-	n.shared.OnSync = n.metrics.fsynced
+	n.shared = replica.NewSharedLogs(cfg.DataDir, cfg.sharedSegmentBytes, n.metrics.fsynced)
 	if err := n.initAccess(); err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
 	}
 
-	hlog := NewRaftLogger(n.log, "raft", &n.stopping) // hclog.go
+	hlog := replica.NewRaftLogger(n.log, "raft", &n.stopping) // hclog.go
 	var advertise net.Addr
 	if cfg.AdvertiseRaftAddr != "" {
 		if advertise, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseRaftAddr); err != nil {
@@ -182,22 +183,31 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	go n.mux.Serve()
 	n.raftAddr = n.mux.Addr().String()
-	if n.raftMux, err = NewHub(n.mux, cfg.HeartbeatTimeout, hlog); err != nil {
+	if n.raftMux, err = replica.NewHub(n.mux, cfg.HeartbeatTimeout, hlog); err != nil {
 		return nil, err
 	}
-	if err := raft.ValidateConfig(n.raftConfig(hlog)); err != nil {
+	n.groups = replica.NewSet()
+	n.host = &replica.Host{
+		Config: replica.Config{NodeID: cfg.ID, DataDir: cfg.DataDir,
+			HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout,
+			SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval},
+		Log: n.log, RaftLog: hlog, Hub: n.raftMux, RaftAddr: n.raftAddr, Shared: n.shared, Data: n.groups,
+		NewBatch:      func(g *replica.Replica) *groupcommit.Committer { return groupcommit.New(groupLog{n, g}) },
+		LeaderChanged: n.metrics.leaderChanged,
+	}
+	if err := raft.ValidateConfig(n.host.RaftConfig(hlog)); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	var boot []raft.Server
 	if cfg.Bootstrap {
 		boot = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(n.raftAddr)}}
 	}
-	if n.meta, err = n.openGroup(shard.MetaGroup, boot, hlog); err != nil {
+	if n.meta, err = n.host.Open(shard.MetaGroup, boot); err != nil {
 		return nil, err
 	}
 	n.hadState = n.meta.HadState
 	n.metaReplica.Store(n.meta)
-	n.groups = Set{m: make(map[shard.GroupID]*Replica), hlog: hlog}
 	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
 	n.apiPorts = newPeers(apiDial)
 	if n.tls != nil {
@@ -397,14 +407,14 @@ func (n *Node) shutdown() error {
 		n.log.Warn("peer API shutdown", "err", err)
 	}
 	// Hand every group led here to another voter, all at once.
-	transfers := map[*Replica]raft.Future{}
+	transfers := map[*replica.Replica]raft.Future{}
 	for _, g := range n.hosted() {
 		if g.IsLeader() && g.VotersCount() > 1 {
 			transfers[g] = g.Raft.LeadershipTransfer()
 		}
 	}
 	for g, f := range transfers {
-		if err := waitFuture(ctx, f); err != nil {
+		if err := replica.WaitFuture(ctx, f); err != nil {
 			n.log.Warn("leadership transfer", "group", g.ID, "err", err)
 		}
 	}
@@ -444,13 +454,15 @@ func (n *Node) closeResources() error {
 	if n.pprofLn != nil {
 		errs = append(errs, ignoreClosed(n.pprofLn.Close()))
 	}
-	if n.groups.m != nil {
+	if n.groups != nil {
 		errs = append(errs, n.closeGroups())
 	}
 	if n.meta != nil {
 		errs = append(errs, n.meta.Close())
 	}
-	errs = append(errs, n.shared.Close())
+	if n.shared != nil {
+		errs = append(errs, n.shared.Close())
+	}
 	if n.raftMux != nil {
 		errs = append(errs, n.raftMux.Close())
 	}
@@ -484,7 +496,7 @@ func claimDataDir(dir, id string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("node: --data-dir: %w", err)
 	}
-	if err := CheckDataFormat(dir); err != nil {
+	if err := replica.CheckDataFormat(dir); err != nil {
 		return err
 	}
 	path := filepath.Join(dir, "node-id")

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -108,7 +109,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	if servers[i].Suffrage == raft.Voter {
 		for _, s := range servers {
 			if s.Suffrage == raft.Nonvoter {
-				if err := waitFuture(ctx, c.meta.Raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
+				if err := replica.WaitFuture(ctx, c.meta.Raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
 					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", ErrNotProposed, s.ID, id, err)
 				}
 				c.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
@@ -116,7 +117,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 			}
 		}
 	}
-	if err := waitFuture(ctx, c.meta.Raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
+	if err := replica.WaitFuture(ctx, c.meta.Raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
 		return fmt.Errorf("%w: removing %s from the meta group: %v", ErrOutcomeUnknown, id, err)
 	}
 	c.log.Info("removed a node", "node", id)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -48,7 +49,7 @@ const removeGrace = 30 * time.Second
 
 // syncMembers, on the leader of data group g, makes one change of g's Raft
 // configuration toward want's replicas, if one is due.
-func (c *controller) syncMembers(ctx context.Context, g *Replica, want shard.Group) {
+func (c *controller) syncMembers(ctx context.Context, g *replica.Replica, want shard.Group) {
 	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -72,7 +73,7 @@ func (c *controller) syncMembers(ctx context.Context, g *Replica, want shard.Gro
 		}
 		addr := raft.ServerAddress(m.RaftAddr)
 		if !ok {
-			err := waitFuture(ctx, g.Raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
+			err := replica.WaitFuture(ctx, g.Raft.AddNonvoter(raft.ServerID(id), addr, 0, timeout))
 			c.log.Info("adding a replica as non-voter", "group", g.ID, "node", id, "err", err)
 			return
 		}
@@ -80,7 +81,7 @@ func (c *controller) syncMembers(ctx context.Context, g *Replica, want shard.Gro
 			c.log.Debug("replica catching up", "group", g.ID, "node", id, "lag", lag, "err", err)
 			continue
 		}
-		err := waitFuture(ctx, g.Raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
+		err := replica.WaitFuture(ctx, g.Raft.AddVoter(raft.ServerID(id), addr, 0, timeout))
 		c.log.Info("promoting a replica to voter", "group", g.ID, "node", id, "err", err)
 		return
 	}
@@ -99,7 +100,7 @@ func (c *controller) syncMembers(ctx context.Context, g *Replica, want shard.Gro
 			if last && c.transferLeadership(ctx, g, have, want.Replicas) {
 				return
 			}
-			err := waitFuture(ctx, g.Raft.RemoveServer(s.ID, 0, timeout))
+			err := replica.WaitFuture(ctx, g.Raft.RemoveServer(s.ID, 0, timeout))
 			c.log.Info("removing a replica the map no longer lists", "group", g.ID, "node", id, "err", err)
 			return
 		}
@@ -127,7 +128,7 @@ const (
 // before is applied, so that a leadership transfer leaves no entry in
 // flight (an entry in flight when a leader steps down has an unknown
 // outcome for its callers). The caller releases g.batch.
-func (c *controller) quiesce(ctx context.Context, g *Replica) error {
+func (c *controller) quiesce(ctx context.Context, g *replica.Replica) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	select {
@@ -135,12 +136,12 @@ func (c *controller) quiesce(ctx context.Context, g *Replica) error {
 	case <-ctx.Done():
 		return fmt.Errorf("entries still in flight: %w", ctx.Err())
 	}
-	return waitFuture(ctx, g.Raft.Barrier(time.Second))
+	return replica.WaitFuture(ctx, g.Raft.Barrier(time.Second))
 }
 
 // transferLeadership hands g's leadership to the first of candidates that
 // is a caught-up voter (other than this node) and reports whether it did.
-func (c *controller) transferLeadership(ctx context.Context, g *Replica, have map[string]raft.Server, candidates []string) bool {
+func (c *controller) transferLeadership(ctx context.Context, g *replica.Replica, have map[string]raft.Server, candidates []string) bool {
 	for _, id := range candidates {
 		s, ok := have[id]
 		if id == c.cfg.ID || !ok || s.Suffrage != raft.Voter {
@@ -156,7 +157,7 @@ func (c *controller) transferLeadership(ctx context.Context, g *Replica, have ma
 		c.paceOf(g).lastTransfer = time.Now()
 		err := c.quiesce(ctx, g)
 		if err == nil {
-			err = waitFuture(ctx, g.Raft.LeadershipTransferToServer(s.ID, s.Address))
+			err = replica.WaitFuture(ctx, g.Raft.LeadershipTransferToServer(s.ID, s.Address))
 		}
 		g.Batch.Release()
 		c.log.Info("handing leadership over", "group", g.ID, "to", id, "err", err)
@@ -167,7 +168,7 @@ func (c *controller) transferLeadership(ctx context.Context, g *Replica, have ma
 
 // replicaLag asks the node at raftAddr (over the peer mux) how far its
 // replica of g trails this leader's commit index.
-func (c *controller) replicaLag(ctx context.Context, g *Replica, raftAddr string) (uint64, error) {
+func (c *controller) replicaLag(ctx context.Context, g *replica.Replica, raftAddr string) (uint64, error) {
 	gs, err := c.peerGroupState(ctx, raftAddr, g.ID, c.cfg.RequestTimeout)
 	if err != nil {
 		return 0, err
@@ -245,7 +246,7 @@ func (c *controller) closeUnplaced(m shard.Map) {
 		delete(c.pace, g.ID)
 		err := g.Close()
 		if err == nil {
-			err = errors.Join(c.shared.Drop(uint32(g.ID)), removeGroupDir(g.Dir))
+			err = errors.Join(c.shared.Drop(uint32(g.ID)), replica.RemoveDir(g.Dir))
 		}
 		c.log.Info("closed a replica the map no longer places here", "group", g.ID, "err", err)
 	}
@@ -254,7 +255,7 @@ func (c *controller) closeUnplaced(m shard.Map) {
 // removedFrom reports whether the current leader of g (asked among the
 // group's replicas in the map) leads a configuration without this node: a
 // removed follower never hears of its removal from the leader itself.
-func (c *controller) removedFrom(g *Replica, m shard.Map) bool {
+func (c *controller) removedFrom(g *replica.Replica, m shard.Map) bool {
 	sg, ok := m.Group(g.ID)
 	if g.IsLeader() || !ok {
 		return false

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/shard"
 )
 
 // dest is the Raft group a request goes to, as this node's replica of the
 // meta group sees it now.
 type dest struct {
-	g        *Replica // the group's replica on this node; nil when it hosts none
+	g        *replica.Replica // the group's replica on this node; nil when it hosts none
 	id       shard.GroupID
 	epoch    uint64   // shard-map epoch stamped on data commands
 	replicas []string // node IDs of the group's replicas (data groups)

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/replica"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
 )
@@ -44,7 +45,7 @@ func (n *Node) routes() *quoratev1.RoutesResponse {
 			out.Members = append(out.Members, u)
 		}
 	}
-	leader := func(id shard.GroupID, g *Replica) *quoratev1.GroupRoute {
+	leader := func(id shard.GroupID, g *replica.Replica) *quoratev1.GroupRoute {
 		r := &quoratev1.GroupRoute{Group: uint32(id)}
 		if g != nil {
 			r.LeaderId = g.LeaderID()

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func (h *storageHealth) record(err error) {
 	h.err, h.at = err, time.Now()
 }
 
-// Last is the Last error recorded and when, or nil.
+// Last is the last error recorded and when, or nil.
 func (h *storageHealth) Last() (error, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

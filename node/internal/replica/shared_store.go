@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/quorate/quorate/nodelog"
+	"github.com/quorate/quorate/shard"
 )
 
 const (
@@ -30,6 +31,20 @@ const (
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// NewSharedLogs are the shared log and stable store of the node whose data
+// directory is dataDir; segmentBytes sizes the log's segment files (0:
+// nodelog's default), onSync is told each fdatasync's duration.
+func NewSharedLogs(dataDir string, segmentBytes int, onSync func(time.Duration)) *SharedLogs {
+	return &SharedLogs{Dir: filepath.Join(dataDir, sharedLogDirName), StablePath: filepath.Join(dataDir, stableFileName),
+		SegmentBytes: segmentBytes, OnSync: onSync}
+}
+
+// Exists reports whether dataDir holds a replica of group id: its
+// directory has the shared-log marker.
+func Exists(dataDir string, id shard.GroupID) bool {
+	return exists(filepath.Join(GroupDir(dataDir, id), sharedMarkerName))
 }
 
 // SharedLogs opens a node's shared log and its stable store when a replica
@@ -184,4 +199,20 @@ func (g *Replica) dropLogBehindSnapshot(snaps raft.SnapshotStore, first, last ui
 			first, last, g.ID, g.Log.file, metas[0].ID, err)
 	}
 	return nil
+}
+
+// OpenStopped opens group gid's view of the shared log and its part of the
+// stable store from the data directory of a node that is not running, as
+// Open finds them; closing logs closes them. Tests read a stopped node's
+// votes and replay its replicas through it.
+func OpenStopped(dataDir string, gid uint32) (logs *SharedLogs, view raft.LogStore, stable raft.StableStore, err error) {
+	logs = NewSharedLogs(dataDir, 0, nil)
+	l, s, err := logs.get(hclog.NewNullLogger())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if view, err = l.Group(gid); err != nil {
+		return nil, nil, nil, errors.Join(err, logs.Close())
+	}
+	return logs, view, replicaStable{s, gid}, nil
 }

@@ -1,7 +1,8 @@
-package node
+package replica
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -21,7 +22,7 @@ const (
 )
 
 // damagedReplica is a data group replica of this node that is not running
-// because its files are damaged. dataGroups.mu guards it.
+// because its files are damaged. Set.mu guards it.
 type damagedReplica struct {
 	err  error
 	at   time.Time
@@ -29,22 +30,22 @@ type damagedReplica struct {
 	next time.Time
 }
 
-// replicaDamaged stops replica g, whose files were found damaged while it
+// damaged stops replica g, whose files were found damaged while it
 // ran (err is a *DamagedError). A data group replica is closed and its
 // reopening retried with backoff (a replica not yet installed is left to
-// dataGroups.open, which sees it stopping); the meta group replica is shut
+// Set.Open, which sees it stopping); the meta group replica is shut
 // down. Either way its status shows err.
-func (n *Node) replicaDamaged(g *Replica, err error) {
+func (h *Host) damaged(g *Replica, err error) {
 	if !g.stopping.CompareAndSwap(false, true) {
 		return
 	}
-	n.log.Error("replica files damaged: stopping the replica", "group", g.ID, "err", err)
+	h.Log.Error("replica files damaged: stopping the replica", "group", g.ID, "err", err)
 	go func() {
 		if g.ID == shard.MetaGroup {
 			_ = g.Raft.Shutdown().Error()
 			return
 		}
-		if n.groups.removeDamaged(g, err) {
+		if h.Data.removeDamaged(g, err) {
 			_ = g.Close()
 		}
 	}()
@@ -72,7 +73,7 @@ func (d *Set) noteDamaged(id shard.GroupID, err error) {
 	}
 	r := d.damaged[id]
 	if r == nil {
-		r = &damagedReplica{wait: doubling(damagedRetryMin, damagedRetryMax)}
+		r = &damagedReplica{wait: &backoff.ExponentialBackOff{InitialInterval: damagedRetryMin, Multiplier: 2, MaxInterval: damagedRetryMax}}
 		d.damaged[id] = r
 	}
 	now := time.Now()
@@ -80,50 +81,50 @@ func (d *Set) noteDamaged(id shard.GroupID, err error) {
 	r.next = now.Add(r.wait.NextBackOff())
 }
 
-// openDue reports whether reconcile may try to open data group id's replica
+// OpenDue reports whether the node may try to open data group id's replica
 // now: always, unless its files were found damaged and the next retry is
 // still to come.
-func (c *controller) openDue(id shard.GroupID) bool {
-	c.replicas.mu.RLock()
-	defer c.replicas.mu.RUnlock()
-	r := c.replicas.damaged[id]
+func (d *Set) OpenDue(id shard.GroupID) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r := d.damaged[id]
 	return r == nil || !time.Now().Before(r.next)
 }
 
-// openFailed handles reconcile's failure to open data group id's replica.
-func (c *controller) openFailed(id shard.GroupID, err error) {
-	if !errors.Is(err, ErrReplicaDamaged) {
-		c.log.Warn("opening data group", "group", id, "err", err)
+// OpenFailed records the failure to open data group id's replica, logging it to log.
+func (d *Set) OpenFailed(id shard.GroupID, err error, log *slog.Logger) {
+	if !errors.Is(err, ErrDamaged) {
+		log.Warn("opening data group", "group", id, "err", err)
 		return
 	}
-	c.replicas.mu.Lock()
-	c.replicas.noteDamaged(id, err)
-	next := c.replicas.damaged[id].next
-	c.replicas.mu.Unlock()
-	c.log.Error("data group replica not started: its files are damaged", "group", id,
+	d.mu.Lock()
+	d.noteDamaged(id, err)
+	next := d.damaged[id].next
+	d.mu.Unlock()
+	log.Error("data group replica not started: its files are damaged", "group", id,
 		"retry_in", time.Until(next).Round(time.Second), "err", err)
 }
 
-// forgetDamaged drops the damage records of data groups no longer placed on
-// this node (dataGroups.open drops those whose replica runs again). placed
+// ForgetDamaged drops the damage records of data groups no longer placed on
+// this node (Set.Open drops those whose replica runs again). placed
 // reports whether the shard map places group id here.
-func (c *controller) forgetDamaged(placed func(shard.GroupID) bool) {
-	c.replicas.mu.Lock()
-	defer c.replicas.mu.Unlock()
-	for id := range c.replicas.damaged {
+func (d *Set) ForgetDamaged(placed func(shard.GroupID) bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.damaged {
 		if !placed(id) {
-			delete(c.replicas.damaged, id)
+			delete(d.damaged, id)
 		}
 	}
 }
 
-// damagedStates are the status rows of the data group replicas that are
+// DamagedStates are the status rows of the data group replicas that are
 // not running because their files are damaged, by group ID.
-func (n *Node) damagedStates() []*quoratev1.GroupState {
-	n.groups.mu.RLock()
-	defer n.groups.mu.RUnlock()
+func (d *Set) DamagedStates() []*quoratev1.GroupState {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
 	var out []*quoratev1.GroupState
-	for id, r := range n.groups.damaged {
+	for id, r := range d.damaged {
 		out = append(out, &quoratev1.GroupState{Id: uint32(id), Role: "damaged",
 			StorageError: r.err.Error(), StorageErrorAt: timestamppb.New(r.at)})
 	}

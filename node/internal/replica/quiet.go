@@ -1,7 +1,6 @@
-package node
+package replica
 
 import (
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,7 @@ import (
 // followers keep theirs, so a quiet group's failover is as fast as a busy
 // one's: the slowest quiet heartbeat, 2×quietFactor×HeartbeatTimeout/10,
 // stays well inside the followers' HeartbeatTimeout and the leader's
-// LeaderLeaseTimeout (quietTimeout caps it). The first entry proposed
+// LeaderLeaseTimeout (QuietTimeout caps it). The first entry proposed
 // to a quiet group restores the normal pace before it is sent, and so does
 // any change of leader.
 const (
@@ -37,10 +36,10 @@ type quietness struct {
 	since     time.Time
 }
 
-// quietTimeout is the HeartbeatTimeout a quiet leader runs with, or 0 when
+// QuietTimeout is the HeartbeatTimeout a quiet leader runs with, or 0 when
 // it would not be longer than hb: quietFactor×hb, capped so that its
 // slowest heartbeat interval (a fifth of it) is at most half of lease.
-func quietTimeout(hb, lease time.Duration) time.Duration {
+func QuietTimeout(hb, lease time.Duration) time.Duration {
 	q := time.Duration(float64(hb) * quietFactor)
 	q = min(q, lease*5/2)
 	if q <= hb {
@@ -52,10 +51,10 @@ func quietTimeout(hb, lease time.Duration) time.Duration {
 // SweepQuiet is called for each hosted replica every expireInterval: a
 // leader that has appended nothing for quietAfter turns quiet; a replica
 // that no longer leads turns loud.
-func (g *Replica) SweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
+func (g *Replica) SweepQuiet(now time.Time) {
 	q := &g.quiet
 	if !g.IsLeader() {
-		g.SetQuiet(false, cfg, log)
+		g.SetQuiet(false)
 		q.lastIndex, q.since = 0, now
 		return
 	}
@@ -64,30 +63,31 @@ func (g *Replica) SweepQuiet(now time.Time, cfg *Config, log *slog.Logger) {
 		return
 	}
 	if now.Sub(q.since) >= quietAfter {
-		g.SetQuiet(true, cfg, log)
+		g.SetQuiet(true)
 	}
 }
 
 // Wake restores g's normal heartbeat pace before an entry is proposed: one
 // atomic load while g is loud, the lock only to turn it loud.
-func (g *Replica) Wake(cfg *Config, log *slog.Logger) {
+func (g *Replica) Wake() {
 	if g.quiet.quiet.Load() {
-		g.SetQuiet(false, cfg, log)
+		g.SetQuiet(false)
 	}
 }
 
 // SetQuiet sets g's replica quiet or loud, reloading its raft
 // configuration when that changes.
-func (g *Replica) SetQuiet(quiet bool, cfg *Config, log *slog.Logger) {
+func (g *Replica) SetQuiet(quiet bool) {
 	q := &g.quiet
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.quiet.Load() == quiet || g.Raft == nil {
 		return
 	}
+	cfg := &g.host.Config
 	hb, et := cfg.HeartbeatTimeout, cfg.ElectionTimeout
 	if quiet {
-		qt := quietTimeout(hb, cfg.LeaderLeaseTimeout)
+		qt := QuietTimeout(hb, cfg.LeaderLeaseTimeout)
 		if qt == 0 {
 			return
 		}
@@ -101,7 +101,7 @@ func (g *Replica) SetQuiet(quiet bool, cfg *Config, log *slog.Logger) {
 	rc := g.Raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = hb, et
 	if err := g.Raft.ReloadConfig(rc); err != nil {
-		log.Warn("changing a replica's heartbeat pace", "group", g.ID, "quiet", quiet, "error", err)
+		g.host.Log.Warn("changing a replica's heartbeat pace", "group", g.ID, "quiet", quiet, "error", err)
 		q.quiet.Store(!quiet)
 		return
 	}

@@ -1,18 +1,16 @@
-package node
+package replica
 
 import (
 	"errors"
 	"runtime"
 	"testing"
-
-	"github.com/quorate/quorate/shard"
 )
 
-// An opening runs outside dataGroups.mu: the hosted replicas can be read
-// meanwhile, a second opening of the same group does nothing, and closeAll
+// An opening runs outside the set's mutex: the hosted replicas can be read
+// meanwhile, a second opening of the same group does nothing, and CloseAll
 // waits for it, then lets no other open.
 func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
-	d := &Set{m: make(map[shard.GroupID]*Replica)}
+	d := NewSet()
 	started, release := make(chan struct{}), make(chan struct{})
 	opened := make(chan *Replica, 1)
 	go func() {
@@ -56,17 +54,17 @@ func TestDataGroupsOpenOutsideTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	if g, err := d.Open(2, func() (*Replica, error) {
-		t.Error("an opening ran after closeAll")
+		t.Error("an opening ran after CloseAll")
 		return nil, nil
 	}); g != nil || !errors.Is(err, errGroupsClosed) {
-		t.Fatalf("open after closeAll = %v, %v; want nil, errGroupsClosed", g, err)
+		t.Fatalf("open after CloseAll = %v, %v; want nil, errGroupsClosed", g, err)
 	}
 }
 
-// closeAll waits for an opening under way and discards its replica; a
+// CloseAll waits for an opening under way and discards its replica; a
 // replica found damaged before it was installed is recorded, not hosted.
 func TestDataGroupsOpenRacingCloseAndDamage(t *testing.T) {
-	d := &Set{m: make(map[shard.GroupID]*Replica)}
+	d := NewSet()
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -85,21 +83,21 @@ func TestDataGroupsOpenRacingCloseAndDamage(t *testing.T) {
 	}
 	close(release)
 	if err := <-done; !errors.Is(err, errGroupsClosed) {
-		t.Fatalf("open racing closeAll: %v, want errGroupsClosed", err)
+		t.Fatalf("open racing CloseAll: %v, want errGroupsClosed", err)
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
 	if len(d.m) != 0 {
-		t.Fatalf("closeAll left %d replicas", len(d.m))
+		t.Fatalf("CloseAll left %d replicas", len(d.m))
 	}
 
-	d = &Set{m: make(map[shard.GroupID]*Replica)}
+	d = NewSet()
 	damage := errors.New("damaged")
 	g, err := d.Open(3, func() (*Replica, error) {
 		g := &Replica{ID: 3}
 		g.Health.record(damage)
-		g.stopping.Store(true) // as replicaDamaged does, before it looks for the replica
+		g.stopping.Store(true) // as Host.damaged does, before it looks for the replica
 		return g, nil
 	})
 	if g != nil || err != nil {
@@ -110,7 +108,7 @@ func TestDataGroupsOpenRacingCloseAndDamage(t *testing.T) {
 	}
 }
 
-// closing reports whether closeAll began on d.
+// closing reports whether CloseAll began on d.
 func closing(d *Set) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 func testCheckedLog(tb testing.TB) (*Replica, *checkedLog, *nodelog.Log) {
 	tb.Helper()
 	data := tb.TempDir()
-	g := &Replica{ID: shard.GroupID(7), Dir: groupDir(data, 7)}
+	g := &Replica{ID: shard.GroupID(7), Dir: GroupDir(data, 7)}
 	if err := os.MkdirAll(g.Dir, 0o750); err != nil {
 		tb.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestCheckedLogGapCoveredBySnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.checkSnapshots(snaps, first, last); !errors.Is(err, ErrReplicaDamaged) ||
+	if err := g.checkSnapshots(snaps, first, last); !errors.Is(err, ErrDamaged) ||
 		!strings.Contains(err.Error(), "a snapshot is missing or unreadable") {
 		t.Fatalf("no snapshot under a log from 11: %v, want damaged", err)
 	}
@@ -134,7 +134,7 @@ func TestCheckedLogGapCoveredBySnapshot(t *testing.T) {
 		if err := sink.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.checkSnapshots(snaps, first, last); errors.Is(err, ErrReplicaDamaged) != tc.damaged {
+		if err := g.checkSnapshots(snaps, first, last); errors.Is(err, ErrDamaged) != tc.damaged {
 			t.Fatalf("snapshot up to %d under a log from 11: %v, want damaged=%v", tc.index, err, tc.damaged)
 		}
 	}

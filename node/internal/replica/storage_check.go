@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -10,14 +10,14 @@ import (
 	"github.com/quorate/quorate/shard"
 )
 
-// ErrReplicaDamaged is wrapped by the errors of a group replica whose files
+// ErrDamaged is wrapped by the errors of a group replica whose files
 // on disk are damaged: a log entry that fails its checksum, a bolt file
 // bbolt cannot read, a snapshot that fails its checksum or is missing. The
 // replica does not start (or stops); the rest of the node goes on.
-var ErrReplicaDamaged = errors.New("node: replica files damaged")
+var ErrDamaged = errors.New("node: replica files damaged")
 
 // DamagedError says which file of which replica is damaged, and how to
-// recover. It wraps ErrReplicaDamaged.
+// recover. It wraps ErrDamaged.
 type DamagedError struct {
 	Group shard.GroupID
 	// File is the damaged file; Dir the replica's directory, which the
@@ -38,7 +38,7 @@ func (e *DamagedError) Error() string {
 		"the replica reopens empty and the group's leader sends it the group's state", e.Group, e.File, e.Detail, e.Dir)
 }
 
-func (e *DamagedError) Unwrap() error { return ErrReplicaDamaged }
+func (e *DamagedError) Unwrap() error { return ErrDamaged }
 
 // damaged is the error of file of g's replica, damaged as detail says.
 func (g *Replica) damaged(file, detail string) *DamagedError {
