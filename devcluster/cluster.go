@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -288,4 +289,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Output keeps what is written to it, for String: the output of a
+// cluster's nodes (Config.Logs), of a command that runs one, or of a
+// process the benchmark started. It is safe for writers and a reader at
+// once; the zero value is ready.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+// String is what was written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
