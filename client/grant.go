@@ -288,7 +288,8 @@ func (g *grantState) setLowWater(total int64) {
 func (g *grantState) fill(d *Decision, r *Request, left int64) {
 	*d = Decision{}
 	d.Allowed, d.Outcome, d.RequestID, d.DeniedCheck = true, LocalGrant, r.RequestID, -1
-	d.Remaining, d.Limit, d.Window = g.keyUnits(left), g.limit.Load(), time.Duration(g.window.Load())
+	limit := g.limit.Load()
+	d.Remaining, d.Limit, d.Window = g.keyUnits(left, limit), limit, time.Duration(g.window.Load())
 	d.ResetAfter, d.Quota = time.Duration(g.resetAfter.Load()), g.quota.Load()
 	d.PolicyVersion, d.DecidedAt = g.version.Load(), time.Unix(0, g.decidedAt.Load()).UTC()
 }
@@ -298,9 +299,10 @@ func (g *grantState) fill(d *Decision, r *Request, left int64) {
 // last answer, less what this client spent of its grant since (its units
 // unspent taken as left in every stripe: the loop spreads them evenly). An
 // estimate, as any remaining is once sent: other holders spend meanwhile,
-// and a bucket refills.
-func (g *grantState) keyUnits(left int64) int64 {
-	return min(max(g.keyBase.Load()+left*int64(len(g.avail.stripes)), 0), g.limit.Load())
+// and a bucket refills. limit is the policy's limit, loaded once by the
+// caller, which reports it too.
+func (g *grantState) keyUnits(left, limit int64) int64 {
+	return min(max(g.keyBase.Load()+left*int64(len(g.avail.stripes)), 0), limit)
 }
 
 // granting notes the log time of an answer whose units are about to be

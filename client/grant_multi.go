@@ -101,8 +101,9 @@ func (m *grants) spendAll(r *Request, d *Decision) bool {
 	gs[0].fill(d, r, lefts[0])
 	d.Checks = make([]CheckResult, n)
 	for i, g := range gs {
-		d.Checks[i] = CheckResult{Policy: checks[i].Policy, Key: checks[i].Key, Allowed: true, Limit: g.limit.Load(),
-			Remaining: g.keyUnits(lefts[i]), ResetAfter: time.Duration(g.resetAfter.Load()),
+		limit := g.limit.Load()
+		d.Checks[i] = CheckResult{Policy: checks[i].Policy, Key: checks[i].Key, Allowed: true, Limit: limit,
+			Remaining: g.keyUnits(lefts[i], limit), ResetAfter: time.Duration(g.resetAfter.Load()),
 			Window: time.Duration(g.window.Load()), Quota: g.quota.Load(), PolicyVersion: g.version.Load()}
 	}
 	return true

@@ -19,6 +19,7 @@ import (
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/client/middleware"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -136,9 +137,9 @@ func TestClientRoleGatewayDecidesLocally(t *testing.T) {
 				}
 				continue
 			}
-			items, err := parseSFList(rec.Header().Get(middleware.HeaderRateLimit))
-			if err != nil || len(items) != 2 || items[0].name != "per-client" || items[1].name != "per-route" ||
-				items[0].params["r"] <= 0 || items[1].params["r"] <= 0 || rec.Header().Get(middleware.HeaderPolicy) == "" {
+			items, err := ratelimitheadertest.ParseList(rec.Header().Get(middleware.HeaderRateLimit))
+			if err != nil || len(items) != 2 || items[0].Name != "per-client" || items[1].Name != "per-route" ||
+				items[0].Params["r"] <= 0 || items[1].Params["r"] <= 0 || rec.Header().Get(middleware.HeaderPolicy) == "" {
 				t.Errorf("a local two-limit answer: %s %q, %s %q (%v); want both limits' fields",
 					middleware.HeaderRateLimit, rec.Header().Get(middleware.HeaderRateLimit), middleware.HeaderPolicy, rec.Header().Get(middleware.HeaderPolicy), err)
 			}

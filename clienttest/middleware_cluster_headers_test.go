@@ -16,6 +16,7 @@ import (
 
 	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/client/middleware"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -132,11 +133,11 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: status %d", name, resp.StatusCode)
 		}
-		pol, err := parseSFList(resp.Header.Get(middleware.HeaderPolicy))
+		pol, err := ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderPolicy))
 		if err != nil || len(pol) != 1 {
 			t.Fatalf("%s: %s %q: %v", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 		}
-		cur, err := parseSFList(resp.Header.Get(middleware.HeaderRateLimit))
+		cur, err := ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderRateLimit))
 		if err != nil || len(cur) != 1 {
 			t.Fatalf("%s: %s %q: %v", name, middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 		}
@@ -151,10 +152,10 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 			if wnt.burst != 0 {
 				wantKeys = "q,w,quorate-burst"
 			}
-			if p.name == name && p.params["q"] == wnt.q && p.params["w"] == wnt.w && p.params["quorate-burst"] == wnt.burst &&
-				strings.Join(p.keys, ",") == wantKeys && len(p.strs) == 0 &&
-				r.name == name && r.params["r"] == wnt.r && r.params["t"] >= wnt.tMin && r.params["t"] <= wnt.tMax &&
-				strings.Join(r.keys, ",") == "r,t" && len(r.strs) == 0 {
+			if p.Name == name && p.Params["q"] == wnt.q && p.Params["w"] == wnt.w && p.Params["quorate-burst"] == wnt.burst &&
+				strings.Join(p.Keys, ",") == wantKeys && len(p.Strings) == 0 &&
+				r.Name == name && r.Params["r"] == wnt.r && r.Params["t"] >= wnt.tMin && r.Params["t"] <= wnt.tMax &&
+				strings.Join(r.Keys, ",") == "r,t" && len(r.Strings) == 0 {
 				ok = true
 				break
 			}
@@ -166,8 +167,8 @@ func TestClusterHeadersEveryAlgorithm(t *testing.T) {
 		}
 		// The legacy fields say the same: the quota, what is left, the reset.
 		if got := resp.Header.Get(middleware.HeaderXLimit) + " " + resp.Header.Get(middleware.HeaderXRemaining); got != itoa(wnt.q)+" "+itoa(wnt.r) ||
-			resp.Header.Get(middleware.HeaderXReset) != itoa(cur[0].params["t"]) {
-			t.Errorf("%s: X-RateLimit limit/remaining %q reset %q; want %d %d, %d", name, got, resp.Header.Get(middleware.HeaderXReset), wnt.q, wnt.r, cur[0].params["t"])
+			resp.Header.Get(middleware.HeaderXReset) != itoa(cur[0].Params["t"]) {
+			t.Errorf("%s: X-RateLimit limit/remaining %q reset %q; want %d %d, %d", name, got, resp.Header.Get(middleware.HeaderXReset), wnt.q, wnt.r, cur[0].Params["t"])
 		}
 	}
 }

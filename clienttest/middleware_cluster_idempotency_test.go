@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/client/middleware"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -42,11 +43,11 @@ func send(t *testing.T, srv *httptest.Server, method, path, idem string) answer 
 	resp.Body.Close()
 	a := answer{status: resp.StatusCode, remaining: -1, header: resp.Header}
 	if f := resp.Header.Get(middleware.HeaderRateLimit); f != "" {
-		items, err := parseSFList(f)
+		items, err := ratelimitheadertest.ParseList(f)
 		if err != nil || len(items) != 1 {
 			t.Fatalf("%s %q: %v", middleware.HeaderRateLimit, f, err)
 		}
-		a.remaining = items[0].params["r"]
+		a.remaining = items[0].Params["r"]
 	}
 	return a
 }

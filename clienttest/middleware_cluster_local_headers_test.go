@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/client/middleware"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -93,11 +94,11 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 				continue // decided by the cluster: TestClusterHeadersEveryAlgorithm's
 			}
 			locals++
-			pol, err := parseSFList(resp.Header.Get(middleware.HeaderPolicy))
+			pol, err := ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderPolicy))
 			if err != nil || len(pol) != 1 {
 				t.Fatalf("%s: %s %q: %v", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 			}
-			cur, err := parseSFList(resp.Header.Get(middleware.HeaderRateLimit))
+			cur, err := ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderRateLimit))
 			if err != nil || len(cur) != 1 {
 				t.Fatalf("%s: local answer's %s %q: %v", name, middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 			}
@@ -106,21 +107,21 @@ func TestClusterHeadersLocalDecisions(t *testing.T) {
 			if w.burst != 0 {
 				wantKeys = "q,w,quorate-burst"
 			}
-			if p.name != name || p.params["q"] != w.q || p.params["w"] != w.w || p.params["quorate-burst"] != w.burst ||
-				strings.Join(p.keys, ",") != wantKeys {
+			if p.Name != name || p.Params["q"] != w.q || p.Params["w"] != w.w || p.Params["quorate-burst"] != w.burst ||
+				strings.Join(p.Keys, ",") != wantKeys {
 				t.Errorf("%s: local answer's %s %q, want q=%d w=%d burst=%d", name, middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), w.q, w.w, w.burst)
 			}
 			lo, hi := w.capacity-spent-slack, min(w.capacity, w.capacity-spent+slack)
 			if w.refills {
 				hi = w.capacity
 			}
-			if r.name != name || strings.Join(r.keys, ",") != "r,t" || r.params["r"] < max(lo, 0) || r.params["r"] > hi ||
-				r.params["t"] < 0 || r.params["t"] > w.tMax {
+			if r.Name != name || strings.Join(r.Keys, ",") != "r,t" || r.Params["r"] < max(lo, 0) || r.Params["r"] > hi ||
+				r.Params["t"] < 0 || r.Params["t"] > w.tMax {
 				t.Errorf("%s: local answer %d after %d spent: %s %q; want r in %d..%d, t in 0..%d", name, locals, spent,
 					middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), max(lo, 0), hi, w.tMax)
 			}
-			if got := resp.Header.Get(middleware.HeaderXRemaining); got != itoa(r.params["r"]) {
-				t.Errorf("%s: X-RateLimit-Remaining %q, want r=%d", name, got, r.params["r"])
+			if got := resp.Header.Get(middleware.HeaderXRemaining); got != itoa(r.Params["r"]) {
+				t.Errorf("%s: X-RateLimit-Remaining %q, want r=%d", name, got, r.Params["r"])
 			}
 		}
 	}

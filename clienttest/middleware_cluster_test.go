@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -14,9 +15,13 @@ import (
 
 	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/client/middleware"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
+
+// ok200 is the service behind the middleware in these tests.
+var ok200 = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 
 // TestClusterMiddleware puts a service behind the middleware and a real
 // client of a 3-node cluster over TCP: the fields, the 429, the /64 and the
@@ -71,13 +76,13 @@ func TestClusterMiddleware(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	fields := func(resp *http.Response) (pol, cur []sfItem) {
+	fields := func(resp *http.Response) (pol, cur []ratelimitheadertest.Item) {
 		t.Helper()
 		var err error
-		if pol, err = parseSFList(resp.Header.Get(middleware.HeaderPolicy)); err != nil || len(pol) != 2 {
+		if pol, err = ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderPolicy)); err != nil || len(pol) != 2 {
 			t.Fatalf("%s %q: %v", middleware.HeaderPolicy, resp.Header.Get(middleware.HeaderPolicy), err)
 		}
-		if cur, err = parseSFList(resp.Header.Get(middleware.HeaderRateLimit)); err != nil || len(cur) != 2 {
+		if cur, err = ratelimitheadertest.ParseList(resp.Header.Get(middleware.HeaderRateLimit)); err != nil || len(cur) != 2 {
 			t.Fatalf("%s %q: %v", middleware.HeaderRateLimit, resp.Header.Get(middleware.HeaderRateLimit), err)
 		}
 		return pol, cur
@@ -90,19 +95,19 @@ func TestClusterMiddleware(t *testing.T) {
 			t.Fatalf("request %d: status %d", i, resp.StatusCode)
 		}
 		pol, cur := fields(resp)
-		if pol[0].name != "per-identity" || pol[0].params["q"] != 100 || pol[1].name != "per-route" || pol[1].params["q"] != 2 {
+		if pol[0].Name != "per-identity" || pol[0].Params["q"] != 100 || pol[1].Name != "per-route" || pol[1].Params["q"] != 2 {
 			t.Errorf("request %d: %s %+v", i, middleware.HeaderPolicy, pol)
 		}
 		// w is the policy's window, when the cluster reports it (w is
 		// optional in the draft: a concurrency policy has none).
 		for _, it := range pol {
-			if w, ok := it.params["w"]; ok && w != 3600 {
+			if w, ok := it.Params["w"]; ok && w != 3600 {
 				t.Errorf("request %d: %s %+v: w is not 3600", i, middleware.HeaderPolicy, it)
 			} else if !ok {
 				t.Logf("request %d: %s %+v: the cluster reports no window", i, middleware.HeaderPolicy, it)
 			}
 		}
-		if cur[0].params["r"] != int64(99-i) || cur[1].params["r"] != int64(1-i) || cur[1].params["t"] < 1 || cur[1].params["t"] > 3600 {
+		if cur[0].Params["r"] != int64(99-i) || cur[1].Params["r"] != int64(1-i) || cur[1].Params["t"] < 1 || cur[1].Params["t"] > 3600 {
 			t.Errorf("request %d: %s %+v", i, middleware.HeaderRateLimit, cur)
 		}
 	}
@@ -116,7 +121,7 @@ func TestClusterMiddleware(t *testing.T) {
 	if s, err := strconv.Atoi(resp.Header.Get(middleware.HeaderRetryAfter)); err != nil || s < 1 || s > 3600 {
 		t.Errorf("Retry-After %q, want whole seconds in 1..3600", resp.Header.Get(middleware.HeaderRetryAfter))
 	}
-	if _, cur := fields(resp); cur[0].params["r"] != 98 || cur[1].params["r"] != 0 {
+	if _, cur := fields(resp); cur[0].Params["r"] != 98 || cur[1].Params["r"] != 0 {
 		t.Errorf("denial: %s %+v; want per-identity untouched (98) and per-route 0", middleware.HeaderRateLimit, cur)
 	}
 	// Another /64 has budgets of its own.

@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,9 +93,9 @@ type Cluster struct {
 	nodes     []*node.Node
 	tls       *TLSFiles // nil without TLS
 	hc        *http.Client
-	logs      *lockedWriter // cfg.Logs, shared by the nodes
-	restarted bool          // Dir held a cluster's state
-	recorded  bool          // and the record of how it was created
+	logs      *Output // cfg.Logs, shared by the nodes
+	restarted bool    // Dir held a cluster's state
+	recorded  bool    // and the record of how it was created
 
 	status   *quoratev1.ClusterStatusResponse // set by Ready
 	policies []*quoratev1.Policy              // set by Ready
@@ -142,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	c.logs = &lockedWriter{w: cfg.Logs}
+	c.logs = &Output{to: cfg.Logs}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	for i := 1; i <= cfg.Nodes; i++ {
 		join := ""
@@ -277,15 +278,28 @@ func dirHasEntries(dir string) bool {
 	return err == nil && len(entries) > 0
 }
 
-// lockedWriter serializes writes to w, so that several nodes can log to one
-// stream. Each Write of the loggers is a whole line.
-type lockedWriter struct {
+// Output is a writer that several goroutines share, each Write whole: the
+// nodes logging a line at a time to one stream, or a command or process
+// writing while its output is read. The zero value keeps what is written,
+// for String; the cluster's logs pass on to Config.Logs instead.
+type Output struct {
 	mu sync.Mutex
-	w  io.Writer
+	to io.Writer // where writes go; nil: into b
+	b  bytes.Buffer
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.to != nil {
+		return o.to.Write(p)
+	}
+	return o.b.Write(p)
+}
+
+// String is what was kept so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }

@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,24 +47,12 @@ func freePorts(tb testing.TB, n int) int {
 	return 0
 }
 
-// syncBuffer collects the nodes' logs; safe for them and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // testConfig is a cluster of nodes in dir with groups data groups, on free
 // ports.
 func testConfig(t *testing.T, dir string, nodes, groups int) Config {
 	base := freePorts(t, 2*nodes)
 	return Config{Dir: dir, Nodes: nodes, Groups: groups, APIPort: base, RaftPort: base + nodes, LogLevel: "warn",
-		Logs: new(syncBuffer), Heartbeat: 500 * time.Millisecond, ReadyTimeout: time.Minute, TLS: true}
+		Logs: new(Output), Heartbeat: 500 * time.Millisecond, ReadyTimeout: time.Minute, TLS: true}
 }
 
 // startReady starts cfg's cluster and waits until it is ready with

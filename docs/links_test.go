@@ -122,7 +122,7 @@ func TestCheckLinksFindsBrokenLinks(t *testing.T) {
 		"one](docs/guide.md#wrapped), `code that wraps [x](",
 		"nowhere.md)` and slots [A,B) beside [dir](pkg/).",
 	}, "\n"))
-	write("docs/guide.md", "# Guide\n## Two words\n## Two Words\n<a id=\"custom\"></a>\n[back](../README.md#title) [custom](#custom)\n")
+	write("docs/guide.md", "# Guide\n## Two words\n## Two Words\n<a id=\"custom\"></a>\n[back](../README.md#title) [custom](#custom)\n```\n## Three\n```\n")
 	write("docs/p.png", "png")
 	write("pkg/x.go", "package x\n")
 	got := checkLinks(root, []string{"README.md", filepath.Join("docs", "guide.md")})
@@ -203,20 +203,9 @@ type link struct {
 // code spans blanked out (a span may cross lines, as in a paragraph), each
 // line where it was, so that a link's text may wrap and still be found.
 func proseText(doc string) string {
-	lines := strings.Split(doc, "\n")
-	fence := ""
-	for i, l := range lines {
-		trimmed := strings.TrimLeft(l, " ")
-		switch {
-		case fence != "":
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			lines[i] = ""
-		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
-			fence = trimmed[:3]
-			lines[i] = ""
-		}
+	lines := make([]string, strings.Count(doc, "\n")+1)
+	for _, l := range proseLines(doc) {
+		lines[l.n-1] = l.raw
 	}
 	return codeSpan.ReplaceAllStringFunc(strings.Join(lines, "\n"), func(span string) string {
 		return strings.Repeat("\n", strings.Count(span, "\n")) + "``"
@@ -224,7 +213,8 @@ func proseText(doc string) string {
 }
 
 // proseLines returns the lines of a Markdown document that are not inside
-// fenced code blocks, with code spans blanked out.
+// fenced code blocks, with code spans blanked out: the one place fences are
+// skipped.
 func proseLines(doc string) []line {
 	var out []line
 	fence := ""
@@ -267,19 +257,8 @@ func headingText(l string) (level int, text string, ok bool) {
 func anchors(doc string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, l := range strings.Split(doc, "\n") {
-		trimmed := strings.TrimLeft(l, " ")
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
+	for _, pl := range proseLines(doc) {
+		l := pl.raw
 		for _, m := range htmlID.FindAllStringSubmatch(l, -1) {
 			out[m[1]] = true
 		}

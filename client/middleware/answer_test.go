@@ -17,6 +17,7 @@ import (
 
 	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/client/ratelimitheader"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -94,12 +95,12 @@ func TestXRateLimitHeaders(t *testing.T) {
 // concurrent requests, without window or effective window.
 func TestConcurrencyFieldsParse(t *testing.T) {
 	h := ratelimitheader.Fields([]ratelimitheader.Limit{{Name: "in-flight", Limit: 4, Remaining: 3, Concurrent: true}})
-	pol, err := parseSFList(h.Get(HeaderPolicy))
-	if err != nil || len(pol) != 1 || pol[0].params["q"] != 4 || pol[0].strs["qu"] != "concurrent-requests" || strings.Join(pol[0].keys, ",") != "q,qu" {
+	pol, err := ratelimitheadertest.ParseList(h.Get(HeaderPolicy))
+	if err != nil || len(pol) != 1 || pol[0].Params["q"] != 4 || pol[0].Strings["qu"] != "concurrent-requests" || strings.Join(pol[0].Keys, ",") != "q,qu" {
 		t.Errorf("%s %q: %+v, %v", HeaderPolicy, h.Get(HeaderPolicy), pol, err)
 	}
-	cur, err := parseSFList(h.Get(HeaderRateLimit))
-	if err != nil || len(cur) != 1 || cur[0].params["r"] != 3 || strings.Join(cur[0].keys, ",") != "r" {
+	cur, err := ratelimitheadertest.ParseList(h.Get(HeaderRateLimit))
+	if err != nil || len(cur) != 1 || cur[0].Params["r"] != 3 || strings.Join(cur[0].Keys, ",") != "r" {
 		t.Errorf("%s %q: %+v, %v", HeaderRateLimit, h.Get(HeaderRateLimit), cur, err)
 	}
 }
@@ -171,8 +172,8 @@ func TestDeniedLimitsWindowEndsWithRetryAfter(t *testing.T) {
 		t.Fatalf("admitted: status %d, %s %q; want 200, t=20 (all back in 20 s)", w.Code, HeaderRateLimit, w.Header().Get(HeaderRateLimit))
 	}
 	w := get(h, "/", "192.0.2.1:1")
-	cur, err := parseSFList(w.Header().Get(HeaderRateLimit))
-	if w.Code != http.StatusTooManyRequests || err != nil || len(cur) != 1 || cur[0].params["r"] != 0 || cur[0].params["t"] != 2 ||
+	cur, err := ratelimitheadertest.ParseList(w.Header().Get(HeaderRateLimit))
+	if w.Code != http.StatusTooManyRequests || err != nil || len(cur) != 1 || cur[0].Params["r"] != 0 || cur[0].Params["t"] != 2 ||
 		w.Header().Get(HeaderRetryAfter) != "2" || w.Header().Get(HeaderXReset) != "2" {
 		t.Errorf("denied: status %d, %s %q, Retry-After %q, %s %q; want 429, r=0;t=2, 2, 2", w.Code, HeaderRateLimit,
 			w.Header().Get(HeaderRateLimit), w.Header().Get(HeaderRetryAfter), HeaderXReset, w.Header().Get(HeaderXReset))

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -71,7 +72,7 @@ func TestInterceptorResourceExhausted(t *testing.T) {
 			if err != nil {
 				t.Fatalf("first call: %v", err)
 			}
-			if _, err := parseSFList(resp.Header().Get(HeaderRateLimit)); err != nil {
+			if _, err := ratelimitheadertest.ParseList(resp.Header().Get(HeaderRateLimit)); err != nil {
 				t.Errorf("first call: %s %q: %v", HeaderRateLimit, resp.Header().Get(HeaderRateLimit), err)
 			}
 			if got := f.last().Also[0].Key; got != "{ip:127.0.0.1}:route:"+quoratev1connect.AdmissionServicePeekProcedure {
@@ -103,8 +104,8 @@ func TestInterceptorResourceExhausted(t *testing.T) {
 			if meta.Get(HeaderRetryAfter) != "2" || meta.Get(HeaderDeniedBy) != `"per-procedure"` {
 				t.Errorf("metadata Retry-After %q %s %q", meta.Get(HeaderRetryAfter), HeaderDeniedBy, meta.Get(HeaderDeniedBy))
 			}
-			cur, err := parseSFList(meta.Get(HeaderRateLimit))
-			if err != nil || len(cur) != 2 || cur[1].name != "per-procedure" || cur[1].params["r"] != 0 {
+			cur, err := ratelimitheadertest.ParseList(meta.Get(HeaderRateLimit))
+			if err != nil || len(cur) != 2 || cur[1].Name != "per-procedure" || cur[1].Params["r"] != 0 {
 				t.Errorf("metadata %s %q: %+v %v", HeaderRateLimit, meta.Get(HeaderRateLimit), cur, err)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/client"
+	"github.com/quorate/quorate/client/ratelimitheader/ratelimitheadertest"
 	"github.com/quorate/quorate/client/slot"
 )
 
@@ -72,11 +73,11 @@ func TestHeadersFollowTheDraft(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("status %d, want 200: %s", w.Code, w.Body)
 	}
-	pol, err := parseSFList(w.Header().Get(HeaderPolicy))
+	pol, err := ratelimitheadertest.ParseList(w.Header().Get(HeaderPolicy))
 	if err != nil {
 		t.Fatalf("%s: %q: %v", HeaderPolicy, w.Header().Get(HeaderPolicy), err)
 	}
-	cur, err := parseSFList(w.Header().Get(HeaderRateLimit))
+	cur, err := ratelimitheadertest.ParseList(w.Header().Get(HeaderRateLimit))
 	if err != nil {
 		t.Fatalf("%s: %q: %v", HeaderRateLimit, w.Header().Get(HeaderRateLimit), err)
 	}
@@ -89,7 +90,7 @@ func TestHeadersFollowTheDraft(t *testing.T) {
 	}{{"per-identity", 100, 60}, {"per-route", 2, 1}}
 	for i, want := range wantPol {
 		got := pol[i]
-		if got.name != want.name || got.params["q"] != want.q || got.params["w"] != want.w || strings.Join(got.keys, ",") != "q,w" {
+		if got.Name != want.name || got.Params["q"] != want.q || got.Params["w"] != want.w || strings.Join(got.Keys, ",") != "q,w" {
 			t.Errorf("%s item %d: %+v, want %+v", HeaderPolicy, i, got, want)
 		}
 	}
@@ -99,7 +100,7 @@ func TestHeadersFollowTheDraft(t *testing.T) {
 	}{{"per-identity", 99, 2}, {"per-route", 1, 1}} // t: 1.5 s and 0.2 s rounded up
 	for i, want := range wantCur {
 		got := cur[i]
-		if got.name != want.name || got.params["r"] != want.r || got.params["t"] != want.t || strings.Join(got.keys, ",") != "r,t" {
+		if got.Name != want.name || got.Params["r"] != want.r || got.Params["t"] != want.t || strings.Join(got.Keys, ",") != "r,t" {
 			t.Errorf("%s item %d: %+v, want %+v", HeaderRateLimit, i, got, want)
 		}
 	}
@@ -129,8 +130,8 @@ func TestMultiLimitDenialNamesTheLimit(t *testing.T) {
 	if got := w.Header().Get(HeaderRetryAfter); got != "1" {
 		t.Errorf("Retry-After %q, want 1 (0.3 s rounded up)", got)
 	}
-	cur, err := parseSFList(w.Header().Get(HeaderRateLimit))
-	if err != nil || len(cur) != 2 || cur[1].name != "per-route" || cur[1].params["r"] != 0 || cur[0].params["r"] != 98 {
+	cur, err := ratelimitheadertest.ParseList(w.Header().Get(HeaderRateLimit))
+	if err != nil || len(cur) != 2 || cur[1].Name != "per-route" || cur[1].Params["r"] != 0 || cur[0].Params["r"] != 98 {
 		t.Errorf("%s on denial: %+v, %v", HeaderRateLimit, cur, err)
 	}
 	// Another route of the same identity has its own per-route budget.

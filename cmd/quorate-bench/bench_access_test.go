@@ -14,6 +14,7 @@ import (
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/cmd/internal/apiflags"
+	"github.com/quorate/quorate/cmd/internal/clitest"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -38,7 +39,7 @@ func TestBenchOverTLS(t *testing.T) {
 	applyBenchPolicy(t, c)
 	ca := c.CA()
 	servers := c.Node(0).APIAddr() + "," + c.Node(1).APIAddr() // host:port: https with --tls-ca
-	out, stderr, err := runCLI(t, "--server", servers, "--tls-ca", ca.CAFile, "--tls-cert", ca.Admin.CertFile, "--tls-key", ca.Admin.KeyFile,
+	out, stderr, err := clitest.Run(t, run, "--server", servers, "--tls-ca", ca.CAFile, "--tls-cert", ca.Admin.CertFile, "--tls-key", ca.Admin.KeyFile,
 		"--policy", "p", "--workers", "2", "--duration", "500ms", "-o", "json")
 	if err != nil {
 		t.Fatalf("bench over TLS: %v\n%s", err, stderr)
@@ -50,8 +51,8 @@ func TestBenchOverTLS(t *testing.T) {
 	if sum.Calls == 0 || len(sum.Errors) != 0 {
 		t.Fatalf("bench over TLS: %d calls, errors %v", sum.Calls, sum.Errors)
 	}
-	_, _, err = runCLI(t, "--server", servers, "--tls-cert", ca.Admin.CertFile, "--policy", "p")
-	wantErrNaming(t, err, "--tls-key")
+	_, _, err = clitest.Run(t, run, "--server", servers, "--tls-cert", ca.Admin.CertFile, "--policy", "p")
+	clitest.WantErrNaming(t, err, "--tls-key")
 }
 
 // quorate-bench sends the bearer token of --token-file or $QUORATE_TOKEN,
@@ -77,7 +78,7 @@ func TestBenchSendsToken(t *testing.T) {
 	load := []string{"--server", server, "--policy", "p", "--duration", "200ms", "--workers", "1", "-o", "json"}
 	bench := func(args ...string) BenchSummary {
 		t.Helper()
-		out, stderr, err := runCLI(t, append(load, args...)...)
+		out, stderr, err := clitest.Run(t, run, append(load, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
 		}
@@ -97,8 +98,8 @@ func TestBenchSendsToken(t *testing.T) {
 	if s := bench(); s.Allowed == 0 || len(s.Errors) != 0 {
 		t.Errorf("bench with $%s: %+v, want allowed calls and no errors", apiflags.TokenEnv, s)
 	}
-	_, _, err := runCLI(t, append(load, "--token", token)...)
-	wantErrNaming(t, err, "--token", "--token-file")
+	_, _, err := clitest.Run(t, run, append(load, "--token", token)...)
+	clitest.WantErrNaming(t, err, "--token", "--token-file")
 	if err != nil && strings.Contains(err.Error(), token) {
 		t.Errorf("the refusal of --token echoes the token: %v", err)
 	}

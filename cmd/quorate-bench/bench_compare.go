@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorate/quorate/cmd/internal/apiflags"
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -497,8 +498,8 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 type clusterProcess struct {
 	cmd     *exec.Cmd
 	urls    []string
-	out     *lockedBuffer // dev's stdout: its summary
-	logs    *muteWriter   // dev's stderr: the nodes' logs, passed on until stop
+	out     *devcluster.Output // dev's stdout: its summary
+	logs    *muteWriter        // dev's stderr: the nodes' logs, passed on until stop
 	exited  chan struct{}
 	waitErr error // set before exited is closed
 }
@@ -511,7 +512,7 @@ func startClusterProcess(ctx context.Context, bin, dir string, base int, policie
 	if groups >= 0 {
 		args = append(args, "--groups", strconv.Itoa(groups))
 	}
-	p := &clusterProcess{out: &lockedBuffer{}, logs: &muteWriter{w: stderr}, exited: make(chan struct{})}
+	p := &clusterProcess{out: &devcluster.Output{}, logs: &muteWriter{w: stderr}, exited: make(chan struct{})}
 	for i := range 3 {
 		p.urls = append(p.urls, fmt.Sprintf("http://127.0.0.1:%d", base+i))
 	}

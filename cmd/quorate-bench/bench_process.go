@@ -5,7 +5,6 @@ package main
 // commands that start processes.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +29,7 @@ const serverStopWait = 10 * time.Second
 type serverProcess struct {
 	name    string // for errors, e.g. "redis-server on 127.0.0.1:6379"
 	cmd     *exec.Cmd
-	log     *lockedBuffer // its output
+	log     *devcluster.Output // its output
 	exited  chan struct{}
 	waitErr error // set before exited is closed
 }
@@ -41,7 +40,7 @@ type serverProcess struct {
 // has started; readiness is the caller's to poll (exited is closed if it
 // ends first).
 func startServerProcess(ctx context.Context, name, bin string, args, env []string, configure ...func(*exec.Cmd)) (*serverProcess, error) {
-	p := &serverProcess{name: name, log: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &serverProcess{name: name, log: &devcluster.Output{}, exited: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, bin, args...)
 	p.cmd.Env = env
 	for _, c := range configure {
@@ -164,23 +163,4 @@ func freePortOn(ip string) (int, error) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// lockedBuffer collects a child process's output; safe for the process's
-// copier and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorate/quorate/cmd/internal/clitest"
 )
 
 // startTestRedis starts a redis-server from PATH for the test (stopped at
@@ -38,7 +40,7 @@ func startTestRedis(tb testing.TB, durable bool) *redisServer {
 func redisBench(tb testing.TB, addr string, args ...string) BenchSummary {
 	tb.Helper()
 	args = append([]string{"--target", "redis", "--redis-addr", addr, "-o", "json"}, args...)
-	out, stderr, err := runCLI(tb, args...)
+	out, stderr, err := clitest.Run(tb, run, args...)
 	if err != nil {
 		tb.Fatalf("quorate %s: %v\n%s", strings.Join(args, " "), err, stderr)
 	}
@@ -148,8 +150,8 @@ func TestBenchRedisUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = runCLI(t, "--target", "redis", "--redis-addr", fmt.Sprintf("127.0.0.1:%d", port), "--duration", "1s")
-	wantErrNaming(t, err, "--redis-addr", "SCRIPT LOAD")
+	_, _, err = clitest.Run(t, run, "--target", "redis", "--redis-addr", fmt.Sprintf("127.0.0.1:%d", port), "--duration", "1s")
+	clitest.WantErrNaming(t, err, "--redis-addr", "SCRIPT LOAD")
 }
 
 func TestRedisTTL(t *testing.T) {

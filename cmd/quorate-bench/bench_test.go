@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/cmd/internal/clitest"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -26,7 +27,7 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
 	bench := func(args ...string) BenchSummary {
 		t.Helper()
-		out, stderr, err := runCLI(t, append([]string{"--server", servers, "--policy", "b", "--keys", "20", "-o", "json"}, args...)...)
+		out, stderr, err := clitest.Run(t, run, append([]string{"--server", servers, "--policy", "b", "--keys", "20", "-o", "json"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
 		}
@@ -94,7 +95,7 @@ func TestBenchFlagsAreChecked(t *testing.T) {
 		{[]string{"compare", "--write", "/nonexistent-dir/BENCHMARKS.md"}, "--write"},
 		{[]string{"compare", "--redis-server", "/nonexistent/redis-server"}, "--redis-server"},
 	} {
-		_, _, err := runCLI(t, tc.args...)
+		_, _, err := clitest.Run(t, run, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.flag)
 		}
@@ -115,7 +116,7 @@ func TestBenchBatch(t *testing.T) {
 	servers := c.APIURL(0) + "," + c.APIURL(1) + "," + c.APIURL(2)
 	bench := func(args ...string) (BenchSummary, map[string]any) {
 		t.Helper()
-		out, stderr, err := runCLI(t, append([]string{"--server", servers, "--keys", "20", "-o", "json"}, args...)...)
+		out, stderr, err := clitest.Run(t, run, append([]string{"--server", servers, "--keys", "20", "-o", "json"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, stderr)
 		}
@@ -156,7 +157,7 @@ func TestBenchBatch(t *testing.T) {
 		t.Fatalf("batch of 4 on an unknown policy: %+v, want %d not_found item errors", s, 4*s.Calls)
 	}
 
-	out, stderr, err := runCLI(t, "--server", servers, "--policy", "b", "--keys", "20", "--duration", "1s", "--workers", "2", "--batch", "5")
+	out, stderr, err := clitest.Run(t, run, "--server", servers, "--policy", "b", "--keys", "20", "--duration", "1s", "--workers", "2", "--batch", "5")
 	if err != nil {
 		t.Fatalf("bench --batch 5: %v\n%s", err, stderr)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/devcluster"
 )
 
 // A restarted dev cluster keeps the data groups it was created with: another
@@ -28,7 +30,7 @@ func TestDevRefusesOtherGroupsOnRestart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr devcluster.Output
 	err := run(ctx, args("--groups", "4"), &stdout, &stderr)
 	wantErrNaming(t, err, "--groups 4", "created with --groups 2", "another --dir")
 	if strings.Contains(stdout.String(), "ready in") {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/devcluster"
 )
 
 // TestDevCtrlCLogsNoError runs the built binary's `quorate dev` (3 nodes,
@@ -26,7 +28,7 @@ func TestDevCtrlCLogsNoError(t *testing.T) {
 	cmd := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "state"), "--nodes", "3", "--policies", "",
 		"--api-port", fmt.Sprint(apiPort), "--raft-port", fmt.Sprint(raftPort))
 	cmd.Env = os.Environ()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr devcluster.Output
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/devcluster"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -115,8 +116,8 @@ func TestDevWithoutPolicies(t *testing.T) {
 type devRun struct {
 	cancel context.CancelFunc
 	done   chan error // run's result
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *devcluster.Output
+	stderr *devcluster.Output
 }
 
 // startDev runs `quorate <args>` in the background and waits until it prints
@@ -124,7 +125,7 @@ type devRun struct {
 func startDev(t *testing.T, args []string) *devRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &devRun{cancel: cancel, done: make(chan error, 1), stdout: new(lockedBuffer), stderr: new(lockedBuffer)}
+	d := &devRun{cancel: cancel, done: make(chan error, 1), stdout: new(devcluster.Output), stderr: new(devcluster.Output)}
 	go func() { d.done <- run(ctx, args, d.stdout, d.stderr) }()
 	t.Cleanup(func() { cancel(); <-d.done })
 

@@ -1,30 +1,24 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/quorate/quorate/cmd/internal/clitest"
 )
 
 // runCLI runs the command line args through run and returns what it wrote.
 func runCLI(tb testing.TB, args ...string) (stdout, stderr string, err error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	err = run(ctx, args, &out, &errOut)
-	return out.String(), errOut.String(), err
+	return clitest.Run(tb, run, args...)
 }
 
 // mustRunJSON runs args (which should include -o json) and decodes stdout
@@ -41,18 +35,11 @@ func mustRunJSON(tb testing.TB, m proto.Message, args ...string) {
 	}
 }
 
-// wantErrNaming fails unless err is non-nil and its text names every one of
-// names (naming the flag or field at fault is what the CLI promises).
+// wantErrNaming fails unless err names every one of names (the flag or
+// field at fault, as the CLI promises).
 func wantErrNaming(tb testing.TB, err error, names ...string) {
 	tb.Helper()
-	if err == nil {
-		tb.Fatalf("got no error, want one naming %q", names)
-	}
-	for _, n := range names {
-		if !strings.Contains(err.Error(), n) {
-			tb.Errorf("error %q does not name %q", err, n)
-		}
-	}
+	clitest.WantErrNaming(tb, err, names...)
 }
 
 // freePortRange finds n consecutive free TCP ports on 127.0.0.1, none of them
@@ -106,23 +93,4 @@ func ephemeralLow() int {
 		}
 	}
 	return 32768
-}
-
-// lockedBuffer collects a command's output; safe for the command and a
-// reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/devcluster"
 )
 
 // readmeBlock returns the command lines of the first ```sh block after the
@@ -132,7 +134,7 @@ func TestREADMEScalingCommands(t *testing.T) {
 			continue // the section's placeholder for a running plan
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		var stdout, stderr lockedBuffer
+		var stdout, stderr devcluster.Output
 		err := run(ctx, append(args, "--server", server), &stdout, &stderr)
 		cancel()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -110,7 +111,7 @@ func TestDrainSkipsNodesThatNeverStarted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr devcluster.Output
 	err = run(ctx, []string{"admin", "node", "drain", drained, "--remove", "--server", server, "--timeout", "60s"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("node drain %s --remove: %v\nstdout:\n%s\nstderr:\n%s", drained, err, stdout.String(), stderr.String())

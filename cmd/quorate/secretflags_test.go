@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/access"
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -71,9 +72,9 @@ func TestServeJoinsWithNodeTokenFile(t *testing.T) {
 		"--join", c.Config(0).APIAddr, "--access-file", accessPath, "--token-file", tokensPath,
 		"--node-token-file", filepath.Join(dir, "node.token")}
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr devcluster.Output
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, &lockedBuffer{}, &stderr) }()
+	go func() { done <- run(ctx, args, &devcluster.Output{}, &stderr) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

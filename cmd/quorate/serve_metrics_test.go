@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node/nodetest"
 )
 
@@ -22,11 +23,11 @@ func TestServeMetricsPassPromtoolCheck(t *testing.T) {
 	port := freePortRange(t, 2)
 	api := fmt.Sprintf("127.0.0.1:%d", port)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr devcluster.Output
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"), "--bootstrap",
-			"--api-addr", api, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "--log-level", "warn"}, &lockedBuffer{}, &stderr)
+			"--api-addr", api, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "--log-level", "warn"}, &devcluster.Output{}, &stderr)
 	}()
 	defer func() {
 		cancel()

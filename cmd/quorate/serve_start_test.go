@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorate/quorate/devcluster"
 )
 
 // A node with no state and neither --bootstrap nor --join would wait forever
@@ -21,7 +23,7 @@ func TestServeNeedsBootstrapOrJoinWithoutState(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := run(ctx, args, &lockedBuffer{}, &lockedBuffer{})
+	err := run(ctx, args, &devcluster.Output{}, &devcluster.Output{})
 	if ctx.Err() != nil {
 		t.Fatalf("serve without state, --bootstrap or --join ran until the test's deadline (%v), want a refusal at once", err)
 	}
@@ -39,9 +41,9 @@ func serveUntilListening(t *testing.T, args []string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr devcluster.Output
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, &lockedBuffer{}, &stderr) }()
+	go func() { done <- run(ctx, args, &devcluster.Output{}, &stderr) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(stderr.String(), "API on") {
 		select {
@@ -84,7 +86,7 @@ func TestServeRefusesAnEarlierBuildsDataDir(t *testing.T) {
 		"--api-addr", fmt.Sprintf("127.0.0.1:%d", port), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1)}
 	for _, extra := range [][]string{nil, {"--bootstrap"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := run(ctx, append(args, extra...), &lockedBuffer{}, &lockedBuffer{})
+		err := run(ctx, append(args, extra...), &devcluster.Output{}, &devcluster.Output{})
 		timedOut := ctx.Err() != nil
 		cancel()
 		if timedOut {

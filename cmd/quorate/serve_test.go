@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/devcluster"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -24,12 +25,12 @@ func TestServeClockFileReloadsOnSIGUSR1(t *testing.T) {
 	port := freePortRange(t, 2)
 	api := fmt.Sprintf("127.0.0.1:%d", port)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr devcluster.Output
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"), "--bootstrap",
 			"--api-addr", api, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", port+1), "--log-level", "warn",
-			"--debug-clock-file", clock}, &lockedBuffer{}, &stderr)
+			"--debug-clock-file", clock}, &devcluster.Output{}, &stderr)
 	}()
 	defer func() {
 		cancel()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
 )
 
@@ -91,7 +92,7 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 	api := fmt.Sprintf("127.0.0.1:%d", port)
 	dev := exec.Command(bin, "dev", "--nodes", "1", "--dir", filepath.Join(t.TempDir(), "dev"), "--policies", "",
 		"--api-port", fmt.Sprint(port), "--raft-port", fmt.Sprint(port+1), "--log-level", "info")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr devcluster.Output
 	dev.Stdout, dev.Stderr = &stdout, &stderr
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)

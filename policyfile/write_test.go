@@ -5,42 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
-
-func TestParsePolicyFileLocalSync(t *testing.T) {
-	const file = `
-policies:
-  - name: a
-    algorithm: token_bucket
-    limit: 100
-    period: 1s
-    local: {mode: sync, sync_interval: 500ms}
-  - name: b
-    algorithm: quota
-    limit: 86400
-    calendar: day
-    local:
-      mode: sync
-`
-	got, err := Parse("p.yaml", []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []*quoratev1.Policy{
-		{Name: "a", Algorithm: "token_bucket", Limit: 100, Period: durationpb.New(time.Second),
-			Local: &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(500 * time.Millisecond)}},
-		{Name: "b", Algorithm: "quota", Limit: 86400, Period: durationpb.New(0), Calendar: "day", Local: &quoratev1.LocalDecisions{Mode: "sync"}},
-	}
-	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Errorf("policy %d = %v, want %v", i, got[i], want[i])
-		}
-	}
-}
 
 func TestWritePolicyFileLocalSync(t *testing.T) {
 	var b strings.Builder

@@ -1,35 +1,29 @@
-package clienttest
+package ratelimitheadertest
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 )
 
-// ok200 is the service behind the middleware in these tests.
-var ok200 = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
-
-// The structured-field parser below is the middleware's own tests' parser
-// (client/middleware/sf_test.go, which tests it): these tests read the
-// fields a real cluster's decisions produce as strictly as the unit tests
-// read the fake's. Keep the two alike.
-// sfItem is one member of a structured-field List whose items are Strings
+// Item is one member of a structured-field List whose items are Strings
 // with Integer or String parameters: the shape of RateLimit-Policy and
 // RateLimit.
-type sfItem struct {
-	name   string
-	keys   []string
-	params map[string]int64
-	strs   map[string]string // String parameters
+type Item struct {
+	// Name is the item's String.
+	Name string
+	// Keys are the parameters' keys in the order they stand.
+	Keys []string
+	// Params are the Integer parameters, Strings the String ones.
+	Params  map[string]int64
+	Strings map[string]string
 }
 
-// parseSFList parses s strictly as an RFC 9651 List of String items with
+// ParseList parses s strictly as an RFC 9651 List of String items with
 // Integer or String parameters, and fails on anything else.
-func parseSFList(s string) ([]sfItem, error) {
-	p := &sfParser{s: s}
-	var items []sfItem
+func ParseList(s string) ([]Item, error) {
+	p := &parser{s: s}
+	var items []Item
 	p.sp()
 	if p.end() {
 		return nil, fmt.Errorf("empty list")
@@ -55,24 +49,24 @@ func parseSFList(s string) ([]sfItem, error) {
 	}
 }
 
-type sfParser struct {
+type parser struct {
 	s string
 	i int
 }
 
-func (p *sfParser) end() bool { return p.i >= len(p.s) }
-func (p *sfParser) sp() {
+func (p *parser) end() bool { return p.i >= len(p.s) }
+func (p *parser) sp() {
 	for !p.end() && p.s[p.i] == ' ' {
 		p.i++
 	}
 }
-func (p *sfParser) ows() {
+func (p *parser) ows() {
 	for !p.end() && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
 		p.i++
 	}
 }
 
-func (p *sfParser) str() (string, error) {
+func (p *parser) str() (string, error) {
 	if p.end() || p.s[p.i] != '"' {
 		return "", fmt.Errorf("offset %d: not a String", p.i)
 	}
@@ -101,13 +95,13 @@ func (p *sfParser) str() (string, error) {
 	}
 }
 
-func (p *sfParser) item() (sfItem, error) {
-	it := sfItem{params: map[string]int64{}, strs: map[string]string{}}
+func (p *parser) item() (Item, error) {
+	it := Item{Params: map[string]int64{}, Strings: map[string]string{}}
 	name, err := p.str()
 	if err != nil {
 		return it, fmt.Errorf("item: %w", err)
 	}
-	it.name = name
+	it.Name = name
 	for !p.end() && p.s[p.i] == ';' {
 		p.i++
 		p.sp()
@@ -123,9 +117,9 @@ func (p *sfParser) item() (sfItem, error) {
 			return it, fmt.Errorf("parameter %s: no Integer value", key)
 		}
 		p.i++
-		if _, dup := it.params[key]; !dup {
-			if _, dup := it.strs[key]; !dup {
-				it.keys = append(it.keys, key)
+		if _, dup := it.Params[key]; !dup {
+			if _, dup := it.Strings[key]; !dup {
+				it.Keys = append(it.Keys, key)
 			}
 		}
 		if !p.end() && p.s[p.i] == '"' {
@@ -133,8 +127,8 @@ func (p *sfParser) item() (sfItem, error) {
 			if err != nil {
 				return it, fmt.Errorf("parameter %s: %w", key, err)
 			}
-			delete(it.params, key)
-			it.strs[key] = v
+			delete(it.Params, key)
+			it.Strings[key] = v
 			continue
 		}
 		start = p.i
@@ -149,8 +143,8 @@ func (p *sfParser) item() (sfItem, error) {
 			return it, fmt.Errorf("parameter %s: %q is not an Integer", key, p.s[start:p.i])
 		}
 		n, _ := strconv.ParseInt(p.s[start:p.i], 10, 64)
-		delete(it.strs, key)
-		it.params[key] = n
+		delete(it.Strings, key)
+		it.Params[key] = n
 	}
 	return it, nil
 }
