@@ -180,7 +180,7 @@ func parseLocal(e *yamllist.Entry) (admission.Local, error) {
 		return err
 	})
 	if err == nil && l.Mode == "" && l != (admission.Local{}) {
-		err = sub.Fail(sub.At(), "mode", admission.ErrInvalidPolicy, "missing; local decisions need a mode (reserve or sync)")
+		err = sub.Fail(sub.At(), "mode", admission.ErrInvalidPolicy, "missing; local decisions need a mode (grant or sync)")
 	}
 	return l, err
 }
