@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -50,11 +51,11 @@ func (n *Node) nodeState() *quoratev1.NodeState {
 		ApiAddr:             n.apiAddr,
 		FeatureLevel:        n.cfg.featureLevel(),
 		ClusterId:           n.mux.ClusterID(),
-		ForwardedCalls:      n.forwardedCalls.Load(),
+		ForwardedCalls:      n.engine.ForwardedCalls(),
 		PolicyDecisions:     n.decisions.byPolicy(time.Now()),
 	}
 	plans := n.meta.FSM.Plans()
-	for _, g := range n.hosted() {
+	for _, g := range n.engine.Hosted() {
 		gs := &quoratev1.GroupState{
 			Id:               uint32(g.ID),
 			Role:             roleName(g.Raft.State()),
@@ -101,7 +102,7 @@ func frozenStatus(frozen map[uint64]shard.SlotRange, plans []*raftcmdv1.Plan) []
 	for m, r := range frozen {
 		fs := &quoratev1.FrozenSlots{Start: uint32(r.Start), End: uint32(r.End), Migration: m, Plan: m >> 16, Step: uint32(m & 0xffff), PlanState: "unknown"}
 		if i := slices.IndexFunc(plans, func(p *raftcmdv1.Plan) bool { return p.GetId() == fs.Plan }); i >= 0 {
-			fs.PlanState = planStateName(plans[i].GetState())
+			fs.PlanState = engine.PlanStateName(plans[i].GetState())
 		}
 		out = append(out, fs)
 	}
@@ -143,7 +144,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 	n := h.n
 	cf := n.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return nil, n.toConnectError(fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err))
+		return nil, n.toConnectError(fmt.Errorf("%w: reading the raft configuration: %v", engine.ErrNotProposed, err))
 	}
 	addrs := make(map[string]string)
 	for _, m := range n.meta.FSM.Nodes() {
@@ -168,7 +169,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
-				resp, err := n.peerPorts.at(m.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				resp, err := n.peerPorts.At(m.RaftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				if err != nil {
 					m.Error = err.Error()
 					return
@@ -232,21 +233,21 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 		names = append(names, ap.Name)
 	}
-	return leaderCall(ctx, n, routing{idempotent: true}, req,
-		func(ctx context.Context, _ dest) (*quoratev1.ApplyPoliciesResponse, error) {
+	return leaderCall(ctx, n, engine.Routing{Idempotent: true}, req,
+		func(ctx context.Context, _ engine.Dest) (*quoratev1.ApplyPoliciesResponse, error) {
 			// The leader's table is current but for entries still
 			// committing; the meta group checks again when it applies.
 			if have, added := n.meta.FSM.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
 				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
 			}
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: actorOf(ctx, "")})
+			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: actorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
 			return &quoratev1.ApplyPoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
-			return p.admin.ApplyPolicies(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
+			return p.Admin.ApplyPolicies(ctx, fwd)
 		})
 }
 
@@ -266,17 +267,17 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 		}
 	}
 	// A repeat of a delete that applied answers NotFound.
-	return leaderCall(ctx, n, routing{}, req,
-		func(ctx context.Context, _ dest) (*quoratev1.DeletePoliciesResponse, error) {
-			res, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
+	return leaderCall(ctx, n, engine.Routing{}, req,
+		func(ctx context.Context, _ engine.Dest) (*quoratev1.DeletePoliciesResponse, error) {
+			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
 				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}, Actor: actorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
 			return &quoratev1.DeletePoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.DeletePoliciesRequest]) (*connect.Response[quoratev1.DeletePoliciesResponse], error) {
-			return p.admin.DeletePolicies(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.DeletePoliciesRequest]) (*connect.Response[quoratev1.DeletePoliciesResponse], error) {
+			return p.Admin.DeletePolicies(ctx, fwd)
 		})
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
@@ -17,9 +18,9 @@ func onMetaLeader[Req, Resp any](ctx context.Context, n *Node, req *connect.Requ
 	local func(context.Context) (*Resp, error),
 	forward func(quoratev1connect.AdminServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
-	return leaderCall(ctx, n, routing{idempotent: idempotent}, req,
-		func(ctx context.Context, _ dest) (*Resp, error) { return local(ctx) },
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[Req]) (*connect.Response[Resp], error) {
-			return forward(p.admin, ctx, fwd)
+	return leaderCall(ctx, n, engine.Routing{Idempotent: idempotent}, req,
+		func(ctx context.Context, _ engine.Dest) (*Resp, error) { return local(ctx) },
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[Req]) (*connect.Response[Resp], error) {
+			return forward(p.Admin, ctx, fwd)
 		})
 }

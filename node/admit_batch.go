@@ -3,18 +3,18 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // MaxAdmitBatch is the most requests one AdmitBatch call may carry.
-const MaxAdmitBatch = 1000
+const MaxAdmitBatch = engine.MaxAdmitBatch
 
 // AdmitBatch decides each request as Admit would and answers every one in
 // request order. It is one call of the request engine (decide): requests
@@ -29,11 +29,11 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 	if len(reqs) == 0 || len(reqs) > MaxAdmitBatch {
 		return nil, n.toConnectError(badRequest("requests", "must hold 1 to %d requests (got %d)", MaxAdmitBatch, len(reqs)))
 	}
-	ctx, cancel := n.requestContext(ctx)
+	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	forwarded := req.Header().Get(forwardedHeader) != ""
+	forwarded := req.Header().Get(engine.ForwardedHeader) != ""
 	out := make([]*quoratev1.AdmitBatchResult, len(reqs))
-	items := make([]*item, 0, len(reqs))
+	items := make([]*engine.Item, 0, len(reqs))
 	at := make([]int, 0, len(reqs))
 	for i, m := range reqs {
 		cmd, err := admitCommand(m)
@@ -43,12 +43,12 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 		}
 		items, at = append(items, admitItem(m, cmd, forwarded)), append(at, i)
 	}
-	n.decide(ctx, items)
+	n.engine.Decide(ctx, items)
 	answer := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
 	for j, it := range items {
 		// Quorate-Leader: once per node an item was forwarded to.
-		if it.viaLeader != "" && !slices.Contains(answer.Header().Values(leaderHeader), it.viaLeader) {
-			answer.Header().Add(leaderHeader, it.viaLeader)
+		if it.ViaLeader != "" && !slices.Contains(answer.Header().Values(engine.LeaderHeader), it.ViaLeader) {
+			answer.Header().Add(engine.LeaderHeader, it.ViaLeader)
 		}
 		if resp, err := admitAnswer(it); err != nil {
 			out[at[j]] = batchError(n.toConnectError(err))
@@ -60,24 +60,24 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 }
 
 // admitItem is an Admit (m, checked into cmd) as an item of the engine.
-func admitItem(m *quoratev1.AdmitRequest, cmd *raftcmdv1.Admit, forwarded bool) *item {
-	return &item{
-		rt:    routing{data: true, key: cmd.GetKey(), forwarded: forwarded, idempotent: cmd.GetRequestId() != ""},
-		env:   &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}},
-		admit: m,
+func admitItem(m *quoratev1.AdmitRequest, cmd *raftcmdv1.Admit, forwarded bool) *engine.Item {
+	return &engine.Item{
+		Route: engine.Routing{Data: true, Key: cmd.GetKey(), Forwarded: forwarded, Idempotent: cmd.GetRequestId() != ""},
+		Env:   &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}},
+		Admit: m,
 	}
 }
 
 // admitAnswer is the answer to a decided Admit item: the leader's forwarded
 // response or this node's FSM result.
-func admitAnswer(it *item) (*quoratev1.AdmitResponse, error) {
+func admitAnswer(it *engine.Item) (*quoratev1.AdmitResponse, error) {
 	switch {
-	case it.err != nil:
-		return nil, it.err
-	case it.resp != nil:
-		return it.resp, nil
+	case it.Err != nil:
+		return nil, it.Err
+	case it.Resp != nil:
+		return it.Resp, nil
 	}
-	return admitResponse(it.res.(*fsm.AdmitResult), it.by.FSM), nil
+	return admitResponse(it.Res.(*fsm.AdmitResult), it.By.FSM), nil
 }
 
 // batchError is the AdmitBatchError form of a Connect error from the node's
@@ -88,39 +88,9 @@ func batchError(err error) *quoratev1.AdmitBatchResult {
 	if errors.As(err, &ce) {
 		e.Message = ce.Message()
 	}
-	if fv, ok := errorDetail[*quoratev1.FieldViolation](err); ok {
+	if fv, ok := engine.ErrorDetail[*quoratev1.FieldViolation](err); ok {
 		e.Field = fv.GetField()
 	}
-	e.OutcomeUnknown = IsOutcomeUnknown(err)
+	e.OutcomeUnknown = engine.IsOutcomeUnknown(err)
 	return &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Error{Error: e}}
-}
-
-// batchResultAnswer turns one result of a forwarded AdmitBatch back into an
-// answer or an error: Unavailable without outcome_unknown means certainly not
-// applied (ErrNotProposed), with it ErrOutcomeUnknown; any other error is
-// the leader's own answer, final, as a Connect error with its field (which
-// toConnectError passes through unchanged). batchError is its inverse.
-func batchResultAnswer(r *quoratev1.AdmitBatchResult) (*quoratev1.AdmitResponse, error) {
-	if resp := r.GetResponse(); resp != nil {
-		return resp, nil
-	}
-	e := r.GetError()
-	if e == nil {
-		return nil, fmt.Errorf("%w: the leader answered an empty result", ErrOutcomeUnknown)
-	}
-	var code connect.Code
-	if err := code.UnmarshalText([]byte(e.GetCode())); err != nil {
-		code = connect.CodeUnknown
-	}
-	switch {
-	case code == connect.CodeUnavailable && e.GetOutcomeUnknown():
-		return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, e.GetMessage())
-	case code == connect.CodeUnavailable:
-		return nil, fmt.Errorf("%w: %s", ErrNotProposed, e.GetMessage())
-	}
-	ce := connect.NewError(code, errors.New(e.GetMessage()))
-	if e.GetField() != "" {
-		ce = withDetail(ce, &quoratev1.FieldViolation{Field: e.GetField(), Description: e.GetMessage()})
-	}
-	return nil, ce
 }

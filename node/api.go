@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -34,12 +35,12 @@ var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 // one (decide): local, with the group's destination, when this node leads
 // it, else the same request forwarded with remote. Errors go through the
 // node's one error table.
-func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *connect.Request[Req],
-	local func(context.Context, dest) (*Resp, error),
-	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt engine.Routing, req *connect.Request[Req],
+	local func(context.Context, engine.Dest) (*Resp, error),
+	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
 	var out *Resp
-	it := &item{rt: rt, local: func(ctx context.Context, d dest) (err error) {
+	it := &engine.Item{Route: rt, Local: func(ctx context.Context, d engine.Dest) (err error) {
 		out, err = local(ctx, d)
 		return err
 	}}
@@ -54,19 +55,19 @@ func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *co
 // commandCall is leaderCall of a request that is one command, env: on the
 // leader, it shares the group's entries with the other commands proposed
 // meanwhile, and answer turns the FSM's result into the response.
-func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *connect.Request[Req],
+func commandCall[Req, Resp any](ctx context.Context, n *Node, rt engine.Routing, req *connect.Request[Req],
 	env *raftcmdv1.Envelope, answer func(res any) *Resp,
-	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
 	var out *Resp
-	it := &item{rt: rt, env: env}
+	it := &engine.Item{Route: rt, Env: env}
 	err := runCall(ctx, n, req, it, &out, remote)
 	markForwarded(ctx, it)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if it.res != nil {
-		out = answer(it.res)
+	if it.Res != nil {
+		out = answer(it.Res)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -76,27 +77,27 @@ func commandCall[Req, Resp any](ctx context.Context, n *Node, rt routing, req *c
 // forwarded it, it, to another node: on an answer and on an error alike (a
 // leader's error passed on is a wire error, whose own metadata Connect does
 // not send again).
-func markForwarded(ctx context.Context, it *item) {
-	if !it.rt.data || it.viaLeader == "" {
+func markForwarded(ctx context.Context, it *engine.Item) {
+	if !it.Route.Data || it.ViaLeader == "" {
 		return
 	}
 	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		info.ResponseHeader().Set(leaderHeader, it.viaLeader)
+		info.ResponseHeader().Set(engine.LeaderHeader, it.ViaLeader)
 	}
 }
 
 // runCall decides it, a unary request, within the request's deadline
 // (requestContext); forwarded, req is sent to the leader by remote, marked
 // with this node's ID, and its answer lands in out.
-func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], it *item, out **Resp,
-	remote func(context.Context, *peerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], it *engine.Item, out **Resp,
+	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) error {
-	ctx, cancel := n.requestContext(ctx)
+	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	it.rt.forwarded = req.Header().Get(forwardedHeader) != ""
-	it.forward = func(ctx context.Context, p *peerClient) error {
+	it.Route.Forwarded = req.Header().Get(engine.ForwardedHeader) != ""
+	it.Forward = func(ctx context.Context, p *engine.PeerClient) error {
 		fwd := connect.NewRequest(req.Msg)
-		fwd.Header().Set(forwardedHeader, n.cfg.ID)
+		fwd.Header().Set(engine.ForwardedHeader, n.cfg.ID)
 		setForwardedIdentity(ctx, fwd.Header())
 		resp, err := remote(ctx, p, fwd)
 		if err == nil {
@@ -104,8 +105,8 @@ func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[R
 		}
 		return err
 	}
-	n.decide(ctx, []*item{it})
-	return it.err
+	n.engine.Decide(ctx, []*engine.Item{it})
+	return it.Err
 }
 
 // Admit checks what it can without state, then has the leader decide through
@@ -116,7 +117,7 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if plantedLocalRead && req.Header().Get(forwardedHeader) == "" {
+	if plantedLocalRead && req.Header().Get(engine.ForwardedHeader) == "" {
 		if out, ok := plantedLocalDecision(n, req.Msg); ok {
 			bg := connect.NewRequest(proto.Clone(req.Msg).(*quoratev1.AdmitRequest))
 			go func() {
@@ -135,10 +136,10 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 // same leader (forward.go).
 func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest], cmd *raftcmdv1.Admit) (*connect.Response[quoratev1.AdmitResponse], error) {
 	n := h.n
-	ctx, cancel := n.requestContext(ctx)
+	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	it := admitItem(req.Msg, cmd, req.Header().Get(forwardedHeader) != "")
-	n.decide(ctx, []*item{it})
+	it := admitItem(req.Msg, cmd, req.Header().Get(engine.ForwardedHeader) != "")
+	n.engine.Decide(ctx, []*engine.Item{it})
 	markForwarded(ctx, it)
 	resp, err := admitAnswer(it)
 	if err != nil {
@@ -236,7 +237,7 @@ func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quorat
 		return nil, n.toConnectError(err)
 	}
 	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}}
-	return commandCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req, env,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true}, req, env,
 		func(res any) *quoratev1.PeekResponse {
 			r := res.(*fsm.PeekResult)
 			d := r.Decision
@@ -246,8 +247,8 @@ func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quorat
 				PolicyVersion: r.PolicyVersion, DecidedAt: timestamppb.New(time.Unix(0, r.At).UTC()),
 			}
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
-			return p.admission.Peek(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
+			return p.Admission.Peek(ctx, fwd)
 		})
 }
 
@@ -270,13 +271,13 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	// A repeated refund answers refunded=false.
 	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
 		Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}}
-	return commandCall(ctx, n, routing{data: true, key: m.GetKey(), idempotent: true}, req, env,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true}, req, env,
 		func(res any) *quoratev1.RefundResponse {
 			r := res.(*fsm.RefundResult)
 			return &quoratev1.RefundResponse{Refunded: r.Refunded, Cost: r.Cost, RefundedAt: timestamppb.New(time.Unix(0, r.RefundedAt).UTC())}
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
-			return p.admission.Refund(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
+			return p.Admission.Refund(ctx, fwd)
 		})
 }
 
@@ -381,7 +382,7 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	cmd.TtlNanos = ttl
-	return commandCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: cmd.GetRequestId() != ""}, req,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: cmd.GetRequestId() != ""}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}},
 		func(res any) *quoratev1.ReserveResponse {
 			r := res.(*fsm.ReserveResult)
@@ -393,8 +394,8 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 			}
 			return out
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
-			return p.admission.Reserve(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
+			return p.Admission.Reserve(ctx, fwd)
 		})
 }
 
@@ -412,14 +413,14 @@ func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	cmd := &raftcmdv1.Commit{ReservationId: m.GetReservationId(), Actual: m.GetActual(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
-	return commandCall(ctx, n, routing{data: true, key: fsm.ReservationKey(cmd.GetReservationId()), idempotent: cmd.GetRequestId() != ""}, req,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: fsm.ReservationKey(cmd.GetReservationId()), Idempotent: cmd.GetRequestId() != ""}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}},
 		func(res any) *quoratev1.CommitResponse {
 			r := res.(*fsm.ReserveResult)
 			return &quoratev1.CommitResponse{Charged: r.Charged, Released: r.Released, Over: r.Over,
 				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
-			return p.admission.Commit(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
+			return p.Admission.Commit(ctx, fwd)
 		})
 }

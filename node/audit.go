@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -59,10 +60,10 @@ func (h *adminHandler) ListAudit(ctx context.Context, req *connect.Request[quora
 	case limit > maxAuditLimit:
 		return nil, n.toConnectError(badRequest("limit", "is %d; at most %d records in one page", limit, maxAuditLimit))
 	}
-	ctx, cancel := n.requestContext(ctx)
+	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	if err := n.catchUpMeta(ctx); err != nil {
-		return nil, n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing the audit trail: %v", ErrNotProposed, err))
+	if err := n.engine.CatchUpMeta(ctx); err != nil {
+		return nil, n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing the audit trail: %v", engine.ErrNotProposed, err))
 	}
 	recs, more := n.meta.FSM.Audit(req.Msg.GetSince(), limit)
 	out := &quoratev1.ListAuditResponse{More: more, Entries: make([]*quoratev1.AuditEntry, 0, len(recs))}

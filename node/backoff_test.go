@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/quorate/quorate/node/internal/engine"
 )
 
 // The node's waits double from initial up to max, without jitter: the
@@ -21,7 +22,7 @@ func TestDoublingWaits(t *testing.T) {
 		{20 * time.Millisecond, 500 * time.Millisecond, []time.Duration{20, 40, 80, 160, 320, 500, 500}},
 		{5 * time.Millisecond, 100 * time.Millisecond, []time.Duration{5, 10, 20, 40, 80, 100, 100}},
 	} {
-		b := doubling(tt.initial, tt.max)
+		b := engine.Doubling(tt.initial, tt.max)
 		unit := time.Millisecond
 		if tt.initial == time.Second {
 			unit = time.Second
@@ -40,7 +41,7 @@ func TestRetryStops(t *testing.T) {
 	ctx := context.Background()
 	errAgain, errFinal := errors.New("again"), errors.New("final")
 	calls := 0
-	err, stopped := retry(ctx, doubling(time.Millisecond, time.Millisecond), func() error {
+	err, stopped := engine.Retry(ctx, engine.Doubling(time.Millisecond, time.Millisecond), func() error {
 		calls++
 		if calls < 3 {
 			return errAgain
@@ -51,7 +52,7 @@ func TestRetryStops(t *testing.T) {
 		t.Fatalf("permanent: err=%v stopped=%v calls=%d, want %v, nil, 3", err, stopped, calls, errFinal)
 	}
 	calls = 0
-	err, stopped = retry(ctx, doubling(time.Millisecond, time.Millisecond), func() error {
+	err, stopped = engine.Retry(ctx, engine.Doubling(time.Millisecond, time.Millisecond), func() error {
 		calls++
 		if calls < 3 {
 			return errAgain
@@ -63,7 +64,7 @@ func TestRetryStops(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	calls = 0
-	err, stopped = retry(cctx, doubling(time.Millisecond, time.Millisecond), func() error {
+	err, stopped = engine.Retry(cctx, engine.Doubling(time.Millisecond, time.Millisecond), func() error {
 		calls++
 		if calls == 3 {
 			cancel()

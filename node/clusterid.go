@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -116,7 +117,7 @@ func (c *controller) adoptClusterID(id, from string) error {
 // node without state joins, and records it; a cluster without one lets the
 // node admit any peer.
 func (c *controller) learnClusterID(ctx context.Context, base string) error {
-	resp, err := c.apiPorts.get(base).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := c.apiPorts.Get(base).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (c *controller) clusterIDLoop(ctx context.Context) {
 				id = newClusterID()
 			}
 			pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-			_, err := c.req.proposeTo(pctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetClusterId{
+			_, err := c.req.ProposeTo(pctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetClusterId{
 				SetClusterId: &raftcmdv1.SetClusterID{Id: id}}})
 			cancel()
 			if err != nil && ctx.Err() == nil {

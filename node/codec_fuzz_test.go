@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -229,10 +230,10 @@ func checkForwardedAdmit(t *testing.T, m *quoratev1.AdmitRequest) {
 		}
 	}
 	it := admitItem(m, cmd, true)
-	if !it.rt.data || !it.rt.forwarded || it.rt.key != cmd.GetKey() {
-		t.Fatalf("admitItem(%v) routes as %+v", m, it.rt)
+	if !it.Route.Data || !it.Route.Forwarded || it.Route.Key != cmd.GetKey() {
+		t.Fatalf("admitItem(%v) routes as %+v", m, it.Route)
 	}
-	entry, err := fsm.Encode(it.env)
+	entry, err := fsm.Encode(it.Env)
 	if err != nil {
 		t.Fatalf("the command of %v does not encode as a Raft entry: %v", m, err)
 	}
@@ -319,12 +320,12 @@ func FuzzApplyToGroup(f *testing.F) {
 			}
 			return
 		}
-		c := migrationCallOf(shard.GroupID(req.GetGroup()), env)
-		if isCoordination(env) != (c.kind != "unknown") {
+		c := engine.MigrationCallOf(shard.GroupID(req.GetGroup()), env)
+		if isCoordination(env) != (c.Kind != "unknown") {
 			t.Fatalf("envelope %v: coordination %v, migration call %+v", env, isCoordination(env), c)
 		}
-		if c.r.Start > shard.SlotCount || c.r.End > shard.SlotCount {
-			t.Fatalf("envelope %v: range %v out of the slots", env, c.r)
+		if c.Range.Start > shard.SlotCount || c.Range.End > shard.SlotCount {
+			t.Fatalf("envelope %v: range %v out of the slots", env, c.Range)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -48,7 +49,7 @@ type controller struct {
 	req requestPath
 	// peers and fwd are clients of other nodes' API ports and of their
 	// peer ports' forwarding channel (status calls).
-	apiPorts, peerPorts *peers
+	apiPorts, peerPorts *engine.Peers
 	// mux is the peer port, whose cluster-ID gate the controller sets.
 	mux *peermux.Mux
 
@@ -76,26 +77,26 @@ type pacing struct {
 type requestPath interface {
 	// propose and proposeTo append an entry to a group led here (propose:
 	// the meta group; proposeTo: the group of d).
-	propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error)
-	proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error)
+	Propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error)
+	ProposeTo(ctx context.Context, d engine.Dest, env *raftcmdv1.Envelope) (any, error)
 	// onLeader runs local on the meta group's leader (this node) or remote
 	// on the node that leads it, with the request path's retries.
-	onLeader(ctx context.Context, r routing, local func(context.Context, dest) error, remote func(context.Context, *peerClient) error) error
+	OnLeader(ctx context.Context, r engine.Routing, local func(context.Context, engine.Dest) error, remote func(context.Context, *engine.PeerClient) error) error
 	// leader is the meta leader's API address and ID, as known here.
-	leader() (apiAddr, id string)
+	Leader() (apiAddr, id string)
 	// syncPolicies copies the meta group's policy table into a data group
 	// led here.
-	syncPolicies(ctx context.Context, g *replica.Replica) error
+	SyncPolicies(ctx context.Context, g *replica.Replica) error
 	// applyToGroup proposes a slot-migration entry to a group's leader,
 	// wherever it is; exportPage reads a page of a migration's state from
 	// one of the source group's replicas.
-	applyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error
-	exportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (fsm.ExportPage, error)
+	ApplyToGroup(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error
+	ExportPage(ctx context.Context, from shard.GroupID, migration uint64, r shard.SlotRange, cursor []byte) (fsm.ExportPage, error)
 	// now is the time a leader stamps.
-	now() time.Time
+	Now() time.Time
 }
 
-var _ requestPath = (*Node)(nil)
+var _ requestPath = (*engine.Engine)(nil)
 
 // newController returns n's control plane, not yet running.
 func newController(n *Node) *controller {
@@ -108,7 +109,7 @@ func newController(n *Node) *controller {
 		replicas:   n.groups,
 		shared:     n.shared,
 		open:       n.host.Open,
-		req:        n,
+		req:        n.engine,
 		apiPorts:   n.apiPorts,
 		peerPorts:  n.peerPorts,
 		mux:        n.mux,

@@ -57,7 +57,7 @@ type policyCount struct {
 
 // record counts res when it is an Admit decision of group's (a repeat of a
 // request ID decided nothing and is not counted).
-func (s *decisionStats) record(group shard.GroupID, res any) {
+func (s *decisionStats) Record(group shard.GroupID, res any) {
 	r, ok := res.(*fsm.AdmitResult)
 	if !ok || r.Duplicate {
 		return

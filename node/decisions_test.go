@@ -26,7 +26,7 @@ func TestDecisionStatsCountsAndRates(t *testing.T) {
 	}
 	s.add(2, &fsm.AdmitResult{Multi: true, Checks: []fsm.CheckResult{check("api", "k", true, false), check("shadow", "k", true, true)}}, t0.Add(29*time.Second))
 	// A repeat decided nothing.
-	s.record(1, &fsm.AdmitResult{Duplicate: true, Checks: []fsm.CheckResult{check("api", "hot", true, false)}})
+	s.Record(1, &fsm.AdmitResult{Duplicate: true, Checks: []fsm.CheckResult{check("api", "hot", true, false)}})
 
 	hot := s.hotKeys(1)
 	if len(hot) != 11-1 || hot[0].GetKey() != "hot" || hot[0].GetPolicy() != "api" || hot[0].GetCount() != 20 {

@@ -26,7 +26,8 @@
 //
 // It owns the one table from errors to Connect codes (errors.go). A
 // replica, its stores and its Raft transport are package
-// node/internal/replica's. Raft types never leave node and its internal
+// node/internal/replica's, the request path package node/internal/engine's.
+// Raft types never leave node and its internal
 // packages.
 //
 // # Health and logs
@@ -63,8 +64,8 @@
 //
 // A request is first checked for what needs no state (empty key, cost < 1).
 // Then every request, a unary call or each of an AdmitBatch's, goes through
-// one engine (engine.go), a unary call as a batch of one. Its key's slot picks the data group by this node's replica of the shard
-// map (route.go); data commands carry the map epoch, and a group refuses a
+// one engine (package engine's engine.go), a unary call as a batch of one. Its key's slot picks the data group by this node's replica of the shard
+// map (package engine's route.go); data commands carry the map epoch, and a group refuses a
 // slot it does not own or an epoch older than the slot's owner, so the
 // request is routed again. If this node leads the group, it stamps the entry with its clock and appends it to
 // the log (propose); the FSM decides when the entry is applied, and the

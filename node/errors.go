@@ -6,12 +6,12 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/lease"
+	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -35,7 +35,7 @@ func (n *Node) toConnectError(err error) error {
 	var fe *admission.FieldError
 	switch {
 	case errors.As(err, &fe):
-		return withDetail(connect.NewError(connect.CodeInvalidArgument, err),
+		return engine.WithDetail(connect.NewError(connect.CodeInvalidArgument, err),
 			&quoratev1.FieldViolation{Field: fe.Field, Description: fe.Reason})
 	case errors.Is(err, admission.ErrInvalidPolicy), errors.Is(err, admission.ErrInvalidRequest):
 		return connect.NewError(connect.CodeInvalidArgument, err)
@@ -45,7 +45,7 @@ func (n *Node) toConnectError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
 		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrNodeLive), errors.Is(err, ErrNotTheNode), errors.Is(err, ErrOtherCluster),
-		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, ErrUnplanned),
+		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, engine.ErrUnplanned),
 		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict):
@@ -53,18 +53,18 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, fsm.ErrSlotMoving):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, fsm.ErrTooManyPolicies):
-		return withDetail(connect.NewError(connect.CodeResourceExhausted, err),
+		return engine.WithDetail(connect.NewError(connect.CodeResourceExhausted, err),
 			&quoratev1.FieldViolation{Field: "policies", Description: err.Error()})
 	case errors.Is(err, fsm.ErrGroupFull), errors.Is(err, fsm.ErrDedupeFull), errors.Is(err, ErrRequestTooLarge), errors.Is(err, fsm.ErrTooManyGrants):
 		return connect.NewError(connect.CodeResourceExhausted, err)
-	case errors.Is(err, ErrOutcomeUnknown):
-		return withDetail(connect.NewError(connect.CodeUnavailable, err),
+	case errors.Is(err, engine.ErrOutcomeUnknown):
+		return engine.WithDetail(connect.NewError(connect.CodeUnavailable, err),
 			&quoratev1.OutcomeUnknown{Reason: err.Error()})
-	case errors.Is(err, ErrNotLeader):
-		addr, id := n.leader()
-		return withDetail(connect.NewError(connect.CodeUnavailable, err),
+	case errors.Is(err, engine.ErrNotLeader):
+		addr, id := n.engine.Leader()
+		return engine.WithDetail(connect.NewError(connect.CodeUnavailable, err),
 			&quoratev1.NotLeader{LeaderId: id, LeaderAddr: addr})
-	case errors.Is(err, ErrNotProposed):
+	case errors.Is(err, engine.ErrNotProposed):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, ErrInvalidConfig):
 		return connect.NewError(connect.CodeInvalidArgument, err)
@@ -102,36 +102,3 @@ type codeSaidError struct {
 
 func (e *codeSaidError) Error() string { return e.msg }
 func (e *codeSaidError) Unwrap() error { return e.err }
-
-func withDetail(ce *connect.Error, m proto.Message) *connect.Error {
-	if d, err := connect.NewErrorDetail(m); err == nil {
-		ce.AddDetail(d)
-	}
-	return ce
-}
-
-// errorDetail returns the first detail of type T carried by err's Connect
-// error, if any.
-func errorDetail[T proto.Message](err error) (T, bool) {
-	var zero T
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return zero, false
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if t, ok := v.(T); ok {
-				return t, true
-			}
-		}
-	}
-	return zero, false
-}
-
-// IsOutcomeUnknown reports whether err (a Connect error from a Quorate node)
-// carries the OutcomeUnknown detail: the request may or may not have been
-// applied, and only a retry with the same request ID is safe.
-func IsOutcomeUnknown(err error) bool {
-	_, ok := errorDetail[*quoratev1.OutcomeUnknown](err)
-	return ok
-}

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 )
@@ -90,11 +91,11 @@ func (r *memoryRelease) due(held int, now time.Time) bool {
 func (c *controller) expireGroup(ctx context.Context, g *replica.Replica) {
 	for range maxExpiresPerTick {
 		next, ok := g.FSM.NextExpiry()
-		if !g.IsLeader() || !ok || next > c.req.now().UnixNano() {
+		if !g.IsLeader() || !ok || next > c.req.Now().UnixNano() {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		_, err := c.req.proposeTo(pctx, dest{g: g, id: g.ID}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
+		_, err := c.req.ProposeTo(pctx, engine.Dest{Replica: g, ID: g.ID}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Expire{Expire: &raftcmdv1.Expire{}}})
 		cancel()
 		if err != nil {
 			c.log.Debug("expire", "group", g.ID, "err", err)

@@ -29,7 +29,7 @@ func RegisterAtLevel(n *Node, id string, level uint32) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := n.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+	_, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
 		Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, FeatureLevel: level}}})
 	return err
 }

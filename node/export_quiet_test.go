@@ -10,7 +10,7 @@ import (
 // GroupHeartbeat is the HeartbeatTimeout n's replica of data group gid runs
 // with now (0 when n hosts none).
 func GroupHeartbeat(n *Node, gid uint32) time.Duration {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return 0
 	}

@@ -8,7 +8,7 @@ import (
 // GroupLastNow is the time of n's replica of data group gid as of its last
 // applied entry (ok false when n hosts none).
 func GroupLastNow(n *Node, gid uint32) (int64, bool) {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return 0, false
 	}
@@ -17,7 +17,7 @@ func GroupLastNow(n *Node, gid uint32) (int64, bool) {
 
 // GroupImport is n's replica's record of migration into data group gid.
 func GroupImport(n *Node, gid uint32, migration uint64) (fsm.ImportStatus, bool) {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return fsm.ImportStatus{}, false
 	}
@@ -27,7 +27,7 @@ func GroupImport(n *Node, gid uint32, migration uint64) (fsm.ImportStatus, bool)
 // GroupFrozen is the slots of data group gid that n's replica has frozen,
 // by migration.
 func GroupFrozen(n *Node, gid uint32) map[uint64]shard.SlotRange {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return nil
 	}
@@ -37,7 +37,7 @@ func GroupFrozen(n *Node, gid uint32) map[uint64]shard.SlotRange {
 // GroupHasPolicy reports whether n's replica of data group gid holds a copy
 // of policy name (false when n hosts none).
 func GroupHasPolicy(n *Node, gid uint32, name string) bool {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return false
 	}

@@ -22,8 +22,8 @@ func ForwardDials(n *Node) int64 { return n.mux.Stats().Dials }
 // DropPeerConnections closes n's idle connections to other nodes, so the next
 // request to one dials anew.
 func DropPeerConnections(n *Node) {
-	n.apiPorts.close()
-	n.peerPorts.close()
+	n.apiPorts.Close()
+	n.peerPorts.Close()
 }
 
 // MinFeatureLevel is the lowest feature level n's meta replica records.
@@ -32,7 +32,7 @@ func MinFeatureLevel(n *Node) uint32 { return n.meta.FSM.MinFeatureLevel() }
 // GroupVoters returns the voters of data group gid in n's replica's Raft
 // configuration (nil when n hosts no replica of it).
 func GroupVoters(n *Node, gid uint32) []string {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return nil
 	}
@@ -53,7 +53,7 @@ func GroupVoters(n *Node, gid uint32) []string {
 // GroupStateCounts returns the buckets, semaphores and request-ID entries
 // n's replica of data group gid holds (ok false when it hosts none).
 func GroupStateCounts(n *Node, gid uint32) (buckets, sems, dedupe int, ok bool) {
-	g := n.dataGroup(shard.GroupID(gid))
+	g := n.engine.DataGroup(shard.GroupID(gid))
 	if g == nil {
 		return 0, 0, 0, false
 	}

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorate/quorate/node"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // outcomeUnknown reports whether err carries the OutcomeUnknown detail.
-func outcomeUnknown(err error) bool { return node.IsOutcomeUnknown(err) }
+func outcomeUnknown(err error) bool { return engine.IsOutcomeUnknown(err) }
 
 // tally counts a key's acknowledged decisions and the calls whose outcome the
 // client cannot know (any error: the strictest reading).

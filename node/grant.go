@@ -10,6 +10,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/dedupe"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -29,13 +30,13 @@ func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quora
 	}
 	// A repeat of a call is answered from the grant's record (same seq),
 	// so a Grant may be retried anywhere.
-	return commandCall(ctx, n, routing{data: true, key: cmd.GetKey(), idempotent: true}, req,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
 		func(res any) *quoratev1.GrantResponse {
 			return grantResponse(res.(*fsm.GrantResult), n.meta.FSM, cmd.GetPolicy())
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
-			return p.admission.Grant(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
+			return p.Admission.Grant(ctx, fwd)
 		})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -172,13 +173,13 @@ func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quo
 
 // answersAs asks addr through p for its node's state, within
 // liveCheckTimeout, and reports whether it answered as node id.
-func (c *controller) answersAs(ctx context.Context, p *peers, addr, id string) (*quoratev1.NodeState, bool) {
+func (c *controller) answersAs(ctx context.Context, p *engine.Peers, addr, id string) (*quoratev1.NodeState, bool) {
 	if addr == "" {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, liveCheckTimeout)
 	defer cancel()
-	resp, err := p.at(addr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := p.At(addr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil || resp.Msg.GetNode().GetId() != id {
 		return nil, false
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/lease"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -86,10 +87,10 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 		return nil, n.toConnectError(err)
 	}
 	maxWait := time.Duration(wait)
-	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context, d dest) (*quoratev1.AcquireLeaseResponse, error) {
+	return leaderCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""}, req,
+		func(ctx context.Context, d engine.Dest) (*quoratev1.AcquireLeaseResponse, error) {
 			var r *fsm.LeaseResult
-			waited, err := n.waiters.await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
+			waited, err := n.waiters.Await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
 				var err error
 				if r, err = n.proposeLease(ctx, d, op); err != nil {
 					return false, 0, err
@@ -113,8 +114,8 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 			}
 			return out, nil
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
-			return p.lease.AcquireLease(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
+			return p.Lease.AcquireLease(ctx, fwd)
 		})
 }
 
@@ -130,15 +131,15 @@ func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	// Renewing twice only extends the same lease.
-	return commandCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
 		func(res any) *quoratev1.RenewLeaseResponse {
 			r := res.(*fsm.LeaseResult)
 			return &quoratev1.RenewLeaseResponse{LeaseId: m.GetLeaseId(), FencingToken: r.Lease.Token,
 				ExpiresAt: unixTime(r.Lease.ExpiresAt), DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
-			return p.lease.RenewLease(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
+			return p.Lease.RenewLease(ctx, fwd)
 		})
 }
 
@@ -155,18 +156,18 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 	}
 	// Without a request ID a retry of a release that applied would be told
 	// the token is stale: only requests with one are retried by the server.
-	return leaderCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context, d dest) (*quoratev1.ReleaseLeaseResponse, error) {
+	return leaderCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""}, req,
+		func(ctx context.Context, d engine.Dest) (*quoratev1.ReleaseLeaseResponse, error) {
 			r, err := n.proposeLease(ctx, d, op)
 			if err != nil {
 				return nil, err
 			}
-			n.waiters.notify(stateKeyOf(op))
+			n.waiters.Notify(stateKeyOf(op))
 			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
 				Charged: r.Charged, ReleasedUnits: r.Released, Over: r.Over}, nil
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
-			return p.lease.ReleaseLease(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
+			return p.Lease.ReleaseLease(ctx, fwd)
 		})
 }
 
@@ -181,7 +182,7 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return commandCall(ctx, n, routing{data: true, key: op.GetKey(), idempotent: true}, req,
+	return commandCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true}, req,
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
 		func(res any) *quoratev1.CheckFenceResponse {
 			r := res.(*fsm.LeaseResult)
@@ -191,8 +192,8 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 			}
 			return out
 		},
-		func(ctx context.Context, p *peerClient, fwd *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
-			return p.lease.CheckFence(ctx, fwd)
+		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
+			return p.Lease.CheckFence(ctx, fwd)
 		})
 }
 
@@ -221,8 +222,8 @@ func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool)
 }
 
 // proposeLease proposes op to d's group, led here.
-func (n *Node) proposeLease(ctx context.Context, d dest, op *raftcmdv1.LeaseOp) (*fsm.LeaseResult, error) {
-	res, err := n.proposeTo(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}})
+func (n *Node) proposeLease(ctx context.Context, d engine.Dest, op *raftcmdv1.LeaseOp) (*fsm.LeaseResult, error) {
+	res, err := n.engine.ProposeTo(ctx, d, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/quorate/quorate/node/internal/engine"
 )
 
 // What the API port and the peer port's forwarding channel accept. Each
@@ -300,7 +301,7 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		cut := b.cut
 		b.g.mu.Unlock()
 		if cut {
-			err = fmt.Errorf("%w: node %s is shutting down and did not read the request", ErrNotProposed, b.g.n.cfg.ID)
+			err = fmt.Errorf("%w: node %s is shutting down and did not read the request", engine.ErrNotProposed, b.g.n.cfg.ID)
 		} else {
 			err = fmt.Errorf("%w: the request body did not arrive within %v (the server's --request-body-timeout)",
 				context.DeadlineExceeded, b.g.limits.bodyTimeout)

@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -42,9 +43,9 @@ func (c *controller) register(ctx context.Context) {
 	self := c.self
 	ctx = withIdentity(ctx, nodeIdentity(self.ID)) // its own join, whoever leads
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
-	b := doubling(20*time.Millisecond, time.Second)
+	b := engine.Doubling(20*time.Millisecond, time.Second)
 	registered, lastRefusal := false, ""
-	_, _ = retry(ctx, b, func() error {
+	_, _ = engine.Retry(ctx, b, func() error {
 		nodes := c.meta.FSM.Nodes()
 		if !registered && slices.ContainsFunc(nodes, func(m fsm.Node) bool {
 			return m.ID == self.ID && m.RaftAddr == self.RaftAddr && m.APIAddr == self.APIAddr
@@ -98,7 +99,7 @@ var errNotRecorded = errors.New("not yet recorded as a member")
 func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	if leaderAddr, _ := c.req.leader(); leaderAddr == "" && c.cfg.Join != "" && !c.isLeader() {
+	if leaderAddr, _ := c.req.Leader(); leaderAddr == "" && c.cfg.Join != "" && !c.isLeader() {
 		base, _ := c.cfg.joinURL()
 		if c.mux.WaitingForClusterID() {
 			if err := c.learnClusterID(ctx, base); err != nil {
@@ -106,20 +107,20 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 			}
 		}
 		req.ClusterId = c.mux.ClusterID()
-		resp, err := c.apiPorts.get(base).admin.Join(ctx, connect.NewRequest(req))
+		resp, err := c.apiPorts.Get(base).Admin.Join(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
 		return c.joined(resp.Msg, base)
 	}
 	req.ClusterId = c.mux.ClusterID()
-	return c.req.onLeader(ctx, routing{idempotent: true},
-		func(ctx context.Context, _ dest) error { return c.joinAsLeader(ctx, req) },
-		func(ctx context.Context, p *peerClient) error {
+	return c.req.OnLeader(ctx, engine.Routing{Idempotent: true},
+		func(ctx context.Context, _ engine.Dest) error { return c.joinAsLeader(ctx, req) },
+		func(ctx context.Context, p *engine.PeerClient) error {
 			// Over the peer port: the leader learns it is this node's own.
 			fwd := connect.NewRequest(req)
 			setForwardedIdentity(ctx, fwd.Header())
-			resp, err := p.admin.Join(ctx, fwd)
+			resp, err := p.Admin.Join(ctx, fwd)
 			if err != nil {
 				return err
 			}
@@ -157,7 +158,7 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	}
 	want := fsm.Node{ID: r.GetId(), RaftAddr: r.GetRaftAddr(), APIAddr: r.GetApiAddr(), FeatureLevel: r.GetFeatureLevel()}
 	if !slices.Contains(c.meta.FSM.Nodes(), want) {
-		if _, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
+		if _, err := c.req.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{
 			RegisterNode: &raftcmdv1.RegisterNode{Id: want.ID, RaftAddr: want.RaftAddr, ApiAddr: want.APIAddr, FeatureLevel: want.FeatureLevel},
 		}, Actor: joinActor(ctx)}); err != nil {
 			return err
@@ -165,7 +166,7 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	}
 	cf := c.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotProposed, err)
+		return fmt.Errorf("%w: %v", engine.ErrNotProposed, err)
 	}
 	voters := 0
 	for _, s := range cf.Configuration().Servers {
@@ -188,9 +189,9 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	}
 	if err := replica.WaitFuture(ctx, add(raft.ServerID(want.ID), raft.ServerAddress(want.RaftAddr), 0, timeout)); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
-			return ErrNotLeader
+			return engine.ErrNotLeader
 		}
-		return fmt.Errorf("%w: adding voter %s: %v", ErrOutcomeUnknown, want.ID, err)
+		return fmt.Errorf("%w: adding voter %s: %v", engine.ErrOutcomeUnknown, want.ID, err)
 	}
 	c.log.Info("added voter", "id", want.ID, "raft", want.RaftAddr, "api", want.APIAddr)
 	return nil

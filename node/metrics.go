@@ -146,7 +146,7 @@ func (m *metrics) prime() {
 	if n.meta == nil || n.meta.FSM == nil {
 		return
 	}
-	for _, g := range n.hosted() {
+	for _, g := range n.engine.Hosted() {
 		l := groupLabel(g.ID)
 		m.entries.WithLabelValues(l)
 		m.entryCommands.WithLabelValues(l)
@@ -192,14 +192,14 @@ func (m *metrics) policyLabel(name string) string {
 }
 
 // entry counts an entry of cmds commands proposed to group id.
-func (m *metrics) entry(id shard.GroupID, cmds int) {
+func (m *metrics) Entry(id shard.GroupID, cmds int) {
 	g := groupLabel(id)
 	m.entries.WithLabelValues(g).Inc()
 	m.entryCommands.WithLabelValues(g).Observe(float64(cmds))
 }
 
 // applied times an entry proposed to group id at start, now applied.
-func (m *metrics) applied(id shard.GroupID, start time.Time) {
+func (m *metrics) Applied(id shard.GroupID, start time.Time) {
 	m.proposeSeconds.WithLabelValues(groupLabel(id)).Observe(time.Since(start).Seconds())
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 )
 
@@ -80,7 +81,7 @@ func (c groupCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	leases := map[string]fsm.LeaseUse{}
-	for _, g := range n.hosted() {
+	for _, g := range n.engine.Hosted() {
 		if g.Raft == nil {
 			continue
 		}
@@ -178,10 +179,10 @@ func (c groupCollector) collectPlans(ch chan<- prometheus.Metric) {
 	meta := c.m.n.meta.FSM
 	byState := map[string]int{}
 	for _, s := range []uint32{fsm.PlanRunning, fsm.PlanDone, fsm.PlanCancelling, fsm.PlanCancelled, fsm.PlanFailed} {
-		byState[planStateName(s)] = 0
+		byState[engine.PlanStateName(s)] = 0
 	}
 	for _, p := range meta.Plans() {
-		byState[planStateName(p.GetState())]++
+		byState[engine.PlanStateName(p.GetState())]++
 	}
 	for s, k := range byState {
 		ch <- prometheus.MustNewConstMetric(descPlans, prometheus.GaugeValue, float64(k), s)

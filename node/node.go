@@ -22,6 +22,7 @@ import (
 	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -49,13 +50,14 @@ type Node struct {
 	host        *replica.Host       // what the replicas share (package replica)
 	hadState    bool
 	server      *http.Server
-	adminServer *http.Server // with Config.AdminAddr; nil without
-	pprofServer *http.Server // with Config.PprofAddr; nil without
-	fwdServer   *http.Server // the forwarding channel's, with PeerService
-	apiPorts    *peers       // to other nodes' API ports
-	peerPorts   *peers       // to other nodes over the peer mux: forwarded requests
-	fwdLn       net.Listener // the peer mux's forwarding channel, served like the API
-	waiters     *waiters
+	adminServer *http.Server  // with Config.AdminAddr; nil without
+	pprofServer *http.Server  // with Config.PprofAddr; nil without
+	fwdServer   *http.Server  // the forwarding channel's, with PeerService
+	apiPorts    *engine.Peers // to other nodes' API ports
+	peerPorts   *engine.Peers // to other nodes over the peer mux: forwarded requests
+	fwdLn       net.Listener  // the peer mux's forwarding channel, served like the API
+	waiters     *engine.Waiters
+	engine      *engine.Engine                  // the request engine (package engine)
 	controller  *controller                     // the control plane (ctl.go)
 	authz       *access.Authorizer              // who may do what on the API (auth.go)
 	tokens      *access.Watcher[*access.Tokens] // the token file; nil without one
@@ -67,13 +69,9 @@ type Node struct {
 	// handshakes, which may run before (allowNode).
 	metaReplica atomic.Pointer[replica.Replica]
 
-	clockOffset atomic.Int64 // time.Duration added to the clock when stamping entries
-	// forwardedCalls counts the data calls (each item of a batch) this node
-	// forwarded to another node for want of leading the key's group, each
-	// attempt once (NodeState.forwarded_calls).
-	forwardedCalls atomic.Uint64
-	decisions      decisionStats // what it decided as a leader (decisions.go)
-	metrics        *metrics      // the node's Prometheus registry (metrics.go)
+	clockOffset atomic.Int64  // time.Duration added to the clock when stamping entries
+	decisions   decisionStats // what it decided as a leader (decisions.go)
+	metrics     *metrics      // the node's Prometheus registry (metrics.go)
 	// stopping is set once Run begins to stop: the node is no longer
 	// ready (ready.go), and peers' connections failing is expected (hclog.go).
 	stopping atomic.Bool
@@ -187,13 +185,30 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.groups = replica.NewSet()
+	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
+	n.apiPorts = engine.NewPeers(apiDial)
+	if n.tls != nil {
+		n.apiPorts.UseTLS(n.tls, apiDial)
+	}
+	n.peerPorts = engine.NewPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
+	})
+	// Let go of an idle forwarding connection before the peer may close it.
+	n.peerPorts.HTTPClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
+	for _, p := range []*engine.Peers{n.apiPorts, n.peerPorts} {
+		p.From, p.Timeout, p.MaxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
+	}
+	n.apiPorts.Token = cfg.NodeToken // the API port authenticates; the peer port does not
+	n.engine = engine.New(engine.Config{ID: cfg.ID, DataGroups: cfg.DataGroups, RequestTimeout: cfg.RequestTimeout,
+		MigrationChunkBytes: cfg.migrationChunkBytes(), Observer: cfg.Observer},
+		n.groups, n.peerPorts, n.metrics, &n.decisions, n.now)
 	n.host = &replica.Host{
 		Config: replica.Config{NodeID: cfg.ID, DataDir: cfg.DataDir,
 			HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout,
 			SnapshotThreshold: cfg.SnapshotThreshold, TrailingLogs: cfg.TrailingLogs, SnapshotInterval: cfg.SnapshotInterval},
 		Log: n.log, RaftLog: hlog, Hub: n.raftMux, RaftAddr: n.raftAddr, Shared: n.shared, Data: n.groups,
-		NewBatch:      func(g *replica.Replica) *groupcommit.Committer { return groupcommit.New(groupLog{n, g}) },
+		NewBatch:      func(g *replica.Replica) *groupcommit.Committer { return groupcommit.New(n.engine.Log(g)) },
 		LeaderChanged: n.metrics.leaderChanged,
 	}
 	if err := raft.ValidateConfig(n.host.RaftConfig(hlog)); err != nil {
@@ -206,26 +221,13 @@ func New(cfg Config) (_ *Node, err error) {
 	if n.meta, err = n.host.Open(shard.MetaGroup, boot); err != nil {
 		return nil, err
 	}
+	n.engine.SetMeta(n.meta)
 	n.hadState = n.meta.HadState
 	n.metaReplica.Store(n.meta)
-	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
-	n.apiPorts = newPeers(apiDial)
-	if n.tls != nil {
-		n.apiPorts.useTLS(n.tls, apiDial)
-	}
-	n.peerPorts = newPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
-	})
-	// Let go of an idle forwarding connection before the peer may close it.
-	n.peerPorts.httpClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
-	for _, p := range []*peers{n.apiPorts, n.peerPorts} {
-		p.from, p.timeout, p.maxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
-	}
-	n.apiPorts.token = cfg.NodeToken // the API port authenticates; the peer port does not
 	if n.fwdLn, err = n.mux.Listener(peermux.ChannelForward); err != nil {
 		return nil, err
 	}
-	n.waiters = newWaiters()
+	n.waiters = engine.NewWaiters()
 	n.controller = newController(n)
 
 	n.server = n.newServer(serveAPI)
@@ -408,7 +410,7 @@ func (n *Node) shutdown() error {
 	}
 	// Hand every group led here to another voter, all at once.
 	transfers := map[*replica.Replica]raft.Future{}
-	for _, g := range n.hosted() {
+	for _, g := range n.engine.Hosted() {
 		if g.IsLeader() && g.VotersCount() > 1 {
 			transfers[g] = g.Raft.LeadershipTransfer()
 		}
@@ -470,10 +472,10 @@ func (n *Node) closeResources() error {
 		errs = append(errs, n.mux.Close())
 	}
 	if n.apiPorts != nil {
-		n.apiPorts.close()
+		n.apiPorts.Close()
 	}
 	if n.peerPorts != nil {
-		n.peerPorts.close()
+		n.peerPorts.Close()
 	}
 	if n.tls != nil {
 		errs = append(errs, n.tls.Close())
@@ -512,17 +514,6 @@ func claimDataDir(dir, id string) error {
 	default:
 		return fmt.Errorf("node: --data-dir: %w", err)
 	}
-}
-
-// connectClientOptions are the options of every node-to-node Connect
-// client: messages up to maxBytes each way, the bound of the peer port's
-// listener (Config.MaxPeerRequestBytes), so whatever a node's API accepts
-// can be forwarded.
-func connectClientOptions(maxBytes int) []connect.ClientOption {
-	// No gzip between nodes: a forwarded batch's answer is large enough to
-	// be compressed, and on a node's links CPU is dearer than bytes.
-	return []connect.ClientOption{connect.WithSendMaxBytes(maxBytes), connect.WithReadMaxBytes(maxBytes),
-		connect.WithAcceptCompression("gzip", nil, nil)}
 }
 
 func (n *Node) isLeader() bool { return n.meta.IsLeader() }

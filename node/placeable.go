@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -23,7 +24,7 @@ import (
 func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
 	cf := c.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return nil, nil, fmt.Errorf("%w: reading the raft configuration: %v", ErrNotProposed, err)
+		return nil, nil, fmt.Errorf("%w: reading the raft configuration: %v", engine.ErrNotProposed, err)
 	}
 	members := map[string]bool{}
 	for _, s := range cf.Configuration().Servers {
@@ -45,7 +46,7 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
-				_, err := c.peerPorts.at(nd.RaftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+				_, err := c.peerPorts.At(nd.RaftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

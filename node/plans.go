@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -57,7 +58,7 @@ func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 		u.Id, u.Step, u.FromPhase = p.GetId(), i, st.GetPhase()
 		var out *raftcmdv1.Plan
 		err := c.retryPlanCall(ctx, func(ctx context.Context) error {
-			res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
+			res, err := c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup},
 				&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_UpdatePlan{UpdatePlan: u}, Actor: c.selfActor()})
 			if r, ok := res.(*fsm.PlanResult); ok {
 				out = r.Plan
@@ -153,7 +154,7 @@ func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.Mo
 	for seq := uint32(0); ; seq++ {
 		var page fsm.ExportPage
 		err := c.retryPlanCall(ctx, func(ctx context.Context) (err error) {
-			page, err = c.req.exportPage(ctx, from, mig, r, cursor)
+			page, err = c.req.ExportPage(ctx, from, mig, r, cursor)
 			return err
 		})
 		if err != nil {
@@ -184,7 +185,7 @@ func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.Mo
 func (c *controller) groupCall(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
 	return c.retryPlanCall(ctx, func(ctx context.Context) error {
 		// A fresh copy each time: proposing stamps the envelope.
-		return c.req.applyToGroup(ctx, id, proto.Clone(env).(*raftcmdv1.Envelope))
+		return c.req.ApplyToGroup(ctx, id, proto.Clone(env).(*raftcmdv1.Envelope))
 	})
 }
 
@@ -193,7 +194,7 @@ func (c *controller) groupCall(ctx context.Context, id shard.GroupID, env *raftc
 // moved on without this coordinator), or planRetryFor has passed.
 func (c *controller) retryPlanCall(ctx context.Context, call func(context.Context) error) error {
 	deadline := time.Now().Add(planRetryFor)
-	err, stopped := retry(ctx, doubling(20*time.Millisecond, 500*time.Millisecond), func() error {
+	err, stopped := engine.Retry(ctx, engine.Doubling(20*time.Millisecond, 500*time.Millisecond), func() error {
 		cctx, cancel := context.WithTimeout(ctx, planCallTimeout)
 		err := call(cctx)
 		cancel()
@@ -215,8 +216,8 @@ func retryablePlanError(err error) bool {
 	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict), errors.Is(err, fsm.ErrNoPlan),
 		errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, context.Canceled):
 		return false
-	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, ErrNotProposed),
-		errors.Is(err, ErrNotLeader), errors.Is(err, ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, fsm.ErrNotOwnedYet), errors.Is(err, fsm.ErrNotFrozen), errors.Is(err, engine.ErrNotProposed),
+		errors.Is(err, engine.ErrNotLeader), errors.Is(err, engine.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
 		return true
 	}
 	switch connect.CodeOf(err) {
@@ -232,6 +233,6 @@ func isClockSkew(err error) bool {
 	if errors.Is(err, fsm.ErrClockSkew) {
 		return true
 	}
-	fv, ok := errorDetail[*quoratev1.FieldViolation](err)
+	fv, ok := engine.ErrorDetail[*quoratev1.FieldViolation](err)
 	return ok && fv.GetField() == "source_now_unix_nano"
 }

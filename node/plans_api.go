@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -79,10 +80,10 @@ func (c *controller) splitGroup(ctx context.Context, src shard.GroupID) (*quorat
 // plan another node just started, or a step it just finished, is listed
 // whichever node is asked.
 func (h *adminHandler) ListPlans(ctx context.Context, _ *connect.Request[quoratev1.ListPlansRequest]) (*connect.Response[quoratev1.ListPlansResponse], error) {
-	ctx, cancel := h.n.requestContext(ctx)
+	ctx, cancel := h.n.engine.RequestContext(ctx)
 	defer cancel()
-	if err := h.n.catchUpMeta(ctx); err != nil {
-		return nil, h.n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing plans: %v", ErrNotProposed, err))
+	if err := h.n.engine.CatchUpMeta(ctx); err != nil {
+		return nil, h.n.toConnectError(fmt.Errorf("%w: catching up with the meta leader before listing plans: %v", engine.ErrNotProposed, err))
 	}
 	out := &quoratev1.ListPlansResponse{}
 	for _, p := range h.n.meta.FSM.Plans() {
@@ -99,10 +100,10 @@ func (h *adminHandler) CancelPlan(ctx context.Context, req *connect.Request[quor
 
 // cancelPlan, on the meta leader, cancels plan id.
 func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.PlanResponse, error) {
-	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
+	res, err := c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup},
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CancelPlan{CancelPlan: &raftcmdv1.CancelPlan{Id: id}}, Actor: actorOf(ctx, "")})
 	if r, ok := res.(*fsm.PlanResult); ok {
-		return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.now())}, nil
+		return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.Now())}, nil
 	}
 	return nil, err
 }
@@ -112,20 +113,20 @@ func (c *controller) cancelPlan(ctx context.Context, id uint64) (*quoratev1.Plan
 func (c *controller) startPlan(ctx context.Context, plan func(shard.Map) (*raftcmdv1.Plan, error)) (*quoratev1.PlanResponse, error) {
 	m, ok := c.meta.FSM.ShardMap()
 	if !ok {
-		return nil, errNoShardMap
+		return nil, engine.ErrNoShardMap
 	}
 	p, err := plan(m)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup},
+	res, err := c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup},
 		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_CreatePlan{CreatePlan: &raftcmdv1.CreatePlan{Plan: p}}, Actor: actorOf(ctx, "")})
 	r, ok := res.(*fsm.PlanResult)
 	if !ok {
 		return nil, err
 	}
 	c.log.Info("plan created", "plan", r.Plan.GetId(), "summary", r.Plan.GetSummary())
-	return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.now())}, nil
+	return &quoratev1.PlanResponse{Plan: planStatus(r.Plan, c.req.Now())}, nil
 }
 
 // planMoveSlots turns a MoveSlots request into a plan: one step per
@@ -215,11 +216,11 @@ func (c *controller) planAddGroup(ctx context.Context, m shard.Map, replicas []s
 
 // planStatus describes a plan for the admin API.
 func planStatus(p *raftcmdv1.Plan, now time.Time) *quoratev1.PlanStatus {
-	out := &quoratev1.PlanStatus{Id: p.GetId(), Kind: p.GetKind(), Summary: p.GetSummary(), State: planStateName(p.GetState()),
+	out := &quoratev1.PlanStatus{Id: p.GetId(), Kind: p.GetKind(), Summary: p.GetSummary(), State: engine.PlanStateName(p.GetState()),
 		Error: p.GetError(), StepsDone: p.GetCurrent(),
 		Age: durationpb.New(max(0, now.Sub(time.Unix(0, p.GetCreatedUnixNano()))))}
 	for _, st := range p.GetSteps() {
-		s := &quoratev1.PlanStepStatus{Phase: phaseName(st.GetPhase()), Attempt: st.GetAttempt(), Records: st.GetRecords(),
+		s := &quoratev1.PlanStepStatus{Phase: engine.PhaseName(st.GetPhase()), Attempt: st.GetAttempt(), Records: st.GetRecords(),
 			Bytes: st.GetBytes(), Chunks: st.GetChunks(), MapEpoch: st.GetMapEpoch()}
 		switch a := st.GetAction().(type) {
 		case *raftcmdv1.PlanStep_AddGroup:
@@ -231,40 +232,6 @@ func planStatus(p *raftcmdv1.Plan, now time.Time) *quoratev1.PlanStatus {
 		out.Steps = append(out.Steps, s)
 	}
 	return out
-}
-
-func planStateName(s uint32) string {
-	switch s {
-	case fsm.PlanRunning:
-		return "running"
-	case fsm.PlanDone:
-		return "done"
-	case fsm.PlanCancelling:
-		return "cancelling"
-	case fsm.PlanCancelled:
-		return "cancelled"
-	case fsm.PlanFailed:
-		return "failed"
-	}
-	return fmt.Sprintf("state %d", s)
-}
-
-func phaseName(p uint32) string {
-	switch p {
-	case fsm.PhasePending:
-		return "pending"
-	case fsm.PhaseCopying:
-		return "copying"
-	case fsm.PhaseFlipped:
-		return "flipped"
-	case fsm.PhaseDone:
-		return "done"
-	case fsm.PhaseRollingBack:
-		return "rolling back"
-	case fsm.PhaseRolledBack:
-		return "rolled back"
-	}
-	return fmt.Sprintf("phase %d", p)
 }
 
 func (h *adminHandler) Rebalance(ctx context.Context, req *connect.Request[quoratev1.RebalanceRequest]) (*connect.Response[quoratev1.RebalanceResponse], error) {

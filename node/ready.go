@@ -62,7 +62,7 @@ func (n *Node) notReady() string {
 		return "not registered in the cluster yet"
 	}
 	m, hasMap := n.meta.FSM.ShardMap()
-	for _, g := range n.hosted() {
+	for _, g := range n.engine.Hosted() {
 		if g.ID != shard.MetaGroup && (g.Raft.State() == raft.Shutdown ||
 			hasMap && !placedOn(m, g.ID, n.cfg.ID)) {
 			continue // being closed: moved away, or removed from its group

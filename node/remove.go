@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -89,7 +90,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 		}
 	}
 	if _, ok := c.meta.FSM.Node(id); ok {
-		if _, err := c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
+		if _, err := c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
 			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}, Actor: actorOf(ctx, "")}); err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	defer c.joinMu.Unlock()
 	f := c.meta.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return fmt.Errorf("%w: %v", ErrNotProposed, err)
+		return fmt.Errorf("%w: %v", engine.ErrNotProposed, err)
 	}
 	servers := f.Configuration().Servers
 	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
@@ -110,7 +111,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 		for _, s := range servers {
 			if s.Suffrage == raft.Nonvoter {
 				if err := replica.WaitFuture(ctx, c.meta.Raft.AddVoter(s.ID, s.Address, 0, timeout)); err != nil {
-					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", ErrNotProposed, s.ID, id, err)
+					return fmt.Errorf("%w: promoting %s to take %s's vote: %v", engine.ErrNotProposed, s.ID, id, err)
 				}
 				c.log.Info("promoted a meta non-voter", "node", s.ID, "replacing", id)
 				break
@@ -118,7 +119,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 		}
 	}
 	if err := replica.WaitFuture(ctx, c.meta.Raft.RemoveServer(servers[i].ID, 0, timeout)); err != nil {
-		return fmt.Errorf("%w: removing %s from the meta group: %v", ErrOutcomeUnknown, id, err)
+		return fmt.Errorf("%w: removing %s from the meta group: %v", engine.ErrOutcomeUnknown, id, err)
 	}
 	c.log.Info("removed a node", "node", id)
 	return nil
@@ -147,7 +148,7 @@ func (c *controller) addNode(ctx context.Context, r *quoratev1.AddNodeRequest) e
 	}
 	// Its binary's level is not known until it registers itself: take
 	// this one's, so that the cluster's level does not drop meanwhile.
-	_, err := c.req.propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
+	_, err := c.req.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
 		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}, Actor: actorOf(ctx, "")})
 	if err == nil {
 		c.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())

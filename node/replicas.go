@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -188,7 +189,7 @@ func (c *controller) replicaLag(ctx context.Context, g *replica.Replica, raftAdd
 func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := c.peerPorts.at(raftAddr).admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
+	resp, err := c.peerPorts.At(raftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return nil, err
 	}
@@ -359,12 +360,12 @@ func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan
 	for {
 		m, ok := c.meta.FSM.ShardMap()
 		if !ok {
-			return 0, 0, errNoShardMap
+			return 0, 0, engine.ErrNoShardMap
 		}
 		next, count, err := plan(m)
 		if errors.Is(err, shard.ErrForming) {
 			// A group forms within moments of its creation: retry.
-			return 0, 0, fmt.Errorf("%w: %v", ErrNotProposed, err)
+			return 0, 0, fmt.Errorf("%w: %v", engine.ErrNotProposed, err)
 		}
 		var fe *admission.FieldError
 		if errors.As(err, &fe) && !errors.Is(err, admission.ErrInvalidRequest) {
@@ -376,7 +377,7 @@ func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan
 		if next.Epoch == m.Epoch {
 			return m.Epoch, count, nil
 		}
-		_, err = c.req.proposeTo(ctx, dest{g: c.meta, id: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
+		_, err = c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_SetShardMap{
 			SetShardMap: &raftcmdv1.SetShardMap{ExpectEpoch: m.Epoch, Map: fsm.ShardMapToProto(next)}}, Actor: actor})
 		if errors.Is(err, fsm.ErrMapConflict) {
 			continue

@@ -74,7 +74,7 @@ func (n *Node) routes() *quoratev1.RoutesResponse {
 		out.Slots = append(out.Slots, &quoratev1.SlotRoute{Start: uint32(a.Range.Start), End: uint32(a.Range.End), Group: uint32(a.Group)})
 	}
 	for _, g := range m.Groups {
-		out.Groups = append(out.Groups, leader(g.ID, n.dataGroup(g.ID)))
+		out.Groups = append(out.Groups, leader(g.ID, n.engine.DataGroup(g.ID)))
 	}
 	return out
 }

@@ -1,11 +1,9 @@
 package node
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 
@@ -174,20 +172,6 @@ func (n *Node) apiServerTLS(srv *http.Server) error {
 	srv.TLSConfig = cfg
 	srv.Protocols.SetHTTP2(true)
 	return nil
-}
-
-// useTLS makes p's calls to other nodes' API ports TLS: the server's
-// certificate verified with its host name (the dialled host) against the
-// CA bundle, this node's certificate presented. dial opens the TCP
-// connections.
-func (p *peers) useTLS(src *certs.Source, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
-	t := p.httpClient.Transport.(*http.Transport)
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetHTTP2(true)
-	t.Protocols = &protocols
-	t.DialTLSContext = src.DialTLS(dial)
-	p.scheme = "https"
 }
 
 // TLSStatus is what the node's TLS files serve and how their last reload

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/peermux"
 )
 
@@ -43,12 +44,12 @@ func TestPeersDialFromAPIIP(t *testing.T) {
 	defer srv.Close()
 
 	apiLn := &net.TCPAddr{IP: net.ParseIP("127.0.0.4"), Port: 7070}
-	p := newPeers(peermux.NewDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}).DialContext)
-	defer p.close()
+	p := engine.NewPeers(peermux.NewDialer(apiLn, map[string]string{"127.0.0.9:7070": ln.Addr().String()}).DialContext)
+	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.9:7070/", nil)
-	resp, err := p.httpClient.Do(req)
+	resp, err := p.HTTPClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-package node
+package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 // maxForwardsInFlight is the most AdmitBatch calls in flight to one peer.
 const maxForwardsInFlight = 4
 
+// MaxAdmitBatch is the most requests one AdmitBatch call may carry: a
+// forwarded batch too.
+const MaxAdmitBatch = 1000
+
 // fwdItem is one forwarded Admit waiting for a call.
 type fwdItem struct {
 	groupcommit.Item[fwdResult]
@@ -32,7 +37,7 @@ type fwdResult struct {
 }
 
 // forwardQueue returns the Admit forwarding queue of a peer client.
-func (p *peers) forwardQueue(c *peerClient) *groupcommit.Queue[*fwdItem] {
+func (p *Peers) forwardQueue(c *PeerClient) *groupcommit.Queue[*fwdItem] {
 	return groupcommit.NewQueue(MaxAdmitBatch, maxForwardsInFlight,
 		func(items []*fwdItem) { p.sendForwards(c, items) })
 }
@@ -56,7 +61,7 @@ func (it *fwdItem) wait(ctx context.Context) (*quoratev1.AdmitResponse, error) {
 // sendForwards sends the items still wanted in one AdmitBatch call marked
 // as forwarded, and answers each: the call's failure as classifyRemote
 // sorts it, else the item's own result (batchResultAnswer).
-func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
+func (p *Peers) sendForwards(c *PeerClient, items []*fwdItem) {
 	live := items[:0]
 	for _, it := range items {
 		if it.Claim() {
@@ -71,10 +76,10 @@ func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 		m.Requests[i] = it.m
 	}
 	req := connect.NewRequest(m)
-	req.Header().Set(forwardedHeader, p.from)
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout+time.Second)
+	req.Header().Set(ForwardedHeader, p.From)
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout+time.Second)
 	defer cancel()
-	resp, err := c.admission.AdmitBatch(ctx, req)
+	resp, err := c.Admission.AdmitBatch(ctx, req)
 	if err == nil && len(resp.Msg.GetResults()) != len(live) {
 		err = fmt.Errorf("%w: the leader answered %d results for %d requests", ErrOutcomeUnknown, len(resp.Msg.GetResults()), len(live))
 	}
@@ -87,4 +92,34 @@ func (p *peers) sendForwards(c *peerClient, items []*fwdItem) {
 		}
 		it.Answer(r)
 	}
+}
+
+// batchResultAnswer turns one result of a forwarded AdmitBatch back into an
+// answer or an error: Unavailable without outcome_unknown means certainly not
+// applied (ErrNotProposed), with it ErrOutcomeUnknown; any other error is
+// the leader's own answer, final, as a Connect error with its field (which
+// toConnectError passes through unchanged). batchError is its inverse.
+func batchResultAnswer(r *quoratev1.AdmitBatchResult) (*quoratev1.AdmitResponse, error) {
+	if resp := r.GetResponse(); resp != nil {
+		return resp, nil
+	}
+	e := r.GetError()
+	if e == nil {
+		return nil, fmt.Errorf("%w: the leader answered an empty result", ErrOutcomeUnknown)
+	}
+	var code connect.Code
+	if err := code.UnmarshalText([]byte(e.GetCode())); err != nil {
+		code = connect.CodeUnknown
+	}
+	switch {
+	case code == connect.CodeUnavailable && e.GetOutcomeUnknown():
+		return nil, fmt.Errorf("%w: %s", ErrOutcomeUnknown, e.GetMessage())
+	case code == connect.CodeUnavailable:
+		return nil, fmt.Errorf("%w: %s", ErrNotProposed, e.GetMessage())
+	}
+	ce := connect.NewError(code, errors.New(e.GetMessage()))
+	if e.GetField() != "" {
+		ce = WithDetail(ce, &quoratev1.FieldViolation{Field: e.GetField(), Description: e.GetMessage()})
+	}
+	return nil, ce
 }

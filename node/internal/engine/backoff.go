@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -8,18 +8,18 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// doubling is the wait of the node's retries: initial, doubling up to max,
+// Doubling is the wait of the node's retries: initial, Doubling up to max,
 // without jitter (a node retries its own calls, so no crowd of clients
 // retries in step with it).
-func doubling(initial, max time.Duration) *backoff.ExponentialBackOff {
+func Doubling(initial, max time.Duration) *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: max}
 }
 
-// retry calls op until it returns nil or a backoff.Permanent error (returned
+// Retry calls op until it returns nil or a backoff.Permanent error (returned
 // unwrapped as err), waiting b's next wait after each other error, with no
 // limit but ctx. When ctx ends first, err is op's last error and stopped is
 // ctx.Err().
-func retry(ctx context.Context, b backoff.BackOff, op func() error) (err, stopped error) {
+func Retry(ctx context.Context, b backoff.BackOff, op func() error) (err, stopped error) {
 	var last error
 	final := false
 	_, err = backoff.Retry(ctx, func() (struct{}, error) {

@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func await[R any](ctx context.Context, it *groupcommit.Item[R], what string) (R,
 // groupLog is g's log as its leader on this node writes group-commit
 // entries to it.
 type groupLog struct {
-	n *Node
+	n *Engine
 	g *replica.Replica
 }
 
@@ -46,8 +46,8 @@ var _ groupcommit.Log = groupLog{}
 // Append stamps env with the leader's time and applies it (applyEntry),
 // telling the Observer of each of cmds once raft has it.
 func (l groupLog) Append(env *raftcmdv1.Envelope, cmds []*raftcmdv1.Envelope) (any, error) {
-	env.NowUnixNano = l.n.now().UnixNano()
-	l.n.metrics.entry(l.g.ID, len(cmds))
+	env.NowUnixNano = l.n.Now().UnixNano()
+	l.n.metrics.Entry(l.g.ID, len(cmds))
 	return l.n.applyEntry(l.g, env, func() { l.n.proposed(cmds...) })
 }
 
@@ -58,14 +58,14 @@ func (l groupLog) Applied(cmd *raftcmdv1.Envelope) { l.n.applied(cmd) }
 // own, stamped with the leader's time, on a goroutine of its own; the
 // function it returns waits for its result (errors as applyEntry's, and
 // ErrOutcomeUnknown when ctx ends while the entry commits).
-func (n *Node) applyAlone(ctx context.Context, g *replica.Replica, env *raftcmdv1.Envelope) func() (any, error) {
-	env.NowUnixNano = n.now().UnixNano()
+func (n *Engine) applyAlone(ctx context.Context, g *replica.Replica, env *raftcmdv1.Envelope) func() (any, error) {
+	env.NowUnixNano = n.Now().UnixNano()
 	type applied struct {
 		res any
 		err error
 	}
 	done := make(chan applied, 1)
-	n.metrics.entry(g.ID, 1)
+	n.metrics.Entry(g.ID, 1)
 	go func() {
 		res, err := n.applyEntry(g, env, func() { n.proposed(env) })
 		if err == nil {
@@ -100,7 +100,7 @@ func waitOp(ctx context.Context, op *groupcommit.Op) (any, error) {
 // returning the FSM's result; proposed runs once raft has the entry.
 // Errors: ErrNotLeader and other ErrNotProposed (certainly not applied),
 // ErrOutcomeUnknown.
-func (n *Node) applyEntry(g *replica.Replica, env *raftcmdv1.Envelope, proposed func()) (any, error) {
+func (n *Engine) applyEntry(g *replica.Replica, env *raftcmdv1.Envelope, proposed func()) (any, error) {
 	data, err := fsm.Encode(env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding command: %v", ErrNotProposed, err)
@@ -111,7 +111,7 @@ func (n *Node) applyEntry(g *replica.Replica, env *raftcmdv1.Envelope, proposed 
 	proposed()
 	switch err := future.Error(); {
 	case err == nil:
-		n.metrics.applied(g.ID, start)
+		n.metrics.Applied(g.ID, start)
 		return future.Response(), nil
 	case errors.Is(err, raft.ErrNotLeader):
 		return nil, ErrNotLeader

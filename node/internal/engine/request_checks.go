@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
@@ -31,41 +32,41 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
-// forwardedHeader marks a request forwarded by another node to this one as
+// ForwardedHeader marks a request forwarded by another node to this one as
 // leader; such a request is never forwarded again.
-const forwardedHeader = "Quorate-Forwarded-By"
+const ForwardedHeader = "Quorate-Forwarded-By"
 
-// leaderHeader is set on the response to a data call this node
+// LeaderHeader is set on the response to a data call this node
 // forwarded because another node leads the key's group: its value is that
 // leader's node ID (one value per leader for an AdmitBatch), telling a
 // client that routes by AdmissionService.Routes that its routes are stale.
-const leaderHeader = "Quorate-Leader"
+const LeaderHeader = "Quorate-Leader"
 
 // knowPolicies brings the group of d (led here) to know every policy env
 // names, or returns fsm.ErrUnknownPolicy when the cluster does not have
 // one, or ErrNotProposed when it could not tell now. It costs two map
 // lookups when the group has the policies.
-func (n *Node) knowPolicies(ctx context.Context, d dest, env *raftcmdv1.Envelope) error {
+func (n *Engine) knowPolicies(ctx context.Context, d Dest, env *raftcmdv1.Envelope) error {
 	names, caller, requestID := policyNames(env)
-	if _, missing := d.g.FSM.MissingPolicy(names); !missing {
+	if _, missing := d.Replica.FSM.MissingPolicy(names); !missing {
 		return nil
 	}
 	// The policy may be newer than this node's meta replica: catch up
 	// with the meta leader first (a read index), and with this group (a
 	// record of the request ID acknowledged by an earlier leader).
-	serr := n.catchUpMeta(ctx)
+	serr := n.CatchUpMeta(ctx)
 	if serr == nil && requestID != "" {
-		serr = n.caughtUp(ctx, d.g)
+		serr = n.CaughtUp(ctx, d.Replica)
 	}
 	if serr == nil {
-		if requestID != "" && d.g.FSM.Recorded(caller, requestID) {
+		if requestID != "" && d.Replica.FSM.Recorded(caller, requestID) {
 			return nil
 		}
 		if name, missing := n.meta.FSM.MissingPolicy(names); missing {
 			return fmt.Errorf("%w %s", fsm.ErrUnknownPolicy, admission.Quote(name))
 		}
-		if d.id != shard.MetaGroup {
-			serr = n.syncPolicies(ctx, d.g)
+		if d.ID != shard.MetaGroup {
+			serr = n.SyncPolicies(ctx, d.Replica)
 		}
 	}
 	if serr != nil {
@@ -100,9 +101,9 @@ func policyNames(env *raftcmdv1.Envelope) (names []string, caller, requestID str
 	return nil, "", ""
 }
 
-// leader returns the leader's API address (empty when unknown or not yet
+// Leader returns the Leader's API address (empty when unknown or not yet
 // registered) and ID.
-func (n *Node) leader() (apiAddr, id string) {
+func (n *Engine) Leader() (apiAddr, id string) {
 	_, lid := n.meta.Raft.LeaderWithID()
 	if lid == "" {
 		return "", ""
@@ -126,7 +127,7 @@ func classifyRemote(err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) && connect.IsWireError(ce) {
 		if ce.Code() == connect.CodeUnavailable {
-			if _, notLeader := errorDetail[*quoratev1.NotLeader](ce); notLeader {
+			if _, notLeader := ErrorDetail[*quoratev1.NotLeader](ce); notLeader {
 				return fmt.Errorf("%w: %v", ErrNotProposed, ce)
 			}
 			if IsOutcomeUnknown(ce) {
@@ -142,10 +143,10 @@ func classifyRemote(err error) error {
 	return fmt.Errorf("%w: forwarding to the leader: %v", ErrOutcomeUnknown, err)
 }
 
-// requestContext applies the server's RequestTimeout to ctx and keeps a
+// RequestContext applies the server's RequestTimeout to ctx and keeps a
 // margin before the caller's own deadline, so that the server still answers
 // — with what it knows, e.g. OutcomeUnknown — before the caller gives up.
-func (n *Node) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (n *Engine) RequestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	timeout := n.cfg.RequestTimeout
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d)
@@ -153,4 +154,38 @@ func (n *Node) requestContext(ctx context.Context) (context.Context, context.Can
 		timeout = min(timeout, left-margin)
 	}
 	return context.WithTimeout(ctx, timeout)
+}
+
+// ErrorDetail returns the first detail of type T carried by err's Connect
+// error, if any.
+func ErrorDetail[T proto.Message](err error) (T, bool) {
+	var zero T
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return zero, false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if t, ok := v.(T); ok {
+				return t, true
+			}
+		}
+	}
+	return zero, false
+}
+
+// IsOutcomeUnknown reports whether err (a Connect error from a Quorate node)
+// carries the OutcomeUnknown detail: the request may or may not have been
+// applied, and only a retry with the same request ID is safe.
+func IsOutcomeUnknown(err error) bool {
+	_, ok := ErrorDetail[*quoratev1.OutcomeUnknown](err)
+	return ok
+}
+
+// WithDetail adds m to ce as a detail.
+func WithDetail(ce *connect.Error, m proto.Message) *connect.Error {
+	if d, err := connect.NewErrorDetail(m); err == nil {
+		ce.AddDetail(d)
+	}
+	return ce
 }

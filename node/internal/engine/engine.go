@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorate/quorate/fsm"
@@ -21,57 +22,119 @@ import (
 // of items that decide routes, proposes or forwards, and retries, with one
 // set of rules. A unary call is a batch of one.
 
-// routing says how decide may treat a request.
-type routing struct {
-	// data: the request works on key's state and goes to the key's data
-	// group; otherwise it goes to the meta group.
-	data bool
-	key  string
-
-	// forwarded: the request came from another node; never forward it again.
-	forwarded bool
-	// idempotent: the request carries a request ID, so a retry after an
-	// unknown outcome gets the first answer and spends nothing.
-	idempotent bool
+// Config is what the engine takes of the node's configuration.
+type Config struct {
+	ID             string        // the node's
+	DataGroups     int           // how many data groups the cluster expects (0: one group)
+	RequestTimeout time.Duration // the longest a request runs here
+	// MigrationChunkBytes is the size of a slot move's chunk.
+	MigrationChunkBytes int
+	// Observer is told of each command proposed as leader; may be nil.
+	Observer Observer
 }
 
-// item is one request on its way to a decision: routed by rt to a group,
-// decided there when this node leads it, else forwarded to its leader.
-type item struct {
-	rt routing
+// Metrics are the request path's series the engine feeds.
+type Metrics interface {
+	// Entry counts an entry of cmds commands appended to group id's log.
+	Entry(id shard.GroupID, cmds int)
+	// Applied observes an entry's propose-to-apply time.
+	Applied(id shard.GroupID, start time.Time)
+}
 
-	// On the leader (this node): env is proposed, sharing entries with the
+// Decisions are told of each command decided as leader (hot keys, rates).
+type Decisions interface {
+	Record(id shard.GroupID, res any)
+}
+
+// Engine is a node's request engine (package doc). New makes it before the
+// meta replica opens, whose group commit it is; SetMeta gives it the
+// replica once open.
+type Engine struct {
+	cfg       Config
+	meta      *replica.Replica
+	groups    *replica.Set
+	peerPorts *Peers
+	metrics   Metrics
+	decisions Decisions
+	clock     func() time.Time
+	// forwardedCalls counts the data calls (each item of a batch) this node
+	// forwarded to another node for want of leading the key's group, each
+	// attempt once (NodeState.forwarded_calls).
+	forwardedCalls atomic.Uint64
+}
+
+// New returns the engine of a node whose data replicas are groups, that
+// forwards over peerPorts and stamps entries with clock's time.
+func New(cfg Config, groups *replica.Set, peerPorts *Peers, m Metrics, d Decisions, clock func() time.Time) *Engine {
+	return &Engine{cfg: cfg, groups: groups, peerPorts: peerPorts, metrics: m, decisions: d, clock: clock}
+}
+
+// SetMeta gives the engine the node's meta replica, once open.
+func (n *Engine) SetMeta(g *replica.Replica) { n.meta = g }
+
+// Meta is the node's meta replica.
+func (n *Engine) Meta() *replica.Replica { return n.meta }
+
+// ForwardedCalls counts the data calls forwarded to another node.
+func (n *Engine) ForwardedCalls() uint64 { return n.forwardedCalls.Load() }
+
+// Now is the time a leader stamps.
+func (n *Engine) Now() time.Time { return n.clock() }
+
+// Log is replica g's log as its group commit sees it (groupcommit_glue.go).
+func (n *Engine) Log(g *replica.Replica) groupcommit.Log { return groupLog{n, g} }
+
+// Routing says how decide may treat a request.
+type Routing struct {
+	// Data: the request works on key's state and goes to the key's Data
+	// group; otherwise it goes to the meta group.
+	Data bool
+	Key  string
+
+	// Forwarded: the request came from another node; never forward it again.
+	Forwarded bool
+	// Idempotent: the request carries a request ID, so a retry after an
+	// unknown outcome gets the first answer and spends nothing.
+	Idempotent bool
+}
+
+// Item is one request on its way to a decision: routed by rt to a group,
+// decided there when this node leads it, else forwarded to its leader.
+type Item struct {
+	Route Routing
+
+	// On the leader (this node): Env is proposed, sharing entries with the
 	// other items of its group, and its FSM result lands in res. A request
 	// that is not one command (an acquire that waits, an admin call) has
 	// local instead, run with the group's destination.
-	env   *raftcmdv1.Envelope
-	local func(ctx context.Context, d dest) error
-	res   any
-	// by is the replica whose FSM decided env into res (its policy table
+	Env   *raftcmdv1.Envelope
+	Local func(ctx context.Context, d Dest) error
+	Res   any
+	// By is the replica whose FSM decided env into res (its policy table
 	// gives an Admit answer its windows: admitResponse).
-	by *replica.Replica
+	By *replica.Replica
 
-	// Elsewhere: an Admit (admit set) rides the leader's queue of forwarded
+	// Elsewhere: an Admit (Admit set) rides the leader's queue of forwarded
 	// Admits and its answer lands in resp; any other request is sent by
 	// forward, whose error classifyRemote sorts.
-	admit   *quoratev1.AdmitRequest
-	forward func(ctx context.Context, p *peerClient) error
-	resp    *quoratev1.AdmitResponse
+	Admit   *quoratev1.AdmitRequest
+	Forward func(ctx context.Context, p *PeerClient) error
+	Resp    *quoratev1.AdmitResponse
 
-	// via is this node's replica of the group the item was forwarded for
+	// Via is this node's replica of the group the item was forwarded for
 	// (nil when it hosts none) and viaLeader the leader it was sent to, by
 	// the last attempt ("" when that attempt did not forward it).
-	via       *replica.Replica
-	viaLeader string
+	Via       *replica.Replica
+	ViaLeader string
 
-	err     error // the last attempt's
+	Err     error // the last attempt's
 	unknown error // the last attempt whose outcome is unknown, if any
 }
 
 // errPending tells decide's retry that some items are to be tried again.
 var errPending = errors.New("items pending")
 
-// decide runs items to a decision: each ends with err nil (res or resp
+// Decide runs items to a decision: each ends with err nil (res or resp
 // set, or local's work done) or its final error. An item certainly not
 // applied (ErrNotProposed: no leader, leadership moved, a route refusal) is
 // routed again until ctx ends, 5 ms doubling to 100 ms between attempts;
@@ -79,29 +142,29 @@ var errPending = errors.New("items pending")
 // attempt's outcome was unknown, a later "not proposed" does not replace it
 // in the answer. A forwarded item that reaches a node not leading its group
 // is answered ErrNotLeader, never forwarded again.
-func (n *Node) decide(ctx context.Context, items []*item) {
+func (n *Engine) Decide(ctx context.Context, items []*Item) {
 	pending := items
 	attempt := -1
-	_, stopped := retry(ctx, doubling(5*time.Millisecond, 100*time.Millisecond), func() error {
+	_, stopped := Retry(ctx, Doubling(5*time.Millisecond, 100*time.Millisecond), func() error {
 		attempt++
-		n.attempt(ctx, pending, attempt)
+		n.Attempt(ctx, pending, attempt)
 		again := pending[:0:0]
 		for _, it := range pending {
-			if it.err == nil {
+			if it.Err == nil {
 				continue
 			}
-			unknown := errors.Is(it.err, ErrOutcomeUnknown)
+			unknown := errors.Is(it.Err, ErrOutcomeUnknown)
 			if unknown {
-				it.unknown = it.err
+				it.unknown = it.Err
 			}
-			if it.rt.forwarded && errors.Is(it.err, ErrNotLeader) {
+			if it.Route.Forwarded && errors.Is(it.Err, ErrNotLeader) {
 				// Never forwarded again: the forwarding node routes it anew.
 				if it.unknown != nil {
-					it.err = it.unknown // an earlier attempt here may have applied
+					it.Err = it.unknown // an earlier attempt here may have applied
 				}
 				continue
 			}
-			if errors.Is(it.err, ErrNotProposed) || (unknown && it.rt.idempotent) {
+			if errors.Is(it.Err, ErrNotProposed) || (unknown && it.Route.Idempotent) {
 				again = append(again, it)
 			}
 		}
@@ -113,45 +176,45 @@ func (n *Node) decide(ctx context.Context, items []*item) {
 	if stopped != nil {
 		for _, it := range pending {
 			if it.unknown != nil {
-				it.err = it.unknown
+				it.Err = it.unknown
 			}
-			it.err = fmt.Errorf("%w (%v)", it.err, stopped)
+			it.Err = fmt.Errorf("%w (%v)", it.Err, stopped)
 		}
 	}
 }
 
-// attempt routes each item once: those of groups led here are decided
+// Attempt routes each item once: those of groups led here are decided
 // here, group by group; the others are forwarded, leader by leader. Legs
 // run concurrently; a single leg (a unary call) runs on the caller's
 // goroutine.
-func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
+func (n *Engine) Attempt(ctx context.Context, items []*Item, attempt int) {
 	type leg struct {
-		d     dest
-		items []*item
+		d     Dest
+		items []*Item
 	}
 	local := map[*replica.Replica]*leg{}
-	remote := map[string][]*item{}
+	remote := map[string][]*Item{}
 	for _, it := range items {
-		it.res, it.resp, it.err, it.by = nil, nil, nil, nil
-		it.via, it.viaLeader = nil, ""
-		d, err := n.destFor(it.rt)
+		it.Res, it.Resp, it.Err, it.By = nil, nil, nil, nil
+		it.Via, it.ViaLeader = nil, ""
+		d, err := n.DestFor(it.Route)
 		switch {
 		case err != nil:
-			it.err = err
-		case d.g != nil && d.g.IsLeader():
-			if local[d.g] == nil {
-				local[d.g] = &leg{d: d}
+			it.Err = err
+		case d.Replica != nil && d.Replica.IsLeader():
+			if local[d.Replica] == nil {
+				local[d.Replica] = &leg{d: d}
 			}
-			local[d.g].items = append(local[d.g].items, it)
-		case it.rt.forwarded:
-			it.err = ErrNotLeader
+			local[d.Replica].items = append(local[d.Replica].items, it)
+		case it.Route.Forwarded:
+			it.Err = ErrNotLeader
 		default:
-			if addr, leaderID := n.forwardAddr(d, attempt); addr == "" {
-				it.err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.id, leaderID)
+			if addr, leaderID := n.ForwardAddr(d, attempt); addr == "" {
+				it.Err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.ID, leaderID)
 			} else {
-				it.via, it.viaLeader = d.g, leaderID
+				it.Via, it.ViaLeader = d.Replica, leaderID
 				remote[addr] = append(remote[addr], it)
-				if it.rt.data {
+				if it.Route.Data {
 					n.forwardedCalls.Add(1)
 				}
 			}
@@ -162,7 +225,7 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 		legs = append(legs, func() { n.decideHere(ctx, l.d, l.items) })
 	}
 	for addr, its := range remote {
-		legs = append(legs, func() { n.forwardTo(ctx, n.peerPorts.at(addr), its) })
+		legs = append(legs, func() { n.forwardTo(ctx, n.peerPorts.At(addr), its) })
 	}
 	if len(legs) == 1 {
 		legs[0]()
@@ -178,25 +241,25 @@ func (n *Node) attempt(ctx context.Context, items []*item, attempt int) {
 // decideHere decides items on d's group, which this node leads: their
 // commands all at once (proposeAll), then each local function in turn. A
 // route refusal means nothing was applied: the item is routed again.
-func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
+func (n *Engine) decideHere(ctx context.Context, d Dest, items []*Item) {
 	var ps []*proposal
 	for _, it := range items {
-		if it.env != nil {
-			ps = append(ps, &proposal{env: it.env})
+		if it.Env != nil {
+			ps = append(ps, &proposal{env: it.Env})
 		}
 	}
 	n.proposeAll(ctx, d, ps)
 	for _, it := range items {
-		if it.env != nil {
+		if it.Env != nil {
 			p := ps[0]
 			ps = ps[1:]
-			it.res, it.err, it.by = p.res, p.err, d.g
-			n.decisions.record(d.id, p.res) // hot keys and rates (decisions.go)
+			it.Res, it.Err, it.By = p.res, p.err, d.Replica
+			n.decisions.Record(d.ID, p.res) // hot keys and rates (decisions.go)
 		} else {
-			it.err = it.local(ctx, d)
+			it.Err = it.Local(ctx, d)
 		}
-		if isRouteError(it.err) {
-			it.err = fmt.Errorf("%w: %v", ErrNotProposed, it.err)
+		if isRouteError(it.Err) {
+			it.Err = fmt.Errorf("%w: %v", ErrNotProposed, it.Err)
 		}
 	}
 }
@@ -207,27 +270,27 @@ func (n *Node) decideHere(ctx context.Context, d dest, items []*item) {
 // already a batch and go at once in a call of their own: queued behind the
 // calls in flight they waited a round trip more (about 15% fewer
 // decisions/s for batches of 100, measured with quorate-bench).
-func (n *Node) forwardTo(ctx context.Context, p *peerClient, items []*item) {
+func (n *Engine) forwardTo(ctx context.Context, p *PeerClient, items []*Item) {
 	var queued []*fwdItem
 	for _, it := range items {
-		if it.admit != nil {
-			queued = append(queued, newFwdItem(it.admit))
+		if it.Admit != nil {
+			queued = append(queued, newFwdItem(it.Admit))
 		}
 	}
 	switch {
 	case len(queued) == 1:
-		p.admits.Add(queued...)
+		p.Admits.Add(queued...)
 	case len(queued) > 1:
 		go n.peerPorts.sendForwards(p, slices.Clone(queued)) // sendForwards reuses its slice
 	}
 	for _, it := range items {
-		if it.admit == nil {
-			it.err = classifyRemote(it.forward(ctx, p))
+		if it.Admit == nil {
+			it.Err = classifyRemote(it.Forward(ctx, p))
 			continue
 		}
 		q := queued[0]
 		queued = queued[1:]
-		it.resp, it.err = it.waitForward(ctx, q)
+		it.Resp, it.Err = it.waitForward(ctx, q)
 	}
 }
 
@@ -241,17 +304,17 @@ var errLeaderChanged = errors.New("the group's leader changed")
 // unknown (or, if q was not sent yet, it was certainly not applied), and
 // the item is sent to the new leader, whose answer is the first one's,
 // rather than waiting for a leader that died or is paused.
-func (it *item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
-	if !it.rt.idempotent || it.via == nil || it.via.Leader == nil {
+func (it *Item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
+	if !it.Route.Idempotent || it.Via == nil || it.Via.Leader == nil {
 		// Without a request ID a retry could spend twice: the old
 		// leader's answer (or its failure) is the only one to have.
 		return q.wait(ctx)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(it.via.Leader.Context(), func() { cancel(errLeaderChanged) })
+	stop := context.AfterFunc(it.Via.Leader.Context(), func() { cancel(errLeaderChanged) })
 	defer stop()
-	if it.via.LeaderID() != it.viaLeader {
+	if it.Via.LeaderID() != it.ViaLeader {
 		cancel(errLeaderChanged)
 	}
 	resp, err := q.wait(wctx)
@@ -260,7 +323,7 @@ func (it *item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitRe
 		if errors.Is(err, ErrNotProposed) {
 			class = ErrNotProposed
 		}
-		return nil, fmt.Errorf("%w: %v while the request was forwarded to %s", class, errLeaderChanged, it.viaLeader)
+		return nil, fmt.Errorf("%w: %v while the request was forwarded to %s", class, errLeaderChanged, it.ViaLeader)
 	}
 	return resp, err
 }
@@ -284,14 +347,14 @@ type proposal struct {
 // table first (knowPolicies), and a command the group refused for want of
 // it (a change racing the check) is proposed once more: the refused one
 // changed nothing.
-func (n *Node) proposeAll(ctx context.Context, d dest, ps []*proposal) {
+func (n *Engine) proposeAll(ctx context.Context, d Dest, ps []*proposal) {
 	for _, p := range ps {
 		p.out = keyRequestID(p.env)
 	}
 	n.proposeRound(ctx, d, ps)
 	var again []*proposal
 	for _, p := range ps {
-		if errors.Is(p.err, fsm.ErrUnknownPolicy) && d.id != shard.MetaGroup {
+		if errors.Is(p.err, fsm.ErrUnknownPolicy) && d.ID != shard.MetaGroup {
 			again = append(again, p)
 		}
 	}
@@ -302,24 +365,24 @@ func (n *Node) proposeAll(ctx context.Context, d dest, ps []*proposal) {
 
 // proposeRound proposes those of ps whose policies d's group knows (or now
 // copied from the meta group); the others get knowPolicies' error.
-func (n *Node) proposeRound(ctx context.Context, d dest, ps []*proposal) {
+func (n *Engine) proposeRound(ctx context.Context, d Dest, ps []*proposal) {
 	waits := make([]func() (any, error), len(ps))
 	var ops []*groupcommit.Op
 	for i, p := range ps {
 		if p.err = n.knowPolicies(ctx, d, p.out); p.err != nil {
 			continue
 		}
-		p.out.MapEpoch = d.epoch
+		p.out.MapEpoch = d.Epoch
 		if fsm.Batchable(p.out) {
 			op := groupcommit.NewOp(p.out)
 			ops = append(ops, op)
 			waits[i] = func() (any, error) { return waitOp(ctx, op) }
 		} else {
-			waits[i] = n.applyAlone(ctx, d.g, p.out)
+			waits[i] = n.applyAlone(ctx, d.Replica, p.out)
 		}
 	}
 	if len(ops) > 0 {
-		d.g.Batch.Add(ops...)
+		d.Replica.Batch.Add(ops...)
 	}
 	for i, p := range ps {
 		if waits[i] != nil {
@@ -328,26 +391,26 @@ func (n *Node) proposeRound(ctx context.Context, d dest, ps []*proposal) {
 	}
 }
 
-// proposeTo is proposeAll of one command. Errors: ErrNotLeader and other
+// ProposeTo is proposeAll of one command. Errors: ErrNotLeader and other
 // ErrNotProposed (certainly not applied), ErrOutcomeUnknown, or the FSM's
 // refusal.
-func (n *Node) proposeTo(ctx context.Context, d dest, env *raftcmdv1.Envelope) (any, error) {
+func (n *Engine) ProposeTo(ctx context.Context, d Dest, env *raftcmdv1.Envelope) (any, error) {
 	p := &proposal{env: env}
 	n.proposeAll(ctx, d, []*proposal{p})
 	return p.res, p.err
 }
 
-// propose is proposeTo the meta group.
-func (n *Node) propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
-	return n.proposeTo(ctx, n.metaDest(), env)
+// Propose is proposeTo the meta group.
+func (n *Engine) Propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
+	return n.ProposeTo(ctx, n.MetaDest(), env)
 }
 
-// onLeader runs one request on the leader of rt's group: local when this
+// OnLeader runs one request on the leader of rt's group: local when this
 // node leads it, else remote against the leader (over the peer port's
 // forwarding channel), with decide's routing and retries.
-func (n *Node) onLeader(ctx context.Context, rt routing,
-	local func(ctx context.Context, d dest) error, remote func(ctx context.Context, p *peerClient) error) error {
-	it := &item{rt: rt, local: local, forward: remote}
-	n.decide(ctx, []*item{it})
-	return it.err
+func (n *Engine) OnLeader(ctx context.Context, rt Routing,
+	local func(ctx context.Context, d Dest) error, remote func(ctx context.Context, p *PeerClient) error) error {
+	it := &Item{Route: rt, Local: local, Forward: remote}
+	n.Decide(ctx, []*Item{it})
+	return it.Err
 }

@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 // Waiters of a key get their turns in arrival order, one at a time, and a
 // full queue refuses more.
 func TestWaitersTakeTurnsInArrivalOrder(t *testing.T) {
-	w := newWaiters()
+	w := NewWaiters()
 	var turns []<-chan struct{}
 	for range 3 {
-		turn, ok := w.join("k")
+		turn, ok := w.Join("k")
 		if !ok {
 			t.Fatal("join refused")
 		}
@@ -34,14 +34,14 @@ func TestWaitersTakeTurnsInArrivalOrder(t *testing.T) {
 				t.Fatalf("after %d leaves, waiter %d has its turn: %v, want %v", i, j, isOpen(turn), want)
 			}
 		}
-		w.leave("k", turns[i])
+		w.Leave("k", turns[i])
 	}
 	for range maxWaitersPerKey {
-		if _, ok := w.join("full"); !ok {
+		if _, ok := w.Join("full"); !ok {
 			t.Fatal("refused below the bound")
 		}
 	}
-	if _, ok := w.join("full"); ok {
+	if _, ok := w.Join("full"); ok {
 		t.Fatal("joined beyond the bound")
 	}
 }
@@ -49,7 +49,7 @@ func TestWaitersTakeTurnsInArrivalOrder(t *testing.T) {
 // await serves parked requests first come, first served: each is let in by
 // a notify (a released slot), in the order they arrived.
 func TestAwaitServesInOrderOnNotify(t *testing.T) {
-	w := newWaiters()
+	w := NewWaiters()
 	var (
 		mu     sync.Mutex
 		slots  int
@@ -63,7 +63,7 @@ func TestAwaitServesInOrderOnNotify(t *testing.T) {
 		joined := make(chan struct{})
 		wg.Go(func() {
 			first := true
-			_, err := w.await(ctx, "k", 10*time.Second, func(context.Context) (bool, time.Duration, error) {
+			_, err := w.Await(ctx, "k", 10*time.Second, func(context.Context) (bool, time.Duration, error) {
 				if first {
 					first = false
 					close(joined)
@@ -92,7 +92,7 @@ func TestAwaitServesInOrderOnNotify(t *testing.T) {
 		mu.Lock()
 		slots++
 		mu.Unlock()
-		w.notify("k")
+		w.Notify("k")
 		waitServed(t, &mu, &served, i+1)
 	}
 	wg.Wait()
@@ -101,7 +101,7 @@ func TestAwaitServesInOrderOnNotify(t *testing.T) {
 	}
 }
 
-func waitQueued(tb testing.TB, w *waiters, key string, n int) {
+func waitQueued(tb testing.TB, w *Waiters, key string, n int) {
 	tb.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

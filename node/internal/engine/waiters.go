@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 // maxWaitersPerKey bounds the AcquireLease requests parked on one key.
 const maxWaitersPerKey = 64
 
-// waiters parks AcquireLease requests of a key that found no free slot, in
+// Waiters parks AcquireLease requests of a key that found no free slot, in
 // arrival order: only the head of a key's queue asks again, when a lease of
 // the key is released on this node or when the earliest lease expires,
 // whichever comes first. Parking happens on the leader (forwarded requests
 // included); after a leader change the requests go on waiting at the new
 // leader. Safe for concurrent use.
-type waiters struct {
+type Waiters struct {
 	mu     sync.Mutex
 	queues map[string]*waitQueue
 }
@@ -25,11 +25,11 @@ type waitQueue struct {
 	wake  chan struct{}   // closed (and replaced) when a slot may have freed
 }
 
-func newWaiters() *waiters { return &waiters{queues: make(map[string]*waitQueue)} }
+func NewWaiters() *Waiters { return &Waiters{queues: make(map[string]*waitQueue)} }
 
-// join enqueues a waiter for key and returns a channel closed when it is the
+// Join enqueues a waiter for key and returns a channel closed when it is the
 // head of the queue, or false when the queue is full.
-func (w *waiters) join(key string) (<-chan struct{}, bool) {
+func (w *Waiters) Join(key string) (<-chan struct{}, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q, ok := w.queues[key]
@@ -48,9 +48,9 @@ func (w *waiters) join(key string) (<-chan struct{}, bool) {
 	return turn, true
 }
 
-// leave removes the head of key's queue (the caller, which was the head) and
+// Leave removes the head of key's queue (the caller, which was the head) and
 // hands the turn to the next waiter.
-func (w *waiters) leave(key string, turn <-chan struct{}) {
+func (w *Waiters) Leave(key string, turn <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[key]
@@ -68,8 +68,8 @@ func (w *waiters) leave(key string, turn <-chan struct{}) {
 	}
 }
 
-// changed returns a channel closed at the next notify of key.
-func (w *waiters) changed(key string) <-chan struct{} {
+// Changed returns a channel closed at the next notify of key.
+func (w *Waiters) Changed(key string) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if q, ok := w.queues[key]; ok {
@@ -78,8 +78,8 @@ func (w *waiters) changed(key string) <-chan struct{} {
 	return nil
 }
 
-// notify wakes the head of key's queue: a slot may have freed.
-func (w *waiters) notify(key string) {
+// Notify wakes the head of key's queue: a slot may have freed.
+func (w *Waiters) Notify(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if q, ok := w.queues[key]; ok {
@@ -88,13 +88,13 @@ func (w *waiters) notify(key string) {
 	}
 }
 
-// await calls try, and when it reports not done and maxWait > 0, parks in
+// Await calls try, and when it reports not done and maxWait > 0, parks in
 // key's queue and, once at its head, calls try again each time a lease of
 // the key is released on this node or the retry time try returned passes,
 // until try reports done or fails, ctx ends or maxWait passes. A request
 // without maxWait never queues. It returns how long it waited and try's
 // last error.
-func (w *waiters) await(ctx context.Context, key string, maxWait time.Duration,
+func (w *Waiters) Await(ctx context.Context, key string, maxWait time.Duration,
 	try func(context.Context) (done bool, retry time.Duration, err error)) (time.Duration, error) {
 	if maxWait <= 0 {
 		_, _, err := try(ctx)
@@ -103,12 +103,12 @@ func (w *waiters) await(ctx context.Context, key string, maxWait time.Duration,
 	start := time.Now()
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
-	turn, ok := w.join(key)
+	turn, ok := w.Join(key)
 	if !ok { // too many waiters: answer at once
 		_, _, err := try(ctx)
 		return 0, err
 	}
-	defer w.leave(key, turn)
+	defer w.Leave(key, turn)
 	select {
 	case <-turn:
 	case <-ctx.Done():
@@ -118,7 +118,7 @@ func (w *waiters) await(ctx context.Context, key string, maxWait time.Duration,
 		return time.Since(start), err
 	}
 	for {
-		wake := w.changed(key)
+		wake := w.Changed(key)
 		done, retry, err := try(ctx)
 		if done || err != nil {
 			return time.Since(start), err
