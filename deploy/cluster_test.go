@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -32,7 +33,7 @@ type exported map[string]map[string]map[string]bool
 var (
 	clusterOnce  sync.Once
 	clusterProcs []*exec.Cmd
-	clusterLogs  []*bytes.Buffer
+	clusterLogs  []*lockedBuffer
 	clusterMet   exported
 	clusterError string
 )
@@ -72,12 +73,12 @@ func startCluster(bin string) (exported, string) {
 			args = append(args, "--join", api(0))
 		}
 		cmd := exec.Command(bin, args...)
-		var logs bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &logs, &logs
+		logs := new(lockedBuffer)
+		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Sprintf("starting node %d: %v", i+1, err)
 		}
-		clusterProcs, clusterLogs = append(clusterProcs, cmd), append(clusterLogs, &logs)
+		clusterProcs, clusterLogs = append(clusterProcs, cmd), append(clusterLogs, logs)
 		if i == 0 {
 			if err := waitFor(30*time.Second, func() error { return ready(api(0)) }); err != nil {
 				return nil, "node 1 not ready: " + err.Error() + "\n" + logs.String()
@@ -208,18 +209,21 @@ func get(url string) (string, error) {
 	return string(b), nil
 }
 
-// waitFor polls cond until it returns nil or timeout passes, and returns
-// its last error then.
+// waitFor polls cond until it returns nil or a stopWaiting, or timeout
+// passes, and returns its last error then.
 func waitFor(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
-		if err == nil || time.Now().After(deadline) {
+		if err == nil || time.Now().After(deadline) || errors.As(err, new(stopWaiting)) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond) // polling, not synchronisation
 	}
 }
+
+// stopWaiting is an error of waitFor's condition that waiting cannot mend.
+type stopWaiting struct{ error }
 
 // freePorts returns the first of n consecutive free loopback ports, below
 // the kernel's ephemeral range (where an outgoing connection could take
