@@ -121,9 +121,9 @@ func expandExec(cmdline string, env map[string]string, varLib string) []string {
 // verify finds nothing to say about it, with an exposure level of at most
 // 2.0 in systemd-analyze security. Verify needs ExecStart's binary to
 // exist: it runs on a copy of the unit whose ExecStart names the built
-// binary instead of /usr/local/bin/quorate.
+// binary instead of /usr/local/bin/quorate. Without systemd-analyze only
+// that part is skipped.
 func TestSystemdUnit(t *testing.T) {
-	sa := systemdAnalyze(t)
 	bin := quorateBinary(t)
 	u := readUnit(t, unitFile)
 	svc := u["Service"]
@@ -169,10 +169,12 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("%s: ExecStart uses $%s, which %s does not set", unitFile, m[1]+m[2], envFile)
 		}
 	}
+	// systemctl show prints the environment: a secret (QUORATE_NODE_TOKEN,
+	// which serve would read) belongs in a file the unit names.
 	secret := regexp.MustCompile(`(?i)token|secret|password|key`)
-	for k, v := range set {
-		if secret.MatchString(k) || secret.MatchString(v) {
-			t.Errorf("%s: %s=%s: a secret belongs in a file, which the unit names", envFile, k, v)
+	for k := range set {
+		if secret.MatchString(k) {
+			t.Errorf("%s: %s: a secret belongs in a file, which the unit names", envFile, k)
 		}
 	}
 
@@ -196,7 +198,13 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 
-	// systemd-analyze verify and security on a copy naming the built binary.
+	t.Run("systemd-analyze", func(t *testing.T) { analyzeUnit(t, bin) })
+}
+
+// analyzeUnit runs systemd-analyze verify and security on a copy of the
+// unit naming bin.
+func analyzeUnit(t *testing.T, bin string) {
+	sa := systemdAnalyze(t)
 	unitText, err := os.ReadFile(unitFile)
 	if err != nil {
 		t.Fatal(err)
