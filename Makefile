@@ -41,12 +41,15 @@ run: build
 ## starve for CPU. What the tests need is installed when it can be (Debian's
 ## apt-get, as root or with sudo): a C compiler for -race (without one the
 ## tests run without it), Chromium for the status page's browser test
-## (without one that test is skipped, saying so) and promtool, from Debian's
+## (without one that test is skipped, saying so), promtool, from Debian's
 ## prometheus package, for the metrics checks (without it they use promlint
-## alone, saying so). About 18 minutes on 2 cores.
+## alone, saying so) and deploy/'s alerts and dashboard (skipped without it),
+## and systemd-analyze, from Debian's systemd, for deploy/'s unit (skipped
+## without it). About 18 minutes on 2 cores.
 test: browser-deps
 	@if ! $(HAVE_CC); then $(call apt_install,gcc,the race detector needs a C compiler for cgo); fi
 	@if ! command -v promtool >/dev/null; then $(call apt_install,prometheus,promtool checks the metrics pages; without it promlint alone does); fi
+	@if ! command -v systemd-analyze >/dev/null; then $(call apt_install,systemd,systemd-analyze verifies deploy/systemd/quorate.service; without it that test is skipped); fi
 	@race=-race; if ! $(HAVE_CC); then \
 		echo "make test: no C compiler for cgo ($$($(GO) env CC)): running the tests WITHOUT the race detector"; race=; fi; \
 	$(GO) test $$race -count=1 -timeout 30m $$($(GO) list ./... | grep -v /jepsen$$) && \
