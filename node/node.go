@@ -502,5 +502,3 @@ func connectClientOptions(maxBytes int) []connect.ClientOption {
 	return []connect.ClientOption{connect.WithSendMaxBytes(maxBytes), connect.WithReadMaxBytes(maxBytes),
 		connect.WithAcceptCompression("gzip", nil, nil)}
 }
-
-func (n *Node) isLeader() bool { return n.meta.isLeader() }
