@@ -33,10 +33,12 @@ type adminHandler struct {
 var _ quoratev1connect.AdminServiceHandler = (*adminHandler)(nil)
 
 func (h *adminHandler) NodeStatus(context.Context, *connect.Request[quoratev1.NodeStatusRequest]) (*connect.Response[quoratev1.NodeStatusResponse], error) {
-	return connect.NewResponse(&quoratev1.NodeStatusResponse{Node: h.n.nodeState()}), nil
+	return connect.NewResponse(&quoratev1.NodeStatusResponse{Node: h.nodeState()}), nil
 }
 
-func (n *Node) nodeState() *quoratev1.NodeState {
+// nodeState is this node's own view of itself and the replicas it hosts.
+func (h *adminHandler) nodeState() *quoratev1.NodeState {
+	n := h.n
 	_, leaderID := n.meta.Raft.LeaderWithID()
 	out := &quoratev1.NodeState{
 		Id:                  n.cfg.ID,
@@ -112,8 +114,8 @@ func frozenStatus(frozen map[uint64]shard.SlotRange, plans []*raftcmdv1.Plan) []
 
 // shardMapStatus describes this node's meta replica's shard map (nil when
 // it has none).
-func (n *Node) shardMapStatus() *quoratev1.ShardMapStatus {
-	m, ok := n.meta.FSM.ShardMap()
+func (h *adminHandler) shardMapStatus() *quoratev1.ShardMapStatus {
+	m, ok := h.n.meta.FSM.ShardMap()
 	if !ok {
 		return nil
 	}
@@ -151,7 +153,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		addrs[m.ID] = m.APIAddr
 	}
 	_, leaderID := n.meta.Raft.LeaderWithID()
-	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: n.shardMapStatus(), ClusterId: n.controller.knownClusterID()}
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: h.shardMapStatus(), ClusterId: n.controller.knownClusterID()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
 		m := &quoratev1.MemberStatus{
@@ -163,7 +165,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		out.Members = append(out.Members, m)
 		switch {
 		case m.Id == n.cfg.ID:
-			m.Status = n.nodeState()
+			m.Status = h.nodeState()
 		default:
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
@@ -318,7 +320,7 @@ func (h *admissionHandler) Policies(ctx context.Context, req *connect.Request[qu
 	}
 	var out []fsm.PolicyVersion
 	for _, pv := range h.n.meta.FSM.Policies() {
-		if (named == nil || named[pv.Policy.Name]) && h.n.authz.MayUse(id, pv.Policy.Name) {
+		if (named == nil || named[pv.Policy.Name]) && h.n.auth.authz.MayUse(id, pv.Policy.Name) {
 			out = append(out, pv)
 		}
 	}
@@ -423,4 +425,4 @@ func PolicyToAPI(p admission.Policy, version uint64) *quoratev1.Policy {
 
 // Status is this node's own view of itself and its Raft group, as NodeStatus
 // answers it.
-func (n *Node) Status() *quoratev1.NodeState { return n.nodeState() }
+func (n *Node) Status() *quoratev1.NodeState { return (&adminHandler{n: n}).nodeState() }

@@ -83,27 +83,59 @@ func procedureAction(procedure string) access.Action {
 	return procedureActions[procedure]
 }
 
-// initAccess sets the node's Authorizer and token file from its config: an
-// access file enforces its rules; without one the node is open (Validate
-// allows that only on loopback).
-func (n *Node) initAccess() error {
-	if n.cfg.TokenFile != "" {
-		w, err := access.WatchTokens(n.cfg.TokenFile, access.DefaultInterval)
+// edgeAuth is who a request of the API edge is from (authenticate) and
+// what it may do (authorize, adminOnly): the access file's Authorizer and
+// the token file. It is made in New from the config.
+type edgeAuth struct {
+	authz  *access.Authorizer              // an access file enforces its rules; without one, open
+	tokens *access.Watcher[*access.Tokens] // the token file; nil without one
+	// adminElsewhere is set when the node has an admin listener
+	// (Config.AdminAddr): the API port refuses admin calls.
+	adminElsewhere bool
+	// connectErr is the node's table from errors to Connect codes
+	// (errors.go).
+	connectErr func(error) error
+}
+
+// newEdgeAuth reads the access and token files of cfg: an access file
+// enforces its rules; without one the node is open (Validate allows that
+// only on loopback).
+func newEdgeAuth(cfg Config, connectErr func(error) error) (*edgeAuth, error) {
+	a := &edgeAuth{adminElsewhere: cfg.AdminAddr != "", connectErr: connectErr}
+	if cfg.TokenFile != "" {
+		w, err := access.WatchTokens(cfg.TokenFile, access.DefaultInterval)
 		if err != nil {
-			return fmt.Errorf("%w: --token-file: %v", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: --token-file: %v", ErrInvalidConfig, err)
 		}
-		n.tokens = w
+		a.tokens = w
 	}
-	if n.cfg.AccessFile == "" {
-		n.authz = access.Open()
-		return nil
+	if cfg.AccessFile == "" {
+		a.authz = access.Open()
+		return a, nil
 	}
-	w, err := access.WatchRules(n.cfg.AccessFile, access.DefaultInterval)
+	w, err := access.WatchRules(cfg.AccessFile, access.DefaultInterval)
 	if err != nil {
-		return fmt.Errorf("%w: --access-file: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: --access-file: %v", ErrInvalidConfig, err)
 	}
-	n.authz = access.Enforce(w.Current)
-	return nil
+	a.authz = access.Enforce(w.Current)
+	return a, nil
+}
+
+// identify is who r is from (access.Authenticate): the verified client
+// certificate when the connection is TLS with one, and the bearer token of
+// the Authorization header against the token file.
+func (a *edgeAuth) identify(r *http.Request) (access.Identity, error) {
+	var cert *x509.Certificate
+	// Only a chain the TLS stack verified names a caller; a certificate
+	// sent but not verified proves nothing.
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		cert = r.TLS.VerifiedChains[0][0]
+	}
+	var tokens *access.Tokens
+	if a.tokens != nil {
+		tokens = a.tokens.Current()
+	}
+	return access.Authenticate(cert, r.Header.Get("Authorization"), tokens)
 }
 
 // authErrorKey is the context key of why authenticate could not establish
@@ -121,22 +153,12 @@ type authErrorKey struct{}
 // than its headers. What depends on the message (the policies a call
 // names, the callers of its request IDs, the node a certificate joins as)
 // authInterceptor decides once it is decoded.
-func (n *Node) authenticate(kind serverKind, next http.Handler) http.Handler {
+func (a *edgeAuth) authenticate(kind serverKind, next http.Handler) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var cert *x509.Certificate
-		// Only a chain the TLS stack verified names a caller; a certificate
-		// sent but not verified proves nothing.
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-			cert = r.TLS.VerifiedChains[0][0]
-		}
-		var tokens *access.Tokens
-		if n.tokens != nil {
-			tokens = n.tokens.Current()
-		}
-		id, err := access.Authenticate(cert, r.Header.Get("Authorization"), tokens)
-		if refusal := n.refuseBeforeBody(kind, r.URL.Path, id, err); refusal != nil {
-			writeRefusal(errs, w, r, n.toConnectError(refusal))
+		id, err := a.identify(r)
+		if refusal := a.refuseBeforeBody(kind, r.URL.Path, id, err); refusal != nil {
+			writeRefusal(errs, w, r, a.connectErr(refusal))
 			return
 		}
 		ctx := withIdentity(r.Context(), id)
@@ -154,11 +176,11 @@ func (n *Node) authenticate(kind serverKind, next http.Handler) http.Handler {
 // one, to a procedure that needs a role. Its errors are those
 // authInterceptor would give. Health checks, and paths that are no
 // procedure (the status page, metrics), pass.
-func (n *Node) refuseBeforeBody(kind serverKind, path string, id access.Identity, err error) error {
-	if kind == serveAPI && n.adminLn != nil && strings.HasPrefix(path, "/"+quoratev1connect.AdminServiceName+"/") {
+func (a *edgeAuth) refuseBeforeBody(kind serverKind, path string, id access.Identity, err error) error {
+	if kind == serveAPI && a.adminElsewhere && strings.HasPrefix(path, "/"+quoratev1connect.AdminServiceName+"/") {
 		return ErrAdminElsewhere // whoever makes it
 	}
-	if n.authz.IsOpen() {
+	if a.authz.IsOpen() {
 		return nil
 	}
 	action, ok := procedureActions[path]
@@ -173,7 +195,7 @@ func (n *Node) refuseBeforeBody(kind serverKind, path string, id access.Identity
 	case err != nil:
 		return err
 	case id.Source == access.SourceNone:
-		return n.authz.Authorize(id, action, nil) // unauthenticated, whatever the message
+		return a.authz.Authorize(id, action, nil) // unauthenticated, whatever the message
 	}
 	return nil
 }
@@ -203,12 +225,12 @@ func writeRefusal(errs *connect.ErrorWriter, w http.ResponseWriter, r *http.Requ
 // action and the policies its request names, and sets the caller of its
 // request IDs from the identity (access.ResolveCaller) before the handler
 // reads the request.
-type authInterceptor struct{ n *Node }
+type authInterceptor struct{ a *edgeAuth }
 
 func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := a.n.authorize(ctx, procedureAction(req.Spec().Procedure), req.Any()); err != nil {
-			return nil, a.n.toConnectError(err)
+		if err := a.a.authorize(ctx, procedureAction(req.Spec().Procedure), req.Any()); err != nil {
+			return nil, a.a.connectErr(err)
 		}
 		return next(ctx, req)
 	}
@@ -222,8 +244,8 @@ func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) c
 // action alone: no streaming procedure carries policies or callers.
 func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := a.n.authorize(ctx, procedureAction(conn.Spec().Procedure), nil); err != nil {
-			return a.n.toConnectError(err)
+		if err := a.a.authorize(ctx, procedureAction(conn.Spec().Procedure), nil); err != nil {
+			return a.a.connectErr(err)
 		}
 		return next(ctx, conn)
 	}
@@ -231,11 +253,11 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 
 // authorize decides whether the request of ctx may do action with msg, its
 // message (nil for a stream), and resolves msg's callers.
-func (n *Node) authorize(ctx context.Context, action access.Action, msg any) error {
+func (a *edgeAuth) authorize(ctx context.Context, action access.Action, msg any) error {
 	if action.Class() == access.ClassHealth {
 		return nil
 	}
-	if err, ok := ctx.Value(authErrorKey{}).(error); ok && !n.authz.IsOpen() {
+	if err, ok := ctx.Value(authErrorKey{}).(error); ok && !a.authz.IsOpen() {
 		return err
 	}
 	id := identityOf(ctx)
@@ -244,12 +266,17 @@ func (n *Node) authorize(ctx context.Context, action access.Action, msg any) err
 			return nodeMayCall(node, msg)
 		}
 	}
-	if err := n.authz.Authorize(id, action, requestPolicies(msg)); err != nil {
+	if err := a.authz.Authorize(id, action, requestPolicies(msg)); err != nil {
 		return err
 	}
 	return resolveCallers(msg, func(requested string) (string, error) {
-		return n.authz.ResolveCaller(id, requested)
+		return a.authz.ResolveCaller(id, requested)
 	})
+}
+
+// authorize is the edge's authorize (edgeAuth), for Envoy's service.
+func (n *Node) authorize(ctx context.Context, action access.Action, msg any) error {
+	return n.auth.authorize(ctx, action, msg)
 }
 
 // certifiedNode is the node id names when it is a verified certificate of

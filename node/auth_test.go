@@ -104,10 +104,11 @@ func TestAuthorizeResolvesCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{authz: access.Enforce(func() *access.Rules { return rules })}
+	n := &Node{}
+	a := &edgeAuth{authz: access.Enforce(func() *access.Rules { return rules }), connectErr: n.toConnectError}
 	ctx := withIdentity(context.Background(), access.Identity{Caller: "app", Source: access.SourceToken})
 	batch := &quoratev1.AdmitBatchRequest{Requests: []*quoratev1.AdmitRequest{{Policy: "p"}, {Policy: "p", Caller: "app"}}}
-	if err := n.authorize(ctx, access.ActionAdmitBatch, batch); err != nil {
+	if err := a.authorize(ctx, access.ActionAdmitBatch, batch); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range batch.GetRequests() {
@@ -115,14 +116,14 @@ func TestAuthorizeResolvesCallers(t *testing.T) {
 			t.Errorf("request %d: caller %q, want app", i, r.GetCaller())
 		}
 	}
-	err = n.authorize(ctx, access.ActionRefund, &quoratev1.RefundRequest{Caller: "other"})
+	err = a.authorize(ctx, access.ActionRefund, &quoratev1.RefundRequest{Caller: "other"})
 	if !errors.Is(err, access.ErrPermissionDenied) || connect.CodeOf(n.toConnectError(err)) != connect.CodePermissionDenied {
 		t.Errorf("another caller: %v, want permission denied", err)
 	}
-	if err := n.authorize(context.Background(), access.ActionHealth, nil); err != nil {
+	if err := a.authorize(context.Background(), access.ActionHealth, nil); err != nil {
 		t.Errorf("health: %v", err)
 	}
-	err = n.authorize(context.Background(), access.ActionPeek, &quoratev1.PeekRequest{Policy: "p"})
+	err = a.authorize(context.Background(), access.ActionPeek, &quoratev1.PeekRequest{Policy: "p"})
 	if connect.CodeOf(n.toConnectError(err)) != connect.CodeUnauthenticated {
 		t.Errorf("anonymous: %v, want unauthenticated", err)
 	}
@@ -141,7 +142,7 @@ func TestAuthenticateMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{tokens: w, authz: access.Open()} // open: nothing is refused before the handler
+	a := &edgeAuth{tokens: w, authz: access.Open()} // open: nothing is refused before the handler
 	cert := &x509.Certificate{URIs: []*url.URL{{Scheme: "spiffe", Host: "example.org", Path: "/svc"}}}
 	for _, tc := range []struct {
 		name    string
@@ -162,7 +163,7 @@ func TestAuthenticateMiddleware(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got access.Identity
 			var gotErr bool
-			h := n.authenticate(serveAPI, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			h := a.authenticate(serveAPI, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 				got = identityOf(r.Context())
 				_, gotErr = r.Context().Value(authErrorKey{}).(error)
 			}))

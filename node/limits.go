@@ -117,10 +117,11 @@ func (c Config) limits(maxBytes, def int, flag string) listenerLimits {
 // durations).
 func (l listenerLimits) maxMessages() int { return l.maxBytes / bytesPerMessage }
 
-// handlerOptions are the Connect options that enforce l.
-func (n *Node) handlerOptions(l listenerLimits) []connect.HandlerOption {
+// handlerOptions are the Connect options that enforce l; connectErr is the
+// node's table from errors to Connect codes.
+func (l listenerLimits) handlerOptions(connectErr func(error) error) []connect.HandlerOption {
 	tooLarge := func() error {
-		return n.toConnectError(fmt.Errorf("%w: the message is larger than %d bytes after decompression (the server's --%s)",
+		return connectErr(fmt.Errorf("%w: the message is larger than %d bytes after decompression (the server's --%s)",
 			ErrRequestTooLarge, l.maxBytes, l.flag))
 	}
 	budget := messageBudget{max: l.maxMessages(), flag: l.flag}

@@ -307,30 +307,63 @@ func remoteIP(c net.Conn) string {
 	return host
 }
 
-// listen binds addr (the value of flag) for a client-facing listener.
-func (n *Node) listen(flag, addr string) (*limitListener, error) {
+// listen binds addr (the value of flag) for a client-facing listener with
+// limits' bounds.
+func listen(flag, addr string, limits connLimits, log *slog.Logger) (*limitListener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("node: --%s: %w", flag, err)
 	}
-	return newLimitListener(ln, n.cfg.apiConnLimits(), n.log, flag), nil
+	return newLimitListener(ln, limits, log, flag), nil
+}
+
+// edgeListeners are the node's client-facing listeners, bound in New: the
+// API port's, and the admin port's (Config.AdminAddr; nil without).
+type edgeListeners struct {
+	api, admin *limitListener
+}
+
+// open binds cfg's API and admin addresses. When it fails, close closes
+// what it bound.
+func (l *edgeListeners) open(cfg Config, log *slog.Logger) (err error) {
+	if l.api, err = listen("api-addr", cfg.APIAddr, cfg.apiConnLimits(), log); err != nil {
+		return err
+	}
+	if cfg.AdminAddr != "" {
+		if l.admin, err = listen("admin-addr", cfg.AdminAddr, cfg.apiConnLimits(), log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close closes the listeners (not tracked by their servers when Run never
+// started).
+func (l *edgeListeners) close() error {
+	var errs []error
+	for _, ln := range []*limitListener{l.api, l.admin} {
+		if ln != nil {
+			errs = append(errs, ignoreClosed(ln.Close()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AdminAddr is the host:port the admin listener is bound to (Config.AdminAddr
 // with its port chosen); "" without one.
 func (n *Node) AdminAddr() string {
-	if n.adminLn == nil {
+	if n.ln.admin == nil {
 		return ""
 	}
-	return n.adminLn.Addr().String()
+	return n.ln.admin.Addr().String()
 }
 
 // APIConnStats returns the API listener's connection counts; with an
 // admin listener (Config.AdminAddr), admin's are those of that one.
 func (n *Node) APIConnStats() (api, admin ConnStats) {
-	api = n.apiLn.stats()
-	if n.adminLn != nil {
-		admin = n.adminLn.stats()
+	api = n.ln.api.stats()
+	if n.ln.admin != nil {
+		admin = n.ln.admin.stats()
 	}
 	return api, admin
 }

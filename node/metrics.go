@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -122,18 +123,19 @@ func newMetrics(n *Node) *metrics {
 // program embedding a node may register its own collectors in it.
 func (n *Node) Registry() *prometheus.Registry { return n.metrics.reg }
 
-// serveMetrics adds /metrics to the mux of the API and admin servers.
-func (n *Node) serveMetrics(mux *http.ServeMux, kind serverKind) {
+// serve adds /metrics to the mux of the API and admin servers (kind),
+// promhttp's errors going to log.
+func (m *metrics) serve(mux *http.ServeMux, kind serverKind, log *slog.Logger) {
 	if kind == servePeer {
 		return
 	}
-	h := promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{
-		ErrorLog:            slogPrinter{n},
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:            slogPrinter{log},
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.metrics.prime()
+		m.prime()
 		h.ServeHTTP(w, r)
 	}))
 }
@@ -168,9 +170,9 @@ func (m *metrics) prime() {
 }
 
 // slogPrinter passes promhttp's errors to the node's log.
-type slogPrinter struct{ n *Node }
+type slogPrinter struct{ log *slog.Logger }
 
-func (p slogPrinter) Println(v ...any) { p.n.log.Warn("metrics", "err", v) }
+func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics", "err", v) }
 
 // groupLabel is the group label of id.
 func groupLabel(id shard.GroupID) string { return strconv.FormatUint(uint64(id), 10) }

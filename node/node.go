@@ -18,13 +18,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
-	"github.com/quorate/quorate/access"
-	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/raftmux"
 	"github.com/quorate/quorate/shard"
@@ -37,13 +36,12 @@ import (
 type Node struct {
 	cfg         Config
 	log         *slog.Logger
-	apiAddr     string // advertised
-	raftAddr    string // advertised
-	apiLn       *limitListener
-	adminLn     *limitListener   // with Config.AdminAddr; nil without
-	pprofLn     *limitListener   // with Config.PprofAddr; nil without
+	apiAddr     string           // advertised
+	raftAddr    string           // advertised
+	ln          edgeListeners    // the API and admin ports' (listeners.go)
+	pprof       *pprofEndpoint   // with Config.PprofAddr; nil without (pprof.go)
 	mux         *peermux.Mux     // the peer listener: every group's Raft traffic
-	raftMux     *raftmux.Hub     // the groups' shared Raft connections over mux (raft_transport.go)
+	raftMux     *raftmux.Hub     // the groups' shared Raft connections over mux (replica.NewHub)
 	meta        *replica.Replica // the meta group (with no data groups, it holds the data too)
 	groups      *replica.Set
 	shared      *replica.SharedLogs // the node's Raft log and stable store, shared by its replicas
@@ -51,22 +49,22 @@ type Node struct {
 	hadState    bool
 	server      *http.Server
 	adminServer *http.Server  // with Config.AdminAddr; nil without
-	pprofServer *http.Server  // with Config.PprofAddr; nil without
 	fwdServer   *http.Server  // the forwarding channel's, with PeerService
 	apiPorts    *engine.Peers // to other nodes' API ports
 	peerPorts   *engine.Peers // to other nodes over the peer mux: forwarded requests
 	fwdLn       net.Listener  // the peer mux's forwarding channel, served like the API
 	waiters     *engine.Waiters
-	engine      *engine.Engine                  // the request engine (package engine)
-	controller  *controller                     // the control plane (ctl.go)
-	authz       *access.Authorizer              // who may do what on the API (auth.go)
-	tokens      *access.Watcher[*access.Tokens] // the token file; nil without one
-	envoy       *envoyrls.Service               // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
+	engine      *engine.Engine    // the request engine (package engine)
+	controller  *controller       // the control plane (ctl.go)
+	auth        *edgeAuth         // who a request is from and what it may do (auth.go)
+	envoy       *envoyrls.Service // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
+	health      *health           // the probes' answers (ready.go)
+	statusPage  *statusPage       // GET /status (status_page.go)
 	closeOnce   sync.Once
 	closeErr    error
-	tls         *certs.Source // the TLS files, reloaded; nil in plaintext (tls.go)
+	tls         *edgeTLS // the TLS files, reloaded; nil in plaintext (tls.go)
 	// metaReplica is n.meta once it is open, for the peer port's TLS
-	// handshakes, which may run before (allowNode).
+	// handshakes, which may run before (peerGate).
 	metaReplica atomic.Pointer[replica.Replica]
 
 	clockOffset atomic.Int64  // time.Duration added to the clock when stamping entries
@@ -105,7 +103,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.shared = replica.NewSharedLogs(cfg.DataDir, cfg.sharedSegmentBytes, n.metrics.fsynced)
-	if err := n.initAccess(); err != nil {
+	if n.auth, err = newEdgeAuth(cfg, n.toConnectError); err != nil {
 		return nil, err
 	}
 	if err := n.initEnvoy(); err != nil {
@@ -113,33 +111,31 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	var peerServerTLS, peerClientTLS *tls.Config
 	if cfg.tlsEnabled() {
-		if n.tls, err = n.openTLS(); err != nil {
+		if n.tls, err = openTLS(cfg, n.log); err != nil {
 			return nil, err
 		}
-		if peerServerTLS, peerClientTLS, err = n.peerTLS(); err != nil {
+		gate := peerGate{self: cfg.ID, meta: &n.metaReplica}
+		if peerServerTLS, peerClientTLS, err = n.tls.peerConfigs(gate.allow); err != nil {
 			return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
 		}
 	}
 
-	if n.apiLn, err = n.listen("api-addr", cfg.APIAddr); err != nil {
+	if err := n.ln.open(cfg, n.log); err != nil {
 		return nil, err
 	}
-	if cfg.AdminAddr != "" {
-		if n.adminLn, err = n.listen("admin-addr", cfg.AdminAddr); err != nil {
-			return nil, err
-		}
-	}
 	if cfg.PprofAddr != "" {
-		if n.pprofLn, err = n.listen("pprof-addr", cfg.PprofAddr); err != nil {
+		ln, err := listen("pprof-addr", cfg.PprofAddr, cfg.apiConnLimits(), n.log)
+		if err != nil {
 			return nil, err
 		}
-		if n.pprofServer, err = n.newPprofServer(); err != nil {
+		if n.pprof, err = newPprofEndpoint(ln, n.tls, n.auth); err != nil {
+			ln.Close()
 			return nil, err
 		}
 	}
 	n.apiAddr = cfg.AdvertiseAPIAddr
 	if n.apiAddr == "" {
-		n.apiAddr = n.apiLn.Addr().String()
+		n.apiAddr = n.ln.api.Addr().String()
 	}
 	if err := checkAdvertisable(n.apiAddr); err != nil {
 		return nil, fmt.Errorf("%w: --advertise-api-addr: %v", ErrInvalidConfig, err)
@@ -185,10 +181,10 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.groups = replica.NewSet()
-	apiDial := peermux.NewDialer(n.apiLn.Addr(), cfg.DebugDialMap).DialContext
+	apiDial := peermux.NewDialer(n.ln.api.Addr(), cfg.DebugDialMap).DialContext
 	n.apiPorts = engine.NewPeers(apiDial)
 	if n.tls != nil {
-		n.apiPorts.UseTLS(n.tls, apiDial)
+		n.apiPorts.UseTLS(n.tls.src, apiDial)
 	}
 	n.peerPorts = engine.NewPeers(func(ctx context.Context, _, addr string) (net.Conn, error) {
 		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
@@ -230,19 +226,33 @@ func New(cfg Config) (_ *Node, err error) {
 	n.waiters = engine.NewWaiters()
 	n.controller = newController(n)
 
+	n.health = &health{self: cfg.ID, stopping: &n.stopping, registered: n.Registered(),
+		shardMap: n.meta.FSM.ShardMap, hosted: n.engine.Hosted}
+	n.statusPage = &statusPage{
+		self: cfg.ID, adminElsewhere: n.ln.admin != nil, authorize: n.auth.authorize,
+		clusterStatus: func(ctx context.Context) (*quoratev1.ClusterStatusResponse, error) {
+			resp, err := (&adminHandler{n: n}).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+			if err != nil {
+				return nil, err
+			}
+			return resp.Msg, nil
+		},
+		ownStatus: func() *quoratev1.MemberStatus {
+			return &quoratev1.MemberStatus{Id: cfg.ID, ApiAddr: n.apiAddr, Suffrage: "voter", Status: n.Status()}
+		},
+		meta: n.meta.FSM, now: n.now,
+	}
 	n.server = n.newServer(serveAPI)
 	n.fwdServer = n.newServer(servePeer)
-	if n.adminLn != nil {
+	if n.ln.admin != nil {
 		n.adminServer = n.newServer(serveAdmin)
 	}
-	if n.tls != nil {
-		for _, srv := range []*http.Server{n.server, n.adminServer} {
-			if srv == nil {
-				continue
-			}
-			if err := n.apiServerTLS(srv); err != nil {
-				return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
-			}
+	for _, srv := range []*http.Server{n.server, n.adminServer} {
+		if srv == nil {
+			continue
+		}
+		if err := n.tls.serveTLS(srv); err != nil {
+			return nil, fmt.Errorf("%w: --tls-cert: %v", ErrInvalidConfig, err)
 		}
 	}
 	return n, nil
@@ -271,12 +281,12 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	n.bodyGuards[kind] = guard
 	mux := http.NewServeMux()
 	// Decisions are small: compressing them costs more CPU than it saves.
-	opts := append(n.handlerOptions(limits), connect.WithCompressMinBytes(4<<10))
+	opts := append(limits.handlerOptions(n.toConnectError), connect.WithCompressMinBytes(4<<10))
 	n.handleEnvoy(mux, kind, opts) // authorizes each call itself (envoy.go)
 	if !peer {
 		// The edge (auth.go). The forwarding server serves nodes, which
 		// authorized what they forward: it does not authenticate again.
-		opts = append(opts, connect.WithInterceptors(metricsInterceptor{n.metrics}, authInterceptor{n: n}))
+		opts = append(opts, connect.WithInterceptors(metricsInterceptor{n.metrics}, authInterceptor{a: n.auth}))
 	}
 	handlerOpts := connect.WithHandlerOptions(opts...)
 	if kind != serveAdmin {
@@ -286,13 +296,13 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	// On the API port of a node with an admin listener, authenticate
 	// refuses admin calls.
 	mux.Handle(quoratev1connect.NewAdminServiceHandler(&adminHandler{n: n}, handlerOpts))
-	n.registerHealth(mux, kind, handlerOpts)     // ready.go
-	n.registerReflection(mux, kind, handlerOpts) // reflect.go
+	n.health.register(mux, kind, handlerOpts)                                     // ready.go
+	registerReflection(mux, kind, handlerOpts, n.envoy != nil, n.ln.admin != nil) // reflect.go
 	if peer {
 		mux.Handle(quoratev1connect.NewPeerServiceHandler(&peerHandler{n: n}, handlerOpts))
 	}
-	n.handleStatusPage(mux, kind) // GET /status (status_page.go)
-	n.serveMetrics(mux, kind)     // GET /metrics (metrics.go)
+	n.statusPage.register(mux, kind)  // GET /status (status_page.go)
+	n.metrics.serve(mux, kind, n.log) // GET /metrics (metrics.go)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -300,7 +310,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	if peer {
 		handler = withForwardedIdentity(mux)
 	} else {
-		handler = n.authenticate(kind, explainMediaType(mux)) // mediatype.go
+		handler = n.auth.authenticate(kind, explainMediaType(mux)) // mediatype.go
 	}
 	srv := &http.Server{
 		// Every request, even to an unknown path: after the handler, the
@@ -351,22 +361,16 @@ func (n *Node) now() time.Time { return time.Now().Add(n.ClockOffset()) }
 func (n *Node) Run(ctx context.Context) error {
 	serveErr := make(chan error, 2)
 	serve := func(what string, srv *http.Server, ln net.Listener) {
-		var err error
-		if n.tls != nil {
-			err = srv.ServeTLS(ln, "", "") // srv.TLSConfig
-		} else {
-			err = srv.Serve(ln)
-		}
-		serveErr <- fmt.Errorf("node: serving %s: %w", what, err)
+		serveErr <- fmt.Errorf("node: serving %s: %w", what, n.tls.serve(srv, ln))
 	}
-	go serve("API", n.server, n.apiLn)
+	go serve("API", n.server, n.ln.api)
 	if n.adminServer != nil {
-		go serve("admin API", n.adminServer, n.adminLn)
+		go serve("admin API", n.adminServer, n.ln.admin)
 	}
 	go func() { _ = n.fwdServer.Serve(n.fwdLn) }() // ends with the node
-	if n.pprofServer != nil {
-		go n.servePprof() // ends with the node
-		n.log.Info("profiling endpoint", "url", n.pprofURL())
+	if n.pprof != nil {
+		go n.pprof.serve() // ends with the node
+		n.log.Info("profiling endpoint", "url", n.pprof.url())
 	}
 	n.log.Info("serving", append([]any{"api", n.apiAddr, "raft", n.raftAddr, "admin", n.cfg.AdminAddr, "had_state", n.hadState},
 		Build().logAttrs()...)...)
@@ -440,22 +444,10 @@ func (n *Node) closeResources() error {
 	if n.adminServer != nil {
 		errs = append(errs, ignoreClosed(n.adminServer.Close()))
 	}
-	if n.pprofServer != nil {
-		errs = append(errs, ignoreClosed(n.pprofServer.Close()))
-	}
 	if n.fwdServer != nil {
 		errs = append(errs, ignoreClosed(n.fwdServer.Close()))
 	}
-	// Not tracked by their servers when Run never started.
-	if n.apiLn != nil {
-		errs = append(errs, ignoreClosed(n.apiLn.Close()))
-	}
-	if n.adminLn != nil {
-		errs = append(errs, ignoreClosed(n.adminLn.Close()))
-	}
-	if n.pprofLn != nil {
-		errs = append(errs, ignoreClosed(n.pprofLn.Close()))
-	}
+	errs = append(errs, n.ln.close(), n.pprof.close())
 	if n.groups != nil {
 		errs = append(errs, n.closeGroups())
 	}
@@ -477,9 +469,7 @@ func (n *Node) closeResources() error {
 	if n.peerPorts != nil {
 		n.peerPorts.Close()
 	}
-	if n.tls != nil {
-		errs = append(errs, n.tls.Close())
-	}
+	errs = append(errs, n.tls.close())
 	return errors.Join(errs...)
 }
 
@@ -515,5 +505,3 @@ func claimDataDir(dir, id string) error {
 		return fmt.Errorf("node: --data-dir: %w", err)
 	}
 }
-
-func (n *Node) isLeader() bool { return n.meta.IsLeader() }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,8 +38,17 @@ func (c Config) checkPprof(bad func(flag, format string, args ...any) error) err
 	return nil
 }
 
-// newPprofServer returns the profiling endpoint's server.
-func (n *Node) newPprofServer() (*http.Server, error) {
+// pprofEndpoint is the profiling endpoint: its listener and server. Made
+// in New with Config.PprofAddr; nil without.
+type pprofEndpoint struct {
+	ln  *limitListener
+	srv *http.Server
+	tls *edgeTLS // nil in plaintext
+}
+
+// newPprofEndpoint returns the endpoint serving on ln, TLS as the API
+// with t, its callers checked by auth.
+func newPprofEndpoint(ln *limitListener, t *edgeTLS, auth *edgeAuth) (*pprofEndpoint, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -48,42 +56,34 @@ func (n *Node) newPprofServer() (*http.Server, error) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{
-		Handler:           http.MaxBytesHandler(n.pprofAdminOnly(mux), 64<<10),
+		Handler:           http.MaxBytesHandler(pprofAdminOnly(auth, mux), 64<<10),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      (pprofMaxSeconds + 30) * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
-	if n.tls != nil {
+	if t != nil {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true) // and HTTP/2, as on the API
-		if err := n.apiServerTLS(srv); err != nil {
+		if err := t.serveTLS(srv); err != nil {
 			return nil, err
 		}
 	}
-	return srv, nil
+	return &pprofEndpoint{ln: ln, srv: srv, tls: t}, nil
 }
 
 // pprofAdminOnly lets through to next only the requests of a caller with
 // the admin role when the node enforces an access file.
-func (n *Node) pprofAdminOnly(next http.Handler) http.Handler {
+func pprofAdminOnly(auth *edgeAuth, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n.authz.IsOpen() {
+		if auth.authz.IsOpen() {
 			next.ServeHTTP(w, r)
 			return
 		}
-		var cert *x509.Certificate
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-			cert = r.TLS.VerifiedChains[0][0] // only a verified chain names a caller
-		}
-		var tokens *access.Tokens
-		if n.tokens != nil {
-			tokens = n.tokens.Current()
-		}
-		id, err := access.Authenticate(cert, r.Header.Get("Authorization"), tokens)
+		id, err := auth.identify(r)
 		if err == nil {
-			err = n.authz.Authorize(id, access.ActionNodeStatus, nil)
+			err = auth.authz.Authorize(id, access.ActionNodeStatus, nil)
 		}
 		switch {
 		case err == nil:
@@ -97,32 +97,31 @@ func (n *Node) pprofAdminOnly(next http.Handler) http.Handler {
 	})
 }
 
-// servePprof serves the profiling endpoint until the node closes it.
-func (n *Node) servePprof() {
-	if n.tls != nil {
-		_ = n.pprofServer.ServeTLS(n.pprofLn, "", "") // pprofServer.TLSConfig
-		return
+// serve serves the endpoint until the node closes it.
+func (p *pprofEndpoint) serve() { _ = p.tls.serve(p.srv, p.ln) }
+
+// addr is the host:port the endpoint is bound to; "" without one.
+func (p *pprofEndpoint) addr() string {
+	if p == nil {
+		return ""
 	}
-	_ = n.pprofServer.Serve(n.pprofLn)
+	return p.ln.Addr().String()
+}
+
+// url is the endpoint's index, for the log.
+func (p *pprofEndpoint) url() string {
+	return fmt.Sprintf("%s://%s/debug/pprof/", p.tls.scheme(), p.ln.Addr())
+}
+
+// close closes the server and its listener (not tracked by the server
+// when it never served).
+func (p *pprofEndpoint) close() error {
+	if p == nil {
+		return nil
+	}
+	return errors.Join(ignoreClosed(p.srv.Close()), ignoreClosed(p.ln.Close()))
 }
 
 // PprofAddr is the host:port the profiling endpoint is bound to; "" without
 // one.
-func (n *Node) PprofAddr() string {
-	if n.pprofLn == nil {
-		return ""
-	}
-	return n.pprofLn.Addr().String()
-}
-
-// pprofURL is the endpoint's index, for the log.
-func (n *Node) pprofURL() string {
-	if n.pprofLn == nil {
-		return ""
-	}
-	scheme := "http"
-	if n.tls != nil {
-		scheme = "https"
-	}
-	return fmt.Sprintf("%s://%s/debug/pprof/", scheme, n.pprofLn.Addr())
-}
+func (n *Node) PprofAddr() string { return n.pprof.addr() }

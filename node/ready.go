@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"github.com/hashicorp/raft"
 
+	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
@@ -50,21 +52,31 @@ const readyMaxApplyLag = 1024
 // readyWatchInterval is how often a health Watch stream re-checks the node.
 const readyWatchInterval = 500 * time.Millisecond
 
+// health is the node's answer to probes (/healthz, /readyz, the gRPC
+// health service). Made in New, before the servers.
+type health struct {
+	self       string                    // this node's ID
+	stopping   *atomic.Bool              // set once Run begins to stop
+	registered <-chan struct{}           // closed once the registry has this node (Node.Registered)
+	shardMap   func() (shard.Map, bool)  // the meta replica's
+	hosted     func() []*replica.Replica // the replicas hosted here, the meta group's first
+}
+
 // notReady says in a few words why the node should not be sent traffic, or
 // "" when it is ready. The words name groups by ID and nothing else.
-func (n *Node) notReady() string {
-	if n.stopping.Load() {
+func (h *health) notReady() string {
+	if h.stopping.Load() {
 		return "stopping"
 	}
 	select {
-	case <-n.Registered():
+	case <-h.registered:
 	default:
 		return "not registered in the cluster yet"
 	}
-	m, hasMap := n.meta.FSM.ShardMap()
-	for _, g := range n.engine.Hosted() {
+	m, hasMap := h.shardMap()
+	for _, g := range h.hosted() {
 		if g.ID != shard.MetaGroup && (g.Raft.State() == raft.Shutdown ||
-			hasMap && !placedOn(m, g.ID, n.cfg.ID)) {
+			hasMap && !placedOn(m, g.ID, h.self)) {
 			continue // being closed: moved away, or removed from its group
 		}
 		if g.LeaderID() == "" {
@@ -91,15 +103,15 @@ func groupWords(id shard.GroupID) string {
 	return fmt.Sprintf("group %d", id)
 }
 
-// registerHealth serves /healthz, /readyz and the gRPC health service on
-// the mux of a server of kind (not the peer port's: nodes do not probe
-// each other's readiness there).
-func (n *Node) registerHealth(mux *http.ServeMux, kind serverKind, opts connect.HandlerOption) {
+// register serves /healthz, /readyz and the gRPC health service on the
+// mux of a server of kind (on the peer port's, the gRPC service only: nodes
+// do not probe each other's readiness there).
+func (h *health) register(mux *http.ServeMux, kind serverKind, opts connect.HandlerOption) {
 	services := []string{quoratev1connect.AdminServiceName}
 	if kind != serveAdmin {
 		services = append(services, quoratev1connect.AdmissionServiceName, quoratev1connect.LeaseServiceName)
 	}
-	mux.Handle(grpchealth.NewHandler(&readiness{n: n, services: services}, opts))
+	mux.Handle(grpchealth.NewHandler(&readiness{h: h, services: services}, opts))
 	if kind == servePeer {
 		return
 	}
@@ -107,7 +119,7 @@ func (n *Node) registerHealth(mux *http.ServeMux, kind serverKind, opts connect.
 		writeProbe(w, http.StatusOK, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := n.notReady(); why != "" {
+		if why := h.notReady(); why != "" {
 			writeProbe(w, http.StatusServiceUnavailable, "not ready: "+why)
 			return
 		}
@@ -124,7 +136,7 @@ func writeProbe(w http.ResponseWriter, code int, body string) {
 
 // readiness is the node's grpchealth.Checker and Watcher.
 type readiness struct {
-	n        *Node
+	h        *health
 	services []string
 }
 
@@ -134,7 +146,7 @@ func (r *readiness) Check(_ context.Context, req *grpchealth.CheckRequest) (*grp
 	if err := r.known(req.Service); err != nil {
 		return nil, err
 	}
-	if r.n.notReady() != "" {
+	if r.h.notReady() != "" {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
 	}
 	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil

@@ -25,18 +25,20 @@ import (
 // node without an access file (open on loopback only), and under one any
 // caller with a role, like Routes; an anonymous caller is refused. Streams
 // need HTTP/2 (cleartext HTTP/2 is served, as grpcurl -plaintext speaks).
-func (n *Node) registerReflection(mux *http.ServeMux, kind serverKind, opts connect.HandlerOption) {
+// withEnvoy: the node serves Envoy's service; adminElsewhere: it has an
+// admin listener.
+func registerReflection(mux *http.ServeMux, kind serverKind, opts connect.HandlerOption, withEnvoy, adminElsewhere bool) {
 	if kind == servePeer {
 		return
 	}
 	var services []string
 	if kind == serveAPI {
 		services = append(services, quoratev1connect.AdmissionServiceName, quoratev1connect.LeaseServiceName)
-		if n.envoy != nil {
+		if withEnvoy {
 			services = append(services, envoyrls.ServiceName)
 		}
 	}
-	if kind == serveAdmin || n.adminLn == nil {
+	if kind == serveAdmin || !adminElsewhere {
 		services = append(services, quoratev1connect.AdminServiceName)
 	}
 	services = append(services, healthServiceName)

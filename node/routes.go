@@ -16,7 +16,7 @@ import (
 // Routes answers where each key's calls should go (AdmissionService.Routes),
 // from this node's own state: no log round trip, no call to another node.
 func (h *admissionHandler) Routes(context.Context, *connect.Request[quoratev1.RoutesRequest]) (*connect.Response[quoratev1.RoutesResponse], error) {
-	return connect.NewResponse(h.n.routes()), nil
+	return connect.NewResponse(h.routes()), nil
 }
 
 // routes is this node's view of where calls go: the shard map its meta
@@ -27,7 +27,8 @@ func (h *admissionHandler) Routes(context.Context, *connect.Request[quoratev1.Ro
 // slot to the meta group (0), which holds the data. A cluster expecting data
 // groups that has no map yet answers epoch 0 and no slots: the client asks
 // again.
-func (n *Node) routes() *quoratev1.RoutesResponse {
+func (h *admissionHandler) routes() *quoratev1.RoutesResponse {
+	n := h.n
 	scheme := n.cfg.apiScheme()
 	apiURL := map[string]string{}
 	out := &quoratev1.RoutesResponse{SlotCount: shard.SlotCount}

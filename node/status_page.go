@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/fsm"
+	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
 	"github.com/quorate/quorate/statuspage"
@@ -36,11 +35,34 @@ const statusPageRefresh = 5 * time.Second
 // hotKeysOnPage is how many hot keys the page lists, all groups together.
 const hotKeysOnPage = 20
 
-// handleStatusPage registers the page on mux, the mux of a server of kind.
-func (n *Node) handleStatusPage(mux *http.ServeMux, kind serverKind) {
+// statusPage serves the page. Made in New, before the servers.
+type statusPage struct {
+	self string // this node's ID
+	// adminElsewhere is set when the node has an admin listener, which
+	// alone serves the page.
+	adminElsewhere bool
+	authorize      func(ctx context.Context, action access.Action, msg any) error // the edge's (edgeAuth)
+	// clusterStatus is ClusterStatus's answer; ownStatus, this node's
+	// entry alone, for when that fails.
+	clusterStatus func(ctx context.Context) (*quoratev1.ClusterStatusResponse, error)
+	ownStatus     func() *quoratev1.MemberStatus
+	meta          metaView // the meta replica's state
+	now           func() time.Time
+}
+
+// metaView is what the status page reads of the meta replica's state
+// (*fsm.FSM).
+type metaView interface {
+	Policies() []fsm.PolicyVersion
+	Plans() []*raftcmdv1.Plan
+	ShardMap() (shard.Map, bool)
+}
+
+// register registers the page on mux, the mux of a server of kind.
+func (sp *statusPage) register(mux *http.ServeMux, kind serverKind) {
 	switch {
-	case kind == serveAdmin || kind == serveAPI && n.adminLn == nil:
-		mux.HandleFunc("GET "+statusPagePath, n.serveStatusPage)
+	case kind == serveAdmin || kind == serveAPI && !sp.adminElsewhere:
+		mux.HandleFunc("GET "+statusPagePath, sp.serve)
 	case kind == serveAPI:
 		mux.HandleFunc("GET "+statusPagePath, func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "the status page is served on the admin address (--admin-addr)", http.StatusNotFound)
@@ -48,8 +70,8 @@ func (n *Node) handleStatusPage(mux *http.ServeMux, kind serverKind) {
 	}
 }
 
-func (n *Node) serveStatusPage(w http.ResponseWriter, r *http.Request) {
-	if err := n.authorize(r.Context(), access.ActionClusterStatus, nil); err != nil {
+func (sp *statusPage) serve(w http.ResponseWriter, r *http.Request) {
+	if err := sp.authorize(r.Context(), access.ActionClusterStatus, nil); err != nil {
 		code := http.StatusForbidden
 		if errors.Is(err, access.ErrUnauthenticated) {
 			code = http.StatusUnauthorized
@@ -61,7 +83,7 @@ func (n *Node) serveStatusPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*memberStatusTimeout)
 	defer cancel()
 	var b bytes.Buffer
-	if err := statuspage.Render(&b, n.statusPage(ctx)); err != nil {
+	if err := statuspage.Render(&b, sp.gather(ctx)); err != nil {
 		http.Error(w, "rendering the status page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -71,27 +93,27 @@ func (n *Node) serveStatusPage(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b.Bytes())
 }
 
-// statusPage gathers the page: every member's own state (as ClusterStatus
+// gather gathers the page: every member's own state (as ClusterStatus
 // asks for it), and the policies, plans and shard map of this node's meta
 // replica.
-func (n *Node) statusPage(ctx context.Context) *statuspage.Page {
-	p := &statuspage.Page{NodeID: n.cfg.ID, GeneratedAt: time.Now(), Refresh: statusPageRefresh}
-	resp, err := (&adminHandler{n: n}).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+func (sp *statusPage) gather(ctx context.Context) *statuspage.Page {
+	p := &statuspage.Page{NodeID: sp.self, GeneratedAt: time.Now(), Refresh: statusPageRefresh}
+	cs, err := sp.clusterStatus(ctx)
 	if err != nil {
 		p.Problems = append(p.Problems, "cluster status: "+err.Error())
-		resp = connect.NewResponse(&quoratev1.ClusterStatusResponse{Members: []*quoratev1.MemberStatus{{Id: n.cfg.ID, ApiAddr: n.apiAddr, Suffrage: "voter", Status: n.nodeState()}}})
+		cs = &quoratev1.ClusterStatusResponse{Members: []*quoratev1.MemberStatus{sp.ownStatus()}}
 	}
-	cs := resp.Msg
 	p.ClusterID, p.MetaLeader = cs.GetClusterId(), cs.GetLeaderId()
 	p.MapEpoch = cs.GetShardMap().GetEpoch()
 	for _, m := range cs.GetMembers() {
 		p.Members = append(p.Members, memberOnPage(m))
 	}
-	p.Groups = n.groupsOnPage(cs)
+	sm, hasMap := sp.meta.ShardMap()
+	p.Groups = groupsOnPage(cs, sm, hasMap)
 	p.HotKeys = hotKeysOnPageOf(cs.GetMembers())
-	p.Policies = policiesOnPage(n.meta.FSM.Policies(), cs.GetMembers())
-	now := n.now()
-	for _, pl := range n.meta.FSM.Plans() {
+	p.Policies = policiesOnPage(sp.meta.Policies(), cs.GetMembers())
+	now := sp.now()
+	for _, pl := range sp.meta.Plans() {
 		st := planStatus(pl, now)
 		e := statuspage.Plan{ID: st.GetId(), Kind: st.GetKind(), Summary: st.GetSummary(), State: st.GetState(), Error: st.GetError(),
 			StepsDone: int(st.GetStepsDone()), Steps: len(st.GetSteps()), Age: st.GetAge().AsDuration()}
@@ -137,8 +159,9 @@ func memberOnPage(m *quoratev1.MemberStatus) statuspage.Member {
 
 // groupsOnPage is the meta group and every data group of the shard map,
 // each with the leader its replicas report (the one that says it leads,
-// else the one the replica of the highest term names).
-func (n *Node) groupsOnPage(cs *quoratev1.ClusterStatusResponse) []statuspage.Group {
+// else the one the replica of the highest term names); sm is the meta
+// replica's shard map, when ok.
+func groupsOnPage(cs *quoratev1.ClusterStatusResponse, sm shard.Map, ok bool) []statuspage.Group {
 	type seen struct {
 		term   uint64
 		leader string
@@ -166,7 +189,6 @@ func (n *Node) groupsOnPage(cs *quoratev1.ClusterStatusResponse) []statuspage.Gr
 		meta.Replicas = append(meta.Replicas, m.GetId())
 	}
 	groups := []statuspage.Group{meta}
-	sm, ok := n.meta.FSM.ShardMap()
 	if !ok {
 		groups[0].Slots, groups[0].Ranges = uint32(shard.SlotCount), shard.AllSlots().String()
 	}

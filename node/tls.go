@@ -4,10 +4,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/node/internal/replica"
 )
 
 // TLS on a node's two ports. One certificate, key and CA bundle
@@ -20,7 +24,7 @@ import (
 //     the handshake completes before the mux reads the connection's header
 //     (package peermux). The peer's certificate must chain to the CA bundle
 //     and name, by its URI SAN quorate://node/<id>, a node this node knows
-//     (allowNode).
+//     (peerGate).
 //   - This node's calls to other nodes' API ports (the first join, status
 //     calls) verify the server's certificate and its host name against the
 //     CA bundle and present this node's certificate.
@@ -81,51 +85,63 @@ func (c Config) apiScheme() string {
 	return "http"
 }
 
-// openTLS loads the node's TLS files, the certificate naming this node
-// (checked again at every reload: a rotated certificate that names another
-// node is not served); the Source reloads the files, checking them on use
+// edgeTLS is the node's TLS files as its ports serve them; nil on a node
+// in plaintext (its methods then serve plaintext). Made in New.
+type edgeTLS struct {
+	src *certs.Source // reloaded until the node closes
+}
+
+// openTLS loads cfg's TLS files, the certificate naming this node (checked
+// again at every reload: a rotated certificate that names another node is
+// not served); the Source reloads the files, checking them on use
 // (handshakes, TLSStatus), until the node closes.
-func (n *Node) openTLS() (*certs.Source, error) {
+func openTLS(cfg Config, log *slog.Logger) (*edgeTLS, error) {
 	src, err := certs.NewSource(certs.Options{
-		CertFile:      n.cfg.TLSCertFile,
-		KeyFile:       n.cfg.TLSKeyFile,
-		CAFile:        n.cfg.TLSCAFile,
+		CertFile:      cfg.TLSCertFile,
+		KeyFile:       cfg.TLSKeyFile,
+		CAFile:        cfg.TLSCAFile,
 		CheckOwnChain: true,
 		CheckLeaf: func(leaf *x509.Certificate) error {
 			id, err := certs.NodeID(leaf)
-			if err == nil && id != n.cfg.ID {
-				err = fmt.Errorf("names node %q, not this node's --id %q", id, n.cfg.ID)
+			if err == nil && id != cfg.ID {
+				err = fmt.Errorf("names node %q, not this node's --id %q", id, cfg.ID)
 			}
 			return err
 		},
 		OnReload: func(st certs.Status) {
 			if st.Err != nil {
-				n.log.Error("TLS files not reloaded: serving the previous certificate", "err", st.Err)
+				log.Error("TLS files not reloaded: serving the previous certificate", "err", st.Err)
 				return
 			}
-			n.log.Info("TLS files reloaded", "serial", st.Serial, "not_after", st.NotAfter)
+			log.Info("TLS files reloaded", "serial", st.Serial, "not_after", st.NotAfter)
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: --id: %q: --tls-cert %s: %v", ErrInvalidConfig, n.cfg.ID, n.cfg.TLSCertFile, err)
+		return nil, fmt.Errorf("%w: --id: %q: --tls-cert %s: %v", ErrInvalidConfig, cfg.ID, cfg.TLSCertFile, err)
 	}
-	return src, nil
+	return &edgeTLS{src: src}, nil
 }
 
-// peerTLS returns the peer port's configs: mutual TLS, the peer naming a
-// node allowNode allows.
-func (n *Node) peerTLS() (server, client *tls.Config, err error) {
-	opts := certs.PeerOptions{AllowNode: n.allowNode}
-	if server, err = n.tls.PeerServerConfig(opts); err != nil {
+// peerConfigs returns the peer port's configs: mutual TLS, the peer naming
+// a node allow allows (peerGate).
+func (t *edgeTLS) peerConfigs(allow func(id string) bool) (server, client *tls.Config, err error) {
+	opts := certs.PeerOptions{AllowNode: allow}
+	if server, err = t.src.PeerServerConfig(opts); err != nil {
 		return nil, nil, err
 	}
-	if client, err = n.tls.PeerClientConfig(opts); err != nil {
+	if client, err = t.src.PeerClientConfig(opts); err != nil {
 		return nil, nil, err
 	}
 	return server, client, nil
 }
 
-// allowNode reports whether a peer whose certificate names node id may use
+// peerGate decides which nodes may use the peer port (allow).
+type peerGate struct {
+	self string                           // this node's ID
+	meta *atomic.Pointer[replica.Replica] // the meta replica once it is open
+}
+
+// allow reports whether a peer whose certificate names node id may use
 // the peer port: this node, a node registered in this node's replica of the
 // meta group, or a member of that replica's latest Raft configuration (read
 // from its log at start, so a restarted node whose registry is not yet
@@ -136,13 +152,13 @@ func (n *Node) peerTLS() (server, client *tls.Config, err error) {
 // node adding it (the meta leader, which registers a node before it makes
 // it a member) must reach it to replicate the log, which then tells it the
 // cluster's nodes. A node's first join goes to another node's API port,
-// which asks nothing of allowNode. Before the meta replica opens, only this
+// which asks nothing of the gate. Before the meta replica opens, only this
 // node is allowed.
-func (n *Node) allowNode(id string) bool {
-	if id == n.cfg.ID {
+func (p peerGate) allow(id string) bool {
+	if id == p.self {
 		return true
 	}
-	g := n.metaReplica.Load()
+	g := p.meta.Load()
 	if g == nil {
 		return false
 	}
@@ -162,10 +178,15 @@ func (n *Node) allowNode(id string) bool {
 	return len(servers) == 0 && len(g.FSM.Nodes()) == 0
 }
 
-// apiServerTLS sets up srv to serve TLS with the node's certificate, a
-// caller's certificate optional and verified when given.
-func (n *Node) apiServerTLS(srv *http.Server) error {
-	cfg, err := n.tls.ServerConfig(certs.ServerOptions{ClientAuth: certs.OptionalClientCert})
+// serveTLS sets up srv, a server of the API or admin port or the
+// profiling endpoint, to serve TLS with the node's certificate, a caller's
+// certificate optional and verified when given. In plaintext it does
+// nothing.
+func (t *edgeTLS) serveTLS(srv *http.Server) error {
+	if t == nil {
+		return nil
+	}
+	cfg, err := t.src.ServerConfig(certs.ServerOptions{ClientAuth: certs.OptionalClientCert})
 	if err != nil {
 		return err
 	}
@@ -174,11 +195,40 @@ func (n *Node) apiServerTLS(srv *http.Server) error {
 	return nil
 }
 
-// TLSStatus is what the node's TLS files serve and how their last reload
-// went; ok is false for a node without TLS.
-func (n *Node) TLSStatus() (_ certs.Status, ok bool) {
-	if n.tls == nil {
+// serve serves srv, set up by serveTLS, on ln until srv closes.
+func (t *edgeTLS) serve(srv *http.Server, ln net.Listener) error {
+	if t == nil {
+		return srv.Serve(ln)
+	}
+	return srv.ServeTLS(ln, "", "") // srv.TLSConfig
+}
+
+// scheme is the scheme of the URLs the node's API and profiling endpoint
+// serve.
+func (t *edgeTLS) scheme() string {
+	if t == nil {
+		return "http"
+	}
+	return "https"
+}
+
+// status is what the TLS files serve and how their last reload went; ok is
+// false in plaintext.
+func (t *edgeTLS) status() (_ certs.Status, ok bool) {
+	if t == nil {
 		return certs.Status{}, false
 	}
-	return n.tls.Status(), true
+	return t.src.Status(), true
 }
+
+// close stops reloading the files.
+func (t *edgeTLS) close() error {
+	if t == nil {
+		return nil
+	}
+	return t.src.Close()
+}
+
+// TLSStatus is what the node's TLS files serve and how their last reload
+// went; ok is false for a node without TLS.
+func (n *Node) TLSStatus() (_ certs.Status, ok bool) { return n.tls.status() }
