@@ -7,7 +7,8 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 # Generated Go is committed; `make proto` regenerates it, `make verify` checks it is current.
 PROTO_GEN_DIR := .cache/proto-gen
 
-.PHONY: all build build-bench run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
+# release: static binaries for each platform, stamped, with SHA256SUMS (see below).
+.PHONY: all build build-bench release run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
 
 all: build
 
@@ -22,6 +23,21 @@ LDFLAGS = -X $(STAMP).stampVersion=$(VERSION) -X $(STAMP).stampCommit=$(COMMIT) 
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quorate
+
+## release: static quorate binaries (CGO_ENABLED=0, -trimpath) for each of
+## RELEASE_PLATFORMS, stamped as `make build` stamps, in
+## $(DIST)/<version>/quorate-<version>-<os>-<arch>, with SHA256SUMS beside them
+## (`sha256sum -c SHA256SUMS` checks a download). `make release VERSION=v0.1.0`
+## names the version; CHANGELOG.md says what each one holds.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/arm64
+DIST ?= dist
+release:
+	@set -e; v='$(VERSION)'; out='$(DIST)'/"$$v"; rm -rf "$$out"; mkdir -p "$$out"; \
+	for p in $(RELEASE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; f="quorate-$$v-$$os-$$arch"; \
+		echo "building $$out/$$f"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o "$$out/$$f" ./cmd/quorate; \
+	done; \
+	cd "$$out" && sha256sum quorate-* > SHA256SUMS && echo "wrote $$out/SHA256SUMS"
 
 ## build-bench: bin/quorate-bench, the load generator (quorate-bench, and
 ## quorate-bench compare with its Redis and Gubernator drivers): a binary of
@@ -189,4 +205,5 @@ jepsen: build
 	else echo "jepsen: the planted overspend bug was NOT caught (data/jepsen/planted-overspend.txt)"; exit 1; fi
 
 clean:
+	rm -rf $(DIST)
 	rm -rf bin .cache

@@ -114,36 +114,24 @@ func (n *Engine) CheckPlanned(ctx context.Context, c MigrationCall) error {
 	return fitsPlan(n.meta.FSM.Plans(), c)
 }
 
-func PlanStateName(s uint32) string {
-	switch s {
-	case fsm.PlanRunning:
-		return "running"
-	case fsm.PlanDone:
-		return "done"
-	case fsm.PlanCancelling:
-		return "cancelling"
-	case fsm.PlanCancelled:
-		return "cancelled"
-	case fsm.PlanFailed:
-		return "failed"
-	}
-	return fmt.Sprintf("state %d", s)
-}
+// PlanStateName is a plan state's name as the API, the CLI and the logs
+// show it.
+func PlanStateName(s uint32) string { return nameOf(planStates, s, "state") }
 
-func PhaseName(p uint32) string {
-	switch p {
-	case fsm.PhasePending:
-		return "pending"
-	case fsm.PhaseCopying:
-		return "copying"
-	case fsm.PhaseFlipped:
-		return "flipped"
-	case fsm.PhaseDone:
-		return "done"
-	case fsm.PhaseRollingBack:
-		return "rolling back"
-	case fsm.PhaseRolledBack:
-		return "rolled back"
+// PhaseName is a plan step's phase's name, as PlanStateName.
+func PhaseName(p uint32) string { return nameOf(phases, p, "phase") }
+
+var (
+	planStates = map[uint32]string{fsm.PlanRunning: "running", fsm.PlanDone: "done",
+		fsm.PlanCancelling: "cancelling", fsm.PlanCancelled: "cancelled", fsm.PlanFailed: "failed"}
+	phases = map[uint32]string{fsm.PhasePending: "pending", fsm.PhaseCopying: "copying", fsm.PhaseFlipped: "flipped",
+		fsm.PhaseDone: "done", fsm.PhaseRollingBack: "rolling back", fsm.PhaseRolledBack: "rolled back"}
+)
+
+// nameOf is v's name in names, or what and the number.
+func nameOf(names map[uint32]string, v uint32, what string) string {
+	if n, ok := names[v]; ok {
+		return n
 	}
-	return fmt.Sprintf("phase %d", p)
+	return fmt.Sprintf("%s %d", what, v)
 }
