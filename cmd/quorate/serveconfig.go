@@ -24,9 +24,14 @@ const maxConfigBytes = 1 << 20
 // reports only as text: "yaml: line 3: did not find expected key".
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// refusedConfigKeys are the keys of secrets serve never takes as a value,
-// each with the key of the file that holds it.
-var refusedConfigKeys = map[string]string{"node-token": "node-token-file"}
+// secretFileKey returns, for the key of a secret serve never takes as a
+// value (serve's refused --node-token), the key of the file that holds it.
+func secretFileKey(key string) (string, bool) {
+	if key == "node-token" {
+		return "node-token-file", true
+	}
+	return "", false
+}
 
 // configFlags are the serve flags a config file sets, in their names'
 // order: every flag but --config, --print-config and --help, and the hidden
@@ -43,7 +48,8 @@ func configFlags(cmd *cobra.Command) []*pflag.Flag {
 
 // applyConfigFile sets cmd's flags from the YAML file at path: a mapping of
 // flag names to values. A flag given on the command line keeps its value
-// (the file's is still checked). An unknown or repeated key, or a value of
+// (the file's is still checked for its shape: a list, a bool, a whole
+// number, a single value). An unknown or repeated key, or a value of
 // the wrong type, is refused with a *yamllist.Error naming the file, the
 // line and the key.
 func applyConfigFile(cmd *cobra.Command, path string) error {
@@ -97,7 +103,7 @@ func applyConfig(cmd *cobra.Command, file string, data []byte) error {
 		if k.Kind != yaml.ScalarNode {
 			return fail(k.Line, "", nil, "a key must be a plain string, got %s", describeYAML(k))
 		}
-		if fileKey, ok := refusedConfigKeys[key]; ok {
+		if fileKey, ok := secretFileKey(key); ok {
 			return fail(k.Line, key, nil, "a secret is never given as a value; write it to a file only the node's user can read and give %s", fileKey)
 		}
 		f := known[key]
