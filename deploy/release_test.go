@@ -56,7 +56,7 @@ func TestMakeRelease(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{name, "SHA256SUMS"}; !slices.Equal(names, want) {
+	if want := []string{"SHA256SUMS", name}; !slices.Equal(names, want) {
 		t.Fatalf("%s holds %q, want %q", dir, names, want)
 	}
 

@@ -5,6 +5,10 @@
 //
 //	quorate serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR) [flags]
 //	    run one node of a cluster until SIGINT/SIGTERM.
+//	quorate serve --config FILE [flags] [--print-config]
+//	    the same with its flags in a YAML file (keys: the flags' names; flags
+//	    on the command line win); --print-config prints the effective
+//	    settings as such a file and exits.
 //	quorate dev [--dir data/dev] [--nodes 3] [--groups 8] [--policies examples/policies.yaml]
 //	    run a whole cluster on 127.0.0.1 in one process, load the example
 //	    policies and print how to reach it; state (and the data groups)

@@ -22,22 +22,37 @@ const nodeTokenEnv = "QUORATE_NODE_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var clockFile, nodeTokenFile string
+	var clockFile, nodeTokenFile, configFile string
+	var printCfg bool
 	cmd := &cobra.Command{
-		Use:   "serve --id ID --data-dir DIR (--bootstrap | --join API_ADDR)",
+		Use:   "serve (--config FILE | --id ID --data-dir DIR (--bootstrap | --join API_ADDR))",
 		Short: "Run one node of a Quorate cluster",
 		Long: "Serve runs one node until SIGINT or SIGTERM, then shuts down gracefully (handing\n" +
 			"off leadership when it leads).\n\n" +
 			"The first node of a new cluster starts with --bootstrap; every other node starts\n" +
 			"with --join and the API (or --admin-addr) address of any member. Both are ignored once the data\n" +
 			"directory holds state: a restarted node rejoins with what it has. A node whose\n" +
-			"--data-dir is empty or absent is refused without one of them.",
-		Example: "  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap \\\n" +
+			"--data-dir is empty or absent is refused without one of them.\n\n" +
+			"--config names a YAML file of these settings, each key a flag's name without its dashes\n" +
+			"(api-addr: 10.0.0.1:7070; a repeatable flag's key holds a list); a flag given on the command\n" +
+			"line overrides the file's key. --print-config prints the effective settings as such a file and\n" +
+			"exits. Secrets are files (--node-token-file, --peer-secret-file, --tls-key), never values.",
+		Example: "  quorate serve --config /etc/quorate/quorate.yaml\n" +
+			"  quorate serve --config /etc/quorate/quorate.yaml --print-config\n" +
+			"  quorate serve --id n1 --data-dir /var/lib/quorate --api-addr 10.0.0.1:7070 --raft-addr 10.0.0.1:7170 --bootstrap \\\n" +
 			"      --tls-cert n1.pem --tls-key n1-key.pem --tls-ca ca.pem --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml\n" +
 			"  quorate serve --id n2 --data-dir /var/lib/quorate --api-addr 10.0.0.2:7070 --raft-addr 10.0.0.2:7170 --join 10.0.0.1:7070 \\\n" +
 			"      --tls-cert n2.pem --tls-key n2-key.pem --tls-ca ca.pem --access-file /etc/quorate/access.yaml --token-file /etc/quorate/tokens.yaml",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd, configFile); err != nil {
+					return err
+				}
+			}
+			if printCfg {
+				return printConfig(cmd, cmd.OutOrStdout())
+			}
 			cfg.LogOutput = cmd.ErrOrStderr()
 			token, err := apiflags.SecretFromFileOrEnv("node-token-file", nodeTokenFile, nodeTokenEnv)
 			if err != nil {
@@ -92,6 +107,9 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&configFile, "config", "", "YAML file of serve's settings, each key a flag's name (api-addr: ..., data-dir: ...); flags given\n"+
+		"on the command line override it")
+	fs.BoolVar(&printCfg, "print-config", false, "print the effective settings (defaults, --config, flags) as a config file and exit without starting")
 	fs.StringVar(&cfg.ID, "id", cfg.ID, "this node's ID, unique in the cluster (required)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the Raft log, stable store and snapshots (required)")
 	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "host:port to serve the API on (Connect, gRPC, gRPC-Web, JSON)")
