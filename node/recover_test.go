@@ -33,7 +33,7 @@ func TestRecoverFromLostMajority(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = recoverGroups, 3
 	}})
-	waitRecoverGroupsLed(t, c, 0)
+	waitRecoverGroupsLed(t, c)
 	applyBucket(t, c, "p", recoverCapacity)
 	for k := range recoverKeys {
 		for s := range recoverSpent {
@@ -43,7 +43,7 @@ func TestRecoverFromLostMajority(t *testing.T) {
 		}
 	}
 	// Every acknowledged spend reached the survivor, node 0.
-	waitApplied(t, c, 0)
+	recoverWaitApplied(t, c, 0)
 
 	survivor := c.Config(0).DataDir
 	asked := false
@@ -76,18 +76,18 @@ func TestRecoverFromLostMajority(t *testing.T) {
 
 	c.Config(0).Bootstrap = false
 	c.Start(0)
-	waitRecoverGroupsLed(t, c, 0)
+	waitRecoverGroupsLed(t, c)
 	// Half the keys are drained on the survivor alone: each has exactly
 	// what its acknowledged spends left.
 	for k := range recoverKeys / 2 {
-		drainKey(t, c.Admission(0), k)
+		recoverDrainKey(t, c.Admission(0), k)
 	}
 
 	// Two fresh nodes join the survivor; the lost nodes are removed; every
 	// group gets three voters again.
 	var fresh []*node.Node
 	for _, id := range []string{"node4", "node5"} {
-		fresh = append(fresh, startFresh(t, c, id))
+		fresh = append(fresh, recoverStartFresh(t, c, id))
 	}
 	for _, id := range []string{"node2", "node3"} {
 		c.Eventually(t, 60*time.Second, "remove "+id, func() error {
@@ -122,12 +122,12 @@ func TestRecoverFromLostMajority(t *testing.T) {
 	// The fresh nodes caught up, and serve the other half of the keys.
 	fc := quoratev1connect.NewAdmissionServiceClient(c.HTTPClient(), "http://"+fresh[0].APIAddr())
 	for k := recoverKeys / 2; k < recoverKeys; k++ {
-		drainKey(t, fc, k)
+		recoverDrainKey(t, fc, k)
 	}
 }
 
-// waitRecoverGroupsLed waits until node i sees every data group led.
-func waitRecoverGroupsLed(t *testing.T, c *nodetest.Cluster, i int) {
+// waitRecoverGroupsLed waits until every data group has a leader among the running nodes.
+func waitRecoverGroupsLed(t *testing.T, c *nodetest.Cluster) {
 	t.Helper()
 	c.Eventually(t, 60*time.Second, "every data group led", func() error {
 		led := 0
@@ -147,9 +147,9 @@ func waitRecoverGroupsLed(t *testing.T, c *nodetest.Cluster, i int) {
 	})
 }
 
-// waitApplied waits until node i applied, in every group, what the group's
+// recoverWaitApplied waits until node i applied, in every group, what the group's
 // leader had committed when it was called.
-func waitApplied(t *testing.T, c *nodetest.Cluster, i int) {
+func recoverWaitApplied(t *testing.T, c *nodetest.Cluster, i int) {
 	t.Helper()
 	commit := map[uint32]uint64{}
 	for j := range c.Len() {
@@ -181,9 +181,9 @@ func waitApplied(t *testing.T, c *nodetest.Cluster, i int) {
 	})
 }
 
-// drainKey admits key k until it is denied: exactly what its acknowledged
+// recoverDrainKey admits key k until it is denied: exactly what its acknowledged
 // spends left must be allowed (nothing lost, nothing over the limit).
-func drainKey(t *testing.T, ac quoratev1connect.AdmissionServiceClient, k int) {
+func recoverDrainKey(t *testing.T, ac quoratev1connect.AdmissionServiceClient, k int) {
 	t.Helper()
 	allowed := 0
 	for s := 0; ; s++ {
@@ -208,9 +208,9 @@ func drainKey(t *testing.T, ac quoratev1connect.AdmissionServiceClient, k int) {
 	}
 }
 
-// startFresh starts a new node with ID id and an empty data directory,
+// recoverStartFresh starts a new node with ID id and an empty data directory,
 // joining node 0, and stops it when the test ends.
-func startFresh(t *testing.T, c *nodetest.Cluster, id string) *node.Node {
+func recoverStartFresh(t *testing.T, c *nodetest.Cluster, id string) *node.Node {
 	t.Helper()
 	cfg := *c.Config(0)
 	cfg.ID, cfg.DataDir = id, filepath.Join(t.TempDir(), id)

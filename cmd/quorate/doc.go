@@ -66,6 +66,9 @@
 //	quorate admin node drain ID [--wait] [--remove]
 //	quorate admin node uncordon ID
 //	quorate admin node remove ID [--force]
+//	quorate admin recover --data-dir DIR [--yes]
+//	                                offline, on a stopped survivor of a lost majority:
+//	                                it becomes the only voter of its groups
 //	quorate admin rebalance [--dry-run]
 //	    shard map changes that each data group's leader carries out
 //	quorate admin slots move --from G --to G (--count N | --range A-B) [--wait]
