@@ -77,7 +77,7 @@ func admitAnswer(it *engine.Item) (*quoratev1.AdmitResponse, error) {
 	case it.Resp != nil:
 		return it.Resp, nil
 	}
-	return admitResponse(it.Res.(*fsm.AdmitResult), it.By.FSM), nil
+	return admitResponse(it.Res.(*fsm.AdmitResult)), nil
 }
 
 // batchError is the AdmitBatchError form of a Connect error from the node's

@@ -281,29 +281,12 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 		})
 }
 
-// policyTable is where admitResponse finds the policies a decision used:
-// the FSM of the group that decided it.
-type policyTable interface {
-	Policy(name string) (fsm.PolicyVersion, bool)
-}
-
-// admitResponse is the API's form of an Admit's result, decided by the FSM
-// whose policies are ps. Each check's window and quota (and the top ones,
-// those of the check whose fields are on top) are its policy's at the
-// decision's log time (admission.Policy.Window, Policy.Limit): of the
-// version decided with, which the group holds unless a policy change was
-// applied since; they are then left unset. A recorded answer (duplicate)
-// gets them the same way, from the policy at answer time: records do not
-// keep them.
-func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse {
-	at := r.DecidedAt + int64(r.Wait)
-	window := func(policy string, version uint64) (*durationpb.Duration, int64) {
-		pv, ok := ps.Policy(policy)
-		if !ok || pv.Version != version {
-			return nil, 0
-		}
-		return windowOf(pv.Policy.Window(at)), pv.Policy.Limit
-	}
+// admitResponse is the API's form of an Admit's result. Each check's
+// window and quota (and the top ones, those of the check whose fields are
+// on top) are what the FSM read of its policy with the result
+// (fsm.CheckResult.Window, Quota): unset when the group's table no longer
+// held the version decided with (a recorded answer after a policy change).
+func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 	d := r.Decision
 	out := &quoratev1.AdmitResponse{
 		Allowed:       d.Allowed,
@@ -318,16 +301,15 @@ func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse 
 		ShadowDenied:  r.ShadowDenied,
 	}
 	if top := max(r.DeniedCheck, 0); top < len(r.Checks) {
-		out.Window, out.Quota = window(r.Checks[top].Policy, r.PolicyVersion)
+		out.Window, out.Quota = windowOf(r.Checks[top].Window), r.Checks[top].Quota
 	}
 	if r.Multi {
 		for _, c := range r.Checks {
 			cd := c.Decision
-			w, q := window(c.Policy, c.PolicyVersion)
 			out.Checks = append(out.Checks, &quoratev1.CheckResult{
 				Policy: c.Policy, Key: c.Key, Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 				ResetAfter: durationpb.New(cd.ResetAfter), RetryAfter: durationpb.New(cd.RetryAfter),
-				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: w, Quota: q,
+				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: windowOf(c.Window), Quota: c.Quota,
 			})
 		}
 		if r.DeniedCheck >= 0 {

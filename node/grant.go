@@ -74,8 +74,13 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	}, nil
 }
 
+// policyTable is where grantResponse finds the policy a grant used.
+type policyTable interface {
+	Policy(name string) (fsm.PolicyVersion, bool)
+}
+
 // grantResponse is the API's form of a Grant's result; the window and
-// quota are the policy's at the decision's log time, as for Admit, when ps
+// quota are the policy's at the decision's log time when ps
 // (this node's replica of the meta group's table) holds the version
 // decided with.
 func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1.GrantResponse {
