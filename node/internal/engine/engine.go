@@ -413,11 +413,14 @@ func (n *Engine) Propose(ctx context.Context, env *raftcmdv1.Envelope) (any, err
 
 // OnLeader runs one request on the leader of rt's group: local when this
 // node leads it, else remote against the leader (over the peer port's
-// forwarding channel), with decide's routing and retries. It is Run
-// without a response, kept for the control plane until it calls Run.
+// forwarding channel). It is Run without an answer, kept for the control
+// plane until it calls Run.
 func (n *Engine) OnLeader(ctx context.Context, rt Routing,
 	local func(ctx context.Context, d Dest) error, remote func(ctx context.Context, p *PeerClient) error) error {
-	it := &Item{Route: rt, Here: Here{Local: local}, Away: Away{Forward: remote}}
-	n.Decide(ctx, []*Item{it})
-	return it.Err
+	_, _, err := Run(ctx, n, Request[struct{}]{
+		Route:   rt,
+		Local:   func(ctx context.Context, d Dest) (*struct{}, error) { return nil, local(ctx, d) },
+		Forward: func(ctx context.Context, p *PeerClient) (*struct{}, error) { return nil, remote(ctx, p) },
+	})
+	return err
 }

@@ -31,11 +31,19 @@ func AnswerOf[Res, Resp any](f func(Res) *Resp) func(res any) *Resp {
 	return func(res any) *Resp { return f(res.(Res)) }
 }
 
+// Decider decides items: the Engine, or what a caller that sees it only
+// through an interface of its own asks of it.
+type Decider interface {
+	Decide(ctx context.Context, items []*Item)
+}
+
+var _ Decider = (*Engine)(nil)
+
 // Run runs r on the leader of its group with Decide's routing and retries,
 // as a batch of one, within ctx (the caller bounds it: RequestContext). It
 // returns the answer and the leader the last attempt forwarded r to (""
 // when it was decided here).
-func Run[Resp any](ctx context.Context, e *Engine, r Request[Resp]) (resp *Resp, leader string, err error) {
+func Run[Resp any](ctx context.Context, e Decider, r Request[Resp]) (resp *Resp, leader string, err error) {
 	it := &Item{Route: r.Route, Here: Here{Env: r.Command}}
 	if r.Local != nil {
 		it.Here.Local = func(ctx context.Context, d Dest) (err error) {
