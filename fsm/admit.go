@@ -82,7 +82,11 @@ func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 	if recorded {
 		dk, fp = dedupe.Key{Caller: c.GetCaller(), RequestID: c.GetRequestId()}, admitFingerprint(c)
 		if e, ok := d.dedupe.Get(dk, now); ok {
-			return recordedAdmit(e, fp)
+			res := recordedAdmit(e, fp)
+			if r, ok := res.(*AdmitResult); ok {
+				d.policies.windows(r)
+			}
+			return res
 		}
 	}
 	var buf [admission.MaxChecks]check
@@ -141,7 +145,20 @@ func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 			}
 		}
 	}
+	d.policies.windows(res)
 	return res
+}
+
+// windows sets each check's Window and Quota from t, when t holds the
+// version the check was decided with (CheckResult).
+func (t *policyTable) windows(res *AdmitResult) {
+	at := res.DecidedAt + int64(res.Wait)
+	for i := range res.Checks {
+		c := &res.Checks[i]
+		if pv, ok := t.byName[c.Policy]; ok && pv.Version == c.PolicyVersion {
+			c.Window, c.Quota = pv.Policy.Window(at), pv.Policy.Limit
+		}
+	}
 }
 
 // decideChecks decides every check at the slot time at (≥ now), in order,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +19,18 @@ var apiPolicy = tokenBucket("api", 60, time.Minute, 20, 10)
 // dupOf is r marked as a duplicate.
 func dupOf(r fsm.AdmitResult) fsm.AdmitResult {
 	r.Duplicate = true
+	return r
+}
+
+// dupAfterChange is r marked as a duplicate answered once the group's table
+// no longer holds the versions r was decided with: its checks' windows and
+// quotas are unset (records do not keep them).
+func dupAfterChange(r fsm.AdmitResult) fsm.AdmitResult {
+	r = dupOf(r)
+	r.Checks = slices.Clone(r.Checks)
+	for i := range r.Checks {
+		r.Checks[i].Window, r.Checks[i].Quota = 0, 0
+	}
 	return r
 }
 
@@ -61,7 +74,8 @@ func TestDuplicateReturnsFirstResult(t *testing.T) {
 	}
 	a, first, denied := history()
 	twin, _, _ := history()
-	if !first.Decision.Allowed || first.Decision.Remaining != 13 || first.Duplicate || first.DecidedAt != t0 || first.PolicyVersion != 1 {
+	if !first.Decision.Allowed || first.Decision.Remaining != 13 || first.Duplicate || first.DecidedAt != t0 || first.PolicyVersion != 1 ||
+		first.Checks[0].Window != time.Minute || first.Checks[0].Quota != 60 {
 		t.Fatalf("first attempt: %+v", first)
 	}
 	if denied.Decision.Allowed || denied.Decision.RetryAfter != 7*time.Second || denied.Duplicate {
@@ -106,11 +120,11 @@ func TestDuplicateReturnsFirstResult(t *testing.T) {
 		x.putPolicies(t0+8*sec, tokenBucket("api", 60, time.Minute, 30, 10))
 	}
 	for _, now := range []int64{t0 + 8*sec, later, t0 + int64(10*time.Minute) - 1} {
-		if got := a.mustAdmitID(now, r1); !reflect.DeepEqual(got, dupOf(first)) {
-			t.Fatalf("r1 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupOf(first))
+		if got := a.mustAdmitID(now, r1); !reflect.DeepEqual(got, dupAfterChange(first)) {
+			t.Fatalf("r1 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupAfterChange(first))
 		}
-		if got := a.mustAdmitID(now, r2); !reflect.DeepEqual(got, dupOf(denied)) {
-			t.Fatalf("r2 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupOf(denied))
+		if got := a.mustAdmitID(now, r2); !reflect.DeepEqual(got, dupAfterChange(denied)) {
+			t.Fatalf("r2 at +%v after a policy change: %+v, want %+v", time.Duration(now-t0), got, dupAfterChange(denied))
 		}
 		checkOnlyTimeMoved(t, "retry after a policy change", a, twin, now)
 	}

@@ -245,8 +245,8 @@ func TestDeletePolicies(t *testing.T) {
 		t.Fatalf("peek under a deleted policy: %v", err)
 	}
 	// A retry of a request recorded before the delete gets its answer.
-	if got := a.decide(t0, admitOpts{caller: "svc", rid: "before"}, chk{"gone", "{d}:a", 8}); !reflect.DeepEqual(got, dupOf(first)) {
-		t.Fatalf("retry after the delete: %+v, want %+v", got, dupOf(first))
+	if got := a.decide(t0, admitOpts{caller: "svc", rid: "before"}, chk{"gone", "{d}:a", 8}); !reflect.DeepEqual(got, dupAfterChange(first)) {
+		t.Fatalf("retry after the delete: %+v, want %+v", got, dupAfterChange(first))
 	}
 
 	// Its states stay until they expire (800ms and 100ms after t0), then an

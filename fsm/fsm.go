@@ -102,6 +102,15 @@ type CheckResult struct {
 	// Shifted is the key's admission.State.Shifted right after the spend
 	// (what a Refund of it corrects its end by).
 	Shifted int64
+	// Window and Quota are those of the check's policy, of the version
+	// decided with, at the decision's log time (DecidedAt + Wait):
+	// admission.Policy.Window and Policy.Limit, read from the group's table
+	// when the result is made, so an answer needs no other read. A recorded
+	// answer (Duplicate) gets them from the table at answer time, since
+	// records do not keep them: both are zero when the table no longer holds
+	// that version.
+	Window time.Duration
+	Quota  int64
 }
 
 // PeekResult is the Apply result of a Peek.

@@ -235,8 +235,8 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 		cmd.Policies = append(cmd.Policies, fsm.PolicyToProto(ap))
 		names = append(names, ap.Name)
 	}
-	return leaderCall(ctx, n, engine.Routing{Idempotent: true}, req,
-		func(ctx context.Context, _ engine.Dest) (*quoratev1.ApplyPoliciesResponse, error) {
+	return serve(ctx, n, req, engine.Request[quoratev1.ApplyPoliciesResponse]{Route: engine.Routing{Idempotent: true},
+		Local: func(ctx context.Context, _ engine.Dest) (*quoratev1.ApplyPoliciesResponse, error) {
 			// The leader's table is current but for entries still
 			// committing; the meta group checks again when it applies.
 			if have, added := n.meta.FSM.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
@@ -247,7 +247,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 				return nil, err
 			}
 			return &quoratev1.ApplyPoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
-		},
+		}},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
 			return p.Admin.ApplyPolicies(ctx, fwd)
 		})
@@ -269,15 +269,15 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 		}
 	}
 	// A repeat of a delete that applied answers NotFound.
-	return leaderCall(ctx, n, engine.Routing{}, req,
-		func(ctx context.Context, _ engine.Dest) (*quoratev1.DeletePoliciesResponse, error) {
+	return serve(ctx, n, req, engine.Request[quoratev1.DeletePoliciesResponse]{Route: engine.Routing{},
+		Local: func(ctx context.Context, _ engine.Dest) (*quoratev1.DeletePoliciesResponse, error) {
 			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
 				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}, Actor: actorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
 			return &quoratev1.DeletePoliciesResponse{Policies: policiesToAPI(res.(*fsm.PoliciesResult).Policies)}, nil
-		},
+		}},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.DeletePoliciesRequest]) (*connect.Response[quoratev1.DeletePoliciesResponse], error) {
 			return p.Admin.DeletePolicies(ctx, fwd)
 		})

@@ -47,8 +47,8 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 	answer := connect.NewResponse(&quoratev1.AdmitBatchResponse{Results: out})
 	for j, it := range items {
 		// Quorate-Leader: once per node an item was forwarded to.
-		if it.ViaLeader != "" && !slices.Contains(answer.Header().Values(engine.LeaderHeader), it.ViaLeader) {
-			answer.Header().Add(engine.LeaderHeader, it.ViaLeader)
+		if l := it.Away.ViaLeader; l != "" && !slices.Contains(answer.Header().Values(engine.LeaderHeader), l) {
+			answer.Header().Add(engine.LeaderHeader, l)
 		}
 		if resp, err := admitAnswer(it); err != nil {
 			out[at[j]] = batchError(n.toConnectError(err))
@@ -63,8 +63,8 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 func admitItem(m *quoratev1.AdmitRequest, cmd *raftcmdv1.Admit, forwarded bool) *engine.Item {
 	return &engine.Item{
 		Route: engine.Routing{Data: true, Key: cmd.GetKey(), Forwarded: forwarded, Idempotent: cmd.GetRequestId() != ""},
-		Env:   &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}},
-		Admit: m,
+		Here:  engine.Here{Env: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Admit{Admit: cmd}}},
+		Away:  engine.Away{Admit: m},
 	}
 }
 
@@ -74,10 +74,10 @@ func admitAnswer(it *engine.Item) (*quoratev1.AdmitResponse, error) {
 	switch {
 	case it.Err != nil:
 		return nil, it.Err
-	case it.Resp != nil:
-		return it.Resp, nil
+	case it.Away.Resp != nil:
+		return it.Away.Resp, nil
 	}
-	return admitResponse(it.Res.(*fsm.AdmitResult), it.By.FSM), nil
+	return admitResponse(it.Here.Res.(*fsm.AdmitResult)), nil
 }
 
 // batchError is the AdmitBatchError form of a Connect error from the node's

@@ -30,122 +30,96 @@ type admissionHandler struct {
 
 var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 
-// leaderCall runs a unary request on the leader of its group (rt: a key's
-// data group, or the meta group) through the request engine as a batch of
-// one (decide): local, with the group's destination, when this node leads
-// it, else the same request forwarded with remote. Errors go through the
-// node's one error table.
-func leaderCall[Req, Resp any](ctx context.Context, n *Node, rt engine.Routing, req *connect.Request[Req],
-	local func(context.Context, engine.Dest) (*Resp, error),
+// serve runs r, the request req of a unary handler, on the leader of its
+// group through the request engine (engine.Run), within the request's
+// deadline (RequestContext): forwarded, req goes to the leader by remote,
+// marked with this node's ID and its caller's identity. Errors go through
+// the node's one error table.
+func serve[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], r engine.Request[Resp],
 	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
-	var out *Resp
-	it := &engine.Item{Route: rt, Local: func(ctx context.Context, d engine.Dest) (err error) {
-		out, err = local(ctx, d)
-		return err
-	}}
-	err := runCall(ctx, n, req, it, &out, remote)
-	markForwarded(ctx, it)
+	ctx, cancel := n.engine.RequestContext(ctx)
+	defer cancel()
+	r.Route.Forwarded = req.Header().Get(engine.ForwardedHeader) != ""
+	r.Forward = func(ctx context.Context, p *engine.PeerClient) (*Resp, error) {
+		fwd := connect.NewRequest(req.Msg)
+		fwd.Header().Set(engine.ForwardedHeader, n.cfg.ID)
+		setForwardedIdentity(ctx, fwd.Header())
+		resp, err := remote(ctx, p, fwd)
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	out, leader, err := engine.Run(ctx, n.engine, r)
+	markForwarded(ctx, r.Route, leader)
 	if err != nil {
 		return nil, n.toConnectError(err)
-	}
-	return connect.NewResponse(out), nil
-}
-
-// commandCall is leaderCall of a request that is one command, env: on the
-// leader, it shares the group's entries with the other commands proposed
-// meanwhile, and answer turns the FSM's result into the response.
-func commandCall[Req, Resp any](ctx context.Context, n *Node, rt engine.Routing, req *connect.Request[Req],
-	env *raftcmdv1.Envelope, answer func(res any) *Resp,
-	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
-) (*connect.Response[Resp], error) {
-	var out *Resp
-	it := &engine.Item{Route: rt, Env: env}
-	err := runCall(ctx, n, req, it, &out, remote)
-	markForwarded(ctx, it)
-	if err != nil {
-		return nil, n.toConnectError(err)
-	}
-	if it.Res != nil {
-		out = answer(it.Res)
 	}
 	return connect.NewResponse(out), nil
 }
 
 // markForwarded sets the Quorate-Leader response header (leaderHeader)
-// of the unary data call of ctx, the handler's, when its last attempt
-// forwarded it, it, to another node: on an answer and on an error alike (a
-// leader's error passed on is a wire error, whose own metadata Connect does
-// not send again).
-func markForwarded(ctx context.Context, it *engine.Item) {
-	if !it.Route.Data || it.ViaLeader == "" {
+// of the unary data call of ctx, the handler's, routed by rt, when its
+// last attempt forwarded it to another node, leader: on an answer and on
+// an error alike (a leader's error passed on is a wire error, whose own
+// metadata Connect does not send again).
+func markForwarded(ctx context.Context, rt engine.Routing, leader string) {
+	if !rt.Data || leader == "" {
 		return
 	}
 	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
-		info.ResponseHeader().Set(engine.LeaderHeader, it.ViaLeader)
+		info.ResponseHeader().Set(engine.LeaderHeader, leader)
 	}
-}
-
-// runCall decides it, a unary request, within the request's deadline
-// (requestContext); forwarded, req is sent to the leader by remote, marked
-// with this node's ID, and its answer lands in out.
-func runCall[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], it *engine.Item, out **Resp,
-	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
-) error {
-	ctx, cancel := n.engine.RequestContext(ctx)
-	defer cancel()
-	it.Route.Forwarded = req.Header().Get(engine.ForwardedHeader) != ""
-	it.Forward = func(ctx context.Context, p *engine.PeerClient) error {
-		fwd := connect.NewRequest(req.Msg)
-		fwd.Header().Set(engine.ForwardedHeader, n.cfg.ID)
-		setForwardedIdentity(ctx, fwd.Header())
-		resp, err := remote(ctx, p, fwd)
-		if err == nil {
-			*out = resp.Msg
-		}
-		return err
-	}
-	n.engine.Decide(ctx, []*engine.Item{it})
-	return it.Err
 }
 
 // Admit checks what it can without state, then has the leader decide through
 // the log: locally when this node leads, else by forwarding.
 func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest]) (*connect.Response[quoratev1.AdmitResponse], error) {
-	n := h.n
-	cmd, err := admitCommand(req.Msg)
+	resp, err := admit(ctx, h.n, req.Msg, req.Header().Get(engine.ForwardedHeader) != "")
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// admit decides m, an Admit (forwarded: from another node), as the Admit
+// handler and Envoy's service do; its errors are Connect errors of the
+// node's table.
+func admit(ctx context.Context, n *Node, m *quoratev1.AdmitRequest, forwarded bool) (*quoratev1.AdmitResponse, error) {
+	cmd, err := admitCommand(m)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	if plantedLocalRead && req.Header().Get(engine.ForwardedHeader) == "" {
-		if out, ok := plantedLocalDecision(n, req.Msg); ok {
-			bg := connect.NewRequest(proto.Clone(req.Msg).(*quoratev1.AdmitRequest))
+	if plantedLocalRead && !forwarded {
+		if out, ok := plantedLocalDecision(n, m); ok {
+			bg := proto.Clone(m).(*quoratev1.AdmitRequest)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RequestTimeout)
 				defer cancel()
-				_, _ = h.admit(ctx, bg, cmd)
+				_, _ = decideAdmit(ctx, n, bg, cmd, false)
 			}()
-			return connect.NewResponse(out), nil
+			return out, nil
 		}
 	}
-	return h.admit(ctx, req, cmd)
+	return decideAdmit(ctx, n, m, cmd, forwarded)
 }
 
-// admit decides cmd through the leader's log: an AdmitBatch of one. A
-// forwarded Admit shares AdmitBatch calls with the others forwarded to the
-// same leader (forward.go).
-func (h *admissionHandler) admit(ctx context.Context, req *connect.Request[quoratev1.AdmitRequest], cmd *raftcmdv1.Admit) (*connect.Response[quoratev1.AdmitResponse], error) {
-	n := h.n
+// decideAdmit decides cmd, m checked, through the leader's log: an
+// AdmitBatch of one (Engine.Decide). Forwarded, it shares AdmitBatch calls
+// with the others forwarded to the same leader (package engine's
+// forward.go).
+func decideAdmit(ctx context.Context, n *Node, m *quoratev1.AdmitRequest, cmd *raftcmdv1.Admit, forwarded bool) (*quoratev1.AdmitResponse, error) {
 	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	it := admitItem(req.Msg, cmd, req.Header().Get(engine.ForwardedHeader) != "")
+	it := admitItem(m, cmd, forwarded)
 	n.engine.Decide(ctx, []*engine.Item{it})
-	markForwarded(ctx, it)
+	markForwarded(ctx, it.Route, it.Away.ViaLeader)
 	resp, err := admitAnswer(it)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // admitCommand checks an AdmitRequest without state and builds its command:
@@ -237,16 +211,16 @@ func (h *admissionHandler) Peek(ctx context.Context, req *connect.Request[quorat
 		return nil, n.toConnectError(err)
 	}
 	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Peek{Peek: &raftcmdv1.Peek{Policy: m.GetPolicy(), Key: m.GetKey()}}}
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true}, req, env,
-		func(res any) *quoratev1.PeekResponse {
-			r := res.(*fsm.PeekResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.PeekResponse]{Route: engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true},
+		Command: env,
+		Answer: engine.AnswerOf(func(r *fsm.PeekResult) *quoratev1.PeekResponse {
 			d := r.Decision
 			return &quoratev1.PeekResponse{
 				WouldAllow: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 				ResetAfter: durationpb.New(d.ResetAfter), RetryAfter: durationpb.New(d.RetryAfter),
 				PolicyVersion: r.PolicyVersion, DecidedAt: timestamppb.New(time.Unix(0, r.At).UTC()),
 			}
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.PeekRequest]) (*connect.Response[quoratev1.PeekResponse], error) {
 			return p.Admission.Peek(ctx, fwd)
 		})
@@ -271,39 +245,22 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	// A repeated refund answers refunded=false.
 	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
 		Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}}
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true}, req, env,
-		func(res any) *quoratev1.RefundResponse {
-			r := res.(*fsm.RefundResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.RefundResponse]{Route: engine.Routing{Data: true, Key: m.GetKey(), Idempotent: true},
+		Command: env,
+		Answer: engine.AnswerOf(func(r *fsm.RefundResult) *quoratev1.RefundResponse {
 			return &quoratev1.RefundResponse{Refunded: r.Refunded, Cost: r.Cost, RefundedAt: timestamppb.New(time.Unix(0, r.RefundedAt).UTC())}
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.RefundRequest]) (*connect.Response[quoratev1.RefundResponse], error) {
 			return p.Admission.Refund(ctx, fwd)
 		})
 }
 
-// policyTable is where admitResponse finds the policies a decision used:
-// the FSM of the group that decided it.
-type policyTable interface {
-	Policy(name string) (fsm.PolicyVersion, bool)
-}
-
-// admitResponse is the API's form of an Admit's result, decided by the FSM
-// whose policies are ps. Each check's window and quota (and the top ones,
-// those of the check whose fields are on top) are its policy's at the
-// decision's log time (admission.Policy.Window, Policy.Limit): of the
-// version decided with, which the group holds unless a policy change was
-// applied since; they are then left unset. A recorded answer (duplicate)
-// gets them the same way, from the policy at answer time: records do not
-// keep them.
-func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse {
-	at := r.DecidedAt + int64(r.Wait)
-	window := func(policy string, version uint64) (*durationpb.Duration, int64) {
-		pv, ok := ps.Policy(policy)
-		if !ok || pv.Version != version {
-			return nil, 0
-		}
-		return windowOf(pv.Policy.Window(at)), pv.Policy.Limit
-	}
+// admitResponse is the API's form of an Admit's result. Each check's
+// window and quota (and the top ones, those of the check whose fields are
+// on top) are what the FSM read of its policy with the result
+// (fsm.CheckResult.Window, Quota): unset when the group's table no longer
+// held the version decided with (a recorded answer after a policy change).
+func admitResponse(r *fsm.AdmitResult) *quoratev1.AdmitResponse {
 	d := r.Decision
 	out := &quoratev1.AdmitResponse{
 		Allowed:       d.Allowed,
@@ -318,16 +275,15 @@ func admitResponse(r *fsm.AdmitResult, ps policyTable) *quoratev1.AdmitResponse 
 		ShadowDenied:  r.ShadowDenied,
 	}
 	if top := max(r.DeniedCheck, 0); top < len(r.Checks) {
-		out.Window, out.Quota = window(r.Checks[top].Policy, r.PolicyVersion)
+		out.Window, out.Quota = windowOf(r.Checks[top].Window), r.Checks[top].Quota
 	}
 	if r.Multi {
 		for _, c := range r.Checks {
 			cd := c.Decision
-			w, q := window(c.Policy, c.PolicyVersion)
 			out.Checks = append(out.Checks, &quoratev1.CheckResult{
 				Policy: c.Policy, Key: c.Key, Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
 				ResetAfter: durationpb.New(cd.ResetAfter), RetryAfter: durationpb.New(cd.RetryAfter),
-				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: w, Quota: q,
+				PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Window: windowOf(c.Window), Quota: c.Quota,
 			})
 		}
 		if r.DeniedCheck >= 0 {
@@ -382,10 +338,9 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	cmd.TtlNanos = ttl
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: cmd.GetRequestId() != ""}, req,
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}},
-		func(res any) *quoratev1.ReserveResponse {
-			r := res.(*fsm.ReserveResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.ReserveResponse]{Route: engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: cmd.GetRequestId() != ""},
+		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Reserve{Reserve: cmd}},
+		Answer: engine.AnswerOf(func(r *fsm.ReserveResult) *quoratev1.ReserveResponse {
 			out := &quoratev1.ReserveResponse{Allowed: r.Allowed, ReservationId: r.ReservationID, Limit: r.Decision.Limit,
 				Remaining: r.Decision.Remaining, RetryAfter: durationpb.New(r.Decision.RetryAfter), PolicyVersion: r.PolicyVersion,
 				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
@@ -393,7 +348,7 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 				out.ExpiresAt = unixTime(r.ExpiresAt)
 			}
 			return out
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ReserveRequest]) (*connect.Response[quoratev1.ReserveResponse], error) {
 			return p.Admission.Reserve(ctx, fwd)
 		})
@@ -413,13 +368,12 @@ func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	cmd := &raftcmdv1.Commit{ReservationId: m.GetReservationId(), Actual: m.GetActual(), RequestId: m.GetRequestId(), Caller: m.GetCaller()}
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: fsm.ReservationKey(cmd.GetReservationId()), Idempotent: cmd.GetRequestId() != ""}, req,
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}},
-		func(res any) *quoratev1.CommitResponse {
-			r := res.(*fsm.ReserveResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.CommitResponse]{Route: engine.Routing{Data: true, Key: fsm.ReservationKey(cmd.GetReservationId()), Idempotent: cmd.GetRequestId() != ""},
+		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Commit{Commit: cmd}},
+		Answer: engine.AnswerOf(func(r *fsm.ReserveResult) *quoratev1.CommitResponse {
 			return &quoratev1.CommitResponse{Charged: r.Charged, Released: r.Released, Over: r.Over,
 				DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.CommitRequest]) (*connect.Response[quoratev1.CommitResponse], error) {
 			return p.Admission.Commit(ctx, fwd)
 		})

@@ -233,7 +233,7 @@ func checkForwardedAdmit(t *testing.T, m *quoratev1.AdmitRequest) {
 	if !it.Route.Data || !it.Route.Forwarded || it.Route.Key != cmd.GetKey() {
 		t.Fatalf("admitItem(%v) routes as %+v", m, it.Route)
 	}
-	entry, err := fsm.Encode(it.Env)
+	entry, err := fsm.Encode(it.Here.Env)
 	if err != nil {
 		t.Fatalf("the command of %v does not encode as a Raft entry: %v", m, err)
 	}

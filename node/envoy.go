@@ -84,17 +84,14 @@ func (n *Node) envoyAuthorize(ctx context.Context, req *quoratev1.AdmitRequest) 
 	return nil
 }
 
-// envoyAdmit decides req, authorized, and counts its decision in the
-// metrics as an Admit asked of this node (the API's interceptor does not
-// see it).
+// envoyAdmit decides req, authorized, as the Admit handler does (admit:
+// the engine's one path, errors from the node's table), and counts its
+// decision in the metrics as an Admit asked of this node (the API's
+// interceptor does not see it).
 func (n *Node) envoyAdmit(ctx context.Context, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, error) {
-	resp, err := (&admissionHandler{n: n}).Admit(ctx, connect.NewRequest(req))
-	if err != nil {
-		n.metrics.admitted(req, nil, err)
-		return nil, err
-	}
-	n.metrics.admitted(req, resp.Msg, nil)
-	return resp.Msg, nil
+	resp, err := admit(ctx, n, req, false)
+	n.metrics.admitted(req, resp, err)
+	return resp, err
 }
 
 // envoyApply stores the configuration's policies through the meta group.

@@ -30,11 +30,11 @@ func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quora
 	}
 	// A repeat of a call is answered from the grant's record (same seq),
 	// so a Grant may be retried anywhere.
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true}, req,
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
-		func(res any) *quoratev1.GrantResponse {
-			return grantResponse(res.(*fsm.GrantResult), n.meta.FSM, cmd.GetPolicy())
-		},
+	return serve(ctx, n, req, engine.Request[quoratev1.GrantResponse]{Route: engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true},
+		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
+		Answer: engine.AnswerOf(func(r *fsm.GrantResult) *quoratev1.GrantResponse {
+			return grantResponse(r, n.meta.FSM, cmd.GetPolicy())
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
 			return p.Admission.Grant(ctx, fwd)
 		})
@@ -74,8 +74,13 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	}, nil
 }
 
+// policyTable is where grantResponse finds the policy a grant used.
+type policyTable interface {
+	Policy(name string) (fsm.PolicyVersion, bool)
+}
+
 // grantResponse is the API's form of a Grant's result; the window and
-// quota are the policy's at the decision's log time, as for Admit, when ps
+// quota are the policy's at the decision's log time when ps
 // (this node's replica of the meta group's table) holds the version
 // decided with.
 func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1.GrantResponse {

@@ -87,8 +87,8 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 		return nil, n.toConnectError(err)
 	}
 	maxWait := time.Duration(wait)
-	return leaderCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context, d engine.Dest) (*quoratev1.AcquireLeaseResponse, error) {
+	return serve(ctx, n, req, engine.Request[quoratev1.AcquireLeaseResponse]{Route: engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""},
+		Local: func(ctx context.Context, d engine.Dest) (*quoratev1.AcquireLeaseResponse, error) {
 			var r *fsm.LeaseResult
 			waited, err := n.waiters.Await(ctx, stateKeyOf(op), maxWait, func(ctx context.Context) (bool, time.Duration, error) {
 				var err error
@@ -113,7 +113,7 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 				out.FencingToken, out.ExpiresAt = r.Lease.Token, unixTime(r.Lease.ExpiresAt)
 			}
 			return out, nil
-		},
+		}},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.AcquireLeaseRequest]) (*connect.Response[quoratev1.AcquireLeaseResponse], error) {
 			return p.Lease.AcquireLease(ctx, fwd)
 		})
@@ -131,13 +131,12 @@ func (h *leaseHandler) RenewLease(ctx context.Context, req *connect.Request[quor
 		return nil, n.toConnectError(err)
 	}
 	// Renewing twice only extends the same lease.
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true}, req,
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
-		func(res any) *quoratev1.RenewLeaseResponse {
-			r := res.(*fsm.LeaseResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.RenewLeaseResponse]{Route: engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true},
+		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
+		Answer: engine.AnswerOf(func(r *fsm.LeaseResult) *quoratev1.RenewLeaseResponse {
 			return &quoratev1.RenewLeaseResponse{LeaseId: m.GetLeaseId(), FencingToken: r.Lease.Token,
 				ExpiresAt: unixTime(r.Lease.ExpiresAt), DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate}
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.RenewLeaseRequest]) (*connect.Response[quoratev1.RenewLeaseResponse], error) {
 			return p.Lease.RenewLease(ctx, fwd)
 		})
@@ -156,8 +155,8 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 	}
 	// Without a request ID a retry of a release that applied would be told
 	// the token is stale: only requests with one are retried by the server.
-	return leaderCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""}, req,
-		func(ctx context.Context, d engine.Dest) (*quoratev1.ReleaseLeaseResponse, error) {
+	return serve(ctx, n, req, engine.Request[quoratev1.ReleaseLeaseResponse]{Route: engine.Routing{Data: true, Key: op.GetKey(), Idempotent: op.GetRequestId() != ""},
+		Local: func(ctx context.Context, d engine.Dest) (*quoratev1.ReleaseLeaseResponse, error) {
 			r, err := n.proposeLease(ctx, d, op)
 			if err != nil {
 				return nil, err
@@ -165,7 +164,7 @@ func (h *leaseHandler) ReleaseLease(ctx context.Context, req *connect.Request[qu
 			n.waiters.Notify(stateKeyOf(op))
 			return &quoratev1.ReleaseLeaseResponse{DecidedAt: unixTime(r.DecidedAt), Duplicate: r.Duplicate,
 				Charged: r.Charged, ReleasedUnits: r.Released, Over: r.Over}, nil
-		},
+		}},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.ReleaseLeaseRequest]) (*connect.Response[quoratev1.ReleaseLeaseResponse], error) {
 			return p.Lease.ReleaseLease(ctx, fwd)
 		})
@@ -182,16 +181,15 @@ func (h *leaseHandler) CheckFence(ctx context.Context, req *connect.Request[quor
 	if err := checkLeaseOp(op, nil, false); err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return commandCall(ctx, n, engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true}, req,
-		&raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
-		func(res any) *quoratev1.CheckFenceResponse {
-			r := res.(*fsm.LeaseResult)
+	return serve(ctx, n, req, engine.Request[quoratev1.CheckFenceResponse]{Route: engine.Routing{Data: true, Key: op.GetKey(), Idempotent: true},
+		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Lease{Lease: op}},
+		Answer: engine.AnswerOf(func(r *fsm.LeaseResult) *quoratev1.CheckFenceResponse {
 			out := &quoratev1.CheckFenceResponse{Held: r.Allowed, DecidedAt: unixTime(r.DecidedAt)}
 			if r.Allowed {
 				out.ExpiresAt = unixTime(r.Lease.ExpiresAt)
 			}
 			return out
-		},
+		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.CheckFenceRequest]) (*connect.Response[quoratev1.CheckFenceResponse], error) {
 			return p.Lease.CheckFence(ctx, fwd)
 		})

@@ -2,11 +2,14 @@
 // takes to a decision by a group's leader. A request — a data command, each
 // Admit of an AdmitBatch, an admin call that must run on the meta leader — is
 // an Item routed by its Routing to a Dest (route.go: the key's data group by
-// the node's replica of the shard map, or the meta group). Engine.Decide
-// decides a batch of them with one set of rules (engine.go): the items of
-// groups this node leads are proposed together through each group's commit
-// queue (groupcommit_glue.go: the entry stamped with the leader's clock,
-// appended to raft, the FSM's result returned); the others are forwarded to
+// the node's replica of the shard map, or the meta group), with its leader's
+// part (Here: a command or a local function) and its forwarding part (Away).
+// A unary call enters through Run (run.go), typed by its answer: a
+// Request[Resp] with a Command and its Answer, or a Local, and a Forward.
+// Engine.Decide decides a batch of items with one set of rules (engine.go):
+// the items of groups this node leads are proposed together through each
+// group's commit queue (groupcommit_glue.go: the entry stamped with the
+// leader's clock, appended to raft, the FSM's result returned); the others are forwarded to
 // their leader over the peer port (peers.go, forward.go: lone Admits share
 // AdmitBatch calls per leader). An item certainly not applied
 // (ErrNotProposed) is routed again until its deadline; one whose outcome is
@@ -20,7 +23,7 @@
 // Retry and Doubling are the node's retry rules.
 //
 // The engine decides nothing itself: answers are what a group's FSM
-// returned for an entry of the request. Package node's handlers, its Envoy
-// service and its control plane call it; it reaches replicas through
-// package replica.
+// returned for an entry of the request. Package node's handlers and its
+// Envoy service call Run or Decide, its control plane OnLeader; it
+// reaches replicas through package replica.
 package engine

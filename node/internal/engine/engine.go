@@ -98,44 +98,49 @@ type Routing struct {
 	Idempotent bool
 }
 
-// Item is one request on its way to a decision: routed by rt to a group,
-// decided there when this node leads it, else forwarded to its leader.
+// Item is one request on its way to a decision: routed by Route to a
+// group, decided there when this node leads it (Here), else forwarded to
+// its leader (Away). Run makes the item of a unary request; AdmitBatch's
+// handler makes one per Admit and decides them together (Decide).
 type Item struct {
 	Route Routing
-
-	// On the leader (this node): Env is proposed, sharing entries with the
-	// other items of its group, and its FSM result lands in res. A request
-	// that is not one command (an acquire that waits, an admin call) has
-	// local instead, run with the group's destination.
-	Env   *raftcmdv1.Envelope
-	Local func(ctx context.Context, d Dest) error
-	Res   any
-	// By is the replica whose FSM decided env into res (its policy table
-	// gives an Admit answer its windows: admitResponse).
-	By *replica.Replica
-
-	// Elsewhere: an Admit (Admit set) rides the leader's queue of forwarded
-	// Admits and its answer lands in resp; any other request is sent by
-	// forward, whose error classifyRemote sorts.
-	Admit   *quoratev1.AdmitRequest
-	Forward func(ctx context.Context, p *PeerClient) error
-	Resp    *quoratev1.AdmitResponse
-
-	// Via is this node's replica of the group the item was forwarded for
-	// (nil when it hosts none) and viaLeader the leader it was sent to, by
-	// the last attempt ("" when that attempt did not forward it).
-	Via       *replica.Replica
-	ViaLeader string
+	Here  Here
+	Away  Away
 
 	Err     error // the last attempt's
 	unknown error // the last attempt whose outcome is unknown, if any
 }
 
+// Here is the leader's part of an item: Env is proposed, sharing entries
+// with the other items of its group, and its FSM result lands in Res. A
+// request that is not one command (an acquire that waits, an admin call)
+// has Local instead, run with the group's destination.
+type Here struct {
+	Env   *raftcmdv1.Envelope
+	Local func(ctx context.Context, d Dest) error
+	Res   any
+}
+
+// Away is the forwarding part of an item: an Admit (Admit set) rides the
+// leader's queue of forwarded Admits and its answer lands in Resp; any
+// other request is sent by Forward, whose error classifyRemote sorts.
+type Away struct {
+	Admit   *quoratev1.AdmitRequest
+	Forward func(ctx context.Context, p *PeerClient) error
+	Resp    *quoratev1.AdmitResponse
+
+	// Via is this node's replica of the group the item was forwarded for
+	// (nil when it hosts none) and ViaLeader the leader it was sent to, by
+	// the last attempt ("" when that attempt did not forward it).
+	Via       *replica.Replica
+	ViaLeader string
+}
+
 // errPending tells decide's retry that some items are to be tried again.
 var errPending = errors.New("items pending")
 
-// Decide runs items to a decision: each ends with err nil (res or resp
-// set, or local's work done) or its final error. An item certainly not
+// Decide runs items to a decision: each ends with Err nil (Here.Res or
+// Away.Resp set, or Local's work done) or its final error. An item certainly not
 // applied (ErrNotProposed: no leader, leadership moved, a route refusal) is
 // routed again until ctx ends, 5 ms doubling to 100 ms between attempts;
 // one whose outcome is unknown only when it is idempotent. Once an
@@ -195,8 +200,8 @@ func (n *Engine) Attempt(ctx context.Context, items []*Item, attempt int) {
 	local := map[*replica.Replica]*leg{}
 	remote := map[string][]*Item{}
 	for _, it := range items {
-		it.Res, it.Resp, it.Err, it.By = nil, nil, nil, nil
-		it.Via, it.ViaLeader = nil, ""
+		it.Here.Res, it.Away.Resp, it.Err = nil, nil, nil
+		it.Away.Via, it.Away.ViaLeader = nil, ""
 		d, err := n.DestFor(it.Route)
 		switch {
 		case err != nil:
@@ -212,7 +217,7 @@ func (n *Engine) Attempt(ctx context.Context, items []*Item, attempt int) {
 			if addr, leaderID := n.ForwardAddr(d, attempt); addr == "" {
 				it.Err = fmt.Errorf("%w: no leader of group %d known (leader id %q)", ErrNotProposed, d.ID, leaderID)
 			} else {
-				it.Via, it.ViaLeader = d.Replica, leaderID
+				it.Away.Via, it.Away.ViaLeader = d.Replica, leaderID
 				remote[addr] = append(remote[addr], it)
 				if it.Route.Data {
 					n.forwardedCalls.Add(1)
@@ -244,19 +249,19 @@ func (n *Engine) Attempt(ctx context.Context, items []*Item, attempt int) {
 func (n *Engine) decideHere(ctx context.Context, d Dest, items []*Item) {
 	var ps []*proposal
 	for _, it := range items {
-		if it.Env != nil {
-			ps = append(ps, &proposal{env: it.Env})
+		if it.Here.Env != nil {
+			ps = append(ps, &proposal{env: it.Here.Env})
 		}
 	}
 	n.proposeAll(ctx, d, ps)
 	for _, it := range items {
-		if it.Env != nil {
+		if it.Here.Env != nil {
 			p := ps[0]
 			ps = ps[1:]
-			it.Res, it.Err, it.By = p.res, p.err, d.Replica
+			it.Here.Res, it.Err = p.res, p.err
 			n.decisions.Record(d.ID, p.res) // hot keys and rates (decisions.go)
 		} else {
-			it.Err = it.Local(ctx, d)
+			it.Err = it.Here.Local(ctx, d)
 		}
 		if isRouteError(it.Err) {
 			it.Err = fmt.Errorf("%w: %v", ErrNotProposed, it.Err)
@@ -273,8 +278,8 @@ func (n *Engine) decideHere(ctx context.Context, d Dest, items []*Item) {
 func (n *Engine) forwardTo(ctx context.Context, p *PeerClient, items []*Item) {
 	var queued []*fwdItem
 	for _, it := range items {
-		if it.Admit != nil {
-			queued = append(queued, newFwdItem(it.Admit))
+		if it.Away.Admit != nil {
+			queued = append(queued, newFwdItem(it.Away.Admit))
 		}
 	}
 	switch {
@@ -284,13 +289,13 @@ func (n *Engine) forwardTo(ctx context.Context, p *PeerClient, items []*Item) {
 		go n.peerPorts.sendForwards(p, slices.Clone(queued)) // sendForwards reuses its slice
 	}
 	for _, it := range items {
-		if it.Admit == nil {
-			it.Err = classifyRemote(it.Forward(ctx, p))
+		if it.Away.Admit == nil {
+			it.Err = classifyRemote(it.Away.Forward(ctx, p))
 			continue
 		}
 		q := queued[0]
 		queued = queued[1:]
-		it.Resp, it.Err = it.waitForward(ctx, q)
+		it.Away.Resp, it.Err = it.waitForward(ctx, q)
 	}
 }
 
@@ -300,21 +305,22 @@ var errLeaderChanged = errors.New("the group's leader changed")
 
 // waitForward waits for the answer to the forwarded Admit q. An item with a
 // request ID waits only until this node's replica of the group takes
-// another node than it.viaLeader for the leader: then the outcome is
+// another node than it.Away.ViaLeader for the leader: then the outcome is
 // unknown (or, if q was not sent yet, it was certainly not applied), and
 // the item is sent to the new leader, whose answer is the first one's,
 // rather than waiting for a leader that died or is paused.
 func (it *Item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitResponse, error) {
-	if !it.Route.Idempotent || it.Via == nil || it.Via.Leader == nil {
+	via := it.Away.Via
+	if !it.Route.Idempotent || via == nil || via.Leader == nil {
 		// Without a request ID a retry could spend twice: the old
 		// leader's answer (or its failure) is the only one to have.
 		return q.wait(ctx)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(it.Via.Leader.Context(), func() { cancel(errLeaderChanged) })
+	stop := context.AfterFunc(via.Leader.Context(), func() { cancel(errLeaderChanged) })
 	defer stop()
-	if it.Via.LeaderID() != it.ViaLeader {
+	if via.LeaderID() != it.Away.ViaLeader {
 		cancel(errLeaderChanged)
 	}
 	resp, err := q.wait(wctx)
@@ -323,7 +329,7 @@ func (it *Item) waitForward(ctx context.Context, q *fwdItem) (*quoratev1.AdmitRe
 		if errors.Is(err, ErrNotProposed) {
 			class = ErrNotProposed
 		}
-		return nil, fmt.Errorf("%w: %v while the request was forwarded to %s", class, errLeaderChanged, it.ViaLeader)
+		return nil, fmt.Errorf("%w: %v while the request was forwarded to %s", class, errLeaderChanged, it.Away.ViaLeader)
 	}
 	return resp, err
 }
@@ -407,10 +413,14 @@ func (n *Engine) Propose(ctx context.Context, env *raftcmdv1.Envelope) (any, err
 
 // OnLeader runs one request on the leader of rt's group: local when this
 // node leads it, else remote against the leader (over the peer port's
-// forwarding channel), with decide's routing and retries.
+// forwarding channel). It is Run without an answer, kept for the control
+// plane until it calls Run.
 func (n *Engine) OnLeader(ctx context.Context, rt Routing,
 	local func(ctx context.Context, d Dest) error, remote func(ctx context.Context, p *PeerClient) error) error {
-	it := &Item{Route: rt, Local: local, Forward: remote}
-	n.Decide(ctx, []*Item{it})
-	return it.Err
+	_, _, err := Run(ctx, n, Request[struct{}]{
+		Route:   rt,
+		Local:   func(ctx context.Context, d Dest) (*struct{}, error) { return nil, local(ctx, d) },
+		Forward: func(ctx context.Context, p *PeerClient) (*struct{}, error) { return nil, remote(ctx, p) },
+	})
+	return err
 }
