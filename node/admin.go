@@ -15,15 +15,13 @@ import (
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/control"
 	"github.com/quorate/quorate/node/internal/engine"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
-
-// memberStatusTimeout bounds how long ClusterStatus waits for each member.
-const memberStatusTimeout = time.Second
 
 // adminHandler serves quorate.v1.AdminService.
 type adminHandler struct {
@@ -141,7 +139,7 @@ func roleName(s raft.RaftState) string {
 }
 
 // ClusterStatus lists the members of this node's Raft configuration and asks
-// each for its own state, concurrently, each within memberStatusTimeout.
+// each for its own state, concurrently, each within control.MemberStatusTimeout.
 func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quoratev1.ClusterStatusRequest]) (*connect.Response[quoratev1.ClusterStatusResponse], error) {
 	n := h.n
 	cf := n.meta.Raft.GetConfiguration()
@@ -153,7 +151,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 		addrs[m.ID] = m.APIAddr
 	}
 	_, leaderID := n.meta.Raft.LeaderWithID()
-	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: h.shardMapStatus(), ClusterId: n.controller.knownClusterID()}
+	out := &quoratev1.ClusterStatusResponse{AnsweredBy: n.cfg.ID, LeaderId: string(leaderID), ShardMap: h.shardMapStatus(), ClusterId: n.controller.KnownClusterID()}
 	var wg sync.WaitGroup
 	for _, s := range cf.Configuration().Servers {
 		m := &quoratev1.MemberStatus{
@@ -168,7 +166,7 @@ func (h *adminHandler) ClusterStatus(ctx context.Context, _ *connect.Request[quo
 			m.Status = h.nodeState()
 		default:
 			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+				ctx, cancel := context.WithTimeout(ctx, control.MemberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
 				resp, err := n.peerPorts.At(m.RaftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
@@ -193,10 +191,10 @@ func (h *adminHandler) Join(ctx context.Context, req *connect.Request[quoratev1.
 	}
 	// Where the call came from, for the audit trail (a call forwarded over
 	// the peer port keeps what its first node noted).
-	ctx = withCallerAddr(ctx, req.Peer().Addr)
+	ctx = engine.WithCallerAddr(ctx, req.Peer().Addr)
 	return onMetaLeader(ctx, n, req, true,
 		func(ctx context.Context) (*quoratev1.JoinResponse, error) {
-			return &quoratev1.JoinResponse{ClusterId: n.controller.knownClusterID()}, n.controller.joinAsLeader(ctx, req.Msg)
+			return &quoratev1.JoinResponse{ClusterId: n.controller.KnownClusterID()}, n.controller.JoinAsLeader(ctx, req.Msg)
 		}, quoratev1connect.AdminServiceClient.Join)
 }
 
@@ -213,14 +211,14 @@ func checkJoinRequest(r *quoratev1.JoinRequest) error {
 	if err := checkAdvertisable(r.GetApiAddr()); err != nil {
 		return bad("api_addr", err)
 	}
-	return checkJoinLevel(r.GetFeatureLevel())
+	return control.CheckJoinLevel(r.GetFeatureLevel())
 }
 
 // ApplyPolicies validates every policy, then stores them all through the log.
 func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[quoratev1.ApplyPoliciesRequest]) (*connect.Response[quoratev1.ApplyPoliciesResponse], error) {
 	n := h.n
 	if k := len(req.Msg.GetPolicies()); k > fsm.MaxPolicies {
-		return nil, n.toConnectError(badRequest("policies", "one apply carries at most %d policies (got %d)", fsm.MaxPolicies, k))
+		return nil, n.toConnectError(engine.BadRequest("policies", "one apply carries at most %d policies (got %d)", fsm.MaxPolicies, k))
 	}
 	cmd := &raftcmdv1.PutPolicies{}
 	names := make([]string, 0, len(req.Msg.GetPolicies()))
@@ -242,7 +240,7 @@ func (h *adminHandler) ApplyPolicies(ctx context.Context, req *connect.Request[q
 			if have, added := n.meta.FSM.PolicyCount(names); added > 0 && have+added > fsm.MaxPolicies {
 				return nil, fmt.Errorf("%w: the registry holds at most %d (it has %d; this apply adds %d)", fsm.ErrTooManyPolicies, fsm.MaxPolicies, have, added)
 			}
-			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: actorOf(ctx, "")})
+			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_PutPolicies{PutPolicies: cmd}, Actor: control.ActorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
@@ -258,10 +256,10 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	n := h.n
 	names := req.Msg.GetNames()
 	if len(names) == 0 {
-		return nil, n.toConnectError(badRequest("names", "must name at least one policy"))
+		return nil, n.toConnectError(engine.BadRequest("names", "must name at least one policy"))
 	}
 	if len(names) > fsm.MaxPolicies {
-		return nil, n.toConnectError(badRequest("names", "at most %d in one call (got %d)", fsm.MaxPolicies, len(names)))
+		return nil, n.toConnectError(engine.BadRequest("names", "at most %d in one call (got %d)", fsm.MaxPolicies, len(names)))
 	}
 	for i, name := range names {
 		if err := checkPolicyName(fmt.Sprintf("names[%d]", i), name); err != nil {
@@ -272,7 +270,7 @@ func (h *adminHandler) DeletePolicies(ctx context.Context, req *connect.Request[
 	return serve(ctx, n, req, engine.Request[quoratev1.DeletePoliciesResponse]{Route: engine.Routing{},
 		Local: func(ctx context.Context, _ engine.Dest) (*quoratev1.DeletePoliciesResponse, error) {
 			res, err := n.engine.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_DeletePolicies{
-				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}, Actor: actorOf(ctx, "")})
+				DeletePolicies: &raftcmdv1.DeletePolicies{Names: names}}, Actor: control.ActorOf(ctx, "")})
 			if err != nil {
 				return nil, err
 			}
@@ -310,7 +308,7 @@ func (h *adminHandler) ListPolicies(context.Context, *connect.Request[quoratev1.
 // leader: those its request names, or every one, that its access entry
 // allows. authorize has refused a request naming one it may not use.
 func (h *admissionHandler) Policies(ctx context.Context, req *connect.Request[quoratev1.PoliciesRequest]) (*connect.Response[quoratev1.PoliciesResponse], error) {
-	id := identityOf(ctx)
+	id := engine.IdentityOf(ctx)
 	var named map[string]bool
 	if names := req.Msg.GetNames(); len(names) > 0 {
 		named = make(map[string]bool, len(names))

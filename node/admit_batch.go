@@ -27,7 +27,7 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 	n := h.n
 	reqs := req.Msg.GetRequests()
 	if len(reqs) == 0 || len(reqs) > MaxAdmitBatch {
-		return nil, n.toConnectError(badRequest("requests", "must hold 1 to %d requests (got %d)", MaxAdmitBatch, len(reqs)))
+		return nil, n.toConnectError(engine.BadRequest("requests", "must hold 1 to %d requests (got %d)", MaxAdmitBatch, len(reqs)))
 	}
 	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()

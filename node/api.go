@@ -44,7 +44,7 @@ func serve[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req
 	r.Forward = func(ctx context.Context, p *engine.PeerClient) (*Resp, error) {
 		fwd := connect.NewRequest(req.Msg)
 		fwd.Header().Set(engine.ForwardedHeader, n.cfg.ID)
-		setForwardedIdentity(ctx, fwd.Header())
+		engine.SetForwardedIdentity(ctx, fwd.Header())
 		resp, err := remote(ctx, p, fwd)
 		if err != nil {
 			return nil, err
@@ -134,7 +134,7 @@ func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
 		return nil, err
 	}
 	if n := 1 + len(m.GetAlso()); n > admission.MaxChecks {
-		return nil, badRequest("also", "at most %d checks in one request (got %d)", admission.MaxChecks, n)
+		return nil, engine.BadRequest("also", "at most %d checks in one request (got %d)", admission.MaxChecks, n)
 	}
 	cmd := &raftcmdv1.Admit{Policy: first.Policy, Key: first.Key, Cost: first.Cost, RequestId: m.GetRequestId(), Caller: m.GetCaller()}
 	tag := shard.HashTag(first.Key)
@@ -145,7 +145,7 @@ func admitCommand(m *quoratev1.AdmitRequest) (*raftcmdv1.Admit, error) {
 			return nil, err
 		}
 		if t := shard.HashTag(ch.Key); t != tag {
-			return nil, badRequest(field+"key", "%s has hash tag %s but key %s has %s: the keys of one request must share a hash tag, "+
+			return nil, engine.BadRequest(field+"key", "%s has hash tag %s but key %s has %s: the keys of one request must share a hash tag, "+
 				"so put the common part in braces in every key, e.g. {tenant:acme}:api and {tenant:acme}:ip:1.2.3.4", admission.Quote(ch.Key), admission.Quote(t), admission.Quote(first.Key), admission.Quote(tag))
 		}
 		cmd.Also = append(cmd.Also, ch)
@@ -181,7 +181,7 @@ func durationField(field string, d *durationpb.Duration, lo, hi time.Duration) (
 		return 0, nil
 	}
 	if v := d.AsDuration(); d.CheckValid() != nil || v < lo || v > hi {
-		return 0, badRequest(field, "must be between %v and %v (got %v)", lo, hi, v)
+		return 0, engine.BadRequest(field, "must be between %v and %v (got %v)", lo, hi, v)
 	}
 	return int64(d.AsDuration()), nil
 }
@@ -192,15 +192,11 @@ func durationField(field string, d *durationpb.Duration, lo, hi time.Duration) (
 func checkPolicyName(field, name string) error {
 	switch {
 	case name == "":
-		return badRequest(field, "must not be empty")
+		return engine.BadRequest(field, "must not be empty")
 	case len(name) > admission.MaxNameBytes:
-		return badRequest(field, "must be at most %d bytes (got %d)", admission.MaxNameBytes, len(name))
+		return engine.BadRequest(field, "must be at most %d bytes (got %d)", admission.MaxNameBytes, len(name))
 	}
 	return nil
-}
-
-func badRequest(field, format string, args ...any) error {
-	return &admission.FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: admission.ErrInvalidRequest}
 }
 
 // Peek reads a key's state through the log, changing nothing.
@@ -231,13 +227,13 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	n := h.n
 	m := req.Msg
 	if m.GetRequestId() == "" {
-		return nil, n.toConnectError(badRequest("request_id", "must not be empty: it names the admitted request to refund"))
+		return nil, n.toConnectError(engine.BadRequest("request_id", "must not be empty: it names the admitted request to refund"))
 	}
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
 	}
 	if m.GetKey() == "" {
-		return nil, n.toConnectError(badRequest("key", "must name the refunded request's key (its first check's): a request is its caller, request_id and key"))
+		return nil, n.toConnectError(engine.BadRequest("key", "must name the refunded request's key (its first check's): a request is its caller, request_id and key"))
 	}
 	if err := admission.CheckKeyCost(m.GetKey(), 1); err != nil {
 		return nil, n.toConnectError(err)
@@ -308,9 +304,9 @@ func windowOf(w time.Duration) *durationpb.Duration {
 func checkRequestID(caller, requestID string) error {
 	switch {
 	case len(caller) > dedupe.MaxCallerBytes:
-		return badRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller))
+		return engine.BadRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(caller))
 	case len(requestID) > dedupe.MaxRequestIDBytes:
-		return badRequest("request_id", "must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID))
+		return engine.BadRequest("request_id", "must be at most %d bytes (got %d)", dedupe.MaxRequestIDBytes, len(requestID))
 	}
 	return nil
 }
@@ -326,7 +322,7 @@ func (h *admissionHandler) Reserve(ctx context.Context, req *connect.Request[quo
 		return nil, n.toConnectError(err)
 	}
 	if m.GetEstimate() < 1 {
-		return nil, n.toConnectError(badRequest("estimate", "must be at least 1 (got %d)", m.GetEstimate()))
+		return nil, n.toConnectError(engine.BadRequest("estimate", "must be at least 1 (got %d)", m.GetEstimate()))
 	}
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)
@@ -359,10 +355,10 @@ func (h *admissionHandler) Commit(ctx context.Context, req *connect.Request[quor
 	n := h.n
 	m := req.Msg
 	if fsm.ReservationKey(m.GetReservationId()) == "" {
-		return nil, n.toConnectError(badRequest("reservation_id", "is not a reservation ID from Reserve"))
+		return nil, n.toConnectError(engine.BadRequest("reservation_id", "is not a reservation ID from Reserve"))
 	}
 	if m.GetActual() < 0 {
-		return nil, n.toConnectError(badRequest("actual", "must be at least 0 (got %d)", m.GetActual()))
+		return nil, n.toConnectError(engine.BadRequest("actual", "must be at least 0 (got %d)", m.GetActual()))
 	}
 	if err := checkRequestID(m.GetCaller(), m.GetRequestId()); err != nil {
 		return nil, n.toConnectError(err)

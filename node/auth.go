@@ -16,6 +16,7 @@ import (
 	"github.com/quorate/quorate/certs"
 	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -146,7 +147,7 @@ type authErrorKey struct{}
 // (kind) that establishes who each request is from (access.Authenticate):
 // the verified client certificate when the connection is TLS with one, and
 // the bearer token of the Authorization header against the token file. The
-// identity travels in the request's context (withIdentity).
+// identity travels in the request's context (engine.WithIdentity).
 //
 // It refuses, before a byte of the body is read, what the headers alone
 // decide (refuseBeforeBody), so that a caller without rights costs no more
@@ -161,7 +162,7 @@ func (a *edgeAuth) authenticate(kind serverKind, next http.Handler) http.Handler
 			writeRefusal(errs, w, r, a.connectErr(refusal))
 			return
 		}
-		ctx := withIdentity(r.Context(), id)
+		ctx := engine.WithIdentity(r.Context(), id)
 		if err != nil {
 			ctx = context.WithValue(ctx, authErrorKey{}, err)
 		}
@@ -260,7 +261,7 @@ func (a *edgeAuth) authorize(ctx context.Context, action access.Action, msg any)
 	if err, ok := ctx.Value(authErrorKey{}).(error); ok && !a.authz.IsOpen() {
 		return err
 	}
-	id := identityOf(ctx)
+	id := engine.IdentityOf(ctx)
 	if action == access.ActionJoin || action == access.ActionNodeStatus {
 		if node, ok := certifiedNode(id); ok {
 			return nodeMayCall(node, msg)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
@@ -106,7 +107,7 @@ func TestAuthorizeResolvesCallers(t *testing.T) {
 	}
 	n := &Node{}
 	a := &edgeAuth{authz: access.Enforce(func() *access.Rules { return rules }), connectErr: n.toConnectError}
-	ctx := withIdentity(context.Background(), access.Identity{Caller: "app", Source: access.SourceToken})
+	ctx := engine.WithIdentity(context.Background(), access.Identity{Caller: "app", Source: access.SourceToken})
 	batch := &quoratev1.AdmitBatchRequest{Requests: []*quoratev1.AdmitRequest{{Policy: "p"}, {Policy: "p", Caller: "app"}}}
 	if err := a.authorize(ctx, access.ActionAdmitBatch, batch); err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestAuthenticateMiddleware(t *testing.T) {
 			var got access.Identity
 			var gotErr bool
 			h := a.authenticate(serveAPI, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-				got = identityOf(r.Context())
+				got = engine.IdentityOf(r.Context())
 				_, gotErr = r.Context().Value(authErrorKey{}).(error)
 			}))
 			r := httptest.NewRequest(http.MethodPost, "/quorate.v1.AdmissionService/Admit", nil)

@@ -3,8 +3,11 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -134,5 +137,33 @@ func TestNewClusterOnOldAddressesIsNotJoinedByOldNode(t *testing.T) {
 	}
 	if _, err := a.Admin(2).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "from-b"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("node3 of A: cluster B's policy: %v, want not_found", err)
+	}
+}
+
+// A data directory whose cluster-id file holds no cluster ID is refused at
+// start as a configuration error naming the file.
+func TestClusterIDFileWithoutAnIDIsRefused(t *testing.T) {
+	cfg := node.DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.Bootstrap = "node1", t.TempDir(), true
+	cfg.APIAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.LogOutput = io.Discard
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(cfg.DataDir, "cluster-id")
+	if err := os.WriteFile(file, []byte("not-an-id\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	n, err = node.New(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a node started with a cluster-id file that holds no cluster ID")
+	}
+	if !errors.Is(err, node.ErrInvalidConfig) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), `"not-an-id"`) {
+		t.Fatalf("got %v, want an invalid configuration naming %s and what it holds", err, file)
 	}
 }

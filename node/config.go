@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/control"
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
@@ -336,11 +337,11 @@ const MaxDataGroups = 1024
 
 // DataReplicas is how many replicas each data group has (fewer when the
 // cluster has fewer nodes).
-const DataReplicas = 3
+const DataReplicas = control.DataReplicas
 
 // MetaVoters is how many nodes vote in the meta group of a cluster with data
 // groups; later nodes join it as non-voters and still get every change.
-const MetaVoters = 3
+const MetaVoters = control.MetaVoters
 
 // DefaultConfig returns a Config for a local node with the production
 // timeouts. ID, DataDir and one of Bootstrap/Join are still to be set.

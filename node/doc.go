@@ -15,9 +15,9 @@
 // groups, the rest follow as non-voters). With Config.DataGroups > 0 the
 // meta leader creates the shard map (package shard) once ExpectNodes nodes
 // registered, and each node opens the data group replicas the map places on
-// it (groups.go). All groups' Raft traffic shares the node's one Raft
-// listener, a peer mux (package peermux) that reads a header from each
-// connection — a magic byte, a uvarint channel ID (the group ID, or the
+// it (the control plane's group loop). All groups' Raft traffic shares the
+// node's one Raft listener, a peer mux (package peermux) that reads a
+// header from each connection — a magic byte, a uvarint channel ID (the group ID, or the
 // forwarding channel) and the dialer's cluster ID — and refuses another
 // cluster's, a silent or an idle connection. The leader of each data group
 // copies the group's ownership (its slots, at a map epoch) and the meta
@@ -26,9 +26,9 @@
 //
 // It owns the one table from errors to Connect codes (errors.go). A
 // replica, its stores and its Raft transport are package
-// node/internal/replica's, the request path package node/internal/engine's.
-// Raft types never leave node and its internal
-// packages.
+// node/internal/replica's, the request path package node/internal/engine's,
+// the control plane package node/internal/control's. Raft types never
+// leave node and its internal packages.
 //
 // # Health and logs
 //
@@ -42,15 +42,16 @@
 //
 // # Cluster administration
 //
-// The control plane is a controller of its own (ctl.go), started by Run:
-// its loops follow the replicated state and act only where this node leads
-// the group concerned, and the admin calls that change the cluster run
-// through it on the meta leader. It reaches replicas and the request path
-// only through named dependencies. Replica moves, drains and rebalancing are shard-map changes (changeMap);
-// each data group's leader makes the group's Raft configuration follow the
-// map one change at a time and hands leadership to the group's preferred
-// leader (replicas.go). Slot moves, group additions and splits are plans
-// recorded in the meta group and driven by the meta leader (plans.go): a
+// The control plane is package node/internal/control's Controller, made by
+// New and started by Run: its loops follow the replicated state and act
+// only where this node leads the group concerned, and the admin calls that
+// change the cluster (admin_cluster.go) run through it on the meta leader.
+// It reaches replicas and the request path only through named
+// dependencies. Replica moves, drains and rebalancing are shard-map
+// changes; each data group's leader makes the group's Raft configuration
+// follow the map one change at a time and hands leadership to the group's
+// preferred leader. Slot moves, group additions and splits are plans
+// recorded in the meta group and driven by the meta leader: a
 // slot move freezes the slots at the source, copies their state page by
 // page (PeerService.ExportSlots from a source replica, ImportSlots entries
 // in the target's log, through PeerService.ApplyToGroup to the target's

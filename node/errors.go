@@ -11,6 +11,7 @@ import (
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/fsm"
 	"github.com/quorate/quorate/lease"
+	"github.com/quorate/quorate/node/internal/control"
 	"github.com/quorate/quorate/node/internal/engine"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
@@ -44,7 +45,7 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrNoPlan):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
-		errors.Is(err, ErrNodeHoldsReplicas), errors.Is(err, ErrNodeLive), errors.Is(err, ErrNotTheNode), errors.Is(err, ErrOtherCluster),
+		errors.Is(err, control.ErrNodeHoldsReplicas), errors.Is(err, control.ErrNodeLive), errors.Is(err, control.ErrNotTheNode), errors.Is(err, control.ErrOtherCluster),
 		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, engine.ErrUnplanned),
 		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq):
 		return connect.NewError(connect.CodeFailedPrecondition, err)

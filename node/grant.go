@@ -50,22 +50,22 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	}
 	switch h := m.GetHolder(); {
 	case h == "":
-		return nil, badRequest("holder", "must not be empty")
+		return nil, engine.BadRequest("holder", "must not be empty")
 	case len(h) > fsm.MaxHolderBytes:
-		return nil, badRequest("holder", "must be at most %d bytes (got %d)", fsm.MaxHolderBytes, len(h))
+		return nil, engine.BadRequest("holder", "must be at most %d bytes (got %d)", fsm.MaxHolderBytes, len(h))
 	}
 	if len(m.GetCaller()) > dedupe.MaxCallerBytes {
-		return nil, badRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(m.GetCaller()))
+		return nil, engine.BadRequest("caller", "must be at most %d bytes (got %d)", dedupe.MaxCallerBytes, len(m.GetCaller()))
 	}
 	if !m.GetRelease() && m.GetWant() < 1 {
-		return nil, badRequest("want", "must be at least 1 (got %d)", m.GetWant())
+		return nil, engine.BadRequest("want", "must be at least 1 (got %d)", m.GetWant())
 	}
 	if m.GetUsed() < 0 {
-		return nil, badRequest("used", "must be at least 0 (got %d)", m.GetUsed())
+		return nil, engine.BadRequest("used", "must be at least 0 (got %d)", m.GetUsed())
 	}
 	d := m.GetDemand()
 	if math.IsNaN(d) || d < 0 || d > MaxGrantDemand {
-		return nil, badRequest("demand", "must be a number of units per second from 0 to %g (got %v)", MaxGrantDemand, d)
+		return nil, engine.BadRequest("demand", "must be a number of units per second from 0 to %g (got %v)", MaxGrantDemand, d)
 	}
 	return &raftcmdv1.Grant{
 		Policy: m.GetPolicy(), Key: m.GetKey(), Holder: m.GetHolder(), Caller: m.GetCaller(),

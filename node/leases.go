@@ -37,10 +37,10 @@ var _ quoratev1connect.LeaseServiceHandler = (*leaseHandler)(nil)
 func parseLeaseID(id string, token int64, kind raftcmdv1.LeaseOp_Kind) (*raftcmdv1.LeaseOp, error) {
 	policy, key, t, secret, ok := fsm.ParseLeaseID(id)
 	if !ok {
-		return nil, badRequest("lease_id", "is not a lease ID from AcquireLease")
+		return nil, engine.BadRequest("lease_id", "is not a lease ID from AcquireLease")
 	}
 	if token < 1 {
-		return nil, badRequest("fencing_token", "must be a token from AcquireLease (got %d)", token)
+		return nil, engine.BadRequest("fencing_token", "must be a token from AcquireLease (got %d)", token)
 	}
 	if t != token {
 		return nil, fmt.Errorf("%w: fencing_token %d is not the token of the lease of policy %s, key %s", lease.ErrStale, token, admission.Quote(policy), admission.Quote(key))
@@ -78,9 +78,9 @@ func (h *leaseHandler) AcquireLease(ctx context.Context, req *connect.Request[qu
 	}
 	switch {
 	case op.GetReservePolicy() != "" && op.GetReserveEstimate() < 1:
-		return nil, n.toConnectError(badRequest("reserve_estimate", "must be at least 1 with reserve_policy (got %d)", op.GetReserveEstimate()))
+		return nil, n.toConnectError(engine.BadRequest("reserve_estimate", "must be at least 1 with reserve_policy (got %d)", op.GetReserveEstimate()))
 	case op.GetReservePolicy() == "" && op.GetReserveEstimate() != 0:
-		return nil, n.toConnectError(badRequest("reserve_policy", "must name a rate or quota policy when reserve_estimate is set"))
+		return nil, n.toConnectError(engine.BadRequest("reserve_policy", "must name a rate or quota policy when reserve_estimate is set"))
 	}
 	wait, err := durationField("max_wait", m.GetMaxWait(), 0, MaxWait)
 	if err != nil {
@@ -209,7 +209,7 @@ func checkLeaseOp(op *raftcmdv1.LeaseOp, ttl *durationpb.Duration, acquire bool)
 		return err
 	}
 	if !acquire && op.GetToken() < 1 {
-		return badRequest("fencing_token", "must be a token from AcquireLease (got %d)", op.GetToken())
+		return engine.BadRequest("fencing_token", "must be a token from AcquireLease (got %d)", op.GetToken())
 	}
 	ns, err := durationField("ttl", ttl, admission.MinLeaseTTL, admission.MaxLeaseTTL)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/groupcommit"
+	"github.com/quorate/quorate/node/internal/control"
 	"github.com/quorate/quorate/node/internal/engine"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
@@ -54,12 +55,12 @@ type Node struct {
 	peerPorts   *engine.Peers // to other nodes over the peer mux: forwarded requests
 	fwdLn       net.Listener  // the peer mux's forwarding channel, served like the API
 	waiters     *engine.Waiters
-	engine      *engine.Engine    // the request engine (package engine)
-	controller  *controller       // the control plane (ctl.go)
-	auth        *edgeAuth         // who a request is from and what it may do (auth.go)
-	envoy       *envoyrls.Service // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
-	health      *health           // the probes' answers (ready.go)
-	statusPage  *statusPage       // GET /status (status_page.go)
+	engine      *engine.Engine      // the request engine (package engine)
+	controller  *control.Controller // the control plane (package control)
+	auth        *edgeAuth           // who a request is from and what it may do (auth.go)
+	envoy       *envoyrls.Service   // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
+	health      *health             // the probes' answers (ready.go)
+	statusPage  *statusPage         // GET /status (status_page.go)
 	closeOnce   sync.Once
 	closeErr    error
 	tls         *edgeTLS // the TLS files, reloaded; nil in plaintext (tls.go)
@@ -171,8 +172,11 @@ func New(cfg Config) (_ *Node, err error) {
 		ClientTLS:          peerClientTLS,
 		Secret:             peerSecret,
 	})
-	if err := n.initClusterID(); err != nil {
+	if err := control.InitClusterID(cfg.DataDir, cfg.Bootstrap, cfg.Join, n.mux, n.log); err != nil {
 		raftLn.Close()
+		if _, ok := errors.AsType[*control.ClusterIDFileError](err); ok {
+			err = fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 		return nil, err
 	}
 	go n.mux.Serve()
@@ -224,7 +228,12 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.waiters = engine.NewWaiters()
-	n.controller = newController(n)
+	join, _ := cfg.joinURL() // "" without --join; Validate checked it
+	n.controller = control.New(control.Config{ID: cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: cfg.featureLevel(),
+		DataDir: cfg.DataDir, Join: join, DataGroups: cfg.DataGroups, ExpectNodes: cfg.ExpectNodes, RequestTimeout: cfg.RequestTimeout,
+		MigrationProgressInterval: cfg.migrationProgressInterval(), TLS: cfg.tlsEnabled(), Access: cfg.AccessFile != ""},
+		control.Deps{Log: n.log, Meta: n.meta, Replicas: n.groups, Shared: n.shared, Open: n.host.Open, Req: n.engine,
+			APIPorts: n.apiPorts, PeerPorts: n.peerPorts, Mux: n.mux})
 
 	n.health = &health{self: cfg.ID, stopping: &n.stopping, registered: n.Registered(),
 		shardMap: n.meta.FSM.ShardMap, hosted: n.engine.Hosted}
@@ -308,7 +317,7 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	protocols.SetUnencryptedHTTP2(true)
 	var handler http.Handler = mux
 	if peer {
-		handler = withForwardedIdentity(mux)
+		handler = engine.WithForwardedIdentity(mux)
 	} else {
 		handler = n.auth.authenticate(kind, explainMediaType(mux)) // mediatype.go
 	}
@@ -326,6 +335,10 @@ func (n *Node) newServer(kind serverKind) *http.Server {
 	srv.RegisterOnShutdown(guard.shutdown)
 	return srv
 }
+
+// Registered is closed once this node's addresses are in its own replica of
+// the registry: it is a member that others can forward to.
+func (n *Node) Registered() <-chan struct{} { return n.controller.Registered() }
 
 // ID is the node's ID.
 func (n *Node) ID() string { return n.cfg.ID }
@@ -379,7 +392,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ctlDone := make(chan struct{})
 	go func() {
 		defer close(ctlDone)
-		n.controller.run(ctlCtx)
+		n.controller.Run(ctlCtx)
 	}()
 
 	var err error
@@ -449,7 +462,7 @@ func (n *Node) closeResources() error {
 	}
 	errs = append(errs, n.ln.close(), n.pprof.close())
 	if n.groups != nil {
-		errs = append(errs, n.closeGroups())
+		errs = append(errs, n.groups.CloseAll())
 	}
 	if n.meta != nil {
 		errs = append(errs, n.meta.Close())

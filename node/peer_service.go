@@ -57,10 +57,10 @@ func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quo
 	n := h.n
 	env := new(raftcmdv1.Envelope)
 	if err := proto.Unmarshal(req.Msg.GetEnvelope(), env); err != nil {
-		return nil, n.toConnectError(badRequest("envelope", "%v", err))
+		return nil, n.toConnectError(engine.BadRequest("envelope", "%v", err))
 	}
 	if !isCoordination(env) {
-		return nil, n.toConnectError(badRequest("envelope", "only slot-migration entries may be applied to a group this way"))
+		return nil, n.toConnectError(engine.BadRequest("envelope", "only slot-migration entries may be applied to a group this way"))
 	}
 	g := n.engine.DataGroup(shard.GroupID(req.Msg.GetGroup()))
 	if g == nil || !g.IsLeader() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorate/quorate/access"
 	"github.com/quorate/quorate/fsm"
+	"github.com/quorate/quorate/node/internal/control"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/shard"
@@ -80,7 +81,7 @@ func (sp *statusPage) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*memberStatusTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), 2*control.MemberStatusTimeout)
 	defer cancel()
 	var b bytes.Buffer
 	if err := statuspage.Render(&b, sp.gather(ctx)); err != nil {
@@ -114,7 +115,7 @@ func (sp *statusPage) gather(ctx context.Context) *statuspage.Page {
 	p.Policies = policiesOnPage(sp.meta.Policies(), cs.GetMembers())
 	now := sp.now()
 	for _, pl := range sp.meta.Plans() {
-		st := planStatus(pl, now)
+		st := control.PlanStatus(pl, now)
 		e := statuspage.Plan{ID: st.GetId(), Kind: st.GetKind(), Summary: st.GetSummary(), State: st.GetState(), Error: st.GetError(),
 			StepsDone: int(st.GetStepsDone()), Steps: len(st.GetSteps()), Age: st.GetAge().AsDuration()}
 		if i := e.StepsDone; st.GetState() == "running" && i < len(st.GetSteps()) {

@@ -22,8 +22,13 @@
 // migrate.go). AcquireLease requests wait on the leader in Waiters.
 // Retry and Doubling are the node's retry rules.
 //
+// A request's caller travels in its context (identity.go: the identity the
+// API edge authenticated, a node's own, and the address a call came from),
+// and in headers when a node forwards it to a leader. BadRequest is the
+// error of a request field that is wrong.
+//
 // The engine decides nothing itself: answers are what a group's FSM
 // returned for an entry of the request. Package node's handlers and its
-// Envoy service call Run or Decide, its control plane OnLeader; it
-// reaches replicas through package replica.
+// Envoy service call Run or Decide, and so does the control plane (package
+// control); it reaches replicas through package replica.
 package engine

@@ -410,17 +410,3 @@ func (n *Engine) ProposeTo(ctx context.Context, d Dest, env *raftcmdv1.Envelope)
 func (n *Engine) Propose(ctx context.Context, env *raftcmdv1.Envelope) (any, error) {
 	return n.ProposeTo(ctx, n.MetaDest(), env)
 }
-
-// OnLeader runs one request on the leader of rt's group: local when this
-// node leads it, else remote against the leader (over the peer port's
-// forwarding channel). It is Run without an answer, kept for the control
-// plane until it calls Run.
-func (n *Engine) OnLeader(ctx context.Context, rt Routing,
-	local func(ctx context.Context, d Dest) error, remote func(ctx context.Context, p *PeerClient) error) error {
-	_, _, err := Run(ctx, n, Request[struct{}]{
-		Route:   rt,
-		Local:   func(ctx context.Context, d Dest) (*struct{}, error) { return nil, local(ctx, d) },
-		Forward: func(ctx context.Context, p *PeerClient) (*struct{}, error) { return nil, remote(ctx, p) },
-	})
-	return err
-}

@@ -13,8 +13,8 @@ import (
 
 // A group's leader accepts a slot-migration entry, and a replica an
 // export, only when it fits the plan step the meta leader drives now
-// (plans.go): so a coordinator that lost the meta leadership, or a call
-// of an earlier attempt, changes nothing.
+// (package control's plans.go): so a coordinator that lost the meta
+// leadership, or a call of an earlier attempt, changes nothing.
 
 // ErrUnplanned is returned for a slot-migration entry or an export that
 // belongs to no current step of a plan the meta group keeps: its migration

@@ -32,6 +32,13 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
+// BadRequest is the error of a request whose field is wrong: reason, in
+// the caller's terms (format and args), an admission.FieldError wrapping
+// admission.ErrInvalidRequest.
+func BadRequest(field, format string, args ...any) error {
+	return &admission.FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Err: admission.ErrInvalidRequest}
+}
+
 // ForwardedHeader marks a request forwarded by another node to this one as
 // leader; such a request is never forwarded again.
 const ForwardedHeader = "Quorate-Forwarded-By"

@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
 	"github.com/quorate/quorate/fsm"
@@ -15,7 +14,6 @@ import (
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -31,25 +29,13 @@ var (
 	ErrNotTheNode = errors.New("the join does not match the node")
 )
 
-// RemoveNode takes a node out of the cluster on the meta leader.
-func (h *adminHandler) RemoveNode(ctx context.Context, req *connect.Request[quoratev1.RemoveNodeRequest]) (*connect.Response[quoratev1.RemoveNodeResponse], error) {
-	n := h.n
-	if req.Msg.GetId() == "" {
-		return nil, n.toConnectError(badRequest("id", "must not be empty"))
-	}
-	return onMetaLeader(ctx, n, req, true,
-		func(ctx context.Context) (*quoratev1.RemoveNodeResponse, error) {
-			return &quoratev1.RemoveNodeResponse{}, n.controller.removeNode(ctx, req.Msg.GetId(), req.Msg.GetForce())
-		}, quoratev1connect.AdminServiceClient.RemoveNode)
-}
-
-// removeNode, on the meta leader, removes node id, each step idempotent so a retry (or a
+// RemoveNode, on the meta leader, removes node id, each step idempotent so a retry (or a
 // new leader) finishes what an interrupted call began: with force, drain its
 // replicas (the groups' leaders replace them, from the survivors when it is
 // dead); delete it from the registry; give its meta vote to a non-voter;
 // remove it from the meta group's configuration (this node's own removal
 // last of all: it steps down).
-func (c *controller) removeNode(ctx context.Context, id string, force bool) error {
+func (c *Controller) RemoveNode(ctx context.Context, id string, force bool) error {
 	if force {
 		if where, live := c.nodeLive(ctx, id); live {
 			return fmt.Errorf("%w: node %s answered a status call on its %s: --force is for a node that is gone; "+
@@ -67,7 +53,7 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 			return fmt.Errorf("%w: %s holds %d; drain it first (quorate admin node drain %s) or force", ErrNodeHoldsReplicas, id, held, id)
 		}
 		if held > 0 {
-			_, _, err := c.changeMap(ctx, actorOf(ctx, "node remove --force "+id+": drain"), func(m shard.Map) (shard.Map, uint32, error) {
+			_, _, err := c.changeMap(ctx, ActorOf(ctx, "node remove --force "+id+": drain"), func(m shard.Map) (shard.Map, uint32, error) {
 				var ids []string
 				for _, nd := range c.meta.FSM.Nodes() {
 					ids = append(ids, nd.ID)
@@ -85,13 +71,13 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	}
 	if m, ok := c.meta.FSM.ShardMap(); ok && m.IsCordoned(id) {
 		// Out of the cluster, out of the cordon: an ID used again is a new node.
-		if _, _, err := c.changeMap(ctx, actorOf(ctx, "node remove "+id+": uncordon"), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
+		if _, _, err := c.changeMap(ctx, ActorOf(ctx, "node remove "+id+": uncordon"), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil }); err != nil {
 			return err
 		}
 	}
 	if _, ok := c.meta.FSM.Node(id); ok {
 		if _, err := c.req.ProposeTo(ctx, engine.Dest{Replica: c.meta, ID: shard.MetaGroup}, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RemoveNode{
-			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}, Actor: actorOf(ctx, "")}); err != nil {
+			RemoveNode: &raftcmdv1.RemoveNode{Id: id}}, Actor: ActorOf(ctx, "")}); err != nil {
 			return err
 		}
 	}
@@ -125,53 +111,28 @@ func (c *controller) removeNode(ctx context.Context, id string, force bool) erro
 	return nil
 }
 
-// AddNode pre-registers a node on the meta leader: the registry learns its
-// addresses before it runs (see the proto).
-func (h *adminHandler) AddNode(ctx context.Context, req *connect.Request[quoratev1.AddNodeRequest]) (*connect.Response[quoratev1.AddNodeResponse], error) {
-	n, r := h.n, req.Msg
-	if err := checkJoinRequest(&quoratev1.JoinRequest{Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}); err != nil {
-		return nil, n.toConnectError(err)
-	}
-	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.AddNodeResponse, error) {
-		return &quoratev1.AddNodeResponse{}, n.controller.addNode(ctx, r)
-	}, quoratev1connect.AdminServiceClient.AddNode)
-}
-
-// addNode, on the meta leader, records node r in the registry unless it is
+// AddNode, on the meta leader, records node r in the registry unless it is
 // there with the same addresses.
-func (c *controller) addNode(ctx context.Context, r *quoratev1.AddNodeRequest) error {
+func (c *Controller) AddNode(ctx context.Context, r *quoratev1.AddNodeRequest) error {
 	if m, ok := c.meta.FSM.Node(r.GetId()); ok {
 		if m.RaftAddr != r.GetRaftAddr() || m.APIAddr != r.GetApiAddr() {
-			return badRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
+			return engine.BadRequest("id", "node %q is registered with raft address %s and API address %s", m.ID, m.RaftAddr, m.APIAddr)
 		}
 		return nil
 	}
 	// Its binary's level is not known until it registers itself: take
 	// this one's, so that the cluster's level does not drop meanwhile.
 	_, err := c.req.Propose(ctx, &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_RegisterNode{RegisterNode: &raftcmdv1.RegisterNode{
-		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}, Actor: actorOf(ctx, "")})
+		Id: r.GetId(), RaftAddr: r.GetRaftAddr(), ApiAddr: r.GetApiAddr(), FeatureLevel: fsm.FeatureLevel}}, Actor: ActorOf(ctx, "")})
 	if err == nil {
 		c.log.Info("pre-registered a node", "id", r.GetId(), "raft", r.GetRaftAddr(), "api", r.GetApiAddr())
 	}
 	return err
 }
 
-// UncordonNode lets plans place replicas on a drained node again, on the
-// meta leader.
-func (h *adminHandler) UncordonNode(ctx context.Context, req *connect.Request[quoratev1.UncordonNodeRequest]) (*connect.Response[quoratev1.UncordonNodeResponse], error) {
-	n := h.n
-	if req.Msg.GetId() == "" {
-		return nil, n.toConnectError(badRequest("id", "must not be empty"))
-	}
-	return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.UncordonNodeResponse, error) {
-		epoch, err := n.controller.uncordon(ctx, req.Msg.GetId())
-		return &quoratev1.UncordonNodeResponse{MapEpoch: epoch}, err
-	}, quoratev1connect.AdminServiceClient.UncordonNode)
-}
-
-// uncordon, on the meta leader, lifts node id's cordon.
-func (c *controller) uncordon(ctx context.Context, id string) (uint64, error) {
-	epoch, _, err := c.changeMap(ctx, actorOf(ctx, "node uncordon "+id), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil })
+// Uncordon, on the meta leader, lifts node id's cordon.
+func (c *Controller) Uncordon(ctx context.Context, id string) (uint64, error) {
+	epoch, _, err := c.changeMap(ctx, ActorOf(ctx, "node uncordon "+id), func(m shard.Map) (shard.Map, uint32, error) { return m.Cordon(id, false), 1, nil })
 	return epoch, err
 }
 
@@ -182,7 +143,7 @@ const liveCheckTimeout = time.Second
 // nodeLive reports whether node id runs: it is this node, or it answers a
 // status call, as id, at its registered addresses (answerAsNode). It names
 // where it answered.
-func (c *controller) nodeLive(ctx context.Context, id string) (string, bool) {
+func (c *Controller) nodeLive(ctx context.Context, id string) (string, bool) {
 	m, ok := c.meta.FSM.Node(id)
 	if !ok && id != c.cfg.ID {
 		return "", false

@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -25,11 +25,11 @@ const groupInterval = 100 * time.Millisecond
 // registered; every node opens the replicas the map places on it; the leader
 // of each data group brings the group's ownership and policy table up to the
 // meta group's.
-func (c *controller) groupLoop(ctx context.Context) {
+func (c *Controller) groupLoop(ctx context.Context) {
 	every(ctx, groupInterval, func() { c.reconcile(ctx) })
 }
 
-func (c *controller) reconcile(ctx context.Context) {
+func (c *Controller) reconcile(ctx context.Context) {
 	m, ok := c.meta.FSM.ShardMap()
 	if !ok {
 		if c.cfg.DataGroups > 0 && c.meta.IsLeader() {
@@ -73,7 +73,7 @@ func (c *controller) reconcile(ctx context.Context) {
 // markFormed, on the meta leader, clears Forming on the groups a replica
 // reports working (it applied the group's ownership): from then on their
 // replicas may move.
-func (c *controller) markFormed(ctx context.Context, m shard.Map) {
+func (c *Controller) markFormed(ctx context.Context, m shard.Map) {
 	var formed []shard.GroupID
 	for _, g := range m.Groups {
 		if g.Forming && c.groupWorking(ctx, g) {
@@ -108,7 +108,7 @@ func (c *controller) markFormed(ctx context.Context, m shard.Map) {
 
 // groupWorking reports whether a replica of g (this node's, else one asked
 // over the peer port) has applied g's ownership.
-func (c *controller) groupWorking(ctx context.Context, g shard.Group) bool {
+func (c *Controller) groupWorking(ctx context.Context, g shard.Group) bool {
 	if dg := c.replicas.Get(g.ID); dg != nil {
 		if _, _, _, ok := dg.FSM.Ownership(); ok {
 			return true
@@ -119,7 +119,7 @@ func (c *controller) groupWorking(ctx context.Context, g shard.Group) bool {
 
 // createShardMap proposes the first shard map once ExpectNodes nodes have
 // registered: DataGroups groups over them, DataReplicas replicas each.
-func (c *controller) createShardMap(ctx context.Context) {
+func (c *Controller) createShardMap(ctx context.Context) {
 	nodes := c.meta.FSM.Nodes()
 	if len(nodes) < max(1, c.cfg.ExpectNodes) {
 		return
@@ -148,7 +148,7 @@ func (c *controller) createShardMap(ctx context.Context) {
 // openDataGroup starts this node's replica of g. A founder of g without
 // state bootstraps it with the founders at their registered Raft addresses;
 // any other replica starts empty and waits for g's leader to add it.
-func (c *controller) openDataGroup(g shard.Group) error {
+func (c *Controller) openDataGroup(g shard.Group) error {
 	var boot []raft.Server
 	founders := g.Founders
 	if !slices.Contains(founders, c.cfg.ID) {
@@ -170,7 +170,7 @@ func (c *controller) openDataGroup(g shard.Group) error {
 
 // syncGroup, on the leader of data group g, proposes the group's ownership
 // when the map moved on, and the meta group's policy table when it differs.
-func (c *controller) syncGroup(ctx context.Context, g *replica.Replica, m shard.Map) {
+func (c *Controller) syncGroup(ctx context.Context, g *replica.Replica, m shard.Map) {
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if _, epoch, _, ok := g.FSM.Ownership(); !ok || epoch < m.Epoch {
@@ -187,6 +187,3 @@ func (c *controller) syncGroup(ctx context.Context, g *replica.Replica, m shard.
 		c.log.Debug("copying policies", "group", g.ID, "err", err)
 	}
 }
-
-// closeGroups stops every data group replica.
-func (n *Node) closeGroups() error { return n.groups.CloseAll() }

@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -48,7 +48,7 @@ import (
 // request (nil when it may go ahead): a feature level below the cluster's,
 // another node's addresses, or a registered node's level that the node
 // does not say it runs (see above).
-func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) error {
+func (c *Controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) error {
 	if lvl := c.meta.FSM.MinFeatureLevel(); r.GetFeatureLevel() < lvl && !c.firstOwnRegistration(ctx, r) {
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
 			Reason: fmt.Sprintf("%d is below %d, the cluster's feature level (the lowest of its registered nodes): "+
@@ -87,8 +87,8 @@ func (c *controller) checkJoin(ctx context.Context, r *quoratev1.JoinRequest) er
 // node's certificate is what lets it join (nodeMayCall), and a peer port
 // accepts only certificates of registered nodes, so there is nothing to
 // ask before the registration.
-func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinRequest) error {
-	if c.cfg.tlsEnabled() || c.firstOwnRegistration(ctx, r) {
+func (c *Controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinRequest) error {
+	if c.cfg.TLS || c.firstOwnRegistration(ctx, r) {
 		return nil
 	}
 	if _, ok := c.answersAs(ctx, c.peerPorts, r.GetRaftAddr(), r.GetId()); ok {
@@ -101,13 +101,13 @@ func (c *controller) checkNewNodeAnswers(ctx context.Context, r *quoratev1.JoinR
 
 // checkAddrChange returns why r may not give node m, registered, other
 // addresses (nil when it keeps them, or may change them).
-func (c *controller) checkAddrChange(ctx context.Context, m fsm.Node, r *quoratev1.JoinRequest) error {
+func (c *Controller) checkAddrChange(ctx context.Context, m fsm.Node, r *quoratev1.JoinRequest) error {
 	if m.RaftAddr == r.GetRaftAddr() && m.APIAddr == r.GetApiAddr() {
 		return nil
 	}
 	fields := changedAddrFields(m, r)
-	if c.cfg.AccessFile != "" {
-		id := identityOf(ctx)
+	if c.cfg.Access {
+		id := engine.IdentityOf(ctx)
 		if node, ok := provenNode(id); !ok || node != m.ID {
 			return fmt.Errorf("%w: %s: node %s is registered at raft %s, api %s; only %s itself may change them "+
 				"(its node certificate, or a bearer token of caller %s), and this join is by %s",
@@ -125,11 +125,11 @@ func (c *controller) checkAddrChange(ctx context.Context, m fsm.Node, r *quorate
 // firstOwnRegistration reports whether r is the first registration of a
 // node that is already a member of the meta group at r's Raft address,
 // asked for by that node itself.
-func (c *controller) firstOwnRegistration(ctx context.Context, r *quoratev1.JoinRequest) bool {
+func (c *Controller) firstOwnRegistration(ctx context.Context, r *quoratev1.JoinRequest) bool {
 	if _, registered := c.meta.FSM.Node(r.GetId()); registered {
 		return false
 	}
-	if node, ok := provenNode(identityOf(ctx)); !ok || node != r.GetId() {
+	if node, ok := provenNode(engine.IdentityOf(ctx)); !ok || node != r.GetId() {
 		return false
 	}
 	f := c.meta.Raft.GetConfiguration()
@@ -157,7 +157,7 @@ func changedAddrFields(m fsm.Node, r *quoratev1.JoinRequest) string {
 // port, then its API port), each within liveCheckTimeout, and returns
 // where it answered as m and what it said; false when it answered as m at
 // neither. This node answers for itself without a call.
-func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quoratev1.NodeState, bool) {
+func (c *Controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quoratev1.NodeState, bool) {
 	if m.ID == c.cfg.ID {
 		return "own API (it is the meta leader)", &quoratev1.NodeState{
 			Id: c.self.ID, RaftAddr: c.self.RaftAddr, ApiAddr: c.self.APIAddr, FeatureLevel: c.self.FeatureLevel}, true
@@ -173,7 +173,7 @@ func (c *controller) answerAsNode(ctx context.Context, m fsm.Node) (string, *quo
 
 // answersAs asks addr through p for its node's state, within
 // liveCheckTimeout, and reports whether it answered as node id.
-func (c *controller) answersAs(ctx context.Context, p *engine.Peers, addr, id string) (*quoratev1.NodeState, bool) {
+func (c *Controller) answersAs(ctx context.Context, p *engine.Peers, addr, id string) (*quoratev1.NodeState, bool) {
 	if addr == "" {
 		return nil, false
 	}
@@ -193,12 +193,12 @@ func nodeCaller(id string) string { return certs.NodeURIScheme + "://" + certs.N
 
 // provenNode is the node id proves to be: a certificate or bearer token
 // whose caller is quorate://node/<id> (nodeCaller), or a node's own call
-// (sourceNode, made by the node itself or sent over the peer port, which
-// only nodes reach).
+// (engine.SourceNode, made by the node itself or sent over the peer port,
+// which only nodes reach).
 func provenNode(id access.Identity) (string, bool) {
 	switch id.Source {
-	case sourceNode:
-		node, ok := strings.CutPrefix(id.Caller, nodeCallerPrefix)
+	case engine.SourceNode:
+		node, ok := strings.CutPrefix(id.Caller, engine.NodeCallerPrefix)
 		return node, ok && node != ""
 	case access.SourceCertificate, access.SourceToken:
 		u, err := url.Parse(id.Caller)

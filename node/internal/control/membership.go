@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// checkJoinLevel checks the feature level a joining node says its binary
+// CheckJoinLevel checks the feature level a joining node says its binary
 // applies: every binary sends one, and one above this binary's level
 // cannot be checked against what this node knows. A newer node joins once
 // the node it asks runs a binary as new.
-func checkJoinLevel(level uint32) error {
+func CheckJoinLevel(level uint32) error {
 	switch {
 	case level == 0:
 		return &admission.FieldError{Field: "feature_level", Err: admission.ErrInvalidRequest,
@@ -39,9 +39,9 @@ func checkJoinLevel(level uint32) error {
 // addresses are in the replicated registry, so other nodes can forward to it
 // and list it. It retries until that is so or ctx is done: a node without
 // state asks Config.Join; a node with state asks the leader it knows.
-func (c *controller) register(ctx context.Context) {
+func (c *Controller) register(ctx context.Context) {
 	self := c.self
-	ctx = withIdentity(ctx, nodeIdentity(self.ID)) // its own join, whoever leads
+	ctx = engine.WithIdentity(ctx, engine.NodeIdentity(self.ID)) // its own join, whoever leads
 	req := &quoratev1.JoinRequest{Id: self.ID, RaftAddr: self.RaftAddr, ApiAddr: self.APIAddr, FeatureLevel: self.FeatureLevel}
 	b := engine.Doubling(20*time.Millisecond, time.Second)
 	registered, lastRefusal := false, ""
@@ -96,11 +96,11 @@ var errNotRecorded = errors.New("not yet recorded as a member")
 // add and register this node. A node without state first learns the
 // cluster's ID from the --join address; every join carries the ID this node
 // recorded, and the node records the one the answer carries.
-func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
+func (c *Controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if leaderAddr, _ := c.req.Leader(); leaderAddr == "" && c.cfg.Join != "" && !c.isLeader() {
-		base, _ := c.cfg.joinURL()
+		base := c.cfg.Join
 		if c.mux.WaitingForClusterID() {
 			if err := c.learnClusterID(ctx, base); err != nil {
 				return fmt.Errorf("asking %s for the cluster ID: %w", base, err)
@@ -114,22 +114,25 @@ func (c *controller) joinOnce(ctx context.Context, req *quoratev1.JoinRequest) e
 		return c.joined(resp.Msg, base)
 	}
 	req.ClusterId = c.mux.ClusterID()
-	return c.req.OnLeader(ctx, engine.Routing{Idempotent: true},
-		func(ctx context.Context, _ engine.Dest) error { return c.joinAsLeader(ctx, req) },
-		func(ctx context.Context, p *engine.PeerClient) error {
+	_, _, err := engine.Run(ctx, c.req, engine.Request[struct{}]{
+		Route: engine.Routing{Idempotent: true},
+		Local: func(ctx context.Context, _ engine.Dest) (*struct{}, error) { return nil, c.JoinAsLeader(ctx, req) },
+		Forward: func(ctx context.Context, p *engine.PeerClient) (*struct{}, error) {
 			// Over the peer port: the leader learns it is this node's own.
 			fwd := connect.NewRequest(req)
-			setForwardedIdentity(ctx, fwd.Header())
+			engine.SetForwardedIdentity(ctx, fwd.Header())
 			resp, err := p.Admin.Join(ctx, fwd)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			return c.joined(resp.Msg, "the meta leader")
-		})
+			return nil, c.joined(resp.Msg, "the meta leader")
+		},
+	})
+	return err
 }
 
 // joined records the cluster ID a Join answer carries.
-func (c *controller) joined(resp *quoratev1.JoinResponse, from string) error {
+func (c *Controller) joined(resp *quoratev1.JoinResponse, from string) error {
 	if id := resp.GetClusterId(); id != "" {
 		if err := c.adoptClusterID(id, from); err != nil {
 			c.log.Error("joined a cluster whose ID is not this node's", "err", err)
@@ -139,12 +142,12 @@ func (c *controller) joined(resp *quoratev1.JoinResponse, from string) error {
 	return nil
 }
 
-// joinAsLeader records the node's addresses (unless already recorded) and
+// JoinAsLeader records the node's addresses (unless already recorded) and
 // makes it a member at its Raft address (unless it already is one): a voter,
 // or a non-voter once a cluster with data groups has MetaVoters voters. It
 // first checks what the join may change (checkJoin) and records nothing
 // when refused.
-func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
+func (c *Controller) JoinAsLeader(ctx context.Context, r *quoratev1.JoinRequest) error {
 	if err := c.checkJoinCluster(r); err != nil {
 		return err
 	}
@@ -196,7 +199,3 @@ func (c *controller) joinAsLeader(ctx context.Context, r *quoratev1.JoinRequest)
 	c.log.Info("added voter", "id", want.ID, "raft", want.RaftAddr, "api", want.APIAddr)
 	return nil
 }
-
-// Registered is closed once this node's addresses are in its own replica of
-// the registry: it is a member that others can forward to.
-func (n *Node) Registered() <-chan struct{} { return n.controller.registered }

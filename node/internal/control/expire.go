@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const maxExpiresPerTick = 16
 // nothing: expiry is decided through the log, never by a follower's clock.
 // Every node, leader or not, then hands the memory of what its replicas
 // reclaimed back to the system (see memoryRelease).
-func (c *controller) expireLoop(ctx context.Context) {
+func (c *Controller) expireLoop(ctx context.Context) {
 	var rel memoryRelease
 	every(ctx, expireInterval, func() {
 		held := 0
@@ -88,7 +88,7 @@ func (r *memoryRelease) due(held int, now time.Time) bool {
 
 // expireGroup proposes Expire entries to g while this node leads it and its
 // replica holds expired state by this node's clock.
-func (c *controller) expireGroup(ctx context.Context, g *replica.Replica) {
+func (c *Controller) expireGroup(ctx context.Context, g *replica.Replica) {
 	for range maxExpiresPerTick {
 		next, ok := g.FSM.NextExpiry()
 		if !g.IsLeader() || !ok || next > c.req.Now().UnixNano() {

@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const (
 // meta group, one step after the other, until ctx is done. Every step
 // resumes from the phase recorded in the meta group, so a new leader (or
 // this one after an error) carries on where the last one stopped.
-func (c *controller) planLoop(ctx context.Context) {
+func (c *Controller) planLoop(ctx context.Context) {
 	every(ctx, planInterval, func() {
 		for ctx.Err() == nil && c.meta.IsLeader() {
 			p, ok := c.meta.FSM.ActivePlan()
@@ -51,7 +51,7 @@ func (c *controller) planLoop(ctx context.Context) {
 }
 
 // driveStep moves plan p's current step on by one phase.
-func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
+func (c *Controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 	i := p.GetCurrent()
 	st := p.GetSteps()[i]
 	update := func(u *raftcmdv1.UpdatePlan) (*raftcmdv1.Plan, error) {
@@ -144,7 +144,7 @@ func (c *controller) driveStep(ctx context.Context, p *raftcmdv1.Plan) error {
 // mv.to as attempt attempt: export pages read from a source replica become
 // import chunks proposed to the target, in order; progress is recorded in
 // the plan every Config.MigrationProgressInterval (a cancel is seen then). It returns the totals.
-func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlotsStep, attempt uint64,
+func (c *Controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.MoveSlotsStep, attempt uint64,
 	progress func(records, size, chunks uint64) error) (records, size, chunks uint64, err error) {
 	mapEpoch, _ := c.meta.FSM.ShardMapEpoch()
 	from, to := shard.GroupID(mv.GetFrom()), shard.GroupID(mv.GetTo())
@@ -170,7 +170,7 @@ func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.Mo
 		if page.Done {
 			return records, size, chunks, nil
 		}
-		if time.Since(reported) >= c.cfg.migrationProgressInterval() {
+		if time.Since(reported) >= c.cfg.MigrationProgressInterval {
 			if err := progress(records, size, chunks); err != nil {
 				return records, size, chunks, err
 			}
@@ -182,7 +182,7 @@ func (c *controller) copySlots(ctx context.Context, mig uint64, mv *raftcmdv1.Mo
 
 // groupCall proposes a slot-migration entry to group id, retrying while
 // the answer is "not yet" (no leader, ownership lagging the map).
-func (c *controller) groupCall(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
+func (c *Controller) groupCall(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
 	return c.retryPlanCall(ctx, func(ctx context.Context) error {
 		// A fresh copy each time: proposing stamps the envelope.
 		return c.req.ApplyToGroup(ctx, id, proto.Clone(env).(*raftcmdv1.Envelope))
@@ -192,7 +192,7 @@ func (c *controller) groupCall(ctx context.Context, id shard.GroupID, env *raftc
 // retryPlanCall runs call, each time within planCallTimeout, until it
 // succeeds, fails for good (the request is wrong, or the plan or import
 // moved on without this coordinator), or planRetryFor has passed.
-func (c *controller) retryPlanCall(ctx context.Context, call func(context.Context) error) error {
+func (c *Controller) retryPlanCall(ctx context.Context, call func(context.Context) error) error {
 	deadline := time.Now().Add(planRetryFor)
 	err, stopped := engine.Retry(ctx, engine.Doubling(20*time.Millisecond, 500*time.Millisecond), func() error {
 		cctx, cancel := context.WithTimeout(ctx, planCallTimeout)

@@ -1,4 +1,4 @@
-package node
+package engine
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 )
 
 func TestIdentityOf(t *testing.T) {
-	if got := identityOf(context.Background()); got != access.Anonymous() {
+	if got := IdentityOf(context.Background()); got != access.Anonymous() {
 		t.Fatalf("no identity: got %+v, want anonymous", got)
 	}
 	id := access.Identity{Caller: "gateway-eu", Source: access.SourceToken}
-	if got := identityOf(withIdentity(context.Background(), id)); got != id {
+	if got := IdentityOf(WithIdentity(context.Background(), id)); got != id {
 		t.Fatalf("got %+v, want %+v", got, id)
 	}
 }
@@ -33,7 +33,7 @@ func TestForwardedIdentity(t *testing.T) {
 		{"none", "", "", access.Anonymous()},
 		{"no source", "app-a", "", access.Anonymous()},
 		{"unknown source", "app-a", "admin", access.Anonymous()},
-		{"node", "node:node3", "node", access.Identity{Caller: "node:node3", Source: sourceNode}},
+		{"node", "node:node3", "node", access.Identity{Caller: "node:node3", Source: SourceNode}},
 		{"node source, not a node's caller", "app-a", "node", access.Anonymous()},
 		{"source none", "app-a", "none", access.Anonymous()},
 		{"caller too long", long, "token", access.Anonymous()},
@@ -54,39 +54,15 @@ func TestForwardedIdentity(t *testing.T) {
 	// A node writes only authenticated identities and its own, and reads
 	// back what it wrote.
 	h := http.Header{}
-	setForwardedIdentity(context.Background(), h)
+	SetForwardedIdentity(context.Background(), h)
 	if len(h) != 0 {
 		t.Fatalf("an anonymous identity wrote headers %v", h)
 	}
-	for _, id := range []access.Identity{{Caller: "ops", Source: access.SourceToken}, nodeIdentity("node2")} {
+	for _, id := range []access.Identity{{Caller: "ops", Source: access.SourceToken}, NodeIdentity("node2")} {
 		h := http.Header{}
-		setForwardedIdentity(withIdentity(context.Background(), id), h)
+		SetForwardedIdentity(WithIdentity(context.Background(), id), h)
 		if got := forwardedIdentity(h); got != id {
 			t.Fatalf("round trip: got %+v, want %+v", got, id)
-		}
-	}
-}
-
-// A caller proves to be a node by a certificate or token of caller
-// quorate://node/<id>, or by being the node (its own call); any other
-// identity proves no node.
-func TestProvenNode(t *testing.T) {
-	for _, tc := range []struct {
-		id   access.Identity
-		want string
-	}{
-		{access.Identity{Caller: "quorate://node/node3", Source: access.SourceCertificate}, "node3"},
-		{access.Identity{Caller: "quorate://node/node3", Source: access.SourceToken}, "node3"},
-		{nodeIdentity("node3"), "node3"},
-		{access.Identity{Caller: "ops", Source: access.SourceToken}, ""},
-		{access.Identity{Caller: "node:node3", Source: access.SourceToken}, ""},
-		{access.Identity{Caller: "quorate://node/node3?x=1", Source: access.SourceCertificate}, ""},
-		{access.Identity{Caller: "node:", Source: sourceNode}, ""},
-		{access.Anonymous(), ""},
-	} {
-		got, ok := provenNode(tc.id)
-		if ok != (tc.want != "") || got != tc.want {
-			t.Errorf("%+v: node %q (%v), want %q", tc.id, got, ok, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
-	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -50,7 +49,7 @@ const removeGrace = 30 * time.Second
 
 // syncMembers, on the leader of data group g, makes one change of g's Raft
 // configuration toward want's replicas, if one is due.
-func (c *controller) syncMembers(ctx context.Context, g *replica.Replica, want shard.Group) {
+func (c *Controller) syncMembers(ctx context.Context, g *replica.Replica, want shard.Group) {
 	f := g.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -129,7 +128,7 @@ const (
 // before is applied, so that a leadership transfer leaves no entry in
 // flight (an entry in flight when a leader steps down has an unknown
 // outcome for its callers). The caller releases g.batch.
-func (c *controller) quiesce(ctx context.Context, g *replica.Replica) error {
+func (c *Controller) quiesce(ctx context.Context, g *replica.Replica) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	select {
@@ -142,7 +141,7 @@ func (c *controller) quiesce(ctx context.Context, g *replica.Replica) error {
 
 // transferLeadership hands g's leadership to the first of candidates that
 // is a caught-up voter (other than this node) and reports whether it did.
-func (c *controller) transferLeadership(ctx context.Context, g *replica.Replica, have map[string]raft.Server, candidates []string) bool {
+func (c *Controller) transferLeadership(ctx context.Context, g *replica.Replica, have map[string]raft.Server, candidates []string) bool {
 	for _, id := range candidates {
 		s, ok := have[id]
 		if id == c.cfg.ID || !ok || s.Suffrage != raft.Voter {
@@ -169,7 +168,7 @@ func (c *controller) transferLeadership(ctx context.Context, g *replica.Replica,
 
 // replicaLag asks the node at raftAddr (over the peer mux) how far its
 // replica of g trails this leader's commit index.
-func (c *controller) replicaLag(ctx context.Context, g *replica.Replica, raftAddr string) (uint64, error) {
+func (c *Controller) replicaLag(ctx context.Context, g *replica.Replica, raftAddr string) (uint64, error) {
 	gs, err := c.peerGroupState(ctx, raftAddr, g.ID, c.cfg.RequestTimeout)
 	if err != nil {
 		return 0, err
@@ -186,7 +185,7 @@ func (c *controller) replicaLag(ctx context.Context, g *replica.Replica, raftAdd
 // peerGroupState asks the node at raftAddr (over the peer port, within
 // timeout) for the state of its replica of group gid: nil when it hosts
 // none.
-func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
+func (c *Controller) peerGroupState(ctx context.Context, raftAddr string, gid shard.GroupID, timeout time.Duration) (*quoratev1.GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := c.peerPorts.At(raftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
@@ -203,7 +202,7 @@ func (c *controller) peerGroupState(ctx context.Context, raftAddr string, gid sh
 
 // askReplicas asks g's replicas on the other nodes, in turn, for their
 // state of g until found accepts one, and reports whether it did.
-func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
+func (c *Controller) askReplicas(ctx context.Context, g shard.Group, timeout time.Duration, found func(*quoratev1.GroupState) bool) bool {
 	for _, id := range g.Replicas {
 		m, ok := c.meta.FSM.Node(id)
 		if id == c.cfg.ID || !ok || m.RaftAddr == "" {
@@ -220,7 +219,7 @@ func (c *controller) askReplicas(ctx context.Context, g shard.Group, timeout tim
 // no longer places here, once each stopped or removeGrace passed, and
 // replicas whose raft stopped (removed from their group) that the map
 // places here again.
-func (c *controller) closeUnplaced(m shard.Map) {
+func (c *Controller) closeUnplaced(m shard.Map) {
 	now := time.Now()
 	for _, g := range c.replicas.Sorted() {
 		p := c.paceOf(g)
@@ -256,7 +255,7 @@ func (c *controller) closeUnplaced(m shard.Map) {
 // removedFrom reports whether the current leader of g (asked among the
 // group's replicas in the map) leads a configuration without this node: a
 // removed follower never hears of its removal from the leader itself.
-func (c *controller) removedFrom(g *replica.Replica, m shard.Map) bool {
+func (c *Controller) removedFrom(g *replica.Replica, m shard.Map) bool {
 	sg, ok := m.Group(g.ID)
 	if g.IsLeader() || !ok {
 		return false
@@ -272,27 +271,15 @@ func (c *controller) removedFrom(g *replica.Replica, m shard.Map) bool {
 	return removed
 }
 
-// MoveReplica writes the shard map's next epoch with group's replica moved
-// from one node to another, on the meta leader (forwarded there from any
-// node); the group's leader carries the move out (syncMembers).
-func (h *adminHandler) MoveReplica(ctx context.Context, req *connect.Request[quoratev1.MoveReplicaRequest]) (*connect.Response[quoratev1.MoveReplicaResponse], error) {
-	n := h.n
-	return onMetaLeader(ctx, n, req, true,
-		func(ctx context.Context) (*quoratev1.MoveReplicaResponse, error) {
-			epoch, err := n.controller.moveReplica(ctx, req.Msg)
-			return &quoratev1.MoveReplicaResponse{MapEpoch: epoch}, err
-		}, quoratev1connect.AdminServiceClient.MoveReplica)
-}
-
-// moveReplica, on the meta leader, plans the move on the meta leader's map and writes
+// MoveReplica, on the meta leader, plans the move on the meta leader's map and writes
 // it (changeMap). A move already in the map answers its epoch.
-func (c *controller) moveReplica(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
-	epoch, _, err := c.changeMap(ctx, actorOf(ctx, fmt.Sprintf("replica move group %d %s→%s", r.GetGroup(), r.GetFrom(), r.GetTo())), func(m shard.Map) (shard.Map, uint32, error) {
+func (c *Controller) MoveReplica(ctx context.Context, r *quoratev1.MoveReplicaRequest) (uint64, error) {
+	epoch, _, err := c.changeMap(ctx, ActorOf(ctx, fmt.Sprintf("replica move group %d %s→%s", r.GetGroup(), r.GetFrom(), r.GetTo())), func(m shard.Map) (shard.Map, uint32, error) {
 		if g, ok := m.Group(shard.GroupID(r.GetGroup())); ok && slices.Contains(g.Replicas, r.GetTo()) && !slices.Contains(g.Replicas, r.GetFrom()) {
 			return m, 0, nil // done already (a retry)
 		}
 		if _, ok := c.meta.FSM.Node(r.GetTo()); !ok && r.GetTo() != "" {
-			return shard.Map{}, 0, badRequest("to", "node %s is not registered", admission.Quote(r.GetTo()))
+			return shard.Map{}, 0, engine.BadRequest("to", "node %s is not registered", admission.Quote(r.GetTo()))
 		}
 		next, err := m.MoveReplica(shard.GroupID(r.GetGroup()), r.GetFrom(), r.GetTo())
 		return next, 1, err
@@ -300,32 +287,18 @@ func (c *controller) moveReplica(ctx context.Context, r *quoratev1.MoveReplicaRe
 	return epoch, err
 }
 
-// DrainNode moves every data group replica off a node in one shard map
-// change, on the meta leader.
-func (h *adminHandler) DrainNode(ctx context.Context, req *connect.Request[quoratev1.DrainNodeRequest]) (*connect.Response[quoratev1.DrainNodeResponse], error) {
-	n := h.n
-	if req.Msg.GetId() == "" {
-		return nil, n.toConnectError(badRequest("id", "must not be empty"))
-	}
-	return onMetaLeader(ctx, n, req, true,
-		func(ctx context.Context) (*quoratev1.DrainNodeResponse, error) {
-			return n.controller.drainNode(ctx, req.Msg.GetId())
-		},
-		quoratev1connect.AdminServiceClient.DrainNode)
-}
-
-// drainNode, on the meta leader, moves every data group replica off node
+// DrainNode, on the meta leader, moves every data group replica off node
 // id in one shard map change, onto the nodes that may take replicas
 // (placeableNodes).
-func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.DrainNodeResponse, err error) {
+func (c *Controller) DrainNode(ctx context.Context, id string) (out *quoratev1.DrainNodeResponse, err error) {
 	out = &quoratev1.DrainNodeResponse{}
 	ids, left, err := c.placeableNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out.MapEpoch, out.Moves, err = c.changeMap(ctx, actorOf(ctx, "node drain "+id), func(m shard.Map) (shard.Map, uint32, error) {
+	out.MapEpoch, out.Moves, err = c.changeMap(ctx, ActorOf(ctx, "node drain "+id), func(m shard.Map) (shard.Map, uint32, error) {
 		if _, ok := c.meta.FSM.Node(id); !ok {
-			return shard.Map{}, 0, badRequest("id", "node %s is not registered", admission.Quote(id))
+			return shard.Map{}, 0, engine.BadRequest("id", "node %s is not registered", admission.Quote(id))
 		}
 		next, err := m.Drain(id, ids)
 		if errors.Is(err, shard.ErrNoChange) {
@@ -333,7 +306,7 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 		}
 		var fe *admission.FieldError
 		if errors.As(err, &fe) && len(left) > 0 && !errors.Is(err, shard.ErrForming) {
-			return m, 0, badRequest(fe.Field, "%s; not candidates: %s", fe.Reason, describeLeftOut(left))
+			return m, 0, engine.BadRequest(fe.Field, "%s; not candidates: %s", fe.Reason, describeLeftOut(left))
 		}
 		if err != nil {
 			return m, 0, err
@@ -349,14 +322,41 @@ func (c *controller) drainNode(ctx context.Context, id string) (out *quoratev1.D
 	return out, err
 }
 
+// Rebalance, on the meta leader, evens out the replicas over the nodes
+// that may take them (placeableNodes) in one shard map change; with
+// dryRun, it only answers the changes it would make.
+func (c *Controller) Rebalance(ctx context.Context, dryRun bool) (*quoratev1.RebalanceResponse, error) {
+	out := &quoratev1.RebalanceResponse{}
+	nodes, left, err := c.placeableNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(left) > 0 {
+		c.log.Warn("rebalance leaves nodes out", "nodes", describeLeftOut(left))
+	}
+	epoch, _, err := c.changeMap(ctx, ActorOf(ctx, "rebalance"), func(m shard.Map) (shard.Map, uint32, error) {
+		next, changes, err := m.Rebalance(nodes)
+		out.Changes = changes
+		if err != nil || dryRun {
+			return m, 0, err
+		}
+		return next, uint32(len(changes)), nil
+	})
+	out.MapEpoch = epoch
+	if err == nil && len(out.Changes) > 0 && !dryRun {
+		c.log.Info("rebalanced", "epoch", epoch, "changes", out.Changes)
+	}
+	return out, err
+}
+
 // changeMap plans a change of the meta leader's shard map with plan and
 // writes it with a compare-and-set on the epoch, planning again when the map
 // changed meanwhile. A plan that returns the map unchanged writes nothing.
 // Plan errors that are shard's field errors (an *admission.FieldError not
 // wrapping admission.ErrInvalidRequest) become request field errors. The
-// change is recorded in the meta group's audit trail with actor (actorOf),
+// change is recorded in the meta group's audit trail with actor (ActorOf),
 // or not at all with nil (a change the control plane makes on its own).
-func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
+func (c *Controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan func(shard.Map) (shard.Map, uint32, error)) (uint64, uint32, error) {
 	for {
 		m, ok := c.meta.FSM.ShardMap()
 		if !ok {
@@ -369,7 +369,7 @@ func (c *controller) changeMap(ctx context.Context, actor *raftcmdv1.Actor, plan
 		}
 		var fe *admission.FieldError
 		if errors.As(err, &fe) && !errors.Is(err, admission.ErrInvalidRequest) {
-			return 0, 0, badRequest(fe.Field, "%s", fe.Reason)
+			return 0, 0, engine.BadRequest(fe.Field, "%s", fe.Reason)
 		}
 		if err != nil {
 			return 0, 0, err

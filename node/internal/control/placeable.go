@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -14,14 +15,18 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
+// MemberStatusTimeout bounds how long a member has to answer a status call:
+// ClusterStatus's, and placeableNodes'.
+const MemberStatusTimeout = time.Second
+
 // placeableNodes sorts the registered nodes into those a drain, a rebalance
 // or a group placed by the cluster may put replicas on — nodes that joined
 // the cluster (members of the meta group's configuration: a node that was
 // only pre-registered by AddNode and never started is not) and answer
-// NodeStatus within memberStatusTimeout — and the others, each with the
+// NodeStatus within MemberStatusTimeout — and the others, each with the
 // reason it is left out. A replica placed on a node that cannot open it
 // would never catch up, and the move would wait forever.
-func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
+func (c *Controller) placeableNodes(ctx context.Context) (ok []string, left map[string]string, _ error) {
 	cf := c.meta.Raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, nil, fmt.Errorf("%w: reading the raft configuration: %v", engine.ErrNotProposed, err)
@@ -43,7 +48,7 @@ func (c *controller) placeableNodes(ctx context.Context) (ok []string, left map[
 			left[nd.ID] = "has not joined the cluster (registered, but never started with --join)"
 		default:
 			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+				ctx, cancel := context.WithTimeout(ctx, MemberStatusTimeout)
 				defer cancel()
 				// Over the peer port, which members use between them.
 				_, err := c.peerPorts.At(nd.RaftAddr).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))

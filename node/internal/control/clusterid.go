@@ -1,4 +1,4 @@
-package node
+package control
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,9 +66,20 @@ func readClusterID(dir string) (string, error) {
 	}
 	id := strings.TrimSpace(string(b))
 	if !fsm.ValidClusterID(id) {
-		return "", fmt.Errorf("%w: --data-dir: %s holds %q, not a cluster ID", ErrInvalidConfig, filepath.Join(dir, clusterIDFile), id)
+		return "", &ClusterIDFileError{Path: filepath.Join(dir, clusterIDFile), Holds: id}
 	}
 	return id, nil
+}
+
+// A ClusterIDFileError is a data directory's cluster-id file that holds no
+// cluster ID: the data directory is not as a node left it.
+type ClusterIDFileError struct {
+	Path  string // the file
+	Holds string // what it holds
+}
+
+func (e *ClusterIDFileError) Error() string {
+	return fmt.Sprintf("--data-dir: %s holds %q, not a cluster ID", e.Path, e.Holds)
 }
 
 // writeClusterID records id in dir, atomically.
@@ -91,7 +103,7 @@ func freshMetaGroup(dataDir string) bool {
 // adoptClusterID records id as this node's cluster ID (file, then mux)
 // unless it already has one. It returns ErrOtherCluster when the node
 // recorded another.
-func (c *controller) adoptClusterID(id, from string) error {
+func (c *Controller) adoptClusterID(id, from string) error {
 	if !fsm.ValidClusterID(id) {
 		return fmt.Errorf("node: cluster ID %q from %s is not 32 hex digits", id, from)
 	}
@@ -116,7 +128,7 @@ func (c *controller) adoptClusterID(id, from string) error {
 // learnClusterID asks the --join address for the cluster's ID before a
 // node without state joins, and records it; a cluster without one lets the
 // node admit any peer.
-func (c *controller) learnClusterID(ctx context.Context, base string) error {
+func (c *Controller) learnClusterID(ctx context.Context, base string) error {
 	resp, err := c.apiPorts.Get(base).Admin.NodeStatus(ctx, connect.NewRequest(&quoratev1.NodeStatusRequest{}))
 	if err != nil {
 		return err
@@ -131,8 +143,8 @@ func (c *controller) learnClusterID(ctx context.Context, base string) error {
 
 // checkJoinCluster refuses a joining node that recorded another cluster's
 // ID than this one's.
-func (c *controller) checkJoinCluster(r *quoratev1.JoinRequest) error {
-	mine := c.knownClusterID()
+func (c *Controller) checkJoinCluster(r *quoratev1.JoinRequest) error {
+	mine := c.KnownClusterID()
 	if theirs := r.GetClusterId(); theirs != "" && mine != "" && theirs != mine {
 		return fmt.Errorf("%w: node %s has recorded cluster %s; this is cluster %s (give it an empty --data-dir to join)",
 			ErrOtherCluster, r.GetId(), theirs, mine)
@@ -140,9 +152,9 @@ func (c *controller) checkJoinCluster(r *quoratev1.JoinRequest) error {
 	return nil
 }
 
-// knownClusterID is the cluster's ID as the meta group has it, or as this
+// KnownClusterID is the cluster's ID as the meta group has it, or as this
 // node recorded it.
-func (c *controller) knownClusterID() string {
+func (c *Controller) KnownClusterID() string {
 	if id := c.meta.FSM.ClusterID(); id != "" {
 		return id
 	}
@@ -153,7 +165,7 @@ func (c *controller) knownClusterID() string {
 // meta group's until ctx is done: a node records the ID the meta group
 // holds, and the meta leader proposes one (its own record, or a new one)
 // when the group holds none.
-func (c *controller) clusterIDLoop(ctx context.Context) {
+func (c *Controller) clusterIDLoop(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	warned := false
@@ -185,23 +197,25 @@ func (c *controller) clusterIDLoop(ctx context.Context) {
 	}
 }
 
-// initClusterID tells the mux, before it serves, what the node knows of its
-// cluster: the ID recorded in the data directory; a new one when the node
-// bootstraps a new cluster; or, for a node without state that joins,
-// nothing yet (it refuses peers until it asks the --join address).
-func (n *Node) initClusterID() error {
-	id, err := readClusterID(n.cfg.DataDir)
+// InitClusterID tells mux, before it serves, what the node knows of its
+// cluster: the ID recorded in dataDir; a new one when the node bootstraps
+// a new cluster (bootstrap); or, for a node without state that joins (join
+// is its --join address), nothing yet (it refuses peers until it asks the
+// --join address). A cluster-id file that holds no ID is a
+// *ClusterIDFileError.
+func InitClusterID(dataDir string, bootstrap bool, join string, mux *peermux.Mux, log *slog.Logger) error {
+	id, err := readClusterID(dataDir)
 	if err != nil {
 		return err
 	}
-	fresh := freshMetaGroup(n.cfg.DataDir)
-	if id == "" && fresh && n.cfg.Bootstrap {
+	fresh := freshMetaGroup(dataDir)
+	if id == "" && fresh && bootstrap {
 		id = newClusterID()
-		if err := writeClusterID(n.cfg.DataDir, id); err != nil {
+		if err := writeClusterID(dataDir, id); err != nil {
 			return err
 		}
-		n.log.Info("bootstrapping a new cluster", "cluster_id", id)
+		log.Info("bootstrapping a new cluster", "cluster_id", id)
 	}
-	n.mux.SetClusterID(id, id == "" && fresh && n.cfg.Join != "")
+	mux.SetClusterID(id, id == "" && fresh && join != "")
 	return nil
 }
