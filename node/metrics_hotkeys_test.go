@@ -21,15 +21,7 @@ import (
 func TestMetricsHotKeysAndLeaderDecisions(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	applyPolicies(t, c, tbPolicy("hot", 1_000_000, longPeriod, 1_000_000))
-	// The node asked labels a decision with its policy once its own meta
-	// replica has the policy, a few milliseconds after ApplyPolicies (before
-	// that, as unknown): wait for it, as a scrape shows.
-	nodetest.Eventually(t, 10*time.Second, "node 1 labels policy hot", func() error {
-		if series(scrape(t, c, 1), "quorate_decisions_total", map[string]string{"policy": "hot"}) == nil {
-			return fmt.Errorf("no quorate_decisions_total{policy=\"hot\"} on node 1 yet")
-		}
-		return nil
-	})
+	policiesEverywhere(t, c, "hot")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var reqs []*quoratev1.AdmitRequest

@@ -40,6 +40,7 @@ func TestMetricsPacingQueue(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	applyPolicies(t, c, tbPolicy("paced", 1, 10*time.Second, 1))
 	applyConcurrency(t, c, "gpu", 1, time.Hour)
+	policiesEverywhere(t, c, "paced", "gpu")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	admit := func(maxWait time.Duration) *quoratev1.AdmitResponse {

@@ -72,6 +72,7 @@ func TestMetricsAfterKnownWorkload(t *testing.T) {
 	shadow := tbPolicy("shadowed", 2, longPeriod, 2)
 	shadow.Shadow = true
 	applyPolicies(t, c, tbPolicy("metered", 5, longPeriod, 5), shadow)
+	policiesEverywhere(t, c, "metered", "shadowed")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ask := func(i int, req *quoratev1.AdmitRequest) *quoratev1.AdmitResponse {
@@ -192,6 +193,7 @@ func seriesShape(t *testing.T, c *nodetest.Cluster, i int) (series map[string]in
 func TestMetricLabelsStayBounded(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	applyPolicies(t, c, tbPolicy("wide", 1_000_000, longPeriod, 1_000_000))
+	policiesEverywhere(t, c, "wide")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	batch := func(b int) {
@@ -239,5 +241,30 @@ func TestMetricLabelsStayBounded(t *testing.T) {
 		if len(groups) > len(st.Msg.GetNode().GetGroups()) {
 			t.Errorf("node %d: group labels %v, but it hosts %d groups", i, groups, len(st.Msg.GetNode().GetGroups()))
 		}
+	}
+}
+
+// policiesEverywhere waits until every node's meta replica has the named
+// policies: a node labels a decision with its policy only then (before
+// that, as unknown), a few milliseconds after ApplyPolicies returns.
+func policiesEverywhere(t *testing.T, c *nodetest.Cluster, names ...string) {
+	t.Helper()
+	for i := range c.Len() {
+		nodetest.Eventually(t, 10*time.Second, fmt.Sprintf("node %d has policies %v", i, names), func() error {
+			resp, err := c.Admin(i).ListPolicies(context.Background(), connect.NewRequest(&quoratev1.ListPoliciesRequest{}))
+			if err != nil {
+				return err
+			}
+			have := map[string]bool{}
+			for _, p := range resp.Msg.GetPolicies() {
+				have[p.GetName()] = true
+			}
+			for _, n := range names {
+				if !have[n] {
+					return fmt.Errorf("no policy %q yet", n)
+				}
+			}
+			return nil
+		})
 	}
 }
