@@ -26,13 +26,13 @@ const plantedLocalRead = true
 // plantedLocalDecision answers req from local state when it would be
 // allowed there; ok is false when the real path must decide.
 func plantedLocalDecision(n *Node, req *quoratev1.AdmitRequest) (*quoratev1.AdmitResponse, bool) {
-	pv, found := n.meta.fsm.Policy(req.GetPolicy())
+	pv, found := n.meta.FSM.Policy(req.GetPolicy())
 	if !found || len(req.GetAlso()) > 0 {
 		return nil, false
 	}
 	cost := max(req.GetCost(), 1)
-	now := n.meta.fsm.LastNow()
-	d := admission.Peek(pv.Policy, n.meta.fsm.State(req.GetPolicy(), req.GetKey()), now)
+	now := n.meta.FSM.LastNow()
+	d := admission.Peek(pv.Policy, n.meta.FSM.State(req.GetPolicy(), req.GetKey()), now)
 	if !d.Allowed || d.Remaining < cost {
 		return nil, false
 	}
