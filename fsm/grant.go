@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/quorate/quorate/admission"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
@@ -38,6 +39,12 @@ type GrantResult struct {
 	ShareMicro                      int64 // the holder's share of the key's demand × 1e6
 	DemandMilli                     int64 // the demand counted for the holder (observeSpend)
 	Duplicate                       bool
+	// Window and Quota are those of the policy version decided with, at
+	// DecidedAt (admission.Policy.Window and Policy.Limit), read from the
+	// group's table when the result is made, as CheckResult's are; both
+	// are zero when the call was refused before a decision.
+	Window time.Duration
+	Quota  int64
 }
 
 // GrantInfo describes one live grant, for status.
@@ -49,8 +56,20 @@ type GrantInfo struct {
 }
 
 // applyGrant starts, tops up or releases a budget lease (DESIGN.md,
-// "Budget leases").
+// "Budget leases"), its answer carrying the window and quota of the policy
+// version it was decided with.
 func (d *dataState) applyGrant(c *raftcmdv1.Grant, o op) interface{} {
+	res := d.grant(c, o)
+	if r, ok := res.(*GrantResult); ok {
+		if pv, ok := d.policies.byName[c.GetPolicy()]; ok && pv.Version == r.PolicyVersion {
+			r.Window, r.Quota = pv.Policy.Window(r.DecidedAt), pv.Policy.Limit
+		}
+	}
+	return res
+}
+
+// grant is applyGrant's decision.
+func (d *dataState) grant(c *raftcmdv1.Grant, o op) interface{} {
 	now := o.now
 	pv, ok := d.policies.byName[c.GetPolicy()]
 	if !ok {

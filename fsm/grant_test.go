@@ -384,3 +384,34 @@ func TestGrantSlotLossDeletesGrants(t *testing.T) {
 		t.Errorf("grant of a lost slot: %v", res)
 	}
 }
+
+// Every Grant answer carries the window and quota of the policy version it
+// was decided with, read at apply time, for each algorithm and mode: a
+// first grant, a renewal, a release, a local-plus-global allowance; after
+// the policy changes, the new version's.
+func TestGrantAnswerCarriesWindowAndQuota(t *testing.T) {
+	a := grantApplier(t)
+	a.putPolicies(t0, synced(tokenBucket("ts", 100, 2*time.Second, 100, 10), 100*time.Millisecond))
+	now := t0 + int64(time.Millisecond)
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		policy string
+		window time.Duration
+		quota  int64
+	}{{"tb", time.Second, 100}, {"fw", time.Minute, 100}, {"sw", time.Minute, 100}, {"qu", day, 1000}, {"ts", 2 * time.Second, 100}} {
+		for i, c := range []gcall{
+			{policy: tc.policy, key: "k", holder: "h", want: 5, demand: 1000},
+			{policy: tc.policy, key: "k", holder: "h", seq: 1, want: 5, used: 2, demand: 1000},
+			{policy: tc.policy, key: "k", holder: "h", seq: 2, used: 3, release: true},
+		} {
+			if r := a.grant(now, c); r.Window != tc.window || r.Quota != tc.quota {
+				t.Errorf("%s call %d: window %v, quota %d; want %v, %d", tc.policy, i, r.Window, r.Quota, tc.window, tc.quota)
+			}
+		}
+	}
+	// The policy changes: the next answer is the new version's.
+	a.putPolicies(now+1, leased(admission.Policy{Name: "fw", Algorithm: admission.AlgorithmFixedWindow, Limit: 50, Period: 10 * time.Second, MaxCost: 10}, 40, 5*time.Second))
+	if r := a.grant(now+2, gcall{policy: "fw", key: "k2", holder: "h", want: 5, demand: 1000}); r.Window != 10*time.Second || r.Quota != 50 || r.PolicyVersion != 2 {
+		t.Errorf("after the change: window %v, quota %d, version %d; want 10s, 50, 2", r.Window, r.Quota, r.PolicyVersion)
+	}
+}

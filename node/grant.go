@@ -33,7 +33,7 @@ func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quora
 	return serve(ctx, n, req, engine.Request[quoratev1.GrantResponse]{Route: engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true},
 		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
 		Answer: engine.AnswerOf(func(r *fsm.GrantResult) *quoratev1.GrantResponse {
-			return grantResponse(r, n.meta.FSM, cmd.GetPolicy())
+			return grantResponse(r)
 		})},
 		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
 			return p.Admission.Grant(ctx, fwd)
@@ -74,16 +74,8 @@ func grantCommand(m *quoratev1.GrantRequest) (*raftcmdv1.Grant, error) {
 	}, nil
 }
 
-// policyTable is where grantResponse finds the policy a grant used.
-type policyTable interface {
-	Policy(name string) (fsm.PolicyVersion, bool)
-}
-
-// grantResponse is the API's form of a Grant's result; the window and
-// quota are the policy's at the decision's log time when ps
-// (this node's replica of the meta group's table) holds the version
-// decided with.
-func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1.GrantResponse {
+// grantResponse is the API's form of a Grant's result.
+func grantResponse(r *fsm.GrantResult) *quoratev1.GrantResponse {
 	out := &quoratev1.GrantResponse{
 		Total: r.Total, Added: r.Added, Limit: r.Decision.Limit, Remaining: r.Decision.Remaining,
 		DecidedAt: unixTime(r.DecidedAt), PolicyVersion: r.PolicyVersion, Returned: r.Returned,
@@ -99,9 +91,7 @@ func grantResponse(r *fsm.GrantResult, ps policyTable, policy string) *quoratev1
 	if r.Decision.ResetAfter > 0 {
 		out.ResetAfter = durationpb.New(r.Decision.ResetAfter)
 	}
-	if pv, ok := ps.Policy(policy); ok && pv.Version == r.PolicyVersion {
-		out.Window, out.Quota = windowOf(pv.Policy.Window(r.DecidedAt)), pv.Policy.Limit
-	}
+	out.Window, out.Quota = windowOf(r.Window), r.Quota
 	return out
 }
 
