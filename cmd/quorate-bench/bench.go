@@ -44,6 +44,7 @@ type benchOptions struct {
 	redis      redisOptions
 	load       loadOptions
 	output     outputFormat
+	floorDir   string // where to measure the floor; "": not measured
 	// changed reports whether a flag was given on the command line (nil:
 	// none was), so that a flag of the other target is refused.
 	changed func(name string) bool
@@ -121,6 +122,9 @@ func newBenchCmd() *cobra.Command {
 	addLoadFlags(cmd, &o.load)
 	addRedisFlags(cmd, &o.redis)
 	addOutputFlag(cmd, &o.output)
+	fs.StringVar(&o.floorDir, "floor-dir", "", "a directory on the disk of the nodes' --data-dir: before the run, time 200 appends of\n"+
+		"512 bytes + fdatasync there and 200 loopback round trips, and print the floor of one\n"+
+		"client's latency (2 × fdatasync + round trip) beside the p50")
 	cmd.AddCommand(newBenchCompareCmd())
 	return cmd
 }
@@ -226,8 +230,17 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		target = t
 	}
 	defer target.close()
+	var floor *Floor
+	if o.floorDir != "" {
+		f, err := measureFloor(ctx, o.floorDir, floorSamples)
+		if err != nil {
+			return fmt.Errorf("--floor-dir: %w", err)
+		}
+		floor = &f
+	}
 	o.load.label = "quorate-bench"
 	s := runLoad(ctx, target, o.load, stderr)
+	s.setFloor(floor)
 	if o.output == outputJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -307,6 +320,15 @@ type BenchSummary struct {
 	// with fewer than two answered calls.
 	LongestGapMs  *float64 `json:"longestGapMs,omitempty"`
 	LongestGapAtS *float64 `json:"longestGapAtS,omitempty"`
+	// Floor is the floor of one call's latency measured in the same run
+	// (--floor-dir), and P50OverFloor the p50 as a multiple of it.
+	Floor        *Floor  `json:"floor,omitempty"`
+	P50OverFloor float64 `json:"p50OverFloor,omitempty"`
+}
+
+// setFloor records the floor measured beside the run, if any.
+func (s *BenchSummary) setFloor(f *Floor) {
+	s.Floor, s.P50OverFloor = f, f.ratio(s.LatencyMs["p50"])
 }
 
 // benchStats is what one worker saw; merged at the end. Latencies go to the
@@ -491,6 +513,9 @@ func writeBenchSummary(w io.Writer, s BenchSummary) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "latency ms per call: p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
 		s.LatencyMs["p50"], s.LatencyMs["p90"], s.LatencyMs["p99"], s.LatencyMs["p99.9"], s.LatencyMs["max"])
+	if s.Floor != nil {
+		fmt.Fprintf(w, "floor of one call: %s; p50 is %.2f× the floor\n", *s.Floor, s.P50OverFloor)
+	}
 	if s.LongestGapMs != nil && s.LongestGapAtS != nil {
 		fmt.Fprintf(w, "longest gap between answers: %.2f ms, from %.2fs into the run\n", *s.LongestGapMs, *s.LongestGapAtS)
 	} else {

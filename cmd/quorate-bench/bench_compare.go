@@ -306,6 +306,16 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 	}
 
+	// The floor of one client's decision, on the disk the clusters write.
+	if err := os.MkdirAll(filepath.Join(dir, "quorate"), 0o755); err != nil {
+		return fmt.Errorf("--dir: %w", err)
+	}
+	floor, err := measureFloor(ctx, filepath.Join(dir, "quorate"), floorSamples)
+	if err != nil {
+		return fmt.Errorf("bench compare: %w", err)
+	}
+	machine.Floor = &floor
+	fmt.Fprintf(stderr, "bench compare: floor of one decision: %s\n", floor)
 	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), o.groups, stderr)
 	if err != nil {
 		return err
@@ -326,6 +336,11 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 				return err
 			}
 			measure(t, run)
+			if run.workers == 1 && run.batch == 1 {
+				s := results[run]
+				s.setFloor(machine.Floor)
+				results[run] = s
+			}
 			t.close()
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -364,42 +379,6 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 	writeCompareText(stdout, out)
 	return nil
-}
-
-// compareResult puts the runs' summaries into the table's rows, with
-// Quorate's ratios to each other side.
-func compareResult(machine machineInfo, rows []compareRow, results map[compareRun]BenchSummary) CompareResult {
-	out := CompareResult{Machine: machine}
-	for _, r := range rows {
-		q, rd := results[r.quorate], results[r.redis]
-		row := CompareRowOut{Scenario: r.scenario, Quorate: q, Redis: rd}
-		if rd.DecisionsPerSecond > 0 {
-			row.Ratio = q.DecisionsPerSecond / rd.DecisionsPerSecond
-		}
-		if g, ok := results[r.gubernator]; ok && r.gubernator.target != "" {
-			row.Gubernator = &g
-			if g.DecisionsPerSecond > 0 {
-				row.GubernatorRatio = q.DecisionsPerSecond / g.DecisionsPerSecond
-			}
-		}
-		out.Scenarios = append(out.Scenarios, row)
-	}
-	for _, r := range rows {
-		if r.oneGroup.target == "" {
-			continue
-		}
-		d, one := results[r.quorate], results[r.oneGroup]
-		name := fmt.Sprintf("%d clients: unary Admit", r.oneGroup.workers)
-		if r.oneGroup.batch > 1 {
-			name = fmt.Sprintf("%d clients: AdmitBatch %d", r.oneGroup.workers, r.oneGroup.batch)
-		}
-		row := TopologyRowOut{Scenario: name, Default: d, OneGroup: one}
-		if one.DecisionsPerSecond > 0 {
-			row.Ratio = d.DecisionsPerSecond / one.DecisionsPerSecond
-		}
-		out.Topology = append(out.Topology, row)
-	}
-	return out
 }
 
 // findQuorate returns the quorate binary of --quorate-binary or, without

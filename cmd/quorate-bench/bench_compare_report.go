@@ -39,6 +39,25 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	fmt.Fprintf(w, "machine: %s × %d (GOMAXPROCS %d), %s memory, %s, %s, %s; build %s; load average before %s; data in %s\n",
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.Memory, m.Kernel, m.Go, m.Redis, m.Build, m.LoadAvg, m.DataDir)
 	fmt.Fprintf(w, "quorate: %s\ngubernator: %s\nload: %s\nbucket: %s\n", m.Quorate, m.Gubernator, m.Load, m.Bucket)
+	if f := floorLine(r); f != "" {
+		fmt.Fprintf(w, "floor: %s\n", f)
+	}
+}
+
+// floorLine is the floor of one decision and Quorate's one-client p50 as
+// a multiple of it; "" when no floor was measured.
+func floorLine(r CompareResult) string {
+	f := r.Machine.Floor
+	if f == nil {
+		return ""
+	}
+	line := f.String()
+	for _, s := range r.Scenarios {
+		if q := s.Quorate; q.Workers == 1 && q.Batch == 1 && q.Floor != nil {
+			return fmt.Sprintf("%s; Quorate's one-client p50 %.3f ms is %.2f× it", line, q.LatencyMs["p50"], q.P50OverFloor)
+		}
+	}
+	return line
 }
 
 func fmtP50P99(s BenchSummary) string {
@@ -118,6 +137,9 @@ type machineInfo struct {
 	DataDir    string `json:"dataDir"`
 	Load       string `json:"load"`
 	Bucket     string `json:"bucket"`
+	// Floor is one decision's floor on the clusters' disk, measured
+	// before they start: what a one-client p50 is set against.
+	Floor *Floor `json:"floor,omitempty"`
 }
 
 // describeMachine reads the CPU, memory and kernel from /proc (falling back
@@ -291,6 +313,7 @@ func benchmarksSection(r CompareResult) string {
 		{"data", m.DataDir},
 		{"load", m.Load},
 		{"bucket", m.Bucket},
+		{"floor of one decision (2 × fdatasync + round trip)", floorLine(r)},
 	} {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", `\|`))
 	}

@@ -110,6 +110,16 @@ func TestBenchCompare(t *testing.T) {
 		t.Errorf("machine description: %+v", r.Machine)
 	}
 
+	// The floor, measured on the clusters' disk, and the one-client
+	// Quorate run set against it.
+	checkFloor(t, r.Machine.Floor)
+	if one := r.Scenarios[4].Quorate; one.Floor == nil || *one.Floor != *r.Machine.Floor || one.P50OverFloor != one.LatencyMs["p50"]/one.Floor.FloorMs {
+		t.Errorf("one-client run's floor: %+v, p50/floor %v", one.Floor, one.P50OverFloor)
+	}
+	if many := r.Scenarios[0].Quorate; many.Floor != nil {
+		t.Errorf("a %d-client run carries the floor %+v", many.Workers, many.Floor)
+	}
+
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +127,8 @@ func TestBenchCompare(t *testing.T) {
 	doc := string(b)
 	for _, want := range []string{"prose before", "prose after", benchSectionBegin, benchSectionEnd,
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis |", "AdmitBatch 10 vs EVALSHA pipelined 10 deep",
-		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always"} {
+		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always", "| floor of one decision (2 × fdatasync + round trip) | ",
+		"Quorate's one-client p50"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s lacks %q:\n%s", file, want, doc)
 		}

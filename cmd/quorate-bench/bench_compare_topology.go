@@ -11,7 +11,7 @@ import (
 // groups beside one group (--groups 0), same runs, same machine. More
 // groups spread leaders and keys over the nodes; on one machine each also
 // costs its own log appends and replication rounds, and this table shows
-// what that costs.
+// what that costs. compareResult puts the runs into both tables.
 
 // TopologyRowOut is one run against the default topology and against one
 // group (-o json).
@@ -51,4 +51,40 @@ func topologySection(rows []TopologyRowOut) string {
 			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup))
 	}
 	return b.String()
+}
+
+// compareResult puts the runs' summaries into the table's rows, with
+// Quorate's ratios to each other side.
+func compareResult(machine machineInfo, rows []compareRow, results map[compareRun]BenchSummary) CompareResult {
+	out := CompareResult{Machine: machine}
+	for _, r := range rows {
+		q, rd := results[r.quorate], results[r.redis]
+		row := CompareRowOut{Scenario: r.scenario, Quorate: q, Redis: rd}
+		if rd.DecisionsPerSecond > 0 {
+			row.Ratio = q.DecisionsPerSecond / rd.DecisionsPerSecond
+		}
+		if g, ok := results[r.gubernator]; ok && r.gubernator.target != "" {
+			row.Gubernator = &g
+			if g.DecisionsPerSecond > 0 {
+				row.GubernatorRatio = q.DecisionsPerSecond / g.DecisionsPerSecond
+			}
+		}
+		out.Scenarios = append(out.Scenarios, row)
+	}
+	for _, r := range rows {
+		if r.oneGroup.target == "" {
+			continue
+		}
+		d, one := results[r.quorate], results[r.oneGroup]
+		name := fmt.Sprintf("%d clients: unary Admit", r.oneGroup.workers)
+		if r.oneGroup.batch > 1 {
+			name = fmt.Sprintf("%d clients: AdmitBatch %d", r.oneGroup.workers, r.oneGroup.batch)
+		}
+		row := TopologyRowOut{Scenario: name, Default: d, OneGroup: one}
+		if one.DecisionsPerSecond > 0 {
+			row.Ratio = d.DecisionsPerSecond / one.DecisionsPerSecond
+		}
+		out.Topology = append(out.Topology, row)
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +58,17 @@ func TestBenchClosedAndOpenLoop(t *testing.T) {
 		if allowed += s.Allowed; allowed > 20*5 {
 			t.Fatalf("bench %v: %d allowed in all over 20 keys of 5 tokens: %+v", args, allowed, s)
 		}
+	}
+	// One client with the floor measured beside it, on a directory of
+	// this machine's disk; a directory that does not exist is refused.
+	one := bench("--workers", "1", "--duration", "1500ms", "--floor-dir", t.TempDir())
+	checkFloor(t, one.Floor)
+	if one.P50OverFloor != one.LatencyMs["p50"]/one.Floor.FloorMs {
+		t.Errorf("one client: p50 %v ms over the floor %v ms = %v", one.LatencyMs["p50"], one.Floor.FloorMs, one.P50OverFloor)
+	}
+	if _, stderr, err := clitest.Run(t, run, "--server", servers, "--policy", "b", "--duration", "1s", "--floor-dir", filepath.Join(t.TempDir(), "absent")); err == nil ||
+		!strings.Contains(err.Error(), "--floor-dir") {
+		t.Errorf("--floor-dir of a missing directory: %v\n%s", err, stderr)
 	}
 	open := bench("--rate", "50", "--duration", "2s", "--dist", "zipf", "--request-ids")
 	if open.Mode != "open" || open.Calls < 60 || open.Calls > 101 {
@@ -165,5 +178,15 @@ func TestBenchBatch(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("text summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// checkFloor checks a measured floor: positive medians, the floor made of
+// two fdatasyncs and a round trip.
+func checkFloor(t *testing.T, f *Floor) {
+	t.Helper()
+	if f == nil || f.Samples != floorSamples || f.FdatasyncMs <= 0 || f.RoundTripMs <= 0 || f.Dir == "" ||
+		math.Abs(f.FloorMs-(2*f.FdatasyncMs+f.RoundTripMs)) > 1e-9 {
+		t.Fatalf("floor = %+v", f)
 	}
 }

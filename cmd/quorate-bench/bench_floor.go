@@ -1,0 +1,141 @@
+package main
+
+// The floor of one client's latency, measured in the same run as the load:
+// a decision is answered once the leader's log entry and a follower's are
+// on disk (raft writes the leader's own log before it replicates, so the
+// two fdatasyncs come one after the other) and the answer has come back
+// over the network. The floor is 2 × the median fdatasync of a 512-byte
+// append on the data directory's disk + the median loopback round trip; a
+// one-client p50 is reported as a ratio to it.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"time"
+)
+
+const (
+	// floorSamples is how many fdatasyncs and round trips are timed.
+	floorSamples = 200
+	// floorAppendBytes is the size of each timed append: about one log
+	// entry of a single decision.
+	floorAppendBytes = 512
+)
+
+// Floor is the measured floor of one client's decision latency.
+type Floor struct {
+	Dir         string  `json:"dir"`         // where the fdatasyncs ran: the nodes' data disk
+	Samples     int     `json:"samples"`     // of each measurement
+	FdatasyncMs float64 `json:"fdatasyncMs"` // median of a 512-byte append + fdatasync
+	RoundTripMs float64 `json:"roundTripMs"` // median loopback TCP round trip of 64 bytes
+	FloorMs     float64 `json:"floorMs"`     // 2 × FdatasyncMs + RoundTripMs
+}
+
+// String is the floor for people, with how it is made.
+func (f Floor) String() string {
+	return fmt.Sprintf("%.3f ms = 2 × fdatasync %.3f ms + round trip %.3f ms (medians of %d, in %s)",
+		f.FloorMs, f.FdatasyncMs, f.RoundTripMs, f.Samples, f.Dir)
+}
+
+// ratio is p50 over the floor, 0 when either is unknown.
+func (f *Floor) ratio(p50Ms float64) float64 {
+	if f == nil || f.FloorMs <= 0 {
+		return 0
+	}
+	return p50Ms / f.FloorMs
+}
+
+// measureFloor times samples appends + fdatasyncs in a file of its own in
+// dir (removed after) and samples loopback round trips.
+func measureFloor(ctx context.Context, dir string, samples int) (Floor, error) {
+	fsync, err := medianFdatasync(ctx, dir, samples)
+	if err != nil {
+		return Floor{}, fmt.Errorf("floor: fdatasync in %s: %w", dir, err)
+	}
+	rtt, err := medianRoundTrip(ctx, samples)
+	if err != nil {
+		return Floor{}, fmt.Errorf("floor: loopback round trip: %w", err)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+	return Floor{Dir: dir, Samples: samples, FdatasyncMs: ms(fsync), RoundTripMs: ms(rtt), FloorMs: 2*ms(fsync) + ms(rtt)}, nil
+}
+
+// medianFdatasync appends floorAppendBytes to a new file in dir and
+// fdatasyncs it, samples times, and returns the median time of one.
+func medianFdatasync(ctx context.Context, dir string, samples int) (time.Duration, error) {
+	f, err := os.CreateTemp(dir, "quorate-bench-floor-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, floorAppendBytes)
+	times := make([]time.Duration, 0, samples)
+	for range samples {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return 0, err
+		}
+		if err := fdatasync(f); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(start))
+	}
+	return median(times), nil
+}
+
+// medianRoundTrip sends 64 bytes to an echo server on loopback and waits
+// for them back, samples times, and returns the median.
+func medianRoundTrip(ctx context.Context, samples int) (time.Duration, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	buf := make([]byte, 64)
+	times := make([]time.Duration, 0, samples)
+	for range samples {
+		start := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(start))
+	}
+	return median(times), nil
+}
+
+// median of ds (sorted in place); 0 for none.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
