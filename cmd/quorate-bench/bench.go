@@ -324,6 +324,31 @@ type BenchSummary struct {
 	// (--floor-dir), and P50OverFloor the p50 as a multiple of it.
 	Floor        *Floor  `json:"floor,omitempty"`
 	P50OverFloor float64 `json:"p50OverFloor,omitempty"`
+	// NodeCPUSeconds is the CPU time each node's process spent during the
+	// run (bench compare's clusters), and the decisions per CPU-second of
+	// the busiest node and of all of them together.
+	NodeCPUSeconds               []float64 `json:"nodeCpuSeconds,omitempty"`
+	DecisionsPerBusiestCPUSecond float64   `json:"decisionsPerBusiestCpuSecond,omitempty"`
+	DecisionsPerCPUSecond        float64   `json:"decisionsPerCpuSecond,omitempty"`
+}
+
+// setCPU records the nodes' CPU over the run from their CPU times before
+// and after it (nothing when either is unknown).
+func (s *BenchSummary) setCPU(before, after []time.Duration) {
+	if len(before) == 0 || len(before) != len(after) {
+		return
+	}
+	var busiest, all float64
+	s.NodeCPUSeconds = make([]float64, len(before))
+	for i := range before {
+		secs := (after[i] - before[i]).Seconds()
+		s.NodeCPUSeconds[i] = secs
+		busiest, all = max(busiest, secs), all+secs
+	}
+	if busiest > 0 {
+		s.DecisionsPerBusiestCPUSecond = float64(s.Decisions) / busiest
+		s.DecisionsPerCPUSecond = float64(s.Decisions) / all
+	}
 }
 
 // setFloor records the floor measured beside the run, if any.

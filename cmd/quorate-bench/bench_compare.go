@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quorate/quorate/cmd/internal/apiflags"
-	"github.com/quorate/quorate/devcluster"
 	"github.com/quorate/quorate/node"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
@@ -42,7 +40,7 @@ type compareOptions struct {
 	redisServer   string
 	gubernator    string // gubernator binary; "": .cache/bin/gubernator or PATH, if any
 	quorateBinary string
-	groups        int // data groups of the cluster; -1: dev's default
+	groups        int // data groups of the cluster
 	dir           string
 	output        outputFormat
 }
@@ -57,8 +55,8 @@ func newBenchCompareCmd() *cobra.Command {
 			"script with EVALSHA, the same Redis durable (--appendonly yes --appendfsync\n" +
 			"always), a 3-node Gubernator cluster (--gubernator, one process per node on\n" +
 			"127.0.0.1-3, memberlist discovery) answering GetRateLimits over gRPC, and a\n" +
-			"3-node Quorate cluster run by `quorate dev` (default data groups) in a process of\n" +
-			"its own, each driven by the generator of `quorate-bench` in this\n" +
+			"3-node Quorate cluster (three `quorate serve` processes, --groups data groups),\n" +
+			"each driven by the generator of `quorate-bench` in this\n" +
 			"process: closed loop, --workers clients, --keys keys drawn by --dist, --duration\n" +
 			"per run, fresh keys for every run. The cluster gets a token-bucket policy and\n" +
 			"Redis and Gubernator the same bucket (capacity 3e6, one token per 100s): nothing\n" +
@@ -69,7 +67,10 @@ func newBenchCompareCmd() *cobra.Command {
 			"each, for latency; and the unary and batch runs again against a cluster of one\n" +
 			"group (--groups 0), for a table of the default topology beside one group. It\n" +
 			"prints decisions/s of each side, Quorate's ratio\n" +
-			"to each and p50/p99 latency per call. Without a gubernator binary the Gubernator\n" +
+			"to each and p50/p99 latency per call; for each Quorate run, the CPU time of every\n" +
+			"node's process and the decisions per CPU-second of the busiest node and of all\n" +
+			"three; before the Quorate runs, the floor of one decision (2 × fdatasync on the\n" +
+			"cluster's disk + a loopback round trip). Without a gubernator binary the Gubernator\n" +
 			"columns say it is not installed (`make bench-compare` installs it). With --write FILE it writes the\n" +
 			"table and a description of the machine into FILE, replacing the section between\n" +
 			"its markers (or appending one). Results are measurements of this machine at this\n" +
@@ -89,8 +90,8 @@ func newBenchCompareCmd() *cobra.Command {
 	fs.StringVar(&o.write, "write", "", "markdown file to write the table into (e.g. docs/BENCHMARKS.md)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary (looked up in PATH)")
 	fs.StringVar(&o.gubernator, "gubernator", "", "gubernator binary (default: "+gubernatorDefaultBin+" if there, else gubernator in PATH; none: no Gubernator runs)")
-	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose dev command runs the cluster (default: quorate beside this program, else in PATH)")
-	fs.IntVar(&o.groups, "groups", -1, "data groups of the Quorate cluster (as quorate dev --groups); -1: dev's default, 0: one group")
+	fs.StringVar(&o.quorateBinary, "quorate-binary", "", "quorate binary whose serve command runs the nodes (default: quorate beside this program, else in PATH)")
+	fs.IntVar(&o.groups, "groups", compareDefaultGroups, "data groups of the Quorate cluster (serve --groups; 0: every key in one group)")
 	fs.StringVar(&o.dir, "dir", "", "directory for the cluster's and Redis's files (default: a new temporary directory, removed afterwards)")
 	addOutputFlag(cmd, &o.output)
 	return cmd
@@ -316,13 +317,15 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 	machine.Floor = &floor
 	fmt.Fprintf(stderr, "bench compare: floor of one decision: %s\n", floor)
-	urls, clusterDesc, stop, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), o.groups, stderr)
+	cluster, clusterDesc, err := startCompareCluster(ctx, quorateBin, filepath.Join(dir, "quorate"), o.groups, stderr)
 	if err != nil {
 		return err
 	}
 	machine.Quorate = clusterDesc
-	// measureQuorate runs the runs of target against the cluster at urls.
-	measureQuorate := func(urls []string, target string) error {
+	// measureQuorate runs the runs of target against the cluster, with
+	// each node's CPU over each run.
+	measureQuorate := func(c *compareCluster, target string) error {
+		urls := c.urls
 		for _, run := range runsOf(rows, target) {
 			tr, err := apiflags.TLS{}.Transport(run.workers) // the cluster it starts is plaintext, on loopback
 			if err != nil {
@@ -335,12 +338,14 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			if err != nil {
 				return err
 			}
+			before := c.cpu()
 			measure(t, run)
+			s := results[run]
+			s.setCPU(before, c.cpu())
 			if run.workers == 1 && run.batch == 1 {
-				s := results[run]
 				s.setFloor(machine.Floor)
-				results[run] = s
 			}
+			results[run] = s
 			t.close()
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -348,14 +353,14 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 		return nil
 	}
-	if err := errors.Join(measureQuorate(urls, targetQuorate), stop()); err != nil {
+	if err := errors.Join(measureQuorate(cluster, targetQuorate), cluster.stop()); err != nil {
 		return err
 	}
-	urls, _, stop, err = startCompareCluster(ctx, quorateBin, filepath.Join(dir, targetOneGroup), 0, stderr)
+	cluster, _, err = startCompareCluster(ctx, quorateBin, filepath.Join(dir, targetOneGroup), 0, stderr)
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(measureQuorate(urls, targetOneGroup), stop()); err != nil {
+	if err := errors.Join(measureQuorate(cluster, targetOneGroup), cluster.stop()); err != nil {
 		return err
 	}
 
@@ -421,124 +426,6 @@ func findGubernator(flag string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// startCompareCluster runs `bin dev` (bin is a quorate binary, normally this
-// one) as a subprocess: a 3-node cluster with dev's node configuration and
-// default data groups, on free loopback ports, state under dir, loaded with
-// the comparison's token-bucket policy. It waits until dev says it is ready
-// and every data group knows the policy, and returns the nodes' API URLs, a
-// description of the cluster and a function that stops it (SIGINT, as
-// Ctrl-C would). The cluster runs in its own process, as Redis does, so it
-// does not share a Go runtime with the load generator.
-func startCompareCluster(ctx context.Context, bin, dir string, groups int, stderr io.Writer) (urls []string, desc string, stop func() error, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", nil, err
-	}
-	policies := filepath.Join(dir, "policies.yaml")
-	yaml := fmt.Sprintf("policies:\n  - name: %s\n    algorithm: token_bucket\n    limit: 1\n    period: %s\n    burst: %d\n",
-		comparePolicy, benchRefillPeriod, defaultBenchCapacity)
-	if err := os.WriteFile(policies, []byte(yaml), 0o644); err != nil {
-		return nil, "", nil, err
-	}
-	var p *clusterProcess
-	for attempt := 0; ; attempt++ { // another process may take a free port first
-		base, err := freeLoopbackPortRange(6)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		p, err = startClusterProcess(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, policies, groups, stderr)
-		if err == nil {
-			break
-		}
-		if attempt == 2 || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
-			return nil, "", nil, fmt.Errorf("bench compare: %w", err)
-		}
-	}
-	urls = p.urls
-	deadline := time.Now().Add(time.Minute)
-	if err := waitPolicyEverywhere(ctx, urls, deadline, p.exited); err != nil {
-		return nil, "", nil, errors.Join(fmt.Errorf("bench compare: %w", err), p.stop())
-	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	desc = fmt.Sprintf("3 nodes (`%s dev`, a process of its own)", filepath.Base(bin))
-	if st, err := quoratev1connect.NewAdminServiceClient(http.DefaultClient, urls[0]).ClusterStatus(sctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{})); err == nil {
-		desc = fmt.Sprintf("3 nodes, %d data groups (`%s dev`, a process of its own)", len(st.Msg.GetShardMap().GetGroups()), filepath.Base(bin))
-		if len(st.Msg.GetShardMap().GetGroups()) == 0 {
-			desc = fmt.Sprintf("3 nodes, one Raft group for all keys (`%s dev --groups 0`, a process of its own)", filepath.Base(bin))
-		}
-	}
-	fmt.Fprintf(stderr, "bench compare: quorate cluster: %s, APIs %s\n", desc, strings.Join(urls, " "))
-	return urls, desc, p.stop, nil
-}
-
-// clusterProcess is a `quorate dev` this command started.
-type clusterProcess struct {
-	cmd     *exec.Cmd
-	urls    []string
-	out     *devcluster.Output // dev's stdout: its summary
-	logs    *muteWriter        // dev's stderr: the nodes' logs, passed on until stop
-	exited  chan struct{}
-	waitErr error // set before exited is closed
-}
-
-// startClusterProcess starts `bin dev` with its API ports from base and its
-// Raft ports from base+3 and waits until it prints that it is ready.
-func startClusterProcess(ctx context.Context, bin, dir string, base int, policies string, groups int, stderr io.Writer) (*clusterProcess, error) {
-	args := []string{"dev", "--dir", dir, "--nodes", "3", "--api-port", strconv.Itoa(base), "--raft-port", strconv.Itoa(base + 3),
-		"--policies", policies, "--log-level", "warn", "--ready-timeout", "1m"}
-	if groups >= 0 {
-		args = append(args, "--groups", strconv.Itoa(groups))
-	}
-	p := &clusterProcess{out: &devcluster.Output{}, logs: &muteWriter{w: stderr}, exited: make(chan struct{})}
-	for i := range 3 {
-		p.urls = append(p.urls, fmt.Sprintf("http://127.0.0.1:%d", base+i))
-	}
-	p.cmd = exec.CommandContext(ctx, bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, io.MultiWriter(p.logs, p.out)
-	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(os.Interrupt) }
-	p.cmd.WaitDelay = 30 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	err := pollUntil(ctx, time.Now().Add(90*time.Second), p.exited, func(context.Context) (bool, error) {
-		if strings.Contains(p.out.String(), "ready in") {
-			return true, nil
-		}
-		return false, errors.New("dev has not said it is ready")
-	})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, lastLines(p.out.String(), 5)), p.stop())
-	}
-	return p, nil
-}
-
-// stop interrupts dev (as Ctrl-C does), waits for it to stop its nodes
-// (killing it after 30s) and returns an error unless it exited cleanly.
-func (p *clusterProcess) stop() error {
-	p.logs.mute() // nodes stopping one by one complain about their peers
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		t := time.NewTimer(30 * time.Second)
-		defer t.Stop()
-		select {
-		case <-p.exited:
-		case <-t.C:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-	}
-	if p.waitErr != nil && !errors.Is(p.waitErr, context.Canceled) && !errors.Is(p.waitErr, context.DeadlineExceeded) {
-		return fmt.Errorf("quorate dev: %v: %s", p.waitErr, lastLines(p.out.String(), 5))
-	}
-	return nil
 }
 
 // waitPolicyEverywhere polls until an AdmitBatch of the comparison's policy

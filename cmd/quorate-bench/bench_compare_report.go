@@ -32,6 +32,7 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	}
 	tw.Flush()
 	writeTopologyText(w, r.Topology)
+	writeCPUText(w, r)
 	for _, line := range compareNotes(r) {
 		fmt.Fprintln(w, line)
 	}
@@ -287,9 +288,11 @@ func benchmarksSection(r CompareResult) string {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
 			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
-	if t := topologySection(r.Topology); t != "" {
-		fmt.Fprintln(&b)
-		fmt.Fprint(&b, t)
+	for _, t := range []string{topologySection(r.Topology), cpuSection(r)} {
+		if t != "" {
+			fmt.Fprintln(&b)
+			fmt.Fprint(&b, t)
+		}
 	}
 	if notes := compareNotes(r); len(notes) > 0 {
 		fmt.Fprintln(&b)
@@ -329,14 +332,16 @@ func benchmarksSection(r CompareResult) string {
   default behaviour (requests for keys another node owns are batched and forwarded to it). Each
   request is one item of a `+"`GetRateLimits`"+` call over gRPC (TOKEN_BUCKET, the Redis bucket's
   limit and refill time); "GetRateLimits of N" sends N items per call. No row against durable Redis.
-- **Quorate**: a 3-node cluster run by `+"`quorate dev`"+` in a process of its own, with its default data
-  groups; every decision is committed to a majority of the three fsynced Raft logs before it is
+- **Quorate**: a 3-node cluster, three `+"`quorate serve`"+` processes (one per node, as on three
+  machines), with `+"`quorate dev`"+`'s 8 data groups; every decision is committed to a majority of the three fsynced Raft logs before it is
   answered. The bench drives it through the Go client (package `+"`client`"+`), which learns the
   shard map and sends each unary Admit straight to its key's group leader, one Admit call per
   decision (no coalescing, as one item per GetRateLimits call); every request carries a request
   ID. "AdmitBatch N" is one call of N independent decisions, sent to the nodes in turn (the node
   forwards each decision to its key's group leader). The topology table repeats the unary
   and batch runs against a second cluster whose keys all live in one group (`+"`--groups 0`"+`).
+  Each node's CPU (user + system, from `+"`/proc`"+`) is read before and after every Quorate run:
+  decisions per CPU-second of the busiest node is what one of three machines would sustain.
 - "Open loop at half": each side gets calls started on a schedule at half the calls/s it
   answered in its own 64-client unary run, latency counted from each call's scheduled start.
 - Same generator for all (`+"`quorate-bench`"+`, in the bench process): closed loop, keys drawn

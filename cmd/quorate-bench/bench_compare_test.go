@@ -110,6 +110,17 @@ func TestBenchCompare(t *testing.T) {
 		t.Errorf("machine description: %+v", r.Machine)
 	}
 
+	// Every Quorate run read its three nodes' CPU: the busiest node's
+	// figure is at least the three's together.
+	for _, s := range r.Scenarios {
+		checkNodeCPU(t, s.Scenario, s.Quorate)
+	}
+	for _, row := range r.Topology {
+		checkNodeCPU(t, row.Scenario+", one group", row.OneGroup)
+		if row.CPURatio != row.Default.DecisionsPerBusiestCPUSecond/row.OneGroup.DecisionsPerBusiestCPUSecond {
+			t.Errorf("topology %s: per-CPU ratio %v", row.Scenario, row.CPURatio)
+		}
+	}
 	// The floor, measured on the clusters' disk, and the one-client
 	// Quorate run set against it.
 	checkFloor(t, r.Machine.Floor)
@@ -128,7 +139,7 @@ func TestBenchCompare(t *testing.T) {
 	for _, want := range []string{"prose before", "prose after", benchSectionBegin, benchSectionEnd,
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis |", "AdmitBatch 10 vs EVALSHA pipelined 10 deep",
 		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always", "| floor of one decision (2 × fdatasync + round trip) | ",
-		"Quorate's one-client p50"} {
+		"Quorate's one-client p50", "| Quorate run | nodes' CPU-seconds |", "default decisions per busiest node's CPU-second"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s lacks %q:\n%s", file, want, doc)
 		}
@@ -372,5 +383,27 @@ func TestFindGubernator(t *testing.T) {
 	}
 	if bin, err := findGubernator(""); bin != want || err != nil {
 		t.Errorf("installed by make: %q, %v; want %s", bin, err, want)
+	}
+}
+
+// checkNodeCPU checks a Quorate run's CPU figures: one per node, positive,
+// and the decisions per CPU-second of the busiest node and of all three.
+func checkNodeCPU(t *testing.T, what string, s BenchSummary) {
+	t.Helper()
+	if len(s.NodeCPUSeconds) != compareNodes {
+		t.Errorf("%s: nodes' CPU %v, want %d figures", what, s.NodeCPUSeconds, compareNodes)
+		return
+	}
+	var busiest, all float64
+	for _, c := range s.NodeCPUSeconds {
+		if c <= 0 {
+			t.Errorf("%s: a node spent no CPU: %v", what, s.NodeCPUSeconds)
+		}
+		busiest, all = max(busiest, c), all+c
+	}
+	if s.DecisionsPerBusiestCPUSecond != float64(s.Decisions)/busiest || s.DecisionsPerCPUSecond != float64(s.Decisions)/all ||
+		s.DecisionsPerBusiestCPUSecond < s.DecisionsPerCPUSecond {
+		t.Errorf("%s: %d decisions, CPU %v: per busiest CPU-second %v, per CPU-second %v", what, s.Decisions, s.NodeCPUSeconds,
+			s.DecisionsPerBusiestCPUSecond, s.DecisionsPerCPUSecond)
 	}
 }

@@ -20,6 +20,9 @@ type TopologyRowOut struct {
 	Default  BenchSummary `json:"default"`
 	OneGroup BenchSummary `json:"oneGroup"`
 	Ratio    float64      `json:"ratio"` // default decisions/s ÷ one group's
+	// CPURatio is the default's decisions per CPU-second of its busiest
+	// node ÷ one group's (0 when the CPU was not read).
+	CPURatio float64 `json:"cpuRatio,omitempty"`
 }
 
 // writeTopologyText prints the topology table.
@@ -28,10 +31,12 @@ func writeTopologyText(w io.Writer, rows []TopologyRowOut) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPOLOGY\tDEFAULT/S\tONE GROUP/S\tDEFAULT/ONE GROUP\tDEFAULT P50/P99 MS\tONE GROUP P50/P99 MS")
+	fmt.Fprintln(tw, "TOPOLOGY\tDEFAULT/S\tONE GROUP/S\tDEFAULT/ONE GROUP\tDEFAULT P50/P99 MS\tONE GROUP P50/P99 MS\t"+
+		"DEFAULT/BUSIEST CPU-S\tONE GROUP/BUSIEST CPU-S\tDEFAULT/ONE GROUP PER CPU-S")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
-			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup))
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%.0f\t%.0f\t%.2f\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
+			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup),
+			r.Default.DecisionsPerBusiestCPUSecond, r.OneGroup.DecisionsPerBusiestCPUSecond, r.CPURatio)
 	}
 	tw.Flush()
 }
@@ -44,11 +49,13 @@ func topologySection(rows []TopologyRowOut) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "Quorate's default topology beside one group (`--groups 0`: every key in the meta group), same runs:")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(&b, "| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms "+
+		"| default decisions per busiest node's CPU-second | one group's | default/one group per CPU-second |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s |\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
-			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup))
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %.0f | %.0f | %.2f |\n", r.Scenario, r.Default.DecisionsPerSecond, r.OneGroup.DecisionsPerSecond,
+			r.Ratio, fmtP50P99(r.Default), fmtP50P99(r.OneGroup),
+			r.Default.DecisionsPerBusiestCPUSecond, r.OneGroup.DecisionsPerBusiestCPUSecond, r.CPURatio)
 	}
 	return b.String()
 }
@@ -83,6 +90,9 @@ func compareResult(machine machineInfo, rows []compareRow, results map[compareRu
 		row := TopologyRowOut{Scenario: name, Default: d, OneGroup: one}
 		if one.DecisionsPerSecond > 0 {
 			row.Ratio = d.DecisionsPerSecond / one.DecisionsPerSecond
+		}
+		if one.DecisionsPerBusiestCPUSecond > 0 {
+			row.CPURatio = d.DecisionsPerBusiestCPUSecond / one.DecisionsPerBusiestCPUSecond
 		}
 		out.Topology = append(out.Topology, row)
 	}

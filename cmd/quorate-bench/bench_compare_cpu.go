@@ -1,0 +1,82 @@
+package main
+
+// The CPU table of quorate-bench compare: what each node's process spent
+// in each Quorate run, and the decisions per CPU-second of the busiest node
+// and of the three together.
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// cpuRow is one Quorate run with the CPU its nodes spent.
+type cpuRow struct {
+	scenario string
+	run      BenchSummary
+}
+
+// cpuRows lists the Quorate runs whose nodes' CPU was read, once each:
+// the scenarios' then the one-group topology's.
+func cpuRows(r CompareResult) []cpuRow {
+	var out []cpuRow
+	seen := map[string]bool{}
+	add := func(scenario string, s BenchSummary) {
+		key := fmt.Sprintf("%s %d %d %s %d", s.Target, s.Workers, s.Batch, s.Mode, s.Calls)
+		if len(s.NodeCPUSeconds) == 0 || seen[key] {
+			return
+		}
+		seen[key] = true
+		out = append(out, cpuRow{scenario, s})
+	}
+	for _, s := range r.Scenarios {
+		add(s.Scenario, s.Quorate)
+	}
+	for _, t := range r.Topology {
+		add(t.Scenario+", one group", t.OneGroup)
+	}
+	return out
+}
+
+// fmtCPUSeconds prints each node's CPU-seconds, "1.20 / 0.95 / 0.90".
+func fmtCPUSeconds(secs []float64) string {
+	parts := make([]string, len(secs))
+	for i, s := range secs {
+		parts[i] = fmt.Sprintf("%.2f", s)
+	}
+	return strings.Join(parts, " / ")
+}
+
+// writeCPUText prints the CPU table.
+func writeCPUText(w io.Writer, r CompareResult) {
+	rows := cpuRows(r)
+	if len(rows) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUORATE RUN\tNODES' CPU-S\tDECISIONS/BUSIEST NODE'S CPU-S\tDECISIONS/CPU-S OF ALL")
+	for _, c := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
+			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond)
+	}
+	tw.Flush()
+}
+
+// cpuSection is the CPU table in Markdown.
+func cpuSection(r CompareResult) string {
+	rows := cpuRows(r)
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintln(&b, "Quorate's nodes' CPU in each run (user + system of each `quorate serve` process): what one of three machines would spend:")
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|")
+	for _, c := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f |\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
+			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond)
+	}
+	return b.String()
+}
