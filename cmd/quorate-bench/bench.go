@@ -240,6 +240,9 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	}
 	o.load.label = "quorate-bench"
 	s := runLoad(ctx, target, o.load, stderr)
+	if o.target == targetQuorate {
+		s.Route = o.quorate.route
+	}
 	s.setFloor(floor)
 	if o.output == outputJSON {
 		enc := json.NewEncoder(stdout)
@@ -297,8 +300,9 @@ func benchErrorCode(err error) string {
 // denied), so with --batch N decisions = calls × N − requests of failed calls
 // − item errors.
 type BenchSummary struct {
-	Target             string             `json:"target"` // "quorate" or "redis"
-	Mode               string             `json:"mode"`   // "closed" or "open"
+	Target             string             `json:"target"`          // "quorate" or "redis"
+	Route              string             `json:"route,omitempty"` // quorate: leader or any (--route)
+	Mode               string             `json:"mode"`            // "closed" or "open"
 	Workers            int                `json:"workers"`
 	Rate               int                `json:"rate,omitempty"`
 	Batch              int                `json:"batch"` // requests per call

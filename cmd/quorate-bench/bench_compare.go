@@ -61,7 +61,8 @@ func newBenchCompareCmd() *cobra.Command {
 			"per run, fresh keys for every run. The cluster gets a token-bucket policy and\n" +
 			"Redis and Gubernator the same bucket (capacity 3e6, one token per 100s): nothing\n" +
 			"is denied and every bucket touched stays live. Runs: unary Admit, unpipelined\n" +
-			"EVALSHA and GetRateLimits of one; AdmitBatch of --batch, EVALSHA pipelined\n" +
+			"EVALSHA and GetRateLimits of one; unary Admit sent to every node in turn, the\n" +
+			"nodes forwarding (what a caller without the Go client's routing gets); AdmitBatch of --batch, EVALSHA pipelined\n" +
 			"--batch deep and GetRateLimits of --batch; each side open loop at half its own\n" +
 			"unary figure (latency at half of peak); durable Redis unpipelined; one client of\n" +
 			"each, for latency; and the unary and batch runs again against a cluster of one\n" +
@@ -118,6 +119,10 @@ type compareRun struct {
 	// half: open loop at half the calls/s the same target answered in
 	// its closed-loop run of the same workers and batch (run before it).
 	half bool
+	// spread: Quorate's calls go to every node in turn, which forwards
+	// each to its key's group leader (what a caller without the Go
+	// client's routing gets: gRPC, JSON, Envoy), not to the leader.
+	spread bool
 }
 
 // targetOneGroup is the Quorate cluster with every key in one group
@@ -144,6 +149,8 @@ func compareRows(o loadOptions) []compareRow {
 	rows := []compareRow{
 		{fmt.Sprintf("%d clients: unary Admit vs EVALSHA vs GetRateLimits", w), run(targetQuorate, w, 1), run(targetRedis, w, 1), gub(w, 1),
 			run(targetOneGroup, w, 1)},
+		{fmt.Sprintf("%d clients spread over every node, the nodes forwarding: unary Admit vs EVALSHA vs GetRateLimits", w),
+			compareRun{target: targetQuorate, workers: w, batch: 1, spread: true}, run(targetRedis, w, 1), gub(w, 1), compareRun{}},
 		{fmt.Sprintf("%d clients: AdmitBatch %d vs EVALSHA pipelined %d deep vs GetRateLimits of %d", w, n, n, n),
 			run(targetQuorate, w, n), run(targetRedis, w, n), gub(w, n), run(targetOneGroup, w, n)},
 		{fmt.Sprintf("open loop at half of each one's unary figure above (up to %d in flight): unary", w), half(targetQuorate), half(targetRedis), half(targetGubernator), compareRun{}},
@@ -246,6 +253,10 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		load.workers, load.batch = run.workers, run.batch
 		load.label = fmt.Sprintf("bench compare: %s, %d clients, batch %d", run.target, run.workers, run.batch)
 		load.keyPrefix = fmt.Sprintf("%s-%dw-%db-", run.target, run.workers, run.batch)
+		if run.spread {
+			load.label += ", spread over every node"
+			load.keyPrefix += "spread-"
+		}
 		if run.half {
 			peak := run
 			peak.half = false
@@ -333,14 +344,20 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			}
 			// Unary rows stay one Admit call per decision (no coalescing),
 			// comparable with one item per GetRateLimits call; the client
-			// sends each to its key's group leader.
-			t, err := newQuorateTarget(urls, tr, comparePolicy, false, quorateOptions{route: routeLeader}, loadOf(run))
+			// sends each to its key's group leader, or in a spread run to
+			// the nodes in turn.
+			route := routeLeader
+			if run.spread {
+				route = routeAny
+			}
+			t, err := newQuorateTarget(urls, tr, comparePolicy, false, quorateOptions{route: route}, loadOf(run))
 			if err != nil {
 				return err
 			}
 			before := c.cpu()
 			measure(t, run)
 			s := results[run]
+			s.Route = route
 			s.setCPU(before, c.cpu())
 			if run.workers == 1 && run.batch == 1 {
 				s.setFloor(machine.Floor)

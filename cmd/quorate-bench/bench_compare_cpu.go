@@ -17,13 +17,14 @@ type cpuRow struct {
 	run      BenchSummary
 }
 
-// cpuRows lists the Quorate runs whose nodes' CPU was read, once each:
+// cpuRows lists the Quorate runs whose nodes' CPU was read, once each
+// (a run several scenarios share, such as the unary one, under its first):
 // the scenarios' then the one-group topology's.
 func cpuRows(r CompareResult) []cpuRow {
 	var out []cpuRow
 	seen := map[string]bool{}
 	add := func(scenario string, s BenchSummary) {
-		key := fmt.Sprintf("%s %d %d %s %d", s.Target, s.Workers, s.Batch, s.Mode, s.Calls)
+		key := fmt.Sprintf("%s %s %d %d %s", s.Target, s.Route, s.Workers, s.Batch, s.Mode)
 		if len(s.NodeCPUSeconds) == 0 || seen[key] {
 			return
 		}

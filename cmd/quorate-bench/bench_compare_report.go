@@ -342,6 +342,9 @@ func benchmarksSection(r CompareResult) string {
   and batch runs against a second cluster whose keys all live in one group (`+"`--groups 0`"+`).
   Each node's CPU (user + system, from `+"`/proc`"+`) is read before and after every Quorate run:
   decisions per CPU-second of the busiest node is what one of three machines would sustain.
+- "Spread over every node": the same unary Admits sent to the three nodes in turn, each
+  forwarding a call to its key's group leader when it does not lead that group (what gRPC, JSON
+  and Envoy callers, which do not learn the shard map, get).
 - "Open loop at half": each side gets calls started on a schedule at half the calls/s it
   answered in its own 64-client unary run, latency counted from each call's scheduled start.
 - Same generator for all (`+"`quorate-bench`"+`, in the bench process): closed loop, keys drawn

@@ -64,8 +64,8 @@ func TestBenchCompare(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("bench compare -o json: %v\n%s", err, stdout.String())
 	}
-	if len(r.Scenarios) != 6 {
-		t.Fatalf("%d scenarios, want 6: %+v", len(r.Scenarios), r.Scenarios)
+	if len(r.Scenarios) != 7 {
+		t.Fatalf("%d scenarios, want 7: %+v", len(r.Scenarios), r.Scenarios)
 	}
 	for _, s := range r.Scenarios {
 		for _, side := range []BenchSummary{s.Quorate, s.Redis} {
@@ -84,11 +84,18 @@ func TestBenchCompare(t *testing.T) {
 			t.Errorf("%s: Gubernator side: %+v", s.Scenario, g)
 		}
 	}
-	if r.Scenarios[1].Quorate.Batch != 10 || r.Scenarios[4].Quorate.Workers != 1 {
+	if r.Scenarios[2].Quorate.Batch != 10 || r.Scenarios[5].Quorate.Workers != 1 {
 		t.Errorf("scenarios: %+v", r.Scenarios)
 	}
+	// The spread row: Quorate's calls go to the nodes in turn, which
+	// forward them; the others are sent to the keys' leaders.
+	for i, s := range r.Scenarios {
+		if want := map[bool]string{true: routeAny, false: routeLeader}[i == 1]; s.Quorate.Route != want {
+			t.Errorf("%s: Quorate route %q, want %q", s.Scenario, s.Quorate.Route, want)
+		}
+	}
 	// The half-rate row: each side open loop at half its own unary figure.
-	for _, side := range []BenchSummary{r.Scenarios[2].Quorate, r.Scenarios[2].Redis} {
+	for _, side := range []BenchSummary{r.Scenarios[3].Quorate, r.Scenarios[3].Redis} {
 		if side.Mode != "open" || side.Rate != max(1, int(r.Scenarios[0].Quorate.PerSecond/2)) && side.Target == "quorate" ||
 			side.Rate != max(1, int(r.Scenarios[0].Redis.PerSecond/2)) && side.Target == "redis" {
 			t.Errorf("half-rate row: %+v (unary row %+v)", side, r.Scenarios[0])
@@ -124,7 +131,7 @@ func TestBenchCompare(t *testing.T) {
 	// The floor, measured on the clusters' disk, and the one-client
 	// Quorate run set against it.
 	checkFloor(t, r.Machine.Floor)
-	if one := r.Scenarios[4].Quorate; one.Floor == nil || *one.Floor != *r.Machine.Floor || one.P50OverFloor != one.LatencyMs["p50"]/one.Floor.FloorMs {
+	if one := r.Scenarios[5].Quorate; one.Floor == nil || *one.Floor != *r.Machine.Floor || one.P50OverFloor != one.LatencyMs["p50"]/one.Floor.FloorMs {
 		t.Errorf("one-client run's floor: %+v, p50/floor %v", one.Floor, one.P50OverFloor)
 	}
 	if many := r.Scenarios[0].Quorate; many.Floor != nil {
@@ -194,33 +201,38 @@ func TestWriteBenchmarksFile(t *testing.T) {
 
 func TestCompareRows(t *testing.T) {
 	rows := compareRows(loadOptions{workers: 64, batch: 100})
-	if len(rows) != 6 {
-		t.Fatalf("64 workers: %d rows, want 6", len(rows))
+	if len(rows) != 7 {
+		t.Fatalf("64 workers: %d rows, want 7", len(rows))
 	}
-	if runs := runsOf(rows, targetQuorate); len(runs) != 4 {
-		t.Errorf("quorate runs %v, want unary, batch, half rate and one client", runs)
+	r := func(target string, w, n int) compareRun { return compareRun{target: target, workers: w, batch: n} }
+	halfOf := func(run compareRun) compareRun { run.half = true; return run }
+	spread := r(targetQuorate, 64, 1)
+	spread.spread = true
+	if runs, want := runsOf(rows, targetQuorate), []compareRun{r(targetQuorate, 64, 1), spread, r(targetQuorate, 64, 100),
+		halfOf(r(targetQuorate, 64, 1)), r(targetQuorate, 1, 1)}; !slices.Equal(runs, want) {
+		t.Errorf("quorate runs %v, want unary, spread over the nodes, batch, half rate and one client", runs)
 	}
 	if runs := runsOf(rows, "redis-durable"); len(runs) != 2 {
 		t.Errorf("durable redis runs %v", runs)
 	}
-	want := []compareRun{{targetGubernator, 64, 1, false}, {targetGubernator, 64, 100, false}, {targetGubernator, 64, 1, true}, {targetGubernator, 1, 1, false}}
+	want := []compareRun{r(targetGubernator, 64, 1), r(targetGubernator, 64, 100), halfOf(r(targetGubernator, 64, 1)), r(targetGubernator, 1, 1)}
 	if runs := runsOf(rows, targetGubernator); !slices.Equal(runs, want) {
 		t.Errorf("gubernator runs %v, want unary, batch, half rate and one client", runs)
 	}
 	// The half-rate run of each target comes after the run it halves.
 	for _, target := range []string{targetQuorate, targetRedis, targetGubernator} {
 		runs := runsOf(rows, target)
-		peak, half := slices.Index(runs, compareRun{target, 64, 1, false}), slices.Index(runs, compareRun{target, 64, 1, true})
+		peak, half := slices.Index(runs, r(target, 64, 1)), slices.Index(runs, halfOf(r(target, 64, 1)))
 		if peak < 0 || half < peak {
 			t.Errorf("%s runs %v: the half-rate run must follow the closed-loop unary run", target, runs)
 		}
 	}
-	if runs := runsOf(rows, targetOneGroup); !slices.Equal(runs, []compareRun{{targetOneGroup, 64, 1, false}, {targetOneGroup, 64, 100, false}}) {
+	if runs := runsOf(rows, targetOneGroup); !slices.Equal(runs, []compareRun{r(targetOneGroup, 64, 1), r(targetOneGroup, 64, 100)}) {
 		t.Errorf("one-group runs %v, want unary and batch", runs)
 	}
 	// With one worker the one-client rows are the first ones.
-	if rows := compareRows(loadOptions{workers: 1, batch: 10}); len(rows) != 4 {
-		t.Errorf("1 worker: %d rows, want 4: %+v", len(rows), rows)
+	if rows := compareRows(loadOptions{workers: 1, batch: 10}); len(rows) != 5 {
+		t.Errorf("1 worker: %d rows, want 5: %+v", len(rows), rows)
 	}
 }
 
@@ -243,8 +255,21 @@ func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]Benc
 		}
 		for _, run := range runsOf(rows, target) {
 			ms := rate[targetRedis] / rate[target]
-			results[run] = BenchSummary{Target: strings.TrimSuffix(target, "-durable"), Workers: run.workers, Batch: run.batch,
+			s := BenchSummary{Target: strings.TrimSuffix(target, "-durable"), Workers: run.workers, Batch: run.batch,
 				DecisionsPerSecond: rate[target] * float64(run.batch), LatencyMs: map[string]float64{"p50": ms, "p99": 2 * ms}}
+			// Ten seconds; the busiest node spends 2 CPU-seconds (one
+			// group: 4), the others 1 each.
+			s.Decisions = int64(10 * s.DecisionsPerSecond)
+			if target == targetQuorate || target == targetOneGroup {
+				s.Route = map[bool]string{true: routeAny, false: routeLeader}[run.spread]
+			}
+			switch target {
+			case targetQuorate:
+				s.setCPU(make([]time.Duration, 3), []time.Duration{2 * time.Second, time.Second, time.Second})
+			case targetOneGroup:
+				s.setCPU(make([]time.Duration, 3), []time.Duration{time.Second, 4 * time.Second, time.Second})
+			}
+			results[run] = s
 		}
 	}
 	return results
@@ -258,7 +283,7 @@ func TestCompareReportGubernator(t *testing.T) {
 	rows := compareRows(loadOptions{workers: 64, batch: 100})
 	machine := machineInfo{Gubernator: "3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8)", Date: "today", Command: "quorate-bench compare"}
 	r := compareResult(machine, rows, fakeCompareRuns(rows, true))
-	if len(r.Scenarios) != 6 {
+	if len(r.Scenarios) != 7 {
 		t.Fatalf("%d scenarios", len(r.Scenarios))
 	}
 	for i, s := range r.Scenarios {
@@ -280,13 +305,13 @@ func TestCompareReportGubernator(t *testing.T) {
 			t.Errorf("header lacks %s: %s", want, lines[0])
 		}
 	}
-	// Row 2: AdmitBatch 100 — Quorate 100000/s, Redis 2000000/s, Gubernator 500000/s.
+	// Row 3: AdmitBatch 100 — Quorate 100000/s, Redis 2000000/s, Gubernator 500000/s.
 	want := []string{"100000", "2000000", "0.05", "500000", "0.20", "20.00", "/", "40.00", "1.00", "/", "2.00", "4.00", "/", "8.00"}
-	if f := strings.Fields(lines[2]); len(f) < len(want) || !slices.Equal(f[len(f)-len(want):], want) {
-		t.Errorf("batch row: %q", lines[2])
+	if f := strings.Fields(lines[3]); len(f) < len(want) || !slices.Equal(f[len(f)-len(want):], want) {
+		t.Errorf("batch row: %q", lines[3])
 	}
-	if !strings.Contains(lines[4], "durable") || strings.Count(lines[4], "—") != 3 {
-		t.Errorf("durable row should have no Gubernator figures: %q", lines[4])
+	if !strings.Contains(lines[5], "durable") || strings.Count(lines[5], "—") != 3 {
+		t.Errorf("durable row should have no Gubernator figures: %q", lines[5])
 	}
 	if !strings.Contains(text.String(), "gubernator: 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0") {
 		t.Errorf("text lacks the Gubernator version:\n%s", text.String())
@@ -297,15 +322,24 @@ func TestCompareReportGubernator(t *testing.T) {
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis | Gubernator decisions/s | Quorate/Gubernator | Quorate p50 / p99 ms | Redis p50 / p99 ms | Gubernator p50 / p99 ms |",
 		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | 5000 | 0.20 | 20.00 / 40.00 | 1.00 / 2.00 | 4.00 / 8.00 |",
 		"| 64 clients: unary Admit vs durable EVALSHA (appendfsync always) | 1000 | 4000 | 0.25 | — | — | 20.00 / 40.00 | 5.00 / 10.00 | — |",
-		"| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms |",
-		"| 64 clients: unary Admit | 1000 | 1250 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 |",
-		"| 64 clients: AdmitBatch 100 | 100000 | 125000 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 |",
+		"| scenario | default decisions/s | one group decisions/s | default/one group | default p50 / p99 ms | one group p50 / p99 ms " +
+			"| default decisions per busiest node's CPU-second | one group's | default/one group per CPU-second |",
+		"| 64 clients: unary Admit | 1000 | 1250 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 | 5000 | 3125 | 1.60 |",
+		"| 64 clients: AdmitBatch 100 | 100000 | 125000 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 | 500000 | 312500 | 1.60 |",
+		"| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three |",
+		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 |",
+		"| 64 clients: AdmitBatch 100, one group | 1.00 / 4.00 / 1.00 | 312500 | 208333 |",
+		"| 64 clients spread over every node, the nodes forwarding: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 |",
 		"| Gubernator | 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8) |",
 		"**Gubernator**",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("section lacks %q:\n%s", want, md)
 		}
+	}
+
+	if strings.Contains(md, "| 64 clients: unary Admit vs durable EVALSHA (appendfsync always) | 2.00 /") {
+		t.Errorf("the CPU table lists the unary run twice:\n%s", md)
 	}
 
 	// A note names the Gubernator side when it failed or denied.
@@ -317,10 +351,10 @@ func TestCompareReportGubernator(t *testing.T) {
 	}
 	// So does one when a side stalled: a gap between answers of a second
 	// or more, not less.
-	q := r.Scenarios[4].Quorate
+	q := r.Scenarios[5].Quorate
 	gap, at := 999.0, 2.5
 	q.LongestGapMs, q.LongestGapAtS = &gap, &at
-	r.Scenarios[4].Quorate = q
+	r.Scenarios[5].Quorate = q
 	if notes := compareNotes(r); len(notes) != 1 {
 		t.Errorf("a 999 ms gap got a note: %q", notes)
 	}
@@ -343,8 +377,8 @@ func TestCompareReportWithoutGubernator(t *testing.T) {
 	}
 	var text bytes.Buffer
 	writeCompareText(&text, r)
-	if got := strings.Count(text.String(), "not installed  "); got != 4 {
-		t.Errorf("%d rows say not installed, want the 4 non-durable ones:\n%s", got, text.String())
+	if got := strings.Count(text.String(), "not installed  "); got != 5 {
+		t.Errorf("%d rows say not installed, want the 5 non-durable ones:\n%s", got, text.String())
 	}
 	md := benchmarksSection(r)
 	for _, want := range []string{"| 8 clients: unary Admit vs EVALSHA vs GetRateLimits | 1000 | 20000 | 0.05 | not installed | — |",
