@@ -332,6 +332,7 @@ type BenchSummary struct {
 	// run (bench compare's clusters), and the decisions per CPU-second of
 	// the busiest node and of all of them together.
 	NodeCPUSeconds               []float64 `json:"nodeCpuSeconds,omitempty"`
+	LogEntries                   int64     `json:"logEntries,omitempty"` // entries the groups' leaders proposed during the run
 	DecisionsPerBusiestCPUSecond float64   `json:"decisionsPerBusiestCpuSecond,omitempty"`
 	DecisionsPerCPUSecond        float64   `json:"decisionsPerCpuSecond,omitempty"`
 }

@@ -191,6 +191,10 @@ type CompareResult struct {
 	// Topology sets the default topology's runs beside the same runs
 	// against a cluster with one group.
 	Topology []TopologyRowOut `json:"topology"`
+	// Cost is the CPU per log entry and per decision fitted over the
+	// default cluster's unary runs (absent when they cannot tell them
+	// apart).
+	Cost *CostModel `json:"cost,omitempty"`
 }
 
 // CompareRowOut is one scenario with its runs' summaries. Gubernator is
@@ -355,10 +359,16 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 				return err
 			}
 			before := c.cpu()
+			entries, entriesErr := c.logEntries(ctx)
 			measure(t, run)
 			s := results[run]
 			s.Route = route
 			s.setCPU(before, c.cpu())
+			if after, err := c.logEntries(ctx); entriesErr == nil && err == nil {
+				s.LogEntries = after - entries
+			} else {
+				fmt.Fprintf(stderr, "bench compare: log entries of the run not counted: %v\n", errors.Join(entriesErr, err))
+			}
 			if run.workers == 1 && run.batch == 1 {
 				s.setFloor(machine.Floor)
 			}
@@ -370,6 +380,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		}
 		return nil
 	}
+	idle := cluster.idleCPU(ctx)
 	if err := errors.Join(measureQuorate(cluster, targetQuorate), cluster.stop()); err != nil {
 		return err
 	}
@@ -382,6 +393,18 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 
 	out := compareResult(machine, rows, results)
+	var unary []BenchSummary
+	var batch BenchSummary
+	for _, run := range runsOf(rows, targetQuorate) {
+		switch {
+		case run.spread: // forwarding costs what the model has no term for
+		case run.batch > 1:
+			batch = results[run]
+		default:
+			unary = append(unary, results[run])
+		}
+	}
+	out.Cost = fitCost(unary, batch, idle)
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)
 	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d; "+

@@ -56,10 +56,11 @@ func writeCPUText(w io.Writer, r CompareResult) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUORATE RUN\tNODES' CPU-S\tDECISIONS/BUSIEST NODE'S CPU-S\tDECISIONS/CPU-S OF ALL")
+	fmt.Fprintln(tw, "QUORATE RUN\tNODES' CPU-S\tDECISIONS/BUSIEST NODE'S CPU-S\tDECISIONS/CPU-S OF ALL\tLOG ENTRIES\tDECISIONS/ENTRY\tCPU µS/ENTRY")
 	for _, c := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
-			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond)
+		dpe, cpe := perEntry(c.run)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%d\t%s\t%s\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
+			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond, c.run.LogEntries, dpe, cpe)
 	}
 	tw.Flush()
 }
@@ -73,11 +74,27 @@ func cpuSection(r CompareResult) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "Quorate's nodes' CPU in each run (user + system of each `quorate serve` process): what one of three machines would spend:")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|")
+	fmt.Fprintln(&b, "| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three | log entries | decisions per entry | CPU µs per entry (all three nodes) |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, c := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f |\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
-			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond)
+		dpe, cpe := perEntry(c.run)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %d | %s | %s |\n", c.scenario, fmtCPUSeconds(c.run.NodeCPUSeconds),
+			c.run.DecisionsPerBusiestCPUSecond, c.run.DecisionsPerCPUSecond, c.run.LogEntries, dpe, cpe)
 	}
 	return b.String()
+}
+
+// perEntry is a run's decisions per log entry and its nodes' CPU per
+// entry in microseconds (every cost of the run divided by its entries),
+// "—" for both without entries.
+func perEntry(s BenchSummary) (string, string) {
+	if s.LogEntries <= 0 {
+		return "—", "—"
+	}
+	var cpu float64
+	for _, c := range s.NodeCPUSeconds {
+		cpu += c
+	}
+	e := float64(s.LogEntries)
+	return fmt.Sprintf("%.1f", float64(s.Decisions)/e), fmt.Sprintf("%.0f", cpu/e*1e6)
 }

@@ -43,6 +43,9 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	if f := floorLine(r); f != "" {
 		fmt.Fprintf(w, "floor: %s\n", f)
 	}
+	if r.Cost != nil {
+		fmt.Fprintf(w, "cost: %s\n", *r.Cost)
+	}
 }
 
 // floorLine is the floor of one decision and Quorate's one-client p50 as
@@ -317,6 +320,7 @@ func benchmarksSection(r CompareResult) string {
 		{"load", m.Load},
 		{"bucket", m.Bucket},
 		{"floor of one decision (2 × fdatasync + round trip)", floorLine(r)},
+		{"cost model", costLine(r)},
 	} {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], strings.ReplaceAll(kv[1], "|", `\|`))
 	}
@@ -390,4 +394,12 @@ func writeBenchmarksFile(path, section string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// costLine is the fitted cost model, or why there is none.
+func costLine(r CompareResult) string {
+	if r.Cost == nil {
+		return "not fitted (the runs could not tell the costs apart)"
+	}
+	return r.Cost.String()
 }

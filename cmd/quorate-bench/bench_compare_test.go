@@ -121,6 +121,14 @@ func TestBenchCompare(t *testing.T) {
 	// figure is at least the three's together.
 	for _, s := range r.Scenarios {
 		checkNodeCPU(t, s.Scenario, s.Quorate)
+		if s.Quorate.LogEntries <= 0 || s.Quorate.LogEntries > s.Quorate.Decisions {
+			t.Errorf("%s: %d log entries for %d decisions", s.Scenario, s.Quorate.LogEntries, s.Quorate.Decisions)
+		}
+	}
+	// The cost model, fitted over the default cluster's three unary runs
+	// that are not spread (64 clients, half rate, one client).
+	if r.Cost == nil || r.Cost.Runs != 3 || r.Cost.IdleCPUPerSec <= 0 || r.Cost.PerBatchedDecisionUs == 0 {
+		t.Errorf("cost model: %+v", r.Cost)
 	}
 	for _, row := range r.Topology {
 		checkNodeCPU(t, row.Scenario+", one group", row.OneGroup)
@@ -146,7 +154,8 @@ func TestBenchCompare(t *testing.T) {
 	for _, want := range []string{"prose before", "prose after", benchSectionBegin, benchSectionEnd,
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis |", "AdmitBatch 10 vs EVALSHA pipelined 10 deep",
 		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always", "| floor of one decision (2 × fdatasync + round trip) | ",
-		"Quorate's one-client p50", "| Quorate run | nodes' CPU-seconds |", "default decisions per busiest node's CPU-second"} {
+		"Quorate's one-client p50", "| Quorate run | nodes' CPU-seconds |", "default decisions per busiest node's CPU-second",
+		"| cost model | ", "µs of CPU per log entry (three replicas)"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s lacks %q:\n%s", file, want, doc)
 		}
@@ -265,6 +274,7 @@ func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]Benc
 			}
 			switch target {
 			case targetQuorate:
+				s.LogEntries = s.Decisions / 5 * 2 // 2.5 decisions an entry
 				s.setCPU(make([]time.Duration, 3), []time.Duration{2 * time.Second, time.Second, time.Second})
 			case targetOneGroup:
 				s.setCPU(make([]time.Duration, 3), []time.Duration{time.Second, 4 * time.Second, time.Second})
@@ -326,10 +336,10 @@ func TestCompareReportGubernator(t *testing.T) {
 			"| default decisions per busiest node's CPU-second | one group's | default/one group per CPU-second |",
 		"| 64 clients: unary Admit | 1000 | 1250 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 | 5000 | 3125 | 1.60 |",
 		"| 64 clients: AdmitBatch 100 | 100000 | 125000 | 0.80 | 20.00 / 40.00 | 16.00 / 32.00 | 500000 | 312500 | 1.60 |",
-		"| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three |",
-		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 |",
-		"| 64 clients: AdmitBatch 100, one group | 1.00 / 4.00 / 1.00 | 312500 | 208333 |",
-		"| 64 clients spread over every node, the nodes forwarding: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 |",
+		"| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three | log entries | decisions per entry | CPU µs per entry (all three nodes) |",
+		"| 64 clients: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 | 4000 | 2.5 | 1000 |",
+		"| 64 clients: AdmitBatch 100, one group | 1.00 / 4.00 / 1.00 | 312500 | 208333 | 0 | — | — |",
+		"| 64 clients spread over every node, the nodes forwarding: unary Admit vs EVALSHA vs GetRateLimits | 2.00 / 1.00 / 1.00 | 5000 | 2500 | 4000 | 2.5 | 1000 |",
 		"| Gubernator | 3 nodes: github.com/gubernator-io/gubernator/v2 v2.13.0 (built with go1.26.8) |",
 		"**Gubernator**",
 	} {
