@@ -1,17 +1,11 @@
 package deploy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/quorate/quorate/node/nodetest"
 )
 
 // exported is what a cluster's /metrics pages hold: for each sample name
@@ -58,7 +53,7 @@ func exportedMetrics(t *testing.T) exported {
 }
 
 func startCluster(bin string) (exported, string) {
-	base, err := freePorts(6)
+	base, err := nodetest.FreePorts(6)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -95,7 +90,7 @@ func startCluster(bin string) (exported, string) {
 			if err := ready(api(i)); err != nil {
 				return err
 			}
-			text, err := get("http://" + api(i) + "/metrics")
+			text, err := nodetest.Get(http.DefaultClient, "http://"+api(i)+"/metrics")
 			if err != nil {
 				return err
 			}
@@ -189,24 +184,8 @@ func parseMetrics(text string) (exported, error) {
 }
 
 func ready(addr string) error {
-	_, err := get("http://" + addr + "/readyz")
+	_, err := nodetest.Get(http.DefaultClient, "http://"+addr+"/readyz")
 	return err
-}
-
-func get(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
-	}
-	return string(b), nil
 }
 
 // waitFor polls cond until it returns nil or a stopWaiting, or timeout
@@ -224,35 +203,3 @@ func waitFor(timeout time.Duration, cond func() error) error {
 
 // stopWaiting is an error of waitFor's condition that waiting cannot mend.
 type stopWaiting struct{ error }
-
-// freePorts returns the first of n consecutive free loopback ports, below
-// the kernel's ephemeral range (where an outgoing connection could take
-// one between this check and its use).
-func freePorts(n int) (int, error) {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
-				lo = v
-			}
-		}
-	}
-	for range 100 {
-		base := 10000 + rand.IntN(lo-10000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports found", n)
-}
