@@ -92,7 +92,7 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"QuorateNodeDown", "QuorateGroupWithoutLeader", "QuorateAppliedIndexLagGrowing", "QuorateFsyncSlow",
-		"QuorateReplicaStopped", "QuorateReplicaMissing", "QuorateCertificateExpiresSoon", "QuorateDenialRateJump"} {
+		"QuorateReplicaDamaged", "QuorateReplicaMissing", "QuorateCertificateExpiresSoon", "QuorateDenialRateJump"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yaml has no %s", want)
 		}
@@ -100,9 +100,8 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 }
 
 // TestAlertsUseExportedMetrics: every metric an alert's expression names
-// is one a running cluster's nodes export (or Prometheus' up, or the
-// blackbox exporter's certificate expiry), with the labels it matches on
-// and the values it asks for.
+// is one a running cluster's nodes export (or Prometheus' up), with the
+// labels it matches on and the values it asks for.
 func TestAlertsUseExportedMetrics(t *testing.T) {
 	met := exportedMetrics(t)
 	var rules ruleFile

@@ -1,17 +1,11 @@
 package deploy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/node/nodetest"
 )
 
 // exported is what a cluster's /metrics pages hold: for each sample name
@@ -31,16 +27,17 @@ type exported map[string]map[string]map[string]bool
 // The cluster of `quorate serve` processes the package's tests scrape,
 // started once (exportedMetrics) and stopped by TestMain.
 var (
-	clusterOnce  sync.Once
-	clusterProcs []*exec.Cmd
-	clusterLogs  []*lockedBuffer
-	clusterMet   exported
-	clusterError string
+	clusterOnce   sync.Once
+	clusterProcs  []*exec.Cmd
+	clusterLogs   []*lockedBuffer
+	clusterMet    exported
+	clusterClient *http.Client // trusts the cluster's CA
+	clusterError  string
 )
 
 // exportedMetrics starts three `quorate serve` processes of the built
-// binary on loopback (the first bootstraps with two data groups, the
-// others join it), applies examples/policies.yaml (every algorithm, a
+// binary on loopback, with TLS from a development CA, as in production
+// (the first bootstraps with two data groups, the others join it), applies examples/policies.yaml (every algorithm, a
 // concurrency policy among them), and returns the union of the three
 // nodes' /metrics once each shows the policies' series and the data
 // groups' replicas. Being one process per node, as in production, each
@@ -58,15 +55,29 @@ func exportedMetrics(t *testing.T) exported {
 }
 
 func startCluster(bin string) (exported, string) {
-	base, err := freePorts(6)
+	base, err := nodetest.FreePorts(6)
 	if err != nil {
 		return nil, err.Error()
 	}
+	ca, err := certs.NewDevCA(filepath.Join(binDir, "tls"), []string{"n1", "n2", "n3"}, nil)
+	if err != nil {
+		return nil, err.Error()
+	}
+	src, err := certs.NewSource(certs.Options{CertFile: ca.Admin.CertFile, KeyFile: ca.Admin.KeyFile, CAFile: ca.CAFile, Interval: -1})
+	if err != nil {
+		return nil, err.Error()
+	}
+	tlsCfg, err := src.ClientConfig(certs.ClientOptions{ServerName: "127.0.0.1"})
+	if err != nil {
+		return nil, err.Error()
+	}
+	clusterClient = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
 	api := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", base+i) }
 	for i := range 3 {
-		args := []string{"serve", "--id", fmt.Sprintf("n%d", i+1), "--data-dir", filepath.Join(binDir, fmt.Sprintf("n%d", i+1)),
+		id := fmt.Sprintf("n%d", i+1)
+		args := []string{"serve", "--id", id, "--data-dir", filepath.Join(binDir, id),
 			"--api-addr", api(i), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", base+3+i), "--groups", "2", "--expect-nodes", "3",
-			"--log-level", "warn"}
+			"--tls-cert", ca.Nodes[id].CertFile, "--tls-key", ca.Nodes[id].KeyFile, "--tls-ca", ca.CAFile, "--log-level", "warn"}
 		if i == 0 {
 			args = append(args, "--bootstrap")
 		} else {
@@ -85,7 +96,8 @@ func startCluster(bin string) (exported, string) {
 			}
 		}
 	}
-	if out, err := runErr("..", bin, "policy", "apply", "-f", "examples/policies.yaml", "--server", "http://"+api(0)); err != nil {
+	if out, err := runErr("..", bin, "policy", "apply", "-f", "examples/policies.yaml", "--server", api(0),
+		"--tls-ca", ca.CAFile, "--tls-cert", ca.Admin.CertFile, "--tls-key", ca.Admin.KeyFile); err != nil {
 		return nil, fmt.Sprintf("quorate policy apply: %v\n%s", err, out)
 	}
 	all := exported{}
@@ -95,7 +107,7 @@ func startCluster(bin string) (exported, string) {
 			if err := ready(api(i)); err != nil {
 				return err
 			}
-			text, err := get("http://" + api(i) + "/metrics")
+			text, err := nodetest.Get(clusterClient, "https://"+api(i)+"/metrics")
 			if err != nil {
 				return err
 			}
@@ -189,24 +201,8 @@ func parseMetrics(text string) (exported, error) {
 }
 
 func ready(addr string) error {
-	_, err := get("http://" + addr + "/readyz")
+	_, err := nodetest.Get(clusterClient, "https://"+addr+"/readyz")
 	return err
-}
-
-func get(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
-	}
-	return string(b), nil
 }
 
 // waitFor polls cond until it returns nil or a stopWaiting, or timeout
@@ -224,35 +220,3 @@ func waitFor(timeout time.Duration, cond func() error) error {
 
 // stopWaiting is an error of waitFor's condition that waiting cannot mend.
 type stopWaiting struct{ error }
-
-// freePorts returns the first of n consecutive free loopback ports, below
-// the kernel's ephemeral range (where an outgoing connection could take
-// one between this check and its use).
-func freePorts(n int) (int, error) {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
-				lo = v
-			}
-		}
-	}
-	for range 100 {
-		base := 10000 + rand.IntN(lo-10000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports found", n)
-}

@@ -10,7 +10,7 @@
 //     (systemd/quorate.sysusers).
 //
 // The tests build bin/quorate's command, start a three-node cluster of it
-// and check that every metric the rules and the dashboard name is one the
+// (with TLS, so that the nodes export their certificates' expiry) and check that every metric the rules and the dashboard name is one the
 // nodes export; they run promtool (Debian's prometheus package) and
 // systemd-analyze (Debian's systemd) on the files. Without one of those
 // tools its tests are skipped, saying so, unless QUORATE_REQUIRE_PROMTOOL

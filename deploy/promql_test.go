@@ -202,11 +202,9 @@ func isIdentStart(c rune) bool {
 func isIdent(c rune) bool { return isIdentStart(c) || c >= '0' && c <= '9' }
 
 // notExporters are the names an expression may use that no node exports:
-// Prometheus' own per-target series, and the blackbox exporter's
-// certificate expiry (the node exports none), each with the labels it has.
+// Prometheus' own per-target series, each with the labels it has.
 var notExporters = map[string][]string{
-	"up":                             {"job", "instance"},
-	"probe_ssl_earliest_cert_expiry": {"job", "instance"},
+	"up": {"job", "instance"},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/quorate/quorate/certs"
+	"github.com/quorate/quorate/node/nodetest"
 )
 
 const (
@@ -259,7 +260,7 @@ func TestSystemdUnitCommandServes(t *testing.T) {
 	writeFile(t, filepath.Join(etc, "access.yaml"), "callers:\n  - caller: "+certs.DevAdminIdentity+"\n    roles: [admin]\n  - caller: gateway\n    roles: [client]\n")
 	sum := sha256.Sum256([]byte("a token the test never sends"))
 	writeFile(t, filepath.Join(etc, "tokens.yaml"), "tokens:\n  - caller: gateway\n    sha256: "+hex.EncodeToString(sum[:])+"\n")
-	base, err := freePorts(2)
+	base, err := nodetest.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,15 +300,8 @@ func TestSystemdUnitCommandServes(t *testing.T) {
 			return stopWaiting{fmt.Errorf("exited: %v", waitErr)}
 		default:
 		}
-		resp, err := client.Get("https://" + api + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
+		_, err := nodetest.Get(client, "https://"+api+"/readyz")
+		return err
 	})
 	if err != nil {
 		t.Fatalf("quorate %s: not ready over TLS: %v\n%s", strings.Join(args[1:], " "), err, logs.String())

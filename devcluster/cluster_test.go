@@ -3,9 +3,6 @@ package devcluster
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,41 +13,18 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
-// freePorts finds n consecutive free TCP ports on 127.0.0.1 between 12000
-// and 30000, below the kernel's ephemeral ports (which an outgoing
-// connection may take between the check and the cluster's start), drawn at
-// random so that tests running at once rarely try the same ones.
-func freePorts(tb testing.TB, n int) int {
-	tb.Helper()
-	for range 100 {
-		base := 12000 + rand.IntN(18000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base
-		}
-	}
-	tb.Fatalf("no %d consecutive free ports found", n)
-	return 0
-}
-
 // testConfig is a cluster of nodes in dir with groups data groups, on free
 // ports.
 func testConfig(t *testing.T, dir string, nodes, groups int) Config {
-	base := freePorts(t, 2*nodes)
+	base, err := nodetest.FreePorts(2 * nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return Config{Dir: dir, Nodes: nodes, Groups: groups, APIPort: base, RaftPort: base + nodes, LogLevel: "warn",
 		Logs: new(Output), Heartbeat: 500 * time.Millisecond, ReadyTimeout: time.Minute, TLS: true}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package node_test
 
 import (
@@ -18,7 +20,8 @@ import (
 
 // tinyDisk mounts a tmpfs of size bytes at a new directory and returns it;
 // it is unmounted when the test ends. The test is skipped when that cannot
-// be done (not root, no mount permission).
+// be done (not root, no mount permission); the file builds on Linux alone,
+// the one system with tmpfs and syscall.Mount.
 func tinyDisk(t *testing.T, size int) string {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -114,7 +114,7 @@ func newMetrics(n *Node) *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
 	}, []string{"policy", "kind"})
 	m.reg.MustRegister(m.decisions, m.decisionSeconds, m.proposeSeconds, m.entries, m.entryCommands,
-		m.leaderChanges, m.fsyncSeconds, m.pacingSeconds, &m.pacing, groupCollector{m}, decisionsCollector{m},
+		m.leaderChanges, m.fsyncSeconds, m.pacingSeconds, &m.pacing, groupCollector{m}, healthCollector{m}, decisionsCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -32,7 +32,8 @@ func families(text string) map[string]bool {
 // promtool's check, before any decision and after decisions of every kind,
 // and a family that shows after use showed before it (at zero): plans and
 // snapshot sizes before any plan or snapshot, decisions, latencies and
-// pacing of each policy before its first call.
+// pacing of each policy before its first call, replica damage before any.
+// A node without TLS exports no certificate expiry.
 func TestMetricsFromTheStartPassPromtoolCheck(t *testing.T) {
 	c := nodetest.NewCluster(t, 3)
 	c.WaitReady(t)
@@ -50,10 +51,13 @@ func TestMetricsFromTheStartPassPromtoolCheck(t *testing.T) {
 			return nil
 		})
 		for _, f := range []string{"quorate_plans", "quorate_plan_steps", "quorate_group_snapshot_bytes", "quorate_group_entries_total",
-			"quorate_decision_duration_seconds", "quorate_pacing_wait_seconds", "quorate_pacing_waiting", "quorate_leases_held"} {
+			"quorate_decision_duration_seconds", "quorate_pacing_wait_seconds", "quorate_pacing_waiting", "quorate_leases_held", "quorate_replica_damaged"} {
 			if !start[i][f] {
 				t.Errorf("node %d: no %s before first use", i, f)
 			}
+		}
+		if start[i]["quorate_tls_certificate_expiry_timestamp_seconds"] {
+			t.Errorf("node %d: a certificate expiry without TLS", i)
 		}
 	}
 

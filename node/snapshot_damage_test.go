@@ -151,7 +151,8 @@ func damageSettledSnapshots(tb testing.TB, c *nodetest.Cluster, i int, threshold
 // group as "damaged" with the file and the recovery, and the replica is
 // retried with backoff (not ten times a second, and no panic). The group
 // goes on answering on the other replicas, and deleting the replica's
-// directory brings it back.
+// directory brings it back. The node's quorate_replica_damaged for the
+// group is 0, then 1 while the replica is damaged, then 0 again.
 func TestDamagedSnapshotStopsReplica(t *testing.T) {
 	c := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 3, Configure: func(i int, cfg *node.Config) {
 		cfg.DataGroups, cfg.ExpectNodes = 1, 3
@@ -176,6 +177,8 @@ func TestDamagedSnapshotStopsReplica(t *testing.T) {
 		}
 		return nil
 	})
+	wantDamagedGauge(t, c, victim, "0", 0)
+	wantDamagedGauge(t, c, victim, "1", 0)
 
 	for _, tc := range []struct {
 		name   string
@@ -221,6 +224,9 @@ func TestDamagedSnapshotStopsReplica(t *testing.T) {
 				}
 				return nil
 			})
+			wantDamagedGauge(t, c, victim, "1", 1)
+			wantDamagedGauge(t, c, victim, "0", 0)
+			wantDamagedGauge(t, c, 0, "1", 0)
 			c.Eventually(t, 10*time.Second, "a second attempt to open the replica", func() error {
 				if n := len(logs.seen()); n < 2 {
 					return fmt.Errorf("%d attempts", n)
@@ -244,6 +250,7 @@ func TestDamagedSnapshotStopsReplica(t *testing.T) {
 				}
 				return nil
 			})
+			wantDamagedGauge(t, c, victim, "1", 0)
 		})
 	}
 }

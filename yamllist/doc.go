@@ -1,5 +1,6 @@
 // Package yamllist reads Quorate's strict YAML list files: the policy file
-// (cmd/quorate) and the token and access files (package access). Each is one
+// (cmd/quorate) and the token and access files (package access); serve's
+// config file (cmd/quorate) uses its Document, Resolve and Error. Each is one
 // YAML document holding a mapping with a single list key ("policies",
 // "tokens", "callers") whose entries are mappings of known fields.
 //
@@ -7,7 +8,10 @@
 //
 //   - Read and ReadFile: reading a file whole, refusing one over a size
 //     bound.
-//   - Spec.Parse: decoding exactly one document that is a mapping holding
+//   - Document: decoding at most one YAML document into a yaml.Node tree,
+//     a syntax error or a second document refused with an Error naming the
+//     line; Resolve follows an alias. The one decoding of these files.
+//   - Spec.Parse: decoding, with Document, exactly one document that is a mapping holding
 //     the one list key, a non-empty list, and handing each entry over in
 //     order. The document is walked as a yaml.Node tree rather than decoded
 //     into a struct, so that every error names its line, entry and field;

@@ -23,7 +23,7 @@ type Entry struct {
 
 // newEntry refuses an item that is not a mapping and picks the entry's name.
 func (s *Spec) newEntry(file string, index int, item *yaml.Node) (*Entry, error) {
-	n := resolve(item)
+	n := Resolve(item)
 	e := &Entry{
 		spec:   s,
 		node:   n,
@@ -40,7 +40,7 @@ func (s *Spec) newEntry(file string, index int, item *yaml.Node) (*Entry, error)
 		return nil, e.Fail(n.Line, "", nil, "expected a mapping of %s, got %s", fields, s.describe(n))
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if v := resolve(n.Content[i+1]); n.Content[i].Value == s.NameField && v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+		if v := Resolve(n.Content[i+1]); n.Content[i].Value == s.NameField && v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
 			e.err.Name = v.Value
 		}
 	}
@@ -55,7 +55,7 @@ func (s *Spec) newEntry(file string, index int, item *yaml.Node) (*Entry, error)
 func (e *Entry) Check(field func(name string) error) error {
 	s, n := e.spec, e.node
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
+		k, v := n.Content[i], Resolve(n.Content[i+1])
 		name := k.Value
 		switch {
 		case k.Kind != yaml.ScalarNode:
@@ -236,7 +236,7 @@ func (e *Entry) Names(field string, check func(string) error) ([]string, error) 
 	}
 	out := make([]string, 0, len(v.Content))
 	for _, item := range v.Content {
-		item = resolve(item)
+		item = Resolve(item)
 		if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
 			return nil, e.Fail(item.Line, field, nil, "expected a name, got %s", e.spec.describe(item))
 		}

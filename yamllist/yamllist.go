@@ -78,6 +78,37 @@ func ReadFile(path string, max int) ([]byte, error) {
 // reports only as text: "yaml: line 3: did not find expected key".
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// Document decodes data, which must hold at most one YAML document, and
+// returns its top node with aliases followed, or nil when data holds no
+// document (it is empty or only comments). file names the file in errors;
+// putAll ends the message refusing a second document, saying where
+// everything goes: "more than one YAML document; put " + putAll. Every
+// error is an *Error naming the file and, when known, the line; a syntax
+// error unwraps to the YAML library's.
+func Document(file string, data []byte, putAll string) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, nil
+	} else if err != nil {
+		fe := &Error{File: file, Index: -1, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+			fe.Line, _ = strconv.Atoi(m[1])
+			fe.Reason = "invalid YAML: " + m[2]
+		}
+		return nil, fe
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, &Error{File: file, Line: extra.Line, Index: -1, Reason: "more than one YAML document; put " + putAll, Err: err}
+	}
+	root := Resolve(&doc)
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = Resolve(root.Content[0])
+	}
+	return root, nil
+}
+
 // Parse decodes data, which must be one YAML document holding a mapping
 // with the single field s.Key, a non-empty list; it calls each for every
 // entry in order and stops at the first error. file names the file in
@@ -87,33 +118,19 @@ func (s *Spec) Parse(file string, data []byte, each func(e *Entry) error) error 
 	fileErr := func(line int, field, format string, args ...any) error {
 		return &Error{File: file, Line: line, Index: -1, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fileErr(0, "", "empty file; expected a %q list", s.Key)
-		}
-		fe := &Error{File: file, Index: -1, Reason: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
-		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-			fe.Line, _ = strconv.Atoi(m[1])
-			fe.Reason = "invalid YAML: " + m[2]
-		}
-		return fe
+	root, err := Document(file, data, fmt.Sprintf("%s in one %q list", s.every(), s.Key))
+	if err != nil {
+		return err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fileErr(extra.Line, "", "more than one YAML document; put %s in one %q list", s.every(), s.Key)
-	}
-	root := resolve(&doc)
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = resolve(root.Content[0])
+	if root == nil {
+		return fileErr(0, "", "empty file; expected a %q list", s.Key)
 	}
 	if root.Kind != yaml.MappingNode {
 		return fileErr(root.Line, "", "expected a mapping with a %q list, got %s", s.Key, s.describe(root))
 	}
 	var items *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], resolve(root.Content[i+1])
+		k, v := root.Content[i], Resolve(root.Content[i+1])
 		switch {
 		case k.Value != s.Key:
 			return fileErr(k.Line, k.Value, "unknown field; the file has only a %q list", s.Key)
@@ -157,8 +174,8 @@ func (s *Spec) every() string {
 	return s.Every
 }
 
-// resolve follows YAML aliases (*anchor) to the node they stand for.
-func resolve(n *yaml.Node) *yaml.Node {
+// Resolve follows YAML aliases (*anchor) to the node they stand for.
+func Resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -19,10 +15,6 @@ import (
 
 // maxConfigBytes bounds serve's --config file.
 const maxConfigBytes = 1 << 20
-
-// yamlLineRE takes the line out of a YAML syntax error, which the library
-// reports only as text: "yaml: line 3: did not find expected key".
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // secretFileKey returns, for the key of a secret serve never takes as a
 // value (serve's refused --node-token), the key of the file that holds it.
@@ -67,27 +59,12 @@ func applyConfig(cmd *cobra.Command, file string, data []byte) error {
 	fail := func(line int, key string, cause error, format string, args ...any) error {
 		return &yamllist.Error{File: file, Line: line, Index: -1, Field: key, Reason: fmt.Sprintf(format, args...), Err: cause}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil // only comments: nothing set
-	} else if err != nil {
-		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			return fail(line, "", err, "invalid YAML: %s", m[2])
-		}
-		return fail(0, "", err, "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	root, err := yamllist.Document(file, data, "every key in one mapping")
+	if err != nil {
+		return err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fail(extra.Line, "", err, "more than one YAML document; put every key in one mapping")
-	}
-	root := resolveYAML(&doc)
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = resolveYAML(root.Content[0])
-	}
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return nil
+	if root == nil || root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return nil // only comments, or an empty document: nothing set
 	}
 	if root.Kind != yaml.MappingNode {
 		return fail(root.Line, "", nil, "expected a mapping of serve's flags (api-addr: ..., data-dir: ...), got %s", describeYAML(root))
@@ -98,7 +75,7 @@ func applyConfig(cmd *cobra.Command, file string, data []byte) error {
 	}
 	seen := make(map[string]int)
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], resolveYAML(root.Content[i+1])
+		k, v := root.Content[i], yamllist.Resolve(root.Content[i+1])
 		key := k.Value
 		if k.Kind != yaml.ScalarNode {
 			return fail(k.Line, "", nil, "a key must be a plain string, got %s", describeYAML(k))
@@ -140,7 +117,7 @@ func checkYAMLShape(f *pflag.Flag, v *yaml.Node) *yaml.Node {
 			return v
 		}
 		for _, item := range v.Content {
-			if item = resolveYAML(item); item.Kind != yaml.ScalarNode || item.ShortTag() == "!!null" {
+			if item = yamllist.Resolve(item); item.Kind != yaml.ScalarNode || item.ShortTag() == "!!null" {
 				return item
 			}
 		}
@@ -164,7 +141,7 @@ func setFlagFromYAML(f *pflag.Flag, v *yaml.Node) error {
 	if sv, ok := f.Value.(pflag.SliceValue); ok {
 		items := make([]string, 0, len(v.Content))
 		for _, item := range v.Content {
-			items = append(items, resolveYAML(item).Value)
+			items = append(items, yamllist.Resolve(item).Value)
 		}
 		return sv.Replace(items)
 	}
@@ -235,14 +212,6 @@ func printConfig(cmd *cobra.Command, w io.Writer) error {
 		return err
 	}
 	return enc.Close()
-}
-
-// resolveYAML follows YAML aliases (*anchor) to the node they stand for.
-func resolveYAML(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
 }
 
 // describeYAML names a node's kind for error messages, quoting a single

@@ -2,8 +2,6 @@ package nodetest
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,7 +25,7 @@ const RequirePromtoolEnv = "QUORATE_REQUIRE_PROMTOOL"
 // RequirePromtoolEnv is 1. It returns the exposition text.
 func CheckMetrics(tb testing.TB, client *http.Client, url string) string {
 	tb.Helper()
-	body, err := getMetrics(client, url)
+	body, err := Get(client, url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -54,20 +52,4 @@ func CheckMetrics(tb testing.TB, client *http.Client, url string) string {
 		tb.Errorf("%s: promtool check metrics: %v\n%s", url, err, out.String())
 	}
 	return body
-}
-
-func getMetrics(client *http.Client, url string) (string, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	return string(b), nil
 }
