@@ -16,6 +16,8 @@
 // The test decodes every manifest strictly against the Kubernetes API's
 // types, checks that the pieces fit (selectors, ports, probes, mounts), and
 // runs the real `quorate serve --print-config` with the ConfigMap's file and
-// each pod's arguments. It is a module of its own, so that the server's
+// each pod's arguments; then it starts pod 0's node (on loopback, with
+// certificates made as docs/operating.md makes them), calls it as the
+// access file's admin caller, and stops it as Kubernetes does. It is a module of its own, so that the server's
 // module does not depend on Kubernetes; it has no Go code of its own.
 package kubernetes
