@@ -74,9 +74,11 @@ test: browser-deps
 
 # MODULES are the Go modules in this repository besides the main one (go.mod
 # replaces each with its directory): the Go client, which a service imports
-# without the server's dependencies, and the generated API. `./...` in the
-# main module stops at their go.mod, so test and verify visit each.
-MODULES := client proto
+# without the server's dependencies, and the generated API; and the test of
+# the Kubernetes manifests, which needs the Kubernetes API's types the server
+# does not (the main module does not require it). `./...` in the main module
+# stops at their go.mod, so test and verify visit each.
+MODULES := client proto deploy/kubernetes
 
 # HAVE_CC succeeds where cgo, which -race needs, has a C compiler.
 HAVE_CC = { [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null; }

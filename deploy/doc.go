@@ -7,7 +7,10 @@
 //   - grafana/quorate.json, a Grafana dashboard;
 //   - systemd/quorate.service, a sandboxed systemd unit, with the
 //     environment file it reads (systemd/quorate.env) and its user
-//     (systemd/quorate.sysusers).
+//     (systemd/quorate.sysusers);
+//   - kubernetes/, a StatefulSet and its Services, PodDisruptionBudget and
+//     ConfigMap: a module of its own, with its own test (package
+//     kubernetes), so that Quorate's module does not depend on Kubernetes.
 //
 // The tests build bin/quorate's command, start a three-node cluster of it
 // (with TLS, so that the nodes export their certificates' expiry) and check that every metric the rules and the dashboard name is one the

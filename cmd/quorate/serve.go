@@ -22,7 +22,7 @@ const nodeTokenEnv = "QUORATE_NODE_TOKEN"
 
 func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
-	var clockFile, nodeTokenFile, configFile string
+	var clockFile, nodeTokenFile, configFile, bootstrapID string
 	var printCfg bool
 	cmd := &cobra.Command{
 		Use:   "serve (--config FILE | --id ID --data-dir DIR (--bootstrap | --join API_ADDR))",
@@ -32,7 +32,9 @@ func newServeCmd() *cobra.Command {
 			"The first node of a new cluster starts with --bootstrap; every other node starts\n" +
 			"with --join and the API (or --admin-addr) address of any member. Both are ignored once the data\n" +
 			"directory holds state: a restarted node rejoins with what it has. A node whose\n" +
-			"--data-dir is empty or absent is refused without one of them.\n\n" +
+			"--data-dir is empty or absent is refused without one of them. Nodes started with the same\n" +
+			"settings (a Kubernetes StatefulSet) give --bootstrap-id ID and --join instead: the node whose\n" +
+			"--id is ID bootstraps, every other one joins.\n\n" +
 			"--config names a YAML file of these settings, each key a flag's name without its dashes\n" +
 			"(api-addr: 10.0.0.1:7070; a repeatable flag's key holds a list); a flag given on the command\n" +
 			"line overrides the file's key. --print-config prints the effective settings as such a file and\n" +
@@ -49,6 +51,9 @@ func newServeCmd() *cobra.Command {
 				if err := applyConfigFile(cmd, configFile); err != nil {
 					return err
 				}
+			}
+			if err := resolveBootstrapID(&cfg, bootstrapID); err != nil {
+				return err
 			}
 			if printCfg {
 				return printConfig(cmd, cmd.OutOrStdout())
@@ -122,6 +127,8 @@ func newServeCmd() *cobra.Command {
 	fs.StringVar(&cfg.AdvertiseAPIAddr, "advertise-api-addr", cfg.AdvertiseAPIAddr, "API host:port other nodes use to reach this one (default --api-addr)")
 	fs.StringVar(&cfg.AdvertiseRaftAddr, "advertise-raft-addr", cfg.AdvertiseRaftAddr, "Raft host:port peers dial (default --raft-addr)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster with this node as its only voter (ignored when --data-dir has state)")
+	fs.StringVar(&bootstrapID, "bootstrap-id", "", "the ID of the node that bootstraps: that node starts as with --bootstrap (its --join is ignored),\n"+
+		"every other node joins --join; give every node the same value (for nodes started with the same settings)")
 	fs.IntVar(&cfg.DataGroups, "groups", cfg.DataGroups, "data groups the shard map spreads keys over when the cluster forms (0: every key in the meta group; quorate dev\n"+
 		"uses 8, with --expect-nodes 3); give every node the same value")
 	fs.IntVar(&cfg.ExpectNodes, "expect-nodes", cfg.ExpectNodes, "registered nodes the shard map waits for, so replicas spread over them from the start")
@@ -156,6 +163,26 @@ func newServeCmd() *cobra.Command {
 	fs.StringToStringVar(&cfg.DebugDialMap, "debug-dial-map", cfg.DebugDialMap, "PEER=VIA,...: dial host:port VIA whenever a peer's host:port PEER is dialed; for fault-injection tests only")
 	_ = fs.MarkHidden("debug-dial-map")
 	return cmd
+}
+
+// resolveBootstrapID sets cfg's Bootstrap and Join for --bootstrap-id id
+// (none when id is ""): the node whose ID is id bootstraps, and its --join
+// is dropped; every other node joins, so it needs --join and must not have
+// --bootstrap. --print-config then shows what the node does.
+func resolveBootstrapID(cfg *node.Config, id string) error {
+	switch {
+	case id == "":
+		return nil
+	case cfg.ID == id:
+		cfg.Bootstrap, cfg.Join = true, ""
+		return nil
+	case cfg.Bootstrap:
+		return fmt.Errorf("serve: --bootstrap: --bootstrap-id %s names the node that bootstraps, and this is node %q: drop --bootstrap", id, cfg.ID)
+	case cfg.Join == "":
+		return fmt.Errorf("serve: --bootstrap-id %s names another node to bootstrap, so node %q joins and needs --join HOST:PORT "+
+			"(the API address of node %s or of any member)", id, cfg.ID, id)
+	}
+	return nil
 }
 
 // readClockFile reads a Go duration (e.g. "-1.5s"); blank means 0.
