@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 // containerEngine is the first of docker and podman that is on the PATH
@@ -70,5 +74,58 @@ func TestImageRunsInContainerEngine(t *testing.T) {
 	out, err = command(".", engine, "run", "--rm", "--entrypoint", "/quorate", ref, "serve", "--print-config", "--id", "n1", "--data-dir", "/var/lib/quorate", "--bootstrap")
 	if err != nil {
 		t.Errorf("%s run %s serve --print-config: %v\n%s", engine, ref, err, out)
+	}
+}
+
+// skopeo (Debian's skopeo package), another implementation of the image
+// formats (containers/image), reads the layout by its ref.name, copies
+// every platform of it and the docker archive, checking each blob's
+// digest. Skipped, saying so, without it.
+func TestSkopeoReadsImage(t *testing.T) {
+	skopeo, err := exec.LookPath("skopeo")
+	if err != nil {
+		t.Skip("skopeo is not on the PATH (Debian's skopeo package has it): the image is not read by a second implementation")
+	}
+	m := theImage(t)
+	ref := "oci:" + filepath.Join(m.out, "oci") + ":" + testVersion
+	out, err := command(".", skopeo, "inspect", ref)
+	if err != nil {
+		t.Fatalf("skopeo inspect %s: %v\n%s", ref, err, out)
+	}
+	var got struct {
+		Digest       string
+		Architecture string
+		Os           string
+		Labels       map[string]string
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("skopeo inspect: %v\n%s", err, out)
+	}
+	p, err := layout.FromPath(filepath.Join(m.out, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Manifests) != 1 || got.Digest != top.Manifests[0].Digest.String() {
+		t.Errorf("skopeo inspect %s: digest %s, the layout's index.json names %+v", ref, got.Digest, top.Manifests)
+	}
+	if got.Os != hostPlatform.OS || got.Architecture != hostPlatform.Architecture ||
+		got.Labels["org.opencontainers.image.version"] != testVersion || got.Labels["org.opencontainers.image.licenses"] != "Apache-2.0" {
+		t.Errorf("skopeo inspect %s: %s/%s, labels %v", ref, got.Os, got.Architecture, got.Labels)
+	}
+	archive := "docker-archive:" + filepath.Join(m.out, fmt.Sprintf("quorate-%s-%s-%s.tar", testVersion, hostPlatform.OS, hostPlatform.Architecture))
+	for i, src := range [][]string{{"--all", ref}, {archive}} {
+		dst := "dir:" + filepath.Join(t.TempDir(), strconv.Itoa(i))
+		args := append(append([]string{"copy", "-q"}, src...), dst)
+		if out, err := command(".", skopeo, args...); err != nil {
+			t.Errorf("skopeo %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }

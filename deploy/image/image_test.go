@@ -112,9 +112,16 @@ func (m made) want(t *testing.T) want {
 		platform: hostPlatform, runDir: t.TempDir()}
 }
 
+// command runs name with args in dir and returns its combined output. A
+// make of the tests' is not given the variables of a make that runs them.
 func command(dir, name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
