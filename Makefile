@@ -8,7 +8,7 @@ PROTO_FILES := $(shell find proto -name '*.proto' | sort)
 PROTO_GEN_DIR := .cache/proto-gen
 
 # release: static binaries for each platform, stamped, with SHA256SUMS (see below).
-.PHONY: all build build-bench release run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
+.PHONY: all build build-bench release image run test race proto proto-deps browser-deps status-page-screenshot verify bench bench-deps bench-compare jepsen clean
 
 all: build
 
@@ -38,6 +38,27 @@ release:
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o "$$out/$$f" ./cmd/quorate; \
 	done; \
 	cd "$$out" && sha256sum quorate-* > SHA256SUMS && echo "wrote $$out/SHA256SUMS"
+
+## image: Quorate's OCI image for each of IMAGE_PLATFORMS, built without a
+## network or a container engine by deploy/image (from scratch: the static
+## binary, built as `make release` builds it, the CA bundle CA_CERTS, the
+## user quorate 65532:65532, the volume /var/lib/quorate): $(DIST)/image/<version>/oci,
+## an OCI image layout of one index of them all, and quorate-<version>-<os>-<arch>.tar,
+## a `docker load` archive of each. The build date stamped and every timestamp in
+## the image is the commit's time, so a commit gives the same digest every time.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+image: BUILD_DATE = $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+image:
+	@set -e; v='$(VERSION)'; out='$(abspath $(DIST))'/image/"$$v"; bins=; \
+	[ -f '$(CA_CERTS)' ] || { echo "make image: no CA bundle at $(CA_CERTS) (Debian's ca-certificates package installs it; CA_CERTS=FILE names another)"; exit 1; }; \
+	for p in $(IMAGE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; b="$(CURDIR)/.cache/image/$$os-$$arch/quorate"; \
+		echo "building $$b"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o "$$b" ./cmd/quorate; \
+		bins="$$bins --binary $$p=$$b"; \
+	done; \
+	cd deploy/image && $(GO) run . --version "$$v" --revision '$(COMMIT)' --created '$(BUILD_DATE)' \
+		--ca-certs '$(abspath $(CA_CERTS))' $$bins --out "$$out"
 
 ## build-bench: bin/quorate-bench, the load generator (quorate-bench, and
 ## quorate-bench compare with its Redis and Gubernator drivers): a binary of
@@ -72,13 +93,14 @@ test: browser-deps
 	for m in $(MODULES); do (cd $$m && $(GO) test $$race -count=1 -timeout 30m ./...) || exit 1; done && \
 	$(GO) test $$race -count=1 -timeout 30m ./jepsen/...
 
-# MODULES are the Go modules in this repository besides the main one (go.mod
-# replaces each with its directory): the Go client, which a service imports
-# without the server's dependencies, and the generated API; and the test of
-# the Kubernetes manifests, which needs the Kubernetes API's types the server
-# does not (the main module does not require it). `./...` in the main module
-# stops at their go.mod, so test and verify visit each.
-MODULES := client proto deploy/kubernetes
+# MODULES are the Go modules in this repository besides the main one: the Go
+# client (go.mod replaces it and the API with their directories), which a service imports
+# without the server's dependencies, and the generated API; the test of the
+# Kubernetes manifests, which needs the Kubernetes API's types the server does
+# not; and the builder of the container image (go-containerregistry). The main
+# module requires neither of the last two. `./...` in the main module stops at
+# their go.mod, so test and verify visit each.
+MODULES := client proto deploy/kubernetes deploy/image
 
 # HAVE_CC succeeds where cgo, which -race needs, has a C compiler.
 HAVE_CC = { [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null; }
