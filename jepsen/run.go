@@ -66,8 +66,8 @@ type Options struct {
 	// node moves to Upgrade.Binary in turn; adds the "upgrade" verdict.
 	// The workloads run for Duration and at least until 2 s after it.
 	Upgrade *UpgradeOptions
-	// Recovery runs the recovery scenario (Nemesis.Recover) beside the
-	// nemesis on a cluster of 3: two nodes lost for good, the survivor
+	// Recovery runs the recovery scenario (Nemesis.Recover), without
+	// faults, on a cluster of 3: two nodes lost for good, the survivor
 	// recovered with `quorate admin recover`, two new nodes joined; adds
 	// the "recovery" verdict. The workloads run for Duration and at least
 	// until 2 s after it.
@@ -108,6 +108,10 @@ func (o *Options) defaults() error {
 	}
 	if o.Recovery && o.Nodes != 0 && o.Nodes != 3 {
 		return fmt.Errorf("jepsen: the recovery scenario runs on 3 nodes, not %d", o.Nodes)
+	}
+	if o.Recovery && len(o.Nemesis.Families) > 0 {
+		// A fault beside it could hit the survivor while it alone holds the data.
+		return errors.New("jepsen: the recovery scenario runs without faults (--faults none)")
 	}
 	if o.Upgrade != nil && (o.Binary == "" || o.Upgrade.Binary == "") {
 		return errors.New("jepsen: the upgrade scenario needs the old binary (Binary) and the new one (Upgrade.Binary)")
