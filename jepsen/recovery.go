@@ -31,11 +31,17 @@ import (
 // is on the survivor; what the first lost node committed with the second
 // before it died is on the second (and on whichever of the two leads each
 // group: Raft's leader completeness), and the scenario waits until, in
-// every group, both see one leader in one term on two polls in a row and
-// the survivor has applied the second's commit index — by then the leader
-// has committed its term's first entry, which commits every entry before
-// it. Entries the survivor received but that were never committed become
-// committed by the recovery: their calls ended unknown (never
+// every group, both see one leader in one term on three polls in a row
+// (100 ms or more apart) and, at the third, the survivor has applied the
+// commit index the second node had at the second. The leader commits its term's first entry, which
+// commits every entry before it, within a round trip of its election (the
+// survivor is alive), so by the second poll its commit index covers them:
+// that timing is the scenario's one assumption. A follower learns the
+// commit index only with the next entry (a heartbeat does not carry it),
+// so the scenario writes to every group between polls: a policy change in
+// the meta group, Peeks (which go through the log) of probe keys in the
+// data groups. Entries the survivor received but that were never committed
+// become committed by the recovery: their calls ended unknown (never
 // acknowledged), which the checkers already allow.
 
 // RecoverySpare is how many spare node slots the recovery scenario joins.
@@ -91,6 +97,10 @@ func (n *Nemesis) Recover(ctx context.Context, c *Cluster, seed uint64) error {
 		}
 		return nil
 	}
+	probe := probePolicy(1)
+	if err := ApplyPolicy(ctx, c, probe); err != nil {
+		return err
+	}
 	if !sleepCtx(ctx, recoveryLead) {
 		return ctx.Err()
 	}
@@ -144,6 +154,30 @@ func (n *Nemesis) Recover(ctx context.Context, c *Cluster, seed uint64) error {
 	})
 }
 
+// recoveryProbe is the policy of the recovery scenario's probes.
+const recoveryProbe = "jepsen-recovery-probe"
+
+// probePolicy is recoveryProbe with limit n: a new limit is a new entry of
+// the meta group.
+func probePolicy(n int64) *quoratev1.Policy { return TokenBucketPolicy(recoveryProbe, n) }
+
+// probe writes an entry to every group (very likely: a Peek of each of 16
+// keys lands in its key's data group), each call bounded by a second; its
+// errors do not matter.
+func (c *Cluster) probe(ctx context.Context, round int64) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = ApplyPolicy(cctx, c, probePolicy(2+round))
+	cc, err := c.NewClient("jepsen-recovery-probe")
+	if err != nil {
+		return
+	}
+	defer cc.Close()
+	for k := range 16 {
+		_, _ = cc.Peek(cctx, recoveryProbe, fmt.Sprintf("probe-%d", k))
+	}
+}
+
 // destroy loses node i for good: out of the members (never started
 // again), killed, its data directory deleted.
 func (c *Cluster) destroy(i int) error {
@@ -157,8 +191,9 @@ func (c *Cluster) destroy(i int) error {
 // waitHoldsCommitted waits, for up to recoveryStepWait, until node s holds
 // every entry committed in every group it hosts, other being the only
 // other node alive: in each group both see the same leader (one of them)
-// in the same term on two polls in a row, and s has applied other's commit
-// index of the second poll.
+// in the same term on three polls in a row, and s has applied other's
+// commit index of the second; between polls it writes to every group
+// (probe).
 func (c *Cluster) waitHoldsCommitted(ctx context.Context, s, other int) error {
 	deadline := time.Now().Add(recoveryStepWait)
 	type seen struct {
@@ -166,8 +201,10 @@ func (c *Cluster) waitHoldsCommitted(ctx context.Context, s, other int) error {
 		term   uint64
 	}
 	prev := map[uint32]seen{}
+	polls := map[uint32]int{}         // consecutive polls that saw prev
+	prevCommit := map[uint32]uint64{} // other's commit index, by group, at the earlier poll
 	var last string
-	for {
+	for round := int64(0); ; round++ {
 		err := func() error {
 			ss, err := c.nodeStatus(ctx, s)
 			if err != nil {
@@ -181,7 +218,7 @@ func (c *Cluster) waitHoldsCommitted(ctx context.Context, s, other int) error {
 			for _, g := range ost.GetGroups() {
 				og[g.GetId()] = g
 			}
-			now := map[uint32]seen{}
+			now, commit := map[uint32]seen{}, map[uint32]uint64{}
 			var problems []string
 			for _, g := range ss.GetGroups() {
 				o := og[g.GetId()]
@@ -194,15 +231,21 @@ func (c *Cluster) waitHoldsCommitted(ctx context.Context, s, other int) error {
 						g.GetId(), g.GetLeaderId(), g.GetTerm(), o.GetLeaderId(), o.GetTerm()))
 				default:
 					now[g.GetId()] = seen{g.GetLeaderId(), g.GetTerm()}
-					if p, ok := prev[g.GetId()]; !ok || p != now[g.GetId()] {
-						problems = append(problems, fmt.Sprintf("group %d: leader %s in term %d seen once", g.GetId(), g.GetLeaderId(), g.GetTerm()))
-					} else if g.GetLastAppliedIndex() < o.GetCommitIndex() {
+					commit[g.GetId()] = o.GetCommitIndex()
+					if p, ok := prev[g.GetId()]; ok && p == now[g.GetId()] {
+						polls[g.GetId()]++
+					} else {
+						polls[g.GetId()] = 1
+					}
+					if polls[g.GetId()] < 3 {
+						problems = append(problems, fmt.Sprintf("group %d: leader %s in term %d seen %d times", g.GetId(), g.GetLeaderId(), g.GetTerm(), polls[g.GetId()]))
+					} else if g.GetLastAppliedIndex() < prevCommit[g.GetId()] {
 						problems = append(problems, fmt.Sprintf("group %d: %s applied %d < %d committed", g.GetId(),
-							c.Nodes[s].ID, g.GetLastAppliedIndex(), o.GetCommitIndex()))
+							c.Nodes[s].ID, g.GetLastAppliedIndex(), prevCommit[g.GetId()]))
 					}
 				}
 			}
-			prev = now
+			prev, prevCommit = now, commit
 			if len(ss.GetGroups()) == 0 {
 				problems = append(problems, "no groups")
 			}
@@ -218,7 +261,8 @@ func (c *Cluster) waitHoldsCommitted(ctx context.Context, s, other int) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("after %v: %s", recoveryStepWait, last)
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		c.probe(ctx, round)
+		sleepCtx(ctx, 100*time.Millisecond)
 	}
 }
 
