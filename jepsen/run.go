@@ -488,7 +488,7 @@ func (r *Report) Summary(healErr error) string {
 	if s := PlanTotals(r.Faults); s.Plans > 0 {
 		fmt.Fprintf(&b, "plans: %s\n", s)
 	}
-	if r.Options.Scale || len(r.Members) != max(r.Options.Nodes, 3) {
+	if r.Options.Scale || r.Options.Recovery || len(r.Members) != max(r.Options.Nodes, 3) {
 		fmt.Fprintf(&b, "members at the end: %s\n", strings.Join(r.Members, " "))
 	}
 	if healErr != nil {
