@@ -67,6 +67,8 @@ type Node struct {
 	paused    bool
 	offset    time.Duration // clock offset, kept across restarts
 	clockFile string        // --debug-clock-file: offset's home
+	binary    string        // this node's binary when not the cluster's (SetNodeBinary)
+	args      []string      // appended to this node's `quorate serve` (SetNodeBinary)
 }
 
 // Cluster is a set of running node processes.
@@ -245,6 +247,10 @@ func (c *Cluster) start(i int) error {
 	n.mu.Lock()
 	err := writeClockFile(n.clockFile, n.offset)
 	retired := n.state == nodeRetired
+	binary, nodeArgs := c.binary, n.args
+	if n.binary != "" {
+		binary = n.binary
+	}
 	n.mu.Unlock()
 	if retired {
 		return fmt.Errorf("jepsen: %s was removed from the cluster: not restarting it", n.ID)
@@ -255,12 +261,13 @@ func (c *Cluster) start(i int) error {
 	args = append(args, "--debug-clock-file", n.clockFile)
 	args = append(args, c.tlsArgs(n)...)
 	args = append(args, c.opts.ExtraArgs...)
+	args = append(args, nodeArgs...)
 	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(logf, "=== jepsen: %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := c.net.command(i, c.binary, args)
+	cmd := c.net.command(i, binary, args)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -326,6 +333,37 @@ func (c *Cluster) Kill(i int) error {
 		return err
 	}
 	return c.wait(i, 10*time.Second)
+}
+
+// SetNodeBinary makes node i run binary (the cluster's when empty), with
+// args appended to its `quorate serve` from its next start on: a rolling
+// upgrade stops a node (StopNode) and starts it again (Restart) on the new
+// binary with the same data dir and ports.
+func (c *Cluster) SetNodeBinary(i int, binary string, args ...string) {
+	n := c.Nodes[i]
+	n.mu.Lock()
+	n.binary, n.args = binary, args
+	n.mu.Unlock()
+}
+
+// StopNode stops node i gracefully: SIGTERM (a paused node is resumed
+// first), SIGKILL after 10 s. It stays a member: Heal or Restart starts it.
+func (c *Cluster) StopNode(i int) error {
+	if !c.Running(i) {
+		return nil
+	}
+	_ = c.signal(i, syscall.SIGCONT)
+	if err := c.signal(i, syscall.SIGTERM); err != nil {
+		return err
+	}
+	c.Nodes[i].mu.Lock()
+	c.Nodes[i].paused = false
+	c.Nodes[i].mu.Unlock()
+	if err := c.wait(i, 10*time.Second); err != nil {
+		_ = c.Kill(i)
+		return fmt.Errorf("jepsen: %s did not stop on SIGTERM within 10 s: killed", c.Nodes[i].ID)
+	}
+	return nil
 }
 
 // Restart starts node i again with the same data dir and ports; it kills it first if running.

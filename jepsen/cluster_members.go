@@ -110,18 +110,9 @@ func onLive(g Grudge, live []int) Grudge {
 func (c *Cluster) AddNode(ctx context.Context) (int, error) {
 	c.membersMu.Lock()
 	defer c.membersMu.Unlock()
-	i := -1
-	for j, n := range c.Nodes {
-		n.mu.Lock()
-		spare := n.state == nodeSpare
-		n.mu.Unlock()
-		if spare {
-			i = j
-			break
-		}
-	}
-	if i < 0 {
-		return -1, errors.New("jepsen: no spare node left (ClusterOptions.Spare)")
+	i, err := c.nextSpare()
+	if err != nil {
+		return -1, err
 	}
 	c.setState(i, nodeJoining)
 	if err := c.start(i); err != nil {
@@ -133,6 +124,19 @@ func (c *Cluster) AddNode(ctx context.Context) (int, error) {
 	}
 	c.setState(i, nodeMember)
 	return i, nil
+}
+
+// nextSpare returns the first spare node slot.
+func (c *Cluster) nextSpare() (int, error) {
+	for j, n := range c.Nodes {
+		n.mu.Lock()
+		spare := n.state == nodeSpare
+		n.mu.Unlock()
+		if spare {
+			return j, nil
+		}
+	}
+	return -1, errors.New("jepsen: no spare node left (ClusterOptions.Spare)")
 }
 
 // Withdraw takes node i out of the members — clients, faults and Heal

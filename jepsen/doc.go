@@ -109,6 +109,37 @@
 // faults and Heal use only the members (Cluster.Live). The workloads run
 // at least until 2 s after the scenario.
 //
+// The rolling upgrade scenario (Options.Upgrade, Nemesis.Upgrade) starts
+// the cluster on one binary (Options.Binary) and moves each node to
+// another (UpgradeOptions.Binary; Cluster.SetNodeBinary gives a node its
+// own binary and serve flags) under the workloads, the meta leader last,
+// as docs/operating.md's "Rolling upgrade" says: stop it with SIGTERM
+// (Cluster.StopNode), start it on the new binary with the same data dir,
+// ports and flags — with --max-feature-level at the level the old nodes
+// register when UpgradeOptions.HoldLevel, then a second pass restarts each
+// without it — and wait until it reports the new version on /metrics
+// (quorate_build_info, Cluster.BuildVersion), has applied in every group
+// what the group's leader had committed when it came back, and the
+// cluster is whole. The "upgrade" verdict checks that every member runs
+// the new version at one feature level. TestRollingUpgrade builds the
+// previous commit (ResolveRevision, BuildRevision: git archive into a
+// temporary directory, built with the same go toolchain; another revision
+// with QUORATE_UPGRADE_FROM) and the checkout (BuildStamped), and is
+// skipped, saying why, without git history.
+//
+// The recovery scenario (Options.Recovery, Nemesis.Recover; quorate-jepsen
+// --recovery --faults none) loses two of three nodes for good under the
+// workloads — killed, withdrawn, data directories deleted — stops the
+// survivor, runs `quorate admin recover --data-dir DIR --yes` on it as a
+// process, starts it again, joins two spare nodes to it and removes the
+// lost ones with force. What a recovery may lose is the entries the
+// survivor never received; the scenario kills the second node only once
+// the survivor holds every committed entry (recovery.go says how it
+// knows), so every checker applies unchanged: nothing acknowledged may be
+// lost. The "recovery" verdict checks that the members end as the
+// survivor and the two new nodes, each group with exactly them as voters
+// under one leader.
+//
 // Network faults (Cluster.Partition with a Grudge; ClusterOptions.Net): as
 // root, nodes run in a private network namespace on 127.0.0.11, .12, … and
 // nftables drops packets per ordered pair, so a one-way cut also breaks TCP
@@ -141,7 +172,9 @@
 //     serving it under one leader among them;
 //   - the scale verdict (with Options.Scale): the scenario completed and
 //     the members are N nodes, exactly those running, all answering, with
-//     a full set of meta voters.
+//     a full set of meta voters;
+//   - the upgrade and recovery verdicts (with Options.Upgrade,
+//     Options.Recovery), as above.
 //
 // TLS clusters (Options.TLS, ClusterOptions.TLS; quorate-jepsen --tls):
 // StartCluster makes a throwaway CA in the work directory with package

@@ -19,6 +19,7 @@ type MatrixRun struct {
 	Nodes    int           // 0: the matrix's default
 	Duration time.Duration // 0: the matrix's default
 	Scale    bool          // run the scale scenario too (Options.Scale)
+	Recovery bool          // run the recovery scenario too (Options.Recovery)
 	Interval time.Duration // quiet time between faults (NemesisOptions.Interval); 0: the matrix's default
 	TLS      bool          // on a TLS cluster (Options.TLS); the matrix's Options.TLS puts every row on one
 	// Workloads of the row when the matrix's Options name none; nil: every
@@ -32,8 +33,9 @@ var serverWorkloads = []string{WorkloadTokenBucket, WorkloadFixedWindow, Workloa
 
 // FullMatrix is `make jepsen`: each fault family alone, then all mixed, on
 // one Raft group; then all mixed again on 8 data groups; replica moves and
-// slot moves with kills; the scale scenario (3 → 5 → 3 nodes); and kills
-// with partitions on a TLS cluster of 8 data groups.
+// slot moves with kills; the scale scenario (3 → 5 → 3 nodes); the
+// recovery scenario (two of three nodes lost for good); and kills with
+// partitions on a TLS cluster of 8 data groups.
 func FullMatrix() []MatrixRun {
 	var runs []MatrixRun
 	for _, f := range Families {
@@ -44,6 +46,7 @@ func FullMatrix() []MatrixRun {
 		MatrixRun{Name: "move+kill-5-nodes-8-groups", Families: []string{FamilyMove, FamilyKill}, Groups: 8, Nodes: 5},
 		MatrixRun{Name: "slots+kill-3-nodes-4-groups", Families: []string{FamilySlots, FamilyKill}, Groups: 4, Nodes: 3},
 		MatrixRun{Name: "scale-3-5-3-nodes-4-groups", Groups: 4, Nodes: 3, Scale: true},
+		MatrixRun{Name: "recovery-3-nodes-4-groups", Groups: 4, Nodes: 3, Recovery: true},
 		MatrixRun{Name: "kill+partition-8-groups-tls", Families: []string{FamilyKill, FamilyPartition}, Groups: 8, TLS: true})
 }
 
@@ -97,6 +100,7 @@ func RunMatrix(ctx context.Context, base Options, runs []MatrixRun, progress io.
 		opts.Nemesis.Families = row.Families
 		opts.Groups = row.Groups
 		opts.Scale = row.Scale
+		opts.Recovery = row.Recovery
 		opts.TLS = base.TLS || row.TLS
 		if len(base.Workloads) == 0 {
 			opts.Workloads = row.Workloads
@@ -202,6 +206,9 @@ func ReproduceCommand(o Options) string {
 	}
 	if o.Scale {
 		args = append(args, "--scale")
+	}
+	if o.Recovery {
+		args = append(args, "--recovery")
 	}
 	if o.TLS {
 		args = append(args, "--tls")

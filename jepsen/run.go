@@ -60,8 +60,19 @@ type Options struct {
 	Scale bool
 	// TLS runs the cluster with TLS on both ports of every node
 	// (ClusterOptions.TLS) and adds the "tls" verdict (CheckTLS).
-	TLS     bool
-	Nemesis NemesisOptions
+	TLS bool
+	// Upgrade runs the rolling upgrade scenario (Nemesis.Upgrade) beside
+	// the nemesis: the cluster starts on Binary (the old one) and each
+	// node moves to Upgrade.Binary in turn; adds the "upgrade" verdict.
+	// The workloads run for Duration and at least until 2 s after it.
+	Upgrade *UpgradeOptions
+	// Recovery runs the recovery scenario (Nemesis.Recover), without
+	// faults, on a cluster of 3: two nodes lost for good, the survivor
+	// recovered with `quorate admin recover`, two new nodes joined; adds
+	// the "recovery" verdict. The workloads run for Duration and at least
+	// until 2 s after it.
+	Recovery bool
+	Nemesis  NemesisOptions
 }
 
 // scaleTail is how long the workloads go on after the scale scenario.
@@ -86,6 +97,25 @@ func (o *Options) defaults() error {
 	setDefault(&o.GrantLimit, 200)
 	setDefault(&o.Duration, 20*time.Second)
 	setDefault(&o.Seed, uint64(time.Now().UnixNano()))
+	scenarios := 0
+	for _, on := range []bool{o.Scale, o.Upgrade != nil, o.Recovery} {
+		if on {
+			scenarios++
+		}
+	}
+	if scenarios > 1 {
+		return errors.New("jepsen: Scale, Upgrade and Recovery are scenarios of their own: choose one")
+	}
+	if o.Recovery && o.Nodes != 0 && o.Nodes != 3 {
+		return fmt.Errorf("jepsen: the recovery scenario runs on 3 nodes, not %d", o.Nodes)
+	}
+	if o.Recovery && len(o.Nemesis.Families) > 0 {
+		// A fault beside it could hit the survivor while it alone holds the data.
+		return errors.New("jepsen: the recovery scenario runs without faults (--faults none)")
+	}
+	if o.Upgrade != nil && (o.Binary == "" || o.Upgrade.Binary == "") {
+		return errors.New("jepsen: the upgrade scenario needs the old binary (Binary) and the new one (Upgrade.Binary)")
+	}
 	if o.Scale {
 		setDefault(&o.Groups, 4)
 	}
@@ -159,8 +189,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(work)
 	spare := 0
-	if opts.Scale {
+	switch {
+	case opts.Scale:
 		spare = ScaleNodes
+	case opts.Recovery:
+		spare = RecoverySpare
 	}
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
 		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net,
@@ -208,18 +241,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	var scaleErr error
+	var scenarioErr error
 	scaled := make(chan struct{})
-	if opts.Scale {
+	scenario := opts.scenario(nem, c)
+	if scenario != nil {
 		wg.Go(func() {
 			defer close(scaled)
-			scaleErr = nem.Scale(ctx, c, opts.Seed)
+			scenarioErr = scenario(ctx)
 		})
 	} else {
 		close(scaled)
 	}
 	began := time.Now()
-	go func() { // the workloads' end: Duration, and scaleTail after the scale scenario
+	go func() { // the workloads' end: Duration, and scaleTail after a scenario
 		defer cancel()
 		select {
 		case <-scaled:
@@ -227,7 +261,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return
 		}
 		end := began.Add(opts.Duration)
-		if opts.Scale {
+		if scenario != nil {
 			end = later(end, time.Now().Add(scaleTail))
 		}
 		sleepCtx(wctx, time.Until(end))
@@ -328,8 +362,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Groups > 0 {
 		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))
 	}
-	if opts.Scale {
-		r.Verdicts = append(r.Verdicts, checkScale(ctx, c, opts.Nodes, scaleErr))
+	switch {
+	case opts.Scale:
+		r.Verdicts = append(r.Verdicts, checkScale(ctx, c, opts.Nodes, scenarioErr))
+	case opts.Upgrade != nil:
+		r.Verdicts = append(r.Verdicts, checkUpgrade(ctx, c, *opts.Upgrade, scenarioErr))
+	case opts.Recovery:
+		r.Verdicts = append(r.Verdicts, checkRecovery(ctx, c, scenarioErr))
 	}
 	if opts.TLS {
 		r.Verdicts = append(r.Verdicts, CheckTLS(ctx, c))
@@ -357,6 +396,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return r, err
 	}
 	return r, healErr
+}
+
+// scenario is the scenario the options run beside the nemesis (at most
+// one: Scale, Upgrade or Recovery), nil for none.
+func (o *Options) scenario(nem *Nemesis, c *Cluster) func(context.Context) error {
+	switch {
+	case o.Scale:
+		return func(ctx context.Context) error { return nem.Scale(ctx, c, o.Seed) }
+	case o.Upgrade != nil:
+		return func(ctx context.Context) error { return nem.Upgrade(ctx, c, *o.Upgrade) }
+	case o.Recovery:
+		return func(ctx context.Context) error { return nem.Recover(ctx, c, o.Seed) }
+	}
+	return nil
 }
 
 // groupArgs are the serve flags for groups data groups over nodes nodes.
@@ -435,7 +488,7 @@ func (r *Report) Summary(healErr error) string {
 	if s := PlanTotals(r.Faults); s.Plans > 0 {
 		fmt.Fprintf(&b, "plans: %s\n", s)
 	}
-	if r.Options.Scale || len(r.Members) != max(r.Options.Nodes, 3) {
+	if r.Options.Scale || r.Options.Recovery || len(r.Members) != max(r.Options.Nodes, 3) {
 		fmt.Fprintf(&b, "members at the end: %s\n", strings.Join(r.Members, " "))
 	}
 	if healErr != nil {

@@ -22,7 +22,7 @@
 //	quorate-jepsen [--report DIR] [--seed N] [--duration 60s] [--nodes 3]
 //	               [--workload all|token-bucket,fixed-window,lease,grant,grant-sync,grant-bucket] [--grant-limit 200]
 //	               [--faults mixed|none|kill,pause,clock,partition,restart,move,slots]
-//	               [--groups N] [--scale] [--interval 2s]
+//	               [--groups N] [--scale] [--recovery] [--interval 2s]
 //	               [--net auto|nftables|proxy] [--tls] [--planted-bug dedupe|local-read]
 //	quorate-jepsen --matrix full|short [--duration 60s] [--report DIR] [--tls]
 //
@@ -35,6 +35,12 @@
 // stopped), alone or beside faults:
 //
 //	quorate-jepsen --scale --faults none --nodes 3 --groups 4 --duration 30s
+//
+// The recovery scenario: two of three nodes lost for good under the
+// workloads, the survivor recovered with `quorate admin recover`, two new
+// nodes joined (never beside faults):
+//
+//	quorate-jepsen --recovery --faults none --groups 2 --duration 20s
 //
 // Kills and partitions on a cluster serving TLS on both ports of every node
 // (a throwaway CA; a "tls" verdict checks that the nodes refuse plaintext):

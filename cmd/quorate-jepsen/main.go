@@ -82,6 +82,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	faults := fs.String("faults", "mixed", "fault families, comma-separated: "+strings.Join(jepsen.Families, ", ")+", mixed (all of those) or none; "+
 		"and, only by name, move (replica moves; needs --groups and more than 3 nodes) and slots (slot moves, cancels and splits, and with kill coordinator kills mid-move; needs --groups 2 or more)")
 	fs.BoolVar(&opts.Scale, "scale", false, "also run the scale scenario: --nodes → --nodes+2 → --nodes members (two nodes join, a group splits onto them, two original nodes are drained, removed and stopped); the workloads run at least until it ends; --groups defaults to 4")
+	fs.BoolVar(&opts.Recovery, "recovery", false, "also run the recovery scenario on 3 nodes: two lost for good (killed, data deleted), the survivor recovered with `quorate admin recover`, two new nodes joined, the lost ones removed; the workloads run at least until it ends")
 	fs.DurationVar(&opts.Nemesis.Interval, "interval", 2*time.Second, "mean quiet time between faults (each drawn from half to 1.5 times it)")
 	matrix := fs.String("matrix", "", "run a matrix instead of one run: full (each fault family, then mixed, then move, slots and scale runs on data groups) or short (CI's)")
 	fs.IntVar(&opts.Clients, "clients", 6, "concurrent clients per workload")

@@ -48,6 +48,7 @@ func TestReproduceCommandRoundTrips(t *testing.T) {
 		{"--seed", "11", "--faults", "none", "--window", "3s", "--limit", "7", "--capacity", "9", "--keys", "2", "--clients", "4"},
 		{"--seed", "13", "--faults", "slots,kill", "--groups", "4", "--interval", "1s"},
 		{"--seed", "17", "--scale", "--faults", "none"},
+		{"--seed", "23", "--recovery", "--faults", "none", "--groups", "2"},
 		{"--seed", "19", "--tls", "--faults", "kill,partition"},
 	} {
 		var out bytes.Buffer
