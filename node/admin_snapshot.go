@@ -29,8 +29,9 @@ import (
 // index (fsm.Backup) into a save session, and the following pages read
 // that copy, so every page of a group is of one index and holds every
 // command acknowledged before the first. Sessions live in the leader's
-// memory: one idle for saveSessionIdle is forgotten, and a new leader has
-// none (the save starts the group again).
+// memory until its last page, or until it has been idle for
+// saveSessionIdle when the node next adds or reads one; a new leader has
+// none (the save starts again).
 
 // Bounds of a save.
 const (
@@ -68,11 +69,7 @@ type saveSessions struct {
 func (ss *saveSessions) add(s *saveSession) (string, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for id, o := range ss.m {
-		if time.Since(o.used) > saveSessionIdle {
-			delete(ss.m, id)
-		}
-	}
+	ss.sweepLocked()
 	if len(ss.m) >= maxSaveSessions {
 		return "", connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d saves are in progress on this node; wait for one to finish", len(ss.m)))
 	}
@@ -87,12 +84,22 @@ func (ss *saveSessions) add(s *saveSession) (string, error) {
 	return id, nil
 }
 
-// get returns session id of group g; the last page forgets it.
+// sweepLocked forgets the sessions idle for saveSessionIdle (ss.mu held).
+func (ss *saveSessions) sweepLocked() {
+	for id, o := range ss.m {
+		if time.Since(o.used) > saveSessionIdle {
+			delete(ss.m, id)
+		}
+	}
+}
+
+// get returns session id of group g, after forgetting idle sessions.
 func (ss *saveSessions) get(id string, g shard.GroupID) (*saveSession, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.sweepLocked()
 	s, ok := ss.m[id]
-	if !ok || s.group != g || time.Since(s.used) > saveSessionIdle {
+	if !ok || s.group != g {
 		return nil, false
 	}
 	s.used = time.Now()
