@@ -176,3 +176,22 @@ func TestSnapshotSaveUnderTrafficRestoresEverySpend(t *testing.T) {
 		}
 	}
 }
+
+// Saving and restoring need the admin role: a client's calls are refused
+// before anything is read or written.
+func TestSnapshotCallsNeedTheAdminRole(t *testing.T) {
+	e := newAccessEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.admin(t, "app-a", 0).SaveSnapshot(ctx, connect.NewRequest(&quoratev1.SaveSnapshotRequest{}))
+	wantAccessCode(t, "client saves", err, connect.CodePermissionDenied, "app-a", "admin")
+	_, err = e.admin(t, "app-a", 1).RestoreSnapshot(ctx, connect.NewRequest(&quoratev1.RestoreSnapshotRequest{}))
+	wantAccessCode(t, "client restores", err, connect.CodePermissionDenied, "app-a", "admin")
+	resp, err := e.admin(t, "ops", 1).SaveSnapshot(ctx, connect.NewRequest(&quoratev1.SaveSnapshotRequest{}))
+	wantAccessCode(t, "admin saves", err, 0)
+	if !resp.Msg.GetDone() || resp.Msg.GetClusterId() == "" {
+		t.Fatalf("the meta group's save of an empty cluster: %v", resp.Msg)
+	}
+	_, err = e.admin(t, "ops", 1).SaveSnapshot(ctx, connect.NewRequest(&quoratev1.SaveSnapshotRequest{MaxBytes: 64 << 20}))
+	wantAccessCode(t, "a page too large", err, connect.CodeInvalidArgument, "max_bytes")
+}
