@@ -21,7 +21,7 @@ import (
 
 // `admin snapshot save` writes a backup of a real cluster, and `admin
 // snapshot restore` makes a new three-node cluster (with data groups, the
-// source has none) from it: the spends are there. A damaged, truncated or
+// source has none) from it: the spends and the lease are there. A damaged, truncated or
 // other-version file is refused before anything is applied, and so is a
 // second restore into the now non-empty cluster.
 func TestAdminSnapshotSaveRestore(t *testing.T) {
@@ -30,8 +30,13 @@ func TestAdminSnapshotSaveRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	policy := &quoratev1.Policy{Name: "fw", Algorithm: "fixed_window", Limit: limit, Period: durationpb.New(time.Hour)}
-	if _, err := src.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{policy}})); err != nil {
+	conc := &quoratev1.Policy{Name: "conc", Algorithm: "concurrency", Limit: 1, LeaseTtl: durationpb.New(time.Hour)}
+	if _, err := src.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{policy, conc}})); err != nil {
 		t.Fatal(err)
+	}
+	lease, err := src.Lease(0).AcquireLease(ctx, connect.NewRequest(&quoratev1.AcquireLeaseRequest{Policy: "conc", Key: "job-1", Caller: "worker"}))
+	if err != nil || !lease.Msg.GetAllowed() {
+		t.Fatalf("acquire: %v, %v", lease, err)
 	}
 	for range spent {
 		resp, err := src.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "fw", Key: "user-1"}))
@@ -46,7 +51,7 @@ func TestAdminSnapshotSaveRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "saved "+file) || !strings.Contains(out, "1 policies, 1 keys") || !strings.Contains(out, "applied indexes: meta at index ") {
+	if !strings.Contains(out, "saved "+file) || !strings.Contains(out, "2 policies, 2 keys") || !strings.Contains(out, "applied indexes: meta at index ") {
 		t.Fatalf("save said %q", out)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -95,7 +100,7 @@ func TestAdminSnapshotSaveRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "1 policies, 1 state records") {
+	if !strings.Contains(out, "2 policies, 2 state records") {
 		t.Fatalf("restore said %q", out)
 	}
 	nodetest.Eventually(t, 20*time.Second, "the restored policy on a data group", func() error {
@@ -106,13 +111,18 @@ func TestAdminSnapshotSaveRestore(t *testing.T) {
 	if err != nil || !resp.Msg.GetAllowed() || resp.Msg.GetRemaining() != limit-spent-1 {
 		t.Fatalf("admit after the restore: %v, %v; want %d remaining", resp, err, limit-spent-1)
 	}
+	// The lease is held still, for the time it had left.
+	again, err := dst.Lease(1).AcquireLease(ctx, connect.NewRequest(&quoratev1.AcquireLeaseRequest{Policy: "conc", Key: "job-1", Caller: "other"}))
+	if err != nil || again.Msg.GetAllowed() {
+		t.Fatalf("acquire of the restored, held lease: %v, %v; want denied", again, err)
+	}
 	restored, err := dst.Admin(0).GetPolicy(ctx, connect.NewRequest(&quoratev1.GetPolicyRequest{Name: "fw"}))
 	if err != nil || !proto.Equal(restored.Msg.GetPolicy().GetPeriod(), policy.GetPeriod()) || restored.Msg.GetPolicy().GetLimit() != limit {
 		t.Fatalf("restored policy: %v, %v", restored, err)
 	}
 
 	_, _, err = runCLI(t, "admin", "snapshot", "restore", file, "--server", dst.APIURL(0))
-	wantErrNaming(t, err, "not new", "1 policies", "--overwrite")
+	wantErrNaming(t, err, "not new", "2 policies", "--overwrite")
 	if _, _, err := runCLI(t, "admin", "snapshot", "restore", file, "--overwrite", "--server", dst.APIURL(0)); err != nil {
 		t.Fatalf("--overwrite: %v", err)
 	}
