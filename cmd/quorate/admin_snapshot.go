@@ -113,7 +113,7 @@ func saveBackup(ctx context.Context, out io.Writer, admin quoratev1connect.Admin
 		keys, records = keys+g.keys, records+g.records
 		at = append(at, fmt.Sprintf("group %d at index %d", g.group, g.appliedIndex))
 	}
-	fmt.Fprintf(out, "saved %s: cluster %s, %d policies, %d keys (%d state records) in %d groups, %d bytes\n",
+	fmt.Fprintf(out, "saved %s: cluster %s, %d policies, %d keys (%d state records) in %d data groups, %d bytes\n",
 		path, first.GetClusterId(), len(sum.policies), keys, records, len(sum.groups)-1, size)
 	fmt.Fprintf(out, "applied indexes: meta %s\n", strings.TrimPrefix(strings.Join(at, ", "), "group 0 "))
 	return nil
