@@ -39,9 +39,6 @@ const (
 	maxSavePageBytes     = 4 << 20
 	saveSessionIdle      = 2 * time.Minute
 	maxSaveSessions      = 8
-	// restoreRetryFor bounds how long a restore page waits for its groups
-	// (a leader elected, ownership at the map's epoch applied).
-	restoreRetryFor = 30 * time.Second
 )
 
 // errSaveSession is returned for a page of a save session this node does
@@ -228,8 +225,9 @@ func (h *adminHandler) savePage(ctx context.Context, r *replica.Replica, m *quor
 
 // RestoreSnapshot writes a page of a backup's state into the groups that
 // own its slots in the meta leader's shard map (the meta group itself in a
-// single-group cluster), retrying while a group has no leader or has not
-// applied ownership at the map's epoch yet.
+// single-group cluster), retrying within the request's deadline while a
+// group has no leader or has not applied ownership at the map's epoch yet
+// (then Unavailable: the CLI sends the page again).
 func (h *adminHandler) RestoreSnapshot(ctx context.Context, req *connect.Request[quoratev1.RestoreSnapshotRequest]) (*connect.Response[quoratev1.RestoreSnapshotResponse], error) {
 	n := h.n
 	state := new(raftcmdv1.SlotState)
@@ -274,14 +272,13 @@ func restoreEnvelope(s *raftcmdv1.SlotState, src int64, epoch uint64) *raftcmdv1
 		SourceNowUnixNano: src, MapEpoch: epoch, State: s}}}
 }
 
-// restoreInto proposes env to data group g, retrying for restoreRetryFor
-// while the answer is "not yet".
+// restoreInto proposes env to data group g, retrying within ctx (the
+// request's deadline) while the answer is "not yet".
 func (h *adminHandler) restoreInto(ctx context.Context, g shard.GroupID, env *raftcmdv1.Envelope) error {
-	deadline := time.Now().Add(restoreRetryFor)
 	err, stopped := engine.Retry(ctx, engine.Doubling(20*time.Millisecond, 500*time.Millisecond), func() error {
 		err := h.n.engine.ApplyToGroup(ctx, g, proto.Clone(env).(*raftcmdv1.Envelope))
-		if err == nil || time.Now().After(deadline) {
-			return backoff.Permanent(err)
+		if err == nil {
+			return nil
 		}
 		if errors.Is(err, fsm.ErrNotOwnedYet) || errors.Is(err, engine.ErrNotLeader) || errors.Is(err, engine.ErrNotProposed) ||
 			connect.CodeOf(err) == connect.CodeUnavailable {
@@ -289,8 +286,8 @@ func (h *adminHandler) restoreInto(ctx context.Context, g shard.GroupID, env *ra
 		}
 		return backoff.Permanent(err)
 	})
-	if stopped != nil {
+	if err == nil {
 		return stopped
 	}
-	return err
+	return err // the last "not yet" when the deadline came first
 }

@@ -263,14 +263,32 @@ func restorePage(ctx context.Context, admin quoratev1connect.AdminServiceClient,
 		if err != nil {
 			return written, err
 		}
-		resp, err := admin.RestoreSnapshot(ctx, connect.NewRequest(&quoratev1.RestoreSnapshotRequest{
-			State: body, SourceNowUnixNano: m.GetNowUnixNano()}))
+		req := &quoratev1.RestoreSnapshotRequest{State: body, SourceNowUnixNano: m.GetNowUnixNano()}
+		resp, err := admin.RestoreSnapshot(ctx, connect.NewRequest(req))
+		// A group without a leader yet, or behind the map, or a page that
+		// ran out of the node's request time: it is sent again (it
+		// overwrites what it wrote) until --timeout.
+		for wait := 50 * time.Millisecond; restoreAgain(err); wait = min(2*wait, time.Second) {
+			select {
+			case <-ctx.Done():
+				return written, fmt.Errorf("group %d's saved state: %w", m.GetGroup(), wrapRPC("RestoreSnapshot", base, "", err))
+			case <-time.After(wait):
+			}
+			resp, err = admin.RestoreSnapshot(ctx, connect.NewRequest(req))
+		}
 		if err != nil {
 			return written, fmt.Errorf("group %d's saved state: %w", m.GetGroup(), wrapRPC("RestoreSnapshot", base, "", err))
 		}
 		written += uint64(resp.Msg.GetRecords())
 	}
 	return written, nil
+}
+
+// restoreAgain reports whether a RestoreSnapshot call that failed with err
+// may succeed if sent again.
+func restoreAgain(err error) bool {
+	c := connect.CodeOf(err)
+	return err != nil && (c == connect.CodeUnavailable || c == connect.CodeDeadlineExceeded)
 }
 
 // splitState splits s into parts of about maxBytes of records each.
