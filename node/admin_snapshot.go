@@ -20,6 +20,7 @@ import (
 	"github.com/quorate/quorate/node/internal/replica"
 	raftcmdv1 "github.com/quorate/quorate/proto/quorate/raftcmd/v1"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 	"github.com/quorate/quorate/shard"
 )
 
@@ -121,13 +122,10 @@ func (h *adminHandler) SaveSnapshot(ctx context.Context, req *connect.Request[qu
 	}
 	g := shard.GroupID(m.GetGroup())
 	if g == shard.MetaGroup {
-		// The meta leader answers: engine.Run sends the call there.
-		return serve(ctx, n, req, engine.Request[quoratev1.SaveSnapshotResponse]{
-			Local: func(ctx context.Context, _ engine.Dest) (*quoratev1.SaveSnapshotResponse, error) {
-				return h.savePage(ctx, n.meta, m, maxBytes)
-			}}, func(ctx context.Context, p *engine.PeerClient, r *connect.Request[quoratev1.SaveSnapshotRequest]) (*connect.Response[quoratev1.SaveSnapshotResponse], error) {
-			return p.Admin.SaveSnapshot(ctx, r)
-		})
+		// A read: asking again after an unknown outcome is safe.
+		return onMetaLeader(ctx, n, req, true, func(ctx context.Context) (*quoratev1.SaveSnapshotResponse, error) {
+			return h.savePage(ctx, n.meta, m, maxBytes)
+		}, quoratev1connect.AdminServiceClient.SaveSnapshot)
 	}
 	if _, ok := n.saves.get(m.GetSession(), g); ok {
 		out, err := h.savePage(ctx, nil, m, maxBytes)
@@ -235,13 +233,16 @@ func (h *adminHandler) RestoreSnapshot(ctx context.Context, req *connect.Request
 		return nil, n.toConnectError(engine.BadRequest("state", "not a state page: %v", err))
 	}
 	src := req.Msg.GetSourceNowUnixNano()
-	return serve(ctx, n, req, engine.Request[quoratev1.RestoreSnapshotResponse]{
-		Local: func(ctx context.Context, _ engine.Dest) (*quoratev1.RestoreSnapshotResponse, error) {
+	// A page written again overwrites the same keys: safe to retry.
+	return onMetaLeader(ctx, n, req, true,
+		func(ctx context.Context) (*quoratev1.RestoreSnapshotResponse, error) {
 			out := &quoratev1.RestoreSnapshotResponse{Records: uint32(fsm.SlotStateRecords(state))}
 			sm, ok := n.meta.FSM.ShardMap()
 			if !ok {
-				_, err := n.engine.Propose(ctx, restoreEnvelope(state, src, 0))
-				return out, err
+				if _, err := n.engine.Propose(ctx, restoreEnvelope(state, src, 0)); err != nil {
+					return nil, err
+				}
+				return out, nil
 			}
 			groups := make([]shard.GroupID, 0, len(sm.Groups))
 			for _, sg := range sm.Groups {
@@ -262,9 +263,7 @@ func (h *adminHandler) RestoreSnapshot(ctx context.Context, req *connect.Request
 				out.Groups = append(out.Groups, uint32(g))
 			}
 			return out, nil
-		}}, func(ctx context.Context, p *engine.PeerClient, r *connect.Request[quoratev1.RestoreSnapshotRequest]) (*connect.Response[quoratev1.RestoreSnapshotResponse], error) {
-		return p.Admin.RestoreSnapshot(ctx, r)
-	})
+		}, quoratev1connect.AdminServiceClient.RestoreSnapshot)
 }
 
 func restoreEnvelope(s *raftcmdv1.SlotState, src int64, epoch uint64) *raftcmdv1.Envelope {
