@@ -127,12 +127,8 @@ func (h *adminHandler) SaveSnapshot(ctx context.Context, req *connect.Request[qu
 			return h.savePage(ctx, n.meta, m, maxBytes)
 		}, quoratev1connect.AdminServiceClient.SaveSnapshot)
 	}
-	if _, ok := n.saves.get(m.GetSession(), g); ok {
-		out, err := h.savePage(ctx, nil, m, maxBytes)
-		return connect.NewResponse(out), n.toConnectError(err)
-	}
 	r := n.engine.DataGroup(g)
-	if r != nil && r.IsLeader() {
+	if _, held := n.saves.get(m.GetSession(), g); held || (r != nil && r.IsLeader()) {
 		ctx, cancel := n.engine.RequestContext(ctx)
 		defer cancel()
 		out, err := h.savePage(ctx, r, m, maxBytes)
