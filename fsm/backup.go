@@ -27,21 +27,38 @@ type Backup struct {
 	Records []proto.Message
 }
 
-// Backup copies the group's key state (see Backup). A caller that wants
-// every acknowledged command in it reads on the leader after a barrier.
+// Backup copies the group's key state (see Backup): of the slots it owns
+// (all in a group without ownership), so state imported by a slot move
+// that has not flipped yet is saved once, by its source. A caller that
+// wants every acknowledged command in it reads on the leader after a
+// barrier.
 func (f *FSM) Backup() *Backup {
 	f.mu.RLock()
 	s := f.data.snapshot()
+	owned := f.data.owned // never changed once installed
 	b := &Backup{AppliedIndex: f.appliedIndex, Now: f.lastNow}
 	f.mu.RUnlock()
 	s.sort()
+	keep := func(slot shard.Slot) bool {
+		if owned == nil {
+			return true
+		}
+		_, ok := owned.lookup(slot)
+		return ok
+	}
 	b.Records = make([]proto.Message, 0, len(s.buckets)+len(s.dedupe)+len(s.sems)+len(s.reserved))
 	for _, r := range s.buckets {
+		if !keep(stateKeySlot(r.Key)) {
+			continue
+		}
 		rec := new(raftcmdv1.BucketRecord)
 		bucketToRecord(rec, r)
 		b.Records = append(b.Records, rec)
 	}
 	for _, e := range s.dedupe {
+		if e.Slot != dedupe.NoSlot && !keep(shard.Slot(e.Slot)) {
+			continue
+		}
 		rec := &raftcmdv1.DedupeRecord{Caller: e.Key.Caller, RequestId: e.Key.RequestID, Fingerprint: e.Fingerprint[:],
 			Result: e.Result, ExpiresAtUnixNano: e.ExpiresAt, Kind: uint32(e.Kind)}
 		if e.Slot != dedupe.NoSlot {
@@ -50,11 +67,17 @@ func (f *FSM) Backup() *Backup {
 		b.Records = append(b.Records, rec)
 	}
 	for _, r := range s.sems {
+		if !keep(stateKeySlot(r.Key)) {
+			continue
+		}
 		rec := new(raftcmdv1.SemaphoreRecord)
 		semToRecord(rec, r)
 		b.Records = append(b.Records, rec)
 	}
 	for _, r := range s.reserved {
+		if !keep(shard.SlotOf(r.State.key)) {
+			continue
+		}
 		rec := new(raftcmdv1.ReservationRecord)
 		reservationToRecord(rec, r)
 		b.Records = append(b.Records, rec)

@@ -86,3 +86,26 @@ func TestBackupRestoresIntoTheOwners(t *testing.T) {
 		}
 	}
 }
+
+// State a target imported for a slot move that has not flipped is not in
+// its backup (the source's holds it): a backup holds the slots the group
+// owns.
+func TestBackupHoldsOnlyOwnedSlots(t *testing.T) {
+	x := newMigFixture(t)
+	x.freeze()
+	page := exportAll(t, x.src.f, mig, migR, 1<<30)[0]
+	dst := dataGroup(t, 2, 1, g2Before()...)
+	dst.importAll(t0, chunks(mig, 1, migR, 1, []fsm.ExportPage{page}))
+	if dst.f.BucketCount() == 0 {
+		t.Fatal("the target imported no bucket")
+	}
+	src := x.src.f.Backup()
+	if len(src.Records) < fsm.SlotStateRecords(page.State) {
+		t.Fatalf("the source's backup has %d records, its export of the moving slots %d", len(src.Records), fsm.SlotStateRecords(page.State))
+	}
+	for _, rec := range dst.f.Backup().Records {
+		if d, ok := rec.(*raftcmdv1.DedupeRecord); !ok || d.GetSlotPlusOne() != 0 {
+			t.Errorf("the target's backup holds %T %v of a slot it does not own", rec, rec)
+		}
+	}
+}
