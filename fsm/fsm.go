@@ -335,6 +335,8 @@ func (f *FSM) applyOp(o op) interface{} {
 		return f.applyImport(body.ImportSlots, env.GetNowUnixNano())
 	case *raftcmdv1.Envelope_DropImport:
 		return d.applyDropImport(body.DropImport)
+	case *raftcmdv1.Envelope_RestoreSlots:
+		return f.applyRestore(body.RestoreSlots, env.GetNowUnixNano())
 	case *raftcmdv1.Envelope_Expire:
 		d.sweep(now, ExpireBatch)
 		return nil

@@ -218,7 +218,7 @@ func TestEveryCommandKindIsClassified(t *testing.T) {
 		"create_plan": "CreatePlan", "update_plan": "UpdatePlan", "cancel_plan": "CancelPlan",
 	}
 	dataFields := []string{"admit", "peek", "refund", "lease", "reserve", "commit", "grant", "batch", "expire",
-		"set_ownership", "set_policies", "freeze_slots", "unfreeze_slots", "import_slots", "drop_import"}
+		"set_ownership", "set_policies", "freeze_slots", "unfreeze_slots", "import_slots", "drop_import", "restore_slots"}
 	if len(metaFields) != len(meta) {
 		t.Fatalf("metaCommands has %d kinds, metaFields %d", len(meta), len(metaFields))
 	}

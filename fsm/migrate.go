@@ -197,37 +197,46 @@ func (d *dataState) acceptImport(c *raftcmdv1.ImportSlots, stamp int64) (*import
 // storeImport stores an accepted chunk's state, whose times are shift
 // behind the group's (0: the source sent no time).
 func (d *dataState) storeImport(ch *importChunk, c *raftcmdv1.ImportSlots, shift int64) {
-	st, r, s := ch.st, ch.r, c.GetState()
+	st, s := ch.st, c.GetState()
+	d.storeState(s, ch.entries, shift, ch.r.Contains)
+	st.records += uint64(len(s.GetBuckets()) + len(s.GetSemaphores()) + len(s.GetReservations()) + len(s.GetDedupe()))
+	st.nextSeq++
+	st.complete = c.GetLast()
+}
+
+// storeState stores the records of s (with entries, its decoded request-ID
+// entries) whose slot keep accepts, their times shift behind the group's:
+// leases, reservations and request-ID retention keep the time they had
+// left. Request-ID entries without a slot are stored too; one the group
+// has already is kept.
+func (d *dataState) storeState(s *raftcmdv1.SlotState, entries []dedupe.Entry, shift int64, keep func(shard.Slot) bool) {
 	for _, rec := range s.GetBuckets() {
 		b := bucketFromRecord(rec)
-		if r.Contains(stateKeySlot(b.Key)) {
+		if keep(stateKeySlot(b.Key)) {
 			d.buckets.Put(b.Key, b.State, b.ExpiresAt)
 		}
 	}
 	for _, rec := range s.GetSemaphores() {
 		sr := semFromRecord(rec)
-		if r.Contains(stateKeySlot(sr.Key)) {
+		if keep(stateKeySlot(sr.Key)) {
 			sem := lease.Shift(sr.State, shift)
 			d.sems.Put(sr.Key, sem, max(sr.ExpiresAt, lease.ExpiresAt(sem)))
 		}
 	}
 	for _, rec := range s.GetReservations() {
 		rr := reservationFromRecord(rec)
-		if r.Contains(shard.SlotOf(rr.State.key)) {
+		if keep(shard.SlotOf(rr.State.key)) {
 			rr.State.expiresAt = addSaturating(rr.State.expiresAt, shift)
 			d.reservations.Put(rr.Key, rr.State, rr.State.expiresAt)
 		}
 	}
-	for _, e := range ch.entries {
-		if (e.Slot == dedupe.NoSlot || r.Contains(shard.Slot(e.Slot))) && !d.dedupe.Has(e.Key) {
+	for _, e := range entries {
+		if (e.Slot == dedupe.NoSlot || keep(shard.Slot(e.Slot))) && !d.dedupe.Has(e.Key) {
 			e.Key.Caller = d.callers.intern(e.Key.Caller)
 			e.ExpiresAt = addSaturating(e.ExpiresAt, shift) // the retention it had left
 			d.dedupe.Restore(e)
 		}
 	}
-	st.records += uint64(len(s.GetBuckets()) + len(s.GetSemaphores()) + len(s.GetReservations()) + len(s.GetDedupe()))
-	st.nextSeq++
-	st.complete = c.GetLast()
 }
 
 // applyUnfreeze forgets a migration's freeze: its slots serve again.

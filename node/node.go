@@ -45,6 +45,7 @@ type Node struct {
 	raftMux     *raftmux.Hub     // the groups' shared Raft connections over mux (replica.NewHub)
 	meta        *replica.Replica // the meta group (with no data groups, it holds the data too)
 	groups      *replica.Set
+	saves       saveSessions        // a backup's pages in progress (admin_snapshot.go)
 	shared      *replica.SharedLogs // the node's Raft log and stable store, shared by its replicas
 	host        *replica.Host       // what the replicas share (package replica)
 	hadState    bool

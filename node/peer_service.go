@@ -80,7 +80,8 @@ func (h *peerHandler) ApplyToGroup(ctx context.Context, req *connect.Request[quo
 // isCoordination reports whether env is a slot-migration entry.
 func isCoordination(env *raftcmdv1.Envelope) bool {
 	switch env.GetBody().(type) {
-	case *raftcmdv1.Envelope_FreezeSlots, *raftcmdv1.Envelope_UnfreezeSlots, *raftcmdv1.Envelope_ImportSlots, *raftcmdv1.Envelope_DropImport:
+	case *raftcmdv1.Envelope_FreezeSlots, *raftcmdv1.Envelope_UnfreezeSlots, *raftcmdv1.Envelope_ImportSlots, *raftcmdv1.Envelope_DropImport,
+		*raftcmdv1.Envelope_RestoreSlots:
 		return true
 	}
 	return false

@@ -22,7 +22,7 @@ func newAdminCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newAdminStatusCmd(), newAdminReplicaCmd(), newAdminNodeCmd(),
-		newAdminSlotsCmd(), newAdminGroupCmd(), newAdminPlanCmd(), newAdminRebalanceCmd(), newAdminAuditCmd(), newAdminRecoverCmd())
+		newAdminSlotsCmd(), newAdminGroupCmd(), newAdminPlanCmd(), newAdminRebalanceCmd(), newAdminAuditCmd(), newAdminRecoverCmd(), newAdminSnapshotCmd())
 	return cmd
 }
 

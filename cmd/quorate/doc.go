@@ -69,6 +69,11 @@
 //	quorate admin recover --data-dir DIR [--yes]
 //	                                offline, on a stopped survivor of a lost majority:
 //	                                it becomes the only voter of its groups
+//	quorate admin snapshot save FILE
+//	                                the policies and every group's state, each group
+//	                                at one applied index, to FILE (atomically)
+//	quorate admin snapshot restore FILE [--overwrite]
+//	                                a backup into a new cluster, checked whole first
 //	quorate admin rebalance [--dry-run]
 //	    shard map changes that each data group's leader carries out
 //	quorate admin slots move --from G --to G (--count N | --range A-B) [--wait]

@@ -17,10 +17,14 @@ import (
 
 // CheckMigrationEntry refuses slot-migration entry env for group id, which
 // this node leads, unless it belongs to a plan step being driven now
-// (fitsPlan), and an import whose source time is more than
-// fsm.MaxClockSkew ahead of this leader's clock (the group refuses it too,
-// against the entry's own time).
+// (fitsPlan; a backup's RestoreSlots page belongs to none and passes),
+// and an import whose source time is more than fsm.MaxClockSkew ahead of
+// this leader's clock (the group refuses it too, against the entry's own
+// time).
 func (n *Engine) CheckMigrationEntry(ctx context.Context, id shard.GroupID, env *raftcmdv1.Envelope) error {
+	if env.GetRestoreSlots() != nil {
+		return nil // a restore belongs to no plan (its admin call was authorized)
+	}
 	if err := n.CheckPlanned(ctx, MigrationCallOf(id, env)); err != nil {
 		return err
 	}

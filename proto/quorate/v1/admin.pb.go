@@ -23,6 +23,320 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SaveSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group: 0 for the meta group.
+	Group uint32 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// The session of the group's first page ("" on the first page).
+	Session string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	// Records (policies, then state records) already read from the session.
+	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// About how many bytes of records the page holds (0: 1 MiB; at most
+	// 4 MiB); a page holds at least one record.
+	MaxBytes      uint32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SaveSnapshotRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SaveSnapshotRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SaveSnapshotRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SaveSnapshotRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type SaveSnapshotResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Group   uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Session string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	// The group's applied log index at which the session copied its state,
+	// and its log time then.
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	NowUnixNano  int64  `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	// The cluster's ID (meta group's pages).
+	ClusterId string `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The shard map (the meta group's first page).
+	ShardMap *ShardMapStatus `protobuf:"bytes,6,opt,name=shard_map,json=shardMap,proto3" json:"shard_map,omitempty"`
+	// Policies of this page (meta group only, before its state records).
+	Policies []*Policy `protobuf:"bytes,7,rep,name=policies,proto3" json:"policies,omitempty"`
+	// State records of this page: a quorate.raftcmd.v1.SlotState, encoded.
+	State []byte `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// Records in this page (policies and state records).
+	Records uint32 `protobuf:"varint,9,opt,name=records,proto3" json:"records,omitempty"`
+	// Records in the whole session, and whether this page is its last.
+	TotalRecords  uint64 `protobuf:"varint,10,opt,name=total_records,json=totalRecords,proto3" json:"total_records,omitempty"`
+	Done          bool   `protobuf:"varint,11,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotResponse) Reset() {
+	*x = SaveSnapshotResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotResponse) ProtoMessage() {}
+
+func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SaveSnapshotResponse) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SaveSnapshotResponse) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *SaveSnapshotResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *SaveSnapshotResponse) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *SaveSnapshotResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *SaveSnapshotResponse) GetShardMap() *ShardMapStatus {
+	if x != nil {
+		return x.ShardMap
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *SaveSnapshotResponse) GetTotalRecords() uint64 {
+	if x != nil {
+		return x.TotalRecords
+	}
+	return 0
+}
+
+func (x *SaveSnapshotResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+type RestoreSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A page of a backup's state: a quorate.raftcmd.v1.SlotState, encoded.
+	State []byte `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// The saved group's log time when it was read (SaveSnapshotResponse.
+	// now_unix_nano): leases and request-ID retention keep the time they
+	// had left then.
+	SourceNowUnixNano int64 `protobuf:"varint,2,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotRequest) Reset() {
+	*x = RestoreSnapshotRequest{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotRequest) ProtoMessage() {}
+
+func (x *RestoreSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RestoreSnapshotRequest) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *RestoreSnapshotRequest) GetSourceNowUnixNano() int64 {
+	if x != nil {
+		return x.SourceNowUnixNano
+	}
+	return 0
+}
+
+type RestoreSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records written, and the groups that received some.
+	Records       uint32   `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	Groups        []uint32 `protobuf:"varint,2,rep,packed,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreSnapshotResponse) Reset() {
+	*x = RestoreSnapshotResponse{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSnapshotResponse) ProtoMessage() {}
+
+func (x *RestoreSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*RestoreSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RestoreSnapshotResponse) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *RestoreSnapshotResponse) GetGroups() []uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only records of log index > since (0: from the oldest kept).
@@ -35,7 +349,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +361,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[0]
+	mi := &file_quorate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +374,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListAuditRequest) GetSince() uint64 {
@@ -88,7 +402,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -100,7 +414,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[1]
+	mi := &file_quorate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -113,7 +427,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -150,7 +464,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +476,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[2]
+	mi := &file_quorate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +489,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AuditEntry) GetIndex() uint64 {
@@ -229,7 +543,7 @@ type UncordonNodeRequest struct {
 
 func (x *UncordonNodeRequest) Reset() {
 	*x = UncordonNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +555,7 @@ func (x *UncordonNodeRequest) String() string {
 func (*UncordonNodeRequest) ProtoMessage() {}
 
 func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[3]
+	mi := &file_quorate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +568,7 @@ func (x *UncordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*UncordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UncordonNodeRequest) GetId() string {
@@ -273,7 +587,7 @@ type UncordonNodeResponse struct {
 
 func (x *UncordonNodeResponse) Reset() {
 	*x = UncordonNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +599,7 @@ func (x *UncordonNodeResponse) String() string {
 func (*UncordonNodeResponse) ProtoMessage() {}
 
 func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[4]
+	mi := &file_quorate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +612,7 @@ func (x *UncordonNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonNodeResponse.ProtoReflect.Descriptor instead.
 func (*UncordonNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UncordonNodeResponse) GetMapEpoch() uint64 {
@@ -319,7 +633,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +645,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[5]
+	mi := &file_quorate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +658,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -376,7 +690,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +702,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[6]
+	mi := &file_quorate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +715,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type RebalanceRequest struct {
@@ -413,7 +727,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +739,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[7]
+	mi := &file_quorate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +752,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RebalanceRequest) GetDryRun() bool {
@@ -462,7 +776,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +788,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[8]
+	mi := &file_quorate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +801,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RebalanceResponse) GetMapEpoch() uint64 {
@@ -519,7 +833,7 @@ type ExportSlotsRequest struct {
 
 func (x *ExportSlotsRequest) Reset() {
 	*x = ExportSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +845,7 @@ func (x *ExportSlotsRequest) String() string {
 func (*ExportSlotsRequest) ProtoMessage() {}
 
 func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[9]
+	mi := &file_quorate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +858,7 @@ func (x *ExportSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExportSlotsRequest) GetGroup() uint32 {
@@ -603,7 +917,7 @@ type ExportSlotsResponse struct {
 
 func (x *ExportSlotsResponse) Reset() {
 	*x = ExportSlotsResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +929,7 @@ func (x *ExportSlotsResponse) String() string {
 func (*ExportSlotsResponse) ProtoMessage() {}
 
 func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[10]
+	mi := &file_quorate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +942,7 @@ func (x *ExportSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExportSlotsResponse) GetState() []byte {
@@ -677,7 +991,7 @@ type ApplyToGroupRequest struct {
 
 func (x *ApplyToGroupRequest) Reset() {
 	*x = ApplyToGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +1003,7 @@ func (x *ApplyToGroupRequest) String() string {
 func (*ApplyToGroupRequest) ProtoMessage() {}
 
 func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[11]
+	mi := &file_quorate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +1016,7 @@ func (x *ApplyToGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupRequest.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyToGroupRequest) GetGroup() uint32 {
@@ -727,7 +1041,7 @@ type ApplyToGroupResponse struct {
 
 func (x *ApplyToGroupResponse) Reset() {
 	*x = ApplyToGroupResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +1053,7 @@ func (x *ApplyToGroupResponse) String() string {
 func (*ApplyToGroupResponse) ProtoMessage() {}
 
 func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[12]
+	mi := &file_quorate_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +1066,7 @@ func (x *ApplyToGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyToGroupResponse.ProtoReflect.Descriptor instead.
 func (*ApplyToGroupResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type MoveSlotsRequest struct {
@@ -769,7 +1083,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +1095,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[13]
+	mi := &file_quorate_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1108,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveSlotsRequest) GetFrom() uint32 {
@@ -842,7 +1156,7 @@ type AddGroupRequest struct {
 
 func (x *AddGroupRequest) Reset() {
 	*x = AddGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1168,7 @@ func (x *AddGroupRequest) String() string {
 func (*AddGroupRequest) ProtoMessage() {}
 
 func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[14]
+	mi := &file_quorate_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1181,7 @@ func (x *AddGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupRequest.ProtoReflect.Descriptor instead.
 func (*AddGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddGroupRequest) GetReplicas() []string {
@@ -886,7 +1200,7 @@ type SplitGroupRequest struct {
 
 func (x *SplitGroupRequest) Reset() {
 	*x = SplitGroupRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1212,7 @@ func (x *SplitGroupRequest) String() string {
 func (*SplitGroupRequest) ProtoMessage() {}
 
 func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[15]
+	mi := &file_quorate_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1225,7 @@ func (x *SplitGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitGroupRequest.ProtoReflect.Descriptor instead.
 func (*SplitGroupRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SplitGroupRequest) GetGroup() uint32 {
@@ -929,7 +1243,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1255,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[16]
+	mi := &file_quorate_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1268,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 type ListPlansResponse struct {
@@ -966,7 +1280,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1292,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[17]
+	mi := &file_quorate_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1305,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPlansResponse) GetPlans() []*PlanStatus {
@@ -1010,7 +1324,7 @@ type CancelPlanRequest struct {
 
 func (x *CancelPlanRequest) Reset() {
 	*x = CancelPlanRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1336,7 @@ func (x *CancelPlanRequest) String() string {
 func (*CancelPlanRequest) ProtoMessage() {}
 
 func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[18]
+	mi := &file_quorate_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1349,7 @@ func (x *CancelPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlanRequest.ProtoReflect.Descriptor instead.
 func (*CancelPlanRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelPlanRequest) GetId() uint64 {
@@ -1054,7 +1368,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1380,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[19]
+	mi := &file_quorate_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1393,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlanResponse) GetPlan() *PlanStatus {
@@ -1107,7 +1421,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1433,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[20]
+	mi := &file_quorate_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1446,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PlanStatus) GetId() uint64 {
@@ -1208,7 +1522,7 @@ type PlanStepStatus struct {
 
 func (x *PlanStepStatus) Reset() {
 	*x = PlanStepStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1534,7 @@ func (x *PlanStepStatus) String() string {
 func (*PlanStepStatus) ProtoMessage() {}
 
 func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[21]
+	mi := &file_quorate_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1547,7 @@ func (x *PlanStepStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStepStatus.ProtoReflect.Descriptor instead.
 func (*PlanStepStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PlanStepStatus) GetAction() string {
@@ -1295,7 +1609,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1621,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[22]
+	mi := &file_quorate_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1634,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1345,7 +1659,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1671,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[23]
+	mi := &file_quorate_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1684,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 type DrainNodeRequest struct {
@@ -1382,7 +1696,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1708,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[24]
+	mi := &file_quorate_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1721,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1429,7 +1743,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1755,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[25]
+	mi := &file_quorate_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1768,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DrainNodeResponse) GetMapEpoch() uint64 {
@@ -1482,7 +1796,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1808,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[26]
+	mi := &file_quorate_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1821,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MoveReplicaRequest) GetGroup() uint32 {
@@ -1541,7 +1855,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1867,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[27]
+	mi := &file_quorate_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1880,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MoveReplicaResponse) GetMapEpoch() uint64 {
@@ -1584,7 +1898,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1910,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[28]
+	mi := &file_quorate_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1923,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 type ClusterStatusResponse struct {
@@ -1632,7 +1946,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1958,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[29]
+	mi := &file_quorate_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1971,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClusterStatusResponse) GetAnsweredBy() string {
@@ -1709,7 +2023,7 @@ type ShardMapStatus struct {
 
 func (x *ShardMapStatus) Reset() {
 	*x = ShardMapStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +2035,7 @@ func (x *ShardMapStatus) String() string {
 func (*ShardMapStatus) ProtoMessage() {}
 
 func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[30]
+	mi := &file_quorate_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +2048,7 @@ func (x *ShardMapStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMapStatus.ProtoReflect.Descriptor instead.
 func (*ShardMapStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShardMapStatus) GetEpoch() uint64 {
@@ -1771,7 +2085,7 @@ type ShardGroupStatus struct {
 
 func (x *ShardGroupStatus) Reset() {
 	*x = ShardGroupStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2097,7 @@ func (x *ShardGroupStatus) String() string {
 func (*ShardGroupStatus) ProtoMessage() {}
 
 func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[31]
+	mi := &file_quorate_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2110,7 @@ func (x *ShardGroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardGroupStatus.ProtoReflect.Descriptor instead.
 func (*ShardGroupStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ShardGroupStatus) GetId() uint32 {
@@ -1845,7 +2159,7 @@ type MemberStatus struct {
 
 func (x *MemberStatus) Reset() {
 	*x = MemberStatus{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2171,7 @@ func (x *MemberStatus) String() string {
 func (*MemberStatus) ProtoMessage() {}
 
 func (x *MemberStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[32]
+	mi := &file_quorate_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2184,7 @@ func (x *MemberStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberStatus.ProtoReflect.Descriptor instead.
 func (*MemberStatus) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MemberStatus) GetId() string {
@@ -1923,7 +2237,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2249,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[33]
+	mi := &file_quorate_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2262,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type NodeStatusResponse struct {
@@ -1960,7 +2274,7 @@ type NodeStatusResponse struct {
 
 func (x *NodeStatusResponse) Reset() {
 	*x = NodeStatusResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2286,7 @@ func (x *NodeStatusResponse) String() string {
 func (*NodeStatusResponse) ProtoMessage() {}
 
 func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[34]
+	mi := &file_quorate_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2299,7 @@ func (x *NodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*NodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeStatusResponse) GetNode() *NodeState {
@@ -2042,7 +2356,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2368,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[35]
+	mi := &file_quorate_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2381,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeState) GetId() string {
@@ -2218,7 +2532,7 @@ type PolicyDecisions struct {
 
 func (x *PolicyDecisions) Reset() {
 	*x = PolicyDecisions{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2544,7 @@ func (x *PolicyDecisions) String() string {
 func (*PolicyDecisions) ProtoMessage() {}
 
 func (x *PolicyDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[36]
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2557,7 @@ func (x *PolicyDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDecisions.ProtoReflect.Descriptor instead.
 func (*PolicyDecisions) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PolicyDecisions) GetPolicy() string {
@@ -2348,7 +2662,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2674,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[37]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2687,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -2508,7 +2822,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2834,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[38]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2847,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HotKey) GetPolicy() string {
@@ -2596,7 +2910,7 @@ type FrozenSlots struct {
 
 func (x *FrozenSlots) Reset() {
 	*x = FrozenSlots{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2922,7 @@ func (x *FrozenSlots) String() string {
 func (*FrozenSlots) ProtoMessage() {}
 
 func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[39]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2935,7 @@ func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrozenSlots.ProtoReflect.Descriptor instead.
 func (*FrozenSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FrozenSlots) GetStart() uint32 {
@@ -2686,7 +3000,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +3012,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +3025,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -2760,7 +3074,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3086,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3099,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2838,7 +3152,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3164,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3177,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Policy) GetName() string {
@@ -2986,7 +3300,7 @@ type LocalDecisions struct {
 
 func (x *LocalDecisions) Reset() {
 	*x = LocalDecisions{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3312,7 @@ func (x *LocalDecisions) String() string {
 func (*LocalDecisions) ProtoMessage() {}
 
 func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3325,7 @@ func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDecisions.ProtoReflect.Descriptor instead.
 func (*LocalDecisions) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LocalDecisions) GetMode() string {
@@ -3051,7 +3365,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3377,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3390,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -3096,7 +3410,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3422,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3435,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3139,7 +3453,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3465,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3478,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type ListPoliciesResponse struct {
@@ -3176,7 +3490,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3502,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3515,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3220,7 +3534,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3546,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3559,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -3264,7 +3578,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3590,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3603,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -3308,7 +3622,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3634,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3647,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -3353,7 +3667,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[51]
+	mi := &file_quorate_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3679,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[51]
+	mi := &file_quorate_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3692,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -3393,7 +3707,32 @@ var File_quorate_v1_admin_proto protoreflect.FileDescriptor
 const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x16quorate/v1/admin.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\">\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"z\n" +
+	"\x13SaveSnapshotRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\rR\bmaxBytes\"\x80\x03\n" +
+	"\x14SaveSnapshotResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\"\n" +
+	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\x127\n" +
+	"\tshard_map\x18\x06 \x01(\v2\x1a.quorate.v1.ShardMapStatusR\bshardMap\x12.\n" +
+	"\bpolicies\x18\a \x03(\v2\x12.quorate.v1.PolicyR\bpolicies\x12\x14\n" +
+	"\x05state\x18\b \x01(\fR\x05state\x12\x18\n" +
+	"\arecords\x18\t \x01(\rR\arecords\x12#\n" +
+	"\rtotal_records\x18\n" +
+	" \x01(\x04R\ftotalRecords\x12\x12\n" +
+	"\x04done\x18\v \x01(\bR\x04done\"_\n" +
+	"\x16RestoreSnapshotRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\fR\x05state\x12/\n" +
+	"\x14source_now_unix_nano\x18\x02 \x01(\x03R\x11sourceNowUnixNano\"K\n" +
+	"\x17RestoreSnapshotResponse\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\rR\arecords\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\rR\x06groups\">\n" +
 	"\x10ListAuditRequest\x12\x14\n" +
 	"\x05since\x18\x01 \x01(\x04R\x05since\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"Y\n" +
@@ -3631,7 +3970,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x15DeletePoliciesRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"H\n" +
 	"\x16DeletePoliciesResponse\x12.\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\xd0\v\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x12.quorate.v1.PolicyR\bpolicies2\x83\r\n" +
 	"\fAdminService\x12V\n" +
 	"\rClusterStatus\x12 .quorate.v1.ClusterStatusRequest\x1a!.quorate.v1.ClusterStatusResponse\"\x00\x12M\n" +
 	"\n" +
@@ -3655,7 +3994,9 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\tRebalance\x12\x1c.quorate.v1.RebalanceRequest\x1a\x1d.quorate.v1.RebalanceResponse\"\x00\x12D\n" +
 	"\aAddNode\x12\x1a.quorate.v1.AddNodeRequest\x1a\x1b.quorate.v1.AddNodeResponse\"\x00\x12S\n" +
 	"\fUncordonNode\x12\x1f.quorate.v1.UncordonNodeRequest\x1a .quorate.v1.UncordonNodeResponse\"\x00\x12J\n" +
-	"\tListAudit\x12\x1c.quorate.v1.ListAuditRequest\x1a\x1d.quorate.v1.ListAuditResponse\"\x002\xb4\x01\n" +
+	"\tListAudit\x12\x1c.quorate.v1.ListAuditRequest\x1a\x1d.quorate.v1.ListAuditResponse\"\x00\x12S\n" +
+	"\fSaveSnapshot\x12\x1f.quorate.v1.SaveSnapshotRequest\x1a .quorate.v1.SaveSnapshotResponse\"\x00\x12\\\n" +
+	"\x0fRestoreSnapshot\x12\".quorate.v1.RestoreSnapshotRequest\x1a#.quorate.v1.RestoreSnapshotResponse\"\x002\xb4\x01\n" +
 	"\vPeerService\x12P\n" +
 	"\vExportSlots\x12\x1e.quorate.v1.ExportSlotsRequest\x1a\x1f.quorate.v1.ExportSlotsResponse\"\x00\x12S\n" +
 	"\fApplyToGroup\x12\x1f.quorate.v1.ApplyToGroupRequest\x1a .quorate.v1.ApplyToGroupResponse\"\x00B7Z5github.com/quorate/quorate/proto/quorate/v1;quoratev1b\x06proto3"
@@ -3672,138 +4013,148 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_quorate_v1_admin_proto_goTypes = []any{
-	(*ListAuditRequest)(nil),       // 0: quorate.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 1: quorate.v1.ListAuditResponse
-	(*AuditEntry)(nil),             // 2: quorate.v1.AuditEntry
-	(*UncordonNodeRequest)(nil),    // 3: quorate.v1.UncordonNodeRequest
-	(*UncordonNodeResponse)(nil),   // 4: quorate.v1.UncordonNodeResponse
-	(*AddNodeRequest)(nil),         // 5: quorate.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 6: quorate.v1.AddNodeResponse
-	(*RebalanceRequest)(nil),       // 7: quorate.v1.RebalanceRequest
-	(*RebalanceResponse)(nil),      // 8: quorate.v1.RebalanceResponse
-	(*ExportSlotsRequest)(nil),     // 9: quorate.v1.ExportSlotsRequest
-	(*ExportSlotsResponse)(nil),    // 10: quorate.v1.ExportSlotsResponse
-	(*ApplyToGroupRequest)(nil),    // 11: quorate.v1.ApplyToGroupRequest
-	(*ApplyToGroupResponse)(nil),   // 12: quorate.v1.ApplyToGroupResponse
-	(*MoveSlotsRequest)(nil),       // 13: quorate.v1.MoveSlotsRequest
-	(*AddGroupRequest)(nil),        // 14: quorate.v1.AddGroupRequest
-	(*SplitGroupRequest)(nil),      // 15: quorate.v1.SplitGroupRequest
-	(*ListPlansRequest)(nil),       // 16: quorate.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),      // 17: quorate.v1.ListPlansResponse
-	(*CancelPlanRequest)(nil),      // 18: quorate.v1.CancelPlanRequest
-	(*PlanResponse)(nil),           // 19: quorate.v1.PlanResponse
-	(*PlanStatus)(nil),             // 20: quorate.v1.PlanStatus
-	(*PlanStepStatus)(nil),         // 21: quorate.v1.PlanStepStatus
-	(*RemoveNodeRequest)(nil),      // 22: quorate.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 23: quorate.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 24: quorate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 25: quorate.v1.DrainNodeResponse
-	(*MoveReplicaRequest)(nil),     // 26: quorate.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),    // 27: quorate.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),   // 28: quorate.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),  // 29: quorate.v1.ClusterStatusResponse
-	(*ShardMapStatus)(nil),         // 30: quorate.v1.ShardMapStatus
-	(*ShardGroupStatus)(nil),       // 31: quorate.v1.ShardGroupStatus
-	(*MemberStatus)(nil),           // 32: quorate.v1.MemberStatus
-	(*NodeStatusRequest)(nil),      // 33: quorate.v1.NodeStatusRequest
-	(*NodeStatusResponse)(nil),     // 34: quorate.v1.NodeStatusResponse
-	(*NodeState)(nil),              // 35: quorate.v1.NodeState
-	(*PolicyDecisions)(nil),        // 36: quorate.v1.PolicyDecisions
-	(*GroupState)(nil),             // 37: quorate.v1.GroupState
-	(*HotKey)(nil),                 // 38: quorate.v1.HotKey
-	(*FrozenSlots)(nil),            // 39: quorate.v1.FrozenSlots
-	(*JoinRequest)(nil),            // 40: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),           // 41: quorate.v1.JoinResponse
-	(*Policy)(nil),                 // 42: quorate.v1.Policy
-	(*LocalDecisions)(nil),         // 43: quorate.v1.LocalDecisions
-	(*ApplyPoliciesRequest)(nil),   // 44: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 45: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),    // 46: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 47: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),       // 48: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),      // 49: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),  // 50: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil), // 51: quorate.v1.DeletePoliciesResponse
-	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
+	(*SaveSnapshotRequest)(nil),     // 0: quorate.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),    // 1: quorate.v1.SaveSnapshotResponse
+	(*RestoreSnapshotRequest)(nil),  // 2: quorate.v1.RestoreSnapshotRequest
+	(*RestoreSnapshotResponse)(nil), // 3: quorate.v1.RestoreSnapshotResponse
+	(*ListAuditRequest)(nil),        // 4: quorate.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),       // 5: quorate.v1.ListAuditResponse
+	(*AuditEntry)(nil),              // 6: quorate.v1.AuditEntry
+	(*UncordonNodeRequest)(nil),     // 7: quorate.v1.UncordonNodeRequest
+	(*UncordonNodeResponse)(nil),    // 8: quorate.v1.UncordonNodeResponse
+	(*AddNodeRequest)(nil),          // 9: quorate.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),         // 10: quorate.v1.AddNodeResponse
+	(*RebalanceRequest)(nil),        // 11: quorate.v1.RebalanceRequest
+	(*RebalanceResponse)(nil),       // 12: quorate.v1.RebalanceResponse
+	(*ExportSlotsRequest)(nil),      // 13: quorate.v1.ExportSlotsRequest
+	(*ExportSlotsResponse)(nil),     // 14: quorate.v1.ExportSlotsResponse
+	(*ApplyToGroupRequest)(nil),     // 15: quorate.v1.ApplyToGroupRequest
+	(*ApplyToGroupResponse)(nil),    // 16: quorate.v1.ApplyToGroupResponse
+	(*MoveSlotsRequest)(nil),        // 17: quorate.v1.MoveSlotsRequest
+	(*AddGroupRequest)(nil),         // 18: quorate.v1.AddGroupRequest
+	(*SplitGroupRequest)(nil),       // 19: quorate.v1.SplitGroupRequest
+	(*ListPlansRequest)(nil),        // 20: quorate.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),       // 21: quorate.v1.ListPlansResponse
+	(*CancelPlanRequest)(nil),       // 22: quorate.v1.CancelPlanRequest
+	(*PlanResponse)(nil),            // 23: quorate.v1.PlanResponse
+	(*PlanStatus)(nil),              // 24: quorate.v1.PlanStatus
+	(*PlanStepStatus)(nil),          // 25: quorate.v1.PlanStepStatus
+	(*RemoveNodeRequest)(nil),       // 26: quorate.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 27: quorate.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),        // 28: quorate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 29: quorate.v1.DrainNodeResponse
+	(*MoveReplicaRequest)(nil),      // 30: quorate.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),     // 31: quorate.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),    // 32: quorate.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),   // 33: quorate.v1.ClusterStatusResponse
+	(*ShardMapStatus)(nil),          // 34: quorate.v1.ShardMapStatus
+	(*ShardGroupStatus)(nil),        // 35: quorate.v1.ShardGroupStatus
+	(*MemberStatus)(nil),            // 36: quorate.v1.MemberStatus
+	(*NodeStatusRequest)(nil),       // 37: quorate.v1.NodeStatusRequest
+	(*NodeStatusResponse)(nil),      // 38: quorate.v1.NodeStatusResponse
+	(*NodeState)(nil),               // 39: quorate.v1.NodeState
+	(*PolicyDecisions)(nil),         // 40: quorate.v1.PolicyDecisions
+	(*GroupState)(nil),              // 41: quorate.v1.GroupState
+	(*HotKey)(nil),                  // 42: quorate.v1.HotKey
+	(*FrozenSlots)(nil),             // 43: quorate.v1.FrozenSlots
+	(*JoinRequest)(nil),             // 44: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),            // 45: quorate.v1.JoinResponse
+	(*Policy)(nil),                  // 46: quorate.v1.Policy
+	(*LocalDecisions)(nil),          // 47: quorate.v1.LocalDecisions
+	(*ApplyPoliciesRequest)(nil),    // 48: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),   // 49: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),     // 50: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 51: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),        // 52: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),       // 53: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),   // 54: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil),  // 55: quorate.v1.DeletePoliciesResponse
+	(*timestamppb.Timestamp)(nil),   // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 57: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
-	2,  // 0: quorate.v1.ListAuditResponse.entries:type_name -> quorate.v1.AuditEntry
-	52, // 1: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	20, // 2: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
-	20, // 3: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
-	21, // 4: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	53, // 5: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
-	32, // 6: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
-	30, // 7: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	31, // 8: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
-	35, // 9: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
-	35, // 10: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	37, // 11: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	36, // 12: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
-	39, // 13: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
-	52, // 14: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
-	38, // 15: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
-	53, // 16: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	53, // 17: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	53, // 18: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	43, // 19: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
-	53, // 20: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
-	53, // 21: quorate.v1.LocalDecisions.sync_interval:type_name -> google.protobuf.Duration
-	42, // 22: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	42, // 23: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 24: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	42, // 25: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	42, // 26: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	28, // 27: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	33, // 28: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	40, // 29: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	44, // 30: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	46, // 31: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	48, // 32: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	50, // 33: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	26, // 34: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	24, // 35: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	22, // 36: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	13, // 37: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	14, // 38: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	15, // 39: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	16, // 40: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	18, // 41: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	7,  // 42: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	5,  // 43: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	3,  // 44: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	0,  // 45: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
-	9,  // 46: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	11, // 47: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	29, // 48: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	34, // 49: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	41, // 50: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	45, // 51: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	47, // 52: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	49, // 53: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	51, // 54: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	27, // 55: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	25, // 56: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	23, // 57: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	19, // 58: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	19, // 59: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	19, // 60: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	17, // 61: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	19, // 62: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	8,  // 63: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	6,  // 64: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	4,  // 65: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	1,  // 66: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
-	10, // 67: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	12, // 68: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	48, // [48:69] is the sub-list for method output_type
-	27, // [27:48] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	34, // 0: quorate.v1.SaveSnapshotResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	46, // 1: quorate.v1.SaveSnapshotResponse.policies:type_name -> quorate.v1.Policy
+	6,  // 2: quorate.v1.ListAuditResponse.entries:type_name -> quorate.v1.AuditEntry
+	56, // 3: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	24, // 4: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
+	24, // 5: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
+	25, // 6: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
+	57, // 7: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	36, // 8: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
+	34, // 9: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
+	35, // 10: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
+	39, // 11: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
+	39, // 12: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
+	41, // 13: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	40, // 14: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
+	43, // 15: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
+	56, // 16: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	42, // 17: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
+	57, // 18: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	57, // 19: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	57, // 20: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 21: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
+	57, // 22: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
+	57, // 23: quorate.v1.LocalDecisions.sync_interval:type_name -> google.protobuf.Duration
+	46, // 24: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	46, // 25: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	46, // 26: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	46, // 27: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	46, // 28: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	32, // 29: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	37, // 30: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	44, // 31: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	48, // 32: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	50, // 33: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	52, // 34: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	54, // 35: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	30, // 36: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	28, // 37: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	26, // 38: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	17, // 39: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	18, // 40: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	19, // 41: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	20, // 42: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	22, // 43: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	11, // 44: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	9,  // 45: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	7,  // 46: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	4,  // 47: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
+	0,  // 48: quorate.v1.AdminService.SaveSnapshot:input_type -> quorate.v1.SaveSnapshotRequest
+	2,  // 49: quorate.v1.AdminService.RestoreSnapshot:input_type -> quorate.v1.RestoreSnapshotRequest
+	13, // 50: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	15, // 51: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	33, // 52: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	38, // 53: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	45, // 54: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	49, // 55: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	51, // 56: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	53, // 57: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	55, // 58: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	31, // 59: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	29, // 60: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	27, // 61: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	23, // 62: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	23, // 63: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	23, // 64: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	21, // 65: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	23, // 66: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	12, // 67: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	10, // 68: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	8,  // 69: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	5,  // 70: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
+	1,  // 71: quorate.v1.AdminService.SaveSnapshot:output_type -> quorate.v1.SaveSnapshotResponse
+	3,  // 72: quorate.v1.AdminService.RestoreSnapshot:output_type -> quorate.v1.RestoreSnapshotResponse
+	14, // 73: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	16, // 74: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	52, // [52:75] is the sub-list for method output_type
+	29, // [29:52] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -3811,15 +4162,15 @@ func file_quorate_v1_admin_proto_init() {
 	if File_quorate_v1_admin_proto != nil {
 		return
 	}
-	file_quorate_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
-	file_quorate_v1_admin_proto_msgTypes[43].OneofWrappers = []any{}
+	file_quorate_v1_admin_proto_msgTypes[46].OneofWrappers = []any{}
+	file_quorate_v1_admin_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

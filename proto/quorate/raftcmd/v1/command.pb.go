@@ -115,6 +115,7 @@ type Envelope struct {
 	//	*Envelope_CancelPlan
 	//	*Envelope_SetClusterId
 	//	*Envelope_Grant
+	//	*Envelope_RestoreSlots
 	Body isEnvelope_Body `protobuf_oneof:"body"`
 	// Shard-map epoch the router used to pick this group, on data commands
 	// (0 before the cluster has a shard map). A data group refuses a command
@@ -397,6 +398,15 @@ func (x *Envelope) GetGrant() *Grant {
 	return nil
 }
 
+func (x *Envelope) GetRestoreSlots() *RestoreSlots {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RestoreSlots); ok {
+			return x.RestoreSlots
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMapEpoch() uint64 {
 	if x != nil {
 		return x.MapEpoch
@@ -511,6 +521,10 @@ type Envelope_Grant struct {
 	Grant *Grant `protobuf:"bytes,32,opt,name=grant,proto3,oneof"`
 }
 
+type Envelope_RestoreSlots struct {
+	RestoreSlots *RestoreSlots `protobuf:"bytes,41,opt,name=restore_slots,json=restoreSlots,proto3,oneof"`
+}
+
 func (*Envelope_Admit) isEnvelope_Body() {}
 
 func (*Envelope_PutPolicies) isEnvelope_Body() {}
@@ -558,6 +572,8 @@ func (*Envelope_CancelPlan) isEnvelope_Body() {}
 func (*Envelope_SetClusterId) isEnvelope_Body() {}
 
 func (*Envelope_Grant) isEnvelope_Body() {}
+
+func (*Envelope_RestoreSlots) isEnvelope_Body() {}
 
 // Actor is who asked for an admin change: an authenticated caller and how
 // it was authenticated ("certificate", "token"; "none" for an anonymous
@@ -4355,6 +4371,74 @@ func (x *SlotState) GetDedupe() []*DedupeRecord {
 	return nil
 }
 
+// RestoreSlots writes a page of a backup's state (quorate admin snapshot
+// restore) into a data group that owns every slot its records name (a
+// group without a shard map, the meta group of a single-group cluster,
+// takes all); request-ID entries without a slot go to every group. A
+// record overwrites the key's state. Times as ImportSlots: the group's
+// time becomes at least source_now_unix_nano (refused more than
+// fsm.MaxClockSkew ahead of the entry's own), and leases, reservations and
+// request-ID retention keep the time they had left then.
+type RestoreSlots struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	SourceNowUnixNano int64                  `protobuf:"varint,1,opt,name=source_now_unix_nano,json=sourceNowUnixNano,proto3" json:"source_now_unix_nano,omitempty"`
+	MapEpoch          uint64                 `protobuf:"varint,2,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	State             *SlotState             `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RestoreSlots) Reset() {
+	*x = RestoreSlots{}
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreSlots) ProtoMessage() {}
+
+func (x *RestoreSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreSlots.ProtoReflect.Descriptor instead.
+func (*RestoreSlots) Descriptor() ([]byte, []int) {
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RestoreSlots) GetSourceNowUnixNano() int64 {
+	if x != nil {
+		return x.SourceNowUnixNano
+	}
+	return 0
+}
+
+func (x *RestoreSlots) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *RestoreSlots) GetState() *SlotState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // DropImport abandons migration's import (a rolled-back migration): the
 // target deletes the state it imported for slots it does not own and
 // refuses the migration's later chunks.
@@ -4369,7 +4453,7 @@ type DropImport struct {
 
 func (x *DropImport) Reset() {
 	*x = DropImport{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4465,7 @@ func (x *DropImport) String() string {
 func (*DropImport) ProtoMessage() {}
 
 func (x *DropImport) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[45]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4478,7 @@ func (x *DropImport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropImport.ProtoReflect.Descriptor instead.
 func (*DropImport) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{45}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DropImport) GetMigration() uint64 {
@@ -4435,7 +4519,7 @@ type ImportProgress struct {
 
 func (x *ImportProgress) Reset() {
 	*x = ImportProgress{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4531,7 @@ func (x *ImportProgress) String() string {
 func (*ImportProgress) ProtoMessage() {}
 
 func (x *ImportProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[46]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4544,7 @@ func (x *ImportProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportProgress.ProtoReflect.Descriptor instead.
 func (*ImportProgress) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{46}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ImportProgress) GetMigration() uint64 {
@@ -4542,7 +4626,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4638,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[47]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4651,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{47}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Plan) GetId() uint64 {
@@ -4659,7 +4743,7 @@ type PlanStep struct {
 
 func (x *PlanStep) Reset() {
 	*x = PlanStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4755,7 @@ func (x *PlanStep) String() string {
 func (*PlanStep) ProtoMessage() {}
 
 func (x *PlanStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[48]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4768,7 @@ func (x *PlanStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStep.ProtoReflect.Descriptor instead.
 func (*PlanStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{48}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PlanStep) GetAction() isPlanStep_Action {
@@ -4781,7 +4865,7 @@ type AddGroupStep struct {
 
 func (x *AddGroupStep) Reset() {
 	*x = AddGroupStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4793,7 +4877,7 @@ func (x *AddGroupStep) String() string {
 func (*AddGroupStep) ProtoMessage() {}
 
 func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[49]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4806,7 +4890,7 @@ func (x *AddGroupStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddGroupStep.ProtoReflect.Descriptor instead.
 func (*AddGroupStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{49}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddGroupStep) GetGroup() uint32 {
@@ -4837,7 +4921,7 @@ type MoveSlotsStep struct {
 
 func (x *MoveSlotsStep) Reset() {
 	*x = MoveSlotsStep{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4849,7 +4933,7 @@ func (x *MoveSlotsStep) String() string {
 func (*MoveSlotsStep) ProtoMessage() {}
 
 func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[50]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4862,7 +4946,7 @@ func (x *MoveSlotsStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsStep.ProtoReflect.Descriptor instead.
 func (*MoveSlotsStep) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{50}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MoveSlotsStep) GetFrom() uint32 {
@@ -4904,7 +4988,7 @@ type CreatePlan struct {
 
 func (x *CreatePlan) Reset() {
 	*x = CreatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5000,7 @@ func (x *CreatePlan) String() string {
 func (*CreatePlan) ProtoMessage() {}
 
 func (x *CreatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[51]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5013,7 @@ func (x *CreatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlan.ProtoReflect.Descriptor instead.
 func (*CreatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{51}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreatePlan) GetPlan() *Plan {
@@ -4964,7 +5048,7 @@ type UpdatePlan struct {
 
 func (x *UpdatePlan) Reset() {
 	*x = UpdatePlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4976,7 +5060,7 @@ func (x *UpdatePlan) String() string {
 func (*UpdatePlan) ProtoMessage() {}
 
 func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[52]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4989,7 +5073,7 @@ func (x *UpdatePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePlan.ProtoReflect.Descriptor instead.
 func (*UpdatePlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{52}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpdatePlan) GetId() uint64 {
@@ -5073,7 +5157,7 @@ type CancelPlan struct {
 
 func (x *CancelPlan) Reset() {
 	*x = CancelPlan{}
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5085,7 +5169,7 @@ func (x *CancelPlan) String() string {
 func (*CancelPlan) ProtoMessage() {}
 
 func (x *CancelPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[53]
+	mi := &file_quorate_raftcmd_v1_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5098,7 +5182,7 @@ func (x *CancelPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPlan.ProtoReflect.Descriptor instead.
 func (*CancelPlan) Descriptor() ([]byte, []int) {
-	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{53}
+	return file_quorate_raftcmd_v1_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CancelPlan) GetId() uint64 {
@@ -5112,7 +5196,7 @@ var File_quorate_raftcmd_v1_command_proto protoreflect.FileDescriptor
 
 const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\n" +
-	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\x9c\r\n" +
+	" quorate/raftcmd/v1/command.proto\x12\x12quorate.raftcmd.v1\"\xe5\r\n" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x121\n" +
@@ -5145,7 +5229,8 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"\vcancel_plan\x18\x1f \x01(\v2\x1e.quorate.raftcmd.v1.CancelPlanH\x00R\n" +
 	"cancelPlan\x12H\n" +
 	"\x0eset_cluster_id\x18( \x01(\v2 .quorate.raftcmd.v1.SetClusterIDH\x00R\fsetClusterId\x121\n" +
-	"\x05grant\x18  \x01(\v2\x19.quorate.raftcmd.v1.GrantH\x00R\x05grant\x12\x1b\n" +
+	"\x05grant\x18  \x01(\v2\x19.quorate.raftcmd.v1.GrantH\x00R\x05grant\x12G\n" +
+	"\rrestore_slots\x18) \x01(\v2 .quorate.raftcmd.v1.RestoreSlotsH\x00R\frestoreSlots\x12\x1b\n" +
 	"\tmap_epoch\x18\x03 \x01(\x04R\bmapEpoch\x12/\n" +
 	"\x05actor\x18\x04 \x01(\v2\x19.quorate.raftcmd.v1.ActorR\x05actorB\x06\n" +
 	"\x04body\"Q\n" +
@@ -5488,7 +5573,11 @@ const file_quorate_raftcmd_v1_command_proto_rawDesc = "" +
 	"semaphores\x18\x02 \x03(\v2#.quorate.raftcmd.v1.SemaphoreRecordR\n" +
 	"semaphores\x12I\n" +
 	"\freservations\x18\x03 \x03(\v2%.quorate.raftcmd.v1.ReservationRecordR\freservations\x128\n" +
-	"\x06dedupe\x18\x04 \x03(\v2 .quorate.raftcmd.v1.DedupeRecordR\x06dedupe\"R\n" +
+	"\x06dedupe\x18\x04 \x03(\v2 .quorate.raftcmd.v1.DedupeRecordR\x06dedupe\"\x91\x01\n" +
+	"\fRestoreSlots\x12/\n" +
+	"\x14source_now_unix_nano\x18\x01 \x01(\x03R\x11sourceNowUnixNano\x12\x1b\n" +
+	"\tmap_epoch\x18\x02 \x01(\x04R\bmapEpoch\x123\n" +
+	"\x05state\x18\x03 \x01(\v2\x1d.quorate.raftcmd.v1.SlotStateR\x05state\"R\n" +
 	"\n" +
 	"DropImport\x12\x1c\n" +
 	"\tmigration\x18\x01 \x01(\x04R\tmigration\x12\x14\n" +
@@ -5567,7 +5656,7 @@ func file_quorate_raftcmd_v1_command_proto_rawDescGZIP() []byte {
 }
 
 var file_quorate_raftcmd_v1_command_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_quorate_raftcmd_v1_command_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(LeaseOp_Kind)(0),         // 0: quorate.raftcmd.v1.LeaseOp.Kind
 	(*Envelope)(nil),          // 1: quorate.raftcmd.v1.Envelope
@@ -5615,15 +5704,16 @@ var file_quorate_raftcmd_v1_command_proto_goTypes = []any{
 	(*UnfreezeSlots)(nil),     // 43: quorate.raftcmd.v1.UnfreezeSlots
 	(*ImportSlots)(nil),       // 44: quorate.raftcmd.v1.ImportSlots
 	(*SlotState)(nil),         // 45: quorate.raftcmd.v1.SlotState
-	(*DropImport)(nil),        // 46: quorate.raftcmd.v1.DropImport
-	(*ImportProgress)(nil),    // 47: quorate.raftcmd.v1.ImportProgress
-	(*Plan)(nil),              // 48: quorate.raftcmd.v1.Plan
-	(*PlanStep)(nil),          // 49: quorate.raftcmd.v1.PlanStep
-	(*AddGroupStep)(nil),      // 50: quorate.raftcmd.v1.AddGroupStep
-	(*MoveSlotsStep)(nil),     // 51: quorate.raftcmd.v1.MoveSlotsStep
-	(*CreatePlan)(nil),        // 52: quorate.raftcmd.v1.CreatePlan
-	(*UpdatePlan)(nil),        // 53: quorate.raftcmd.v1.UpdatePlan
-	(*CancelPlan)(nil),        // 54: quorate.raftcmd.v1.CancelPlan
+	(*RestoreSlots)(nil),      // 46: quorate.raftcmd.v1.RestoreSlots
+	(*DropImport)(nil),        // 47: quorate.raftcmd.v1.DropImport
+	(*ImportProgress)(nil),    // 48: quorate.raftcmd.v1.ImportProgress
+	(*Plan)(nil),              // 49: quorate.raftcmd.v1.Plan
+	(*PlanStep)(nil),          // 50: quorate.raftcmd.v1.PlanStep
+	(*AddGroupStep)(nil),      // 51: quorate.raftcmd.v1.AddGroupStep
+	(*MoveSlotsStep)(nil),     // 52: quorate.raftcmd.v1.MoveSlotsStep
+	(*CreatePlan)(nil),        // 53: quorate.raftcmd.v1.CreatePlan
+	(*UpdatePlan)(nil),        // 54: quorate.raftcmd.v1.UpdatePlan
+	(*CancelPlan)(nil),        // 55: quorate.raftcmd.v1.CancelPlan
 }
 var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	11, // 0: quorate.raftcmd.v1.Envelope.admit:type_name -> quorate.raftcmd.v1.Admit
@@ -5644,50 +5734,52 @@ var file_quorate_raftcmd_v1_command_proto_depIdxs = []int32{
 	42, // 15: quorate.raftcmd.v1.Envelope.freeze_slots:type_name -> quorate.raftcmd.v1.FreezeSlots
 	43, // 16: quorate.raftcmd.v1.Envelope.unfreeze_slots:type_name -> quorate.raftcmd.v1.UnfreezeSlots
 	44, // 17: quorate.raftcmd.v1.Envelope.import_slots:type_name -> quorate.raftcmd.v1.ImportSlots
-	46, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
-	52, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
-	53, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
-	54, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
+	47, // 18: quorate.raftcmd.v1.Envelope.drop_import:type_name -> quorate.raftcmd.v1.DropImport
+	53, // 19: quorate.raftcmd.v1.Envelope.create_plan:type_name -> quorate.raftcmd.v1.CreatePlan
+	54, // 20: quorate.raftcmd.v1.Envelope.update_plan:type_name -> quorate.raftcmd.v1.UpdatePlan
+	55, // 21: quorate.raftcmd.v1.Envelope.cancel_plan:type_name -> quorate.raftcmd.v1.CancelPlan
 	24, // 22: quorate.raftcmd.v1.Envelope.set_cluster_id:type_name -> quorate.raftcmd.v1.SetClusterID
 	23, // 23: quorate.raftcmd.v1.Envelope.grant:type_name -> quorate.raftcmd.v1.Grant
-	2,  // 24: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
-	1,  // 25: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
-	6,  // 26: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
-	7,  // 27: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	5,  // 28: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
-	7,  // 29: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
-	28, // 30: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
-	12, // 31: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
-	0,  // 32: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
-	21, // 33: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
-	22, // 34: quorate.raftcmd.v1.Policy.local:type_name -> quorate.raftcmd.v1.LocalDecisions
-	5,  // 35: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
-	9,  // 36: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
-	42, // 37: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
-	47, // 38: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
-	48, // 39: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
-	21, // 40: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
-	31, // 41: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
-	30, // 42: quorate.raftcmd.v1.BucketRecord.refunds:type_name -> quorate.raftcmd.v1.RefundMark
-	34, // 43: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
-	36, // 44: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
-	36, // 45: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
-	40, // 46: quorate.raftcmd.v1.GrantRecord.last_top_up:type_name -> quorate.raftcmd.v1.SpendRecord
-	40, // 47: quorate.raftcmd.v1.GrantRecord.carried:type_name -> quorate.raftcmd.v1.SpendRecord
-	45, // 48: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
-	29, // 49: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
-	35, // 50: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
-	38, // 51: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
-	32, // 52: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
-	49, // 53: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
-	50, // 54: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
-	51, // 55: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
-	48, // 56: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	46, // 24: quorate.raftcmd.v1.Envelope.restore_slots:type_name -> quorate.raftcmd.v1.RestoreSlots
+	2,  // 25: quorate.raftcmd.v1.Envelope.actor:type_name -> quorate.raftcmd.v1.Actor
+	1,  // 26: quorate.raftcmd.v1.Batch.ops:type_name -> quorate.raftcmd.v1.Envelope
+	6,  // 27: quorate.raftcmd.v1.ShardMap.groups:type_name -> quorate.raftcmd.v1.ShardGroup
+	7,  // 28: quorate.raftcmd.v1.ShardMap.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	5,  // 29: quorate.raftcmd.v1.SetShardMap.map:type_name -> quorate.raftcmd.v1.ShardMap
+	7,  // 30: quorate.raftcmd.v1.SetOwnership.ranges:type_name -> quorate.raftcmd.v1.SlotAssignment
+	28, // 31: quorate.raftcmd.v1.SetPolicies.policies:type_name -> quorate.raftcmd.v1.PolicyRecord
+	12, // 32: quorate.raftcmd.v1.Admit.also:type_name -> quorate.raftcmd.v1.Check
+	0,  // 33: quorate.raftcmd.v1.LeaseOp.kind:type_name -> quorate.raftcmd.v1.LeaseOp.Kind
+	21, // 34: quorate.raftcmd.v1.PutPolicies.policies:type_name -> quorate.raftcmd.v1.Policy
+	22, // 35: quorate.raftcmd.v1.Policy.local:type_name -> quorate.raftcmd.v1.LocalDecisions
+	5,  // 36: quorate.raftcmd.v1.SnapshotHeader.shard_map:type_name -> quorate.raftcmd.v1.ShardMap
+	9,  // 37: quorate.raftcmd.v1.SnapshotHeader.ownership:type_name -> quorate.raftcmd.v1.SetOwnership
+	42, // 38: quorate.raftcmd.v1.SnapshotHeader.frozen:type_name -> quorate.raftcmd.v1.FreezeSlots
+	48, // 39: quorate.raftcmd.v1.SnapshotHeader.imports:type_name -> quorate.raftcmd.v1.ImportProgress
+	49, // 40: quorate.raftcmd.v1.SnapshotHeader.plans:type_name -> quorate.raftcmd.v1.Plan
+	21, // 41: quorate.raftcmd.v1.PolicyRecord.policy:type_name -> quorate.raftcmd.v1.Policy
+	31, // 42: quorate.raftcmd.v1.BucketRecord.log:type_name -> quorate.raftcmd.v1.LogEntry
+	30, // 43: quorate.raftcmd.v1.BucketRecord.refunds:type_name -> quorate.raftcmd.v1.RefundMark
+	34, // 44: quorate.raftcmd.v1.AdmitRecord.checks:type_name -> quorate.raftcmd.v1.CheckRecord
+	36, // 45: quorate.raftcmd.v1.SemaphoreRecord.leases:type_name -> quorate.raftcmd.v1.LeaseRecord
+	36, // 46: quorate.raftcmd.v1.LeaseOpRecord.lease:type_name -> quorate.raftcmd.v1.LeaseRecord
+	40, // 47: quorate.raftcmd.v1.GrantRecord.last_top_up:type_name -> quorate.raftcmd.v1.SpendRecord
+	40, // 48: quorate.raftcmd.v1.GrantRecord.carried:type_name -> quorate.raftcmd.v1.SpendRecord
+	45, // 49: quorate.raftcmd.v1.ImportSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	29, // 50: quorate.raftcmd.v1.SlotState.buckets:type_name -> quorate.raftcmd.v1.BucketRecord
+	35, // 51: quorate.raftcmd.v1.SlotState.semaphores:type_name -> quorate.raftcmd.v1.SemaphoreRecord
+	38, // 52: quorate.raftcmd.v1.SlotState.reservations:type_name -> quorate.raftcmd.v1.ReservationRecord
+	32, // 53: quorate.raftcmd.v1.SlotState.dedupe:type_name -> quorate.raftcmd.v1.DedupeRecord
+	45, // 54: quorate.raftcmd.v1.RestoreSlots.state:type_name -> quorate.raftcmd.v1.SlotState
+	50, // 55: quorate.raftcmd.v1.Plan.steps:type_name -> quorate.raftcmd.v1.PlanStep
+	51, // 56: quorate.raftcmd.v1.PlanStep.add_group:type_name -> quorate.raftcmd.v1.AddGroupStep
+	52, // 57: quorate.raftcmd.v1.PlanStep.move_slots:type_name -> quorate.raftcmd.v1.MoveSlotsStep
+	49, // 58: quorate.raftcmd.v1.CreatePlan.plan:type_name -> quorate.raftcmd.v1.Plan
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_quorate_raftcmd_v1_command_proto_init() }
@@ -5720,9 +5812,10 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 		(*Envelope_CancelPlan)(nil),
 		(*Envelope_SetClusterId)(nil),
 		(*Envelope_Grant)(nil),
+		(*Envelope_RestoreSlots)(nil),
 	}
 	file_quorate_raftcmd_v1_command_proto_msgTypes[13].OneofWrappers = []any{}
-	file_quorate_raftcmd_v1_command_proto_msgTypes[48].OneofWrappers = []any{
+	file_quorate_raftcmd_v1_command_proto_msgTypes[49].OneofWrappers = []any{
 		(*PlanStep_AddGroup)(nil),
 		(*PlanStep_MoveSlots)(nil),
 	}
@@ -5732,7 +5825,7 @@ func file_quorate_raftcmd_v1_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_raftcmd_v1_command_proto_rawDesc), len(file_quorate_raftcmd_v1_command_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

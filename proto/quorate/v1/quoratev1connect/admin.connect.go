@@ -79,6 +79,12 @@ const (
 	AdminServiceUncordonNodeProcedure = "/quorate.v1.AdminService/UncordonNode"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/quorate.v1.AdminService/ListAudit"
+	// AdminServiceSaveSnapshotProcedure is the fully-qualified name of the AdminService's SaveSnapshot
+	// RPC.
+	AdminServiceSaveSnapshotProcedure = "/quorate.v1.AdminService/SaveSnapshot"
+	// AdminServiceRestoreSnapshotProcedure is the fully-qualified name of the AdminService's
+	// RestoreSnapshot RPC.
+	AdminServiceRestoreSnapshotProcedure = "/quorate.v1.AdminService/RestoreSnapshot"
 	// PeerServiceExportSlotsProcedure is the fully-qualified name of the PeerService's ExportSlots RPC.
 	PeerServiceExportSlotsProcedure = "/quorate.v1.PeerService/ExportSlots"
 	// PeerServiceApplyToGroupProcedure is the fully-qualified name of the PeerService's ApplyToGroup
@@ -174,6 +180,17 @@ type AdminServiceClient interface {
 	// oldest first, from the meta leader's state after a read barrier. The
 	// meta group keeps the last 10,000.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// SaveSnapshot reads one page of a backup (quorate admin snapshot save):
+	// group 0 the meta group's policies (and, in a single-group cluster, its
+	// keys' state), any other group a data group's state. A group's first
+	// page is read on its leader after a read barrier, which copies the
+	// state at one applied index into a session; the following pages name
+	// the session and read that copy.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.Response[v1.SaveSnapshotResponse], error)
+	// RestoreSnapshot writes one page of a backup's state into the groups
+	// that own its slots in this cluster's shard map (quorate admin snapshot
+	// restore). Policies are restored with ApplyPolicies.
+	RestoreSnapshot(context.Context, *connect.Request[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the quorate.v1.AdminService service. By default, it
@@ -301,30 +318,44 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
 			connect.WithClientOptions(opts...),
 		),
+		saveSnapshot: connect.NewClient[v1.SaveSnapshotRequest, v1.SaveSnapshotResponse](
+			httpClient,
+			baseURL+AdminServiceSaveSnapshotProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SaveSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		restoreSnapshot: connect.NewClient[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse](
+			httpClient,
+			baseURL+AdminServiceRestoreSnapshotProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RestoreSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	clusterStatus  *connect.Client[v1.ClusterStatusRequest, v1.ClusterStatusResponse]
-	nodeStatus     *connect.Client[v1.NodeStatusRequest, v1.NodeStatusResponse]
-	join           *connect.Client[v1.JoinRequest, v1.JoinResponse]
-	applyPolicies  *connect.Client[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse]
-	listPolicies   *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
-	getPolicy      *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
-	deletePolicies *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
-	moveReplica    *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
-	drainNode      *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
-	removeNode     *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
-	moveSlots      *connect.Client[v1.MoveSlotsRequest, v1.PlanResponse]
-	addGroup       *connect.Client[v1.AddGroupRequest, v1.PlanResponse]
-	splitGroup     *connect.Client[v1.SplitGroupRequest, v1.PlanResponse]
-	listPlans      *connect.Client[v1.ListPlansRequest, v1.ListPlansResponse]
-	cancelPlan     *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
-	rebalance      *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
-	addNode        *connect.Client[v1.AddNodeRequest, v1.AddNodeResponse]
-	uncordonNode   *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
-	listAudit      *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	clusterStatus   *connect.Client[v1.ClusterStatusRequest, v1.ClusterStatusResponse]
+	nodeStatus      *connect.Client[v1.NodeStatusRequest, v1.NodeStatusResponse]
+	join            *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	applyPolicies   *connect.Client[v1.ApplyPoliciesRequest, v1.ApplyPoliciesResponse]
+	listPolicies    *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
+	getPolicy       *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
+	deletePolicies  *connect.Client[v1.DeletePoliciesRequest, v1.DeletePoliciesResponse]
+	moveReplica     *connect.Client[v1.MoveReplicaRequest, v1.MoveReplicaResponse]
+	drainNode       *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	removeNode      *connect.Client[v1.RemoveNodeRequest, v1.RemoveNodeResponse]
+	moveSlots       *connect.Client[v1.MoveSlotsRequest, v1.PlanResponse]
+	addGroup        *connect.Client[v1.AddGroupRequest, v1.PlanResponse]
+	splitGroup      *connect.Client[v1.SplitGroupRequest, v1.PlanResponse]
+	listPlans       *connect.Client[v1.ListPlansRequest, v1.ListPlansResponse]
+	cancelPlan      *connect.Client[v1.CancelPlanRequest, v1.PlanResponse]
+	rebalance       *connect.Client[v1.RebalanceRequest, v1.RebalanceResponse]
+	addNode         *connect.Client[v1.AddNodeRequest, v1.AddNodeResponse]
+	uncordonNode    *connect.Client[v1.UncordonNodeRequest, v1.UncordonNodeResponse]
+	listAudit       *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+	saveSnapshot    *connect.Client[v1.SaveSnapshotRequest, v1.SaveSnapshotResponse]
+	restoreSnapshot *connect.Client[v1.RestoreSnapshotRequest, v1.RestoreSnapshotResponse]
 }
 
 // ClusterStatus calls quorate.v1.AdminService.ClusterStatus.
@@ -422,6 +453,16 @@ func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request
 	return c.listAudit.CallUnary(ctx, req)
 }
 
+// SaveSnapshot calls quorate.v1.AdminService.SaveSnapshot.
+func (c *adminServiceClient) SaveSnapshot(ctx context.Context, req *connect.Request[v1.SaveSnapshotRequest]) (*connect.Response[v1.SaveSnapshotResponse], error) {
+	return c.saveSnapshot.CallUnary(ctx, req)
+}
+
+// RestoreSnapshot calls quorate.v1.AdminService.RestoreSnapshot.
+func (c *adminServiceClient) RestoreSnapshot(ctx context.Context, req *connect.Request[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error) {
+	return c.restoreSnapshot.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the quorate.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ClusterStatus answers on every node: each member's Raft role, the leader,
@@ -510,6 +551,17 @@ type AdminServiceHandler interface {
 	// oldest first, from the meta leader's state after a read barrier. The
 	// meta group keeps the last 10,000.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+	// SaveSnapshot reads one page of a backup (quorate admin snapshot save):
+	// group 0 the meta group's policies (and, in a single-group cluster, its
+	// keys' state), any other group a data group's state. A group's first
+	// page is read on its leader after a read barrier, which copies the
+	// state at one applied index into a session; the following pages name
+	// the session and read that copy.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.Response[v1.SaveSnapshotResponse], error)
+	// RestoreSnapshot writes one page of a backup's state into the groups
+	// that own its slots in this cluster's shard map (quorate admin snapshot
+	// restore). Policies are restored with ApplyPolicies.
+	RestoreSnapshot(context.Context, *connect.Request[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -633,6 +685,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListAudit")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSaveSnapshotHandler := connect.NewUnaryHandler(
+		AdminServiceSaveSnapshotProcedure,
+		svc.SaveSnapshot,
+		connect.WithSchema(adminServiceMethods.ByName("SaveSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRestoreSnapshotHandler := connect.NewUnaryHandler(
+		AdminServiceRestoreSnapshotProcedure,
+		svc.RestoreSnapshot,
+		connect.WithSchema(adminServiceMethods.ByName("RestoreSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quorate.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceClusterStatusProcedure:
@@ -673,6 +737,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceUncordonNodeHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
+		case AdminServiceSaveSnapshotProcedure:
+			adminServiceSaveSnapshotHandler.ServeHTTP(w, r)
+		case AdminServiceRestoreSnapshotProcedure:
+			adminServiceRestoreSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -756,6 +824,14 @@ func (UnimplementedAdminServiceHandler) UncordonNode(context.Context, *connect.R
 
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.ListAudit is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.Response[v1.SaveSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.SaveSnapshot is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RestoreSnapshot(context.Context, *connect.Request[v1.RestoreSnapshotRequest]) (*connect.Response[v1.RestoreSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quorate.v1.AdminService.RestoreSnapshot is not implemented"))
 }
 
 // PeerServiceClient is a client for the quorate.v1.PeerService service.
