@@ -2,64 +2,39 @@ package raftmux
 
 import (
 	"fmt"
-	"io"
-	"sync"
 
-	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
 
-// codecs holds the msgpack handles of a Hub: the encoding is the one a
-// raft.NetworkTransport uses by default (time.Time in the format every
-// decoder reads), so every field of raft's structs survives a trip.
-//
-// Encoders and decoders are costly to make and are reused through pools.
-type codecs struct {
-	encoders *sync.Pool
-	decoders *sync.Pool
-}
+// codecs encodes raft's RPC structs into frames and decodes them (wire.go:
+// an encoding of Quorate's own, without reflection).
+type codecs struct{}
 
-func newCodecs() codecs {
-	enc := &codec.MsgpackHandle{}
-	enc.TimeNotBuiltin = true
-	dec := &codec.MsgpackHandle{}
-	return codecs{
-		encoders: &sync.Pool{New: func() any { return codec.NewEncoder(io.Discard, enc) }},
-		decoders: &sync.Pool{New: func() any { return codec.NewDecoderBytes([]byte{}, dec) }},
-	}
-}
+func newCodecs() codecs { return codecs{} }
 
-// encodeFrame returns the frame (request ID left 0) of v.
+// encodeFrame returns the frame of vs, each a string or a pointer to one
+// of raft's RPC structs, in turn.
 func (cs codecs) encodeFrame(group uint32, k kind, id uint64, vs ...interface{}) ([]byte, error) {
-	b := newFrameBuf(group, k, id, 128)
-	enc := cs.encoders.Get().(*codec.Encoder)
-	defer func() {
-		enc.Reset(io.Discard)
-		cs.encoders.Put(enc)
-	}()
-	enc.Reset(b)
+	w := wbuf{b: newFrameBuf(group, k, id, sizeHint(vs))}
 	for _, v := range vs {
-		if err := enc.Encode(v); err != nil {
-			return nil, fmt.Errorf("raftmux: encode: %w", err)
+		if err := w.value(v); err != nil {
+			return nil, err
 		}
 	}
-	return finishFrame(b.Bytes()), nil
+	return finishFrame(w.b), nil
 }
 
-// decode decodes payload into vs in turn.
+// decode decodes payload into vs in turn, each a *string or a pointer to
+// one of raft's RPC structs; the payload must hold them exactly.
 func (cs codecs) decode(payload []byte, vs ...interface{}) error {
-	dec := cs.decoders.Get().(*codec.Decoder)
-	defer func() {
-		dec.ResetBytes([]byte{})
-		cs.decoders.Put(dec)
-	}()
-	dec.ResetBytes(payload)
+	r := rbuf{p: payload}
 	for _, v := range vs {
-		if err := dec.Decode(v); err != nil {
-			return fmt.Errorf("raftmux: decode: %w", err)
-		}
+		r.value(v)
 	}
-	return nil
+	if r.err == nil && len(r.p) != 0 {
+		r.fail(fmt.Sprintf("%d bytes after the message", len(r.p)))
+	}
+	return r.err
 }
 
 // decodeRequest decodes a request frame's payload into raft's struct for

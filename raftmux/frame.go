@@ -11,7 +11,7 @@ import (
 // A frame on a raftmux connection:
 //
 //	+-----------+----------+------+------------+---------------------+
-//	| length    | group    | kind | request ID | payload (msgpack)   |
+//	| length    | group    | kind | request ID | payload (wire.go)   |
 //	| uint32 BE | uint32 BE | 1 B | uint64 BE  | length-13 bytes     |
 //	+-----------+----------+------+------------+---------------------+
 //
@@ -42,7 +42,7 @@ const (
 	kindInstallSnapshot kind = 6 // raft.InstallSnapshotRequest, snapshot connections only
 
 	// kindResponse's payload is the responder's error string then the
-	// response struct, both msgpack, as the group's consumer answered.
+	// response struct (wire.go), as the group's consumer answered.
 	kindResponse kind = 0x80
 	// kindError's payload is a transport error's text (unknown group, a
 	// request that does not decode, an overloaded group): no response.
@@ -66,14 +66,13 @@ type frame struct {
 	payload []byte
 }
 
-// newFrameBuf returns a buffer holding a frame header (length left zero)
-// for the payload to be appended to; finishFrame fills in the length.
-func newFrameBuf(group uint32, k kind, id uint64, sizeHint int) *bytes.Buffer {
-	b := bytes.NewBuffer(make([]byte, frameFullHeader, frameFullHeader+sizeHint))
-	raw := b.Bytes()
-	binary.BigEndian.PutUint32(raw[4:8], group)
-	raw[8] = byte(k)
-	binary.BigEndian.PutUint64(raw[9:17], id)
+// newFrameBuf returns a frame header (length left zero) for the payload to
+// be appended to; finishFrame fills in the length.
+func newFrameBuf(group uint32, k kind, id uint64, sizeHint int) []byte {
+	b := make([]byte, frameFullHeader, frameFullHeader+sizeHint)
+	binary.BigEndian.PutUint32(b[4:8], group)
+	b[8] = byte(k)
+	binary.BigEndian.PutUint64(b[9:17], id)
 	return b
 }
 

@@ -87,7 +87,7 @@ func TestUnknownGroupAndMalformedPayload(t *testing.T) {
 	if err != nil || f.kind != kindError || f.id != 11 || f.group != 99 {
 		t.Fatalf("unknown group answered %+v, %v; want an error frame for request 11", f, err)
 	}
-	// Group 5 exists; the payload is not msgpack of a RequestVoteRequest.
+	// Group 5 exists; the payload is not a RequestVoteRequest.
 	if _, err := c.Write(appendFrame(nil, 5, kindRequestVote, 12, []byte{0xc1, 0xff, 0x00})); err != nil {
 		t.Fatal(err)
 	}

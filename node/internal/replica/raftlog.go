@@ -236,7 +236,7 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 		if stopping || raftmux.IsNoGroup(err) || errors.Is(err, net.ErrClosed) {
 			return min(level, hclog.Debug)
 		}
-		if connCut(err) || (msg == "failed to make requestVote RPC" && causedBy(err, syscall.ECONNREFUSED)) {
+		if connCut(err) || (msg == "failed to make requestVote RPC" && errors.Is(err, syscall.ECONNREFUSED)) {
 			return min(level, hclog.Debug)
 		}
 		return min(level, hclog.Warn)
@@ -249,24 +249,8 @@ func raftNoise(stopping bool, level hclog.Level, msg string, args []any) hclog.L
 // again; a peer that is down then refuses,
 // which stays a warning, except for vote requests.
 func connCut(err error) bool {
-	return causedBy(err, syscall.ECONNRESET) || causedBy(err, syscall.EPIPE) || causedBy(err, io.EOF) ||
-		causedBy(err, io.ErrUnexpectedEOF) || causedBy(err, net.ErrClosed)
-}
-
-// causedBy is errors.Is(err, target), following Cause too: the msgpack
-// codec's errors, which wrap a read's, have Cause and no Unwrap.
-func causedBy(err, target error) bool {
-	for err != nil {
-		if errors.Is(err, target) {
-			return true
-		}
-		c, ok := err.(interface{ Cause() error })
-		if !ok {
-			return false
-		}
-		err = c.Cause()
-	}
-	return false
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // argError is the "error" argument of an hclog call, or nil.
