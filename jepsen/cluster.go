@@ -361,10 +361,13 @@ func (c *Cluster) StopNode(i int) error {
 	c.Nodes[i].mu.Unlock()
 	if err := c.wait(i, 10*time.Second); err != nil {
 		_ = c.Kill(i)
-		return fmt.Errorf("jepsen: %s did not stop on SIGTERM within 10 s: killed", c.Nodes[i].ID)
+		return fmt.Errorf("%w: %s did not stop on SIGTERM within 10 s", errKilledAfterTimeout, c.Nodes[i].ID)
 	}
 	return nil
 }
+
+// errKilledAfterTimeout is StopNode's error when a node had to be killed.
+var errKilledAfterTimeout = errors.New("jepsen: killed")
 
 // Restart starts node i again with the same data dir and ports; it kills it first if running.
 func (c *Cluster) Restart(i int) error {

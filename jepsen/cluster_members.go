@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"syscall"
-	"time"
 )
 
 // nodeState is where a node slot stands in the cluster's membership.
@@ -153,18 +151,8 @@ func (c *Cluster) Withdraw(i int) {
 // remove it from the cluster: that is AdminService.RemoveNode's job.
 func (c *Cluster) Retire(i int) error {
 	c.Withdraw(i)
-	if !c.Running(i) {
-		return nil
-	}
-	_ = c.signal(i, syscall.SIGCONT)
-	if err := c.signal(i, syscall.SIGTERM); err != nil {
+	if err := c.StopNode(i); !errors.Is(err, errKilledAfterTimeout) {
 		return err
 	}
-	c.Nodes[i].mu.Lock()
-	c.Nodes[i].paused = false
-	c.Nodes[i].mu.Unlock()
-	if c.wait(i, 10*time.Second) != nil {
-		return c.Kill(i)
-	}
-	return nil
+	return nil // a retired node may be killed
 }
