@@ -191,8 +191,8 @@ type CompareResult struct {
 	// Topology sets the default topology's runs beside the same runs
 	// against a cluster with one group.
 	Topology []TopologyRowOut `json:"topology"`
-	// Cost is the CPU per log entry and per decision fitted over the
-	// default cluster's unary runs (absent when they cannot tell them
+	// Cost is the CPU per log entry and per decision, from the default
+	// cluster's unary and batch runs (absent when they cannot tell them
 	// apart).
 	Cost *CostModel `json:"cost,omitempty"`
 }
@@ -393,18 +393,10 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 
 	out := compareResult(machine, rows, results)
-	var unary []BenchSummary
-	var batch BenchSummary
-	for _, run := range runsOf(rows, targetQuorate) {
-		switch {
-		case run.spread: // forwarding costs what the model has no term for
-		case run.batch > 1:
-			batch = results[run]
-		default:
-			unary = append(unary, results[run])
-		}
-	}
-	out.Cost = fitCost(unary, batch, idle)
+	// The cost model: the default cluster's closed-loop unary and batch
+	// runs of all the clients.
+	out.Cost = fitCost(results[compareRun{target: targetQuorate, workers: o.load.workers, batch: 1}],
+		results[compareRun{target: targetQuorate, workers: o.load.workers, batch: o.load.batch}], idle)
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)
 	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d; "+

@@ -1,14 +1,17 @@
 package main
 
 // The cost model of quorate-bench compare: what the three nodes' CPU
-// spends per log entry and per decision, fitted over the default cluster's
-// unary runs. Each run spends C CPU-seconds (every node's, less what the
-// idle cluster spends in as long) on E log entries (proposed by the
-// groups' leaders, each stored and applied by three replicas) and D
-// decisions, one per call; C ≈ a·E + b·D by least squares. The runs differ
-// in decisions per entry (one client puts about one in each, 64 clients a
-// few), which tells a from b. A decision inside an AdmitBatch is then
-// (C − a·E) / D of the batch run.
+// spends per log entry and per decision, from the default cluster's two
+// closed-loop runs of all the clients: the unary one (a few decisions per
+// entry) and the batch one (a hundred). Each spends C CPU-seconds (every
+// node's, less what the idle cluster spends in as long) on E log entries
+// (proposed by the groups' leaders, each stored and applied by three
+// replicas) and D decisions; C = a·E + b·D in both gives a, an entry's
+// cost, and b, a decision's beyond its share of an entry. Both runs keep
+// the nodes busy, so both batch their work alike; the one-client and
+// half-rate runs, whose entries each carry raft's whole round of wakeups
+// alone, are left out (their per-entry quotient is in the CPU table). A
+// unary call's own cost (HTTP, routing) lands mostly in b.
 
 import (
 	"bufio"
@@ -27,27 +30,19 @@ const entriesMetric = "quorate_group_entries_total"
 // idleSample is how long compare watches the idle cluster's CPU.
 const idleSample = 2 * time.Second
 
-// CostModel is the fitted cost of each unit of work, in CPU-microseconds
-// of the three nodes together.
+// CostModel is the cost of each unit of work, in CPU-microseconds of the
+// three nodes together.
 type CostModel struct {
 	PerEntryUs    float64 `json:"perEntryUs"`    // a log entry: proposed, stored and applied on three replicas
-	PerDecisionUs float64 `json:"perDecisionUs"` // a unary Admit's decision (its call included), beyond its share of an entry
-	// PerBatchedDecisionUs is a decision of the batch run beyond its
-	// share of an entry (0 without a batch run).
-	PerBatchedDecisionUs float64 `json:"perBatchedDecisionUs,omitempty"`
-	IdleCPUPerSec        float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle cluster spends (subtracted)
-	Runs                 int     `json:"runs"`          // unary runs fitted
+	PerDecisionUs float64 `json:"perDecisionUs"` // a decision, beyond its share of an entry
+	IdleCPUPerSec float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle cluster spends (subtracted)
 }
 
 // String is the model for people.
 func (m CostModel) String() string {
-	batched := ""
-	if m.PerBatchedDecisionUs != 0 {
-		batched = fmt.Sprintf(" (%.0f µs in an AdmitBatch)", m.PerBatchedDecisionUs)
-	}
-	return fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per unary decision beyond it%s "+
-		"(least squares over %d unary runs of the default cluster, less its idle %.3f CPU-s/s)",
-		m.PerEntryUs, m.PerDecisionUs, batched, m.Runs, m.IdleCPUPerSec)
+	return fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per decision beyond it "+
+		"(from the default cluster's unary and batch runs, less its idle %.3f CPU-s/s)",
+		m.PerEntryUs, m.PerDecisionUs, m.IdleCPUPerSec)
 }
 
 // logEntries sums entriesMetric over every node's /metrics.
@@ -119,31 +114,20 @@ func busyCPU(r BenchSummary, idle float64) (float64, bool) {
 	return cpu - idle*r.Seconds, true
 }
 
-// fitCost fits the cost model over the unary runs (one decision per call)
-// and prices a decision of the batch run with it, less idle CPU-seconds
-// per second; nil when the unary runs cannot tell an entry from a
-// decision (fewer than two, or the same decisions per entry in each).
-func fitCost(unary []BenchSummary, batch BenchSummary, idle float64) *CostModel {
-	// Normal equations of C = a·E + b·D.
-	var ee, ed, dd, ec, dc float64
-	n := 0
-	for _, r := range unary {
-		cpu, ok := busyCPU(r, idle)
-		if !ok {
-			continue
-		}
-		e, d := float64(r.LogEntries), float64(r.Decisions)
-		ee, ed, dd, ec, dc = ee+e*e, ed+e*d, dd+d*d, ec+e*cpu, dc+d*cpu
-		n++
-	}
-	det := ee*dd - ed*ed
-	if n < 2 || math.Abs(det) <= 1e-9*ee*dd {
+// fitCost solves the cost model from the unary and batch runs, less idle
+// CPU-seconds per second; nil when either run's CPU or entries were not
+// read, or the two have the same decisions per entry.
+func fitCost(unary, batch BenchSummary, idle float64) *CostModel {
+	cu, ok1 := busyCPU(unary, idle)
+	cb, ok2 := busyCPU(batch, idle)
+	if !ok1 || !ok2 {
 		return nil
 	}
-	a, b := (ec*dd-dc*ed)/det, (ee*dc-ed*ec)/det
-	m := &CostModel{PerEntryUs: a * 1e6, PerDecisionUs: b * 1e6, IdleCPUPerSec: idle, Runs: n}
-	if cpu, ok := busyCPU(batch, idle); ok {
-		m.PerBatchedDecisionUs = (cpu - a*float64(batch.LogEntries)) / float64(batch.Decisions) * 1e6
+	eu, du, eb, db := float64(unary.LogEntries), float64(unary.Decisions), float64(batch.LogEntries), float64(batch.Decisions)
+	det := eu*db - eb*du
+	if math.Abs(det) <= 1e-9*eu*db {
+		return nil
 	}
-	return m
+	a, b := (cu*db-cb*du)/det, (eu*cb-eb*cu)/det
+	return &CostModel{PerEntryUs: a * 1e6, PerDecisionUs: b * 1e6, IdleCPUPerSec: idle}
 }

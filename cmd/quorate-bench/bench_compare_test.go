@@ -125,9 +125,8 @@ func TestBenchCompare(t *testing.T) {
 			t.Errorf("%s: %d log entries for %d decisions", s.Scenario, s.Quorate.LogEntries, s.Quorate.Decisions)
 		}
 	}
-	// The cost model, fitted over the default cluster's three unary runs
-	// that are not spread (64 clients, half rate, one client).
-	if r.Cost == nil || r.Cost.Runs != 3 || r.Cost.IdleCPUPerSec <= 0 || r.Cost.PerBatchedDecisionUs == 0 {
+	// The cost model, from the default cluster's unary and batch runs.
+	if r.Cost == nil || r.Cost.IdleCPUPerSec <= 0 || r.Cost.PerEntryUs == 0 || r.Cost.PerDecisionUs == 0 {
 		t.Errorf("cost model: %+v", r.Cost)
 	}
 	for _, row := range r.Topology {
