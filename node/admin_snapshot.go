@@ -221,7 +221,8 @@ func (h *adminHandler) savePage(ctx context.Context, r *replica.Replica, m *quor
 // own its slots in the meta leader's shard map (the meta group itself in a
 // single-group cluster), retrying within the request's deadline while a
 // group has no leader or has not applied ownership at the map's epoch yet
-// (then Unavailable: the CLI sends the page again).
+// (then Unavailable: the CLI sends the page again). A cluster that expects
+// data groups and has no shard map yet answers Unavailable at once.
 func (h *adminHandler) RestoreSnapshot(ctx context.Context, req *connect.Request[quoratev1.RestoreSnapshotRequest]) (*connect.Response[quoratev1.RestoreSnapshotResponse], error) {
 	n := h.n
 	state := new(raftcmdv1.SlotState)
@@ -234,6 +235,12 @@ func (h *adminHandler) RestoreSnapshot(ctx context.Context, req *connect.Request
 		func(ctx context.Context) (*quoratev1.RestoreSnapshotResponse, error) {
 			out := &quoratev1.RestoreSnapshotResponse{Records: uint32(fsm.SlotStateRecords(state))}
 			sm, ok := n.meta.FSM.ShardMap()
+			if !ok && n.engine.HasShardMap() {
+				// Data groups are configured but not made yet: state
+				// written to the meta group now would be left behind
+				// when the map routes its keys to them.
+				return nil, engine.ErrNoShardMap
+			}
 			if !ok {
 				if _, err := n.engine.Propose(ctx, restoreEnvelope(state, src, 0)); err != nil {
 					return nil, err

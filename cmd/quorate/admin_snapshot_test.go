@@ -127,3 +127,41 @@ func TestAdminSnapshotSaveRestore(t *testing.T) {
 		t.Fatalf("--overwrite: %v", err)
 	}
 }
+
+// A cluster that expects data groups but has not made them yet (here one
+// node of the three it waits for) takes no state: a restore waits for the
+// shard map until --timeout and then fails saying so, rather than writing
+// the keys into the meta group, where the map would leave them behind.
+func TestAdminSnapshotRestoreWaitsForTheShardMap(t *testing.T) {
+	src := nodetest.NewCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	policy := &quoratev1.Policy{Name: "fw", Algorithm: "fixed_window", Limit: 10, Period: durationpb.New(time.Hour)}
+	if _, err := src.Admin(0).ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{policy}})); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := src.Admission(0).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "fw", Key: "user-1"})); err != nil || !resp.Msg.GetAllowed() {
+		t.Fatalf("admit: %v, %v", resp, err)
+	}
+	file := filepath.Join(t.TempDir(), "q.qbak")
+	if _, _, err := runCLI(t, "admin", "snapshot", "save", file, "--server", src.APIURL(0)); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := nodetest.NewClusterWith(t, nodetest.Options{Nodes: 1, Configure: func(i int, cfg *node.Config) {
+		cfg.DataGroups, cfg.ExpectNodes = 2, 3
+	}})
+	_, _, err := runCLI(t, "admin", "snapshot", "restore", file, "--timeout", "2s", "--server", dst.APIURL(0))
+	wantErrNaming(t, err, "q.qbak", "0 state records written", "no shard map yet")
+	st, err := dst.Admin(0).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Msg.GetMembers() {
+		for _, g := range m.GetStatus().GetGroups() {
+			if g.GetKeys() != 0 {
+				t.Errorf("group %d on %s holds %d keys; want none before the shard map", g.GetId(), m.GetId(), g.GetKeys())
+			}
+		}
+	}
+}
