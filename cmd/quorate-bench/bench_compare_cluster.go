@@ -30,8 +30,8 @@ const (
 	// compareNodes is the size of the cluster compare starts.
 	compareNodes = 3
 	// compareDefaultGroups is the data groups of its default topology:
-	// quorate dev's.
-	compareDefaultGroups = 8
+	// serve's and dev's default (--groups auto), one per node.
+	compareDefaultGroups = compareNodes
 	// userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ,
 	// 100 on every Linux architecture Go builds for).
 	userHZ = 100

@@ -337,7 +337,7 @@ func benchmarksSection(r CompareResult) string {
   request is one item of a `+"`GetRateLimits`"+` call over gRPC (TOKEN_BUCKET, the Redis bucket's
   limit and refill time); "GetRateLimits of N" sends N items per call. No row against durable Redis.
 - **Quorate**: a 3-node cluster, three `+"`quorate serve`"+` processes (one per node, as on three
-  machines), with `+"`quorate dev`"+`'s 8 data groups; every decision is committed to a majority of the three fsynced Raft logs before it is
+  machines), with the default topology, one data group per node (`+"`--groups auto`"+`); every decision is committed to a majority of the three fsynced Raft logs before it is
   answered. The bench drives it through the Go client (package `+"`client`"+`), which learns the
   shard map and sends each unary Admit straight to its key's group leader, one Admit call per
   decision (no coalescing, as one item per GetRateLimits call); every request carries a request

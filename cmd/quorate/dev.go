@@ -34,7 +34,7 @@ type devOptions struct {
 	raftPort        int
 	logLevel        string
 	readyTimeout    time.Duration
-	groups          int
+	groups          *groupsFlag
 	groupsChanged   bool // --groups was given
 	tls             bool // --tls
 	pprofAddr       string
@@ -59,9 +59,9 @@ func newDevCmd() *cobra.Command {
 			"and every node has joined, dev loads the policy file and prints how to reach the\n" +
 			"cluster. Ctrl-C stops every node cleanly; running dev again on the same --dir\n" +
 			"resumes with the state intact (re-applying unchanged policies keeps their versions).\n\n" +
-			"--groups shapes a new cluster only: keys are spread over 8 data groups by default\n" +
-			"(quorate serve defaults to 0, one group for everything, and takes --groups 8\n" +
-			"--expect-nodes 3 on every node to do the same). Dev records the value in\n" +
+			"--groups shapes a new cluster only: by default keys are spread over one data group\n" +
+			"per node, so each node leads one (quorate serve does the same with --expect-nodes 3\n" +
+			"on every node). Dev records the number in\n" +
 			"DIR/dev.json; a restart keeps the cluster's groups (changed since only by `admin\n" +
 			"group add` and `split`) and refuses another --groups: use a new --dir for that.\n" +
 			"--nodes may grow a restarted cluster: the new nodes join it. Two dev clusters need\n" +
@@ -77,7 +77,8 @@ func newDevCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.dir, "dir", "data/dev", "directory of the nodes' state (DIR/node1, DIR/node2, ...)")
 	f.IntVar(&o.nodes, "nodes", 3, "number of nodes, 1 to 9")
-	f.IntVar(&o.groups, "groups", 8, "data groups the keys are hashed to, for a new cluster (0: every key in the meta group); a restart keeps the cluster's")
+	o.groups = newGroupsFlag()
+	f.Var(o.groups, "groups", groupsUsage+"; a restart keeps the cluster's")
 	f.StringVar(&o.policies, "policies", defaultPoliciesFile, "policy file to apply once the cluster is ready (the default is skipped when absent)")
 	f.IntVar(&o.apiPort, "api-port", 7070, "API port of node1; node i uses api-port+i-1")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "loopback host:port of a profiling endpoint (/debug/pprof/) for the whole process; off by default")
@@ -116,9 +117,6 @@ func (o devOptions) validate() error {
 		return fmt.Errorf("dev: --api-port and --raft-port: ports %d-%d and %d-%d overlap",
 			o.apiPort, o.apiPort+o.nodes-1, o.raftPort, o.raftPort+o.nodes-1)
 	}
-	if o.groups < 0 || o.groups > node.MaxDataGroups {
-		return fmt.Errorf("dev: --groups: must be between 0 and %d (got %d)", node.MaxDataGroups, o.groups)
-	}
 	if o.readyTimeout <= 0 {
 		return fmt.Errorf("dev: --ready-timeout: must be positive (got %v)", o.readyTimeout)
 	}
@@ -145,7 +143,7 @@ func (o devOptions) loadPolicies(stderr io.Writer) ([]*quoratev1.Policy, error) 
 
 // cluster is the devcluster configuration of the flags.
 func (o devOptions) cluster(logs io.Writer) devcluster.Config {
-	return devcluster.Config{Dir: o.dir, Nodes: o.nodes, Groups: o.groups, GroupsGiven: o.groupsChanged,
+	return devcluster.Config{Dir: o.dir, Nodes: o.nodes, Groups: o.groups.resolve(o.nodes), GroupsGiven: o.groupsChanged,
 		APIPort: o.apiPort, RaftPort: o.raftPort, LogLevel: o.logLevel, Logs: logs, Heartbeat: o.heartbeat,
 		ReadyTimeout: o.readyTimeout, TLS: o.tls, PprofAddr: o.pprofAddr, MemoryLimit: o.memoryLimit,
 		EnvoyConfig: o.envoyConfig, EnvoyHeaders: o.envoyHeaders, EnvoyDedupe: o.envoyDedupe}

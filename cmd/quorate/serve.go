@@ -24,6 +24,7 @@ func newServeCmd() *cobra.Command {
 	cfg := node.DefaultConfig()
 	var clockFile, nodeTokenFile, configFile, bootstrapID string
 	var printCfg bool
+	groups := newGroupsFlag()
 	cmd := &cobra.Command{
 		Use:   "serve (--config FILE | --id ID --data-dir DIR (--bootstrap | --join API_ADDR))",
 		Short: "Run one node of a Quorate cluster",
@@ -77,6 +78,7 @@ func newServeCmd() *cobra.Command {
 				}
 				cfg.ClockOffset = d
 			}
+			cfg.DataGroups = groups.resolve(cfg.ExpectNodes)
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -129,8 +131,7 @@ func newServeCmd() *cobra.Command {
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "form a new cluster with this node as its only voter (ignored when --data-dir has state)")
 	fs.StringVar(&bootstrapID, "bootstrap-id", "", "the ID of the node that bootstraps: that node starts as with --bootstrap (its --join is ignored),\n"+
 		"every other node joins --join; give every node the same value (for nodes started with the same settings)")
-	fs.IntVar(&cfg.DataGroups, "groups", cfg.DataGroups, "data groups the shard map spreads keys over when the cluster forms (0: every key in the meta group; quorate dev\n"+
-		"uses 8, with --expect-nodes 3); give every node the same value")
+	fs.Var(groups, "groups", groupsUsage+"; give every node the same value")
 	fs.IntVar(&cfg.ExpectNodes, "expect-nodes", cfg.ExpectNodes, "registered nodes the shard map waits for, so replicas spread over them from the start")
 	fs.StringVar(&cfg.Join, "join", cfg.Join, "API address (host:port, http://host:port or https://host:port; host:port is https with --tls-cert) of any\n"+
 		"member to join (ignored when --data-dir has state)")

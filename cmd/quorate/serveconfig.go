@@ -130,6 +130,8 @@ func checkYAMLShape(f *pflag.Flag, v *yaml.Node) *yaml.Node {
 		return v
 	case isIntFlag(f) && v.ShortTag() != "!!int":
 		return v
+	case f.Value.Type() == "groups" && v.ShortTag() != "!!int" && v.Value != groupsAuto:
+		return v
 	}
 	return nil
 }
@@ -166,6 +168,8 @@ func expectedYAML(f *pflag.Flag) string {
 		return "true or false"
 	case isIntFlag(f):
 		return "a whole number"
+	case f.Value.Type() == "groups":
+		return "auto or a whole number"
 	case f.Value.Type() == "duration":
 		return "a duration (500ms, 2s, 1m)"
 	case f.Value.Type() == "size":
@@ -194,7 +198,7 @@ func printConfig(cmd *cobra.Command, w io.Writer) error {
 			switch {
 			case f.Value.Type() == "bool":
 				tag = "!!bool"
-			case isIntFlag(f):
+			case isIntFlag(f), f.Value.Type() == "groups" && f.Value.String() != groupsAuto:
 				tag = "!!int"
 			}
 			v = &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: f.Value.String()}
