@@ -397,6 +397,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	// runs of all the clients.
 	out.Cost = fitCost(results[compareRun{target: targetQuorate, workers: o.load.workers, batch: 1}],
 		results[compareRun{target: targetQuorate, workers: o.load.workers, batch: o.load.batch}], idle)
+	out.Cost.withBound(machine.Floor)
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)
 	out.Machine.Bucket = fmt.Sprintf("token bucket of capacity %d refilling %v/s (Quorate policy %q: limit 1 per %v, burst %d; "+

@@ -36,13 +36,29 @@ type CostModel struct {
 	PerEntryUs    float64 `json:"perEntryUs"`    // a log entry: proposed, stored and applied on three replicas
 	PerDecisionUs float64 `json:"perDecisionUs"` // a decision, beyond its share of an entry
 	IdleCPUPerSec float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle cluster spends (subtracted)
+	// EntryBoundUs is the CPU of three replicas' append + fdatasync of one
+	// entry, as the floor measured it on the nodes' disk (0: unknown): what
+	// an entry costs before anything else is done with it.
+	EntryBoundUs float64 `json:"entryBoundUs,omitempty"`
+}
+
+// withBound sets the model's entry bound from the floor.
+func (m *CostModel) withBound(f *Floor) {
+	if m != nil && f != nil {
+		m.EntryBoundUs = compareNodes * f.FdatasyncCPUUs
+	}
 }
 
 // String is the model for people.
 func (m CostModel) String() string {
-	return fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per decision beyond it "+
+	s := fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per decision beyond it "+
 		"(from the default cluster's unary and batch runs, less its idle %.3f CPU-s/s)",
 		m.PerEntryUs, m.PerDecisionUs, m.IdleCPUPerSec)
+	if m.EntryBoundUs > 0 {
+		s += fmt.Sprintf("; an entry's three appends + fdatasyncs alone take %.0f µs of CPU, the entry %.2f× that",
+			m.EntryBoundUs, m.PerEntryUs/m.EntryBoundUs)
+	}
+	return s
 }
 
 // logEntries sums entriesMetric over every node's /metrics.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -33,6 +34,13 @@ func TestFitCost(t *testing.T) {
 	if m.IdleCPUPerSec != idle {
 		t.Errorf("model %+v: want idle %v", m, idle)
 	}
+	// The entry's bound: three replicas' append + fdatasync CPU.
+	m.withBound(&Floor{FdatasyncCPUUs: 100})
+	if m.EntryBoundUs != 300 || !strings.Contains(m.String(), "alone take 300 µs of CPU, the entry 3.00× that") {
+		t.Errorf("bound %v: %s", m.EntryBoundUs, m)
+	}
+	var none *CostModel
+	none.withBound(&Floor{FdatasyncCPUUs: 100}) // no model: nothing to bound
 	if m := fitCost(run(1000, 2000, 5), run(3000, 6000, 10), idle); m != nil {
 		t.Errorf("runs of 2 decisions an entry each gave %+v", m)
 	}

@@ -7,6 +7,13 @@ package main
 // over the network. The floor is 2 × the median fdatasync of a 512-byte
 // append on the data directory's disk + the median loopback round trip; a
 // one-client p50 is reported as a ratio to it.
+//
+// The same appends bound what a log entry costs in CPU: each of three
+// replicas appends it and fdatasyncs, and the kernel's work for those is
+// CPU of the node's process. The CPU of one append + fdatasync (user and
+// system time of the thread that makes it) is measured with them where the
+// system can say (Linux), and compare reports an entry's CPU beside three
+// times it.
 
 import (
 	"context"
@@ -14,6 +21,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -31,14 +39,21 @@ type Floor struct {
 	Dir         string  `json:"dir"`         // where the fdatasyncs ran: the nodes' data disk
 	Samples     int     `json:"samples"`     // of each measurement
 	FdatasyncMs float64 `json:"fdatasyncMs"` // median of a 512-byte append + fdatasync
+	// FdatasyncCPUUs is the mean CPU (user + system) of one such append +
+	// fdatasync, 0 where it cannot be read.
+	FdatasyncCPUUs float64 `json:"fdatasyncCpuUs,omitempty"`
 	RoundTripMs float64 `json:"roundTripMs"` // median loopback TCP round trip of 64 bytes
 	FloorMs     float64 `json:"floorMs"`     // 2 × FdatasyncMs + RoundTripMs
 }
 
 // String is the floor for people, with how it is made.
 func (f Floor) String() string {
-	return fmt.Sprintf("%.3f ms = 2 × fdatasync %.3f ms + round trip %.3f ms (medians of %d, in %s)",
+	s := fmt.Sprintf("%.3f ms = 2 × fdatasync %.3f ms + round trip %.3f ms (medians of %d, in %s)",
 		f.FloorMs, f.FdatasyncMs, f.RoundTripMs, f.Samples, f.Dir)
+	if f.FdatasyncCPUUs > 0 {
+		s += fmt.Sprintf("; an append + fdatasync takes %.0f µs of CPU", f.FdatasyncCPUUs)
+	}
+	return s
 }
 
 // ratio is p50 over the floor, 0 when either is unknown.
@@ -52,7 +67,7 @@ func (f *Floor) ratio(p50Ms float64) float64 {
 // measureFloor times samples appends + fdatasyncs in a file of its own in
 // dir (removed after) and samples loopback round trips.
 func measureFloor(ctx context.Context, dir string, samples int) (Floor, error) {
-	fsync, err := medianFdatasync(ctx, dir, samples)
+	fsync, fsyncCPU, err := medianFdatasync(ctx, dir, samples)
 	if err != nil {
 		return Floor{}, fmt.Errorf("floor: fdatasync in %s: %w", dir, err)
 	}
@@ -61,34 +76,43 @@ func measureFloor(ctx context.Context, dir string, samples int) (Floor, error) {
 		return Floor{}, fmt.Errorf("floor: loopback round trip: %w", err)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-	return Floor{Dir: dir, Samples: samples, FdatasyncMs: ms(fsync), RoundTripMs: ms(rtt), FloorMs: 2*ms(fsync) + ms(rtt)}, nil
+	return Floor{Dir: dir, Samples: samples, FdatasyncMs: ms(fsync), FdatasyncCPUUs: float64(fsyncCPU.Nanoseconds()) / 1e3,
+		RoundTripMs: ms(rtt), FloorMs: 2*ms(fsync) + ms(rtt)}, nil
 }
 
 // medianFdatasync appends floorAppendBytes to a new file in dir and
-// fdatasyncs it, samples times, and returns the median time of one.
-func medianFdatasync(ctx context.Context, dir string, samples int) (time.Duration, error) {
+// fdatasyncs it, samples times, and returns the median time of one and
+// the mean CPU of one (0 where threadCPU cannot read it).
+func medianFdatasync(ctx context.Context, dir string, samples int) (med, cpu time.Duration, err error) {
 	f, err := os.CreateTemp(dir, "quorate-bench-floor-*")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
+	// One thread makes every append, so that its CPU time is theirs.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	buf := make([]byte, floorAppendBytes)
 	times := make([]time.Duration, 0, samples)
+	cpu0, cpuOK := threadCPU()
 	for range samples {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		start := time.Now()
 		if _, err := f.Write(buf); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if err := fdatasync(f); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		times = append(times, time.Since(start))
 	}
-	return median(times), nil
+	if cpu1, ok := threadCPU(); ok && cpuOK && samples > 0 {
+		cpu = (cpu1 - cpu0) / time.Duration(samples)
+	}
+	return median(times), cpu, nil
 }
 
 // medianRoundTrip sends 64 bytes to an echo server on loopback and waits

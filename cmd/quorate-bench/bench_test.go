@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -186,7 +187,8 @@ func TestBenchBatch(t *testing.T) {
 func checkFloor(t *testing.T, f *Floor) {
 	t.Helper()
 	if f == nil || f.Samples != floorSamples || f.FdatasyncMs <= 0 || f.RoundTripMs <= 0 || f.Dir == "" ||
-		math.Abs(f.FloorMs-(2*f.FdatasyncMs+f.RoundTripMs)) > 1e-9 {
+		math.Abs(f.FloorMs-(2*f.FdatasyncMs+f.RoundTripMs)) > 1e-9 ||
+		(runtime.GOOS == "linux") != (f.FdatasyncCPUUs > 0) {
 		t.Fatalf("floor = %+v", f)
 	}
 }
