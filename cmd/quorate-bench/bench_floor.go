@@ -42,8 +42,8 @@ type Floor struct {
 	// FdatasyncCPUUs is the mean CPU (user + system) of one such append +
 	// fdatasync, 0 where it cannot be read.
 	FdatasyncCPUUs float64 `json:"fdatasyncCpuUs,omitempty"`
-	RoundTripMs float64 `json:"roundTripMs"` // median loopback TCP round trip of 64 bytes
-	FloorMs     float64 `json:"floorMs"`     // 2 × FdatasyncMs + RoundTripMs
+	RoundTripMs    float64 `json:"roundTripMs"` // median loopback TCP round trip of 64 bytes
+	FloorMs        float64 `json:"floorMs"`     // 2 × FdatasyncMs + RoundTripMs
 }
 
 // String is the floor for people, with how it is made.
