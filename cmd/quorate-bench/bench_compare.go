@@ -191,9 +191,9 @@ type CompareResult struct {
 	// Topology sets the default topology's runs beside the same runs
 	// against a cluster with one group.
 	Topology []TopologyRowOut `json:"topology"`
-	// Cost is the CPU per log entry and per decision, from the default
-	// cluster's unary and batch runs (absent when they cannot tell them
-	// apart).
+	// Cost is the CPU per log entry and per decision, from the unary runs
+	// of the default cluster and of one group (absent when they cannot
+	// tell them apart).
 	Cost *CostModel `json:"cost,omitempty"`
 }
 
@@ -388,15 +388,17 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	idleOne := cluster.idleCPU(ctx)
 	if err := errors.Join(measureQuorate(cluster, targetOneGroup), cluster.stop()); err != nil {
 		return err
 	}
 
 	out := compareResult(machine, rows, results)
-	// The cost model: the default cluster's closed-loop unary and batch
-	// runs of all the clients.
+	// The cost model: the closed-loop unary runs of all the clients
+	// against both clusters, and the default cluster's batch run.
 	out.Cost = fitCost(results[compareRun{target: targetQuorate, workers: o.load.workers, batch: 1}],
-		results[compareRun{target: targetQuorate, workers: o.load.workers, batch: o.load.batch}], idle)
+		results[compareRun{target: targetOneGroup, workers: o.load.workers, batch: 1}],
+		results[compareRun{target: targetQuorate, workers: o.load.workers, batch: o.load.batch}], idle, idleOne)
 	out.Cost.withBound(machine.Floor)
 	out.Machine.Load = fmt.Sprintf("closed loop, %d clients (1 in the one-client rows), %d keys (%s), %v per run, batch and pipeline depth %d",
 		o.load.workers, o.load.keys, o.load.dist, o.load.duration, o.load.batch)

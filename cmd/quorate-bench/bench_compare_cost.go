@@ -1,17 +1,19 @@
 package main
 
 // The cost model of quorate-bench compare: what the three nodes' CPU
-// spends per log entry and per decision, from the default cluster's two
-// closed-loop runs of all the clients: the unary one (a few decisions per
-// entry) and the batch one (a hundred). Each spends C CPU-seconds (every
-// node's, less what the idle cluster spends in as long) on E log entries
-// (proposed by the groups' leaders, each stored and applied by three
-// replicas) and D decisions; C = a·E + b·D in both gives a, an entry's
-// cost, and b, a decision's beyond its share of an entry. Both runs keep
-// the nodes busy, so both batch their work alike; the one-client and
-// half-rate runs, whose entries each carry raft's whole round of wakeups
-// alone, are left out (their per-entry quotient is in the CPU table). A
-// unary call's own cost (HTTP, routing) lands mostly in b.
+// spends per log entry and per decision, from the closed-loop unary runs of
+// all the clients against the default cluster and against one group. Both
+// make the same calls, one Admit per decision, but put a different number
+// of decisions in an entry (one group fills its entries best). Each spends
+// C CPU-seconds (every node's, less what its idle cluster spends in as
+// long) on E log entries (proposed by the groups' leaders, each stored and
+// applied by three replicas) and D decisions; C = a·E + b·D in both gives
+// a, an entry's cost, and b, a unary decision's beyond its share of an
+// entry (its call, routing, apply on three replicas). A decision of an
+// AdmitBatch call is priced from the default cluster's batch run with that
+// a. The one-client and half-rate runs, whose entries each carry raft's
+// whole round of wakeups alone, are left out (their per-entry quotient is
+// in the CPU table).
 
 import (
 	"bufio"
@@ -34,8 +36,11 @@ const idleSample = 2 * time.Second
 // three nodes together.
 type CostModel struct {
 	PerEntryUs    float64 `json:"perEntryUs"`    // a log entry: proposed, stored and applied on three replicas
-	PerDecisionUs float64 `json:"perDecisionUs"` // a decision, beyond its share of an entry
-	IdleCPUPerSec float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle cluster spends (subtracted)
+	PerDecisionUs float64 `json:"perDecisionUs"` // a unary decision (its own call), beyond its share of an entry
+	// PerBatchedDecisionUs is a decision of an AdmitBatch call beyond its
+	// share of an entry (0 when the batch run's CPU was not read).
+	PerBatchedDecisionUs float64 `json:"perBatchedDecisionUs,omitempty"`
+	IdleCPUPerSec        float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle default cluster spends (subtracted)
 	// EntryBoundUs is the CPU of three replicas' append + fdatasync of one
 	// entry, as the floor measured it on the nodes' disk (0: unknown): what
 	// an entry costs before anything else is done with it.
@@ -51,9 +56,11 @@ func (m *CostModel) withBound(f *Floor) {
 
 // String is the model for people.
 func (m CostModel) String() string {
-	s := fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per decision beyond it "+
-		"(from the default cluster's unary and batch runs, less its idle %.3f CPU-s/s)",
-		m.PerEntryUs, m.PerDecisionUs, m.IdleCPUPerSec)
+	s := fmt.Sprintf("%.0f µs of CPU per log entry (three replicas), %.0f µs per unary decision beyond it", m.PerEntryUs, m.PerDecisionUs)
+	if m.PerBatchedDecisionUs > 0 {
+		s += fmt.Sprintf(", %.0f µs per decision of an AdmitBatch", m.PerBatchedDecisionUs)
+	}
+	s += fmt.Sprintf(" (from the unary runs of the default cluster and of one group, less their idle CPU; %.3f CPU-s/s for the default)", m.IdleCPUPerSec)
 	if m.EntryBoundUs > 0 {
 		s += fmt.Sprintf("; an entry's three appends + fdatasyncs alone take %.0f µs of CPU, the entry %.2f× that",
 			m.EntryBoundUs, m.PerEntryUs/m.EntryBoundUs)
@@ -130,20 +137,26 @@ func busyCPU(r BenchSummary, idle float64) (float64, bool) {
 	return cpu - idle*r.Seconds, true
 }
 
-// fitCost solves the cost model from the unary and batch runs, less idle
-// CPU-seconds per second; nil when either run's CPU or entries were not
-// read, or the two have the same decisions per entry.
-func fitCost(unary, batch BenchSummary, idle float64) *CostModel {
+// fitCost solves the cost model from the unary runs of the default
+// cluster and of one group, each less its idle cluster's CPU-seconds per
+// second, and prices the default batch run's decisions with the entry's
+// cost; nil when a unary run's CPU or entries were not read, or the two
+// have the same decisions per entry.
+func fitCost(unary, unaryOne, batch BenchSummary, idle, idleOne float64) *CostModel {
 	cu, ok1 := busyCPU(unary, idle)
-	cb, ok2 := busyCPU(batch, idle)
+	co, ok2 := busyCPU(unaryOne, idleOne)
 	if !ok1 || !ok2 {
 		return nil
 	}
-	eu, du, eb, db := float64(unary.LogEntries), float64(unary.Decisions), float64(batch.LogEntries), float64(batch.Decisions)
-	det := eu*db - eb*du
-	if math.Abs(det) <= 1e-9*eu*db {
+	eu, du, eo, do := float64(unary.LogEntries), float64(unary.Decisions), float64(unaryOne.LogEntries), float64(unaryOne.Decisions)
+	det := eu*do - eo*du
+	if math.Abs(det) <= 1e-9*eu*do {
 		return nil
 	}
-	a, b := (cu*db-cb*du)/det, (eu*cb-eb*cu)/det
-	return &CostModel{PerEntryUs: a * 1e6, PerDecisionUs: b * 1e6, IdleCPUPerSec: idle}
+	a, b := (cu*do-co*du)/det, (eu*co-eo*cu)/det
+	m := &CostModel{PerEntryUs: a * 1e6, PerDecisionUs: b * 1e6, IdleCPUPerSec: idle}
+	if cb, ok := busyCPU(batch, idle); ok {
+		m.PerBatchedDecisionUs = (cb - a*float64(batch.LogEntries)) / float64(batch.Decisions) * 1e6
+	}
+	return m
 }
