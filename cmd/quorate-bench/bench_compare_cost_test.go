@@ -17,7 +17,7 @@ func TestFitCost(t *testing.T) {
 		return BenchSummary{LogEntries: entries, Decisions: decisions, Calls: decisions, Seconds: secs,
 			NodeCPUSeconds: []float64{cpu / 2, cpu / 4, cpu / 4}}
 	}
-	unary := run(5000, 44000, 10, b, idle)      // three groups: 8.8 decisions an entry
+	unary := run(5000, 44000, 10, b, idle)       // three groups: 8.8 decisions an entry
 	unaryOne := run(2500, 62000, 10, b, idleOne) // one group: 24.8
 	batch := run(1300, 330000, 10, bBatch, idle) // AdmitBatch 100: 254 an entry
 	m := fitCost(unary, unaryOne, batch, idle, idleOne)
