@@ -9,7 +9,7 @@
 //	    the same with its flags in a YAML file (keys: the flags' names; flags
 //	    on the command line win); --print-config prints the effective
 //	    settings as such a file and exits.
-//	quorate dev [--dir data/dev] [--nodes 3] [--groups 8] [--policies examples/policies.yaml]
+//	quorate dev [--dir data/dev] [--nodes 3] [--groups auto] [--policies examples/policies.yaml]
 //	    run a whole cluster on 127.0.0.1 in one process, load the example
 //	    policies and print how to reach it; state (and the data groups)
 //	    survive a restart.
