@@ -59,12 +59,7 @@ func (f *FSM) Backup() *Backup {
 		if e.Slot != dedupe.NoSlot && !keep(shard.Slot(e.Slot)) {
 			continue
 		}
-		rec := &raftcmdv1.DedupeRecord{Caller: e.Key.Caller, RequestId: e.Key.RequestID, Fingerprint: e.Fingerprint[:],
-			Result: e.Result, ExpiresAtUnixNano: e.ExpiresAt, Kind: uint32(e.Kind)}
-		if e.Slot != dedupe.NoSlot {
-			rec.SlotPlusOne = uint32(e.Slot) + 1
-		}
-		b.Records = append(b.Records, rec)
+		b.Records = append(b.Records, dedupeToRecord(e))
 	}
 	for _, r := range s.sems {
 		if !keep(stateKeySlot(r.Key)) {
