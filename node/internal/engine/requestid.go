@@ -55,13 +55,37 @@ func setRequestID(env *raftcmdv1.Envelope, id string) {
 
 // keyRequestID returns env as it is proposed: a copy with the key folded
 // into its request ID, or env itself when it carries none. env itself is
-// never changed: a caller may propose it again.
+// never changed: a caller may propose it again. An Admit, the command of
+// almost every request, is copied field by field (a shallow copy sharing
+// its checks, which nothing changes): proto.Clone's reflection was 2.8% of
+// a leader's CPU under unary load. TestKeyRequestIDCopiesEveryField fills
+// every field, so a field added to either message and not copied here
+// fails it.
 func keyRequestID(env *raftcmdv1.Envelope) *raftcmdv1.Envelope {
 	_, id, key, ok := requestKey(env)
 	if !ok {
 		return env
 	}
+	keyed := dedupe.KeyedRequestID(id, key)
+	if b, ok := env.GetBody().(*raftcmdv1.Envelope_Admit); ok {
+		a := b.Admit
+		return &raftcmdv1.Envelope{
+			Version:     env.GetVersion(),
+			NowUnixNano: env.GetNowUnixNano(),
+			MapEpoch:    env.GetMapEpoch(),
+			Actor:       env.GetActor(),
+			Body: &raftcmdv1.Envelope_Admit{Admit: &raftcmdv1.Admit{
+				Policy:       a.GetPolicy(),
+				Key:          a.GetKey(),
+				Cost:         a.GetCost(),
+				RequestId:    keyed,
+				Caller:       a.GetCaller(),
+				Also:         a.GetAlso(),
+				MaxWaitNanos: a.GetMaxWaitNanos(),
+			}},
+		}
+	}
 	out := proto.Clone(env).(*raftcmdv1.Envelope)
-	setRequestID(out, dedupe.KeyedRequestID(id, key))
+	setRequestID(out, keyed)
 	return out
 }
