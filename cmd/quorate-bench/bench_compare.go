@@ -275,6 +275,14 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "%s: running for %v\n", load.label, load.duration)
 		results[run] = runLoad(ctx, target, load, stderr)
 	}
+	// measureCPU is measure with the CPU the servers ps spent over the run.
+	measureCPU := func(target benchTarget, run compareRun, ps []*serverProcess) {
+		before := processesCPU(ps)
+		measure(target, run)
+		s := results[run]
+		s.setCPU(before, processesCPU(ps))
+		results[run] = s
+	}
 	for _, kind := range []string{targetRedis, "redis-durable"} {
 		sub := filepath.Join(dir, kind)
 		if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -292,7 +300,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			if err != nil {
 				return errors.Join(err, srv.stop())
 			}
-			measure(t, run)
+			measureCPU(t, run, []*serverProcess{srv.serverProcess})
 			t.close()
 			if ctx.Err() != nil {
 				return errors.Join(ctx.Err(), srv.stop())
@@ -311,7 +319,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "bench compare: gubernator on %s\n", strings.Join(c.addrs, " "))
 		for _, run := range runsOf(rows, targetGubernator) {
 			t := newGubernatorTarget(c.addrs, redisCfg, loadOf(run))
-			measure(t, run)
+			measureCPU(t, run, c.nodes)
 			t.close()
 			if ctx.Err() != nil {
 				break

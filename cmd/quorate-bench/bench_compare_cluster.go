@@ -160,12 +160,15 @@ func (c *compareCluster) stop() error {
 	return errors.Join(errs...)
 }
 
-// cpu returns each node's CPU time so far (user + system, every thread),
-// from /proc; nil where /proc cannot be read (not Linux).
-func (c *compareCluster) cpu() []time.Duration {
-	out := make([]time.Duration, len(c.nodes))
-	for i, n := range c.nodes {
-		d, err := processCPU(n.cmd.Process.Pid)
+// cpu returns each node's CPU time so far (processesCPU).
+func (c *compareCluster) cpu() []time.Duration { return processesCPU(c.nodes) }
+
+// processesCPU returns each process's CPU time so far (user + system,
+// every thread), from /proc; nil where /proc cannot be read (not Linux).
+func processesCPU(ps []*serverProcess) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		d, err := processCPU(p.cmd.Process.Pid)
 		if err != nil {
 			return nil
 		}

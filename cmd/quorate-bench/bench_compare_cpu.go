@@ -2,7 +2,9 @@ package main
 
 // The CPU table of quorate-bench compare: what each node's process spent
 // in each Quorate run, and the decisions per CPU-second of the busiest node
-// and of the three together.
+// and of the three together; then the same of Gubernator's three processes
+// and of the Redis server in their runs, so that what a decision costs
+// each system is read from one run.
 
 import (
 	"fmt"
@@ -17,14 +19,17 @@ type cpuRow struct {
 	run      BenchSummary
 }
 
-// cpuRows lists the Quorate runs whose nodes' CPU was read, once each
-// (a run several scenarios share, such as the unary one, under its first):
-// the scenarios' then the one-group topology's.
+// cpuRows lists the runs whose servers' CPU was read, once each (a run
+// several scenarios share, such as the unary one, under its first): the
+// Quorate scenarios', the one-group topology's, then Gubernator's and
+// Redis's.
 func cpuRows(r CompareResult) []cpuRow {
 	var out []cpuRow
 	seen := map[string]bool{}
 	add := func(scenario string, s BenchSummary) {
-		key := fmt.Sprintf("%s %s %d %d %s", s.Target, s.Route, s.Workers, s.Batch, s.Mode)
+		// A run shared by several scenarios has the same figures in each;
+		// two runs (Redis's plain and durable ones) differ in them.
+		key := fmt.Sprintf("%s %s %d %d %s %d %v", s.Target, s.Route, s.Workers, s.Batch, s.Mode, s.Decisions, s.NodeCPUSeconds)
 		if len(s.NodeCPUSeconds) == 0 || seen[key] {
 			return
 		}
@@ -36,6 +41,15 @@ func cpuRows(r CompareResult) []cpuRow {
 	}
 	for _, t := range r.Topology {
 		add(t.Scenario+", one group", t.OneGroup)
+	}
+	// The others' servers, for the CPU a decision costs each system.
+	for _, s := range r.Scenarios {
+		if s.Gubernator != nil {
+			add("Gubernator: "+s.Scenario, *s.Gubernator)
+		}
+	}
+	for _, s := range r.Scenarios {
+		add("Redis: "+s.Scenario, s.Redis)
 	}
 	return out
 }
@@ -72,7 +86,8 @@ func cpuSection(r CompareResult) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintln(&b, "Quorate's nodes' CPU in each run (user + system of each `quorate serve` process): what one of three machines would spend:")
+	fmt.Fprintln(&b, "Quorate's nodes' CPU in each run (user + system of each `quorate serve` process): what one of three machines would spend; "+
+		"then Gubernator's three processes and the Redis server in theirs (Redis is one process: its busiest is all of it):")
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| Quorate run | nodes' CPU-seconds | decisions per CPU-second of the busiest node | of all three | log entries | decisions per entry | CPU µs per entry (all three nodes) |")
 	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|")

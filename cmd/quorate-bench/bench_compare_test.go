@@ -125,6 +125,16 @@ func TestBenchCompare(t *testing.T) {
 			t.Errorf("%s: %d log entries for %d decisions", s.Scenario, s.Quorate.LogEntries, s.Quorate.Decisions)
 		}
 	}
+	// The others' servers' CPU was read over their runs too: the Redis
+	// server's, and each Gubernator node's.
+	for _, s := range r.Scenarios {
+		if c := s.Redis.NodeCPUSeconds; len(c) != 1 || c[0] <= 0 || s.Redis.DecisionsPerCPUSecond <= 0 {
+			t.Errorf("%s: Redis's CPU %v, %v decisions per CPU-second", s.Scenario, c, s.Redis.DecisionsPerCPUSecond)
+		}
+		if g := s.Gubernator; g != nil && (len(g.NodeCPUSeconds) != gubernatorNodes || g.DecisionsPerCPUSecond <= 0) {
+			t.Errorf("%s: Gubernator's CPU %v, %v decisions per CPU-second", s.Scenario, g.NodeCPUSeconds, g.DecisionsPerCPUSecond)
+		}
+	}
 	// The cost model, from the default cluster's unary and batch runs.
 	if r.Cost == nil || r.Cost.IdleCPUPerSec <= 0 || r.Cost.PerEntryUs == 0 || r.Cost.PerDecisionUs == 0 {
 		t.Errorf("cost model: %+v", r.Cost)
@@ -154,7 +164,7 @@ func TestBenchCompare(t *testing.T) {
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis |", "AdmitBatch 10 vs EVALSHA pipelined 10 deep",
 		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always", "| floor of one decision (2 × fdatasync + round trip) | ",
 		"Quorate's one-client p50", "| Quorate run | nodes' CPU-seconds |", "default decisions per busiest node's CPU-second",
-		"| cost model | ", "µs of CPU per log entry (three replicas)"} {
+		"| cost model | ", "µs of CPU per log entry (three replicas)", "| Redis: "} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s lacks %q:\n%s", file, want, doc)
 		}
