@@ -9,7 +9,8 @@ import (
 // BenchmarkLocalGrant measures the hot path of a decision from a grant
 // (grants.spend and fill, through AdmitInto) on one key whose grant holds
 // more units than the run spends, from GOMAXPROCS goroutines (RunParallel):
-// AdmitInto reuses the caller's Decision, Admit returns a new one.
+// AdmitInto reuses the caller's Decision, Admit returns a new one;
+// HolderDecide is a Holder's Decide (a new Decision), as a node decides.
 // The test server grants the units; no call is made while timed unless the
 // grant runs short (strict counts those).
 func BenchmarkLocalGrant(b *testing.B) {
@@ -27,6 +28,30 @@ func BenchmarkLocalGrant(b *testing.B) {
 			}
 			return err
 		})
+	})
+	b.Run("HolderDecide", func(b *testing.B) {
+		h := newTestHolder(b, s, nil)
+		r := Request{Policy: "p", Key: "holder"}
+		eventually(b, 20*time.Second, "a large grant", func() bool {
+			for range 10_000 {
+				h.decide(b, &r)
+			}
+			g := (*h.g.states.Load())[bucketKey{r.Policy, r.Key}]
+			return g != nil && g.avail.sum() >= int64(b.N)+1_000_000
+		})
+		before := h.Stats().LocalGrant
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			r := r
+			for pb.Next() {
+				h.Decide(&r)
+			}
+		})
+		b.StopTimer()
+		if local := h.Stats().LocalGrant - before; local < uint64(b.N)/2 {
+			b.Fatalf("%d of %d decisions local", local, b.N)
+		}
 	})
 }
 

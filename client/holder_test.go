@@ -28,14 +28,17 @@ type testHolder struct {
 	grantCalls map[string]int
 }
 
-func newTestHolder(t *testing.T, s *grantServer, mod func(*HolderConfig), more ...*quoratev1.Policy) *testHolder {
+func newTestHolder(t testing.TB, s *grantServer, mod func(*HolderConfig), more ...*quoratev1.Policy) *testHolder {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(hc.CloseIdleConnections)
 	cl := quoratev1connect.NewAdmissionServiceClient(hc, serveTB(t, s))
+	local := &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(s.maxGrant), Ttl: durationpb.New(s.ttl)}
+	if s.syncInterval > 0 {
+		local = &quoratev1.LocalDecisions{Mode: "sync", SyncInterval: durationpb.New(s.syncInterval)}
+	}
 	policies := map[string]*quoratev1.Policy{s.policy: {Name: s.policy, Algorithm: "token_bucket", Limit: s.limit,
-		Period: durationpb.New(time.Hour), Version: 1,
-		Local: &quoratev1.LocalDecisions{Mode: "grant", MaxGrant: proto.Int64(s.maxGrant), Ttl: durationpb.New(s.ttl)}}}
+		Period: durationpb.New(time.Hour), Version: 1, Local: local}}
 	for _, p := range more {
 		policies[p.GetName()] = p
 	}
@@ -77,7 +80,7 @@ func (th *testHolder) calls(key string) int {
 
 // decide is what a node does with a request: the holder's decision, else
 // the cluster's (an Admit call). local says which.
-func (th *testHolder) decide(t *testing.T, r *Request) (allowed, local bool) {
+func (th *testHolder) decide(t testing.TB, r *Request) (allowed, local bool) {
 	t.Helper()
 	if d := th.Decide(r); d != nil {
 		if !d.Allowed || d.Outcome != LocalGrant {
@@ -297,6 +300,52 @@ func TestHolderNotLocal(t *testing.T) {
 	}
 	if got := h.Stats().LocalGrant; got != before {
 		t.Fatalf("local decisions %d, want %d", got, before)
+	}
+}
+
+// TestHolderMultiCheck: a request with Also whose checks all hold grants
+// is decided by the holder, one local decision charging every check.
+func TestHolderMultiCheck(t *testing.T) {
+	s := newGrantServer("p", 1_000_000, 1000, 10*time.Second)
+	h := newTestHolder(t, s, nil)
+	for _, key := range []string{"{a}k", "{a}j"} {
+		eventually(t, 10*time.Second, "a grant of "+key, func() bool {
+			_, local := h.decide(t, &Request{Policy: "p", Key: key})
+			return local
+		})
+	}
+	before := h.Stats().LocalGrant
+	var d *Decision
+	eventually(t, 10*time.Second, "a local multi-check decision", func() bool {
+		d = h.Decide(&Request{Policy: "p", Key: "{a}k", Cost: 2, Also: []Check{{Policy: "p", Key: "{a}j", Cost: 3}}})
+		return d != nil
+	})
+	if !d.Allowed || d.Outcome != LocalGrant || len(d.Checks) != 2 || d.Checks[1].Key != "{a}j" || !d.Checks[1].Allowed {
+		t.Fatalf("%+v", d)
+	}
+	if got := h.Stats().LocalGrant - before; got != 1 {
+		t.Fatalf("one multi-check decision counted as %d", got)
+	}
+}
+
+// TestHolderSync: a sync (local-plus-global) policy's requests are decided
+// from allowances, and Close's final report tells the server every one.
+func TestHolderSync(t *testing.T) {
+	s := newSyncServer("p", 1_000_000_000, 200*time.Millisecond)
+	h := newTestHolder(t, s, nil)
+	var local int64
+	eventually(t, 10*time.Second, "1000 local decisions", func() bool {
+		if _, isLocal := h.decide(t, &Request{Policy: "p", Key: "k"}); isLocal {
+			local++
+		}
+		return local >= 1000
+	})
+	h.Close()
+	st := h.Stats()
+	_, calls := s.syncSnapshot()
+	last := calls[len(calls)-1]
+	if !last.GetRelease() || last.GetUsed() != local || int64(st.LocalGrant) != local || int64(st.UnitsReported) != local {
+		t.Fatalf("local %d; last call %v; %+v", local, last, st)
 	}
 }
 
