@@ -37,7 +37,7 @@ import (
 // caller's, which a grant does not record) the request is decided by the
 // cluster as above, so every denial comes from the cluster.
 func (c *Client) Admit(ctx context.Context, r Request) (*Decision, error) {
-	if c.grants != nil && r.RequestID == "" {
+	if c.grants != nil {
 		if d := c.grants.admit(&r); d != nil {
 			return d, nil
 		}
@@ -88,7 +88,7 @@ func (c *Client) admitStrict(ctx context.Context, r Request) (*Decision, error) 
 // per second that reuse a Decision; d is overwritten whole. On error *d is
 // left as it was.
 func (c *Client) AdmitInto(ctx context.Context, r *Request, d *Decision) error {
-	if c.grants != nil && r.RequestID == "" {
+	if c.grants != nil {
 		if len(r.Also) != 0 {
 			if c.grants.spendAll(r, d) {
 				return nil

@@ -159,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 	c.routes = newRouter(c, servers)
 	c.fb = newFallback(c, cfg.Policies)
 	if !cfg.DisableGrants {
-		c.grants = newGrants(c)
+		c.grants = newGrants(c.grantSource())
 	}
 	c.routes.refresh()
 	if !cfg.NoPolicyFetch {

@@ -63,6 +63,12 @@
 // granted (the latest answer of the grant they came from: every top-up of a
 // window grant lies in one window, so it names the unit's window).
 //
+// A Holder is the same grant machinery for a process that decides for
+// callers who cannot hold grants of their own (a Quorate node answering
+// JSON, gRPC and Envoy callers): it sends Grant with the process's own call
+// and knows policies as the process does; Holder.Decide is Admit's local
+// path without the call, nil meaning decide strictly.
+//
 // For a policy whose local.mode is sync (local-plus-global) the client holds
 // an allowance instead of a grant: units the client may admit until its next
 // report, nothing spent ahead. The caller sees the same thing (Outcome

@@ -112,6 +112,10 @@ type Stats struct {
 	// with a new started_at), GrantsRenewed the renewals of a grant held,
 	// GrantsReleased the grants given back (idle for a ttl, or Close).
 	GrantsAcquired, GrantsRenewed, GrantsReleased uint64
+	// GrantsHeld are the grants (or sync-mode allowances) held now: those
+	// answered and not yet released, replaced or past their local
+	// deadline.
+	GrantsHeld uint64
 	// UnitsGranted are the units the cluster added to this client's grants;
 	// UnitsReturned those given back by releases; UnitsWasted those lost
 	// unspent: a grant whose local deadline passed, or that was replaced by
@@ -202,6 +206,14 @@ func newFallback(c *Client, given []Policy) *fallback {
 }
 
 func (f *fallback) count(o Outcome) { f.counts[o].Add(1) }
+
+// policy is the policy named as the client knows it.
+func (f *fallback) policy(name string) (Policy, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.policies[name]
+	return p, ok
+}
 
 // store keeps p unless a newer version is kept already.
 func (f *fallback) store(p Policy) {

@@ -2,10 +2,14 @@ package client
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
 // Budget leases (AdmissionService.Grant), the client's side. For a policy
@@ -18,7 +22,8 @@ import (
 // on (grant_units.go): no lock, no clock, no shared cache line written, no
 // allocation beyond the Decision. Everything else — acquiring, renewing, expiring, releasing — is
 // done in the background by one goroutine per grant held (grant_loop.go),
-// through the client's one retry loop (call).
+// through the source's Grant call: the client's one retry loop (call) for a
+// Client, the node's own call for a Holder (holder.go).
 
 const (
 	// maxGrantStates bounds the keys the client keeps grant state for;
@@ -70,7 +75,46 @@ func grantSpecOf(p Policy) (grantSpec, bool) {
 	return s, true
 }
 
-// grants are a client's budget leases, by (policy, key).
+// grantSource is what grants need of the process holding them: one way to
+// send a Grant call, the policies it knows, which keys deserve a grant, and
+// who holds them.
+type grantSource struct {
+	// send makes one Grant call; its errors are Connect errors (a refusal's
+	// code makes the policy strict for a while).
+	send func(ctx context.Context, req *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error)
+	// policy is the policy named as the process knows it: false when it
+	// does not.
+	policy func(name string) (Policy, bool)
+	// want, if set, is asked on a miss, before a key gets grant state:
+	// false keeps the key strict (asked again at its next request).
+	want func(policy, key string) bool
+	// caller is GrantRequest.caller; timeout bounds each call (and, with a
+	// second, Close's releases); logger gets the calls' failures at Debug.
+	caller  string
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+// grantSource is the client's: its routing and retries, the policies of
+// its fallback (Config.Policies and those the cluster answered), its
+// Config.
+func (c *Client) grantSource() grantSource {
+	return grantSource{
+		send: func(ctx context.Context, req *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error) {
+			resp, err := call(ctx, c, callSpec{procedure: "Grant", key: req.Key},
+				func(ctx context.Context, server string) (*quoratev1.GrantResponse, http.Header, error) {
+					return unary(ctx, req, c.admission(server).Grant)
+				})
+			if err != nil {
+				return nil, publicError(err, "")
+			}
+			return resp, nil
+		},
+		policy: c.fb.policy, caller: c.cfg.Caller, timeout: c.cfg.Timeout, logger: c.cfg.Logger,
+	}
+}
+
+// grants are a process's budget leases, by (policy, key).
 type grants struct {
 	// The hot path's fields, read on every decision and written never or
 	// rarely, on cache lines of their own (not shared with a neighbour
@@ -83,8 +127,8 @@ type grants struct {
 	hints *stripeHints
 	_     [64]byte
 
-	c *Client
-	// holder names this client's grants: 128 random bits.
+	src grantSource
+	// holder names this process's grants: 128 random bits.
 	holder string
 
 	// ctx ends when Close gives up on the releases (and the calls in
@@ -105,8 +149,8 @@ type grants struct {
 	refused map[string]time.Time // policy -> strict until
 }
 
-func newGrants(c *Client) *grants {
-	m := &grants{c: c, holder: NewRequestID(), refused: map[string]time.Time{}, hints: newStripeHints()}
+func newGrants(src grantSource) *grants {
+	m := &grants{src: src, holder: NewRequestID(), refused: map[string]time.Time{}, hints: newStripeHints()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.renewCtx, m.cancelRenew = context.WithCancel(m.ctx)
 	empty := map[bucketKey]*grantState{}
@@ -224,9 +268,10 @@ func (m *grants) admit(r *Request) *Decision {
 
 // spend takes r's cost from its key's grant: false when it cannot (the
 // caller decides r strictly); left is what the grant has unspent after.
-// A request with Also is spendAll's.
+// A request with a RequestID (a grant records none), MaxWait or a negative
+// cost never can. A request with Also is spendAll's.
 func (m *grants) spend(r *Request) (g *grantState, left int64, ok bool) {
-	if len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
+	if r.RequestID != "" || len(r.Also) != 0 || r.MaxWait != 0 || r.Cost < 0 {
 		return nil, 0, false
 	}
 	g = (*m.states.Load())[bucketKey{r.Policy, r.Key}]
@@ -333,17 +378,15 @@ func (g *grantState) short() {
 }
 
 // miss is the slow path of a key without grant state: when policy has
-// local decisions, a state is made for key and its loop starts acquiring a
-// grant.
+// local decisions (and the source wants key), a state is made for key and
+// its loop starts acquiring a grant.
 func (m *grants) miss(policy, key string) {
-	m.c.fb.mu.Lock()
-	p, ok := m.c.fb.policies[policy]
-	m.c.fb.mu.Unlock()
+	p, ok := m.src.policy(policy)
 	if !ok {
 		return
 	}
 	spec, ok := grantSpecOf(p)
-	if !ok {
+	if !ok || m.src.want != nil && !m.src.want(policy, key) {
 		return
 	}
 	m.mu.Lock()
@@ -448,14 +491,18 @@ func (m *grants) close() {
 	<-done
 }
 
-func (m *grants) releaseTimeout() time.Duration { return min(m.c.cfg.Timeout, time.Second) }
+func (m *grants) releaseTimeout() time.Duration { return min(m.src.timeout, time.Second) }
 
 // stats adds the grants' counters to s.
 func (m *grants) stats(s *Stats) {
-	s.LocalGrant = m.retired.Load()
+	s.LocalGrant, s.GrantsHeld = m.retired.Load(), 0
+	now := time.Now()
 	for _, g := range *m.states.Load() {
 		g.mu.Lock()
 		s.LocalGrant += g.decisionsLocked()
+		if !g.started.IsZero() && now.Before(g.deadline) {
+			s.GrantsHeld++
+		}
 		g.mu.Unlock()
 	}
 	s.GrantsAcquired, s.GrantsRenewed, s.GrantsReleased = m.acquired.Load(), m.renewed.Load(), m.released.Load()

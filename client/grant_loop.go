@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"math"
-	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
@@ -131,13 +130,13 @@ func (g *grantState) renew(failures *int) grantWait {
 		used = g.seqUsed
 	}
 	first := g.seqSent
-	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
+	req := &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.src.caller,
 		Seq: seq, Want: g.want(), Used: used, Demand: g.demand}
 	g.mu.Unlock()
 	// Not cut when Close begins: a call abandoned in flight could reach
 	// the server after the release and begin a grant nobody holds.
-	ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.Timeout)
-	resp, err := m.send(ctx, req)
+	ctx, cancel := context.WithTimeout(m.ctx, m.src.timeout)
+	resp, err := m.src.send(ctx, req)
 	cancel()
 	if err != nil {
 		return g.failed(err, seq, failures)
@@ -309,7 +308,7 @@ func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
 		connect.CodePermissionDenied, connect.CodeUnauthenticated:
 		// This policy gets no grants here (not built, not in grant mode,
 		// not allowed): strict decisions for a while.
-		m.c.cfg.Logger.Debug("grant refused", "policy", g.key.policy, "error", err)
+		m.src.logger.Debug("grant refused", "policy", g.key.policy, "error", err)
 		m.refuse(g.key.policy)
 		g.mu.Lock()
 		g.dropLocked()
@@ -318,7 +317,7 @@ func (g *grantState) failed(err error, seq uint64, failures *int) grantWait {
 	}
 	// No answer: the same seq again later (a retry of a call that was
 	// applied gets its answer); the local deadline voids the units meanwhile.
-	m.c.cfg.Logger.Debug("grant", "policy", g.key.policy, "seq", seq, "error", err)
+	m.src.logger.Debug("grant", "policy", g.key.policy, "seq", seq, "error", err)
 	*failures++
 	d := min(50*time.Millisecond<<min(*failures, 8), g.spec.ttl/2)
 	if g.spec.sync {
@@ -364,7 +363,7 @@ func (g *grantState) release() {
 			m.unitsLost.Add(uint64(a - r))
 		}
 	} else {
-		m.c.cfg.Logger.Debug("grant release", "policy", g.key.policy, "error", err)
+		m.src.logger.Debug("grant release", "policy", g.key.policy, "error", err)
 		m.unitsLost.Add(uint64(a))
 	}
 	g.seq++
@@ -392,7 +391,7 @@ func (g *grantState) stopLocked() int64 {
 // applied); g.mu is held.
 func (g *grantState) releaseRequestLocked() (req *quoratev1.GrantRequest, doubt bool) {
 	m := g.m
-	return &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.c.cfg.Caller,
+	return &quoratev1.GrantRequest{Policy: g.key.policy, Key: g.key.key, Holder: m.holder, Caller: m.src.caller,
 		Seq: g.seq, Used: g.base, Demand: g.demand, Release: true}, !g.seqSent.IsZero()
 }
 
@@ -403,23 +402,11 @@ func (g *grantState) releaseRequestLocked() (req *quoratev1.GrantRequest, doubt 
 func (m *grants) sendRelease(req *quoratev1.GrantRequest, doubt bool, dup func(*quoratev1.GrantResponse)) (*quoratev1.GrantResponse, error) {
 	ctx, cancel := context.WithTimeout(m.ctx, m.releaseTimeout())
 	defer cancel()
-	resp, err := m.send(ctx, req)
+	resp, err := m.src.send(ctx, req)
 	if err == nil && resp.GetDuplicate() && doubt {
 		dup(resp)
 		req.Seq++
-		resp, err = m.send(ctx, req)
+		resp, err = m.src.send(ctx, req)
 	}
 	return resp, err
-}
-
-// send makes one Grant call through the client's routing and retries.
-func (m *grants) send(ctx context.Context, req *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error) {
-	resp, err := call(ctx, m.c, callSpec{procedure: "Grant", key: req.Key},
-		func(ctx context.Context, server string) (*quoratev1.GrantResponse, http.Header, error) {
-			return unary(ctx, req, m.c.admission(server).Grant)
-		})
-	if err != nil {
-		return nil, publicError(err, "")
-	}
-	return resp, nil
 }

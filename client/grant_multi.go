@@ -22,7 +22,7 @@ import (
 // them cannot spend its check's cost, and then nothing was spent locally;
 // the caller decides r strictly, as the cluster decides every denial.
 func (m *grants) spendAll(r *Request, d *Decision) bool {
-	if r.MaxWait != 0 {
+	if r.RequestID != "" || r.MaxWait != 0 {
 		return false
 	}
 	n := 1 + len(r.Also)

@@ -139,7 +139,7 @@ func (g *grantState) releaseSync() {
 			g.reported = used
 		}
 	} else {
-		m.c.cfg.Logger.Debug("sync release", "policy", g.key.policy, "error", err)
+		m.src.logger.Debug("sync release", "policy", g.key.policy, "error", err)
 	}
 	g.seq++
 	g.seqSent = time.Time{}
