@@ -332,8 +332,12 @@ func TestGrantIdleReleased(t *testing.T) {
 	if last := calls[len(calls)-1]; !last.GetRelease() || st.UnitsReturned != st.UnitsGranted-st.LocalGrant-st.UnitsWasted {
 		t.Fatalf("last call %v, stats %+v", last, st)
 	}
-	if want := 1_000_000 - int64(st.LocalGrant) - s.strictAllowed - int64(st.UnitsWasted); avail != want {
-		t.Fatalf("the key has %d units, want %d", avail, want)
+	// Wasted units are lost to the key, unless a local deadline voided
+	// them (counted wasted) and the release still gave them back: a slow
+	// renewal under load. The units spent locally are gone either way.
+	left := 1_000_000 - int64(st.LocalGrant) - s.strictAllowed
+	if avail < left-int64(st.UnitsWasted) || avail > left {
+		t.Fatalf("the key has %d units, want %d less at most %d wasted", avail, left, st.UnitsWasted)
 	}
 	holdGrant(t, c, "p", "k")
 	if st := c.Stats(); st.GrantsAcquired < 2 {

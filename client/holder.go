@@ -15,8 +15,9 @@ import (
 // callers). It is the Client's grant machinery — the same protocol, sizing
 // by demand share, renewal, expiry, release, sync mode, stripes, multi-check
 // all or nothing and accounting — with the process's own Grant call and
-// policies instead of the Client's routing and policy table. Safe for
-// concurrent use.
+// policies instead of the Client's routing and policy table. It keeps
+// grant state for at most 10,000 keys at once (those idle make room);
+// requests of keys beyond are decided strictly. Safe for concurrent use.
 type Holder struct {
 	g *grants
 }
@@ -31,6 +32,8 @@ type HolderConfig struct {
 	Grant func(ctx context.Context, req *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error)
 	// Policy is the policy named as the process knows it; false when it
 	// does not (the policy's requests are then never decided from grants).
+	// Asked, as Want is, only at a request of a key the holder keeps no
+	// grant state for, never for a decision from a grant.
 	Policy func(name string) (*quoratev1.Policy, bool)
 	// Want, if set, is asked at a key's request when the holder keeps no
 	// grant state for it, before it starts acquiring a grant: false keeps
