@@ -141,8 +141,12 @@ func (c *Client) AdmitBatch(ctx context.Context, reqs []Request) []BatchResult {
 	return out
 }
 
+// admitRequestOf is r on the wire, marked strict: the client holds grants
+// of its own, and a node must not decide its requests from the node's
+// (a retry of one at another node, with the same request ID, would then be
+// charged again).
 func admitRequestOf(r Request, caller string) *quoratev1.AdmitRequest {
-	req := &quoratev1.AdmitRequest{Policy: r.Policy, Key: r.Key, RequestId: r.RequestID, Caller: caller}
+	req := &quoratev1.AdmitRequest{Policy: r.Policy, Key: r.Key, RequestId: r.RequestID, Caller: caller, Strict: true}
 	if r.Cost != 0 {
 		req.Cost = &r.Cost
 	}

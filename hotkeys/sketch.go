@@ -51,6 +51,15 @@ func (s *Sketch) Add(key string, weight uint64) {
 	heap.Fix(&s.heap, 0)
 }
 
+// Lookup returns key's entry, if it holds a counter.
+func (s *Sketch) Lookup(key string) (Entry, bool) {
+	i, ok := s.index[key]
+	if !ok {
+		return Entry{}, false
+	}
+	return s.heap.entries[i], true
+}
+
 // Total is the weight added since the sketch was made.
 func (s *Sketch) Total() uint64 { return s.total }
 

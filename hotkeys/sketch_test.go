@@ -86,3 +86,19 @@ func BenchmarkAdd(b *testing.B) {
 		s.Add(keys[(i*i)%len(keys)], 1)
 	}
 }
+
+func TestLookup(t *testing.T) {
+	s := New(2)
+	s.Add("a", 5)
+	s.Add("b", 2)
+	if e, ok := s.Lookup("a"); !ok || e != (Entry{Key: "a", Count: 5}) {
+		t.Fatalf("Lookup(a) = %v, %v", e, ok)
+	}
+	s.Add("c", 1) // takes b's counter: count 3, error 2
+	if e, ok := s.Lookup("c"); !ok || e != (Entry{Key: "c", Count: 3, Error: 2}) {
+		t.Fatalf("Lookup(c) = %v, %v", e, ok)
+	}
+	if e, ok := s.Lookup("b"); ok {
+		t.Fatalf("Lookup(b) = %v after b lost its counter", e)
+	}
+}

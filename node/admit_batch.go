@@ -41,6 +41,18 @@ func (h *admissionHandler) AdmitBatch(ctx context.Context, req *connect.Request[
 			out[i] = batchError(n.toConnectError(err))
 			continue
 		}
+		if !forwarded {
+			// As admit: from a grant the node holds, when it can.
+			resp, err := n.local.Admit(ctx, m)
+			switch {
+			case err != nil:
+				out[i] = batchError(n.toConnectError(err))
+				continue
+			case resp != nil:
+				out[i] = &quoratev1.AdmitBatchResult{Result: &quoratev1.AdmitBatchResult_Response{Response: resp}}
+				continue
+			}
+		}
 		items, at = append(items, admitItem(m, cmd, forwarded)), append(at, i)
 	}
 	n.engine.Decide(ctx, items)

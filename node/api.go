@@ -38,11 +38,24 @@ var _ quoratev1connect.AdmissionServiceHandler = (*admissionHandler)(nil)
 func serve[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req], r engine.Request[Resp],
 	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
+	out, err := run(ctx, n, req.Msg, req.Header().Get(engine.ForwardedHeader) != "", r, remote)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+// run is serve of a request's message msg (forwarded: from another node),
+// for a handler and for a call the node makes itself (its grants'), whose
+// identity is then ctx's.
+func run[Req, Resp any](ctx context.Context, n *Node, msg *Req, forwarded bool, r engine.Request[Resp],
+	remote func(context.Context, *engine.PeerClient, *connect.Request[Req]) (*connect.Response[Resp], error),
+) (*Resp, error) {
 	ctx, cancel := n.engine.RequestContext(ctx)
 	defer cancel()
-	r.Route.Forwarded = req.Header().Get(engine.ForwardedHeader) != ""
+	r.Route.Forwarded = forwarded
 	r.Forward = func(ctx context.Context, p *engine.PeerClient) (*Resp, error) {
-		fwd := connect.NewRequest(req.Msg)
+		fwd := connect.NewRequest(msg)
 		fwd.Header().Set(engine.ForwardedHeader, n.cfg.ID)
 		engine.SetForwardedIdentity(ctx, fwd.Header())
 		resp, err := remote(ctx, p, fwd)
@@ -56,7 +69,7 @@ func serve[Req, Resp any](ctx context.Context, n *Node, req *connect.Request[Req
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 // markForwarded sets the Quorate-Leader response header (leaderHeader)
@@ -84,8 +97,9 @@ func (h *admissionHandler) Admit(ctx context.Context, req *connect.Request[quora
 }
 
 // admit decides m, an Admit (forwarded: from another node), as the Admit
-// handler and Envoy's service do; its errors are Connect errors of the
-// node's table.
+// handler and Envoy's service do: from a grant the node holds when it can
+// (never a forwarded one: the node that forwarded it could not), else
+// through the log. Its errors are Connect errors of the node's table.
 func admit(ctx context.Context, n *Node, m *quoratev1.AdmitRequest, forwarded bool) (*quoratev1.AdmitResponse, error) {
 	cmd, err := admitCommand(m)
 	if err != nil {
@@ -100,6 +114,17 @@ func admit(ctx context.Context, n *Node, m *quoratev1.AdmitRequest, forwarded bo
 				_, _ = decideAdmit(ctx, n, bg, cmd, false)
 			}()
 			return out, nil
+		}
+	}
+	if !forwarded {
+		// A hot key of a policy with local decisions: from the grant this
+		// node holds for it (package local), else through the log.
+		resp, err := n.local.Admit(ctx, m)
+		if err != nil {
+			return nil, n.toConnectError(err)
+		}
+		if resp != nil {
+			return resp, nil
 		}
 	}
 	return decideAdmit(ctx, n, m, cmd, forwarded)

@@ -23,21 +23,36 @@ const MaxGrantDemand = 1e12
 // a policy's units on a key, sized and spent by the key's group through
 // its log (fsm.GrantResult).
 func (h *admissionHandler) Grant(ctx context.Context, req *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
-	n := h.n
 	cmd, err := grantCommand(req.Msg)
+	if err != nil {
+		return nil, h.n.toConnectError(err)
+	}
+	return serve(ctx, h.n, req, grantRequest(cmd), forwardGrant)
+}
+
+// heldGrant makes one Grant call for the grants the node holds itself
+// (package local), as the Grant handler serves one, under the node's own
+// identity.
+func (n *Node) heldGrant(ctx context.Context, m *quoratev1.GrantRequest) (*quoratev1.GrantResponse, error) {
+	cmd, err := grantCommand(m)
 	if err != nil {
 		return nil, n.toConnectError(err)
 	}
-	// A repeat of a call is answered from the grant's record (same seq),
-	// so a Grant may be retried anywhere.
-	return serve(ctx, n, req, engine.Request[quoratev1.GrantResponse]{Route: engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true},
+	return run(engine.WithIdentity(ctx, engine.NodeIdentity(n.cfg.ID)), n, m, false, grantRequest(cmd), forwardGrant)
+}
+
+// grantRequest is a Grant of cmd for the engine. A repeat of a call is
+// answered from the grant's record (same seq), so a Grant may be retried
+// anywhere.
+func grantRequest(cmd *raftcmdv1.Grant) engine.Request[quoratev1.GrantResponse] {
+	return engine.Request[quoratev1.GrantResponse]{Route: engine.Routing{Data: true, Key: cmd.GetKey(), Idempotent: true},
 		Command: &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Grant{Grant: cmd}},
-		Answer: engine.AnswerOf(func(r *fsm.GrantResult) *quoratev1.GrantResponse {
-			return grantResponse(r)
-		})},
-		func(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
-			return p.Admission.Grant(ctx, fwd)
-		})
+		Answer:  engine.AnswerOf(grantResponse)}
+}
+
+// forwardGrant sends a Grant to its key's group leader p.
+func forwardGrant(ctx context.Context, p *engine.PeerClient, fwd *connect.Request[quoratev1.GrantRequest]) (*connect.Response[quoratev1.GrantResponse], error) {
+	return p.Admission.Grant(ctx, fwd)
 }
 
 // grantCommand checks a GrantRequest without state and builds its command.
@@ -127,3 +142,18 @@ func withGrants(hot []*quoratev1.HotKey, f *fsm.FSM) []*quoratev1.HotKey {
 // grantKeysShown is how many keys that hold grants but are not among its
 // hot keys a group's status lists.
 const grantKeysShown = 10
+
+// policy is the named policy as this node's meta replica has it.
+func (n *Node) policy(name string) (admission.Policy, bool) {
+	pv, ok := n.meta.FSM.Policy(name)
+	return pv.Policy, ok
+}
+
+// policyAPI is policy in the API's form.
+func (n *Node) policyAPI(name string) (*quoratev1.Policy, bool) {
+	pv, ok := n.meta.FSM.Policy(name)
+	if !ok {
+		return nil, false
+	}
+	return PolicyToAPI(pv.Policy, pv.Version), true
+}

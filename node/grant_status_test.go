@@ -42,7 +42,7 @@ func TestGrantShownAfterFailover(t *testing.T) {
 	const key = "{f}:k"
 	leader := c.Leader(t)
 	for range 5 {
-		if _, err := c.Admission(leader).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: key})); err != nil {
+		if _, err := c.Admission(leader).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: key, Strict: true})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/quorate/quorate/groupcommit"
 	"github.com/quorate/quorate/node/internal/control"
 	"github.com/quorate/quorate/node/internal/engine"
+	"github.com/quorate/quorate/node/internal/local"
 	"github.com/quorate/quorate/node/internal/replica"
 	"github.com/quorate/quorate/peermux"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -57,6 +58,7 @@ type Node struct {
 	fwdLn       net.Listener  // the peer mux's forwarding channel, served like the API
 	waiters     *engine.Waiters
 	engine      *engine.Engine      // the request engine (package engine)
+	local       *local.Decider      // decisions from the grants the node holds for its callers (package local)
 	controller  *control.Controller // the control plane (package control)
 	auth        *edgeAuth           // who a request is from and what it may do (auth.go)
 	envoy       *envoyrls.Service   // Envoy's rate-limit service; nil without Config.EnvoyConfig (envoy.go)
@@ -229,6 +231,11 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.waiters = engine.NewWaiters()
+	if n.local, err = local.New(local.Config{Grant: n.heldGrant, Policy: n.policy, PolicyAPI: n.policyAPI,
+		Caller: engine.NodeCallerPrefix + cfg.ID, Timeout: cfg.RequestTimeout, Logger: n.log}); err != nil {
+		return nil, err
+	}
+	n.metrics.reg.MustRegister(n.local.Collector())
 	join, _ := cfg.joinURL() // "" without --join; Validate checked it
 	n.controller = control.New(control.Config{ID: cfg.ID, RaftAddr: n.raftAddr, APIAddr: n.apiAddr, FeatureLevel: cfg.featureLevel(),
 		DataDir: cfg.DataDir, Join: join, DataGroups: cfg.DataGroups, ExpectNodes: cfg.ExpectNodes, RequestTimeout: cfg.RequestTimeout,
@@ -426,6 +433,9 @@ func (n *Node) shutdown() error {
 	if err := n.fwdServer.Shutdown(ctx); err != nil {
 		n.log.Warn("peer API shutdown", "err", err)
 	}
+	// Give back what the grants held for callers have unspent, while the
+	// groups can still take it.
+	n.local.Close()
 	// Hand every group led here to another voter, all at once.
 	transfers := map[*replica.Replica]raft.Future{}
 	for _, g := range n.engine.Hosted() {
@@ -462,6 +472,9 @@ func (n *Node) closeResources() error {
 		errs = append(errs, ignoreClosed(n.fwdServer.Close()))
 	}
 	errs = append(errs, n.ln.close(), n.pprof.close())
+	if n.local != nil {
+		n.local.Close() // at once when shutdown gave back already
+	}
 	if n.groups != nil {
 		errs = append(errs, n.groups.CloseAll())
 	}

@@ -55,7 +55,15 @@ type AdmitRequest struct {
 	// Pacing (token_bucket only): when the request would be denied now but
 	// conforms within max_wait, it is admitted at that earliest slot and the
 	// slot is reserved; the answer says how long to wait before proceeding.
-	MaxWait       *durationpb.Duration `protobuf:"bytes,7,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	MaxWait *durationpb.Duration `protobuf:"bytes,7,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	// Decide through the key's log even where the node asked could decide
+	// from a budget lease it holds (a policy with a local block, a hot key):
+	// then a repeat of request_id at any node gets the first answer, as for
+	// every other policy. Unset, a request of a local policy may be decided
+	// from the node's grant; a repeat at that node gets the first answer, a
+	// repeat at another node may be charged again (never past the policy).
+	// The Go client sets it: it holds grants of its own.
+	Strict        bool `protobuf:"varint,8,opt,name=strict,proto3" json:"strict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +145,13 @@ func (x *AdmitRequest) GetMaxWait() *durationpb.Duration {
 		return x.MaxWait
 	}
 	return nil
+}
+
+func (x *AdmitRequest) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
 }
 
 type AdmitBatchRequest struct {
@@ -2189,7 +2204,7 @@ var File_quorate_v1_admission_proto protoreflect.FileDescriptor
 const file_quorate_v1_admission_proto_rawDesc = "" +
 	"\n" +
 	"\x1aquorate/v1/admission.proto\x12\n" +
-	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16quorate/v1/admin.proto\"\xee\x01\n" +
+	"quorate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16quorate/v1/admin.proto\"\x86\x02\n" +
 	"\fAdmitRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -2198,7 +2213,8 @@ const file_quorate_v1_admission_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06caller\x18\x05 \x01(\tR\x06caller\x12%\n" +
 	"\x04also\x18\x06 \x03(\v2\x11.quorate.v1.CheckR\x04also\x124\n" +
-	"\bmax_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxWaitB\a\n" +
+	"\bmax_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12\x16\n" +
+	"\x06strict\x18\b \x01(\bR\x06strictB\a\n" +
 	"\x05_cost\"I\n" +
 	"\x11AdmitBatchRequest\x124\n" +
 	"\brequests\x18\x01 \x03(\v2\x18.quorate.v1.AdmitRequestR\brequests\"L\n" +
