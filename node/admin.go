@@ -53,6 +53,7 @@ func (h *adminHandler) nodeState() *quoratev1.NodeState {
 		ClusterId:           n.mux.ClusterID(),
 		ForwardedCalls:      n.engine.ForwardedCalls(),
 		PolicyDecisions:     n.decisions.byPolicy(time.Now()),
+		NodeGrants:          n.local.Status(),
 	}
 	plans := n.meta.FSM.Plans()
 	for _, g := range n.engine.Hosted() {

@@ -108,6 +108,20 @@ func TestNodeHoldsGrantsForHotKeys(t *testing.T) {
 	if held := nodeMetric(t, c, 0, "quorate_node_grants_held"); held != 1 {
 		t.Fatalf("node 0 holds %v grants, want 1", held)
 	}
+	// The cluster's status, asked of another node, shows it per node.
+	st, err := c.Admin(1).ClusterStatus(ctx, connect.NewRequest(&quoratev1.ClusterStatusRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Msg.GetMembers() {
+		g := m.GetStatus().GetNodeGrants()
+		if m.GetId() == c.Node(0).ID() && (float64(g.GetLocalDecisions()) < 0.9*n || g.GetHeld() != 1 || g.GetUnitsGranted() == 0) {
+			t.Fatalf("node 0's status: %v", g)
+		}
+		if m.GetId() != c.Node(0).ID() && g.GetLocalDecisions() != 0 {
+			t.Fatalf("%s's status: %v", m.GetId(), g)
+		}
+	}
 	// The other nodes answered nothing: they hold nothing.
 	if held := nodeMetric(t, c, 1, "quorate_node_grants_held"); held != 0 {
 		t.Fatalf("node 1 holds %v grants, want 0", held)

@@ -132,7 +132,9 @@ func (sp *statusPage) gather(ctx context.Context) *statuspage.Page {
 func memberOnPage(m *quoratev1.MemberStatus) statuspage.Member {
 	st := m.GetStatus()
 	out := statuspage.Member{ID: m.GetId(), APIAddr: m.GetApiAddr(), Suffrage: m.GetSuffrage(), Role: st.GetRole(),
-		Applied: st.GetLastAppliedIndex(), Keys: st.GetBuckets(), GroupsHosted: len(st.GetGroups())}
+		Applied: st.GetLastAppliedIndex(), Keys: st.GetBuckets(), GroupsHosted: len(st.GetGroups()),
+		LocalDecisions: st.GetNodeGrants().GetLocalDecisions(), GrantsHeld: st.GetNodeGrants().GetHeld(),
+		UnitsWasted: st.GetNodeGrants().GetUnitsWasted()}
 	var problems []string
 	switch {
 	case st == nil:

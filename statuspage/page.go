@@ -60,6 +60,10 @@ type Member struct {
 	Applied                 uint64
 	GroupsLed, GroupsHosted int
 	Keys                    uint64
+	// LocalDecisions are the requests the member allowed from the budget
+	// leases it holds for callers without the Go client; GrantsHeld those
+	// leases now, UnitsWasted their units it left unspent.
+	LocalDecisions, GrantsHeld, UnitsWasted uint64
 }
 
 // Group is one Raft group: the meta group (0) or a data group.

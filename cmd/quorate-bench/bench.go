@@ -116,7 +116,10 @@ func newBenchCmd() *cobra.Command {
 	fs.BoolVar(&o.requestIDs, "request-ids", false, "name every request's ID after the run and a sequence number (without it, the\n"+
 		"client gives each a random one: every request carries a request ID)")
 	fs.StringVar(&o.quorate.route, "route", routeLeader, "leader: send each call to its key's group leader (the client learns the shard map);\n"+
-		"any: send the calls to the --server list in turn (the node forwards them)")
+		"any: send the calls to the --server list in turn (the node forwards them);\n"+
+		"plain: send unary Admits as a caller without the Go client does: to the --server list in\n"+
+		"turn, not marked strict, without request IDs (unless --request-ids) and without the\n"+
+		"client's grants (the node forwards them, or decides them from a grant it holds)")
 	fs.BoolVar(&o.quorate.coalesce, "coalesce", false, "let the client coalesce concurrent unary Admits to one leader into AdmitBatch calls\n"+
 		"(default off: one Admit call per decision)")
 	addLoadFlags(cmd, &o.load)
@@ -185,8 +188,8 @@ func (o benchOptions) validate() error {
 		if o.policy == "" {
 			return errors.New("bench: --policy is required (with --target quorate)")
 		}
-		if o.quorate.route != routeLeader && o.quorate.route != routeAny {
-			return fmt.Errorf("--route: must be %s or %s (got %q)", routeLeader, routeAny, o.quorate.route)
+		if o.quorate.route != routeLeader && o.quorate.route != routeAny && o.quorate.route != routePlain {
+			return fmt.Errorf("--route: must be %s, %s or %s (got %q)", routeLeader, routeAny, routePlain, o.quorate.route)
 		}
 		return only(targetRedis, "redis-addr", "redis-capacity", "redis-refill")
 	case targetRedis:

@@ -123,6 +123,10 @@ type compareRun struct {
 	// each to its key's group leader (what a caller without the Go
 	// client's routing gets: gRPC, JSON, Envoy), not to the leader.
 	spread bool
+	// hot: the hot-keys table's (bench_compare_hot.go): keys drawn zipf,
+	// Quorate's calls plain (routePlain) under comparePolicyLocal when
+	// local, else comparePolicy.
+	hot, local bool
 }
 
 // targetOneGroup is the Quorate cluster with every key in one group
@@ -191,6 +195,9 @@ type CompareResult struct {
 	// Topology sets the default topology's runs beside the same runs
 	// against a cluster with one group.
 	Topology []TopologyRowOut `json:"topology"`
+	// Hot is the hot-keys table: callers without the Go client under a
+	// policy with a local block, beside the same without it.
+	Hot []HotRowOut `json:"hot"`
 	// Cost is the CPU per log entry and per decision, from the unary runs
 	// of the default cluster and of one group (absent when they cannot
 	// tell them apart).
@@ -248,6 +255,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	machine.DataDir = describeDir(dir)
 	redisCfg := redisOptions{capacity: defaultBenchCapacity, refill: defaultBenchRefill}
 	rows := compareRows(o.load)
+	hot := hotRows(o.load)
 	results := map[compareRun]BenchSummary{}
 
 	// loadOf is the load of run: its clients and batch, and keys of its
@@ -260,6 +268,15 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		if run.spread {
 			load.label += ", spread over every node"
 			load.keyPrefix += "spread-"
+		}
+		if run.hot {
+			load.dist = "zipf"
+			load.label += ", zipf keys"
+			load.keyPrefix += "zipf-"
+			if run.local {
+				load.label += ", a policy with a local block"
+				load.keyPrefix += "local-"
+			}
 		}
 		if run.half {
 			peak := run
@@ -317,7 +334,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			return fmt.Errorf("bench compare: %w", err)
 		}
 		fmt.Fprintf(stderr, "bench compare: gubernator on %s\n", strings.Join(c.addrs, " "))
-		for _, run := range runsOf(rows, targetGubernator) {
+		for _, run := range append(runsOf(rows, targetGubernator), hotRunsOf(hot, targetGubernator)...) {
 			t := newGubernatorTarget(c.addrs, redisCfg, loadOf(run))
 			measureCPU(t, run, c.nodes)
 			t.close()
@@ -349,7 +366,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	// each node's CPU over each run.
 	measureQuorate := func(c *compareCluster, target string) error {
 		urls := c.urls
-		for _, run := range runsOf(rows, target) {
+		for _, run := range append(runsOf(rows, target), hotRunsOf(hot, target)...) {
 			tr, err := apiflags.TLS{}.Transport(run.workers) // the cluster it starts is plaintext, on loopback
 			if err != nil {
 				return err
@@ -358,11 +375,17 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			// comparable with one item per GetRateLimits call; the client
 			// sends each to its key's group leader, or in a spread run to
 			// the nodes in turn.
-			route := routeLeader
-			if run.spread {
+			route, policy := routeLeader, comparePolicy
+			switch {
+			case run.hot:
+				route = routePlain
+				if run.local {
+					policy = comparePolicyLocal
+				}
+			case run.spread:
 				route = routeAny
 			}
-			t, err := newQuorateTarget(urls, tr, comparePolicy, false, quorateOptions{route: route}, loadOf(run))
+			t, err := newQuorateTarget(urls, tr, policy, false, quorateOptions{route: route}, loadOf(run))
 			if err != nil {
 				return err
 			}
@@ -402,6 +425,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	}
 
 	out := compareResult(machine, rows, results)
+	out.Hot = hotResult(hot, results)
 	// The cost model: the closed-loop unary runs of all the clients
 	// against both clusters, and the default cluster's batch run.
 	out.Cost = fitCost(results[compareRun{target: targetQuorate, workers: o.load.workers, batch: 1}],

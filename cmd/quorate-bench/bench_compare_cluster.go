@@ -75,7 +75,9 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 	err := pollUntil(ctx, deadline, c.exited, func(ctx context.Context) (bool, error) {
 		_, err := admin.ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
 			Name: comparePolicy, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(benchRefillPeriod),
-			Burst: proto.Int64(defaultBenchCapacity)}}}))
+			Burst: proto.Int64(defaultBenchCapacity)}, {
+			Name: comparePolicyLocal, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(benchRefillPeriod),
+			Burst: proto.Int64(defaultBenchCapacity), Local: &quoratev1.LocalDecisions{Mode: "grant"}}}}))
 		return err == nil, err
 	})
 	if err == nil {

@@ -42,10 +42,19 @@ func cpuRows(r CompareResult) []cpuRow {
 	for _, t := range r.Topology {
 		add(t.Scenario+", one group", t.OneGroup)
 	}
+	for _, h := range r.Hot {
+		add(h.Scenario+", policy with a local block", h.Local)
+		add(h.Scenario+", policy without", h.Strict)
+	}
 	// The others' servers, for the CPU a decision costs each system.
 	for _, s := range r.Scenarios {
 		if s.Gubernator != nil {
 			add("Gubernator: "+s.Scenario, *s.Gubernator)
+		}
+	}
+	for _, h := range r.Hot {
+		if h.Gubernator != nil {
+			add("Gubernator: "+h.Scenario, *h.Gubernator)
 		}
 	}
 	for _, s := range r.Scenarios {

@@ -32,6 +32,7 @@ func writeCompareText(w io.Writer, r CompareResult) {
 	}
 	tw.Flush()
 	writeTopologyText(w, r.Topology)
+	writeHotText(w, r)
 	writeCPUText(w, r)
 	for _, line := range compareNotes(r) {
 		fmt.Fprintln(w, line)
@@ -291,7 +292,7 @@ func benchmarksSection(r CompareResult) string {
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", s.Scenario, s.Quorate.DecisionsPerSecond, s.Redis.DecisionsPerSecond,
 			s.Ratio, g[0], g[1], fmtP50P99(s.Quorate), fmtP50P99(s.Redis), g[2])
 	}
-	for _, t := range []string{topologySection(r.Topology), cpuSection(r)} {
+	for _, t := range []string{topologySection(r.Topology), hotSection(r), cpuSection(r)} {
 		if t != "" {
 			fmt.Fprintln(&b)
 			fmt.Fprint(&b, t)

@@ -125,6 +125,20 @@ func TestBenchCompare(t *testing.T) {
 			t.Errorf("%s: %d log entries for %d decisions", s.Scenario, s.Quorate.LogEntries, s.Quorate.Decisions)
 		}
 	}
+	// The hot-keys table: callers without the Go client under a policy
+	// with a local block, beside the same without it.
+	if len(r.Hot) != 1 {
+		t.Fatalf("hot-keys table: %+v", r.Hot)
+	}
+	for _, h := range r.Hot {
+		if h.Local.Decisions == 0 || h.Strict.Decisions == 0 || h.LocalRatio <= 0 || h.Local.Dist != "zipf" || h.Strict.Dist != "zipf" {
+			t.Errorf("hot row %s: local %+v, strict %+v, ratio %v", h.Scenario, h.Local, h.Strict, h.LocalRatio)
+		}
+		if gubernator != "" && (h.Gubernator == nil || h.Gubernator.Dist != "zipf" || h.GubernatorRatio <= 0) {
+			t.Errorf("hot row %s: Gubernator %+v, ratio %v", h.Scenario, h.Gubernator, h.GubernatorRatio)
+		}
+		checkNodeCPU(t, h.Scenario, h.Local)
+	}
 	// The others' servers' CPU was read over their runs too: the Redis
 	// server's, and each Gubernator node's.
 	for _, s := range r.Scenarios {
@@ -164,7 +178,7 @@ func TestBenchCompare(t *testing.T) {
 		"| scenario | Quorate decisions/s | Redis decisions/s | Quorate/Redis |", "AdmitBatch 10 vs EVALSHA pipelined 10 deep",
 		"durable EVALSHA", "| CPU |", "| Redis |", "appendfsync always", "| floor of one decision (2 × fdatasync + round trip) | ",
 		"Quorate's one-client p50", "| Quorate run | nodes' CPU-seconds |", "default decisions per busiest node's CPU-second",
-		"| cost model | ", "µs of CPU per log entry (three replicas)", "| Redis: "} {
+		"| cost model | ", "µs of CPU per log entry (three replicas)", "| Redis: ", "Hot keys for callers without the Go client", "| local decisions/s | strict decisions/s |"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("%s lacks %q:\n%s", file, want, doc)
 		}

@@ -17,6 +17,12 @@ import (
 const (
 	routeLeader = "leader" // each call to its key's group leader, as the client learns them
 	routeAny    = "any"    // calls to the --server list in turn; the node forwards
+	// routePlain sends each unary Admit as a caller without the Go client
+	// does (a gRPC or JSON client in another language): to the --server
+	// list in turn, not marked strict, with no request ID unless
+	// --request-ids, and without the client's own grants: the node
+	// forwards it, or decides it from a grant it holds.
+	routePlain = "plain"
 )
 
 // quorateTarget drives a cluster through package client: a unary Admit per
@@ -25,6 +31,7 @@ const (
 // Every request carries a request ID, as every client request does.
 type quorateTarget struct {
 	c          *client.Client
+	plain      bool // routePlain
 	hc         *http.Client
 	policy     string
 	keys       []string
@@ -57,11 +64,11 @@ func newQuorateTarget(urls []string, tr *http.Transport, policy string, requestI
 	// No caller: on a node with an access file, the authenticated one's own
 	// (naming another is refused); the request IDs are unique anyway.
 	c, err := client.New(client.Config{Servers: urls, HTTPClient: t.hc, Token: q.token,
-		Timeout: benchCallTimeout, DisableRouting: q.route == routeAny, DisableCoalescing: !q.coalesce})
+		Timeout: benchCallTimeout, DisableRouting: q.route != routeLeader, DisableCoalescing: !q.coalesce})
 	if err != nil {
 		return nil, err
 	}
-	t.c = c
+	t.c, t.plain = c, q.route == routePlain
 	for w := range t.scratch {
 		t.scratch[w] = make([]*quoratev1.AdmitRequest, o.batch)
 		for i := range t.scratch[w] {
@@ -89,6 +96,23 @@ func (t *quorateTarget) requestID() string {
 
 func (t *quorateTarget) call(ctx context.Context, worker int, keys []int) (benchResult, error) {
 	var r benchResult
+	if t.plain && t.batch == 1 {
+		req := t.scratch[worker][0]
+		req.Key, req.RequestId = t.keys[keys[0]], t.requestID()
+		resp, err := client.Invoke(ctx, t.c, client.Call{Procedure: "Admit", RequestID: req.GetRequestId()},
+			func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AdmitResponse], error) {
+				return s.Admission.Admit(ctx, connect.NewRequest(req))
+			})
+		if err != nil {
+			return r, err
+		}
+		if resp.GetAllowed() {
+			r.allowed = 1
+		} else {
+			r.denied = 1
+		}
+		return r, nil
+	}
 	if t.batch == 1 {
 		d, err := t.c.Admit(ctx, client.Request{Policy: t.policy, Key: t.keys[keys[0]], RequestID: t.requestID(), NoFallback: true})
 		if err != nil {

@@ -114,8 +114,39 @@ func writeClusterStatus(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
 	if err := writeGroups(w, s); err != nil {
 		return err
 	}
+	if err := writeNodeGrants(w, s); err != nil {
+		return err
+	}
 	writeStorageErrors(w, s)
 	return writeHotKeys(w, s) // admin_hotkeys.go
+}
+
+// writeNodeGrants lists, per node, the budget leases it holds for callers
+// without the Go client and what it decided from them, once some node
+// decided anything so.
+func writeNodeGrants(w io.Writer, s *quoratev1.ClusterStatusResponse) error {
+	decided := false
+	for _, m := range s.GetMembers() {
+		if g := m.GetStatus().GetNodeGrants(); g.GetUnitsGranted() > 0 || g.GetHeld() > 0 {
+			decided = true
+		}
+	}
+	if !decided {
+		return nil
+	}
+	fmt.Fprintln(w, "\nbudget leases the nodes hold for their callers:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tGRANTS HELD\tDECIDED LOCALLY\tREPEATS ANSWERED\tUNITS GRANTED\tRETURNED\tWASTED")
+	for _, m := range s.GetMembers() {
+		g := m.GetStatus().GetNodeGrants()
+		if m.GetStatus() == nil {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\n", m.GetId())
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", m.GetId(), g.GetHeld(), g.GetLocalDecisions(), g.GetDuplicates(),
+			g.GetUnitsGranted(), g.GetUnitsReturned(), g.GetUnitsWasted())
+	}
+	return tw.Flush()
 }
 
 // writeStorageErrors lists the replicas whose node reports a storage error

@@ -204,8 +204,9 @@ func fmtTimestamp(t *timestamppb.Timestamp) string {
 // quota's calendar period ("-" for other algorithms); LEASE_TTL is how long a
 // concurrency policy's leases live unless renewed ("-" for other
 // algorithms); SHADOW is yes for a policy that decides and counts but never
-// denies; LOCAL is how clients may decide in memory ("-": every request is
-// decided by the cluster; "grant max=N ttl=D": from budget leases, exact).
+// denies; LOCAL is how clients and nodes may decide in memory ("-": every
+// request is decided by the cluster; "grant max=N ttl=D nodes=hot": from
+// budget leases, exact, the nodes holding them for hot keys too).
 func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tVERSION\tALGORITHM\tLIMIT\tPERIOD\tCALENDAR\tLEASE_TTL\tBURST\tMAX_COST\tON_UNAVAILABLE\tSHADOW\tDEDUPE_RETENTION\tLOCAL")
@@ -236,15 +237,17 @@ func writePolicies(w io.Writer, policies []*quoratev1.Policy) error {
 // fmtLocal describes a policy's local decisions with their defaults filled
 // in, as the cluster applies them; "-" for none. A sync policy shows its
 // bound: the most a key may be over-admitted by (Policy.SyncBound).
+// "nodes=hot" says the nodes decide its hot keys from grants they hold for
+// callers without the Go client (every policy with a local block).
 func fmtLocal(p *quoratev1.Policy) string {
 	ap := node.PolicyFromAPI(p).WithDefaults()
 	switch l := ap.Local; l.Mode {
 	case "":
 		return "-"
 	case admission.LocalSync:
-		return fmt.Sprintf("%s every=%s bound=%d", l.Mode, l.SyncInterval, ap.SyncBound())
+		return fmt.Sprintf("%s every=%s bound=%d nodes=hot", l.Mode, l.SyncInterval, ap.SyncBound())
 	default:
-		return fmt.Sprintf("%s max=%d ttl=%s", l.Mode, l.MaxGrant, l.TTL)
+		return fmt.Sprintf("%s max=%d ttl=%s nodes=hot", l.Mode, l.MaxGrant, l.TTL)
 	}
 }
 

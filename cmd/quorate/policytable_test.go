@@ -39,7 +39,7 @@ func TestWritePoliciesRetentionAndLocal(t *testing.T) {
 		t.Errorf("want a DEDUPE_RETENTION column, 30m0s as set and the default 10m0s when unset:\n%s", b.String())
 	}
 	// LOCAL shows the defaults the cluster applies: a tenth of the burst, 10s.
-	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s") {
+	if !strings.HasSuffix(lines[1], " -") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s nodes=hot") {
 		t.Errorf("want LOCAL - without local decisions, and grant with its defaults:\n%s", b.String())
 	}
 }
@@ -126,8 +126,8 @@ func TestWritePoliciesLocalSyncBound(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	// The bound is ceil(limit × sync_interval / period): 1000 × 0.25s / 1s,
 	// and 86400 a day × 1s (the default interval).
-	if len(lines) != 4 || !strings.HasSuffix(lines[1], "sync every=250ms bound=250") ||
-		!strings.HasSuffix(lines[2], "sync every=1s bound=1") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s") {
+	if len(lines) != 4 || !strings.HasSuffix(lines[1], "sync every=250ms bound=250 nodes=hot") ||
+		!strings.HasSuffix(lines[2], "sync every=1s bound=1 nodes=hot") || !strings.HasSuffix(lines[3], "grant max=100 ttl=10s nodes=hot") {
 		t.Errorf("want LOCAL with the sync bound:\n%s", b.String())
 	}
 }

@@ -135,6 +135,13 @@ func (d *Decider) Stats() Stats {
 	return Stats{HolderStats: d.holder.Stats(), Duplicates: d.duplicates.Load(), RequestIDs: d.ids.len()}
 }
 
+// Status is Stats as a node's status reports it.
+func (d *Decider) Status() *quoratev1.NodeGrants {
+	s := d.Stats()
+	return &quoratev1.NodeGrants{Held: s.GrantsHeld, LocalDecisions: s.LocalGrant, Duplicates: s.Duplicates,
+		UnitsGranted: s.UnitsGranted, UnitsReturned: s.UnitsReturned, UnitsWasted: s.UnitsWasted}
+}
+
 // Close gives back what the node's grants hold unspent (client.Holder.
 // Close); Admit decides nothing locally after it.
 func (d *Decider) Close() { d.holder.Close() }

@@ -2349,7 +2349,10 @@ type NodeState struct {
 	// The log feature level this node registers (its binary's, or less with
 	// --max-feature-level): a join that changes a registered node's level
 	// must match what the node says here.
-	FeatureLevel  uint32 `protobuf:"varint,43,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	FeatureLevel uint32 `protobuf:"varint,43,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// What this node decided from the budget leases it holds for callers
+	// without the Go client (hot keys of policies with a local block).
+	NodeGrants    *NodeGrants `protobuf:"bytes,44,opt,name=node_grants,json=nodeGrants,proto3" json:"node_grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2510,6 +2513,105 @@ func (x *NodeState) GetFeatureLevel() uint32 {
 	return 0
 }
 
+func (x *NodeState) GetNodeGrants() *NodeGrants {
+	if x != nil {
+		return x.NodeGrants
+	}
+	return nil
+}
+
+// NodeGrants are the budget leases one node holds for its callers, and
+// what it decided from them since it started.
+type NodeGrants struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Grants (or sync-mode allowances) held now.
+	Held uint64 `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// Requests allowed from them, and repeats of those answered with their
+	// first answer.
+	LocalDecisions uint64 `protobuf:"varint,2,opt,name=local_decisions,json=localDecisions,proto3" json:"local_decisions,omitempty"`
+	Duplicates     uint64 `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// Units granted to the node, given back by releases, and wasted (unspent
+	// when a grant's local deadline passed, it was replaced or its release
+	// failed).
+	UnitsGranted  uint64 `protobuf:"varint,4,opt,name=units_granted,json=unitsGranted,proto3" json:"units_granted,omitempty"`
+	UnitsReturned uint64 `protobuf:"varint,5,opt,name=units_returned,json=unitsReturned,proto3" json:"units_returned,omitempty"`
+	UnitsWasted   uint64 `protobuf:"varint,6,opt,name=units_wasted,json=unitsWasted,proto3" json:"units_wasted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeGrants) Reset() {
+	*x = NodeGrants{}
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeGrants) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeGrants) ProtoMessage() {}
+
+func (x *NodeGrants) ProtoReflect() protoreflect.Message {
+	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeGrants.ProtoReflect.Descriptor instead.
+func (*NodeGrants) Descriptor() ([]byte, []int) {
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *NodeGrants) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *NodeGrants) GetLocalDecisions() uint64 {
+	if x != nil {
+		return x.LocalDecisions
+	}
+	return 0
+}
+
+func (x *NodeGrants) GetDuplicates() uint64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *NodeGrants) GetUnitsGranted() uint64 {
+	if x != nil {
+		return x.UnitsGranted
+	}
+	return 0
+}
+
+func (x *NodeGrants) GetUnitsReturned() uint64 {
+	if x != nil {
+		return x.UnitsReturned
+	}
+	return 0
+}
+
+func (x *NodeGrants) GetUnitsWasted() uint64 {
+	if x != nil {
+		return x.UnitsWasted
+	}
+	return 0
+}
+
 // PolicyDecisions counts one policy's decisions on one node.
 type PolicyDecisions struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2532,7 +2634,7 @@ type PolicyDecisions struct {
 
 func (x *PolicyDecisions) Reset() {
 	*x = PolicyDecisions{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2646,7 @@ func (x *PolicyDecisions) String() string {
 func (*PolicyDecisions) ProtoMessage() {}
 
 func (x *PolicyDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[40]
+	mi := &file_quorate_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2659,7 @@ func (x *PolicyDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDecisions.ProtoReflect.Descriptor instead.
 func (*PolicyDecisions) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PolicyDecisions) GetPolicy() string {
@@ -2662,7 +2764,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2776,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[41]
+	mi := &file_quorate_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2789,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GroupState) GetId() uint32 {
@@ -2822,7 +2924,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2936,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[42]
+	mi := &file_quorate_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2949,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HotKey) GetPolicy() string {
@@ -2910,7 +3012,7 @@ type FrozenSlots struct {
 
 func (x *FrozenSlots) Reset() {
 	*x = FrozenSlots{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3024,7 @@ func (x *FrozenSlots) String() string {
 func (*FrozenSlots) ProtoMessage() {}
 
 func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[43]
+	mi := &file_quorate_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3037,7 @@ func (x *FrozenSlots) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrozenSlots.ProtoReflect.Descriptor instead.
 func (*FrozenSlots) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FrozenSlots) GetStart() uint32 {
@@ -3000,7 +3102,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3114,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[44]
+	mi := &file_quorate_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3127,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3074,7 +3176,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3188,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[45]
+	mi := &file_quorate_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3201,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -3152,7 +3254,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3266,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[46]
+	mi := &file_quorate_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3279,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Policy) GetName() string {
@@ -3300,7 +3402,7 @@ type LocalDecisions struct {
 
 func (x *LocalDecisions) Reset() {
 	*x = LocalDecisions{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3414,7 @@ func (x *LocalDecisions) String() string {
 func (*LocalDecisions) ProtoMessage() {}
 
 func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[47]
+	mi := &file_quorate_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3427,7 @@ func (x *LocalDecisions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalDecisions.ProtoReflect.Descriptor instead.
 func (*LocalDecisions) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LocalDecisions) GetMode() string {
@@ -3365,7 +3467,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3479,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[48]
+	mi := &file_quorate_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3492,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ApplyPoliciesRequest) GetPolicies() []*Policy {
@@ -3410,7 +3512,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3524,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[49]
+	mi := &file_quorate_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3537,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3453,7 +3555,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3567,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[50]
+	mi := &file_quorate_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3580,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type ListPoliciesResponse struct {
@@ -3490,7 +3592,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[51]
+	mi := &file_quorate_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +3604,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[51]
+	mi := &file_quorate_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +3617,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3534,7 +3636,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[52]
+	mi := &file_quorate_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3648,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[52]
+	mi := &file_quorate_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3661,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -3578,7 +3680,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[53]
+	mi := &file_quorate_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3692,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[53]
+	mi := &file_quorate_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3705,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *Policy {
@@ -3622,7 +3724,7 @@ type DeletePoliciesRequest struct {
 
 func (x *DeletePoliciesRequest) Reset() {
 	*x = DeletePoliciesRequest{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[54]
+	mi := &file_quorate_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3634,7 +3736,7 @@ func (x *DeletePoliciesRequest) String() string {
 func (*DeletePoliciesRequest) ProtoMessage() {}
 
 func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[54]
+	mi := &file_quorate_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3647,7 +3749,7 @@ func (x *DeletePoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeletePoliciesRequest) GetNames() []string {
@@ -3667,7 +3769,7 @@ type DeletePoliciesResponse struct {
 
 func (x *DeletePoliciesResponse) Reset() {
 	*x = DeletePoliciesResponse{}
-	mi := &file_quorate_v1_admin_proto_msgTypes[55]
+	mi := &file_quorate_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3781,7 @@ func (x *DeletePoliciesResponse) String() string {
 func (*DeletePoliciesResponse) ProtoMessage() {}
 
 func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_quorate_v1_admin_proto_msgTypes[55]
+	mi := &file_quorate_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3794,7 @@ func (x *DeletePoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoliciesResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_quorate_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeletePoliciesResponse) GetPolicies() []*Policy {
@@ -3857,7 +3959,7 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\"\x13\n" +
 	"\x11NodeStatusRequest\"?\n" +
 	"\x12NodeStatusResponse\x12)\n" +
-	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\x8d\x05\n" +
+	"\x04node\x18\x01 \x01(\v2\x15.quorate.v1.NodeStateR\x04node\"\xc6\x05\n" +
 	"\tNodeState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1b\n" +
@@ -3878,7 +3980,19 @@ const file_quorate_v1_admin_proto_rawDesc = "" +
 	"cluster_id\x18( \x01(\tR\tclusterId\x12'\n" +
 	"\x0fforwarded_calls\x18) \x01(\x04R\x0eforwardedCalls\x12F\n" +
 	"\x10policy_decisions\x18* \x03(\v2\x1b.quorate.v1.PolicyDecisionsR\x0fpolicyDecisions\x12#\n" +
-	"\rfeature_level\x18+ \x01(\rR\ffeatureLevel\"\xbc\x02\n" +
+	"\rfeature_level\x18+ \x01(\rR\ffeatureLevel\x127\n" +
+	"\vnode_grants\x18, \x01(\v2\x16.quorate.v1.NodeGrantsR\n" +
+	"nodeGrants\"\xd8\x01\n" +
+	"\n" +
+	"NodeGrants\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\x04R\x04held\x12'\n" +
+	"\x0flocal_decisions\x18\x02 \x01(\x04R\x0elocalDecisions\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x03 \x01(\x04R\n" +
+	"duplicates\x12#\n" +
+	"\runits_granted\x18\x04 \x01(\x04R\funitsGranted\x12%\n" +
+	"\x0eunits_returned\x18\x05 \x01(\x04R\runitsReturned\x12!\n" +
+	"\funits_wasted\x18\x06 \x01(\x04R\vunitsWasted\"\xbc\x02\n" +
 	"\x0fPolicyDecisions\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x1c\n" +
 	"\tdecisions\x18\x02 \x01(\x04R\tdecisions\x12\x16\n" +
@@ -4013,7 +4127,7 @@ func file_quorate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_quorate_v1_admin_proto_rawDescData
 }
 
-var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_quorate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_quorate_v1_admin_proto_goTypes = []any{
 	(*SaveSnapshotRequest)(nil),     // 0: quorate.v1.SaveSnapshotRequest
 	(*SaveSnapshotResponse)(nil),    // 1: quorate.v1.SaveSnapshotResponse
@@ -4055,106 +4169,108 @@ var file_quorate_v1_admin_proto_goTypes = []any{
 	(*NodeStatusRequest)(nil),       // 37: quorate.v1.NodeStatusRequest
 	(*NodeStatusResponse)(nil),      // 38: quorate.v1.NodeStatusResponse
 	(*NodeState)(nil),               // 39: quorate.v1.NodeState
-	(*PolicyDecisions)(nil),         // 40: quorate.v1.PolicyDecisions
-	(*GroupState)(nil),              // 41: quorate.v1.GroupState
-	(*HotKey)(nil),                  // 42: quorate.v1.HotKey
-	(*FrozenSlots)(nil),             // 43: quorate.v1.FrozenSlots
-	(*JoinRequest)(nil),             // 44: quorate.v1.JoinRequest
-	(*JoinResponse)(nil),            // 45: quorate.v1.JoinResponse
-	(*Policy)(nil),                  // 46: quorate.v1.Policy
-	(*LocalDecisions)(nil),          // 47: quorate.v1.LocalDecisions
-	(*ApplyPoliciesRequest)(nil),    // 48: quorate.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),   // 49: quorate.v1.ApplyPoliciesResponse
-	(*ListPoliciesRequest)(nil),     // 50: quorate.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 51: quorate.v1.ListPoliciesResponse
-	(*GetPolicyRequest)(nil),        // 52: quorate.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),       // 53: quorate.v1.GetPolicyResponse
-	(*DeletePoliciesRequest)(nil),   // 54: quorate.v1.DeletePoliciesRequest
-	(*DeletePoliciesResponse)(nil),  // 55: quorate.v1.DeletePoliciesResponse
-	(*timestamppb.Timestamp)(nil),   // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 57: google.protobuf.Duration
+	(*NodeGrants)(nil),              // 40: quorate.v1.NodeGrants
+	(*PolicyDecisions)(nil),         // 41: quorate.v1.PolicyDecisions
+	(*GroupState)(nil),              // 42: quorate.v1.GroupState
+	(*HotKey)(nil),                  // 43: quorate.v1.HotKey
+	(*FrozenSlots)(nil),             // 44: quorate.v1.FrozenSlots
+	(*JoinRequest)(nil),             // 45: quorate.v1.JoinRequest
+	(*JoinResponse)(nil),            // 46: quorate.v1.JoinResponse
+	(*Policy)(nil),                  // 47: quorate.v1.Policy
+	(*LocalDecisions)(nil),          // 48: quorate.v1.LocalDecisions
+	(*ApplyPoliciesRequest)(nil),    // 49: quorate.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),   // 50: quorate.v1.ApplyPoliciesResponse
+	(*ListPoliciesRequest)(nil),     // 51: quorate.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 52: quorate.v1.ListPoliciesResponse
+	(*GetPolicyRequest)(nil),        // 53: quorate.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),       // 54: quorate.v1.GetPolicyResponse
+	(*DeletePoliciesRequest)(nil),   // 55: quorate.v1.DeletePoliciesRequest
+	(*DeletePoliciesResponse)(nil),  // 56: quorate.v1.DeletePoliciesResponse
+	(*timestamppb.Timestamp)(nil),   // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 58: google.protobuf.Duration
 }
 var file_quorate_v1_admin_proto_depIdxs = []int32{
 	34, // 0: quorate.v1.SaveSnapshotResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
-	46, // 1: quorate.v1.SaveSnapshotResponse.policies:type_name -> quorate.v1.Policy
+	47, // 1: quorate.v1.SaveSnapshotResponse.policies:type_name -> quorate.v1.Policy
 	6,  // 2: quorate.v1.ListAuditResponse.entries:type_name -> quorate.v1.AuditEntry
-	56, // 3: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	57, // 3: quorate.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	24, // 4: quorate.v1.ListPlansResponse.plans:type_name -> quorate.v1.PlanStatus
 	24, // 5: quorate.v1.PlanResponse.plan:type_name -> quorate.v1.PlanStatus
 	25, // 6: quorate.v1.PlanStatus.steps:type_name -> quorate.v1.PlanStepStatus
-	57, // 7: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
+	58, // 7: quorate.v1.PlanStatus.age:type_name -> google.protobuf.Duration
 	36, // 8: quorate.v1.ClusterStatusResponse.members:type_name -> quorate.v1.MemberStatus
 	34, // 9: quorate.v1.ClusterStatusResponse.shard_map:type_name -> quorate.v1.ShardMapStatus
 	35, // 10: quorate.v1.ShardMapStatus.groups:type_name -> quorate.v1.ShardGroupStatus
 	39, // 11: quorate.v1.MemberStatus.status:type_name -> quorate.v1.NodeState
 	39, // 12: quorate.v1.NodeStatusResponse.node:type_name -> quorate.v1.NodeState
-	41, // 13: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
-	40, // 14: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
-	43, // 15: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
-	56, // 16: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
-	42, // 17: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
-	57, // 18: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
-	57, // 19: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
-	57, // 20: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 21: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
-	57, // 22: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
-	57, // 23: quorate.v1.LocalDecisions.sync_interval:type_name -> google.protobuf.Duration
-	46, // 24: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
-	46, // 25: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	46, // 26: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
-	46, // 27: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
-	46, // 28: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
-	32, // 29: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
-	37, // 30: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
-	44, // 31: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
-	48, // 32: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
-	50, // 33: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
-	52, // 34: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
-	54, // 35: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
-	30, // 36: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
-	28, // 37: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
-	26, // 38: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
-	17, // 39: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
-	18, // 40: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
-	19, // 41: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
-	20, // 42: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
-	22, // 43: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
-	11, // 44: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
-	9,  // 45: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
-	7,  // 46: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
-	4,  // 47: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
-	0,  // 48: quorate.v1.AdminService.SaveSnapshot:input_type -> quorate.v1.SaveSnapshotRequest
-	2,  // 49: quorate.v1.AdminService.RestoreSnapshot:input_type -> quorate.v1.RestoreSnapshotRequest
-	13, // 50: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
-	15, // 51: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
-	33, // 52: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
-	38, // 53: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
-	45, // 54: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
-	49, // 55: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
-	51, // 56: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
-	53, // 57: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
-	55, // 58: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
-	31, // 59: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
-	29, // 60: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
-	27, // 61: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
-	23, // 62: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
-	23, // 63: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
-	23, // 64: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
-	21, // 65: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
-	23, // 66: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
-	12, // 67: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
-	10, // 68: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
-	8,  // 69: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
-	5,  // 70: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
-	1,  // 71: quorate.v1.AdminService.SaveSnapshot:output_type -> quorate.v1.SaveSnapshotResponse
-	3,  // 72: quorate.v1.AdminService.RestoreSnapshot:output_type -> quorate.v1.RestoreSnapshotResponse
-	14, // 73: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
-	16, // 74: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
-	52, // [52:75] is the sub-list for method output_type
-	29, // [29:52] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	42, // 13: quorate.v1.NodeState.groups:type_name -> quorate.v1.GroupState
+	41, // 14: quorate.v1.NodeState.policy_decisions:type_name -> quorate.v1.PolicyDecisions
+	40, // 15: quorate.v1.NodeState.node_grants:type_name -> quorate.v1.NodeGrants
+	44, // 16: quorate.v1.GroupState.frozen:type_name -> quorate.v1.FrozenSlots
+	57, // 17: quorate.v1.GroupState.storage_error_at:type_name -> google.protobuf.Timestamp
+	43, // 18: quorate.v1.GroupState.hot_keys:type_name -> quorate.v1.HotKey
+	58, // 19: quorate.v1.Policy.period:type_name -> google.protobuf.Duration
+	58, // 20: quorate.v1.Policy.dedupe_retention:type_name -> google.protobuf.Duration
+	58, // 21: quorate.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	48, // 22: quorate.v1.Policy.local:type_name -> quorate.v1.LocalDecisions
+	58, // 23: quorate.v1.LocalDecisions.ttl:type_name -> google.protobuf.Duration
+	58, // 24: quorate.v1.LocalDecisions.sync_interval:type_name -> google.protobuf.Duration
+	47, // 25: quorate.v1.ApplyPoliciesRequest.policies:type_name -> quorate.v1.Policy
+	47, // 26: quorate.v1.ApplyPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	47, // 27: quorate.v1.ListPoliciesResponse.policies:type_name -> quorate.v1.Policy
+	47, // 28: quorate.v1.GetPolicyResponse.policy:type_name -> quorate.v1.Policy
+	47, // 29: quorate.v1.DeletePoliciesResponse.policies:type_name -> quorate.v1.Policy
+	32, // 30: quorate.v1.AdminService.ClusterStatus:input_type -> quorate.v1.ClusterStatusRequest
+	37, // 31: quorate.v1.AdminService.NodeStatus:input_type -> quorate.v1.NodeStatusRequest
+	45, // 32: quorate.v1.AdminService.Join:input_type -> quorate.v1.JoinRequest
+	49, // 33: quorate.v1.AdminService.ApplyPolicies:input_type -> quorate.v1.ApplyPoliciesRequest
+	51, // 34: quorate.v1.AdminService.ListPolicies:input_type -> quorate.v1.ListPoliciesRequest
+	53, // 35: quorate.v1.AdminService.GetPolicy:input_type -> quorate.v1.GetPolicyRequest
+	55, // 36: quorate.v1.AdminService.DeletePolicies:input_type -> quorate.v1.DeletePoliciesRequest
+	30, // 37: quorate.v1.AdminService.MoveReplica:input_type -> quorate.v1.MoveReplicaRequest
+	28, // 38: quorate.v1.AdminService.DrainNode:input_type -> quorate.v1.DrainNodeRequest
+	26, // 39: quorate.v1.AdminService.RemoveNode:input_type -> quorate.v1.RemoveNodeRequest
+	17, // 40: quorate.v1.AdminService.MoveSlots:input_type -> quorate.v1.MoveSlotsRequest
+	18, // 41: quorate.v1.AdminService.AddGroup:input_type -> quorate.v1.AddGroupRequest
+	19, // 42: quorate.v1.AdminService.SplitGroup:input_type -> quorate.v1.SplitGroupRequest
+	20, // 43: quorate.v1.AdminService.ListPlans:input_type -> quorate.v1.ListPlansRequest
+	22, // 44: quorate.v1.AdminService.CancelPlan:input_type -> quorate.v1.CancelPlanRequest
+	11, // 45: quorate.v1.AdminService.Rebalance:input_type -> quorate.v1.RebalanceRequest
+	9,  // 46: quorate.v1.AdminService.AddNode:input_type -> quorate.v1.AddNodeRequest
+	7,  // 47: quorate.v1.AdminService.UncordonNode:input_type -> quorate.v1.UncordonNodeRequest
+	4,  // 48: quorate.v1.AdminService.ListAudit:input_type -> quorate.v1.ListAuditRequest
+	0,  // 49: quorate.v1.AdminService.SaveSnapshot:input_type -> quorate.v1.SaveSnapshotRequest
+	2,  // 50: quorate.v1.AdminService.RestoreSnapshot:input_type -> quorate.v1.RestoreSnapshotRequest
+	13, // 51: quorate.v1.PeerService.ExportSlots:input_type -> quorate.v1.ExportSlotsRequest
+	15, // 52: quorate.v1.PeerService.ApplyToGroup:input_type -> quorate.v1.ApplyToGroupRequest
+	33, // 53: quorate.v1.AdminService.ClusterStatus:output_type -> quorate.v1.ClusterStatusResponse
+	38, // 54: quorate.v1.AdminService.NodeStatus:output_type -> quorate.v1.NodeStatusResponse
+	46, // 55: quorate.v1.AdminService.Join:output_type -> quorate.v1.JoinResponse
+	50, // 56: quorate.v1.AdminService.ApplyPolicies:output_type -> quorate.v1.ApplyPoliciesResponse
+	52, // 57: quorate.v1.AdminService.ListPolicies:output_type -> quorate.v1.ListPoliciesResponse
+	54, // 58: quorate.v1.AdminService.GetPolicy:output_type -> quorate.v1.GetPolicyResponse
+	56, // 59: quorate.v1.AdminService.DeletePolicies:output_type -> quorate.v1.DeletePoliciesResponse
+	31, // 60: quorate.v1.AdminService.MoveReplica:output_type -> quorate.v1.MoveReplicaResponse
+	29, // 61: quorate.v1.AdminService.DrainNode:output_type -> quorate.v1.DrainNodeResponse
+	27, // 62: quorate.v1.AdminService.RemoveNode:output_type -> quorate.v1.RemoveNodeResponse
+	23, // 63: quorate.v1.AdminService.MoveSlots:output_type -> quorate.v1.PlanResponse
+	23, // 64: quorate.v1.AdminService.AddGroup:output_type -> quorate.v1.PlanResponse
+	23, // 65: quorate.v1.AdminService.SplitGroup:output_type -> quorate.v1.PlanResponse
+	21, // 66: quorate.v1.AdminService.ListPlans:output_type -> quorate.v1.ListPlansResponse
+	23, // 67: quorate.v1.AdminService.CancelPlan:output_type -> quorate.v1.PlanResponse
+	12, // 68: quorate.v1.AdminService.Rebalance:output_type -> quorate.v1.RebalanceResponse
+	10, // 69: quorate.v1.AdminService.AddNode:output_type -> quorate.v1.AddNodeResponse
+	8,  // 70: quorate.v1.AdminService.UncordonNode:output_type -> quorate.v1.UncordonNodeResponse
+	5,  // 71: quorate.v1.AdminService.ListAudit:output_type -> quorate.v1.ListAuditResponse
+	1,  // 72: quorate.v1.AdminService.SaveSnapshot:output_type -> quorate.v1.SaveSnapshotResponse
+	3,  // 73: quorate.v1.AdminService.RestoreSnapshot:output_type -> quorate.v1.RestoreSnapshotResponse
+	14, // 74: quorate.v1.PeerService.ExportSlots:output_type -> quorate.v1.ExportSlotsResponse
+	16, // 75: quorate.v1.PeerService.ApplyToGroup:output_type -> quorate.v1.ApplyToGroupResponse
+	53, // [53:76] is the sub-list for method output_type
+	30, // [30:53] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_quorate_v1_admin_proto_init() }
@@ -4162,15 +4278,15 @@ func file_quorate_v1_admin_proto_init() {
 	if File_quorate_v1_admin_proto != nil {
 		return
 	}
-	file_quorate_v1_admin_proto_msgTypes[46].OneofWrappers = []any{}
 	file_quorate_v1_admin_proto_msgTypes[47].OneofWrappers = []any{}
+	file_quorate_v1_admin_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quorate_v1_admin_proto_rawDesc), len(file_quorate_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// The hot-keys table of quorate-bench compare: callers without the Go
+// client (gRPC, JSON, Envoy) on keys drawn zipf s=1.1, spread over every
+// node, deciding under a policy with a local block — the nodes decide hot
+// keys from the grants they hold — beside the same policy without it (each
+// decision through the key's log) and Gubernator on the same keys and
+// generator.
+
+// comparePolicyLocal is comparePolicy with a local block: nodes may decide
+// its hot keys from the grants they hold.
+const comparePolicyLocal = "bench-compare-local"
+
+// hotRow is one line of the hot-keys table.
+type hotRow struct {
+	scenario                  string
+	local, strict, gubernator compareRun
+}
+
+// hotRows lists the hot-keys table's lines for o.
+func hotRows(o loadOptions) []hotRow {
+	w := o.workers
+	return []hotRow{{
+		scenario:   fmt.Sprintf("%d callers without the Go client spread over every node, zipf keys: unary Admit", w),
+		local:      compareRun{target: targetQuorate, workers: w, batch: 1, hot: true, local: true},
+		strict:     compareRun{target: targetQuorate, workers: w, batch: 1, hot: true},
+		gubernator: compareRun{target: targetGubernator, workers: w, batch: 1, hot: true},
+	}}
+}
+
+// hotRunsOf lists the distinct runs of rows against target.
+func hotRunsOf(rows []hotRow, target string) []compareRun {
+	var out []compareRun
+	seen := map[compareRun]bool{}
+	for _, r := range rows {
+		for _, run := range []compareRun{r.local, r.strict, r.gubernator} {
+			if run.target == target && !seen[run] {
+				seen[run] = true
+				out = append(out, run)
+			}
+		}
+	}
+	return out
+}
+
+// HotRowOut is a line of the hot-keys table (-o json).
+type HotRowOut struct {
+	Scenario string       `json:"scenario"`
+	Local    BenchSummary `json:"local"`  // the policy with a local block
+	Strict   BenchSummary `json:"strict"` // the same without it
+	// LocalRatio is Local's decisions/s ÷ Strict's.
+	LocalRatio float64       `json:"localRatio"`
+	Gubernator *BenchSummary `json:"gubernator,omitempty"`
+	// GubernatorRatio is Local's decisions/s ÷ Gubernator's.
+	GubernatorRatio float64 `json:"gubernatorRatio,omitempty"`
+}
+
+// hotResult is the hot-keys table of results.
+func hotResult(rows []hotRow, results map[compareRun]BenchSummary) []HotRowOut {
+	var out []HotRowOut
+	for _, r := range rows {
+		l, s := results[r.local], results[r.strict]
+		row := HotRowOut{Scenario: r.scenario, Local: l, Strict: s}
+		if s.DecisionsPerSecond > 0 {
+			row.LocalRatio = l.DecisionsPerSecond / s.DecisionsPerSecond
+		}
+		if g, ok := results[r.gubernator]; ok {
+			row.Gubernator = &g
+			if g.DecisionsPerSecond > 0 {
+				row.GubernatorRatio = l.DecisionsPerSecond / g.DecisionsPerSecond
+			}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// hotGubernatorCells are a hot row's Gubernator decisions/s, ratio and
+// p50/p99, or what says it did not run.
+func hotGubernatorCells(r HotRowOut, m machineInfo) [3]string {
+	if r.Gubernator == nil {
+		return [3]string{m.Gubernator, "—", "—"}
+	}
+	return [3]string{fmt.Sprintf("%.0f", r.Gubernator.DecisionsPerSecond), fmt.Sprintf("%.2f", r.GubernatorRatio), fmtP50P99(*r.Gubernator)}
+}
+
+// writeHotText prints the hot-keys table.
+func writeHotText(w io.Writer, r CompareResult) {
+	if len(r.Hot) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOT KEYS\tLOCAL/S\tSTRICT/S\tLOCAL/STRICT\tGUBERNATOR/S\tLOCAL/GUBERNATOR\tLOCAL P50/P99 MS\tSTRICT P50/P99 MS\tGUBERNATOR P50/P99 MS")
+	for _, h := range r.Hot {
+		g := hotGubernatorCells(h, r.Machine)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%s\n", h.Scenario, h.Local.DecisionsPerSecond, h.Strict.DecisionsPerSecond,
+			h.LocalRatio, g[0], g[1], fmtP50P99(h.Local), fmtP50P99(h.Strict), g[2])
+	}
+	tw.Flush()
+}
+
+// hotSection is the hot-keys table in Markdown.
+func hotSection(r CompareResult) string {
+	if len(r.Hot) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Hot keys for callers without the Go client (plain Admit calls to every node in turn, no request IDs; keys zipf s=1.1): "+
+		"policy `%s` has `local: {mode: grant}`, so the nodes decide its hot keys from the grants they hold; `%s` is the same without it; "+
+		"Gubernator answers GetRateLimits on the same keys from the same generator:\n\n", comparePolicyLocal, comparePolicy)
+	fmt.Fprintln(&b, "| scenario | local decisions/s | strict decisions/s | local/strict | Gubernator decisions/s | local/Gubernator "+
+		"| local p50 / p99 ms | strict p50 / p99 ms | Gubernator p50 / p99 ms |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, h := range r.Hot {
+		g := hotGubernatorCells(h, r.Machine)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", h.Scenario, h.Local.DecisionsPerSecond, h.Strict.DecisionsPerSecond,
+			h.LocalRatio, g[0], g[1], fmtP50P99(h.Local), fmtP50P99(h.Strict), g[2])
+	}
+	return b.String()
+}
