@@ -12,10 +12,13 @@ const (
 	hotCounters = 1024
 	// hotMisses is how many times in a second a key must go to the
 	// cluster from this node before the node takes a grant for it. A
-	// grant costs at least two log entries (its first grant and its
-	// release) and one per renewal, each a Raft round on three replicas:
-	// a key sent less often gains nothing from one.
-	hotMisses = 4
+	// grant costs a command to begin, one per renewal (at most every half
+	// ttl) and one to end, each sharing entries as a strict decision does:
+	// a key sent about once a second gains from one, a colder key not.
+	// Measured (64 callers spread over three nodes, zipf s=1.1 over 10,000
+	// keys): 2 decides 69-70% of the requests from grants, 4 decides
+	// 59-61%.
+	hotMisses = 2
 )
 
 // hotness tells the keys worth a grant: those this node sent to the
