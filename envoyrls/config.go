@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quorate/quorate/admission"
@@ -65,6 +66,10 @@ type limit struct {
 type fileDomain struct {
 	Domain      string           `yaml:"domain"`
 	Descriptors []fileDescriptor `yaml:"descriptors"`
+	// Local is Quorate's own key (the proxy never reads this file): the
+	// local block of every policy of the domain, so the nodes decide its
+	// hot keys from the grants they hold (policies.md, local).
+	Local *fileLocal `yaml:"local"`
 }
 
 type fileDescriptor struct {
@@ -82,6 +87,42 @@ type fileRateLimit struct {
 	UnitMultiplier  *uint32 `yaml:"unit_multiplier"`
 	Unlimited       bool    `yaml:"unlimited"`
 	Name            string  `yaml:"name"`
+}
+
+// fileLocal is a domain's local block, as a policy file writes one.
+type fileLocal struct {
+	Mode         string `yaml:"mode"`
+	MaxGrant     *int64 `yaml:"max_grant"`
+	TTL          string `yaml:"ttl"`
+	SyncInterval string `yaml:"sync_interval"`
+}
+
+// local is fl as a policy's local block; an error names the field.
+func (fl *fileLocal) local() (*quoratev1.LocalDecisions, error) {
+	if fl == nil {
+		return nil, nil
+	}
+	out := &quoratev1.LocalDecisions{Mode: fl.Mode, MaxGrant: fl.MaxGrant}
+	switch fl.Mode {
+	case string(admission.LocalGrant), string(admission.LocalSync):
+	default:
+		return nil, fmt.Errorf("local.mode: must be grant or sync (got %q)", fl.Mode)
+	}
+	for _, d := range []struct {
+		field, value string
+		set          func(*durationpb.Duration)
+	}{{"ttl", fl.TTL, func(d *durationpb.Duration) { out.Ttl = d }},
+		{"sync_interval", fl.SyncInterval, func(d *durationpb.Duration) { out.SyncInterval = d }}} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil {
+			return nil, fmt.Errorf("local.%s: %q is not a duration such as 10s", d.field, d.value)
+		}
+		d.set(durationpb.New(v))
+	}
+	return out, nil
 }
 
 // Parse reads the configuration files, data[i] being the i-th file's
@@ -121,9 +162,19 @@ func (c *Config) addDomain(fd *fileDomain) error {
 	if _, dup := c.domains[fd.Domain]; dup {
 		return fmt.Errorf("domain: %q is configured twice", fd.Domain)
 	}
+	local, err := fd.Local.local()
+	if err != nil {
+		return err
+	}
 	root := &node{}
+	first := len(c.named)
 	if err := c.addDescriptors(fd.Domain, root, fd.Descriptors, "descriptors", nil, 1); err != nil {
 		return err
+	}
+	if local != nil {
+		for _, nl := range c.named[first:] {
+			nl.pol.Local = proto.Clone(local).(*quoratev1.LocalDecisions)
+		}
 	}
 	c.domains[fd.Domain] = root
 	return nil

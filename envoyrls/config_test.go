@@ -224,6 +224,9 @@ func TestParseErrors(t *testing.T) {
 		{"domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true", "descriptors[0].shadow_mode: needs a rate_limit"},
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}", "field replaces not found"},
 		{"domain: a\n---\ndomain: a", "document 2): domain: \"a\" is configured twice"},
+		{"domain: a\nlocal: {mode: reserve}", "local.mode: must be grant or sync (got \"reserve\")"},
+		{"domain: a\nlocal: {mode: grant, ttl: soon}", "local.ttl: \"soon\" is not a duration"},
+		{"domain: a\nlocal: {mode: grant, budget: 3}", "field budget not found"},
 	} {
 		_, err := Parse([]string{"f.yaml"}, [][]byte{[]byte(tc.yaml)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "f.yaml") {
@@ -375,5 +378,42 @@ func TestAnswerOneVersion(t *testing.T) {
 		if h := resp.GetResponseHeadersToAdd(); len(h) != 2 || h[0].GetValue() != tc.policy {
 			t.Errorf("window %v: headers %v, want RateLimit-Policy %s", tc.window, h, tc.policy)
 		}
+	}
+}
+
+// TestDomainLocal: a domain's local block (Quorate's own key) is the local
+// block of every policy its descriptors make; another domain's stay
+// without.
+func TestDomainLocal(t *testing.T) {
+	c := mustParse(t, `
+domain: hot
+local: {mode: grant, max_grant: 50, ttl: 5s}
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: path
+        rate_limit: {unit: hour, requests_per_unit: 1000}
+---
+domain: cold
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)
+	n := 0
+	for _, p := range c.Policies() {
+		l := p.GetLocal()
+		switch {
+		case strings.Contains(p.GetName(), "hot"):
+			n++
+			if l.GetMode() != "grant" || l.GetMaxGrant() != 50 || l.GetTtl().AsDuration() != 5*time.Second {
+				t.Errorf("%s: local %v, want the domain's", p.GetName(), l)
+			}
+		case l != nil:
+			t.Errorf("%s: local %v, want none", p.GetName(), l)
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d policies of domain hot, want 2: %v", n, c.Policies())
 	}
 }
