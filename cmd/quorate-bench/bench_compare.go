@@ -173,16 +173,22 @@ func compareRows(o loadOptions) []compareRow {
 	return out
 }
 
-// runsOf lists the distinct runs of rows against target, in table order.
-func runsOf(rows []compareRow, target string) []compareRun {
+// runsOf lists the distinct runs against target of rows and then of hot,
+// in table order.
+func runsOf(rows []compareRow, hot []hotRow, target string) []compareRun {
+	var all []compareRun
+	for _, r := range rows {
+		all = append(all, r.quorate, r.redis, r.gubernator, r.oneGroup)
+	}
+	for _, r := range hot {
+		all = append(all, r.local, r.strict, r.gubernator)
+	}
 	var out []compareRun
 	seen := map[compareRun]bool{}
-	for _, r := range rows {
-		for _, run := range []compareRun{r.quorate, r.redis, r.gubernator, r.oneGroup} {
-			if run.target == target && !seen[run] {
-				seen[run] = true
-				out = append(out, run)
-			}
+	for _, run := range all {
+		if run.target == target && !seen[run] {
+			seen[run] = true
+			out = append(out, run)
 		}
 	}
 	return out
@@ -310,7 +316,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			return fmt.Errorf("bench compare: %w", err)
 		}
 		fmt.Fprintf(stderr, "bench compare: %s on %s\n", kind, srv.addr)
-		for _, run := range runsOf(rows, kind) {
+		for _, run := range runsOf(rows, nil, kind) {
 			cfg := redisCfg
 			cfg.addr = srv.addr
 			t, err := newRedisTarget(ctx, cfg, loadOf(run))
@@ -334,7 +340,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			return fmt.Errorf("bench compare: %w", err)
 		}
 		fmt.Fprintf(stderr, "bench compare: gubernator on %s\n", strings.Join(c.addrs, " "))
-		for _, run := range append(runsOf(rows, targetGubernator), hotRunsOf(hot, targetGubernator)...) {
+		for _, run := range runsOf(rows, hot, targetGubernator) {
 			t := newGubernatorTarget(c.addrs, redisCfg, loadOf(run))
 			measureCPU(t, run, c.nodes)
 			t.close()
@@ -366,7 +372,7 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 	// each node's CPU over each run.
 	measureQuorate := func(c *compareCluster, target string) error {
 		urls := c.urls
-		for _, run := range append(runsOf(rows, target), hotRunsOf(hot, target)...) {
+		for _, run := range runsOf(rows, hot, target) {
 			tr, err := apiflags.TLS{}.Transport(run.workers) // the cluster it starts is plaintext, on loopback
 			if err != nil {
 				return err

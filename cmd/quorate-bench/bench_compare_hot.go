@@ -35,21 +35,6 @@ func hotRows(o loadOptions) []hotRow {
 	}}
 }
 
-// hotRunsOf lists the distinct runs of rows against target.
-func hotRunsOf(rows []hotRow, target string) []compareRun {
-	var out []compareRun
-	seen := map[compareRun]bool{}
-	for _, r := range rows {
-		for _, run := range []compareRun{r.local, r.strict, r.gubernator} {
-			if run.target == target && !seen[run] {
-				seen[run] = true
-				out = append(out, run)
-			}
-		}
-	}
-	return out
-}
-
 // HotRowOut is a line of the hot-keys table (-o json).
 type HotRowOut struct {
 	Scenario string       `json:"scenario"`

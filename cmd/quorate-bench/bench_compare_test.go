@@ -240,26 +240,36 @@ func TestCompareRows(t *testing.T) {
 	halfOf := func(run compareRun) compareRun { run.half = true; return run }
 	spread := r(targetQuorate, 64, 1)
 	spread.spread = true
-	if runs, want := runsOf(rows, targetQuorate), []compareRun{r(targetQuorate, 64, 1), spread, r(targetQuorate, 64, 100),
+	if runs, want := runsOf(rows, nil, targetQuorate), []compareRun{r(targetQuorate, 64, 1), spread, r(targetQuorate, 64, 100),
 		halfOf(r(targetQuorate, 64, 1)), r(targetQuorate, 1, 1)}; !slices.Equal(runs, want) {
 		t.Errorf("quorate runs %v, want unary, spread over the nodes, batch, half rate and one client", runs)
 	}
-	if runs := runsOf(rows, "redis-durable"); len(runs) != 2 {
+	if runs := runsOf(rows, nil, "redis-durable"); len(runs) != 2 {
 		t.Errorf("durable redis runs %v", runs)
 	}
 	want := []compareRun{r(targetGubernator, 64, 1), r(targetGubernator, 64, 100), halfOf(r(targetGubernator, 64, 1)), r(targetGubernator, 1, 1)}
-	if runs := runsOf(rows, targetGubernator); !slices.Equal(runs, want) {
+	if runs := runsOf(rows, nil, targetGubernator); !slices.Equal(runs, want) {
 		t.Errorf("gubernator runs %v, want unary, batch, half rate and one client", runs)
+	}
+	// The hot-keys runs come after the table's, the policy with a local
+	// block first; Gubernator's on the same keys.
+	hot := hotRows(loadOptions{workers: 64, batch: 100})
+	local, strict := compareRun{target: targetQuorate, workers: 64, batch: 1, hot: true, local: true}, compareRun{target: targetQuorate, workers: 64, batch: 1, hot: true}
+	if runs := runsOf(rows, hot, targetQuorate); len(runs) != 7 || runs[5] != local || runs[6] != strict {
+		t.Errorf("quorate runs with the hot keys %v, want the table's then local, strict", runs)
+	}
+	if runs := runsOf(rows, hot, targetGubernator); len(runs) != 5 || runs[4] != (compareRun{target: targetGubernator, workers: 64, batch: 1, hot: true}) {
+		t.Errorf("gubernator runs with the hot keys %v", runs)
 	}
 	// The half-rate run of each target comes after the run it halves.
 	for _, target := range []string{targetQuorate, targetRedis, targetGubernator} {
-		runs := runsOf(rows, target)
+		runs := runsOf(rows, nil, target)
 		peak, half := slices.Index(runs, r(target, 64, 1)), slices.Index(runs, halfOf(r(target, 64, 1)))
 		if peak < 0 || half < peak {
 			t.Errorf("%s runs %v: the half-rate run must follow the closed-loop unary run", target, runs)
 		}
 	}
-	if runs := runsOf(rows, targetOneGroup); !slices.Equal(runs, []compareRun{r(targetOneGroup, 64, 1), r(targetOneGroup, 64, 100)}) {
+	if runs := runsOf(rows, nil, targetOneGroup); !slices.Equal(runs, []compareRun{r(targetOneGroup, 64, 1), r(targetOneGroup, 64, 100)}) {
 		t.Errorf("one-group runs %v, want unary and batch", runs)
 	}
 	// With one worker the one-client rows are the first ones.
@@ -285,7 +295,7 @@ func fakeCompareRuns(rows []compareRow, withGubernator bool) map[compareRun]Benc
 		if target == targetGubernator && !withGubernator {
 			continue
 		}
-		for _, run := range runsOf(rows, target) {
+		for _, run := range runsOf(rows, nil, target) {
 			ms := rate[targetRedis] / rate[target]
 			s := BenchSummary{Target: strings.TrimSuffix(target, "-durable"), Workers: run.workers, Batch: run.batch,
 				DecisionsPerSecond: rate[target] * float64(run.batch), LatencyMs: map[string]float64{"p50": ms, "p99": 2 * ms}}
