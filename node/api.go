@@ -263,6 +263,9 @@ func (h *admissionHandler) Refund(ctx context.Context, req *connect.Request[quor
 	if err := admission.CheckKeyCost(m.GetKey(), 1); err != nil {
 		return nil, n.toConnectError(err)
 	}
+	if err := n.local.CheckRefund(m.GetCaller(), m.GetRequestId(), m.GetKey()); err != nil {
+		return nil, n.toConnectError(err)
+	}
 	// A repeated refund answers refunded=false.
 	env := &raftcmdv1.Envelope{Body: &raftcmdv1.Envelope_Refund{Refund: &raftcmdv1.Refund{
 		Caller: m.GetCaller(), RequestId: m.GetRequestId(), Key: m.GetKey()}}}

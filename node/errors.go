@@ -13,6 +13,7 @@ import (
 	"github.com/quorate/quorate/lease"
 	"github.com/quorate/quorate/node/internal/control"
 	"github.com/quorate/quorate/node/internal/engine"
+	"github.com/quorate/quorate/node/internal/local"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
@@ -47,7 +48,7 @@ func (n *Node) toConnectError(err error) error {
 	case errors.Is(err, fsm.ErrNotAdmitted), errors.Is(err, lease.ErrStale),
 		errors.Is(err, control.ErrNodeHoldsReplicas), errors.Is(err, control.ErrNodeLive), errors.Is(err, control.ErrNotTheNode), errors.Is(err, control.ErrOtherCluster),
 		errors.Is(err, fsm.ErrPlanRunning), errors.Is(err, fsm.ErrPlanNotCancellable), errors.Is(err, engine.ErrUnplanned),
-		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq):
+		errors.Is(err, fsm.ErrNotMetaGroup), errors.Is(err, fsm.ErrGrantSeq), errors.Is(err, local.ErrDecidedLocally):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, fsm.ErrImportRefused), errors.Is(err, fsm.ErrPlanConflict):
 		return connect.NewError(connect.CodeAborted, err)

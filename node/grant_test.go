@@ -68,10 +68,10 @@ func TestGrantOnACluster(t *testing.T) {
 	}
 	// Strict admits spend only what no grant holds.
 	cost := int64(420)
-	if r, err := c.Admission(2).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k", Cost: &cost})); err != nil || !r.Msg.GetAllowed() {
+	if r, err := c.Admission(2).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k", Cost: &cost, Strict: true})); err != nil || !r.Msg.GetAllowed() {
 		t.Fatalf("admit the 420 left: %v, %v", r, err)
 	}
-	if r, err := c.Admission(2).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k"})); err != nil || r.Msg.GetAllowed() {
+	if r, err := c.Admission(2).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k", Strict: true})); err != nil || r.Msg.GetAllowed() {
 		t.Fatalf("one more strict admit: %v, %v; want denied", r, err)
 	}
 	// The key is hot at its group's leader, which shows the two holders
@@ -135,7 +135,7 @@ func TestGrantOnACluster(t *testing.T) {
 		t.Fatalf("release: %v, %v", rel, err)
 	}
 	fifty := int64(50)
-	if r, err := c.Admission(running).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k", Cost: &fifty})); err != nil || !r.Msg.GetAllowed() || r.Msg.GetRemaining() != 0 {
+	if r, err := c.Admission(running).Admit(ctx, connect.NewRequest(&quoratev1.AdmitRequest{Policy: "search", Key: "{t}:k", Cost: &fifty, Strict: true})); err != nil || !r.Msg.GetAllowed() || r.Msg.GetRemaining() != 0 {
 		t.Fatalf("admit the 50 given back: %v, %v", r, err)
 	}
 	// Bad requests name their field.

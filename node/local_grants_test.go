@@ -232,6 +232,12 @@ func TestNodeGrantRequestIDs(t *testing.T) {
 		t.Fatalf("repeat with another cost: %v; want invalid_argument on request_id", err)
 	}
 
+	// A refund of it is refused by name: the key's log has no record.
+	_, err = c.Admission(0).Refund(ctx, connect.NewRequest(&quoratev1.RefundRequest{RequestId: "r1", Caller: "gw", Key: "k"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "budget lease") {
+		t.Fatalf("refund of a request decided from the node's grant: %v; want failed_precondition naming the budget lease", err)
+	}
+
 	// Strict: decided through the log, whose record answers a repeat at
 	// another node.
 	s1, err := admit(0, &quoratev1.AdmitRequest{Policy: "ids", Key: "k", RequestId: "s1", Caller: "gw", Strict: true})

@@ -83,6 +83,10 @@ func newAdmitCmd() *cobra.Command {
 			if req.RequestId == "" {
 				req.RequestId = client.NewRequestID()
 			}
+			// Decided through the key's log on whichever node answers: a
+			// retry rotates through --server with the same request ID,
+			// which a node's budget lease would not know (AdmitRequest.strict).
+			req.Strict = true
 			resp, attempts, err := invoke(cmd, &api, dataCall{procedure: "Admit", key: req.GetKey(), requestID: req.GetRequestId(),
 				hint: "retry with the same request ID: " + admitCommandLine(api.server, &req)},
 				func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AdmitResponse], error) {

@@ -50,7 +50,11 @@ type answer struct {
 
 // requestName is how answers names m: caller, request ID and key.
 func requestName(m *quoratev1.AdmitRequest) string {
-	return m.GetCaller() + "\x00" + m.GetRequestId() + "\x00" + m.GetKey()
+	return nameOf(m.GetCaller(), m.GetRequestId(), m.GetKey())
+}
+
+func nameOf(caller, requestID, key string) string {
+	return caller + "\x00" + requestID + "\x00" + key
 }
 
 // requestShape is what a repeat of m must ask again: its policy, cost and
@@ -141,6 +145,24 @@ func (a *answers) settle(m *quoratev1.AdmitRequest, resp *quoratev1.AdmitRespons
 	}
 	ans.resp = resp
 	close(ans.done)
+}
+
+// decidedHere reports whether the request named (caller, request ID, key)
+// was decided from a grant here and is still remembered.
+func (a *answers) decidedHere(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.byID[name]
+	if !ok {
+		return false
+	}
+	ans := e.Value.(*answer)
+	select {
+	case <-ans.done:
+		return ans.resp != nil
+	default:
+		return false
+	}
 }
 
 // len is how many requests are remembered.

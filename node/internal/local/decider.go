@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -133,6 +134,20 @@ type Stats struct {
 // Stats returns the Decider's counters.
 func (d *Decider) Stats() Stats {
 	return Stats{HolderStats: d.holder.Stats(), Duplicates: d.duplicates.Load(), RequestIDs: d.ids.len()}
+}
+
+// ErrDecidedLocally is the refusal of a refund of a request the node
+// decided from its grant: the key's log holds no record of it.
+var ErrDecidedLocally = errors.New("decided from a budget lease this node holds")
+
+// CheckRefund refuses (ErrDecidedLocally) a refund of the request named
+// (caller, request ID, key) when this node decided it from its grant.
+func (d *Decider) CheckRefund(caller, requestID, key string) error {
+	if d.ids.decidedHere(nameOf(caller, requestID, key)) {
+		return fmt.Errorf("request_id %s on key %s: %w, so the key's log holds no record of it to refund; "+
+			"send a request you may refund with strict: true", admission.Quote(requestID), admission.Quote(key), ErrDecidedLocally)
+	}
+	return nil
 }
 
 // Status is Stats as a node's status reports it.

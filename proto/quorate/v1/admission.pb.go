@@ -62,7 +62,8 @@ type AdmitRequest struct {
 	// every other policy. Unset, a request of a local policy may be decided
 	// from the node's grant; a repeat at that node gets the first answer, a
 	// repeat at another node may be charged again (never past the policy).
-	// The Go client sets it: it holds grants of its own.
+	// The Go client sets it (it holds grants of its own), and so does
+	// `quorate admit` (it retries one request ID across --server).
 	Strict        bool `protobuf:"varint,8,opt,name=strict,proto3" json:"strict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
