@@ -391,8 +391,14 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			case run.spread:
 				route = routeAny
 			}
-			t, err := newQuorateTarget(urls, tr, policy, false, quorateOptions{route: route}, loadOf(run))
-			if err != nil {
+			var t benchTarget
+			if run.target == targetEnvoy {
+				domain := envoyDomainStrict
+				if run.local {
+					domain = envoyDomainLocal
+				}
+				t = newEnvoyTarget(urls, domain, loadOf(run))
+			} else if t, err = newQuorateTarget(urls, tr, policy, false, quorateOptions{route: route}, loadOf(run)); err != nil {
 				return err
 			}
 			before := c.cpu()
@@ -418,7 +424,11 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 		return nil
 	}
 	idle := cluster.idleCPU(ctx)
-	if err := errors.Join(measureQuorate(cluster, targetQuorate), cluster.stop()); err != nil {
+	err = measureQuorate(cluster, targetQuorate)
+	if err == nil {
+		err = measureQuorate(cluster, targetEnvoy)
+	}
+	if err := errors.Join(err, cluster.stop()); err != nil {
 		return err
 	}
 	cluster, _, err = startCompareCluster(ctx, quorateBin, filepath.Join(dir, targetOneGroup), 0, stderr)

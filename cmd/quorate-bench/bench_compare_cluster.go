@@ -56,13 +56,17 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
+	envoyFile, err := writeEnvoyConfig(dir)
+	if err != nil {
+		return nil, "", err
+	}
 	var c *compareCluster
 	for attempt := 0; ; attempt++ { // another process may take a free port first
 		base, err := freeLoopbackPortRange(2 * compareNodes)
 		if err != nil {
 			return nil, "", err
 		}
-		c, err = startServeProcesses(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, groups)
+		c, err = startServeProcesses(ctx, bin, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), base, groups, envoyFile)
 		if err == nil {
 			break
 		}
@@ -72,7 +76,7 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 	}
 	deadline := time.Now().Add(time.Minute)
 	admin := quoratev1connect.NewAdminServiceClient(http.DefaultClient, c.urls[0])
-	err := pollUntil(ctx, deadline, c.exited, func(ctx context.Context) (bool, error) {
+	err = pollUntil(ctx, deadline, c.exited, func(ctx context.Context) (bool, error) {
 		_, err := admin.ApplyPolicies(ctx, connect.NewRequest(&quoratev1.ApplyPoliciesRequest{Policies: []*quoratev1.Policy{{
 			Name: comparePolicy, Algorithm: "token_bucket", Limit: 1, Period: durationpb.New(benchRefillPeriod),
 			Burst: proto.Int64(defaultBenchCapacity)}, {
@@ -95,16 +99,17 @@ func startCompareCluster(ctx context.Context, bin, dir string, groups int, stder
 }
 
 // startServeProcesses starts the nodes, node i (from 0) with its API on
-// base+i and its Raft port on base+compareNodes+i, and waits until the
-// cluster has them all and a leader in every group.
-func startServeProcesses(ctx context.Context, bin, dir string, base, groups int) (*compareCluster, error) {
+// base+i and its Raft port on base+compareNodes+i, serving Envoy's
+// rate-limit service with envoyFile's domains, and waits until the cluster
+// has them all and a leader in every group.
+func startServeProcesses(ctx context.Context, bin, dir string, base, groups int, envoyFile string) (*compareCluster, error) {
 	c := &compareCluster{exited: make(chan struct{})}
 	for i := range compareNodes {
 		id := fmt.Sprintf("n%d", i+1)
 		api := fmt.Sprintf("127.0.0.1:%d", base+i)
 		args := []string{"serve", "--id", id, "--data-dir", filepath.Join(dir, id), "--api-addr", api,
 			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", base+compareNodes+i), "--log-level", "warn",
-			"--groups", strconv.Itoa(groups), "--expect-nodes", strconv.Itoa(compareNodes)}
+			"--groups", strconv.Itoa(groups), "--expect-nodes", strconv.Itoa(compareNodes), "--envoy-config", envoyFile}
 		if i == 0 {
 			args = append(args, "--bootstrap")
 		} else {

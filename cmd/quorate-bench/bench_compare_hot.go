@@ -27,11 +27,15 @@ type hotRow struct {
 // hotRows lists the hot-keys table's lines for o.
 func hotRows(o loadOptions) []hotRow {
 	w := o.workers
+	gub := compareRun{target: targetGubernator, workers: w, batch: 1, hot: true}
 	return []hotRow{{
-		scenario:   fmt.Sprintf("%d callers without the Go client spread over every node, zipf keys: unary Admit", w),
-		local:      compareRun{target: targetQuorate, workers: w, batch: 1, hot: true, local: true},
-		strict:     compareRun{target: targetQuorate, workers: w, batch: 1, hot: true},
-		gubernator: compareRun{target: targetGubernator, workers: w, batch: 1, hot: true},
+		scenario: fmt.Sprintf("%d callers without the Go client spread over every node, zipf keys: unary Admit", w),
+		local:    compareRun{target: targetQuorate, workers: w, batch: 1, hot: true, local: true},
+		strict:   compareRun{target: targetQuorate, workers: w, batch: 1, hot: true}, gubernator: gub,
+	}, {
+		scenario: fmt.Sprintf("%d Envoy callers spread over every node, zipf descriptors: ShouldRateLimit", w),
+		local:    compareRun{target: targetEnvoy, workers: w, batch: 1, hot: true, local: true},
+		strict:   compareRun{target: targetEnvoy, workers: w, batch: 1, hot: true}, gubernator: gub,
 	}}
 }
 
@@ -97,9 +101,9 @@ func hotSection(r CompareResult) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Hot keys for callers without the Go client (plain Admit calls to every node in turn, no request IDs; keys zipf s=1.1): "+
-		"policy `%s` has `local: {mode: grant}`, so the nodes decide its hot keys from the grants they hold; `%s` is the same without it; "+
-		"Gubernator answers GetRateLimits on the same keys from the same generator:\n\n", comparePolicyLocal, comparePolicy)
+	fmt.Fprintf(&b, "Hot keys for callers without the Go client (plain Admit calls, or Envoy's ShouldRateLimit, to every node in turn, no request IDs; keys zipf s=1.1): "+
+		"policy `%s` (and Envoy domain `%s`) has `local: {mode: grant}`, so the nodes decide its hot keys from the grants they hold; `%s` (`%s`) is the same without it; "+
+		"Gubernator answers GetRateLimits on the same keys from the same generator:\n\n", comparePolicyLocal, envoyDomainLocal, comparePolicy, envoyDomainStrict)
 	fmt.Fprintln(&b, "| scenario | local decisions/s | strict decisions/s | local/strict | Gubernator decisions/s | local/Gubernator "+
 		"| local p50 / p99 ms | strict p50 / p99 ms | Gubernator p50 / p99 ms |")
 	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -127,7 +127,7 @@ func TestBenchCompare(t *testing.T) {
 	}
 	// The hot-keys table: callers without the Go client under a policy
 	// with a local block, beside the same without it.
-	if len(r.Hot) != 1 {
+	if len(r.Hot) != 2 {
 		t.Fatalf("hot-keys table: %+v", r.Hot)
 	}
 	for _, h := range r.Hot {
