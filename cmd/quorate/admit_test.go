@@ -111,7 +111,7 @@ func TestAdmitMultiCheckRetriesWithTheSameRequest(t *testing.T) {
 		t.Fatalf("server saw %d requests, want 2", len(reqs))
 	}
 	want := &quoratev1.AdmitRequest{Policy: "p", Key: "{t}:a", RequestId: "R-7", MaxWait: durationpb.New(250 * time.Millisecond),
-		Also: []*quoratev1.Check{{Policy: "q", Key: "{t}:b"}, {Policy: "r", Key: "{t}:c", Cost: cost(3)}}}
+		Also: []*quoratev1.Check{{Policy: "q", Key: "{t}:b"}, {Policy: "r", Key: "{t}:c", Cost: cost(3)}}, Strict: true}
 	for i, r := range reqs {
 		if !proto.Equal(r, want) {
 			t.Errorf("attempt %d sent %v, want %v", i+1, r, want)
