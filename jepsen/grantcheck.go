@@ -1,6 +1,7 @@
 package jepsen
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -95,4 +96,29 @@ func grantDecisions(workload string, ops []Op, stats GrantStats, group func(Op) 
 		stats.ClientsMade, stats.Kills, stats.Pauses, stats.Acquired, stats.Renewed, stats.Released,
 		stats.UnitsGranted, stats.UnitsReturned, stats.UnitsWasted)
 	return v, per
+}
+
+// CheckNodeGrants sums up, from the members' status after the run, the
+// budget leases the nodes held for the grant workloads' plain callers: the
+// admits they decided from them, repeats answered, and the units granted,
+// given back and wasted (a killed node's grants waste what they held; each
+// node counts since it last started, so a node killed late shows less). It
+// reports; it fails only when the status cannot be read.
+func CheckNodeGrants(ctx context.Context, c *Cluster) Verdict {
+	v := Verdict{Checker: "node-grants", OK: true}
+	st, err := c.clusterStatus(ctx, 30*time.Second)
+	if err != nil {
+		v.violate("cluster status: %v", err)
+		return v
+	}
+	var held, local, dups, granted, returned, wasted uint64
+	for _, m := range st.GetMembers() {
+		g := m.GetStatus().GetNodeGrants()
+		held, local, dups = held+g.GetHeld(), local+g.GetLocalDecisions(), dups+g.GetDuplicates()
+		granted, returned, wasted = granted+g.GetUnitsGranted(), returned+g.GetUnitsReturned(), wasted+g.GetUnitsWasted()
+	}
+	v.Summary = fmt.Sprintf("the nodes decided %d admits of plain callers from their grants (%d repeats answered); "+
+		"they hold %d grants; units granted %d, returned %d, wasted %d (since each node last started)",
+		local, dups, held, granted, returned, wasted)
+	return v
 }

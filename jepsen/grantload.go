@@ -45,6 +45,7 @@ const (
 	grantSyncInterval  = 100 * time.Millisecond // grant-sync: the bound is a tenth of the limit
 	grantClients       = 3                      // leasing clients at a time
 	grantStrictClients = 2
+	grantPlainClients  = 2
 	grantWorkers       = 3 // per client
 )
 
@@ -89,9 +90,15 @@ type GrantWorkloadOptions struct {
 	Keys          []string
 	GrantClients  int // leasing clients at a time; default 3
 	StrictClients int // clients with Config.DisableGrants; default 2
-	Workers       int // per client; default 3
-	Seed          uint64
-	Timeout       time.Duration // per call, the client's retries included; default 1.5s
+	// PlainClients send their admits on PlainKeys as callers without the
+	// Go client do (a plain Admit call to the nodes in turn, not marked
+	// strict, no request ID), so the nodes decide the hot keys' from the
+	// grants they hold; default 2 (none without PlainKeys), negative: none.
+	PlainClients int
+	PlainKeys    []string
+	Workers      int // per client; default 3
+	Seed         uint64
+	Timeout      time.Duration // per call, the client's retries included; default 1.5s
 	// FaultEvery is the mean time between client faults (each a kill or a
 	// pause of a random leasing client); default 1.5s, negative: none.
 	FaultEvery time.Duration
@@ -121,6 +128,7 @@ type GrantStats struct {
 func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions, h *History, fault func(Fault)) (GrantStats, error) {
 	setDefault(&opts.GrantClients, grantClients)
 	setDefault(&opts.StrictClients, grantStrictClients)
+	setDefault(&opts.PlainClients, grantPlainClients)
 	setDefault(&opts.Workers, grantWorkers)
 	setDefault(&opts.Timeout, 1500*time.Millisecond)
 	setDefault(&opts.FaultEvery, 1500*time.Millisecond)
@@ -128,6 +136,11 @@ func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions
 	defer g.closeAll()
 	for i := range opts.StrictClients {
 		if _, err := g.start(fmt.Sprintf("s%d", i+1), i, true); err != nil {
+			return GrantStats{}, err
+		}
+	}
+	for i := range max(opts.PlainClients, 0) * min(len(opts.PlainKeys), 1) {
+		if _, err := g.startPlain(fmt.Sprintf("p%d", i+1), opts.StrictClients+opts.GrantClients+i); err != nil {
 			return GrantStats{}, err
 		}
 	}
@@ -174,6 +187,7 @@ type grantClient struct {
 	name, caller string
 	num          int // its workers are ClientBase + 10·num + w
 	strict       bool
+	plain        bool // a plain caller (grantplain.go)
 	cc           *client.Client
 	tr           *cutTransport
 	cancel       context.CancelFunc // stops the workers
@@ -289,11 +303,7 @@ func (g *grantWorkload) closeAll() GrantStats {
 func (g *grantWorkload) work(ctx context.Context, gc *grantClient, cl int, rng *rand.Rand) {
 	var d client.Decision
 	for seq := 0; gc.tr.gate(ctx); seq++ {
-		key := g.opts.Keys[rng.IntN(len(g.opts.Keys))]
-		if g.opts.KeyEvery > 0 {
-			open := min(len(g.opts.Keys), 1+int(time.Since(g.began)/g.opts.KeyEvery))
-			key = g.opts.Keys[open-1-rng.IntN(open)/2] // mostly the newest open keys
-		}
+		key := g.pickKey(rng, g.opts.Keys)
 		// The request carries no request ID: one that does is never
 		// decided from a grant (a grant records none, so a retry would
 		// spend again). The client names each strict attempt itself and
@@ -324,6 +334,16 @@ func (g *grantWorkload) work(ctx context.Context, gc *grantClient, cl int, rng *
 		}
 		sleepCtx(ctx, pause)
 	}
+}
+
+// pickKey is a random key of keys: any, or with KeyEvery mostly the newest
+// open ones.
+func (g *grantWorkload) pickKey(rng *rand.Rand, keys []string) string {
+	if g.opts.KeyEvery > 0 {
+		open := min(len(keys), 1+int(time.Since(g.began)/g.opts.KeyEvery))
+		return keys[open-1-rng.IntN(open)/2]
+	}
+	return keys[rng.IntN(len(keys))]
 }
 
 // errClientKilled is every call of a killed client's transport.

@@ -226,11 +226,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	bucketKeys := keyNames("bucket", opts.Keys)
 	windowKeys, leaseKeys, grantKeys := keyNames("window", 3), keyNames("lease", 3), keyNames("grant", 3)
 	syncKeys, gbucketKeys := keyNames("gsync", 3), keyNames("gbucket", opts.Keys)
+	// The grant workloads' plain callers admit on keys of their own (the
+	// nodes' grants beside the clients' would keep the clients' windows
+	// from filling).
+	grantPlain, syncPlain, gbucketPlain := keyNames("grant-plain", 3), keyNames("gsync-plain", 3), keyNames("gbucket-plain", 3)
 	nemOpts := opts.Nemesis
 	for _, w := range []struct {
 		w    string
 		keys []string
-	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys}, {WorkloadGrant, grantKeys}, {WorkloadGrantSync, syncKeys}, {WorkloadGrantBucket, gbucketKeys}} {
+	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys},
+		{WorkloadGrant, append(grantKeys, grantPlain...)}, {WorkloadGrantSync, append(syncKeys, syncPlain...)},
+		{WorkloadGrantBucket, append(gbucketKeys, gbucketPlain...)}} {
 		if has(w.w) {
 			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
 		}
@@ -290,19 +296,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(WorkloadGrant) {
 		wg.Go(func() {
-			grantStats, grantErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrant, Keys: grantKeys,
+			grantStats, grantErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrant, Keys: grantKeys, PlainKeys: grantPlain,
 				Seed: opts.Seed ^ 0x9a, ClientBase: 300}, h, nem.record)
 		})
 	}
 	if has(WorkloadGrantSync) {
 		wg.Go(func() {
-			syncStats, syncErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantSync, Keys: syncKeys,
+			syncStats, syncErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantSync, Keys: syncKeys, PlainKeys: syncPlain,
 				Seed: opts.Seed ^ 0x5c, ClientBase: 400}, h, nem.record)
 		})
 	}
 	if has(WorkloadGrantBucket) {
 		wg.Go(func() {
-			gbucketStats, gbucketErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantBucket, Keys: gbucketKeys,
+			gbucketStats, gbucketErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrantBucket, Keys: gbucketKeys, PlainKeys: gbucketPlain,
 				Seed: opts.Seed ^ 0xb7, ClientBase: 500, KeyEvery: opts.Duration / time.Duration(opts.Keys)}, h, nem.record)
 		})
 	}
@@ -358,6 +364,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if has(WorkloadGrantBucket) {
 		r.GrantBucket = &gbucketStats
 		r.Verdicts = append(r.Verdicts, CheckGrantBucket(opsOf(r.Ops, policyGrantBucket), opts.GrantLimit, gbucketStats)...)
+	}
+	if has(WorkloadGrant) || has(WorkloadGrantSync) || has(WorkloadGrantBucket) {
+		r.Verdicts = append(r.Verdicts, CheckNodeGrants(ctx, c))
 	}
 	if opts.Groups > 0 {
 		r.Verdicts = append(r.Verdicts, CheckGroupReplicas(ctx, c, 30*time.Second))
