@@ -62,6 +62,9 @@ func checkMatrixRun(t *testing.T, m MatrixResult) {
 		want += 2 // grant-bucket: no over-admission, decisions
 		checkGrantBucketRun(t, r)
 	}
+	if grant || runs(WorkloadGrantSync) || runs(WorkloadGrantBucket) {
+		want++ // node-grants: what the nodes decided from the grants they hold
+	}
 	if m.Run.Groups > 0 {
 		want++ // group-replicas
 	}
