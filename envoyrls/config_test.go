@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/quorate/quorate/admission"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
@@ -277,7 +278,7 @@ func TestPlan(t *testing.T) {
 	}
 	resp := p.answer(nil, true)
 	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
-		resp.GetStatuses()[1].GetCode() != rlsv3.RateLimitResponse_OK || len(resp.GetResponseHeadersToAdd()) != 0 {
+		resp.GetStatuses()[1].GetCode() != rlsv3.RateLimitResponse_OK || len(resp.GetResponseHeadersToAdd()) != 0 || resp.GetDynamicMetadata() != nil {
 		t.Fatalf("blocked answer %v", resp)
 	}
 	if k := descriptorKey(hashTag("web"), []string{"k"}, []string{strings.Repeat("a", 600)}); len(k) > maxKeyBytes || !strings.HasPrefix(k, "{envoy:web}sha256:") {
@@ -365,7 +366,9 @@ func TestAnswerOneVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		decided := &quoratev1.AdmitResponse{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: durationpb.New(30 * time.Second)}
+		at := time.Date(2026, 12, 6, 9, 30, 0, 123456789, time.UTC)
+		decided := &quoratev1.AdmitResponse{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: durationpb.New(30 * time.Second),
+			DecidedAt: timestamppb.New(at)}
 		if tc.window > 0 {
 			decided.Window = durationpb.New(tc.window)
 		}
@@ -374,6 +377,9 @@ func TestAnswerOneVersion(t *testing.T) {
 		cl := st.GetCurrentLimit()
 		if cl.GetRequestsPerUnit() != 5 || st.GetLimitRemaining() != 4 || cl.GetUnit() != tc.unit || cl.GetUnitMultiplier().GetValue() != tc.mult || cl.GetName() != name {
 			t.Errorf("window %v: status %v, want 5 per %d %v with 4 remaining", tc.window, st, max(tc.mult, 1), tc.unit)
+		}
+		if got := resp.GetDynamicMetadata().GetFields()[MetadataDecidedAt].GetStringValue(); got != "2026-12-06T09:30:00.123456789Z" {
+			t.Errorf("window %v: dynamic metadata %s = %q, want the decision's log time", tc.window, MetadataDecidedAt, got)
 		}
 		if h := resp.GetResponseHeadersToAdd(); len(h) != 2 || h[0].GetValue() != tc.policy {
 			t.Errorf("window %v: headers %v, want RateLimit-Policy %s", tc.window, h, tc.policy)

@@ -13,12 +13,19 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quorate/quorate/admission"
 	"github.com/quorate/quorate/client/ratelimitheader"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
+
+// MetadataDecidedAt is the field of an answer's dynamic_metadata that
+// holds the log time of the decision (RFC 3339, UTC, nanoseconds): for a
+// call a node decided from a grant it holds, the time the grant's units
+// were spent in the key's log. Absent when nothing was counted.
+const MetadataDecidedAt = "quorate_decided_at"
 
 // maxKeyBytes is Quorate's longest key.
 const maxKeyBytes = 512
@@ -221,6 +228,13 @@ func (p *plan) answer(resp *quoratev1.AdmitResponse, headers bool) *rlsv3.RateLi
 	}
 	var fields []ratelimitheader.Limit
 	if resp != nil {
+		if at := resp.GetDecidedAt(); at != nil {
+			// Envoy keeps it as the filter's dynamic metadata
+			// (envoy.filters.http.ratelimit), for its access log.
+			out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+				MetadataDecidedAt: structpb.NewStringValue(at.AsTime().UTC().Format(time.RFC3339Nano)),
+			}}
+		}
 		if !resp.GetAllowed() {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}

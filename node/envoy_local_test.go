@@ -6,11 +6,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/quorate/quorate/envoyrls"
 	"github.com/quorate/quorate/node"
 	"github.com/quorate/quorate/node/nodetest"
 )
@@ -51,8 +53,17 @@ descriptors:
 		for w := range 4 {
 			wg.Go(func() {
 				for i := w; i < n; i += 4 {
-					if resp := shouldRateLimit(t, cl, rlRequest(domain, desc("user", "u1"))); resp.GetOverallCode() != rlOK {
+					before := time.Now()
+					resp := shouldRateLimit(t, cl, rlRequest(domain, desc("user", "u1")))
+					if resp.GetOverallCode() != rlOK {
 						t.Errorf("%s call %d: %v", domain, i, resp)
+						return
+					}
+					// The log time of the decision, or of the grant
+					// it was decided from: never after the answer.
+					at, err := time.Parse(time.RFC3339Nano, resp.GetDynamicMetadata().GetFields()[envoyrls.MetadataDecidedAt].GetStringValue())
+					if err != nil || at.After(time.Now()) || at.Before(before.Add(-time.Minute)) {
+						t.Errorf("%s call %d: decided at %v (%v), want a log time of the last minute", domain, i, at, err)
 						return
 					}
 				}
