@@ -212,24 +212,25 @@ bench-compare: build build-bench bench-deps
 	./$(BENCH_BIN) compare --quorate-binary $(BIN) --gubernator $(GUBERNATOR) --write docs/BENCHMARKS.md
 
 ## jepsen: the full fault-injection matrix against real processes — each fault
-## family, then all mixed, 60 s each, every workload at once — then the two
-## planted-bug self-tests, which must fail. Reports in data/jepsen/.
+## family, then all mixed, 60 s each, every workload at once — then the
+## planted-bug self-tests (the server's three, the Go clients' one), which must fail. Reports in data/jepsen/.
 jepsen: build
 	rm -rf data/jepsen
 	$(GO) run ./cmd/quorate-jepsen --binary $(BIN) --matrix full --duration 60s --report data/jepsen/matrix
-	@for bug in dedupe local-read; do \
-		$(GO) run ./cmd/quorate-jepsen --planted-bug $$bug --workload token-bucket,fixed-window --faults kill,pause \
+	@for run in dedupe:token-bucket,fixed-window local-read:token-bucket,fixed-window overspend:grant; do \
+		bug=$${run%%:*}; \
+		$(GO) run ./cmd/quorate-jepsen --planted-bug $$bug --workload $${run#*:} --faults kill,pause \
 			--duration 15s --report data/jepsen/planted-$$bug > data/jepsen/planted-$$bug.txt 2>&1; \
 		if grep -q '^FAIL ' data/jepsen/planted-$$bug.txt; then \
 			echo "jepsen: the planted $$bug bug was caught by: $$(grep '^FAIL ' data/jepsen/planted-$$bug.txt | cut -d: -f1 | cut -c6- | tr '\n' ' ')"; \
 		else echo "jepsen: the planted $$bug bug was NOT caught (data/jepsen/planted-$$bug.txt)"; exit 1; fi; \
 	done
-	@# The client bug lives in the harness's own clients: the harness is built with it.
+	@# The Go clients' overspend lives in the harness's own clients: the harness is built with it.
 	@$(GO) run -tags quorate_planted_overspend ./cmd/quorate-jepsen --binary $(BIN) --workload grant,grant-bucket --faults kill,pause \
-		--duration 15s --report data/jepsen/planted-overspend > data/jepsen/planted-overspend.txt 2>&1; \
-	if grep -q '^FAIL ' data/jepsen/planted-overspend.txt; then \
-		echo "jepsen: the planted overspend bug was caught by: $$(grep '^FAIL ' data/jepsen/planted-overspend.txt | cut -d: -f1 | cut -c6- | tr '\n' ' ')"; \
-	else echo "jepsen: the planted overspend bug was NOT caught (data/jepsen/planted-overspend.txt)"; exit 1; fi
+		--duration 15s --report data/jepsen/planted-client-overspend > data/jepsen/planted-client-overspend.txt 2>&1; \
+	if grep -q '^FAIL ' data/jepsen/planted-client-overspend.txt; then \
+		echo "jepsen: the planted client-overspend bug was caught by: $$(grep '^FAIL ' data/jepsen/planted-client-overspend.txt | cut -d: -f1 | cut -c6- | tr '\n' ' ')"; \
+	else echo "jepsen: the planted client-overspend bug was NOT caught (data/jepsen/planted-client-overspend.txt)"; exit 1; fi
 
 clean:
 	rm -rf $(DIST)

@@ -39,12 +39,33 @@ func (c *Cluster) clientConfig(caller string) client.Config {
 	for _, i := range c.Live() {
 		servers = append(servers, c.url(i))
 	}
+	hc := &http.Client{Transport: trailTransport{base: c.http.Transport, ids: c.nodeIDs()}}
+	return client.Config{Servers: servers, HTTPClient: hc, Caller: caller}
+}
+
+// grpcClient is an HTTP client of its own that speaks HTTP/2 to the
+// nodes' APIs (gRPC needs it: the harness's HTTP client speaks HTTP/1.1
+// to a plaintext cluster), recording calls' trails.
+func (c *Cluster) grpcClient() *http.Client {
+	tr := &http.Transport{DialContext: c.net.dialContext, MaxIdleConnsPerHost: 8}
+	var protocols http.Protocols
+	if c.tls != nil {
+		protocols.SetHTTP2(true)
+		tr.DialTLSContext = c.tls.src.DialTLS(c.net.dialContext)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	tr.Protocols = &protocols
+	return &http.Client{Transport: trailTransport{base: tr, ids: c.nodeIDs()}}
+}
+
+// nodeIDs maps every node's API address to its ID.
+func (c *Cluster) nodeIDs() map[string]string {
 	ids := make(map[string]string, len(c.Nodes))
 	for _, n := range c.Nodes {
 		ids[n.APIAddr] = n.ID
 	}
-	hc := &http.Client{Transport: trailTransport{base: c.http.Transport, ids: ids}}
-	return client.Config{Servers: servers, HTTPClient: hc, Caller: caller}
+	return ids
 }
 
 // trail is the nodes one call's HTTP requests went to, in order.

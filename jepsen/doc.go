@@ -209,8 +209,11 @@
 // per second by outcome (ok, fail, unknown) and p50/p99 latency per bin on
 // a log scale, with each fault's interval shaded in its family's colour,
 // labelled, with its kind, nodes and error on hover. Binaries built with a
-// planted bug (PlantedBugs) must make checkers fail: the self-test. A
-// client bug is planted in the harness itself (its clients run in its own
+// planted bug (PlantedBugs) must make checkers fail: the self-test (the
+// overspend bug: nodes that spend past the grants they hold for the grant
+// workload's plain callers — binary, JSON and Envoy — must fail
+// grant/no-over-admission-per-window). The same bug is planted in the Go
+// clients through the harness itself (its clients run in its own
 // process): cmd/quorate-jepsen built with -tags quorate_planted_overspend
 // (PlantedClientOverspend), whose leasing clients spend up to 5 units past
 // their grants after each answer, must fail a short grant run on

@@ -29,6 +29,28 @@ func TestGrantWorkload(t *testing.T) {
 	r := runPassing(t, WorkloadGrant, WorkloadGrantSync)
 	checkGrantRun(t, r, policyGrant, r.Grant)
 	checkGrantRun(t, r, policyGrantSync, r.GrantSync)
+	// The plain callers of the grant workload: Admit in binary protobuf
+	// (p1) and in JSON (p2), and Envoy's ShouldRateLimit (p3), each
+	// answered and allowed, on keys the window check counts.
+	for _, pc := range []struct{ caller, policy string }{
+		{"-p1.", policyGrant}, {"-p2.", policyGrant}, {"-p3.", policyGrantEnvoy},
+	} {
+		allowed := 0
+		for _, op := range opsOf(r.Ops, pc.policy) {
+			if !strings.Contains(op.Caller, pc.caller) {
+				continue
+			}
+			if op.Outcome == OutcomeAllowed {
+				allowed++
+				if op.DecidedAt == 0 {
+					t.Errorf("%s: an admit without its decision's log time: %+v", pc.caller, op)
+				}
+			}
+		}
+		if allowed == 0 {
+			t.Errorf("plain caller %s on %s: nothing allowed", pc.caller, pc.policy)
+		}
+	}
 }
 
 // The grant-bucket workload in the normal build, alone (beside the other

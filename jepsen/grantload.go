@@ -96,9 +96,16 @@ type GrantWorkloadOptions struct {
 	// grants they hold; default 2 (none without PlainKeys), negative: none.
 	PlainClients int
 	PlainKeys    []string
-	Workers      int // per client; default 3
-	Seed         uint64
-	Timeout      time.Duration // per call, the client's retries included; default 1.5s
+	// EnvoyDomain, when set, is a domain of the nodes' Envoy configuration
+	// with a local block whose descriptor "key" is counted as Policy
+	// counts (the same limit and window), under EnvoyPolicy: one plain
+	// caller in three then calls ShouldRateLimit on PlainKeys as values
+	// (the ops name EnvoyPolicy and EnvoyKey), and the default of
+	// PlainClients is 3.
+	EnvoyDomain, EnvoyPolicy string
+	Workers                  int // per client; default 3
+	Seed                     uint64
+	Timeout                  time.Duration // per call, the client's retries included; default 1.5s
 	// FaultEvery is the mean time between client faults (each a kill or a
 	// pause of a random leasing client); default 1.5s, negative: none.
 	FaultEvery time.Duration
@@ -128,6 +135,9 @@ type GrantStats struct {
 func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions, h *History, fault func(Fault)) (GrantStats, error) {
 	setDefault(&opts.GrantClients, grantClients)
 	setDefault(&opts.StrictClients, grantStrictClients)
+	if opts.EnvoyDomain != "" {
+		setDefault(&opts.PlainClients, grantPlainClients+1)
+	}
 	setDefault(&opts.PlainClients, grantPlainClients)
 	setDefault(&opts.Workers, grantWorkers)
 	setDefault(&opts.Timeout, 1500*time.Millisecond)
@@ -135,19 +145,20 @@ func RunGrantWorkload(ctx context.Context, c *Cluster, opts GrantWorkloadOptions
 	g := &grantWorkload{c: c, opts: opts, h: h, ctx: ctx, began: time.Now()}
 	defer g.closeAll()
 	for i := range opts.StrictClients {
-		if _, err := g.start(fmt.Sprintf("s%d", i+1), i, true); err != nil {
+		if _, err := g.start(fmt.Sprintf("s%d", i+1), i, kindStrict); err != nil {
 			return GrantStats{}, err
 		}
 	}
+	kinds := g.plainKinds()
 	for i := range max(opts.PlainClients, 0) * min(len(opts.PlainKeys), 1) {
-		if _, err := g.startPlain(fmt.Sprintf("p%d", i+1), opts.StrictClients+opts.GrantClients+i); err != nil {
+		if _, err := g.start(fmt.Sprintf("p%d", i+1), opts.StrictClients+opts.GrantClients+i, kinds[i%len(kinds)]); err != nil {
 			return GrantStats{}, err
 		}
 	}
 	slots := make([]*grantClient, opts.GrantClients)
 	for i := range slots {
 		var err error
-		if slots[i], err = g.start(fmt.Sprintf("g%d", i+1), opts.StrictClients+i, false); err != nil {
+		if slots[i], err = g.start(fmt.Sprintf("g%d", i+1), opts.StrictClients+i, kindGrant); err != nil {
 			return GrantStats{}, err
 		}
 	}
@@ -182,19 +193,34 @@ type grantWorkload struct {
 	closed  bool
 }
 
+// clientKind is how a grant workload's client admits.
+type clientKind int
+
+const (
+	kindGrant  clientKind = iota // the Go client, deciding from its grants
+	kindStrict                   // the Go client with Config.DisableGrants
+	kindPlain                    // Admit as a caller without the Go client sends it (grantplain.go)
+	kindJSON                     // the same in Connect's JSON
+	kindEnvoy                    // Envoy's ShouldRateLimit over gRPC
+)
+
+// plain reports whether k is a caller without the Go client's grants
+// and routing.
+func (k clientKind) plain() bool { return k >= kindPlain }
+
 // grantClient is one client.Client and its workers.
 type grantClient struct {
 	name, caller string
 	num          int // its workers are ClientBase + 10·num + w
-	strict       bool
-	plain        bool // a plain caller (grantplain.go)
+	kind         clientKind
 	cc           *client.Client
-	tr           *cutTransport
+	tr           *cutTransport      // kindGrant: what kill and pause cut
 	cancel       context.CancelFunc // stops the workers
 }
 
-// start makes a client named name (gen-th of its slot) and its workers.
-func (g *grantWorkload) start(name string, num int, strict bool) (*grantClient, error) {
+// start makes a client of kind named name (gen-th of its slot) and its
+// workers.
+func (g *grantWorkload) start(name string, num int, kind clientKind) (*grantClient, error) {
 	g.mu.Lock()
 	gen := 0
 	for _, o := range g.clients {
@@ -203,10 +229,11 @@ func (g *grantWorkload) start(name string, num int, strict bool) (*grantClient, 
 		}
 	}
 	g.mu.Unlock()
-	gc := &grantClient{name: name, num: num, strict: strict,
+	gc := &grantClient{name: name, num: num, kind: kind,
 		caller: fmt.Sprintf("jepsen-grant-%d-%s.%d", g.opts.ClientBase, name, gen)}
 	cfg := g.c.clientConfig(gc.caller)
-	cfg.DisableGrants = strict
+	cfg.DisableGrants = kind != kindGrant
+	cfg.DisableRouting = kind.plain()
 	gc.tr = &cutTransport{base: cfg.HTTPClient.Transport}
 	cfg.HTTPClient = &http.Client{Transport: gc.tr}
 	cc, err := client.New(cfg)
@@ -218,13 +245,18 @@ func (g *grantWorkload) start(name string, num int, strict bool) (*grantClient, 
 	gc.cancel = cancel
 	g.mu.Lock()
 	g.clients = append(g.clients, gc)
-	if !strict {
+	if kind == kindGrant {
 		g.stats.ClientsMade++
 	}
 	g.mu.Unlock()
 	for w := range g.opts.Workers {
 		cl := g.opts.ClientBase + 10*num + w
-		g.wg.Go(func() { g.work(wctx, gc, cl, rand.New(rand.NewPCG(g.opts.Seed, uint64(cl)<<8|uint64(gen)))) })
+		rng := rand.New(rand.NewPCG(g.opts.Seed, uint64(cl)<<8|uint64(gen)))
+		if kind.plain() {
+			g.wg.Go(func() { g.workPlain(wctx, gc, cl, rng) })
+		} else {
+			g.wg.Go(func() { g.work(wctx, gc, cl, rng) })
+		}
 	}
 	return gc, nil
 }
@@ -240,7 +272,7 @@ func (g *grantWorkload) kill(rng *rand.Rand, slots []*grantClient, i int) Fault 
 	g.stats.Kills++
 	g.mu.Unlock()
 	if g.ctx.Err() == nil {
-		gc, err := g.start(old.name, old.num, false)
+		gc, err := g.start(old.name, old.num, kindGrant)
 		if err != nil {
 			f.Error = err.Error()
 		} else {

@@ -244,14 +244,18 @@ func familiesArg(f []string) string {
 var PlantedBugs = map[string]string{
 	"dedupe":     "quorate_planted_bug",        // Admit ignores request IDs: retries spend again
 	"local-read": "quorate_planted_local_read", // Admit answered from the local replica before the log
+	"overspend":  PlantedClientOverspend,       // nodes spend past the grants they hold for their callers
 }
 
 // PlantedClientOverspend is the build tag that plants a bug in package
-// client: a client spends up to 5 units past its grant (see
-// client/planted_overspend_on.go). The grant workload's clients run in the
-// harness's own process, so it is the harness that is built with it
-// (go build -tags quorate_planted_overspend ./cmd/quorate-jepsen); its
-// no-over-admission checker must then fail.
+// client: a grant holder spends up to 5 units past its grant (see
+// client/planted_overspend_on.go). The nodes hold grants through package
+// client, so a server built with it (--planted-bug overspend) spends past
+// the grants it holds for its plain callers. The grant workload's Go
+// clients run in the harness's own process, so to plant the bug in them
+// it is the harness that is built with it (go build -tags
+// quorate_planted_overspend ./cmd/quorate-jepsen). Either way the
+// no-over-admission checkers must then fail.
 const PlantedClientOverspend = "quorate_planted_overspend"
 
 func plantedName(tags string) string {

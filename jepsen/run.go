@@ -168,7 +168,24 @@ const (
 	policyGrant       = "jepsen-grant"
 	policyGrantSync   = "jepsen-grant-sync"
 	policyGrantBucket = "jepsen-grant-bucket"
+	// The grant workload's Envoy domain (grantEnvoyConfig) and the policy
+	// its descriptor makes.
+	grantEnvoyDomain = "jepsen-grant"
+	policyGrantEnvoy = "envoy.jepsen-grant.key"
 )
+
+// grantEnvoyConfig is the nodes' Envoy configuration for the grant
+// workload's Envoy callers: one domain whose descriptor "key" counts as
+// GrantPolicy does (limit per grantWindow, fixed and aligned to the
+// epoch), with the same local block.
+func grantEnvoyConfig(limit int64) string {
+	return fmt.Sprintf(`domain: %s
+local: {mode: grant, max_grant: %d, ttl: %s}
+descriptors:
+  - key: %s
+    rate_limit: {unit: second, requests_per_unit: %d}
+`, grantEnvoyDomain, max(limit/5, 1), grantTTL, envoyDescriptorKey, limit)
+}
 
 // Run starts a cluster, runs the workloads under the nemesis, heals, reads
 // the final state, checks the history and writes the report directory:
@@ -195,15 +212,24 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	case opts.Recovery:
 		spare = RecoverySpare
 	}
+	has := func(w string) bool { return slices.Contains(opts.Workloads, w) }
+	extra := groupArgs(opts.Groups, opts.Nodes)
+	if has(WorkloadGrant) {
+		// The grant workload's Envoy callers' domain.
+		file := filepath.Join(work, "envoy.yaml")
+		if err := os.WriteFile(file, []byte(grantEnvoyConfig(opts.GrantLimit)), 0o600); err != nil {
+			return nil, err
+		}
+		extra = append(extra, "--envoy-config", file)
+	}
 	c, err := StartCluster(ctx, ClusterOptions{Nodes: opts.Nodes, ModuleRoot: opts.ModuleRoot, Binary: opts.Binary,
 		BuildTags: opts.BuildTags, WorkDir: work, LogDir: filepath.Join(opts.ReportDir, "logs"), Net: opts.Net,
-		ExtraArgs: groupArgs(opts.Groups, opts.Nodes), Spare: spare, TLS: opts.TLS})
+		ExtraArgs: extra, Spare: spare, TLS: opts.TLS})
 	if err != nil {
 		return nil, err
 	}
 	defer c.Stop()
 
-	has := func(w string) bool { return slices.Contains(opts.Workloads, w) }
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, p := range []struct {
@@ -230,12 +256,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	// nodes' grants beside the clients' would keep the clients' windows
 	// from filling).
 	grantPlain, syncPlain, gbucketPlain := keyNames("grant-plain", 3), keyNames("gsync-plain", 3), keyNames("gbucket-plain", 3)
+	grantEnvoy := make([]string, len(grantPlain))
+	for i, v := range grantPlain {
+		grantEnvoy[i] = EnvoyKey(grantEnvoyDomain, envoyDescriptorKey, v)
+	}
 	nemOpts := opts.Nemesis
 	for _, w := range []struct {
 		w    string
 		keys []string
 	}{{WorkloadTokenBucket, bucketKeys}, {WorkloadFixedWindow, windowKeys}, {WorkloadLease, leaseKeys},
-		{WorkloadGrant, append(grantKeys, grantPlain...)}, {WorkloadGrantSync, append(syncKeys, syncPlain...)},
+		{WorkloadGrant, slices.Concat(grantKeys, grantPlain, grantEnvoy)}, {WorkloadGrantSync, append(syncKeys, syncPlain...)},
 		{WorkloadGrantBucket, append(gbucketKeys, gbucketPlain...)}} {
 		if has(w.w) {
 			nemOpts.Keys = append(nemOpts.Keys, w.keys...)
@@ -297,7 +327,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if has(WorkloadGrant) {
 		wg.Go(func() {
 			grantStats, grantErr = RunGrantWorkload(wctx, c, GrantWorkloadOptions{Policy: policyGrant, Keys: grantKeys, PlainKeys: grantPlain,
-				Seed: opts.Seed ^ 0x9a, ClientBase: 300}, h, nem.record)
+				EnvoyDomain: grantEnvoyDomain, EnvoyPolicy: policyGrantEnvoy, Seed: opts.Seed ^ 0x9a, ClientBase: 300}, h, nem.record)
 		})
 	}
 	if has(WorkloadGrantSync) {
@@ -354,7 +384,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	if has(WorkloadGrant) {
 		r.Grant = &grantStats
-		r.Verdicts = append(r.Verdicts, CheckGrants(opsOf(r.Ops, policyGrant), opts.GrantLimit, grantWindow, grantStats)...)
+		r.Verdicts = append(r.Verdicts, CheckGrants(opsOf(r.Ops, policyGrant, policyGrantEnvoy), opts.GrantLimit, grantWindow, grantStats)...)
 	}
 	if has(WorkloadGrantSync) {
 		r.GrantSync = &syncStats
@@ -438,10 +468,10 @@ func keyNames(prefix string, n int) []string {
 }
 
 // opsOf returns the ops on one policy.
-func opsOf(ops []Op, policy string) []Op {
+func opsOf(ops []Op, policies ...string) []Op {
 	var out []Op
 	for _, op := range ops {
-		if op.Policy == policy {
+		if slices.Contains(policies, op.Policy) {
 			out = append(out, op)
 		}
 	}

@@ -97,8 +97,8 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	fs.StringVar(&opts.Net, "net", "auto", "network faults via: auto (nftables in a private network namespace when root, else proxy), nftables or proxy")
 	fs.IntVar(&opts.Groups, "groups", 0, "data groups the cluster hashes keys to (quorate serve --groups); 0: one group")
 	fs.StringVar(&opts.Binary, "binary", "", "a prebuilt quorate binary (default: build ./cmd/quorate)")
-	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs) or local-read (answers from the local replica); "+
-		"a client bug is planted by building this harness with -tags "+jepsen.PlantedClientOverspend+" instead")
+	planted := fs.String("planted-bug", "", "build the server with a planted bug, so checkers must fail: dedupe (ignores request IDs), local-read (answers from the local replica) "+
+		"or overspend (nodes spend past the grants they hold); the Go clients' overspend is planted by building this harness with -tags "+jepsen.PlantedClientOverspend+" instead")
 	if err := fs.Parse(args); err != nil {
 		return opts, "", err
 	}
@@ -150,7 +150,7 @@ func parse(args []string, stdout io.Writer) (jepsen.Options, string, error) {
 	if *planted != "" {
 		tag, ok := jepsen.PlantedBugs[*planted]
 		if !ok {
-			return opts, "", fmt.Errorf("--planted-bug: must be dedupe or local-read (got %q)", *planted)
+			return opts, "", fmt.Errorf("--planted-bug: must be dedupe, local-read or overspend (got %q)", *planted)
 		}
 		opts.BuildTags = tag
 	}
