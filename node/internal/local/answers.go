@@ -16,11 +16,17 @@ import (
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
 )
 
-// maxAnswers bounds the requests with an ID a node remembers (about 300
-// bytes each: 20 MB at most). Forgetting one early costs what a repeat at
-// another node costs: it may be charged again, from a grant, so never past
-// the policy.
-const maxAnswers = 65_536
+// maxAnswerBytes bounds the memory of the requests with an ID a node
+// remembers, counted as answerSize counts them: with short keys and IDs
+// about 300 bytes each, some 50,000 of them; a caller sending the longest
+// keys, IDs and checks pushes older ones out sooner, never past the bound.
+// Forgetting one early costs what a repeat at another node costs: it may
+// be charged again, from a grant, so never past the policy.
+const maxAnswerBytes = 16 << 20
+
+// answerOverhead is what an answer costs beyond its strings and response:
+// the answer, its list element, map entry and channel.
+const answerOverhead = 256
 
 // answers remember, for each request with a request ID that a node's
 // grants path saw, what became of it, so that a repeat at this node gets
@@ -30,11 +36,12 @@ const maxAnswers = 65_536
 // request ID and its key; a repeat must ask the same (policy, cost and
 // checks), as the cluster requires. An answer is kept for its policy's
 // dedupe_retention (by this node's clock; the cluster's record is kept by
-// log time), or until maxAnswers newer ones push it out.
+// log time), or until newer ones push it out of maxAnswerBytes.
 type answers struct {
 	mu    sync.Mutex
 	byID  map[string]*list.Element // of *answer
 	order list.List                // oldest first
+	bytes int                      // the answers' sizes summed
 }
 
 // answer is what became of one request.
@@ -46,6 +53,7 @@ type answer struct {
 	// from a grant, or nil when the cluster decides it.
 	done chan struct{}
 	resp *quoratev1.AdmitResponse
+	size int // counted in answers.bytes
 }
 
 // requestName is how answers names m: caller, request ID and key.
@@ -120,10 +128,10 @@ func (a *answers) claim(ctx context.Context, m *quoratev1.AdmitRequest, retentio
 		return false, out, nil
 	}
 	ans := &answer{id: id, request: requestShape(m), expires: now.Add(retention), done: make(chan struct{})}
+	ans.size = answerOverhead + 2*len(ans.id) + len(ans.request) // the map's key and the answer's
 	a.byID[id] = a.order.PushBack(ans)
-	for a.order.Len() > maxAnswers {
-		a.removeLocked(a.order.Front())
-	}
+	a.bytes += ans.size
+	a.trimLocked()
 	a.mu.Unlock()
 	return true, nil, nil
 }
@@ -145,6 +153,19 @@ func (a *answers) settle(m *quoratev1.AdmitRequest, resp *quoratev1.AdmitRespons
 	}
 	ans.resp = resp
 	close(ans.done)
+	if resp != nil {
+		n := proto.Size(resp)
+		ans.size += n
+		a.bytes += n
+		a.trimLocked()
+	}
+}
+
+// trimLocked forgets the oldest answers until they fit maxAnswerBytes.
+func (a *answers) trimLocked() {
+	for a.bytes > maxAnswerBytes && a.order.Len() > 0 {
+		a.removeLocked(a.order.Front())
+	}
 }
 
 // decidedHere reports whether the request named (caller, request ID, key)
@@ -165,11 +186,11 @@ func (a *answers) decidedHere(name string) bool {
 	}
 }
 
-// len is how many requests are remembered.
-func (a *answers) len() int {
+// len is how many requests are remembered, and their bytes.
+func (a *answers) len() (int, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.order.Len()
+	return a.order.Len(), a.bytes
 }
 
 // expireLocked forgets the answers whose retention ended by now, oldest
@@ -187,6 +208,7 @@ func (a *answers) expireLocked(now time.Time) {
 func (a *answers) removeLocked(e *list.Element) {
 	ans := a.order.Remove(e).(*answer)
 	delete(a.byID, ans.id)
+	a.bytes -= ans.size
 	select {
 	case <-ans.done:
 	default:

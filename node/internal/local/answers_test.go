@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func TestAnswersRepeatWaitsForTheFirst(t *testing.T) {
 	}
 }
 
-// Answers are kept for their retention and at most maxAnswers of them.
+// Answers are kept for their retention and within maxAnswerBytes.
 func TestAnswersForgotten(t *testing.T) {
 	var a answers
 	ctx, now := context.Background(), time.Unix(1000, 0)
@@ -105,21 +106,46 @@ func TestAnswersForgotten(t *testing.T) {
 		t.Fatal("remembered past its retention")
 	}
 
+	// The longest keys and IDs, answers with many checks: the oldest are
+	// pushed out once they fill maxAnswerBytes, never past it.
 	var b answers
-	for i := range maxAnswers + 1 {
-		m := admitWithID(fmt.Sprint("id-", i))
+	long := func(i int) *quoratev1.AdmitRequest {
+		m := admitWithID(fmt.Sprintf("%0128d", i))
+		m.Key = strings.Repeat("k", 512)
+		for range 8 {
+			m.Also = append(m.Also, &quoratev1.Check{Policy: "p", Key: strings.Repeat("a", 512)})
+		}
+		return m
+	}
+	resp := &quoratev1.AdmitResponse{Allowed: true}
+	for range 9 {
+		resp.Checks = append(resp.Checks, &quoratev1.CheckResult{Allowed: true, Limit: 1 << 40, Remaining: 1 << 40})
+	}
+	n := 0
+	for ; n < 1_000_000; n++ {
+		m := long(n)
 		b.claim(ctx, m, time.Hour, now)
-		b.settle(m, nil)
+		b.settle(m, resp)
+		if kept, _ := b.len(); kept < n+1 {
+			break
+		}
 	}
-	if n := b.len(); n != maxAnswers {
-		t.Fatalf("%d answers kept, want %d", n, maxAnswers)
+	for i := range 1000 {
+		m := long(n + 1 + i)
+		b.claim(ctx, m, time.Hour, now)
+		b.settle(m, resp)
 	}
-	if first, _, _ := b.claim(ctx, admitWithID("id-0"), time.Hour, now); !first {
+	kept, bytes := b.len()
+	if bytes > maxAnswerBytes || bytes < maxAnswerBytes-20_000 || kept >= n+1001 {
+		t.Fatalf("%d answers of %d bytes kept, want at most %d bytes and older ones pushed out", kept, bytes, maxAnswerBytes)
+	}
+	if first, _, _ := b.claim(ctx, long(0), time.Hour, now); !first {
 		t.Fatal("the oldest answer was not the one pushed out")
 	}
-	if first, _, _ := b.claim(ctx, admitWithID(fmt.Sprint("id-", maxAnswers)), time.Hour, now); first {
+	if first, _, _ := b.claim(ctx, long(n+1000), time.Hour, now); first {
 		t.Fatal("the newest answer was pushed out")
 	}
+	t.Logf("%d answers of the longest requests fill %d bytes", kept, bytes)
 }
 
 // A key is hot once it went to the cluster hotMisses times within a second
