@@ -127,6 +127,11 @@ type compareRun struct {
 	// Quorate's calls plain (routePlain) under comparePolicyLocal when
 	// local, else comparePolicy.
 	hot, local bool
+	// allHot: a hot run on hotBoundKeys keys only, each hot from the
+	// start, so that once the nodes hold their grants every call is
+	// decided from one: the most local decisions give through the same
+	// generator, stack and machine (the hot-keys table's bound).
+	allHot bool
 }
 
 // targetOneGroup is the Quorate cluster with every key in one group
@@ -181,7 +186,7 @@ func runsOf(rows []compareRow, hot []hotRow, target string) []compareRun {
 		all = append(all, r.quorate, r.redis, r.gubernator, r.oneGroup)
 	}
 	for _, r := range hot {
-		all = append(all, r.local, r.strict, r.gubernator)
+		all = append(all, r.local, r.strict, r.bound, r.gubernator)
 	}
 	var out []compareRun
 	seen := map[compareRun]bool{}
@@ -282,6 +287,11 @@ func runCompare(ctx context.Context, o compareOptions, stdout, stderr io.Writer)
 			if run.local {
 				load.label += ", a policy with a local block"
 				load.keyPrefix += "local-"
+			}
+			if run.allHot {
+				load.keys = hotBoundKeys
+				load.label += fmt.Sprintf(", every key hot (%d keys)", hotBoundKeys)
+				load.keyPrefix += "allhot-"
 			}
 		}
 		if run.half {

@@ -45,6 +45,7 @@ func cpuRows(r CompareResult) []cpuRow {
 	for _, h := range r.Hot {
 		add(h.Scenario+", policy with a local block", h.Local)
 		add(h.Scenario+", policy without", h.Strict)
+		add(h.Scenario+fmt.Sprintf(", policy with a local block, every key hot (%d keys)", hotBoundKeys), h.Bound)
 	}
 	// The others' servers, for the CPU a decision costs each system.
 	for _, s := range r.Scenarios {

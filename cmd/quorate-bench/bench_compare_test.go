@@ -134,6 +134,11 @@ func TestBenchCompare(t *testing.T) {
 		if h.Local.Decisions == 0 || h.Strict.Decisions == 0 || h.LocalRatio <= 0 || h.Local.Dist != "zipf" || h.Strict.Dist != "zipf" {
 			t.Errorf("hot row %s: local %+v, strict %+v, ratio %v", h.Scenario, h.Local, h.Strict, h.LocalRatio)
 		}
+		// The bound: the local run on hotBoundKeys keys.
+		if h.Bound.Decisions == 0 || h.Bound.Keys != hotBoundKeys || h.BoundRatio <= 0 || h.LocalOfBound <= 0 || h.CPURatio <= 0 {
+			t.Errorf("hot row %s: all hot %+v, ratios %v %v %v", h.Scenario, h.Bound, h.BoundRatio, h.LocalOfBound, h.CPURatio)
+		}
+		checkNodeCPU(t, h.Scenario+", all hot", h.Bound)
 		if gubernator != "" && (h.Gubernator == nil || h.Gubernator.Dist != "zipf" || h.GubernatorRatio <= 0) {
 			t.Errorf("hot row %s: Gubernator %+v, ratio %v", h.Scenario, h.Gubernator, h.GubernatorRatio)
 		}
@@ -255,8 +260,10 @@ func TestCompareRows(t *testing.T) {
 	// block first; Gubernator's on the same keys.
 	hot := hotRows(loadOptions{workers: 64, batch: 100})
 	local, strict := compareRun{target: targetQuorate, workers: 64, batch: 1, hot: true, local: true}, compareRun{target: targetQuorate, workers: 64, batch: 1, hot: true}
-	if runs := runsOf(rows, hot, targetQuorate); len(runs) != 7 || runs[5] != local || runs[6] != strict {
-		t.Errorf("quorate runs with the hot keys %v, want the table's then local, strict", runs)
+	bound := local
+	bound.allHot = true
+	if runs := runsOf(rows, hot, targetQuorate); len(runs) != 8 || runs[5] != local || runs[6] != strict || runs[7] != bound {
+		t.Errorf("quorate runs with the hot keys %v, want the table's then local, strict, all hot", runs)
 	}
 	if runs := runsOf(rows, hot, targetGubernator); len(runs) != 5 || runs[4] != (compareRun{target: targetGubernator, workers: 64, batch: 1, hot: true}) {
 		t.Errorf("gubernator runs with the hot keys %v", runs)
