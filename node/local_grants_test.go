@@ -21,6 +21,15 @@ import (
 // labels lv, alternating name and value), 0 when absent.
 func nodeMetric(t *testing.T, c *nodetest.Cluster, i int, name string, lv ...string) float64 {
 	t.Helper()
+	v, _ := seriesOf(t, c, i, name, lv...)
+	return v
+}
+
+// seriesOf is node i's value of the first series of the metric family
+// name with labels lv (alternating name and value; a counter's or a
+// gauge's), and whether the node exports it.
+func seriesOf(t *testing.T, c *nodetest.Cluster, i int, name string, lv ...string) (float64, bool) {
+	t.Helper()
 next:
 	for _, m := range scrape(t, c, i)[name].GetMetric() {
 		l := labelsOf(m)
@@ -30,11 +39,11 @@ next:
 			}
 		}
 		if m.GetCounter() != nil {
-			return m.GetCounter().GetValue()
+			return m.GetCounter().GetValue(), true
 		}
-		return m.GetGauge().GetValue()
+		return m.GetGauge().GetValue(), true
 	}
-	return 0
+	return 0, false
 }
 
 // applyLocalPolicy applies a fixed window of limit units an hour whose

@@ -12,18 +12,6 @@ import (
 	"github.com/quorate/quorate/node/nodetest"
 )
 
-// gaugeOf is the value of node i's series name whose label is value, and
-// whether the node exports it.
-func gaugeOf(t *testing.T, c *nodetest.Cluster, i int, name, label, value string) (float64, bool) {
-	t.Helper()
-	for _, m := range scrape(t, c, i)[name].GetMetric() {
-		if labelsOf(m)[label] == value {
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
 // notAfter is the expiry, in Unix seconds, of the first certificate in the
 // PEM file at path.
 func notAfter(t *testing.T, path string) float64 {
@@ -52,7 +40,7 @@ func TestTLSCertificateExpiryMetric(t *testing.T) {
 	c.WaitReady(t)
 	for role, file := range map[string]string{"node": c.CA().Nodes["node1"].CertFile, "ca": c.CA().CAFile} {
 		want := notAfter(t, file)
-		if got, ok := gaugeOf(t, c, 0, name, "role", role); !ok || got != want {
+		if got, ok := seriesOf(t, c, 0, name, "role", role); !ok || got != want {
 			t.Errorf("%s{role=%q} = %v (exported: %v), want %v, the NotAfter of %s", name, role, got, ok, want, file)
 		}
 	}
@@ -64,7 +52,7 @@ func TestTLSCertificateExpiryMetric(t *testing.T) {
 	}
 	want := notAfter(t, kp.CertFile)
 	c.Eventually(t, 30*time.Second, "the rotated certificate's expiry", func() error {
-		if got, ok := gaugeOf(t, c, 0, name, "role", "node"); !ok || got != want {
+		if got, ok := seriesOf(t, c, 0, name, "role", "node"); !ok || got != want {
 			return fmt.Errorf("%s{role=\"node\"} = %v (exported: %v), want %v", name, got, ok, want)
 		}
 		return nil
@@ -75,7 +63,7 @@ func TestTLSCertificateExpiryMetric(t *testing.T) {
 // of group at want.
 func wantDamagedGauge(t *testing.T, c *nodetest.Cluster, i int, group string, want float64) {
 	t.Helper()
-	if v, ok := gaugeOf(t, c, i, "quorate_replica_damaged", "group", group); !ok || v != want {
+	if v, ok := seriesOf(t, c, i, "quorate_replica_damaged", "group", group); !ok || v != want {
 		t.Errorf("node %d: quorate_replica_damaged{group=%q} = %v (exported: %v), want %v", i, group, v, ok, want)
 	}
 }
