@@ -117,8 +117,8 @@ func CheckNodeGrants(ctx context.Context, c *Cluster) Verdict {
 		held, local, dups = held+g.GetHeld(), local+g.GetLocalDecisions(), dups+g.GetDuplicates()
 		granted, returned, wasted = granted+g.GetUnitsGranted(), returned+g.GetUnitsReturned(), wasted+g.GetUnitsWasted()
 	}
-	v.Summary = fmt.Sprintf("the nodes decided %d admits of plain callers from their grants (%d repeats answered); "+
-		"they hold %d grants; units granted %d, returned %d, wasted %d (since each node last started)",
+	v.Summary = fmt.Sprintf("the nodes decided %d admits of plain callers from their grants and sync-mode allowances (%d repeats answered); "+
+		"they hold %d; grant-mode units granted %d, returned %d, wasted %d (since each node last started)",
 		local, dups, held, granted, returned, wasted)
 	return v
 }

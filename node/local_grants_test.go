@@ -176,6 +176,13 @@ func TestNodeGrantsExact(t *testing.T) {
 	if local == 0 {
 		t.Fatal("no node decided from a grant")
 	}
+	// A node decides locally no more units than it was granted.
+	for i := range c.Len() {
+		decided, granted := nodeMetric(t, c, i, "quorate_node_local_decisions_total"), nodeMetric(t, c, i, "quorate_node_grant_units_total", "fate", "granted")
+		if decided > granted {
+			t.Errorf("node %d decided %v admits of one unit from grants of %v units", i, decided, granted)
+		}
+	}
 	// A node that stops gives back what its grant holds unspent: admits
 	// through node 0 alone on another key, then node 0 stops; the key then
 	// has exactly the limit less what was allowed.
