@@ -223,10 +223,28 @@ func (t *Table) Bytes() int64 { return t.bytes }
 func (t *Table) MaxEntries() int { return t.maxEntries }
 
 // Entries returns a copy of every entry (results copied too), unsorted.
-func (t *Table) Entries() []Entry {
-	out := make([]Entry, 0, len(t.slots))
-	for i := range t.slots {
-		out = append(out, t.slots[i].entry())
+func (t *Table) Entries() []Entry { return t.Freeze().Entries() }
+
+// Frozen is a table's entries as they were when it was frozen.
+type Frozen struct {
+	slots []slot
+}
+
+// Freeze captures every entry at the cost of one copy of the table's slab:
+// an entry's strings are never changed in place (Update gives its slot a
+// new one), so the copy shares them. A snapshot freezes the table while
+// applies wait, and makes the entries later, off the apply path.
+func (t *Table) Freeze() Frozen { return Frozen{slots: slices.Clone(t.slots)} }
+
+// Len is how many entries f holds.
+func (f Frozen) Len() int { return len(f.slots) }
+
+// Entries returns a copy of every entry of f (results copied too),
+// unsorted.
+func (f Frozen) Entries() []Entry {
+	out := make([]Entry, 0, len(f.slots))
+	for i := range f.slots {
+		out = append(out, f.slots[i].entry())
 	}
 	return out
 }

@@ -131,11 +131,14 @@ func stateKeySlot(stateKey string) shard.Slot {
 // request-ID entries, semaphores and reservations, which follow the
 // nodes' in that order.
 type dataSnapshot struct {
-	buckets           []table.BucketRecord
-	sems              []table.Record[lease.Semaphore]
-	reserved          []table.Record[reservation]
-	grants            []table.Record[grant]
-	dedupe            []dedupe.Entry
+	buckets  []table.BucketRecord
+	sems     []table.Record[lease.Semaphore]
+	reserved []table.Record[reservation]
+	grants   []table.Record[grant]
+	dedupe   []dedupe.Entry
+	// dedupeFrozen is the request-ID table as snapshot captured it;
+	// sort makes dedupe of it, off the apply path.
+	dedupeFrozen      dedupe.Frozen
 	ownership         *raftcmdv1.SetOwnership
 	policiesMetaIndex uint64
 	frozen            []*raftcmdv1.FreezeSlots
@@ -149,7 +152,7 @@ func (d *dataState) snapshot() dataSnapshot {
 		sems:              d.sems.Entries(),
 		reserved:          d.reservations.Entries(),
 		grants:            d.grants.entries(),
-		dedupe:            d.dedupe.Entries(),
+		dedupeFrozen:      d.dedupe.Freeze(),
 		ownership:         ownershipToProto(d.owned),
 		policiesMetaIndex: d.policiesMetaIndex,
 	}
@@ -158,8 +161,12 @@ func (d *dataState) snapshot() dataSnapshot {
 }
 
 // sort orders each table's records as they are written: by key, and
-// request-ID entries by caller, then request ID.
+// request-ID entries by caller, then request ID (made first of the frozen
+// table).
 func (s *dataSnapshot) sort() {
+	if s.dedupeFrozen.Len() > 0 {
+		s.dedupe, s.dedupeFrozen = s.dedupeFrozen.Entries(), dedupe.Frozen{}
+	}
 	slices.SortFunc(s.buckets, func(a, b table.BucketRecord) int { return cmp.Compare(a.Key, b.Key) })
 	slices.SortFunc(s.dedupe, dedupe.Compare)
 	slices.SortFunc(s.sems, func(a, b table.Record[lease.Semaphore]) int { return cmp.Compare(a.Key, b.Key) })
