@@ -222,9 +222,6 @@ func (t *Table) Bytes() int64 { return t.bytes }
 // MaxEntries is the table's bound.
 func (t *Table) MaxEntries() int { return t.maxEntries }
 
-// Entries returns a copy of every entry (results copied too), unsorted.
-func (t *Table) Entries() []Entry { return t.Freeze().Entries() }
-
 // Frozen is a table's entries as they were when it was frozen.
 type Frozen struct {
 	slots []slot

@@ -58,14 +58,14 @@ func mustAbsent(tb testing.TB, t *dedupe.Table, k dedupe.Key, now int64) {
 func keys(tb testing.TB, t *dedupe.Table) []dedupe.Key {
 	tb.Helper()
 	var out []dedupe.Key
-	for _, e := range t.Entries() {
+	for _, e := range t.Freeze().Entries() {
 		out = append(out, e.Key)
 	}
 	slices.SortFunc(out, func(a, b dedupe.Key) int {
 		return cmp.Or(cmp.Compare(a.Caller, b.Caller), cmp.Compare(a.RequestID, b.RequestID))
 	})
 	if len(out) != t.Len() {
-		tb.Fatalf("Entries() has %d entries, Len() %d", len(out), t.Len())
+		tb.Fatalf("Freeze().Entries() has %d entries, Len() %d", len(out), t.Len())
 	}
 	return out
 }
@@ -314,7 +314,7 @@ func TestSweepOrder(t *testing.T) {
 			t.Fatalf("Sweep removed %d, want 3", n)
 		}
 		tab := dedupe.New(1)
-		for _, e := range src.Entries() {
+		for _, e := range src.Freeze().Entries() {
 			tab.Restore(e)
 		}
 		return tab
@@ -396,7 +396,7 @@ func TestEntriesAreCopies(t *testing.T) {
 	tab := dedupe.New(4)
 	e := entry("c", "r", t0+10, "res")
 	mustPut(t, tab, e, t0)
-	got := tab.Entries()
+	got := tab.Freeze().Entries()
 	got[0].ExpiresAt = t0 + 1_000
 	got[0].Key.RequestID = "other"
 	g, _ := tab.Get(e.Key, t0)

@@ -61,7 +61,7 @@ type plainAnswer struct {
 type plainCaller struct {
 	kind   clientKind
 	domain string       // kindEnvoy
-	hc     *http.Client // kindEnvoy: HTTP/2, as gRPC needs
+	hc     *http.Client // kindJSON and kindEnvoy: HTTP/2, as gRPC needs
 
 	mu        sync.Mutex
 	admission map[string]quoratev1connect.AdmissionServiceClient
@@ -69,9 +69,13 @@ type plainCaller struct {
 }
 
 func (g *grantWorkload) newPlainCaller(kind clientKind) *plainCaller {
-	return &plainCaller{kind: kind, domain: g.opts.EnvoyDomain, hc: g.c.grpcClient(),
+	p := &plainCaller{kind: kind, domain: g.opts.EnvoyDomain,
 		admission: map[string]quoratev1connect.AdmissionServiceClient{},
 		envoy:     map[string]*connect.Client[rlsv3.RateLimitRequest, rlsv3.RateLimitResponse]{}}
+	if kind != kindPlain { // kindPlain's calls go through the Go client's Services
+		p.hc = g.c.grpcClient()
+	}
+	return p
 }
 
 // call sends one admit of key through cc, to the nodes in turn.

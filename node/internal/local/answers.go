@@ -17,7 +17,8 @@ import (
 )
 
 // maxAnswerBytes bounds the memory of the requests with an ID a node
-// remembers, counted as answerSize counts them: with short keys and IDs
+// remembers, each counted as its strings, its response's encoded size and
+// answerOverhead: with short keys and IDs
 // about 300 bytes each, some 50,000 of them; a caller sending the longest
 // keys, IDs and checks pushes older ones out sooner, never past the bound.
 // Forgetting one early costs what a repeat at another node costs: it may
@@ -186,11 +187,11 @@ func (a *answers) decidedHere(name string) bool {
 	}
 }
 
-// len is how many requests are remembered, and their bytes.
-func (a *answers) len() (int, int) {
+// len is how many requests are remembered.
+func (a *answers) len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.order.Len(), a.bytes
+	return a.order.Len()
 }
 
 // expireLocked forgets the answers whose retention ended by now, oldest

@@ -133,7 +133,7 @@ type Stats struct {
 
 // Stats returns the Decider's counters.
 func (d *Decider) Stats() Stats {
-	return Stats{HolderStats: d.holder.Stats(), Duplicates: d.duplicates.Load(), RequestIDs: d.requestIDs()}
+	return Stats{HolderStats: d.holder.Stats(), Duplicates: d.duplicates.Load(), RequestIDs: d.ids.len()}
 }
 
 // ErrDecidedLocally is the refusal of a refund of a request the node
@@ -160,9 +160,3 @@ func (d *Decider) Status() *quoratev1.NodeGrants {
 // Close gives back what the node's grants hold unspent (client.Holder.
 // Close); Admit decides nothing locally after it.
 func (d *Decider) Close() { d.holder.Close() }
-
-// requestIDs is how many requests with an ID the node remembers.
-func (d *Decider) requestIDs() int {
-	n, _ := d.ids.len()
-	return n
-}
