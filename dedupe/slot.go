@@ -1,6 +1,9 @@
 package dedupe
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"strings"
+)
 
 // slot is an entry as a Table stores it, by value in its slab: the caller's
 // name (shared: the FSM keeps one copy of each), its expiry, fingerprint
@@ -22,12 +25,17 @@ type slot struct {
 const slotHeader = 3
 
 // newSlot copies e into a slot; its position is the caller's to set.
+// It keeps nothing of e's Result: the slot's data is one new allocation.
 func newSlot(e Entry) slot {
-	b := make([]byte, slotHeader, slotHeader+len(e.Key.RequestID)+len(e.Result))
-	b[0] = e.Kind
-	binary.BigEndian.PutUint16(b[1:], e.Slot)
-	b = append(append(b, e.Key.RequestID...), e.Result...)
-	return slot{caller: e.Key.Caller, data: string(b), exp: e.ExpiresAt, fp: e.Fingerprint, rid: uint32(len(e.Key.RequestID))}
+	var h [slotHeader]byte
+	h[0] = e.Kind
+	binary.BigEndian.PutUint16(h[1:], e.Slot)
+	var b strings.Builder
+	b.Grow(slotHeader + len(e.Key.RequestID) + len(e.Result))
+	b.Write(h[:])
+	b.WriteString(e.Key.RequestID)
+	b.Write(e.Result)
+	return slot{caller: e.Key.Caller, data: b.String(), exp: e.ExpiresAt, fp: e.Fingerprint, rid: uint32(len(e.Key.RequestID))}
 }
 
 // key is the entry's key; its request ID shares data's bytes.

@@ -134,7 +134,10 @@ func (d *dataState) applyAdmit(c *raftcmdv1.Admit, o op) interface{} {
 		for _, ch := range checks {
 			retention = max(retention, int64(ch.policy.Policy.WithDefaults().DedupeRetention))
 		}
-		if err := d.record(o, dk, recordAdmit, fp, encodeAdmitRecord(res), retention); err != nil {
+		// The table keeps a copy of the record: its bytes go to a scratch
+		// buffer the next record reuses.
+		d.recordBuf = encodeAdmitRecord(res, &d.recordScratch, d.recordBuf[:0])
+		if err := d.record(o, dk, recordAdmit, fp, d.recordBuf, retention); err != nil {
 			return err
 		}
 	}
@@ -360,6 +363,6 @@ func (d *dataState) applyRefund(c *raftcmdv1.Refund, o op) interface{} {
 		d.buckets.Put(key, next, admission.ExpiresAt(pv.Policy, next))
 	}
 	rec.Refunded, rec.RefundedAtUnixNano = true, now
-	d.dedupe.Update(k, marshalRecord(rec))
+	d.dedupe.Update(k, marshalRecord(rec, nil))
 	return &RefundResult{Refunded: true, Cost: cost, RefundedAt: now}
 }

@@ -43,6 +43,10 @@ type dataState struct {
 	grants  *grantTable
 	dedupe  *dedupe.Table
 	callers callerNames // one copy of each caller's name for dedupe
+	// An Admit's record is built in recordScratch and encoded into
+	// recordBuf before the dedupe table copies it.
+	recordScratch recordScratch
+	recordBuf     []byte
 
 	// owned is a data group's owned slots (nil: it applies every data
 	// command if it is the meta group, none if it is a data group);

@@ -90,35 +90,42 @@ func admitFingerprint(c *raftcmdv1.Admit) [16]byte {
 	return fp.sum()
 }
 
-func encodeAdmitRecord(r *AdmitResult) []byte {
-	d := r.Decision
-	rec := &raftcmdv1.AdmitRecord{
-		Allowed:           d.Allowed,
-		Limit:             d.Limit,
-		Remaining:         d.Remaining,
-		ResetAfterNanos:   int64(d.ResetAfter),
-		RetryAfterNanos:   int64(d.RetryAfter),
-		PolicyVersion:     r.PolicyVersion,
-		DecidedAtUnixNano: r.DecidedAt,
-		WaitNanos:         int64(r.Wait),
-		ShadowDenied:      r.ShadowDenied,
-		DeniedCheck:       int32(r.DeniedCheck),
-		Multi:             r.Multi,
-	}
-	for _, c := range r.Checks {
-		cd := c.Decision
-		rec.Checks = append(rec.Checks, &raftcmdv1.CheckRecord{
-			Policy: c.Policy, Key: c.Key, Cost: c.Cost,
-			Allowed: cd.Allowed, Limit: cd.Limit, Remaining: cd.Remaining,
-			ResetAfterNanos: int64(cd.ResetAfter), RetryAfterNanos: int64(cd.RetryAfter),
-			PolicyVersion: c.PolicyVersion, ShadowDenied: c.ShadowDenied, Spent: c.Spent, ShiftedNanos: c.Shifted,
-		})
-	}
-	return marshalRecord(rec)
+// recordScratch is the message an Admit's record is built in before it is
+// encoded: one per data state, reused by every Admit it records, so that
+// a record costs no allocation of its own.
+type recordScratch struct {
+	rec    raftcmdv1.AdmitRecord
+	checks []*raftcmdv1.CheckRecord // rec.Checks' messages, kept between records
 }
 
-func marshalRecord(rec *raftcmdv1.AdmitRecord) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
+// encodeAdmitRecord appends the encoding of r's record to buf, building the
+// message in sc.
+func encodeAdmitRecord(r *AdmitResult, sc *recordScratch, buf []byte) []byte {
+	d := r.Decision
+	rec := &sc.rec
+	proto.Reset(rec)
+	rec.Allowed, rec.Limit, rec.Remaining = d.Allowed, d.Limit, d.Remaining
+	rec.ResetAfterNanos, rec.RetryAfterNanos = int64(d.ResetAfter), int64(d.RetryAfter)
+	rec.PolicyVersion, rec.DecidedAtUnixNano, rec.WaitNanos = r.PolicyVersion, r.DecidedAt, int64(r.Wait)
+	rec.ShadowDenied, rec.DeniedCheck, rec.Multi = r.ShadowDenied, int32(r.DeniedCheck), r.Multi
+	for len(sc.checks) < len(r.Checks) {
+		sc.checks = append(sc.checks, new(raftcmdv1.CheckRecord))
+	}
+	rec.Checks = sc.checks[:len(r.Checks)]
+	for i, c := range r.Checks {
+		cd, cr := c.Decision, rec.Checks[i]
+		proto.Reset(cr)
+		cr.Policy, cr.Key, cr.Cost = c.Policy, c.Key, c.Cost
+		cr.Allowed, cr.Limit, cr.Remaining = cd.Allowed, cd.Limit, cd.Remaining
+		cr.ResetAfterNanos, cr.RetryAfterNanos = int64(cd.ResetAfter), int64(cd.RetryAfter)
+		cr.PolicyVersion, cr.ShadowDenied, cr.Spent, cr.ShiftedNanos = c.PolicyVersion, c.ShadowDenied, c.Spent, c.Shifted
+	}
+	return marshalRecord(rec, buf)
+}
+
+// marshalRecord appends rec's encoding to buf.
+func marshalRecord(rec *raftcmdv1.AdmitRecord, buf []byte) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, rec)
 	if err != nil {
 		panic(fmt.Sprintf("fsm: encoding an admit record: %v", err))
 	}
