@@ -16,6 +16,7 @@ import (
 	"github.com/quorate/quorate/client"
 	"github.com/quorate/quorate/node/nodetest"
 	quoratev1 "github.com/quorate/quorate/proto/quorate/v1"
+	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
 // applyPolicies stores ps through any running node.
@@ -230,5 +231,88 @@ func TestCoalescing(t *testing.T) {
 	st := cl.Stats()
 	if st.Verified != workers*each || st.Unavailable+st.Bypassed+st.Local != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// encodingTransport records the Content-Encoding of each AdmitBatch answer.
+type encodingTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	seen []string
+}
+
+func (t *encodingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && r.URL.Path == "/quorate.v1.AdmissionService/AdmitBatch" {
+		t.mu.Lock()
+		t.seen = append(t.seen, resp.Header.Get("Content-Encoding"))
+		t.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (t *encodingTransport) take() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.seen
+	t.seen = nil
+	return s
+}
+
+// TestBatchAnswersAreNotCompressed: the Go client asks for no gzip, so a
+// node sends an AdmitBatch's answer as it is, where a Connect client that
+// accepts gzip (connect's default) gets the same answer compressed.
+func TestBatchAnswersAreNotCompressed(t *testing.T) {
+	c := nodetest.NewCluster(t, 3)
+	applyPolicies(t, c, longBucket("p", 1_000_000))
+	tr := &encodingTransport{next: c.HTTPClient().Transport}
+	const n = 200 // an answer well over the nodes' 4 KiB compression threshold
+	reqs := make([]client.Request, n)
+	msg := &quoratev1.AdmitBatchRequest{}
+	for i := range reqs {
+		reqs[i] = client.Request{Policy: "p", Key: fmt.Sprintf("k%d", i)}
+		msg.Requests = append(msg.Requests, &quoratev1.AdmitRequest{Policy: "p", Key: fmt.Sprintf("k%d", i)})
+	}
+	raw := quoratev1connect.NewAdmissionServiceClient(&http.Client{Transport: tr}, c.APIURL(0))
+	c.Eventually(t, 10*time.Second, "a gzip answer to a plain Connect client", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if _, err := raw.AdmitBatch(ctx, connect.NewRequest(msg)); err != nil {
+			return err
+		}
+		if got := tr.take(); len(got) != 1 || got[0] != "gzip" {
+			return fmt.Errorf("answers encoded %q, want one gzip", got)
+		}
+		return nil
+	})
+
+	// The client's own AdmitBatch splits a batch by leader; through Invoke
+	// the whole batch is one call, and its answer carries all 200 results.
+	cl := newClient(t, c, client.Config{HTTPClient: &http.Client{Transport: tr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := client.Invoke(ctx, cl, client.Call{Procedure: "AdmitBatch"},
+		func(ctx context.Context, s client.Services) (*connect.Response[quoratev1.AdmitBatchResponse], error) {
+			return s.Admission.AdmitBatch(ctx, connect.NewRequest(msg))
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetResults()) != n {
+		t.Fatalf("%d results, want %d", len(resp.GetResults()), n)
+	}
+	for i, r := range cl.AdmitBatch(ctx, reqs) {
+		if r.Err != nil || !r.Decision.Allowed {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+	}
+	got := tr.take()
+	if len(got) == 0 {
+		t.Fatal("the client sent no AdmitBatch call")
+	}
+	for _, enc := range got {
+		if enc != "" {
+			t.Fatalf("the client got answers encoded %q, want none compressed", got)
+		}
 	}
 }
