@@ -42,15 +42,17 @@ type CostModel struct {
 	PerBatchedDecisionUs float64 `json:"perBatchedDecisionUs,omitempty"`
 	IdleCPUPerSec        float64 `json:"idleCpuPerSec"` // CPU-seconds per second the idle default cluster spends (subtracted)
 	// EntryBoundUs is the CPU of three replicas' append + fdatasync of one
-	// entry, as the floor measured it on the nodes' disk (0: unknown): what
-	// an entry costs before anything else is done with it.
+	// entry and of the leader's round trip to each of its two followers, as
+	// the floor measured them on the nodes' disk and loopback (0: unknown):
+	// what replicating an entry costs the kernel before anything else is
+	// done with it.
 	EntryBoundUs float64 `json:"entryBoundUs,omitempty"`
 }
 
 // withBound sets the model's entry bound from the floor.
 func (m *CostModel) withBound(f *Floor) {
 	if m != nil && f != nil {
-		m.EntryBoundUs = compareNodes * f.FdatasyncCPUUs
+		m.EntryBoundUs = compareNodes*f.FdatasyncCPUUs + (compareNodes-1)*f.RoundTripCPUUs
 	}
 }
 
@@ -62,7 +64,7 @@ func (m CostModel) String() string {
 	}
 	s += fmt.Sprintf(" (from the unary runs of the default cluster and of one group, less their idle CPU; %.3f CPU-s/s for the default)", m.IdleCPUPerSec)
 	if m.EntryBoundUs > 0 {
-		s += fmt.Sprintf("; an entry's three appends + fdatasyncs alone take %.0f µs of CPU, the entry %.2f× that",
+		s += fmt.Sprintf("; an entry's three appends + fdatasyncs and the leader's round trips to two followers alone take %.0f µs of CPU, the entry %.2f× that",
 			m.EntryBoundUs, m.PerEntryUs/m.EntryBoundUs)
 	}
 	return s

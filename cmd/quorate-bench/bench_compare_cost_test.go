@@ -35,9 +35,10 @@ func TestFitCost(t *testing.T) {
 	if m.IdleCPUPerSec != idle {
 		t.Errorf("model %+v: want idle %v", m, idle)
 	}
-	// The entry's bound: three replicas' append + fdatasync CPU.
-	m.withBound(&Floor{FdatasyncCPUUs: 100})
-	if m.EntryBoundUs != 300 || !strings.Contains(m.String(), "alone take 300 µs of CPU, the entry 3.00× that") {
+	// The entry's bound: three replicas' append + fdatasync CPU and two
+	// round trips'.
+	m.withBound(&Floor{FdatasyncCPUUs: 100, RoundTripCPUUs: 50})
+	if m.EntryBoundUs != 400 || !strings.Contains(m.String(), "alone take 400 µs of CPU, the entry 2.25× that") {
 		t.Errorf("bound %v: %s", m.EntryBoundUs, m)
 	}
 	var none *CostModel

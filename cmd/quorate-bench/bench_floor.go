@@ -8,12 +8,14 @@ package main
 // append on the data directory's disk + the median loopback round trip; a
 // one-client p50 is reported as a ratio to it.
 //
-// The same appends bound what a log entry costs in CPU: each of three
-// replicas appends it and fdatasyncs, and the kernel's work for those is
-// CPU of the node's process. The CPU of one append + fdatasync (user and
-// system time of the thread that makes it) is measured with them where the
-// system can say (Linux), and compare reports an entry's CPU beside three
-// times it.
+// The same appends and round trips bound what a log entry costs in CPU:
+// each of three replicas appends it and fdatasyncs, the leader sends it to
+// each follower and reads its answer, and the kernel's work for those is
+// CPU of the nodes' processes. The CPU of one append + fdatasync (user and
+// system time of the thread that makes it) and of one round trip (both
+// ends' and their wakeups: the process's CPU over the round trips) are
+// measured with them where the system can say (Linux), and compare reports
+// an entry's CPU beside three of the one and two of the other.
 
 import (
 	"context"
@@ -43,7 +45,10 @@ type Floor struct {
 	// fdatasync, 0 where it cannot be read.
 	FdatasyncCPUUs float64 `json:"fdatasyncCpuUs,omitempty"`
 	RoundTripMs    float64 `json:"roundTripMs"` // median loopback TCP round trip of 64 bytes
-	FloorMs        float64 `json:"floorMs"`     // 2 × FdatasyncMs + RoundTripMs
+	// RoundTripCPUUs is the mean CPU of one such round trip, both ends, 0
+	// where it cannot be read.
+	RoundTripCPUUs float64 `json:"roundTripCpuUs,omitempty"`
+	FloorMs        float64 `json:"floorMs"` // 2 × FdatasyncMs + RoundTripMs
 }
 
 // String is the floor for people, with how it is made.
@@ -52,6 +57,9 @@ func (f Floor) String() string {
 		f.FloorMs, f.FdatasyncMs, f.RoundTripMs, f.Samples, f.Dir)
 	if f.FdatasyncCPUUs > 0 {
 		s += fmt.Sprintf("; an append + fdatasync takes %.0f µs of CPU", f.FdatasyncCPUUs)
+	}
+	if f.RoundTripCPUUs > 0 {
+		s += fmt.Sprintf(", a round trip %.0f µs (both ends)", f.RoundTripCPUUs)
 	}
 	return s
 }
@@ -71,13 +79,14 @@ func measureFloor(ctx context.Context, dir string, samples int) (Floor, error) {
 	if err != nil {
 		return Floor{}, fmt.Errorf("floor: fdatasync in %s: %w", dir, err)
 	}
-	rtt, err := medianRoundTrip(ctx, samples)
+	rtt, rttCPU, err := medianRoundTrip(ctx, samples)
 	if err != nil {
 		return Floor{}, fmt.Errorf("floor: loopback round trip: %w", err)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-	return Floor{Dir: dir, Samples: samples, FdatasyncMs: ms(fsync), FdatasyncCPUUs: float64(fsyncCPU.Nanoseconds()) / 1e3,
-		RoundTripMs: ms(rtt), FloorMs: 2*ms(fsync) + ms(rtt)}, nil
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	return Floor{Dir: dir, Samples: samples, FdatasyncMs: ms(fsync), FdatasyncCPUUs: us(fsyncCPU),
+		RoundTripMs: ms(rtt), RoundTripCPUUs: us(rttCPU), FloorMs: 2*ms(fsync) + ms(rtt)}, nil
 }
 
 // medianFdatasync appends floorAppendBytes to a new file in dir and
@@ -116,11 +125,13 @@ func medianFdatasync(ctx context.Context, dir string, samples int) (med, cpu tim
 }
 
 // medianRoundTrip sends 64 bytes to an echo server on loopback and waits
-// for them back, samples times, and returns the median.
-func medianRoundTrip(ctx context.Context, samples int) (time.Duration, error) {
+// for them back, samples times, and returns the median time of one and the
+// mean CPU of one, both ends (the process's CPU over them; 0 where
+// selfCPU cannot read it).
+func medianRoundTrip(ctx context.Context, samples int) (med, cpu time.Duration, err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer ln.Close()
 	go func() {
@@ -134,7 +145,7 @@ func medianRoundTrip(ctx context.Context, samples int) (time.Duration, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -142,17 +153,21 @@ func medianRoundTrip(ctx context.Context, samples int) (time.Duration, error) {
 	}
 	buf := make([]byte, 64)
 	times := make([]time.Duration, 0, samples)
+	cpu0, cpuOK := selfCPU()
 	for range samples {
 		start := time.Now()
 		if _, err := c.Write(buf); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		times = append(times, time.Since(start))
 	}
-	return median(times), nil
+	if cpu1, ok := selfCPU(); ok && cpuOK && samples > 0 {
+		cpu = (cpu1 - cpu0) / time.Duration(samples)
+	}
+	return median(times), cpu, nil
 }
 
 // median of ds (sorted in place); 0 for none.

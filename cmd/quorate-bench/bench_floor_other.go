@@ -13,3 +13,6 @@ func fdatasync(f *os.File) error { return f.Sync() }
 
 // threadCPU is unknown here.
 func threadCPU() (time.Duration, bool) { return 0, false }
+
+// selfCPU is unknown here.
+func selfCPU() (time.Duration, bool) { return 0, false }

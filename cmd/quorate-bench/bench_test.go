@@ -188,7 +188,7 @@ func checkFloor(t *testing.T, f *Floor) {
 	t.Helper()
 	if f == nil || f.Samples != floorSamples || f.FdatasyncMs <= 0 || f.RoundTripMs <= 0 || f.Dir == "" ||
 		math.Abs(f.FloorMs-(2*f.FdatasyncMs+f.RoundTripMs)) > 1e-9 ||
-		(runtime.GOOS == "linux") != (f.FdatasyncCPUUs > 0) {
+		(runtime.GOOS == "linux") != (f.FdatasyncCPUUs > 0) || (runtime.GOOS == "linux") != (f.RoundTripCPUUs > 0) {
 		t.Fatalf("floor = %+v", f)
 	}
 }
