@@ -15,6 +15,13 @@ import (
 )
 
 func main() {
+	if os.Getenv(floorEchoEnv) != "" { // the floor's echo process (bench_floor_echo.go)
+		if err := floorEcho(); err != nil {
+			fmt.Fprintf(os.Stderr, "quorate-bench: floor echo: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	// After the first signal, restore the default behaviour so that a second
 	// Ctrl-C kills a process that is slow to stop what it started.
