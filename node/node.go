@@ -197,7 +197,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return n.mux.Dial(ctx, addr, peermux.ChannelForward)
 	})
 	// Let go of an idle forwarding connection before the peer may close it.
-	n.peerPorts.HTTPClient.Transport.(*http.Transport).IdleConnTimeout = cfg.PeerIdleTimeout / 2
+	n.peerPorts.SetIdleConnTimeout(cfg.PeerIdleTimeout / 2)
 	for _, p := range []*engine.Peers{n.apiPorts, n.peerPorts} {
 		p.From, p.Timeout, p.MaxBytes = cfg.ID, cfg.RequestTimeout, cfg.peerLimits().maxBytes
 	}

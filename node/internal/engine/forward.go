@@ -85,7 +85,7 @@ func (p *Peers) sendForwards(c *PeerClient, items []*fwdItem) {
 	req.Header().Set(ForwardedHeader, p.From)
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout+time.Second)
 	defer cancel()
-	resp, err := c.Admission.AdmitBatch(ctx, req)
+	resp, err := c.forward.AdmitBatch(ctx, req)
 	if err == nil && len(resp.Msg.GetResults()) != len(live) {
 		err = fmt.Errorf("%w: the leader answered %d results for %d requests", ErrOutcomeUnknown, len(resp.Msg.GetResults()), len(live))
 	}
