@@ -156,8 +156,7 @@ func medianRoundTrip(ctx context.Context, samples int, gap time.Duration) (med, 
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", echo.addr)
 	if err != nil {
-		_ = echo.cmd.Process.Kill()
-		_ = echo.cmd.Wait()
+		echo.kill()
 		return 0, 0, err
 	}
 	if dl, ok := ctx.Deadline(); ok {

@@ -82,12 +82,17 @@ func startEcho(ctx context.Context) (*echoProcess, error) {
 	e := &echoProcess{cmd: cmd, out: bufio.NewReader(out)}
 	line, err := e.out.ReadString('\n')
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		e.kill()
 		return nil, fmt.Errorf("the echo process said no address: %w", err)
 	}
 	e.addr = strings.TrimSpace(line)
 	return e, nil
+}
+
+// kill ends the echo process without waiting for its connection.
+func (e *echoProcess) kill() {
+	_ = e.cmd.Process.Kill()
+	_ = e.cmd.Wait()
 }
 
 // finish reads the CPU time the echo process says its echoing took (the

@@ -14,9 +14,10 @@ import (
 	"github.com/quorate/quorate/proto/quorate/v1/quoratev1connect"
 )
 
-// peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext,
-// or TLS to API ports when the node has TLS files: useTLS) connection pool
-// shared by all, so many requests share a few connections.
+// Peers holds Connect clients to other nodes' APIs, one HTTP/2 (cleartext,
+// or TLS to API ports when the node has TLS files: UseTLS) connection pool
+// shared by all, so many requests share a few connections, and an HTTP/1.1
+// pool for the forwarding queues' AdmitBatch calls (forwardHTTP).
 // A node has two: one to other nodes' API ports (its first join),
 // and one over the peer mux's forwarding channel, which carries requests
 // forwarded to a group's leader on the connection the node already uses for
